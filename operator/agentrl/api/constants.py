@@ -1,0 +1,92 @@
+"""Names other parts of the system depend on: the CRD, labels, ports, mount paths.
+
+They live in one stdlib-only module so the operator, the renderer and the in-pod bundle
+agree on them without importing each other.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Final
+
+GROUP: Final = "agentrl.io"
+VERSION: Final = "v1alpha1"
+API_VERSION: Final = f"{GROUP}/{VERSION}"
+KIND: Final = "RLExperiment"
+PLURAL: Final = "rlexperiments"
+SINGULAR: Final = "rlexperiment"
+SHORT_NAMES: Final = ("rlx", "rlexp")
+CRD_NAME: Final = f"{PLURAL}.{GROUP}"
+
+# Labels on every child object.
+LABEL_EXPERIMENT: Final = "agentrl.io/experiment"
+LABEL_COMPONENT: Final = "agentrl.io/component"
+LABEL_MANAGED_BY: Final = "app.kubernetes.io/managed-by"
+MANAGED_BY: Final = "agentrl"
+LABEL_PART_OF: Final = "app.kubernetes.io/part-of"
+# Kueue admits a RayJob by this label (all-or-nothing through `suspend`).
+LABEL_KUEUE_QUEUE: Final = "kueue.x-k8s.io/queue-name"
+
+# Annotations the operator writes; kopf's own bookkeeping lives under the same prefix.
+ANNOTATION_PREFIX: Final = "agentrl.io"
+ANNOTATION_SPEC_HASH: Final = "agentrl.io/spec-hash"
+ANNOTATION_BUNDLE_VERSION: Final = "agentrl.io/bundle-version"
+
+# Ray logical resource that marks the head pod, so agentrl's hub actor (metrics
+# registry, gateway) is scheduled there and nowhere else.
+HEAD_RAY_RESOURCE: Final = "agentrl_head"
+
+# Ports on the head pod.
+GATEWAY_PORT_DEFAULT: Final = 9090
+METRICS_PORT: Final = 9400
+RAY_DASHBOARD_PORT: Final = 8265
+GATEWAY_PORT_NAME: Final = "gateway"
+METRICS_PORT_NAME: Final = "agentrl-metrics"
+
+# Where things are mounted inside every Ray container.
+CONFIG_MOUNT_DIR: Final = "/etc/agentrl"
+CONFIG_FILE_NAME: Final = "config.json"
+CONFIG_PATH: Final = f"{CONFIG_MOUNT_DIR}/{CONFIG_FILE_NAME}"
+BUNDLE_MOUNT_DIR: Final = "/opt/agentrl/code"
+EXTRA_CODE_MOUNT_ROOT: Final = "/opt/agentrl/extra"
+SHM_MOUNT_DIR: Final = "/dev/shm"
+# The environment variable through which the launcher finds the runtime config.
+ENV_CONFIG_PATH: Final = "AGENTRL_CONFIG"
+
+# KubeRay derives RayCluster and Service names from the RayJob name and caps it here.
+RAYJOB_NAME_MAX: Final = 47
+# Kubernetes object names that must be DNS-1035 labels (Services, RayJobs).
+DNS1035_MAX: Final = 63
+# ConfigMaps hold at most 1 MiB of data.
+CONFIGMAP_MAX_BYTES: Final = 1024 * 1024
+
+DEFAULT_GPU_RESOURCE: Final = "nvidia.com/gpu"
+
+
+class Phase(StrEnum):
+    """What `kubectl get rlx` shows; Succeeded and Failed are sticky."""
+
+    PENDING = "Pending"
+    INITIALIZING = "Initializing"
+    RUNNING = "Running"
+    SUSPENDED = "Suspended"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in (Phase.SUCCEEDED, Phase.FAILED)
+
+
+class ConditionType(StrEnum):
+    VALID = "Valid"
+    RAYJOB_CREATED = "RayJobCreated"
+    READY = "Ready"
+    RUNNING = "Running"
+    SUSPENDED = "Suspended"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    STALLED = "Stalled"
+    NAME_CONFLICT = "NameConflict"
+    IMMUTABLE_FIELD_CHANGED = "ImmutableFieldChanged"
+    CONFIG_WARNING = "ConfigWarning"

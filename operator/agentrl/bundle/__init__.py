@@ -1,0 +1,1 @@
+"""Code that runs inside the Ray cluster: launch, rollout, gateway, traces, metrics."""

@@ -1,0 +1,102 @@
+"""Every Prometheus metric the bundle exports, defined once.
+
+Names are fixed by DESIGN §5: the Grafana dashboard, the alert rules and the operator's
+progress scrape (`kubectl get rlx`) read them. Each process builds its own `BundleMetrics`
+on its own registry, so tests and several gateways in one process never collide.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+PREFIX = "agentrl_"
+SPLITS = ("train", "eval")
+
+# Rewards are usually in [0, 1] but agents may return any float.
+REWARD_BUCKETS = (-1.0, -0.5, 0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 2.0)
+# Gateway request latency: from a few ms (short completions) to minutes (long reasoning).
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+
+
+class BundleMetrics:
+    """The bundle's metric families on one registry."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        r = self.registry
+        self.rollout_step = Gauge(
+            PREFIX + "rollout_step", "Last rollout step slime asked for.", registry=r
+        )
+        self.batch_reward_mean = Gauge(
+            PREFIX + "batch_reward_mean",
+            "Mean raw episode reward of the last batch.",
+            ["split"],
+            registry=r,
+        )
+        self.episode_reward = Histogram(
+            PREFIX + "episode_reward",
+            "Raw reward per finished episode.",
+            ["split"],
+            buckets=REWARD_BUCKETS,
+            registry=r,
+        )
+        self.episodes = Counter(
+            PREFIX + "episodes",
+            "Episodes finished, by outcome (succeeded or failed).",
+            ["split", "outcome"],
+            registry=r,
+        )
+        self.failed_sessions = Counter(
+            PREFIX + "failed_sessions",
+            "Episodes that failed, by reason (timeout, agent_error, no_traces, ...).",
+            ["split", "reason"],
+            registry=r,
+        )
+        self.sessions_in_flight = Gauge(
+            PREFIX + "sessions_in_flight", "Live episodes.", ["split"], registry=r
+        )
+        self.connection_pool_size = Gauge(
+            PREFIX + "connection_pool_size",
+            "Configured size of the agent backend's connection pool.",
+            registry=r,
+        )
+        self.connection_pool_in_use = Gauge(
+            PREFIX + "connection_pool_in_use",
+            "Connections of the agent backend's pool checked out right now.",
+            registry=r,
+        )
+        self.connection_pool_discarded = Counter(
+            PREFIX + "connection_pool_discarded",
+            'Connections dropped because the pool was full ("Connection pool is full").',
+            registry=r,
+        )
+        self.gateway_requests = Counter(
+            PREFIX + "gateway_requests",
+            "Gateway requests by API (openai, anthropic) and HTTP status code.",
+            ["api", "code"],
+            registry=r,
+        )
+        self.gateway_request_seconds = Histogram(
+            PREFIX + "gateway_request_seconds",
+            "Gateway request latency, end to end.",
+            ["api"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.generated_tokens = Counter(
+            PREFIX + "generated_tokens", "Completion tokens sampled through the gateway.", registry=r
+        )
+        self.samples = Counter(
+            PREFIX + "samples", "Training samples (sequences) handed to slime.", registry=r
+        )
+        self.trace_breaks = Counter(
+            PREFIX + "trace_breaks",
+            "Places where a turn could not extend its episode's sequence, by reason.",
+            ["reason"],
+            registry=r,
+        )
+        self.truncated_samples = Counter(
+            PREFIX + "truncated_samples",
+            "Samples whose response was clipped to maxResponseLength or stopped by length.",
+            registry=r,
+        )

@@ -1,0 +1,45 @@
+"""The seam between the rollout function and the model gateway.
+
+An episode opens a gateway session, hands its URL and bearer token to the agent, reads the
+session's turns back once the agent is done, and closes it in every case. The rollout side
+depends only on this protocol; the gateway implements it in process and over HTTP, and
+tests use a double that speaks it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from agentrl.bundle.traces import Turn
+
+
+class SessionError(Exception):
+    """The gateway refused or lost a session (duplicate id, unknown id, gateway down)."""
+
+
+@dataclass(frozen=True)
+class SessionHandle:
+    session_id: str
+    base_url: str  # OpenAI-style base URL for the agent, ending in /v1
+    token: str  # bearer token the agent must present; never logged
+
+    def __repr__(self) -> str:  # keep the token out of logs and tracebacks
+        return f"SessionHandle(session_id={self.session_id!r}, base_url={self.base_url!r})"
+
+
+class GatewaySessions(Protocol):
+    async def create_session(
+        self, session_id: str, sampling_params: Mapping[str, Any]
+    ) -> SessionHandle:
+        """Open a session; raises SessionError if the id is already in use."""
+        ...
+
+    async def get_turns(self, session_id: str) -> Sequence[Turn]:
+        """The session's turns in the order they were made."""
+        ...
+
+    async def close_session(self, session_id: str) -> None:
+        """Close the session, aborting its in-flight requests; idempotent."""
+        ...

@@ -1,0 +1,1 @@
+"""The `agentrl` command line: render, validate and crd, without a cluster."""

@@ -1,0 +1,1 @@
+"""The kopf operator: the only layer that talks to the Kubernetes API."""

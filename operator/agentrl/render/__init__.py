@@ -1,0 +1,1 @@
+"""Pure builders: a validated RLExperiment plus operator defaults -> Kubernetes objects."""
