@@ -1,0 +1,231 @@
+"""Pin the job to one CUDA runtime major before slime starts (pure logic).
+
+TransformerEngine and the cuDNN frontend dlopen-probe fixed sonames (`libcudart.so.12`,
+`libcudart.so.13`) and abort with "Multiple libcudart libraries found" when two majors are
+loadable. They can come from LD_LIBRARY_PATH, from the ldconfig cache (which
+LD_LIBRARY_PATH cannot hide) or from `nvidia-*-cu12` wheels beside a CUDA 13 toolkit. This
+module builds one LD_LIBRARY_PATH, finds every reachable libcudart and refuses two majors,
+and checks which torch_memory_saver preload library slime will pick. Every function takes
+the filesystem root and the `ldconfig -p` text as arguments, so tests run on temporary
+trees; `agentrl.bundle.launch.probe` supplies the real ones.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+# /usr/local/cuda, /usr/local/cuda-12.9, /usr/local/cuda/lib64, ... (any toolkit install).
+_CUDA_PATH = re.compile(r"^/usr/local/cuda(-[0-9.]+)?(/|$)")
+_CUDART = re.compile(r"^libcudart\.so\.(\d+)(\.[0-9.]*)?$")
+# `ldconfig -p` lines: "\tlibcudart.so.12 (libc6,x86-64) => /usr/local/cuda/lib64/libcudart.so.12"
+_LDCONFIG_LINE = re.compile(r"^\s*(\S+)\s+\(([^)]*)\)\s+=>\s+(\S+)\s*$")
+TMS_STEM = "torch_memory_saver_hook_mode_preload"
+# slime's actor_group picks the preload library by file existence, in one of these orders
+# depending on its version (fa3c990 has no _cu13; later versions try it first).
+_TMS_SLIME_ORDERS = (("_cu12", ""), ("_cu13", "_cu12", ""))
+
+
+class CudaError(Exception):
+    """The CUDA setup cannot work; the message names the files and the fix."""
+
+
+@dataclass(frozen=True)
+class Cudart:
+    major: int
+    path: str
+    source: str  # "LD_LIBRARY_PATH", "ldconfig cache" or "site-packages wheel"
+
+
+@dataclass(frozen=True)
+class CudaEnv:
+    cuda_home: str
+    major: int
+    ld_library_path: list[str]
+    path: list[str]
+    cudarts: list[Cudart] = field(default_factory=list)
+
+    def env(self) -> dict[str, str]:
+        return {
+            "CUDA_HOME": self.cuda_home,
+            "LD_LIBRARY_PATH": ":".join(self.ld_library_path),
+            "PATH": ":".join(self.path),
+        }
+
+
+def _host(root: Path, path: str) -> Path:
+    """`path` as seen inside the (possibly temporary) filesystem `root`."""
+    return root / PurePosixPath(path).relative_to("/") if path.startswith("/") else root / path
+
+
+def _split(value: str | None) -> list[str]:
+    return [p for p in (value or "").split(":") if p]
+
+
+def _dedupe(paths: Iterable[str]) -> list[str]:
+    return list(dict.fromkeys(paths))
+
+
+def nvidia_wheel_lib_dirs(root: Path, site_dirs: Sequence[str]) -> list[str]:
+    """`<site>/nvidia/*/lib` (cu12 wheels: nvidia/cublas/lib; cu13: nvidia/cu13/lib)."""
+    found: list[str] = []
+    for site in site_dirs:
+        base = _host(root, site) / "nvidia"
+        if base.is_dir():
+            found += [
+                f"{site}/nvidia/{d.name}/lib"
+                for d in sorted(base.iterdir())
+                if (d / "lib").is_dir()
+            ]
+    return _dedupe(found)
+
+
+def _cudarts_in(root: Path, directory: str, source: str) -> list[Cudart]:
+    host = _host(root, directory)
+    if not host.is_dir():
+        return []
+    found = []
+    for entry in sorted(host.iterdir()):
+        m = _CUDART.match(entry.name)
+        if m:
+            found.append(Cudart(int(m.group(1)), f"{directory.rstrip('/')}/{entry.name}", source))
+    return found
+
+
+def parse_ldconfig(text: str) -> list[Cudart]:
+    """libcudart entries of `ldconfig -p` output (the loader cache the dynamic linker reads)."""
+    found = []
+    for line in text.splitlines():
+        m = _LDCONFIG_LINE.match(line)
+        if m:
+            soname = _CUDART.match(m.group(1))
+            if soname:
+                found.append(Cudart(int(soname.group(1)), m.group(3), "ldconfig cache"))
+    return found
+
+
+def toolkit_major(root: Path, cuda_home: str) -> int:
+    """The CUDA major of the toolkit at `cuda_home`, from its libcudart soname."""
+    home = _host(root, cuda_home)
+    if not home.is_dir():
+        others = (
+            sorted(p.name for p in _host(root, "/usr/local").glob("cuda*"))
+            if _host(root, "/usr/local").is_dir()
+            else []
+        )
+        hint = (
+            f" (this image has: {', '.join('/usr/local/' + o for o in others)})" if others else ""
+        )
+        raise CudaError(
+            f"CUDA_HOME {cuda_home} does not exist{hint}; set spec.runtime.cudaHome to the CUDA "
+            "toolkit of the image"
+        )
+    majors = {c.major for c in _cudarts_in(root, f"{cuda_home.rstrip('/')}/lib64", "CUDA_HOME")}
+    if len(majors) != 1:
+        raise CudaError(
+            f"{cuda_home}/lib64 holds {'no' if not majors else 'several'} libcudart.so.<major> "
+            f"({sorted(majors)}); spec.runtime.cudaHome must point at one CUDA toolkit"
+        )
+    return majors.pop()
+
+
+def build_ld_library_path(
+    cuda_home: str, wheel_dirs: Sequence[str], ambient: str | None
+) -> list[str]:
+    """Wheel libraries first, then the one toolkit, then ambient entries minus other CUDA paths."""
+    home = cuda_home.rstrip("/")
+    kept = [p for p in _split(ambient) if not _CUDA_PATH.match(p) and not p.startswith(home + "/")]
+    return _dedupe([*wheel_dirs, f"{home}/lib64", *kept])
+
+
+def build_path(cuda_home: str, ambient: str | None) -> list[str]:
+    home = cuda_home.rstrip("/")
+    kept = [p for p in _split(ambient) if not _CUDA_PATH.match(p)]
+    return _dedupe([f"{home}/bin", *kept])
+
+
+def find_cudarts(
+    root: Path, ld_dirs: Sequence[str], ldconfig_text: str, site_dirs: Sequence[str]
+) -> list[Cudart]:
+    """Every libcudart.so.<major> the process could load, with where it comes from."""
+    found: list[Cudart] = []
+    for d in ld_dirs:
+        found += _cudarts_in(root, d, "LD_LIBRARY_PATH")
+    found += parse_ldconfig(ldconfig_text)
+    for wheel_dir in nvidia_wheel_lib_dirs(root, site_dirs):
+        found += _cudarts_in(root, wheel_dir, "site-packages wheel")
+    unique: dict[tuple[int, str], Cudart] = {}
+    for c in found:
+        unique.setdefault((c.major, c.path), c)
+    return list(unique.values())
+
+
+def check_one_major(cudarts: Sequence[Cudart], want: int) -> None:
+    """Refuse a second CUDA runtime major, naming every file and the fix."""
+    majors = sorted({c.major for c in cudarts})
+    if majors in ([], [want]):
+        return
+    lines = "\n".join(
+        f"  libcudart.so.{c.major}: {c.path} ({c.source})"
+        for c in sorted(cudarts, key=lambda c: (c.major, c.path))
+    )
+    raise CudaError(
+        f"CUDA runtime majors {majors} are all reachable, but the toolkit is CUDA {want}; "
+        "TransformerEngine would abort with 'Multiple libcudart libraries found':\n"
+        f"{lines}\n"
+        f"Fix the image: uninstall the other major's nvidia-*-cu<N> wheels, and remove its "
+        "/etc/ld.so.conf.d/*cuda* entry then run ldconfig (LD_LIBRARY_PATH cannot hide the "
+        "ldconfig cache); or set spec.runtime.cudaHome to the toolkit the wheels match."
+    )
+
+
+def resolve_cuda(
+    root: Path,
+    cuda_home: str,
+    site_dirs: Sequence[str],
+    ambient_env: dict[str, str],
+    ldconfig_text: str,
+) -> CudaEnv:
+    """The pinned CUDA env for the launcher, slime's driver and the Megatron actors."""
+    major = toolkit_major(root, cuda_home)
+    wheel_dirs = nvidia_wheel_lib_dirs(root, site_dirs)
+    ld = build_ld_library_path(cuda_home, wheel_dirs, ambient_env.get("LD_LIBRARY_PATH"))
+    cudarts = find_cudarts(root, ld, ldconfig_text, site_dirs)
+    check_one_major(cudarts, major)
+    path = build_path(cuda_home, ambient_env.get("PATH"))
+    return CudaEnv(cuda_home.rstrip("/"), major, ld, path, cudarts)
+
+
+@dataclass(frozen=True)
+class TmsChoice:
+    path: str | None
+    problem: str | None  # set when slime would preload a library of the wrong CUDA major
+
+
+def choose_tms(site_dir: str | None, names: Iterable[str], major: int) -> TmsChoice:
+    """The torch_memory_saver preload library for `major`, checked against slime's pick.
+
+    `names` lists `site_dir` (where slime looks: the parent of the torch_memory_saver
+    package). The unsuffixed build is assumed to match the image's major.
+    """
+    if site_dir is None:
+        return TmsChoice(
+            None, "torch_memory_saver is not installed; colocated training offloads through it"
+        )
+    present = {s for s in ("_cu12", "_cu13", "") if f"{TMS_STEM}{s}.abi3.so" in set(names)}
+    want = f"_cu{major}"
+    for order in _TMS_SLIME_ORDERS:
+        pick = next((s for s in order if s in present), None)
+        if pick not in (None, "", want):
+            return TmsChoice(
+                None,
+                f"slime would LD_PRELOAD {site_dir}/{TMS_STEM}{pick}.abi3.so into CUDA {major} "
+                f"actors; rebuild torch_memory_saver with TMS_CUDA_MAJOR={major} and remove that "
+                f"file (or link {TMS_STEM}{want}.abi3.so to it)",
+            )
+    best = want if want in present else ("" if "" in present else None)
+    if best is None:
+        return TmsChoice(None, f"no {TMS_STEM}*.abi3.so for CUDA {major} in {site_dir}")
+    return TmsChoice(f"{site_dir}/{TMS_STEM}{best}.abi3.so", None)

@@ -1,0 +1,121 @@
+"""Checks that fail in seconds what slime would otherwise fail after the cluster is up.
+
+Each check returns problems (never raises), so one run reports everything at once. Paths
+are read relative to an injected filesystem root so tests run on temporary trees.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from pathlib import Path
+
+from agentrl.api.models import RLExperimentSpec
+
+SAMPLE_ROWS = 20
+ROW_SHAPE = 'rows must be {"prompt": ..., "metadata": {...}}'
+
+
+def _host(root: Path, path: str) -> Path:
+    return root / path.lstrip("/") if path.startswith("/") else root / path
+
+
+def check_model(root: Path, spec: RLExperimentSpec) -> list[str]:
+    """spec.model.path (and refLoad) must be a directory with config.json."""
+    problems = []
+    for field, path in (
+        ("spec.model.path", spec.model.path),
+        ("spec.model.refLoad", spec.model.ref_load),
+    ):
+        if path is None:
+            continue
+        if not path.startswith("/"):
+            problems.append(
+                f"{field}: {path!r} is not a directory inside the pods; slime's bridge mode "
+                "loads a local HF checkpoint; put the model on a volume and give its absolute path"
+            )
+        elif not (_host(root, path) / "config.json").is_file():
+            problems.append(
+                f"{field}: {path} has no config.json; mount the HF checkpoint there "
+                "(spec.runtime.volumes/volumeMounts)"
+            )
+    return problems
+
+
+def _row_problem(line: str) -> str | None:
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as e:
+        return f"not JSON ({e.msg})"
+    if not isinstance(row, dict):
+        return "not a JSON object"
+    if "prompt" not in row:
+        return 'no "prompt" key'
+    if not isinstance(row.get("metadata"), dict):
+        return '"metadata" is missing or not an object (the agent receives it verbatim)'
+    return None
+
+
+def check_jsonl(root: Path, field: str, path: str, rows: int = SAMPLE_ROWS) -> list[str]:
+    """The first `rows` rows parse and each has `prompt` and a `metadata` object."""
+    host = _host(root, path)
+    try:
+        with host.open(encoding="utf-8") as f:
+            lines = [(n, line) for n, line in enumerate(f, 1) if line.strip()][:rows]
+    except OSError as e:
+        return [f"{field}: cannot read {path}: {e.strerror}; check the volume mount and path"]
+    if not lines:
+        return [f"{field}: {path} is empty"]
+    problems = []
+    for n, line in lines:
+        problem = _row_problem(line)
+        if problem:
+            problems.append(f"{field}: {path} line {n}: {problem}; {ROW_SHAPE}")
+    return problems
+
+
+def check_data(root: Path, spec: RLExperimentSpec) -> list[str]:
+    problems = check_jsonl(root, "spec.data.train", spec.data.train)
+    for i, s in enumerate(spec.data.eval):
+        problems += check_jsonl(root, f"spec.data.eval[{i}].path", s.path)
+    return problems
+
+
+def check_gpus(spec: RLExperimentSpec, visible: int | None) -> list[str]:
+    """Visible GPUs on this node (None when nvidia-smi is absent, e.g. the CPU head)."""
+    want = spec.resources.gpus_per_node
+    if visible is None or visible == want:
+        return []
+    return [
+        f"spec.resources.gpusPerNode is {want} but this node sees {visible} GPUs; match it to the "
+        "node type (or the gpu resource limit)"
+    ]
+
+
+def check_checkpoint(root: Path, spec: RLExperimentSpec) -> list[str]:
+    """spec.checkpoint.path can be created and written (slime finds out only at the first save)."""
+    path = spec.checkpoint.path
+    if not path:
+        return []
+    host = _host(root, path)
+    probe = host / f".agentrl-write-test-{uuid.uuid4().hex}"
+    try:
+        host.mkdir(parents=True, exist_ok=True)
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as e:
+        return [
+            f"spec.checkpoint.path: {path} is not writable ({e.strerror}); mount a writable "
+            f"shared volume there (uid {os.getuid()})"
+        ]
+    return []
+
+
+def run_all(root: Path, spec: RLExperimentSpec, visible_gpus: int | None) -> list[str]:
+    return [
+        *check_model(root, spec),
+        *check_data(root, spec),
+        *check_gpus(spec, visible_gpus),
+        *check_checkpoint(root, spec),
+    ]

@@ -1,0 +1,129 @@
+"""The launcher's I/O edge: what it learns from the image by running things.
+
+Kept apart from the pure logic (`cuda`, `command`) so that logic runs on injected text and
+temporary trees in tests, while this module is exercised by the subprocess test against a
+fake slime tree.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+import site
+import subprocess
+import sysconfig
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+
+# Import-heavy (torch, Megatron, SGLang); generous, but a hung import must not hang the job.
+PROBE_TIMEOUT_S = 600
+
+
+class ProbeError(Exception):
+    """Something in the image could not be read; the message says what and how to fix it."""
+
+
+def site_dirs() -> list[str]:
+    dirs = [sysconfig.get_path("purelib"), sysconfig.get_path("platlib"), *site.getsitepackages()]
+    return list(dict.fromkeys(d for d in dirs if d))
+
+
+def ldconfig_text() -> str:
+    """`ldconfig -p`: the loader cache, which LD_LIBRARY_PATH cannot hide."""
+    exe = shutil.which("ldconfig") or next(
+        (p for p in ("/sbin/ldconfig", "/usr/sbin/ldconfig") if Path(p).exists()), None
+    )
+    if exe is None:
+        return ""
+    done = subprocess.run([exe, "-p"], capture_output=True, text=True, check=False, timeout=60)
+    return done.stdout
+
+
+def tms_listing() -> tuple[str | None, list[str]]:
+    """Where slime looks for torch_memory_saver's preload library, and what is there."""
+    spec = importlib.util.find_spec("torch_memory_saver")
+    if spec is None or spec.origin is None:
+        return None, []
+    site_dir = Path(spec.origin).parent.parent
+    return str(site_dir), sorted(p.name for p in site_dir.glob("torch_memory_saver*.so"))
+
+
+def model_args(slime_dir: str, model_type: str) -> list[str]:
+    """MODEL_ARGS from slime's scripts/models/<type>.sh, read through bash (it is a bash array)."""
+    models = Path(slime_dir) / "scripts" / "models"
+    script = models / f"{model_type}.sh"
+    if not script.is_file():
+        known = sorted(p.stem for p in models.glob("*.sh")) if models.is_dir() else []
+        hint = (
+            f"; known types: {', '.join(known)}"
+            if known
+            else f"; is spec.runtime.slimeDir ({slime_dir}) right?"
+        )
+        raise ProbeError(f"spec.model.type: no slime model script {script}{hint}")
+    cmd = 'set -e; source "$1"; printf "%s\\0" "${MODEL_ARGS[@]}"'
+    done = subprocess.run(
+        ["bash", "-c", cmd, "bash", str(script)], capture_output=True, check=False, timeout=60
+    )
+    if done.returncode != 0:
+        raise ProbeError(
+            f"sourcing {script} failed: {done.stderr.decode(errors='replace').strip()[-500:]}"
+        )
+    items = [x.decode() for x in done.stdout.split(b"\0") if x]
+    if not items:
+        raise ProbeError(f"{script} does not define the bash array MODEL_ARGS")
+    return items
+
+
+# Runs in the image's Python with the pinned env: builds the same parser slime's
+# parse_args builds (Megatron's arguments, then slime's, then SGLang's --sglang-* copies)
+# and writes its option strings to the file named by argv[1].
+_KNOWN_FLAGS = """
+import argparse, importlib.util, json, sys
+out = sys.argv[1]
+if importlib.util.find_spec("slime") is None:
+    json.dump({"slime": False}, open(out, "w")); sys.exit(0)
+p = argparse.ArgumentParser(add_help=False, allow_abbrev=False, conflict_handler="resolve")
+from megatron.training.arguments import add_megatron_arguments
+add_megatron_arguments(p)
+from slime.utils.arguments import get_slime_extra_args_provider
+get_slime_extra_args_provider()(p)
+from slime.backends.sglang_utils.arguments import add_sglang_arguments
+add_sglang_arguments(p)
+json.dump({"slime": True, "flags": sorted(p._option_string_actions)}, open(out, "w"))
+"""
+
+
+def known_flags(env: Mapping[str, str]) -> frozenset[str] | None:
+    """Every option string slime's parser defines, or None when slime is not importable."""
+    with tempfile.TemporaryDirectory(prefix="agentrl-flags-") as tmp:
+        out = Path(tmp) / "flags.json"
+        done = subprocess.run(
+            ["python3", "-c", _KNOWN_FLAGS, str(out)],
+            env=dict(env),
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=PROBE_TIMEOUT_S,
+        )
+        if done.returncode != 0 or not out.exists():
+            raise ProbeError(
+                "could not build slime's argument parser to check the flags (slime, Megatron and "
+                f"SGLang must import with the pinned CUDA env):\n{done.stderr.strip()[-1500:]}"
+            )
+        result = json.loads(out.read_text(encoding="utf-8"))
+    return frozenset(result["flags"]) if result.get("slime") else None
+
+
+def visible_gpus() -> int | None:
+    """GPUs nvidia-smi lists on this node, or None where there is no nvidia-smi (CPU head)."""
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return None
+    done = subprocess.run(
+        [exe, "--list-gpus"], capture_output=True, text=True, check=False, timeout=60
+    )
+    if done.returncode != 0:
+        raise ProbeError(f"nvidia-smi failed: {done.stderr.strip()[-300:]}")
+    return sum(1 for line in done.stdout.splitlines() if line.startswith("GPU "))
