@@ -1,0 +1,204 @@
+"""slime's argv: golden per example, SlimeRunner parity, and the pure composition rules."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from launch_trees import example_docs, experiment
+
+from agentrl.api.runtime import RuntimeConfig
+from agentrl.bundle.launch import command
+from agentrl.render.slime_args import build_slime_args, preview_command
+
+GOLDEN = Path(__file__).parent / "golden"
+DOCS = example_docs()
+
+
+def _pairs(argv: list[str]) -> dict[str, str | None]:
+    """flag -> value (None for switches); later flags win, like argparse."""
+    out: dict[str, str | None] = {}
+    for i, arg in enumerate(argv):
+        if arg.startswith("--"):
+            nxt = argv[i + 1] if i + 1 < len(argv) else None
+            out[arg] = None if nxt is None or nxt.startswith("--") else nxt
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(DOCS))
+def test_preview_command_golden(name: str) -> None:
+    got = preview_command(experiment(DOCS[name]))
+    path = GOLDEN / f"{name}.argv.json"
+    if os.environ.get("AGENTRL_UPDATE_GOLDEN"):
+        path.write_text(json.dumps(got, indent=1) + "\n")
+    assert path.exists(), (
+        f"no golden for {name}: run AGENTRL_UPDATE_GOLDEN=1 pytest tests/bundle/launch"
+    )
+    assert got == json.loads(path.read_text())
+
+
+# SlimeRunner(...) defaults as train.sh and runner.py pass them (agentcore-rl-toolkit #101).
+SLIME_RUNNER = {
+    "--tensor-model-parallel-size": "2",
+    "--rollout-num-gpus-per-engine": "2",
+    "--input-key": "prompt",
+    "--rollout-batch-size": "32",
+    "--n-samples-per-prompt": "8",
+    "--rollout-max-response-len": "1024",
+    "--rollout-temperature": "1.0",
+    "--advantage-estimator": "grpo",
+    "--use-kl-loss": None,
+    "--kl-loss-type": "low_var_kl",
+    "--eps-clip": "0.2",
+    "--eps-clip-high": "0.28",
+    "--lr": "1e-06",
+    "--lr-decay-style": "constant",
+    "--weight-decay": "0.1",
+    "--adam-beta2": "0.98",
+    "--optimizer-cpu-offload": None,
+    "--overlap-cpu-optimizer-d2h-h2d": None,
+    "--use-precision-aware-optimizer": None,
+    "--sequence-parallel": None,
+    "--sglang-mem-fraction-static": "0.7",
+    "--sglang-cuda-graph-max-bs": "32",
+    "--sglang-log-level": "warning",
+    "--sglang-log-level-http": "warning",
+    "--attention-dropout": "0.0",
+    "--hidden-dropout": "0.0",
+    "--accumulate-allreduce-grads-in-fp32": None,
+    "--attention-softmax-in-fp32": None,
+    "--attention-backend": "flash",
+    "--actor-num-gpus-per-node": "8",
+    "--colocate": None,
+    "--megatron-to-hf-mode": "bridge",
+    "--use-dynamic-batch-size": None,
+    "--max-tokens-per-gpu": "9216",
+    "--sglang-data-parallel-size": "1",
+}
+
+
+def test_one_node_defaults_match_slime_runner() -> None:
+    exp = experiment(DOCS["builtin-1x8-agentcore"])
+    ours = _pairs(build_slime_args(exp))
+    for flag, value in SLIME_RUNNER.items():
+        assert flag in ours, f"SlimeRunner sets {flag}"
+        if value is not None:
+            assert (
+                float(ours[flag]) == float(value) if flag in ("--lr",) else ours[flag] == value
+            ), flag
+    path = exp.spec.model.path
+    assert ours["--hf-checkpoint"] == ours["--ref-load"] == path
+    assert ours["--rollout-function-path"] == "agentrl.bundle.rollout.generate_rollout"
+    assert (
+        ours["--custom-reward-post-process-path"] == "agentrl.bundle.rewards.post_process_rewards"
+    )
+    # Removed from slime in #1933; SlimeRunner still passes it and slime ignores it silently.
+    assert "--use-dynamic-global-batch-size" not in ours
+    # Deliberate: the spec's reward std choice (off by default) is passed explicitly.
+    assert "--disable-grpo-std-normalization" in ours
+
+
+def test_disaggregated_tp_pp_layout() -> None:
+    ours = _pairs(build_slime_args(experiment(DOCS["builtin-4x8-tp-pp-disaggregated"])))
+    assert (ours["--actor-num-nodes"], ours["--actor-num-gpus-per-node"]) == ("3", "8")
+    assert ours["--rollout-num-gpus"] == "8" and "--colocate" not in ours
+    assert (ours["--tensor-model-parallel-size"], ours["--pipeline-model-parallel-size"]) == (
+        "4",
+        "2",
+    )
+    assert (ours["--save"], ours["--load"], ours["--save-interval"]) == ("/ckpt/qwen32b",) * 2 + (
+        "10",
+    )
+
+
+def test_eval_sets_that_differ_use_eval_config() -> None:
+    exp = experiment(DOCS["builtin-http-two-evals"])
+    ours = _pairs(build_slime_args(exp))
+    assert ours["--eval-interval"] == "5" and "--eval-prompt-data" not in ours
+    doc = command.eval_config(exp.spec)["eval"]["datasets"]
+    assert [(d["name"], d["n_samples_per_eval_prompt"], d["temperature"]) for d in doc] == [
+        ("gsm8k", 1, 0.0),
+        ("math500", 4, 0.6),
+    ]
+    assert ours["--sglang-reasoning-parser"] == "qwen3"
+
+
+def test_uniform_eval_sets_use_slime_eval_flags() -> None:
+    argv = build_slime_args(experiment(DOCS["builtin-1x8-agentcore"]))
+    assert "--eval-prompt-data" not in argv  # no eval sets
+    doc = DOCS["builtin-http-two-evals"]
+    doc = {**doc, "spec": {**doc["spec"], "data": {**doc["spec"]["data"]}}}
+    doc["spec"]["data"]["eval"] = [{"name": "a", "path": "/a"}, {"name": "b", "path": "/b"}]
+    argv = build_slime_args(experiment(doc))
+    i = argv.index("--eval-prompt-data")
+    assert argv[i + 1 : i + 5] == ["a", "/a", "b", "/b"]
+    assert _pairs(argv)["--n-samples-per-eval-prompt"] == "1"
+
+
+def _config(name: str) -> RuntimeConfig:
+    exp = experiment(DOCS[name])
+    return RuntimeConfig(
+        experiment=exp.metadata.name,
+        namespace=exp.metadata.namespace,
+        bundle_version="test",
+        spec=exp.spec,
+        gateway_url="http://gw:9090",
+        slime_args=build_slime_args(exp),
+    )
+
+
+def test_compose_order_wandb_gate_and_extra_args_last() -> None:
+    cfg = _config("builtin-http-two-evals")
+    cfg.spec.tracking.wandb = None
+    parts = command.compose(cfg, ["--num-layers", "36"], {"CUDA_HOME": "/usr/local/cuda"}, [])
+    argv = command.flatten(parts)
+    assert argv[:4] == ["python3", "/root/slime/train.py", "--num-layers", "36"]
+    assert argv[-2:] == ["--rollout-top-p", "0.95"]
+    i = argv.index("--train-env-vars")
+    assert json.loads(argv[i + 1]) == {"CUDA_HOME": "/usr/local/cuda"}
+
+
+def test_wandb_only_with_key() -> None:
+    spec = _config(
+        "qwen2.5-3b-gsm8k-agentcore"
+        if "qwen2.5-3b-gsm8k-agentcore" in DOCS
+        else "builtin-1x8-agentcore"
+    ).spec
+    if spec.tracking.wandb is None:
+        pytest.fail("example (a) configures wandb")
+    assert command.wandb_args(spec, {}, "WANDB_API_KEY") == []
+    assert command.wandb_args(spec, {"WANDB_API_KEY": ""}, "WANDB_API_KEY") == []
+    args = command.wandb_args(spec, {"WANDB_API_KEY": "k"}, "WANDB_API_KEY")
+    assert args[:3] == ["--use-wandb", "--wandb-project", spec.tracking.wandb.project]
+    assert "k" not in args
+
+
+def test_unknown_flags_are_named_with_origin_and_suggestion() -> None:
+    parts = [
+        command.Part("launcher", ["python3", "train.py"]),
+        command.Part("rendered", ["--lr", "1e-6", "--use-dynamic-batch-size"]),
+        command.Part(
+            "spec.runtime.extraArgs", ["--use-dynamic-global-batch-size", "--lr=2e-6", "-5"]
+        ),
+    ]
+    known = frozenset({"--lr", "--use-dynamic-batch-size"})
+    bad = command.unknown_flags(parts, known)
+    assert bad == [("--use-dynamic-global-batch-size", "spec.runtime.extraArgs")]
+    message = command.unknown_flags_message(bad, known)
+    assert "did you mean --use-dynamic-batch-size?" in message
+    assert "from spec.runtime.extraArgs" in message
+    assert command.unknown_flags(parts[:2], known) == []
+
+
+def test_redact_and_flag_value() -> None:
+    env = {"WANDB_API_KEY": "s3cret", "AGENTRL_HTTP_HEADER_0": "Bearer x", "CUDA_HOME": "/c"}
+    shown = command.redact(env, ["AGENTRL_HTTP_HEADER_0"])
+    assert shown == {
+        "AGENTRL_HTTP_HEADER_0": "<redacted>",
+        "CUDA_HOME": "/c",
+        "WANDB_API_KEY": "<redacted>",
+    }
+    assert command.flag_value(["--a", "1", "--a=2"], "--a") == "2"
+    assert command.flag_value(["--a"], "--a") is None
