@@ -1,0 +1,187 @@
+"""The real launcher in a subprocess against a fake slime tree (fake_slime/).
+
+The fake has slime's shape: train.py (records the argv and env it was exec'd with),
+scripts/models/qwen2.5-3B.sh (MODEL_ARGS as a bash array), slime.utils.arguments /
+megatron.training.arguments / slime.backends.sglang_utils.arguments (tiny argparse
+providers with slime's API), and torch_memory_saver's preload library. The CUDA toolkit is
+a temporary directory whose major matches this machine's ldconfig cache, so the real
+`ldconfig -p` is consulted and must agree.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from launch_trees import cuda_toolkit, example_docs, experiment, touch
+
+from agentrl.api.runtime import RuntimeConfig
+from agentrl.render.slime_args import CUSTOM_CONFIG_PATH, build_slime_args
+
+FAKE = Path(__file__).parent / "fake_slime"
+SECRET = "wandb-secret-value-123"
+
+
+def _cache_major() -> int:
+    exe = shutil.which("ldconfig") or "/sbin/ldconfig"
+    out = subprocess.run([exe, "-p"], capture_output=True, text=True, check=False).stdout
+    majors = {int(m) for m in re.findall(r"libcudart\.so\.(\d+) ", out)}
+    assert len(majors) <= 1, f"this machine's ldconfig cache already mixes majors: {majors}"
+    return majors.pop() if majors else 12
+
+
+class Pod:
+    """A temporary pod filesystem: models, data, checkpoints, CUDA toolkit, runtime config."""
+
+    def __init__(self, root: Path, extra_args: list[str] | None = None) -> None:
+        self.root = root
+        self.record = root / "record.json"
+        self.custom_config = root / "slime-custom-config.yaml"
+        doc = json.loads(json.dumps(example_docs()["builtin-http-two-evals"]))
+        spec = doc["spec"]
+        spec["model"]["path"] = str(touch(root, "models/qwen/config.json", "{}").parent)
+        row = json.dumps({"prompt": "1+1?", "metadata": {"answer": "2"}}) + "\n"
+        spec["data"]["train"] = str(touch(root, "data/train.jsonl", row * 3))
+        for i, s in enumerate(spec["data"]["eval"]):
+            s["path"] = str(touch(root, f"data/eval{i}.jsonl", row))
+        spec["checkpoint"] = {"path": str(root / "ckpt" / "run1"), "saveInterval": 5}
+        spec["tracking"] = {"wandb": {"project": "p", "apiKeySecret": {"name": "w", "key": "k"}}}
+        cuda_toolkit(root, "/cuda", _cache_major())
+        spec["runtime"] = {
+            "cudaHome": str(root / "cuda"),
+            "slimeDir": str(FAKE),
+            "extraArgs": spec["runtime"]["extraArgs"] if extra_args is None else extra_args,
+        }
+        exp = experiment(doc)
+        args = build_slime_args(exp)
+        args[args.index(CUSTOM_CONFIG_PATH)] = str(self.custom_config)
+        self.exp = exp
+        self.config_path = root / "config.json"
+        self.config_path.write_text(
+            RuntimeConfig(
+                experiment="http-agent",
+                namespace="rl",
+                bundle_version="t",
+                spec=exp.spec,
+                gateway_url="http://gw:9090",
+                slime_args=args,
+                wandb_api_key_env="WANDB_API_KEY",
+            ).to_json()
+        )
+
+    def env(self, **extra: str) -> dict[str, str]:
+        return {
+            "PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin",
+            "PYTHONPATH": str(FAKE / "pylib"),
+            "MEGATRON_DIR": str(FAKE / "Megatron-LM"),
+            "AGENTRL_TEST_RECORD": str(self.record),
+            "WANDB_API_KEY": SECRET,
+            "LD_LIBRARY_PATH": "/usr/local/cuda-11.8/lib64:/opt/efa/lib",
+            **extra,
+        }
+
+    def launch(self, *flags: str, **env: str) -> subprocess.CompletedProcess[str]:
+        cmd = [sys.executable, "-m", "agentrl.bundle.launch", "--config", str(self.config_path)]
+        return subprocess.run(
+            [*cmd, *flags],
+            check=False,
+            env=self.env(**env),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+
+def _recorded(pod: Pod) -> dict[str, Any]:
+    return json.loads(pod.record.read_text())
+
+
+def test_exec_replaces_the_launcher_with_train_py_and_propagates_env(tmp_path: Path) -> None:
+    pod = Pod(tmp_path)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "agentrl.bundle.launch", "--config", str(pod.config_path)],
+        env=pod.env(),
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    rec = _recorded(pod)
+    assert rec["pid"] == proc.pid  # exec, not a child process
+    argv = rec["argv"]
+    assert argv[0] == str(FAKE / "train.py")
+    assert argv[1:4] == ["--swiglu", "--num-layers", "36"]  # MODEL_ARGS first, from bash
+    assert argv[-2:] == ["--rollout-top-p", "0.95"]  # extraArgs last
+    assert argv[argv.index("--use-wandb") : argv.index("--use-wandb") + 3] == [
+        "--use-wandb",
+        "--wandb-project",
+        "p",
+    ]
+    assert SECRET not in " ".join(argv)
+    env = rec["env"]
+    cuda_home = str(tmp_path / "cuda")
+    assert env["CUDA_HOME"] == cuda_home
+    assert env["LD_LIBRARY_PATH"].split(":") == [f"{cuda_home}/lib64", "/opt/efa/lib"]
+    assert env["PATH"].startswith(f"{cuda_home}/bin:")
+    assert env["WANDB_API_KEY"] == SECRET and env["CUDA_DEVICE_MAX_CONNECTIONS"] == "1"
+    assert str(FAKE) in env["PYTHONPATH"].split(":")
+    train_env = json.loads(argv[argv.index("--train-env-vars") + 1])
+    assert {k: env[k] for k in train_env} == train_env  # actors get the driver's pinned env
+    assert set(train_env) >= {"CUDA_HOME", "LD_LIBRARY_PATH", "PYTHONPATH"}
+    assert "agentrl_config_path" in pod.custom_config.read_text()
+    assert "exec" in err
+
+
+def test_unknown_flag_is_refused_before_exec(tmp_path: Path) -> None:
+    pod = Pod(tmp_path, extra_args=["--use-dynamic-global-batch-size"])
+    done = pod.launch()
+    assert done.returncode == 2
+    assert "--use-dynamic-global-batch-size (did you mean --use-dynamic-batch-size?)" in done.stderr
+    assert "from spec.runtime.extraArgs" in done.stderr
+    assert not pod.record.exists()
+
+
+def test_dry_run_prints_json_with_secrets_redacted(tmp_path: Path) -> None:
+    pod = Pod(tmp_path)
+    done = pod.launch("--dry-run", AGENTRL_HTTP_TOKEN="tok-xyz")
+    assert done.returncode == 0, done.stderr
+    assert not pod.record.exists()
+    out = json.loads(done.stdout)
+    assert out["argv"][:2] == ["python3", str(FAKE / "train.py")]
+    assert out["env"]["CUDA_HOME"] == str(tmp_path / "cuda")
+    assert SECRET not in done.stdout and "tok-xyz" not in done.stdout
+    assert str(pod.custom_config) in out["files"]
+
+
+def test_two_cuda_majors_and_preflight_problems_are_reported_together(tmp_path: Path) -> None:
+    pod = Pod(tmp_path)
+    other = 13 if _cache_major() == 12 else 12
+    stray = touch(tmp_path, f"opt/lib/libcudart.so.{other}").parent
+    (tmp_path / "models/qwen/config.json").unlink()
+    (tmp_path / "data/train.jsonl").write_text('{"prompt": "x"}\n')
+    done = pod.launch(LD_LIBRARY_PATH=str(stray))
+    assert done.returncode == 2
+    assert f"{stray}/libcudart.so.{other} (LD_LIBRARY_PATH)" in done.stderr
+    assert "spec.model.path" in done.stderr and "has no config.json" in done.stderr
+    assert "line 1" in done.stderr and '"metadata" is missing' in done.stderr
+    assert not pod.record.exists()
+
+
+def test_missing_runtime_config_is_a_clear_error(tmp_path: Path) -> None:
+    missing = "config.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "agentrl.bundle.launch", "--config", str(tmp_path / missing)],
+        check=False,
+        capture_output=True,
+        text=True,
+        env={**os.environ},
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert f"cannot read the runtime config {tmp_path / missing}" in done.stderr
