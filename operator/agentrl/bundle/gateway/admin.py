@@ -1,0 +1,90 @@
+"""The admin API the rollout function uses over HTTP (through `GatewayClient`).
+
+Authenticated by the admin token, separately from the agents' per-session tokens, so an
+agent can never open, read or close another episode's session.
+
+    POST   /admin/sessions {"session_id", "sampling_params"}
+                                        -> 201 {session_id, base_url, token}
+    GET    /admin/sessions/{sid}/turns  -> {"turns": [{prompt_ids, completion_ids, logprobs,
+                                                    finish_reason}]}
+    DELETE /admin/sessions/{sid}        -> 204 (idempotent)
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from agentrl.bundle.gateway.sessions import SessionClosed, SessionStore, UnknownSession
+from agentrl.bundle.session import SessionError
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def _error(status: int, message: str) -> web.Response:
+    return web.Response(
+        body=orjson.dumps({"error": {"message": message, "code": status}}),
+        status=status,
+        content_type="application/json",
+    )
+
+
+def admin_routes(
+    store: SessionStore, admin_token: str, session_url: Callable[[str], str]
+) -> list[web.RouteDef]:
+    expected = ("Bearer " + admin_token).encode()
+
+    def guarded(handler: Handler) -> Handler:
+        async def wrapper(request: web.Request) -> web.StreamResponse:
+            if not hmac.compare_digest(request.headers.get("Authorization", "").encode(), expected):
+                return _error(401, "admin API: invalid or missing admin token")
+            try:
+                return await handler(request)
+            except SessionClosed as exc:
+                return _error(410, str(exc))
+            except UnknownSession as exc:
+                return _error(404, str(exc))
+
+        return wrapper
+
+    async def create(request: web.Request) -> web.StreamResponse:
+        try:
+            body: Any = orjson.loads(await request.read())
+        except orjson.JSONDecodeError:
+            return _error(400, "body: invalid JSON")
+        sid = body.get("session_id") if isinstance(body, dict) else None
+        params = body.get("sampling_params", {}) if isinstance(body, dict) else None
+        if not isinstance(sid, str) or not isinstance(params, dict):
+            return _error(400, 'body must be {"session_id": str, "sampling_params": object}')
+        try:
+            session = store.create(sid, params)
+        except SessionError as exc:
+            return _error(409 if "already in use" in str(exc) else 400, str(exc))
+        payload = {"session_id": sid, "base_url": session_url(sid), "token": session.token}
+        return web.Response(body=orjson.dumps(payload), status=201, content_type="application/json")
+
+    async def turns(request: web.Request) -> web.StreamResponse:
+        out = [
+            {
+                "prompt_ids": list(t.prompt_ids),
+                "completion_ids": list(t.completion_ids),
+                "logprobs": None if t.logprobs is None else list(t.logprobs),
+                "finish_reason": t.finish_reason,
+            }
+            for t in store.turns(request.match_info["sid"])
+        ]
+        return web.Response(body=orjson.dumps({"turns": out}), content_type="application/json")
+
+    async def close(request: web.Request) -> web.StreamResponse:
+        store.close(request.match_info["sid"])
+        return web.Response(status=204)
+
+    return [
+        web.post("/admin/sessions", guarded(create)),
+        web.get("/admin/sessions/{sid}/turns", guarded(turns)),
+        web.delete("/admin/sessions/{sid}", guarded(close)),
+    ]

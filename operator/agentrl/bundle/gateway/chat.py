@@ -1,0 +1,149 @@
+"""The API-neutral shape of one model call, shared by the OpenAI and Anthropic front ends.
+
+Each front end translates its request into a `ChatRequest` (messages in the `renderers`
+message format, tools in OpenAI function form, SGLang sampling params) and shapes a
+`ModelOutput` (the completion parsed by the renderer) into its own response. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class ApiError(Exception):
+    """A client-facing error; each front end renders it in its own error shape."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        param: str | None = None,
+        kind: str = "invalid_request_error",
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.param = param
+        self.kind = kind
+
+
+def bad_request(param: str, message: str) -> ApiError:
+    return ApiError(400, f"{param}: {message}", param=param)
+
+
+@dataclass
+class ChatRequest:
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]] | None
+    parse_tools: bool  # False for tool_choice "none": tool-call text stays content
+    sampling: dict[str, Any]  # SGLang sampling_params from the request
+    stream: bool
+    model: str
+    include_usage: bool = False
+
+
+@dataclass
+class ToolCallOut:
+    id: str
+    name: str
+    arguments: dict[str, Any] | str  # parsed JSON object, or the raw text when it was not JSON
+
+
+@dataclass
+class ModelOutput:
+    content: str
+    reasoning: str | None
+    tool_calls: list[ToolCallOut] = field(default_factory=list)
+    finish_reason: str = "stop"  # engine finish: stop, length, abort
+    matched_stop: int | str | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+def new_id(prefix: str) -> str:
+    return prefix + secrets.token_hex(12)
+
+
+def output_from_parsed(parsed: Any, parse_tools: bool) -> tuple[str, list[ToolCallOut]]:
+    """Content and tool calls from a renderers `ParsedResponse`. Malformed calls (and every
+    call when tool_choice is "none") stay visible to the agent as text rather than vanish."""
+    content = parsed.content or ""
+    calls: list[ToolCallOut] = []
+    for tc in parsed.tool_calls:
+        if parse_tools and getattr(tc.status, "value", tc.status) == "ok" and tc.name:
+            args = tc.arguments if tc.arguments is not None else {}
+            calls.append(ToolCallOut(tc.id or new_id("call_"), tc.name, args))
+        else:
+            content = f"{content}\n{tc.raw}" if content else tc.raw
+    return content, calls
+
+
+def merge_sampling(request: Mapping[str, Any], session: Mapping[str, Any]) -> dict[str, Any]:
+    """The session's params (set by the trainer: they define the behaviour policy) win over the
+    agent's, except that max_new_tokens is the smaller of the two budgets."""
+    merged = {**request, **session}
+    budgets = [
+        int(v)
+        for v in (request.get("max_new_tokens"), session.get("max_new_tokens"))
+        if v is not None
+    ]
+    if budgets:
+        merged["max_new_tokens"] = min(budgets)
+    return merged
+
+
+def text_of(content: Any, param: str) -> str:
+    """Text of a message content: a string, or a list of text parts."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise bad_request(param, "must be a string or a list of content parts")
+    parts: list[str] = []
+    for i, part in enumerate(content):
+        if isinstance(part, str):
+            parts.append(part)
+        elif (
+            isinstance(part, dict)
+            and part.get("type") in ("text", "input_text")
+            and isinstance(part.get("text"), str)
+        ):
+            parts.append(part["text"])
+        else:
+            kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+            raise bad_request(
+                f"{param}[{i}]", f"content part type {kind!r} is not supported (text only)"
+            )
+    return "".join(parts)
+
+
+def number(body: Mapping[str, Any], key: str, lo: float, hi: float) -> float | None:
+    value = body.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not lo <= value <= hi:
+        raise bad_request(key, f"must be a number in [{lo}, {hi}], got {value!r}")
+    return float(value)
+
+
+def positive_int(body: Mapping[str, Any], key: str) -> int | None:
+    value = body.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise bad_request(key, f"must be a positive integer, got {value!r}")
+    return value
+
+
+def stop_list(value: Any, param: str) -> list[str] | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list) and all(isinstance(s, str) for s in value):
+        return list(value)
+    raise bad_request(param, "must be a string or a list of strings")

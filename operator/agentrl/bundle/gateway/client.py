@@ -1,0 +1,81 @@
+"""`GatewayClient`: the `GatewaySessions` protocol over the gateway's admin API.
+
+The rollout function runs in slime's rollout process, not in the hub actor that hosts the
+gateway, so it opens, reads and closes sessions over HTTP with the admin token.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import aiohttp
+import orjson
+
+from agentrl.bundle.session import SessionError, SessionHandle
+from agentrl.bundle.traces import Turn
+
+
+class GatewayClient:
+    def __init__(self, admin_url: str, admin_token: str, timeout_s: float = 30.0) -> None:
+        self._url = admin_url.rstrip("/")
+        self._headers = {
+            "Authorization": f"Bearer {admin_token}",
+            "Content-Type": "application/json",
+        }
+        self._timeout = aiohttp.ClientTimeout(total=timeout_s)
+        self._http: aiohttp.ClientSession | None = None
+
+    def __repr__(self) -> str:  # the admin token stays out of logs
+        return f"GatewayClient({self._url!r})"
+
+    def _session(self) -> aiohttp.ClientSession:
+        if self._http is None or self._http.closed:
+            self._http = aiohttp.ClientSession(timeout=self._timeout, headers=self._headers)
+        return self._http
+
+    async def _call(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        data = None if body is None else orjson.dumps(body)
+        try:
+            async with self._session().request(method, self._url + path, data=data) as resp:
+                raw = await resp.read()
+                return resp.status, (orjson.loads(raw) if raw else None)
+        except (aiohttp.ClientError, TimeoutError, orjson.JSONDecodeError) as exc:
+            raise SessionError(f"gateway admin API {method} {path}: {exc!r}") from exc
+
+    @staticmethod
+    def _fail(what: str, status: int, body: Any) -> SessionError:
+        message = (body or {}).get("error", {}).get("message") if isinstance(body, dict) else None
+        return SessionError(f"gateway: {what}: HTTP {status}: {message or body}")
+
+    async def create_session(
+        self, session_id: str, sampling_params: Mapping[str, Any]
+    ) -> SessionHandle:
+        status, body = await self._call(
+            "POST",
+            "/admin/sessions",
+            {"session_id": session_id, "sampling_params": dict(sampling_params)},
+        )
+        if status != 201:
+            raise self._fail(f"create session {session_id}", status, body)
+        return SessionHandle(
+            session_id=body["session_id"], base_url=body["base_url"], token=body["token"]
+        )
+
+    async def get_turns(self, session_id: str) -> Sequence[Turn]:
+        status, body = await self._call("GET", f"/admin/sessions/{session_id}/turns")
+        if status != 200:
+            raise self._fail(f"turns of {session_id}", status, body)
+        return [
+            Turn(t["prompt_ids"], t["completion_ids"], t["logprobs"], t["finish_reason"])
+            for t in body["turns"]
+        ]
+
+    async def close_session(self, session_id: str) -> None:
+        status, body = await self._call("DELETE", f"/admin/sessions/{session_id}")
+        if status not in (204, 404):  # closing twice, or an id never opened, is fine
+            raise self._fail(f"close session {session_id}", status, body)
+
+    async def aclose(self) -> None:
+        if self._http is not None:
+            await self._http.close()

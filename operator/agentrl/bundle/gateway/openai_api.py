@@ -1,0 +1,231 @@
+"""OpenAI chat-completions front end: request translation and response shapes (pure).
+
+Accepts what the official `openai` SDK sends (string or text-part content, assistant
+`tool_calls`, `tool` messages, `tools`, `tool_choice`, `stream`, `stream_options`) and
+answers in the same shapes, streaming included.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import orjson
+
+from agentrl.bundle.gateway.chat import (
+    ApiError,
+    ChatRequest,
+    ModelOutput,
+    bad_request,
+    new_id,
+    number,
+    positive_int,
+    stop_list,
+    text_of,
+)
+
+ROLES = ("system", "developer", "user", "assistant", "tool")
+FINISH = {"stop": "stop", "length": "length", "abort": "stop"}
+
+
+def _message(m: Any, i: int) -> dict[str, Any]:
+    p = f"messages[{i}]"
+    if not isinstance(m, dict):
+        raise bad_request(p, "must be an object")
+    role = m.get("role")
+    if role not in ROLES:
+        raise bad_request(f"{p}.role", f"must be one of {', '.join(ROLES)}, got {role!r}")
+    out: dict[str, Any] = {
+        "role": "system" if role == "developer" else role,
+        "content": text_of(m.get("content"), f"{p}.content"),
+    }
+    if role == "assistant":
+        reasoning = m.get("reasoning_content") or m.get("reasoning")
+        if isinstance(reasoning, str) and reasoning:
+            out["reasoning_content"] = reasoning
+        if m.get("tool_calls"):
+            out["tool_calls"] = [
+                _tool_call(tc, f"{p}.tool_calls[{j}]") for j, tc in enumerate(m["tool_calls"])
+            ]
+    if role == "tool":
+        if not isinstance(m.get("tool_call_id"), str):
+            raise bad_request(f"{p}.tool_call_id", "is required for tool messages")
+        out["tool_call_id"] = m["tool_call_id"]
+    if isinstance(m.get("name"), str):
+        out["name"] = m["name"]
+    return out
+
+
+def _tool_call(tc: Any, p: str) -> dict[str, Any]:
+    fn = tc.get("function") if isinstance(tc, dict) else None
+    if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+        raise bad_request(f"{p}.function.name", "is required")
+    args = fn.get("arguments", "{}")
+    if isinstance(args, str):  # keep the agent's own JSON text: it is what the model emitted
+        with contextlib.suppress(orjson.JSONDecodeError):
+            args = orjson.loads(args) if args.strip() else {}
+    return {
+        "type": "function",
+        "id": str(tc.get("id") or ""),
+        "function": {"name": fn["name"], "arguments": args},
+    }
+
+
+def _tools(body: Mapping[str, Any]) -> list[dict[str, Any]] | None:
+    tools = body.get("tools")
+    if tools is None:
+        return None
+    if not isinstance(tools, list):
+        raise bad_request("tools", "must be a list")
+    for i, t in enumerate(tools):
+        fn = t.get("function") if isinstance(t, dict) else None
+        if (
+            not isinstance(t, dict)
+            or t.get("type") != "function"
+            or not isinstance(fn, dict)
+            or not isinstance(fn.get("name"), str)
+        ):
+            raise bad_request(
+                f"tools[{i}]", 'must be {"type": "function", "function": {"name": ..., ...}}'
+            )
+    return tools or None
+
+
+def _tool_choice(body: Mapping[str, Any], tools: list[dict[str, Any]] | None) -> bool:
+    """Whether tool calls are parsed. Generation is not constrained: a required or named
+    tool_choice is honoured only as far as the model follows the rendered tool prompt."""
+    choice = body.get("tool_choice")
+    if choice is None or choice in ("auto", "required"):
+        return tools is not None
+    if choice == "none":
+        return False
+    if isinstance(choice, dict) and choice.get("type") == "function":
+        name = (choice.get("function") or {}).get("name")
+        if not any(t["function"]["name"] == name for t in tools or []):
+            raise bad_request("tool_choice.function.name", f"{name!r} is not in tools")
+        return True
+    raise bad_request(
+        "tool_choice", 'must be "none", "auto", "required" or {"type": "function", ...}'
+    )
+
+
+def parse_request(body: Any) -> ChatRequest:
+    if not isinstance(body, dict):
+        raise bad_request("body", "must be a JSON object")
+    msgs = body.get("messages")
+    if not isinstance(msgs, list) or not msgs:
+        raise bad_request("messages", "must be a non-empty list")
+    if body.get("n") not in (None, 1):
+        raise bad_request("n", "only n=1 is supported; send one request per sample")
+    tools = _tools(body)
+    sampling: dict[str, Any] = {}
+    max_tokens = positive_int(body, "max_completion_tokens") or positive_int(body, "max_tokens")
+    for key, value in (
+        ("max_new_tokens", max_tokens),
+        ("temperature", number(body, "temperature", 0, 2)),
+        ("top_p", number(body, "top_p", 0, 1)),
+        ("frequency_penalty", number(body, "frequency_penalty", -2, 2)),
+        ("presence_penalty", number(body, "presence_penalty", -2, 2)),
+        ("stop", stop_list(body.get("stop"), "stop")),
+        ("sampling_seed", body.get("seed")),
+    ):
+        if value is not None:
+            sampling[key] = value
+    opts = body.get("stream_options")
+    return ChatRequest(
+        messages=[_message(m, i) for i, m in enumerate(msgs)],
+        tools=tools,
+        parse_tools=_tool_choice(body, tools),
+        sampling=sampling,
+        stream=bool(body.get("stream")),
+        model=str(body.get("model") or ""),
+        include_usage=bool(isinstance(opts, dict) and opts.get("include_usage")),
+    )
+
+
+def _usage(out: ModelOutput) -> dict[str, int]:
+    return {
+        "prompt_tokens": out.prompt_tokens,
+        "completion_tokens": out.completion_tokens,
+        "total_tokens": out.prompt_tokens + out.completion_tokens,
+    }
+
+
+def _calls(out: ModelOutput) -> list[dict[str, Any]]:
+    return [
+        {
+            "id": c.id,
+            "type": "function",
+            "function": {
+                "name": c.name,
+                "arguments": c.arguments
+                if isinstance(c.arguments, str)
+                else orjson.dumps(c.arguments).decode(),
+            },
+        }
+        for c in out.tool_calls
+    ]
+
+
+def finish_reason(out: ModelOutput) -> str:
+    return "tool_calls" if out.tool_calls else FINISH.get(out.finish_reason, "stop")
+
+
+def response(out: ModelOutput, model: str) -> dict[str, Any]:
+    message: dict[str, Any] = {
+        "role": "assistant",
+        "content": out.content or (None if out.tool_calls else ""),
+    }
+    if out.reasoning is not None:
+        message["reasoning_content"] = out.reasoning
+    if out.tool_calls:
+        message["tool_calls"] = _calls(out)
+    return {
+        "id": new_id("chatcmpl-"),
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [
+            {"index": 0, "message": message, "finish_reason": finish_reason(out), "logprobs": None}
+        ],
+        "usage": _usage(out),
+    }
+
+
+def stream_events(out: ModelOutput, model: str, include_usage: bool) -> Iterator[bytes]:
+    """SSE frames for a finished completion: role, reasoning, content, tool calls, finish."""
+    base = {
+        "id": new_id("chatcmpl-"),
+        "object": "chat.completion.chunk",
+        "created": int(time.time()),
+        "model": model,
+    }
+
+    def frame(delta: dict[str, Any], finish: str | None = None, usage: Any = None) -> bytes:
+        chunk = {
+            **base,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}],
+        }
+        if usage is not None:
+            chunk = {**base, "choices": [], "usage": usage}
+        return b"data: " + orjson.dumps(chunk) + b"\n\n"
+
+    yield frame({"role": "assistant", "content": ""})
+    if out.reasoning:
+        yield frame({"reasoning_content": out.reasoning})
+    if out.content:
+        yield frame({"content": out.content})
+    for i, call in enumerate(_calls(out)):
+        yield frame({"tool_calls": [{"index": i, **call}]})
+    yield frame({}, finish_reason(out))
+    if include_usage:
+        yield frame({}, usage=_usage(out))
+    yield b"data: [DONE]\n\n"
+
+
+def error_body(err: ApiError) -> dict[str, Any]:
+    return {
+        "error": {"message": err.message, "type": err.kind, "param": err.param, "code": err.status}
+    }

@@ -1,0 +1,143 @@
+"""Prompt token ids for a session's next turn: cumulative extension or a full render.
+
+Pure logic, no I/O. In cumulative token mode the next prompt is the previous prompt + the
+previous completion (the ids the engine sampled, verbatim) + the renderer's bridge for
+only the messages that are new since then, so a re-render can never drift from what the
+model saw. A session can hold several conversations at once (sub-agents), so each one is
+a `Chain` and a request extends the chain whose message history it continues. When a
+client rewrote its history, or the renderer cannot prove a bridge exact, the prompt falls
+back to a full render and the reason is reported as a trace break.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+MAX_CHAINS = 32  # conversations remembered per session (sub-agents, forks)
+
+
+def fingerprint(value: Any) -> bytes:
+    """Stable digest of a JSON-able value (keys sorted, so client key order does not matter)."""
+    return hashlib.sha256(orjson.dumps(value, option=orjson.OPT_SORT_KEYS)).digest()
+
+
+@dataclass
+class Chain:
+    """One conversation's tip: the messages it was asked with and the exact ids of its last turn."""
+
+    message_fps: list[bytes]
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    tools_fp: bytes
+
+
+@dataclass(frozen=True)
+class PromptPlan:
+    prompt_ids: list[int]
+    message_fps: list[bytes]
+    tools_fp: bytes
+    extends: int | None  # index of the chain this turn continues, if any
+    break_reason: str | None  # set when a turn that should have extended a chain could not
+
+
+def _common_prefix(a: Sequence[bytes], b: Sequence[bytes]) -> int:
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def _continuation(
+    chains: Sequence[Chain], fps: Sequence[bytes], roles: Sequence[str]
+) -> int | None:
+    """The chain whose messages + one assistant reply prefix this request (longest wins)."""
+    best: int | None = None
+    for i, c in enumerate(chains):
+        n = len(c.message_fps)
+        if len(fps) <= n + 1 or roles[n] != "assistant" or "assistant" in roles[n + 1 :]:
+            continue
+        if list(fps[:n]) == c.message_fps and (best is None or n > len(chains[best].message_fps)):
+            best = i
+    return best
+
+
+def _rewrite(chains: Sequence[Chain], fps: Sequence[bytes]) -> bool:
+    """True if a chain of the same conversation exists that this request does not continue."""
+    for c in chains:
+        common = _common_prefix(c.message_fps, fps)
+        if common >= 1 and common < len(c.message_fps):  # same start, then diverges
+            return True
+        if common == len(c.message_fps) < len(fps):  # continues it, but not through its reply
+            return True
+    return False
+
+
+class PromptBuilder:
+    """Builds the next prompt with a `renderers` Renderer."""
+
+    def __init__(self, renderer: Any, cumulative: bool) -> None:
+        self.renderer = renderer
+        self.cumulative = cumulative
+
+    def build(
+        self,
+        chains: Sequence[Chain],
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+    ) -> PromptPlan:
+        fps = [fingerprint(m) for m in messages]
+        roles = [str(m.get("role")) for m in messages]
+        tools_fp = fingerprint(tools or [])
+        live = [c for c in chains if c.tools_fp == tools_fp]
+        idx = _continuation(live, fps, roles)
+        extends = None if idx is None else chains.index(live[idx])
+        if idx is None:
+            reason = "history_rewrite" if _rewrite(live, fps) else None
+            if reason is None and len(live) < len(chains) and _rewrite(chains, fps):
+                reason = "tools_changed"
+            return PromptPlan(self._full(messages, tools), fps, tools_fp, None, reason)
+        chain = live[idx]
+        prev = chain.prompt_ids + chain.completion_ids
+        if not self.cumulative:
+            ids = self._full(messages, tools)
+            drift = None if ids[: len(prev)] == prev else "retokenize_drift"
+            return PromptPlan(ids, fps, tools_fp, extends, drift)
+        new = messages[len(chain.message_fps) + 1 :]
+        bridged = self.renderer.bridge_to_next_turn(
+            chain.prompt_ids, chain.completion_ids, new, tools=tools or None
+        )
+        if bridged is None:
+            return PromptPlan(self._full(messages, tools), fps, tools_fp, extends, "bridge_refused")
+        ids = list(bridged.token_ids)
+        if ids[: len(prev)] != prev:  # the renderer's contract, checked: never train on drift
+            return PromptPlan(
+                self._full(messages, tools), fps, tools_fp, extends, "bridge_mismatch"
+            )
+        return PromptPlan(ids, fps, tools_fp, extends, None)
+
+    def _full(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
+    ) -> list[int]:
+        return list(
+            self.renderer.render_ids(messages, tools=tools or None, add_generation_prompt=True)
+        )
+
+
+def record_turn(chains: list[Chain], plan: PromptPlan, completion_ids: list[int]) -> None:
+    """Advance the chain the turn extended (or start a new one), keeping at most MAX_CHAINS."""
+    chain = Chain(
+        list(plan.message_fps), list(plan.prompt_ids), list(completion_ids), plan.tools_fp
+    )
+    if plan.extends is not None and plan.extends < len(chains):
+        chains[plan.extends] = chain
+        return
+    chains.append(chain)
+    if len(chains) > MAX_CHAINS:
+        del chains[0]

@@ -1,0 +1,178 @@
+"""The gateway's HTTP service: per-session OpenAI and Anthropic endpoints, admin API, /health.
+
+aiohttp with `handler_cancellation=True`, so a client that disconnects cancels its handler,
+which aborts the engine request on every worker. Admission is bounded (`max_in_flight`):
+past it, requests get 429 at once instead of queueing without limit. No access log; the
+bearer tokens never reach a log line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from types import ModuleType
+from typing import Any
+
+import aiohttp
+import orjson
+from aiohttp import web
+
+from agentrl.bundle.gateway import anthropic_api, openai_api
+from agentrl.bundle.gateway.admin import admin_routes
+from agentrl.bundle.gateway.chat import ApiError, ChatRequest, ModelOutput
+from agentrl.bundle.gateway.engine import EngineError
+from agentrl.bundle.gateway.sessions import SessionClosed, SessionStore, UnknownSession
+from agentrl.bundle.gateway.turns import TurnRunner
+from agentrl.bundle.metrics import BundleMetrics
+
+log = logging.getLogger("agentrl.gateway")
+FRONTS: dict[str, ModuleType] = {"openai": openai_api, "anthropic": anthropic_api}
+
+
+def bearer(request: web.Request) -> str | None:
+    """The token an agent presents: `Authorization: Bearer` (OpenAI, Claude Code) or `x-api-key`."""
+    auth = request.headers.get("Authorization", "")
+    if auth[:7].lower() == "bearer ":
+        return auth[7:].strip()
+    return request.headers.get("x-api-key")
+
+
+def json_response(body: Any, status: int = 200) -> web.Response:
+    return web.Response(body=orjson.dumps(body), status=status, content_type="application/json")
+
+
+class Frontend:
+    """The request path shared by both APIs: admission, auth, parse, run, respond, count."""
+
+    def __init__(
+        self,
+        store: SessionStore,
+        runner: TurnRunner,
+        metrics: BundleMetrics,
+        max_in_flight: int,
+        model: str,
+    ) -> None:
+        self.store = store
+        self.runner = runner
+        self.metrics = metrics
+        self.max_in_flight = max_in_flight
+        self.model = model
+        self.in_flight = 0
+
+    async def openai(self, request: web.Request) -> web.StreamResponse:
+        return await self.handle(request, "openai")
+
+    async def anthropic(self, request: web.Request) -> web.StreamResponse:
+        return await self.handle(request, "anthropic")
+
+    async def handle(self, request: web.Request, api: str) -> web.StreamResponse:
+        front = FRONTS[api]
+        start = time.perf_counter()
+        status = 500
+        try:
+            if self.in_flight >= self.max_in_flight:
+                raise ApiError(
+                    429,
+                    f"gateway busy: {self.in_flight} requests in flight; retry later",
+                    kind="rate_limit_error",
+                )
+            self.in_flight += 1
+            try:
+                resp = await self.serve(request, front)
+            finally:
+                self.in_flight -= 1
+            status = resp.status
+            return resp
+        except ApiError as err:
+            status = err.status
+            headers = {"Retry-After": "1"} if status == 429 else None
+            return web.Response(
+                body=orjson.dumps(front.error_body(err)),
+                status=status,
+                content_type="application/json",
+                headers=headers,
+            )
+        except asyncio.CancelledError:
+            status = 499  # the client went away (or the session was closed); nothing to answer
+            raise
+        finally:
+            self.metrics.gateway_requests.labels(api, str(status)).inc()
+            self.metrics.gateway_request_seconds.labels(api).observe(time.perf_counter() - start)
+
+    async def serve(self, request: web.Request, front: ModuleType) -> web.StreamResponse:
+        sid = request.match_info["sid"]
+        try:
+            session = self.store.get(sid)
+        except SessionClosed as exc:
+            raise ApiError(410, str(exc)) from exc
+        except UnknownSession as exc:
+            raise ApiError(404, str(exc), kind="not_found_error") from exc
+        if not session.check_token(bearer(request)):
+            raise ApiError(401, "invalid or missing session token", kind="authentication_error")
+        try:
+            body = orjson.loads(await request.read())
+        except orjson.JSONDecodeError as exc:
+            raise ApiError(400, f"body: invalid JSON ({exc})", param="body") from exc
+        req: ChatRequest = front.parse_request(body)
+        task = asyncio.current_task()
+        assert task is not None
+        session.tasks.add(task)
+        try:
+            out = await self.runner.run(session, req)
+        except EngineError as exc:
+            log.warning("gateway: session %s: engine call failed: %s", sid, exc)
+            raise ApiError(502, f"model engine error: {exc}", kind="api_error") from exc
+        except TimeoutError as exc:
+            raise ApiError(
+                504, "model engine timed out; the request was aborted", kind="api_error"
+            ) from exc
+        finally:
+            session.tasks.discard(task)
+        return await self.respond(request, front, req, out)
+
+    async def respond(
+        self, request: web.Request, front: ModuleType, req: ChatRequest, out: ModelOutput
+    ) -> web.StreamResponse:
+        model = req.model or self.model
+        if not req.stream:
+            return json_response(front.response(out, model))
+        resp = web.StreamResponse(
+            headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+        )
+        await resp.prepare(request)
+        events = (
+            front.stream_events(out, model, req.include_usage)
+            if front is openai_api
+            else front.stream_events(out, model)
+        )
+        await resp.write(b"".join(events))
+        await resp.write_eof()
+        return resp
+
+
+def build_app(
+    frontend: Frontend, store: SessionStore, admin_token: str, base_url: Any
+) -> web.Application:
+    app = web.Application(client_max_size=64 * 1024 * 1024)  # long agent histories are large
+    app.router.add_post("/sessions/{sid}/v1/chat/completions", frontend.openai)
+    app.router.add_post("/sessions/{sid}/v1/messages", frontend.anthropic)
+
+    async def health(_: web.Request) -> web.Response:
+        return json_response(
+            {"status": "ok", "sessions": len(store), "in_flight": frontend.in_flight}
+        )
+
+    app.router.add_get("/health", health)
+    app.router.add_routes(admin_routes(store, admin_token, base_url))
+    return app
+
+
+def new_http_session(max_in_flight: int) -> aiohttp.ClientSession:
+    """One keep-alive pool to the router, sized to the admission bound so it never churns."""
+    connector = aiohttp.TCPConnector(
+        limit=max_in_flight + 16, limit_per_host=0, keepalive_timeout=75, ttl_dns_cache=300
+    )
+    return aiohttp.ClientSession(
+        connector=connector, timeout=aiohttp.ClientTimeout(total=None, sock_connect=10)
+    )

@@ -1,0 +1,107 @@
+"""`GatewayServer`: the gateway as one object the hub starts, stops and calls in process.
+
+It implements the `GatewaySessions` protocol directly (the hub's own rollout code can use
+it without HTTP) and serves the same operations over the admin API for `GatewayClient`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from agentrl.bundle.gateway.engine import EngineClient
+from agentrl.bundle.gateway.prompt import PromptBuilder
+from agentrl.bundle.gateway.server import Frontend, build_app, new_http_session
+from agentrl.bundle.gateway.sessions import SessionStore
+from agentrl.bundle.gateway.settings import GatewaySettings
+from agentrl.bundle.gateway.tokenizer import build_renderer, load_tokenizer
+from agentrl.bundle.gateway.turns import TurnRunner
+from agentrl.bundle.metrics import BundleMetrics
+from agentrl.bundle.session import SessionHandle
+from agentrl.bundle.traces import Turn
+
+log = logging.getLogger("agentrl.gateway")
+
+
+def configure_logging(level: str) -> None:
+    """Quiet by default: our logger at `level`, aiohttp's chatter never below warning."""
+    numeric = getattr(logging, level.upper())
+    logging.getLogger("agentrl.gateway").setLevel(numeric)
+    for name in ("aiohttp.access", "aiohttp.server", "aiohttp.web", "aiohttp.client"):
+        logging.getLogger(name).setLevel(max(numeric, logging.WARNING))
+
+
+class GatewayServer:
+    def __init__(self, settings: GatewaySettings, metrics: BundleMetrics) -> None:
+        self.settings = settings
+        self.metrics = metrics
+        self.store = SessionStore()
+        self._runner: web.AppRunner | None = None
+        self._http: aiohttp.ClientSession | None = None
+        self._engine: EngineClient | None = None
+        self.port = settings.port
+
+    @property
+    def url(self) -> str:
+        """Base URL agents use (public URL if configured, else the bound address)."""
+        if self.settings.public_base_url:
+            return self.settings.public_base_url.rstrip("/")
+        return f"http://{self.settings.host}:{self.port}"
+
+    def session_url(self, sid: str) -> str:
+        return f"{self.url}/sessions/{sid}/v1"
+
+    async def start(self) -> None:
+        s = self.settings
+        configure_logging(s.log_level)
+        tokenizer = await asyncio.to_thread(load_tokenizer, s.tokenizer_path)
+        renderer = build_renderer(
+            tokenizer, s.renderer_family, s.tool_call_parser, s.reasoning_parser
+        )
+        self._http = new_http_session(s.max_in_flight)
+        self._engine = EngineClient(s.router_url, self._http)
+        turns = TurnRunner(
+            PromptBuilder(renderer, s.cumulative_token_mode),
+            self._engine,
+            self.metrics,
+            s.request_timeout_s,
+        )
+        frontend = Frontend(self.store, turns, self.metrics, s.max_in_flight, s.model_name)
+        app = build_app(frontend, self.store, s.admin_token, self.session_url)
+        self._runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, s.host, s.port, backlog=4096)
+        await site.start()
+        sockets = getattr(site._server, "sockets", None)
+        if sockets:  # port 0 (tests): learn the port the OS picked
+            self.port = int(sockets[0].getsockname()[1])
+        log.info("gateway: serving on %s:%d (router %s)", s.host, self.port, s.router_url)
+
+    async def stop(self) -> None:
+        self.store.close_all()  # cancels handlers, which aborts their engine requests
+        if self._runner is not None:
+            await self._runner.cleanup()
+        if self._engine is not None:
+            await self._engine.drain_aborts()
+        if self._http is not None:
+            await self._http.close()
+
+    # GatewaySessions, in process.
+    async def create_session(
+        self, session_id: str, sampling_params: Mapping[str, Any]
+    ) -> SessionHandle:
+        session = self.store.create(session_id, sampling_params)
+        return SessionHandle(
+            session_id=session_id, base_url=self.session_url(session_id), token=session.token
+        )
+
+    async def get_turns(self, session_id: str) -> Sequence[Turn]:
+        return self.store.turns(session_id)
+
+    async def close_session(self, session_id: str) -> None:
+        self.store.close(session_id)

@@ -1,0 +1,108 @@
+"""The model's tokenizer and chat renderer, loaded once per gateway.
+
+Prompts are rendered to token ids by the `renderers` package (a hand-written, token-exact
+port of each family's chat template) and completions are parsed back by the same renderer.
+A checkpoint directory with a `tokenizer.json` is loaded with the `tokenizers` library
+directly, so the gateway needs neither `transformers` nor network; anything else goes
+through `renderers.load_tokenizer` (which needs `transformers`, present in slime's image).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import renderers
+from renderers.configs import DefaultRendererConfig, config_from_name
+from tokenizers import Tokenizer as HFTokenizer
+
+
+class TokenizerAdapter:
+    """`tokenizers.Tokenizer` behind the surface `renderers` needs (its Tokenizer protocol)."""
+
+    def __init__(self, tok: HFTokenizer, name_or_path: str, eos_token: str | None) -> None:
+        self._tok = tok
+        self.name_or_path = name_or_path
+        self.unk_token_id: int | None = None
+        self.eos_token_id: int | None = tok.token_to_id(eos_token) if eos_token else None
+
+    def encode(
+        self, text: str, *args: Any, add_special_tokens: bool = False, **kw: Any
+    ) -> list[int]:
+        return list(self._tok.encode(text, add_special_tokens=add_special_tokens).ids)
+
+    def decode(
+        self, token_ids: Any, *args: Any, skip_special_tokens: bool = False, **kw: Any
+    ) -> str:
+        ids = [token_ids] if isinstance(token_ids, int) else list(token_ids)
+        return str(self._tok.decode(ids, skip_special_tokens=skip_special_tokens))
+
+    def convert_tokens_to_ids(self, tokens: Any) -> Any:
+        if isinstance(tokens, str):
+            return self._tok.token_to_id(tokens)
+        return [self._tok.token_to_id(t) for t in tokens]
+
+    def get_vocab(self) -> dict[str, int]:
+        return dict(self._tok.get_vocab(with_added_tokens=True))
+
+
+def _eos_from_config(directory: Path) -> str | None:
+    cfg = directory / "tokenizer_config.json"
+    if not cfg.is_file():
+        return None
+    eos = json.loads(cfg.read_text(encoding="utf-8")).get("eos_token")
+    if isinstance(eos, dict):  # AddedToken form
+        eos = eos.get("content")
+    return eos if isinstance(eos, str) else None
+
+
+def load_tokenizer(path: str) -> Any:
+    """The tokenizer for `path`: a local dir with tokenizer.json, or anything transformers loads."""
+    directory = Path(path)
+    if (directory / "tokenizer.json").is_file():
+        tok = HFTokenizer.from_file(str(directory / "tokenizer.json"))
+        return TokenizerAdapter(tok, str(directory), _eos_from_config(directory))
+    try:
+        return renderers.load_tokenizer(path)
+    except ImportError as exc:
+        raise RuntimeError(
+            f"gateway: {path!r} has no tokenizer.json and transformers is not installed; "
+            "point spec.model.path at a checkpoint directory with tokenizer.json"
+        ) from exc
+
+
+def build_renderer(
+    tokenizer: Any,
+    family: str,
+    tool_call_parser: str | None = None,
+    reasoning_parser: str | None = None,
+) -> Any:
+    """A `renderers` Renderer for `family`; "auto" resolves from the tokenizer's hub id."""
+    if family == "default":
+        config: Any = DefaultRendererConfig(
+            tool_parser=tool_call_parser, reasoning_parser=reasoning_parser
+        )
+    else:
+        try:
+            config = config_from_name(family)
+        except (KeyError, ValueError) as exc:
+            raise ValueError(
+                f"gateway: unknown renderer family {family!r} (spec.model.rendererFamily); "
+                f"known: {', '.join(known_families())}"
+            ) from exc
+    if config is None and Path(str(getattr(tokenizer, "name_or_path", ""))).is_dir():
+        raise ValueError(
+            "gateway: rendererFamily 'auto' resolves only hub ids; set spec.model.rendererFamily "
+            f"for the local checkpoint {tokenizer.name_or_path!r} "
+            f"(known: {', '.join(known_families())})"
+        )
+    return renderers.create_renderer(tokenizer, config)
+
+
+def known_families() -> Sequence[str]:
+    from renderers.base import RENDERER_REGISTRY, _populate_registry
+
+    _populate_registry()
+    return sorted(RENDERER_REGISTRY)

@@ -1,0 +1,85 @@
+"""One model call of a session, end to end but HTTP-free: prompt, generate, record, parse.
+
+Runs under the session's lock so a session's turns never interleave. The turn is recorded
+exactly as the engine sampled it (ids and logprobs from `/generate`) before the completion
+is parsed for the agent, so what the agent sees can never change what is trained on.
+"""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+from agentrl.bundle.gateway.chat import (
+    ApiError,
+    ChatRequest,
+    ModelOutput,
+    merge_sampling,
+    output_from_parsed,
+)
+from agentrl.bundle.gateway.engine import Completion, EngineClient
+from agentrl.bundle.gateway.prompt import PromptBuilder, record_turn
+from agentrl.bundle.gateway.sessions import Session
+from agentrl.bundle.metrics import BundleMetrics
+from agentrl.bundle.traces import Turn
+
+
+class TurnRunner:
+    def __init__(
+        self, builder: PromptBuilder, engine: EngineClient, metrics: BundleMetrics, timeout_s: float
+    ) -> None:
+        self.builder = builder
+        self.renderer = builder.renderer
+        self.engine = engine
+        self.metrics = metrics
+        self.timeout_s = timeout_s
+        self.stop_ids = list(self.renderer.get_stop_token_ids())
+
+    def sampling_params(self, req: ChatRequest, session: Session) -> dict[str, Any]:
+        params = merge_sampling(req.sampling, session.sampling_params)
+        params["stop_token_ids"] = sorted({*params.get("stop_token_ids", []), *self.stop_ids})
+        # Keep special tokens and matched stops in the text so it agrees with the ids (as slime).
+        params.setdefault("skip_special_tokens", False)
+        params.setdefault("no_stop_trim", True)
+        params.setdefault("spaces_between_special_tokens", False)
+        return params
+
+    async def run(self, session: Session, req: ChatRequest) -> ModelOutput:
+        async with session.lock:
+            if session.closed:
+                raise ApiError(
+                    410, f"session {session.sid} is closed", kind="invalid_request_error"
+                )
+            plan = self.builder.build(session.chains, req.messages, req.tools)
+            if plan.break_reason is not None:
+                self.metrics.trace_breaks.labels(plan.break_reason).inc()
+            session.n_requests += 1
+            rid = f"{session.sid}-{session.n_requests}-{secrets.token_hex(4)}"
+            done = await self.engine.generate(
+                plan.prompt_ids, self.sampling_params(req, session), rid, self.timeout_s
+            )
+            session.turns.append(Turn(plan.prompt_ids, done.ids, done.logprobs, done.finish_reason))
+            record_turn(session.chains, plan, done.ids)
+        self.metrics.generated_tokens.inc(len(done.ids))
+        if done.finish_reason == "abort":
+            raise ApiError(
+                503,
+                "the engine aborted this generation (weights updating?); retry",
+                kind="api_error",
+            )
+        return self.parse(done, plan.prompt_ids, req)
+
+    def parse(self, done: Completion, prompt_ids: list[int], req: ChatRequest) -> ModelOutput:
+        parsed = self.renderer.parse_response(
+            done.ids, tools=req.tools or None, prompt_ids=prompt_ids
+        )
+        content, calls = output_from_parsed(parsed, req.parse_tools)
+        return ModelOutput(
+            content=content,
+            reasoning=parsed.reasoning_content or None,
+            tool_calls=calls,
+            finish_reason=done.finish_reason,
+            matched_stop=done.matched_stop,
+            prompt_tokens=len(prompt_ids),
+            completion_tokens=len(done.ids),
+        )

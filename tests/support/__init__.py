@@ -1,0 +1,1 @@
+"""Test doubles shared by tests and benchmarks (they speak the real protocols)."""

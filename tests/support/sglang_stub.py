@@ -1,0 +1,352 @@
+"""A stub SGLang engine and router speaking the real HTTP protocol (no GPU).
+
+Follows ../shared/reference/sglang-protocol.md: `/generate` on `input_ids` (single and
+batch, JSON and SSE, cumulative or incremental streaming) with `output_token_logprobs`
+triples, `finish_reason` objects, `/abort_request` that finishes the targeted in-flight
+calls with `abort` and records what it was asked to abort, plus the health/info/load
+endpoints slime polls. Tokens and logprobs are deterministic functions of the prompt, so a
+test can compare a gateway's trace with exactly what was sampled. `token_delay_s` is the
+slow mode, `fail_next`/`fail_status` the failure mode. `StubRouter` lists workers like the
+Rust router and, like it, answers 404 to `/abort_request`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+import orjson
+from aiohttp import web
+
+Responder = Callable[[list[int], dict[str, Any]], list[int]]
+
+
+def stub_logprob(token_id: int, position: int) -> float:
+    """The stub's deterministic logprob of sampling `token_id` at `position`."""
+    return -(((token_id * 31 + position * 7) % 997) + 1) / 1000.0
+
+
+@dataclass
+class StubEngine:
+    vocab_size: int = 1000
+    responder: Responder | None = None  # prompt ids, sampling params -> ids to "sample"
+    first_free_id: int = 16  # the default responder never samples ids below this (specials)
+    token_delay_s: float = 0.0  # slow mode: sleep per generated token
+    fail_next: int = 0  # failure mode: this many next /generate calls fail
+    fail_status: int = 500
+    incremental_stream: bool = False
+    requests: list[dict[str, Any]] = field(default_factory=list)
+    aborted: list[str] = field(default_factory=list)  # rids asked to abort ("*" = abort_all)
+    sampled: dict[str, list[int]] = field(default_factory=dict)  # rid -> ids returned
+    _live: dict[str, asyncio.Event] = field(default_factory=dict)
+    _runner: web.AppRunner | None = None
+    url: str = ""
+
+    def default_tokens(self, prompt: Sequence[int], params: dict[str, Any]) -> list[int]:
+        rng = random.Random(hash(tuple(prompt)))
+        n = rng.randint(3, 12)
+        ids = [rng.randrange(self.first_free_id, self.vocab_size) for _ in range(n)]
+        stops = params.get("stop_token_ids") or []
+        return ids + ([int(stops[0])] if stops else [])
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_post("/generate", self._generate)
+        app.router.add_put("/generate", self._generate)
+        app.router.add_post("/abort_request", self._abort)
+        for path in ("/health", "/health_generate"):
+            app.router.add_get(path, lambda _: web.Response(text=""))
+        app.router.add_get(
+            "/get_model_info",
+            lambda _: _json(
+                {"model_path": "stub", "is_generation": True, "weight_version": "default"}
+            ),
+        )
+        app.router.add_get("/get_server_info", lambda _: _json({"version": "stub"}))
+        app.router.add_get(
+            "/v1/loads",
+            lambda _: _json(
+                {"loads": [{"num_running_reqs": len(self._live), "num_waiting_reqs": 0}]}
+            ),
+        )
+        app.router.add_route("*", "/flush_cache", self._flush)
+        app.router.add_post("/v1/chat/completions", self._openai_chat)  # for OpenAI-style proxies
+        app.router.add_get(
+            "/v1/models",
+            lambda _: _json({"object": "list", "data": [{"id": "stub", "object": "model"}]}),
+        )
+        return app
+
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
+        self._runner = web.AppRunner(self.app(), access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, host, port)
+        await site.start()
+        self.url = f"http://{host}:{site._server.sockets[0].getsockname()[1]}"  # type: ignore[union-attr]
+        return self.url
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    # ---- /generate ----------------------------------------------------------------
+    def _validate(self, body: Any) -> str | None:
+        if (
+            not isinstance(body, dict)
+            or sum(k in body for k in ("text", "input_ids", "input_embeds")) != 1
+        ):
+            return "Either text, input_ids or input_embeds should be provided."
+        ids = body.get("input_ids")
+        if not ids:
+            return "input_ids cannot be empty."
+        flat = ids if isinstance(ids[0], int) else list(itertools.chain.from_iterable(ids))
+        if any(not 0 <= i < self.vocab_size for i in flat):
+            return f"Token id out of range (vocab size {self.vocab_size})."
+        top_p = (body.get("sampling_params") or {}).get("top_p")
+        if top_p is not None and not 0 < top_p <= 1:
+            return "top_p must be in (0, 1]"
+        return None
+
+    async def _generate(self, request: web.Request) -> web.StreamResponse:
+        try:
+            body = orjson.loads(await request.read())
+        except orjson.JSONDecodeError:
+            return _json(
+                {
+                    "object": "error",
+                    "message": "invalid JSON",
+                    "type": "Bad Request",
+                    "param": None,
+                    "code": 400,
+                },
+                400,
+            )
+        self.requests.append(body)
+        if self.fail_next > 0:
+            self.fail_next -= 1
+            return _json(
+                {"object": "error", "message": "stub engine failure", "code": self.fail_status},
+                self.fail_status,
+            )
+        error = self._validate(body)
+        if error is None and body.get("rid") in self._live:
+            error = "Duplicate request ID detected"
+        if error is not None:
+            return _json({"error": {"message": error}}, 400)
+        if not isinstance(body["input_ids"][0], int):
+            return await self._batch(body)
+        if body.get("stream"):
+            return await self._stream(request, body)
+        return _json(await self._run(body["input_ids"], body, body.get("rid") or "anon", None))
+
+    async def _batch(self, body: dict[str, Any]) -> web.Response:
+        rid = body.get("rid") or "anon"
+        rids = (
+            rid if isinstance(rid, list) else [f"{rid}_{i}" for i in range(len(body["input_ids"]))]
+        )
+        outs = await asyncio.gather(
+            *(self._run(ids, body, r, None) for ids, r in zip(body["input_ids"], rids, strict=True))
+        )
+        return _json(outs)
+
+    async def _run(
+        self, prompt: list[int], body: dict[str, Any], rid: str, emit: Any
+    ) -> dict[str, Any]:
+        params = body.get("sampling_params") or {}
+        wanted = (self.responder or self.default_tokens)(list(prompt), params)
+        budget = int(params.get("max_new_tokens") or 128)
+        stops = set(params.get("stop_token_ids") or [])
+        abort = self._live[rid] = asyncio.Event()
+        out: list[int] = []
+        finish: dict[str, Any] = {"type": "length", "length": budget}
+        try:
+            for tid in wanted:
+                if len(out) >= budget:
+                    break
+                if self.token_delay_s:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(abort.wait(), self.token_delay_s)
+                if abort.is_set():
+                    finish = {
+                        "type": "abort",
+                        "message": "Aborted",
+                        "status_code": None,
+                        "err_type": None,
+                    }
+                    break
+                out.append(tid)
+                if emit is not None:
+                    await emit(self._body(prompt, out, rid, None, body))
+                if tid in stops:
+                    finish = {"type": "stop", "matched": tid}
+                    break
+            else:
+                if len(out) < budget:
+                    finish = {"type": "stop", "matched": None}
+        finally:
+            self._live.pop(rid, None)
+        self.sampled[rid] = out
+        return self._body(prompt, out, rid, finish, body)
+
+    def _body(
+        self, prompt: list[int], out: list[int], rid: str, finish: Any, req: dict[str, Any]
+    ) -> dict[str, Any]:
+        meta: dict[str, Any] = {
+            "id": rid,
+            "finish_reason": finish,
+            "prompt_tokens": len(prompt),
+            "completion_tokens": len(out),
+            "cached_tokens": 0,
+            "weight_version": "default",
+        }
+        if req.get("return_logprob"):
+            meta["output_token_logprobs"] = [
+                [stub_logprob(t, i), t, None] for i, t in enumerate(out)
+            ]
+            meta["input_token_logprobs"] = [[None, prompt[0], None]]
+        if finish is not None:
+            meta["e2e_latency"] = 0.0
+        return {"text": "".join(f"<{t}>" for t in out), "output_ids": list(out), "meta_info": meta}
+
+    async def _stream(self, request: web.Request, body: dict[str, Any]) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        sent = 0
+
+        async def emit(chunk: dict[str, Any]) -> None:
+            nonlocal sent
+            if self.incremental_stream:
+                n = len(chunk["output_ids"])
+                chunk["output_ids"] = chunk["output_ids"][sent:]
+                if "output_token_logprobs" in chunk["meta_info"]:
+                    chunk["meta_info"]["output_token_logprobs"] = chunk["meta_info"][
+                        "output_token_logprobs"
+                    ][sent:]
+                sent = n
+            await resp.write(b"data: " + orjson.dumps(chunk) + b"\n\n")
+
+        final = await self._run(body["input_ids"], body, body.get("rid") or "anon", emit)
+        await emit(final)  # the last chunk carries finish_reason (and equals the non-stream body)
+        await resp.write(b"data: [DONE]\n\n")
+        await resp.write_eof()
+        return resp
+
+    async def _abort(self, request: web.Request) -> web.Response:
+        body = orjson.loads(await request.read() or b"{}")
+        if body.get("abort_all"):
+            self.aborted.append("*")
+            targets = list(self._live)
+        else:
+            rid = str(body.get("rid", ""))
+            self.aborted.append(rid)
+            targets = [rid] if rid in self._live else []
+        for rid in targets:
+            self._live[rid].set()
+        return web.Response(status=200)
+
+    async def _flush(self, _: web.Request) -> web.Response:
+        if self._live:
+            return web.Response(status=400, text="requests are running")
+        return web.Response(text="Cache flushed.")
+
+    async def _openai_chat(self, request: web.Request) -> web.Response:
+        """A fixed vLLM-style chat completion (64 prompt / 16 completion tokens)."""
+        body = orjson.loads(await request.read())
+        choice: dict[str, Any] = {
+            "index": 0,
+            "message": {"role": "assistant", "content": "ok " * 16},
+            "finish_reason": "stop",
+        }
+        if body.get("logprobs"):
+            choice["logprobs"] = {
+                "content": [{"token": "ok", "logprob": -0.1, "bytes": None, "top_logprobs": []}]
+                * 16
+            }
+        if body.get("return_token_ids"):
+            choice["token_ids"] = list(range(100, 116))
+        out = {
+            "id": "chatcmpl-stub",
+            "object": "chat.completion",
+            "created": 0,
+            "model": body.get("model", "stub"),
+            "choices": [choice],
+            "usage": {"prompt_tokens": 64, "completion_tokens": 16, "total_tokens": 80},
+        }
+        if body.get("return_token_ids"):
+            out["prompt_token_ids"] = list(range(64))
+        return _json(out)
+
+
+def _json(body: Any, status: int = 200) -> web.Response:
+    return web.Response(body=orjson.dumps(body), status=status, content_type="application/json")
+
+
+@dataclass
+class StubRouter:
+    """Round-robin router over stub engines: `GET /workers`, relays `/generate`, 404s aborts."""
+
+    workers: list[str]
+    url: str = ""
+    _runner: web.AppRunner | None = None
+    _http: aiohttp.ClientSession | None = None
+    _next: int = 0
+
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
+        self._http = aiohttp.ClientSession()
+        app = web.Application()
+        app.router.add_get("/workers", self._list)
+        app.router.add_post("/generate", self._relay)
+        app.router.add_get("/health", lambda _: web.Response(text="OK"))
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, host, port)
+        await site.start()
+        self.url = f"http://{host}:{site._server.sockets[0].getsockname()[1]}"  # type: ignore[union-attr]
+        return self.url
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+        if self._http is not None:
+            await self._http.close()
+
+    async def _list(self, _: web.Request) -> web.Response:
+        items = [
+            {
+                "id": f"w{i}",
+                "url": u,
+                "model_id": "stub",
+                "worker_type": "regular",
+                "is_healthy": True,
+                "load": 0,
+            }
+            for i, u in enumerate(self.workers)
+        ]
+        return _json(
+            {"workers": items, "total": len(items), "stats": {"regular_count": len(items)}}
+        )
+
+    async def _relay(self, request: web.Request) -> web.StreamResponse:
+        assert self._http is not None
+        worker = self.workers[self._next % len(self.workers)]
+        self._next += 1
+        async with self._http.post(
+            worker + "/generate",
+            data=await request.read(),
+            headers={"Content-Type": "application/json"},
+        ) as up:
+            resp = web.StreamResponse(
+                status=up.status,
+                headers={"Content-Type": up.headers.get("Content-Type", "application/json")},
+            )
+            await resp.prepare(request)
+            async for chunk in up.content.iter_any():
+                await resp.write(chunk)
+            await resp.write_eof()
+            return resp
