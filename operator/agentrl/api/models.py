@@ -12,14 +12,35 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema, model_validator
 from pydantic.alias_generators import to_camel
 
 from agentrl.api.constants import DEFAULT_GPU_RESOURCE, GATEWAY_PORT_DEFAULT
 
 # Kubernetes resource quantities ("16", "500m", "64Gi"). Same grammar as apimachinery.
 QUANTITY_PATTERN = r"^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$"
-Quantity = Annotated[str, Field(pattern=QUANTITY_PATTERN)]
+
+
+def _quantity_text(value: object) -> object:
+    # YAML reads `cpu: 32` as an int; Kubernetes accepts both, so do we.
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    return value
+
+
+# On the wire an int-or-string, exactly like Kubernetes' own resource.Quantity.
+Quantity = Annotated[
+    str,
+    BeforeValidator(_quantity_text),
+    Field(pattern=QUANTITY_PATTERN),
+    WithJsonSchema(
+        {
+            "anyOf": [{"type": "integer"}, {"type": "string"}],
+            "pattern": QUANTITY_PATTERN,
+            "x-kubernetes-int-or-string": True,
+        }
+    ),
+]
 PositiveInt = Annotated[int, Field(ge=1)]
 NonNegativeInt = Annotated[int, Field(ge=0)]
 # An open Kubernetes object passed through as the user wrote it (volumes, affinity...).
@@ -52,7 +73,9 @@ class SecretKeyRef(Model):
 
 
 class ModelSpec(Model):
-    path: Annotated[str, Field(min_length=1, description="HF checkpoint dir inside the pods (or an HF id)")]
+    path: Annotated[
+        str, Field(min_length=1, description="HF checkpoint dir inside the pods (or an HF id)")
+    ]
     type: Annotated[
         str,
         Field(
@@ -77,7 +100,9 @@ class ModelSpec(Model):
 
 
 class EvalSet(Model):
-    name: Annotated[str, Field(min_length=1, max_length=63, pattern=r"^[a-z0-9]([-_a-z0-9]*[a-z0-9])?$")]
+    name: Annotated[
+        str, Field(min_length=1, max_length=63, pattern=r"^[a-z0-9]([-_a-z0-9]*[a-z0-9])?$")
+    ]
     path: Annotated[str, Field(min_length=1)]
     samples_per_prompt: PositiveInt = 1
     temperature: Annotated[float, Field(ge=0.0, le=2.0)] = 0.0
@@ -136,6 +161,11 @@ class AgentSpec(Model):
     model_id: str = "default"
 
     @property
+    def effective_max_pool_connections(self) -> int:
+        """The pool size the bundle uses: never below what maxConcurrent needs."""
+        return self.max_pool_connections or self.max_concurrent
+
+    @property
     def backend(self) -> Literal["agentCore", "http"] | None:
         if self.agent_core is not None and self.http is None:
             return "agentCore"
@@ -158,6 +188,11 @@ class GatewaySpec(Model):
     log_level: Literal["debug", "info", "warning", "error"] = "warning"
     port: Annotated[int, Field(ge=1024, le=65535)] = GATEWAY_PORT_DEFAULT
     service: GatewayServiceSpec = Field(default_factory=GatewayServiceSpec)
+    public_url: Annotated[str, Field(pattern=r"^https?://")] | None = Field(
+        default=None,
+        description="URL remote agents use to reach the gateway (e.g. the LoadBalancer's DNS "
+        "name); defaults to the in-cluster Service URL",
+    )
     max_in_flight: PositiveInt = Field(
         default=1024, description="requests in flight before the gateway answers 429"
     )
@@ -212,6 +247,11 @@ class HeadSpec(Model):
 
     cpu: Quantity = "8"
     memory: Quantity = "32Gi"
+    shm_size: Quantity = Field(default="8Gi", description="memory-backed /dev/shm of the head pod")
+    node_selector: dict[str, str] = Field(
+        default_factory=dict, description="placement of the head pod (CPU nodes)"
+    )
+    tolerations: list[KubeObject] = Field(default_factory=list)
 
 
 class ResourcesSpec(Model):
@@ -374,7 +414,9 @@ class Progress(Model):
 
 
 class RLExperimentStatus(Model):
-    phase: Literal["Pending", "Initializing", "Running", "Suspended", "Succeeded", "Failed"] | None = None
+    phase: (
+        Literal["Pending", "Initializing", "Running", "Suspended", "Succeeded", "Failed"] | None
+    ) = None
     conditions: list[Condition] = Field(default_factory=list)
     observed_generation: int | None = None
     ray_job_name: str | None = None

@@ -1,0 +1,329 @@
+"""The cross-field rules of an RLExperiment, one small function each.
+
+Each rule yields `(path, message, hint, severity)`; `agentrl.api.validation` wraps them into
+`Problem`s. Paths are wire paths (camelCase), so the user can find the field in the YAML they
+wrote. The arithmetic mirrors what slime and Megatron assert at start-up, hours after the GPUs
+were allocated; here it fails before anything is created.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections import Counter
+from collections.abc import Callable, Iterator
+from typing import Literal
+
+from agentrl.api.constants import (
+    BUNDLE_MOUNT_DIR,
+    CONFIG_MOUNT_DIR,
+    ENV_CONFIG_PATH,
+    EXTRA_CODE_MOUNT_ROOT,
+    METRICS_PORT,
+    RAY_DASHBOARD_PORT,
+    RAYJOB_NAME_MAX,
+    SHM_MOUNT_DIR,
+)
+from agentrl.api.models import RLExperiment
+from agentrl.api.runtime import ENV_HTTP_HEADER_PREFIX, ENV_WANDB_API_KEY
+
+Severity = Literal["error", "warning"]
+Finding = tuple[str, str, str, Severity]
+Rule = Callable[[RLExperiment], Iterator[Finding]]
+
+DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+# Ports Ray itself listens on in the head pod (GCS, client, dashboard, node metrics).
+RAY_PORTS = frozenset({6379, 10001, RAY_DASHBOARD_PORT, 8080})
+# Env vars the renderer sets in every container; a user value would silently fight them.
+RESERVED_ENV = frozenset({"PYTHONPATH", "CUDA_HOME", "LD_LIBRARY_PATH", ENV_CONFIG_PATH})
+RESERVED_MOUNTS = (SHM_MOUNT_DIR, CONFIG_MOUNT_DIR, BUNDLE_MOUNT_DIR, EXTRA_CODE_MOUNT_ROOT)
+
+R = "resources"
+
+
+def err(path: str, message: str, hint: str) -> Finding:
+    return (path, message, hint, "error")
+
+
+def warn(path: str, message: str, hint: str) -> Finding:
+    return (path, message, hint, "warning")
+
+
+def name_fits(exp: RLExperiment) -> Iterator[Finding]:
+    name = exp.metadata.name
+    if len(name) > RAYJOB_NAME_MAX:
+        yield err(
+            "metadata.name",
+            f"name is {len(name)} characters; at most {RAYJOB_NAME_MAX} fit",
+            "KubeRay derives RayCluster and Service names from the RayJob name; shorten it",
+        )
+    if not DNS1035.match(name):
+        yield err(
+            "metadata.name",
+            f"{name!r} is not a DNS-1035 label",
+            "use lower-case letters, digits and '-', starting with a letter",
+        )
+
+
+def one_agent_backend(exp: RLExperiment) -> Iterator[Finding]:
+    agent = exp.spec.agent
+    if agent.agent_core is None and agent.http is None:
+        yield err("spec.agent", "no agent backend is set", "set exactly one of agentCore or http")
+    elif agent.agent_core is not None and agent.http is not None:
+        yield err("spec.agent", "both agentCore and http are set", "keep exactly one backend")
+
+
+def pool_covers_concurrency(exp: RLExperiment) -> Iterator[Finding]:
+    agent = exp.spec.agent
+    pool = agent.max_pool_connections
+    if pool is not None and pool < agent.max_concurrent:
+        yield warn(
+            "spec.agent.maxPoolConnections",
+            f"{pool} connections for {agent.max_concurrent} concurrent episodes: "
+            "connections will be discarded and re-opened under load",
+            f"unset it (derived) or set it to at least {agent.max_concurrent}",
+        )
+
+
+def renderer_for_local_model(exp: RLExperiment) -> Iterator[Finding]:
+    model = exp.spec.model
+    if model.renderer_family is None and is_local_path(model.path):
+        yield err(
+            "spec.model.rendererFamily",
+            f"required because model.path {model.path!r} is a local directory",
+            "set the chat renderer family of the checkpoint, e.g. qwen2.5 or llama3",
+        )
+
+
+def is_local_path(path: str) -> bool:
+    """A filesystem path rather than a Hugging Face id like 'Qwen/Qwen2.5-3B-Instruct'."""
+    if path.startswith(("/", ".", "~")) or "://" in path:
+        return True
+    return path.count("/") != 1
+
+
+def parallelism_divides(exp: RLExperiment) -> Iterator[Finding]:
+    res = exp.spec.resources
+    par = res.parallelism
+    mp = par.model_parallel_size
+    actor = res.actor_gpus
+    if actor >= 1 and actor % mp:
+        yield err(
+            f"spec.{R}.parallelism",
+            f"{actor} training GPUs are not divisible by tensor x pipeline x context = {mp}",
+            "change the parallelism or the GPU count so the product divides the training GPUs",
+        )
+    elif actor >= 1 and (actor // (par.tensor * par.pipeline)) % par.expert:
+        yield err(
+            f"spec.{R}.parallelism.expert",
+            f"expert parallelism {par.expert} does not divide data x context parallelism "
+            f"{actor // (par.tensor * par.pipeline)}",
+            "pick an expert size that divides the GPUs left after tensor x pipeline",
+        )
+
+
+def rollout_placement(exp: RLExperiment) -> Iterator[Finding]:
+    res = exp.spec.resources
+    path = f"spec.{R}.rolloutGpus"
+    if res.colocate:
+        if res.rollout_gpus is not None:
+            yield err(path, "only used when colocate is false", "remove it or set colocate: false")
+        return
+    if res.rollout_gpus is None:
+        yield err(path, "required when colocate is false", "set the GPUs reserved for SGLang")
+        return
+    if res.rollout_gpus >= res.total_gpus:
+        yield err(
+            path,
+            f"{res.rollout_gpus} rollout GPUs leave none of {res.total_gpus} for training",
+            "lower rolloutGpus or add nodes",
+        )
+    elif res.actor_gpus > res.gpus_per_node and res.actor_gpus % res.gpus_per_node:
+        yield err(
+            path,
+            f"training would get {res.actor_gpus} GPUs, not whole nodes of {res.gpus_per_node}",
+            "leave training whole nodes (or less than one node): make it a multiple of gpusPerNode",
+        )
+
+
+def engines_fit(exp: RLExperiment) -> Iterator[Finding]:
+    res = exp.spec.resources
+    per_engine = res.rollout_gpus_per_engine
+    if res.engine_gpus >= 1 and res.engine_gpus % per_engine:
+        yield err(
+            f"spec.{R}.rolloutGpusPerEngine",
+            f"{res.engine_gpus} rollout GPUs cannot be split into engines of {per_engine}",
+            "choose a size that divides the rollout GPUs",
+        )
+
+
+def batches_divide(exp: RLExperiment) -> Iterator[Finding]:
+    grpo = exp.spec.grpo
+    res = exp.spec.resources
+    per_rollout = grpo.rollout_batch_size * grpo.samples_per_prompt
+    gbs = grpo.effective_global_batch_size
+    path = "spec.grpo.globalBatchSize"
+    if per_rollout % gbs:
+        yield err(
+            path,
+            f"{gbs} does not divide rolloutBatchSize x samplesPerPrompt = {per_rollout}",
+            "slime needs whole optimizer steps per rollout; use a divisor",
+        )
+    mp = res.parallelism.model_parallel_size
+    if res.actor_gpus >= mp and res.actor_gpus % mp == 0:
+        dp = res.actor_gpus // mp
+        if gbs % dp:
+            yield err(
+                path,
+                f"{gbs} is not divisible by the data-parallel size {dp}",
+                "use a multiple of the data-parallel size",
+            )
+
+
+def grpo_groups(exp: RLExperiment) -> Iterator[Finding]:
+    grpo = exp.spec.grpo
+    if grpo.reward_normalization.mode == "grpo" and grpo.samples_per_prompt < 2:
+        yield err(
+            "spec.grpo.samplesPerPrompt",
+            "GRPO compares samples of one prompt; with 1 every advantage is 0",
+            "use at least 2 (SlimeRunner uses 8)",
+        )
+    ctx = exp.spec.model.context_length
+    if ctx is not None and grpo.max_response_length >= ctx:
+        yield err(
+            "spec.grpo.maxResponseLength",
+            f"{grpo.max_response_length} leaves no room for the prompt in {ctx} tokens",
+            "lower it or raise model.contextLength",
+        )
+
+
+def eval_sets(exp: RLExperiment) -> Iterator[Finding]:
+    counts = Counter(e.name for e in exp.spec.data.eval)
+    for i, ev in enumerate(exp.spec.data.eval):
+        if counts[ev.name] > 1:
+            yield err(f"spec.data.eval[{i}].name", f"duplicate eval set {ev.name!r}", "rename it")
+
+
+def gateway_service(exp: RLExperiment) -> Iterator[Finding]:
+    gw = exp.spec.gateway
+    if gw.port in RAY_PORTS or gw.port == METRICS_PORT:
+        yield err(
+            "spec.gateway.port",
+            f"port {gw.port} is taken by Ray or agentrl's metrics on the head pod",
+            "pick another port",
+        )
+    svc = gw.service
+    if svc.type != "LoadBalancer" and svc.load_balancer_source_ranges:
+        yield err(
+            "spec.gateway.service.loadBalancerSourceRanges",
+            "only used by a LoadBalancer service",
+            "set service.type: LoadBalancer or remove it",
+        )
+    for i, cidr in enumerate(svc.load_balancer_source_ranges):
+        try:
+            ipaddress.ip_network(cidr, strict=False)
+        except ValueError:
+            yield err(
+                f"spec.gateway.service.loadBalancerSourceRanges[{i}]",
+                f"{cidr!r} is not a CIDR",
+                "e.g. 10.0.0.0/8",
+            )
+
+
+def env_vars(exp: RLExperiment) -> Iterator[Finding]:
+    names = Counter(e.name for e in exp.spec.runtime.env)
+    for i, env in enumerate(exp.spec.runtime.env):
+        path = f"spec.runtime.env[{i}].name"
+        if names[env.name] > 1:
+            yield err(path, f"{env.name} is set twice", "keep one")
+        if env.name in RESERVED_ENV or env.name.startswith(ENV_HTTP_HEADER_PREFIX):
+            yield err(path, f"{env.name} is set by agentrl", _reserved_env_hint(env.name))
+        elif env.name == ENV_WANDB_API_KEY and exp.spec.tracking.wandb is not None:
+            yield err(path, f"{env.name} comes from tracking.wandb.apiKeySecret", "remove it")
+
+
+def _reserved_env_hint(name: str) -> str:
+    if name == "CUDA_HOME":
+        return "set runtime.cudaHome instead"
+    if name == "PYTHONPATH":
+        return "put your modules in runtime.extraCode instead"
+    return "remove it"
+
+
+def volumes(exp: RLExperiment) -> Iterator[Finding]:
+    rt = exp.spec.runtime
+    declared: list[str] = []
+    for i, vol in enumerate(rt.volumes):
+        name = vol.get("name")
+        if not isinstance(name, str) or not name:
+            yield err(f"spec.runtime.volumes[{i}].name", "required field is missing", "name it")
+        else:
+            declared.append(name)
+    for name, n in Counter(declared).items():
+        if n > 1:
+            yield err("spec.runtime.volumes", f"volume {name!r} is declared twice", "rename one")
+    for i, mount in enumerate(rt.volume_mounts):
+        if mount.get("name") not in declared:
+            yield err(
+                f"spec.runtime.volumeMounts[{i}].name",
+                f"no volume named {mount.get('name')!r} in runtime.volumes",
+                "declare the volume or fix the name",
+            )
+        mount_path = str(mount.get("mountPath", ""))
+        if not mount_path.startswith("/"):
+            yield err(f"spec.runtime.volumeMounts[{i}].mountPath", "must be absolute", "")
+        elif any(_overlaps(mount_path, r) for r in RESERVED_MOUNTS):
+            yield err(
+                f"spec.runtime.volumeMounts[{i}].mountPath",
+                f"{mount_path} overlaps a path agentrl mounts",
+                "reserved: " + ", ".join(RESERVED_MOUNTS),
+            )
+
+
+def _overlaps(a: str, b: str) -> bool:
+    """One path is the other or lies beneath it (a mount there would hide or be hidden)."""
+    a, b = a.rstrip("/") + "/", b.rstrip("/") + "/"
+    return a.startswith(b) or b.startswith(a)
+
+
+def extra_code(exp: RLExperiment) -> Iterator[Finding]:
+    counts = Counter(c.config_map for c in exp.spec.runtime.extra_code)
+    for i, code in enumerate(exp.spec.runtime.extra_code):
+        if counts[code.config_map] > 1:
+            yield err(f"spec.runtime.extraCode[{i}].configMap", "listed twice", "keep one")
+
+
+def extra_resources(exp: RLExperiment) -> Iterator[Finding]:
+    res = exp.spec.resources
+    for name in res.extra_resources:
+        path = f"spec.{R}.extraResources"
+        if name == res.gpu_resource_name:
+            yield err(path, f"{name} is the GPU resource", "GPUs come from gpusPerNode")
+        elif name in ("cpu", "memory") or "/" not in name:
+            yield err(path, f"{name!r} is not an extended resource", "e.g. vpc.amazonaws.com/efa")
+
+
+def checkpoint(exp: RLExperiment) -> Iterator[Finding]:
+    ckpt = exp.spec.checkpoint
+    if ckpt.save_interval is not None and ckpt.path is None:
+        yield err("spec.checkpoint.path", "required when saveInterval is set", "set a PVC path")
+
+
+ALL_RULES: tuple[Rule, ...] = (
+    name_fits,
+    one_agent_backend,
+    pool_covers_concurrency,
+    renderer_for_local_model,
+    parallelism_divides,
+    rollout_placement,
+    engines_fit,
+    batches_divide,
+    grpo_groups,
+    eval_sets,
+    gateway_service,
+    env_vars,
+    volumes,
+    extra_code,
+    extra_resources,
+    checkpoint,
+)

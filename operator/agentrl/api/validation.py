@@ -1,0 +1,153 @@
+"""Every problem with an RLExperiment, at once, each with its field path and a fix.
+
+`parse_experiment` turns pydantic's structural errors (types, ranges, unknown fields) into
+`Problem`s with wire-form paths (`spec.resources.parallelism.tensor`); `validate_experiment`
+adds the cross-field rules a schema cannot express (GPU arithmetic, batch divisibility,
+derived name lengths). The operator, the CLI and the tests all read the same list, so a
+spec rejected by `agentrl validate` is rejected by the cluster with the same words.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from agentrl.api import rules
+from agentrl.api.models import RLExperiment
+from agentrl.api.rules import Severity
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with a spec: where (wire path), what, and how to fix it."""
+
+    path: str
+    message: str
+    hint: str = ""
+    severity: Severity = "error"
+
+    def __str__(self) -> str:
+        text = f"{self.path}: {self.message}"
+        if self.hint:
+            text += f" ({self.hint})"
+        if self.severity == "warning":
+            text = f"warning: {text}"
+        return text
+
+
+def errors(problems: Sequence[Problem]) -> list[Problem]:
+    """The problems that block creation (warnings never do)."""
+    return [p for p in problems if p.severity == "error"]
+
+
+def parse_experiment(body: Mapping[str, Any]) -> tuple[RLExperiment | None, list[Problem]]:
+    """Parse a custom resource body: the experiment (None on any error) and every problem."""
+    if not isinstance(body, Mapping):  # YAML can hold a list or a scalar
+        problem = Problem("", "the document is not a mapping", "write an RLExperiment object")  # type: ignore[unreachable]
+        return None, [problem]
+    try:
+        exp = RLExperiment.model_validate(dict(body))
+    except ValidationError as err:
+        return None, _from_pydantic(err, body)
+    problems = validate_experiment(exp)
+    return (None if errors(problems) else exp), problems
+
+
+def validate_experiment(exp: RLExperiment) -> list[Problem]:
+    """The cross-field rules, all of them; an empty list means the spec can run."""
+    found: list[Problem] = []
+    for check in rules.ALL_RULES:
+        for path, message, hint, severity in check(exp):
+            found.append(Problem(path, message, hint, severity))
+    return found
+
+
+# ---- pydantic errors -> problems ---------------------------------------------------
+
+
+def format_path(loc: Sequence[int | str]) -> str:
+    """('spec', 'data', 'eval', 1, 'name') -> 'spec.data.eval[1].name'."""
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else part
+    return out
+
+
+def _from_pydantic(err: ValidationError, body: Mapping[str, Any]) -> list[Problem]:
+    problems: list[Problem] = []
+    seen: set[tuple[str, str]] = set()
+    for item in err.errors(include_url=False):
+        loc = _clean_loc(item["loc"])
+        problem = _problem_for(item["type"], loc, item["msg"], item.get("ctx") or {})
+        key = (problem.path, problem.message)
+        if key not in seen:  # unions report the same miss once per branch
+            seen.add(key)
+            problems.append(problem)
+    return problems
+
+
+def _clean_loc(loc: Sequence[int | str]) -> list[int | str]:
+    # pydantic inserts validator tags such as 'function-after[...]' into the location.
+    return [p for p in loc if not (isinstance(p, str) and ("[" in p or p.startswith("function")))]
+
+
+def _problem_for(kind: str, loc: list[int | str], msg: str, ctx: Mapping[str, Any]) -> Problem:
+    path = format_path(loc)
+    if kind == "extra_forbidden":
+        return Problem(path, "unknown field", _suggest(loc))
+    if kind == "missing":
+        return Problem(path, "required field is missing", "set it; see docs/api.md")
+    if kind == "string_pattern_mismatch":
+        return Problem(path, "does not match the expected format", f"pattern {ctx.get('pattern')}")
+    if kind == "value_error":
+        return Problem(path, msg.removeprefix("Value error, "), "")
+    return Problem(path, msg, "")
+
+
+def _suggest(loc: list[int | str]) -> str:
+    """'did you mean ...' from the fields the parent model accepts."""
+    name = loc[-1] if loc else ""
+    parent = _model_at(loc[:-1])
+    if parent is None or not isinstance(name, str):
+        return "remove it"
+    accepted = [f.alias or n for n, f in parent.model_fields.items()]
+    close = difflib.get_close_matches(name, accepted, n=1)
+    if close:
+        return f"did you mean {close[0]!r}?"
+    return "accepted fields: " + ", ".join(sorted(accepted))
+
+
+def _model_at(loc: Sequence[int | str]) -> type[BaseModel] | None:
+    """The pydantic model class that sits at a wire path of RLExperiment."""
+    model: type[BaseModel] = RLExperiment
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        field = next(
+            (f for n, f in model.model_fields.items() if part in (n, f.alias)),
+            None,
+        )
+        if field is None:
+            return None
+        found = _model_in(field.annotation)
+        if found is None:
+            return None
+        model = found
+    return model
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()):
+        found = _model_in(arg)
+        if found is not None:
+            return found
+    return None

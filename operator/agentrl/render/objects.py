@@ -1,0 +1,140 @@
+"""The ConfigMaps and the Service of an experiment, and `render_all` in apply order.
+
+ConfigMaps come first (the pods mount them), then the Service, then the RayJob, so KubeRay
+never starts a pod whose volumes do not exist yet.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from typing import Any
+
+from agentrl.api.constants import (
+    ANNOTATION_BUNDLE_VERSION,
+    API_VERSION,
+    CONFIG_FILE_NAME,
+    GATEWAY_PORT_NAME,
+    KIND,
+    LABEL_COMPONENT,
+    LABEL_EXPERIMENT,
+    METRICS_PORT,
+    METRICS_PORT_NAME,
+)
+from agentrl.api.models import RLExperiment
+from agentrl.api.runtime import ENV_WANDB_API_KEY, RuntimeConfig, http_header_env_name
+from agentrl.render import bundle, names, pods
+from agentrl.render.defaults import OperatorDefaults
+from agentrl.render.rayjob import COMPONENT_HEAD, render_rayjob
+from agentrl.render.slime_args import build_slime_args
+
+Obj = dict[str, Any]
+
+
+def gateway_url(exp: RLExperiment) -> str:
+    """How agents reach the gateway: the user's public URL, else the in-cluster Service."""
+    gw = exp.spec.gateway
+    if gw.public_url:
+        return gw.public_url.rstrip("/")
+    return f"http://{names.service_name(exp)}.{exp.metadata.namespace}.svc:{gw.port}"
+
+
+def runtime_config(exp: RLExperiment, defaults: OperatorDefaults) -> RuntimeConfig:
+    spec = exp.spec
+    headers: dict[str, str] = {}
+    if spec.agent.http is not None:
+        headers = {h.name: http_header_env_name(i) for i, h in enumerate(spec.agent.http.headers)}
+    return RuntimeConfig(
+        experiment=exp.metadata.name,
+        namespace=exp.metadata.namespace,
+        uid=exp.metadata.uid,
+        bundle_version=defaults.bundle_version,
+        spec=spec,
+        gateway_url=gateway_url(exp),
+        slime_args=build_slime_args(exp),
+        wandb_api_key_env=ENV_WANDB_API_KEY if spec.tracking.wandb is not None else None,
+        http_header_envs=headers,
+    )
+
+
+def metadata(exp: RLExperiment, defaults: OperatorDefaults, name: str) -> Obj:
+    meta: Obj = {
+        "name": name,
+        "namespace": exp.metadata.namespace,
+        "labels": pods.labels(exp, defaults),
+    }
+    if exp.metadata.uid:
+        meta["ownerReferences"] = [owner_reference(exp)]
+    return meta
+
+
+def owner_reference(exp: RLExperiment) -> Obj:
+    """Garbage collection: deleting the experiment deletes every child."""
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "name": exp.metadata.name,
+        "uid": exp.metadata.uid,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def config_map(exp: RLExperiment, defaults: OperatorDefaults) -> Obj:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": metadata(exp, defaults, names.config_map_name(exp)),
+        "data": {CONFIG_FILE_NAME: runtime_config(exp, defaults).to_json()},
+    }
+
+
+def bundle_config_map(
+    exp: RLExperiment, defaults: OperatorDefaults, files: Mapping[str, str]
+) -> tuple[Obj, list[Obj]]:
+    """The immutable code ConfigMap and the volume items that restore its tree."""
+    data, items = bundle.bundle_data(files)
+    meta = metadata(exp, defaults, names.bundle_config_map_name(exp, bundle.content_hash(files)))
+    meta["annotations"] = {ANNOTATION_BUNDLE_VERSION: defaults.bundle_version}
+    obj = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": meta,
+        "immutable": True,
+        "data": data,
+    }
+    return obj, list(items)
+
+
+def service(exp: RLExperiment, defaults: OperatorDefaults) -> Obj:
+    gw = exp.spec.gateway
+    meta = metadata(exp, defaults, names.service_name(exp))
+    if gw.service.annotations:
+        meta["annotations"] = dict(gw.service.annotations)
+    spec: Obj = {
+        "type": gw.service.type,
+        # Our own pod labels: KubeRay names the RayCluster itself (and renames it on retry).
+        "selector": {LABEL_EXPERIMENT: exp.metadata.name, LABEL_COMPONENT: COMPONENT_HEAD},
+        "ports": [
+            {"name": GATEWAY_PORT_NAME, "port": gw.port, "targetPort": GATEWAY_PORT_NAME,
+             "protocol": "TCP"},
+            {"name": METRICS_PORT_NAME, "port": METRICS_PORT, "targetPort": METRICS_PORT_NAME,
+             "protocol": "TCP"},
+        ],
+    }  # fmt: skip
+    if gw.service.load_balancer_source_ranges:
+        spec["loadBalancerSourceRanges"] = list(gw.service.load_balancer_source_ranges)
+    return {"apiVersion": "v1", "kind": "Service", "metadata": meta, "spec": spec}
+
+
+def render_all(
+    exp: RLExperiment, defaults: OperatorDefaults, bundle_files: Mapping[str, str]
+) -> list[Obj]:
+    """Every child of the experiment, in apply order: ConfigMaps, Service, RayJob."""
+    bundle_cm, items = bundle_config_map(exp, defaults, bundle_files)
+    job = render_rayjob(exp, defaults, bundle_cm["metadata"]["name"], items)
+    job["metadata"] = {**metadata(exp, defaults, job["metadata"]["name"]),
+                       "labels": job["metadata"]["labels"]}  # fmt: skip
+    job["metadata"]["annotations"] = {ANNOTATION_BUNDLE_VERSION: defaults.bundle_version}
+    # Independent trees: callers (kopf.adopt, patches) may mutate one object safely.
+    return copy.deepcopy([config_map(exp, defaults), bundle_cm, service(exp, defaults), job])

@@ -1,0 +1,200 @@
+"""The parts every Ray container shares: env, volumes, mounts, labels.
+
+Every container (head and GPU workers) gets the same CUDA_HOME, LD_LIBRARY_PATH and
+PYTHONPATH, so the driver, the SGLang engines and the Megatron actors load the same libraries
+and the same agentrl code. Secrets reach the pods only as `secretKeyRef` env vars; the
+runtime config names those variables and never holds a value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from agentrl.api.constants import (
+    BUNDLE_MOUNT_DIR,
+    CONFIG_FILE_NAME,
+    CONFIG_MOUNT_DIR,
+    CONFIG_PATH,
+    ENV_CONFIG_PATH,
+    EXTRA_CODE_MOUNT_ROOT,
+    LABEL_COMPONENT,
+    LABEL_EXPERIMENT,
+    LABEL_MANAGED_BY,
+    LABEL_PART_OF,
+    MANAGED_BY,
+    SHM_MOUNT_DIR,
+)
+from agentrl.api.models import RLExperiment
+from agentrl.api.runtime import ENV_WANDB_API_KEY, http_header_env_name
+from agentrl.render import names
+from agentrl.render.defaults import OperatorDefaults
+
+Obj = dict[str, Any]
+
+CONFIG_VOLUME = "agentrl-config"
+BUNDLE_VOLUME = "agentrl-bundle"
+SHM_VOLUME = "dshm"
+# Driver libraries the NVIDIA device plugin mounts on some clouds (GKE); they hold
+# libcuda, never a libcudart, so they cannot cause a CUDA-major clash.
+NVIDIA_DRIVER_LIBS = "/usr/local/nvidia/lib64"
+
+# The env the interconnect behind an extra device resource needs (NCCL over libfabric on
+# EFA; NCCL's own IB transport on RDMA devices). A user env var of the same name wins.
+INTERCONNECT_ENV: dict[str, dict[str, str]] = {
+    "vpc.amazonaws.com/efa": {
+        "FI_PROVIDER": "efa",
+        "FI_EFA_USE_DEVICE_RDMA": "1",
+        "FI_EFA_FORK_SAFE": "1",
+    },
+    "rdma/": {"NCCL_IB_DISABLE": "0"},
+}
+
+
+def labels(exp: RLExperiment, defaults: OperatorDefaults, component: str | None = None) -> Obj:
+    """The labels on every child object and pod template."""
+    out: dict[str, str] = dict(defaults.extra_labels)
+    out.update(
+        {
+            LABEL_EXPERIMENT: exp.metadata.name,
+            LABEL_MANAGED_BY: MANAGED_BY,
+            LABEL_PART_OF: MANAGED_BY,
+        }
+    )
+    if component is not None:
+        out[LABEL_COMPONENT] = component
+    return out
+
+
+def interconnect_env(extra_resources: Mapping[str, int]) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for resource in sorted(extra_resources):
+        for prefix, values in INTERCONNECT_ENV.items():
+            if resource == prefix or (prefix.endswith("/") and resource.startswith(prefix)):
+                env.update(values)
+    return env
+
+
+def needs_ipc_lock(extra_resources: Mapping[str, int]) -> bool:
+    """RDMA and EFA register (pin) memory, which needs CAP_IPC_LOCK in the container."""
+    return bool(interconnect_env(extra_resources))
+
+
+def python_path(exp: RLExperiment, defaults: OperatorDefaults) -> str:
+    extra = [extra_code_dir(i) for i in range(len(exp.spec.runtime.extra_code))]
+    return ":".join([BUNDLE_MOUNT_DIR, *extra, *defaults.image_pythonpath])
+
+
+def extra_code_dir(index: int) -> str:
+    return f"{EXTRA_CODE_MOUNT_ROOT}/{index}"
+
+
+def container_env(exp: RLExperiment, defaults: OperatorDefaults) -> list[Obj]:
+    """The env of every Ray container, in a fixed order."""
+    spec = exp.spec
+    cuda = spec.runtime.cuda_home.rstrip("/")
+    env: list[Obj] = [
+        {"name": "CUDA_HOME", "value": cuda},
+        {"name": "LD_LIBRARY_PATH", "value": f"{cuda}/lib64:{NVIDIA_DRIVER_LIBS}"},
+        {"name": "PYTHONPATH", "value": python_path(exp, defaults)},
+        {"name": ENV_CONFIG_PATH, "value": CONFIG_PATH},
+    ]
+    user = {e.name for e in spec.runtime.env}
+    for name, value in interconnect_env(spec.resources.extra_resources).items():
+        if name not in user:
+            env.append({"name": name, "value": value})
+    if spec.tracking.wandb is not None:
+        env.append(_secret_env(ENV_WANDB_API_KEY, spec.tracking.wandb.api_key_secret.dump()))
+    if spec.agent.http is not None:
+        for i, header in enumerate(spec.agent.http.headers):
+            env.append(_secret_env(http_header_env_name(i), header.secret_key_ref.dump()))
+    env.extend(e.dump() for e in spec.runtime.env)
+    return env
+
+
+def _secret_env(name: str, ref: Obj) -> Obj:
+    return {"name": name, "valueFrom": {"secretKeyRef": ref}}
+
+
+def volumes(exp: RLExperiment, bundle_cm: str, bundle_items: list[Obj], shm: str) -> list[Obj]:
+    vols: list[Obj] = [
+        {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": shm}},
+        {
+            "name": CONFIG_VOLUME,
+            "configMap": {
+                "name": names.config_map_name(exp),
+                "items": [{"key": CONFIG_FILE_NAME, "path": CONFIG_FILE_NAME}],
+            },
+        },
+        {"name": BUNDLE_VOLUME, "configMap": {"name": bundle_cm, "items": bundle_items}},
+    ]
+    for i, code in enumerate(exp.spec.runtime.extra_code):
+        vols.append(
+            {"name": names.extra_code_volume_name(i), "configMap": {"name": code.config_map}}
+        )
+    vols.extend(exp.spec.runtime.volumes)
+    return vols
+
+
+def volume_mounts(exp: RLExperiment) -> list[Obj]:
+    mounts: list[Obj] = [
+        {"name": SHM_VOLUME, "mountPath": SHM_MOUNT_DIR},
+        {"name": CONFIG_VOLUME, "mountPath": CONFIG_MOUNT_DIR, "readOnly": True},
+        {"name": BUNDLE_VOLUME, "mountPath": BUNDLE_MOUNT_DIR, "readOnly": True},
+    ]
+    for i in range(len(exp.spec.runtime.extra_code)):
+        mounts.append(
+            {
+                "name": names.extra_code_volume_name(i),
+                "mountPath": extra_code_dir(i),
+                "readOnly": True,
+            }
+        )
+    mounts.extend(exp.spec.runtime.volume_mounts)
+    return mounts
+
+
+def pod_spec_common(exp: RLExperiment, defaults: OperatorDefaults) -> Obj:
+    """Pod-level settings shared by head, workers and the submitter."""
+    rt = exp.spec.runtime
+    spec: Obj = {}
+    if rt.service_account_name:
+        spec["serviceAccountName"] = rt.service_account_name
+    if exp.spec.resources.priority_class_name:
+        spec["priorityClassName"] = exp.spec.resources.priority_class_name
+    if defaults.image_pull_secrets:
+        spec["imagePullSecrets"] = [{"name": n} for n in defaults.image_pull_secrets]
+    return spec
+
+
+def image(exp: RLExperiment, defaults: OperatorDefaults) -> str:
+    return exp.spec.runtime.image or defaults.image
+
+
+@dataclass(frozen=True)
+class PodParts:
+    """What the head, the workers and the submitter share, computed once per render."""
+
+    exp: RLExperiment
+    env: list[Obj]
+    mounts: list[Obj]
+    pod: Obj
+    bundle_config_map: str
+    bundle_items: list[Obj]
+
+    @classmethod
+    def build(
+        cls, exp: RLExperiment, defaults: OperatorDefaults, bundle_cm: str, items: list[Obj]
+    ) -> PodParts:
+        return cls(
+            exp=exp,
+            env=container_env(exp, defaults),
+            mounts=volume_mounts(exp),
+            pod=pod_spec_common(exp, defaults),
+            bundle_config_map=bundle_cm,
+            bundle_items=items,
+        )
+
+    def volumes(self, shm_size: str) -> list[Obj]:
+        return volumes(self.exp, self.bundle_config_map, self.bundle_items, shm_size)

@@ -1,0 +1,75 @@
+"""parse_experiment / validate_experiment: examples are clean, problems carry wire paths."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agentrl.api.validation import Problem, errors, parse_experiment
+from conftest import minimal_body
+
+
+def paths(problems: list[Problem]) -> list[str]:
+    return [p.path for p in problems]
+
+
+def test_examples_have_no_problem(example_body: dict[str, Any]) -> None:
+    exp, problems = parse_experiment(example_body)
+    assert problems == []
+    assert exp is not None
+
+
+def test_minimal_spec_takes_slimerunner_defaults() -> None:
+    exp, problems = parse_experiment(minimal_body())
+    assert problems == [] and exp is not None
+    grpo, res = exp.spec.grpo, exp.spec.resources
+    assert (grpo.rollout_batch_size, grpo.samples_per_prompt) == (32, 8)
+    assert (grpo.max_response_length, grpo.learning_rate) == (1024, 1e-6)
+    assert (grpo.eps_clip, grpo.eps_clip_high, grpo.kl_loss_type) == (0.2, 0.28, "low_var_kl")
+    assert grpo.max_tokens_per_gpu == 9216
+    assert (res.gpus_per_node, res.parallelism.tensor, res.rollout_gpus_per_engine) == (8, 2, 2)
+    assert res.colocate is True
+    assert exp.spec.agent.max_concurrent == 100
+
+
+def test_all_problems_at_once() -> None:
+    body = minimal_body(
+        resources={"parallelism": {"tensor": 3}, "rolloutGpusPerEngine": 3},
+        grpo={"numRollouts": 1, "globalBatchSize": 100},
+    )
+    body["metadata"]["name"] = "x" * 48
+    exp, problems = parse_experiment(body)
+    assert exp is None
+    assert set(paths(problems)) == {
+        "metadata.name",
+        "spec.resources.parallelism",
+        "spec.resources.rolloutGpusPerEngine",
+        "spec.grpo.globalBatchSize",
+    }
+
+
+def test_structural_errors_use_wire_paths() -> None:
+    body = minimal_body(resources={"parallelism": {"tensor": 0}}, grpo={"numRollout": 3})
+    exp, problems = parse_experiment(body)
+    assert exp is None
+    by_path = {p.path: p for p in problems}
+    assert "spec.resources.parallelism.tensor" in by_path
+    assert by_path["spec.grpo.numRollout"].message == "unknown field"
+    assert "numRollouts" in by_path["spec.grpo.numRollout"].hint
+    assert "spec.grpo.numRollouts" in by_path
+
+
+def test_small_pool_is_a_warning_not_an_error() -> None:
+    body = minimal_body()
+    body["spec"]["agent"].update(maxConcurrent=64, maxPoolConnections=10)
+    exp, problems = parse_experiment(body)
+    assert exp is not None
+    assert errors(problems) == []
+    (warning,) = problems
+    assert warning.severity == "warning"
+    assert warning.path == "spec.agent.maxPoolConnections"
+    assert "64" in warning.hint
+
+
+def test_not_a_mapping() -> None:
+    exp, problems = parse_experiment(["a", "list"])  # type: ignore[arg-type]
+    assert exp is None and problems[0].message == "the document is not a mapping"

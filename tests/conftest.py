@@ -1,0 +1,54 @@
+"""Shared test helpers: the example experiments and a small spec factory.
+
+`examples/*.yaml` are the documented, user-facing experiments; tests load them from here so
+every test exercises what users copy.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES_DIR = ROOT / "examples"
+
+
+def example_paths() -> list[Path]:
+    return sorted(EXAMPLES_DIR.glob("*.yaml"))
+
+
+def load_example(name: str) -> dict[str, Any]:
+    """An example's body by file name (with or without .yaml)."""
+    path = EXAMPLES_DIR / (name if name.endswith(".yaml") else f"{name}.yaml")
+    body: dict[str, Any] = yaml.safe_load(path.read_text(encoding="utf-8"))
+    return body
+
+
+MINIMAL: dict[str, Any] = {
+    "apiVersion": "agentrl.io/v1alpha1",
+    "kind": "RLExperiment",
+    "metadata": {"name": "demo", "namespace": "rl"},
+    "spec": {
+        "model": {"path": "Qwen/Qwen2.5-0.5B-Instruct", "type": "qwen2.5-0.5B"},
+        "data": {"train": "/data/train.jsonl"},
+        "agent": {"http": {"url": "http://agent.rl.svc:8080"}},
+        "grpo": {"numRollouts": 10},
+    },
+}
+
+
+def minimal_body(**spec_overrides: Any) -> dict[str, Any]:
+    """The smallest valid experiment, with top-level spec keys replaced."""
+    body = copy.deepcopy(MINIMAL)
+    body["spec"].update(copy.deepcopy(spec_overrides))
+    return body
+
+
+@pytest.fixture(params=[p.name for p in example_paths()], ids=lambda n: n.removesuffix(".yaml"))
+def example_body(request: pytest.FixtureRequest) -> dict[str, Any]:
+    """Each example experiment in turn."""
+    return load_example(request.param)

@@ -1,0 +1,176 @@
+"""Offline stand-ins for what a cluster would check: CRD schemas and KubeRay's controller.
+
+- `to_jsonschema`: a Kubernetes structural schema -> JSON Schema that rejects unknown fields
+  the way the apiserver prunes them (k8s-test-harness Q5 transform).
+- `rayjob_schema_errors`: a rendered RayJob against KubeRay's own v1 CRD schema.
+- `kuberay_controller_errors`: the rules KubeRay checks only in its controller
+  (`ray-operator/controllers/ray/utils/validation.go`), which would otherwise surface as
+  `jobDeploymentStatus: ValidationFailed` after the objects were created.
+- `core_errors`: core objects against Kubernetes 1.30's schemas (kubernetes-validate, strict).
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import re
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import kubernetes_validate
+import yaml
+
+KUBERAY_SCHEMAS = Path("/work/shared/schemas/kuberay")
+RAYJOB_NAME_MAX = 47
+DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+QUALIFIED_NAME = re.compile(r"^([a-z0-9.-]{1,253}/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+
+
+def kuberay_schemas_dir() -> Path:
+    """The KubeRay CRDs: the shared copy, or the copy vendored next to these tests."""
+    vendored = Path(__file__).parent / "data" / "kuberay"
+    return KUBERAY_SCHEMAS if KUBERAY_SCHEMAS.is_dir() else vendored
+
+
+def to_jsonschema(schema: dict[str, Any]) -> dict[str, Any]:
+    """Structural schema -> JSON Schema (draft 7) with pruning made strict."""
+    node = copy.deepcopy(schema)
+    _transform(node)
+    return node
+
+
+def _transform(node: Any) -> None:
+    if isinstance(node, list):
+        for item in node:
+            _transform(item)
+        return
+    if not isinstance(node, dict):
+        return
+    preserve = node.pop("x-kubernetes-preserve-unknown-fields", False)
+    if node.pop("nullable", False) and "type" in node:
+        node["type"] = [node["type"], "null"]
+    if node.pop("x-kubernetes-int-or-string", False):
+        node.pop("type", None)
+        node.setdefault("anyOf", [{"type": "integer"}, {"type": "string"}])
+    for key in [k for k in node if k.startswith("x-kubernetes-")]:
+        del node[key]
+    if "properties" in node and not preserve and "additionalProperties" not in node:
+        node["additionalProperties"] = False
+    for key in ("properties", "patternProperties", "definitions"):
+        for child in (node.get(key) or {}).values():
+            _transform(child)
+    for key in ("items", "additionalProperties", "not"):
+        _transform(node.get(key))
+    for key in ("anyOf", "allOf", "oneOf"):
+        _transform(node.get(key))
+
+
+def crd_version_schema(crd: dict[str, Any], version: str = "v1") -> dict[str, Any]:
+    (found,) = [v for v in crd["spec"]["versions"] if v["name"] == version]
+    schema: dict[str, Any] = found["schema"]["openAPIV3Schema"]
+    return schema
+
+
+@functools.cache
+def _rayjob_validator() -> jsonschema.Draft7Validator:
+    crd = yaml.safe_load((kuberay_schemas_dir() / "ray.io_rayjobs.yaml").read_text())
+    return jsonschema.Draft7Validator(to_jsonschema(crd_version_schema(crd, "v1")))
+
+
+def schema_errors(validator: jsonschema.protocols.Validator, obj: Any) -> list[str]:
+    return sorted(
+        f"{'.'.join(str(p) for p in e.absolute_path) or '<root>'}: {e.message}"
+        for e in validator.iter_errors(obj)
+    )
+
+
+def rayjob_schema_errors(rayjob: dict[str, Any]) -> list[str]:
+    return schema_errors(_rayjob_validator(), rayjob)
+
+
+def kuberay_controller_errors(rayjob: dict[str, Any]) -> list[str]:
+    """validation.go's ValidateRayJobMetadata + ValidateRayJobSpec (+ the cluster spec)."""
+    out: list[str] = []
+    name = rayjob["metadata"]["name"]
+    if len(name) > RAYJOB_NAME_MAX:
+        out.append(f"RayJob name should be no more than {RAYJOB_NAME_MAX} characters")
+    if not DNS1035.match(name) or len(name) > 63:
+        out.append("RayJob name should be a valid DNS1035 label")
+    spec = rayjob["spec"]
+    shutdown = bool(spec.get("shutdownAfterJobFinishes"))
+    if spec.get("suspend") and not shutdown:
+        out.append("a RayJob with shutdownAfterJobFinishes false cannot be suspended")
+    ttl = spec.get("ttlSecondsAfterFinished", 0)
+    if ttl < 0:
+        out.append("TTLSecondsAfterFinished must be a non-negative integer")
+    if ttl > 0 and not shutdown:
+        out.append("ttlSecondsAfterFinished > 0 needs shutdownAfterJobFinishes")
+    if spec.get("deletionStrategy") is not None and shutdown:
+        out.append("deletionStrategy cannot be combined with shutdownAfterJobFinishes")
+    if spec.get("submissionMode", "K8sJobMode") not in (
+        "K8sJobMode", "HTTPMode", "InteractiveMode", "SidecarMode"
+    ):  # fmt: skip
+        out.append(f"unknown submissionMode {spec.get('submissionMode')!r}")
+    if "rayClusterSpec" not in spec and not spec.get("clusterSelector"):
+        out.append("one of RayClusterSpec or ClusterSelector must be set")
+    if spec.get("activeDeadlineSeconds") is not None and spec["activeDeadlineSeconds"] <= 0:
+        out.append("activeDeadlineSeconds must be a positive integer")
+    if spec.get("backoffLimit") is not None and spec["backoffLimit"] < 0:
+        out.append("backoffLimit must be a positive integer")
+    if "rayClusterSpec" in spec:
+        out.extend(_cluster_errors(spec["rayClusterSpec"]))
+    return out
+
+
+def _cluster_errors(cluster: dict[str, Any]) -> list[str]:
+    out: list[str] = []
+    head = cluster["headGroupSpec"]
+    groups = [("Head", head), *((w["groupName"], w) for w in cluster.get("workerGroupSpecs", []))]
+    for name, group in groups:
+        if not group["template"].get("spec", {}).get("containers"):
+            out.append(f"{name}: group should have at least one container")
+        params = group.get("rayStartParams") or {}
+        if any(params.get(k) for k in ("num-cpus", "num-gpus", "memory", "resources")) and (
+            group.get("resources")
+        ):
+            out.append(f"{name}: resources set in both rayStartParams and resources")
+        if "labels" in params:
+            out.append(f"{name}: rayStartParams['labels'] is not supported")
+        for key, value in (group.get("labels") or {}).items():
+            if not QUALIFIED_NAME.match(key) or not LABEL_VALUE.match(value):
+                out.append(f"{name}: invalid Ray label {key}={value}")
+    workers = cluster.get("workerGroupSpecs", [])
+    names = [w["groupName"] for w in workers]
+    if len(set(names)) != len(names):
+        out.append("worker group names must be unique")
+    for w in workers:
+        if not w.get("minReplicas", 0) <= w.get("replicas", 0) <= w.get("maxReplicas", 2**31):
+            out.append(f"{w['groupName']}: replicas outside [minReplicas, maxReplicas]")
+    head_env = head["template"]["spec"]["containers"][0].get("env", [])
+    if not cluster.get("enableInTreeAutoscaling") and any(
+        e["name"] == "RAY_enable_autoscaler_v2" and e.get("value") in ("1", "true")
+        for e in head_env
+    ):
+        out.append("RAY_enable_autoscaler_v2 set while enableInTreeAutoscaling is false")
+    return out
+
+
+def core_errors(obj: dict[str, Any], version: str = "1.30.0") -> list[str]:
+    """kubernetes-validate, strict (unknown fields are errors)."""
+    try:
+        kubernetes_validate.validate(obj, version, strict=True)
+    except kubernetes_validate.ValidationError as exc:
+        return [str(exc)]
+    return []
+
+
+def pod_templates(rayjob: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every pod template inside a RayJob (head, worker groups, submitter)."""
+    cluster = rayjob["spec"]["rayClusterSpec"]
+    templates = [cluster["headGroupSpec"]["template"]]
+    templates += [w["template"] for w in cluster.get("workerGroupSpecs", [])]
+    if "submitterPodTemplate" in rayjob["spec"]:
+        templates.append(rayjob["spec"]["submitterPodTemplate"])
+    return templates
