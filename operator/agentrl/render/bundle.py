@@ -13,6 +13,7 @@ import re
 from collections.abc import Mapping
 from importlib import resources
 from importlib.resources.abc import Traversable
+
 from agentrl.api.constants import CONFIGMAP_MAX_BYTES
 
 # What goes into the bundle: the package marker, the API (config models the bundle parses)
@@ -74,4 +75,3 @@ def bundle_data(files: Mapping[str, str]) -> tuple[dict[str, str], list[dict[str
     if size > CONFIGMAP_MAX_BYTES:
         raise ValueError(f"bundle is {size} bytes; a ConfigMap holds {CONFIGMAP_MAX_BYTES}")
     return data, items
-
