@@ -194,11 +194,47 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--dry-run", action="store_true", help="print env and argv as JSON; do not exec"
     )
+    parser.add_argument(
+        "--check-cuda",
+        action="store_true",
+        help="only check the image's CUDA setup (no runtime config; the image build runs this)",
+    )
+    parser.add_argument(
+        "--cuda-home",
+        default=os.environ.get("CUDA_HOME", "/usr/local/cuda"),
+        help="for --check-cuda",
+    )
     return parser.parse_args(argv)
+
+
+def check_cuda(cuda_home: str, ambient: Mapping[str, str]) -> int:
+    """One CUDA runtime major reachable and a matching torch_memory_saver, or exit 2."""
+    try:
+        env = cuda.resolve_cuda(
+            Path("/"), cuda_home, probe.site_dirs(), dict(ambient), probe.ldconfig_text()
+        )
+    except cuda.CudaError as e:
+        print(f"{LOG_PREFIX} error: {e}", file=sys.stderr)
+        return 2
+    site_dir, names = probe.tms_listing()
+    choice = cuda.choose_tms(site_dir, names, env.major)
+    report = {
+        "cudaHome": env.cuda_home,
+        "major": env.major,
+        "libcudart": [f"{c.path} ({c.source})" for c in env.cudarts],
+        "torchMemorySaver": choice.path,
+    }
+    print(json.dumps(report, indent=2))
+    if choice.problem:
+        print(f"{LOG_PREFIX} error: torch_memory_saver: {choice.problem}", file=sys.stderr)
+        return 2
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     ns = _parse(argv)
+    if ns.check_cuda:
+        return check_cuda(ns.cuda_home, os.environ)
     try:
         plan = build_plan(ns.config, os.environ)
     except LaunchError as e:
