@@ -185,3 +185,23 @@ def test_missing_runtime_config_is_a_clear_error(tmp_path: Path) -> None:
     )
     assert done.returncode == 2
     assert f"cannot read the runtime config {tmp_path / missing}" in done.stderr
+
+
+def test_check_cuda_mode_for_the_image_build(tmp_path: Path) -> None:
+    pod = Pod(tmp_path)
+    cmd = [sys.executable, "-m", "agentrl.bundle.launch", "--check-cuda"]
+    cmd += ["--cuda-home", str(tmp_path / "cuda")]
+    ok = subprocess.run(cmd, check=False, env=pod.env(), capture_output=True, text=True)
+    assert ok.returncode == 0, ok.stderr
+    report = json.loads(ok.stdout)
+    assert report["major"] == _cache_major()
+    assert report["torchMemorySaver"] == str(
+        FAKE / "pylib" / "torch_memory_saver_hook_mode_preload.abi3.so"
+    )
+    other = 13 if _cache_major() == 12 else 12
+    stray = touch(tmp_path, f"opt/lib/libcudart.so.{other}").parent
+    bad = subprocess.run(
+        cmd, check=False, env=pod.env(LD_LIBRARY_PATH=str(stray)), capture_output=True, text=True
+    )
+    assert bad.returncode == 2
+    assert f"libcudart.so.{other}: {stray}/libcudart.so.{other} (LD_LIBRARY_PATH)" in bad.stderr
