@@ -6,38 +6,15 @@ from typing import Any
 
 import openai
 import pytest
-from conftest import Cluster, metric
-
-from agentrl.bundle.gateway import GatewayServer
 from tests.support.sglang_stub import stub_logprob
 
-MESSAGES = [
-    {"role": "system", "content": "You are a helpful assistant."},
-    {"role": "user", "content": "What is 6*7?"},
-]
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "get_weather",
-            "description": "Weather for a city",
-            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
-        },
-    }
-]
-TOOL_REPLY = (
-    "<think>\nI should look it up.\n</think>\n\nLet me check.\n<tool_call>\n"
-    '{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
-)
+from agentrl.bundle.gateway import GatewayServer
+
+from .gateway_helpers import MESSAGES, TOOL_REPLY, TOOLS, Cluster, metric, scripted
 
 
 def client(gateway: GatewayServer, handle: Any) -> openai.AsyncOpenAI:
     return openai.AsyncOpenAI(base_url=handle.base_url, api_key=handle.token, max_retries=0)
-
-
-def scripted(tok: Any, text: str) -> Any:
-    im_end = tok.convert_tokens_to_ids("<|im_end|>")
-    return lambda prompt, params: [*tok.encode(text), im_end]
 
 
 async def test_chat_completion_records_exactly_what_the_engine_sampled(
@@ -50,7 +27,11 @@ async def test_chat_completion_records_exactly_what_the_engine_sampled(
     assert len(turns) == 1
     (sent,) = cluster.all_requests()
     assert sent["return_logprob"] is True and sent["rid"].startswith("s-exact-")
-    assert list(turns[0].prompt_ids) == sent["input_ids"] == renderer.render_ids(MESSAGES, add_generation_prompt=True)
+    assert (
+        list(turns[0].prompt_ids)
+        == sent["input_ids"]
+        == renderer.render_ids(MESSAGES, add_generation_prompt=True)
+    )
     sampled = cluster.sampled(sent["rid"])
     assert list(turns[0].completion_ids) == sampled
     assert list(turns[0].logprobs or []) == [stub_logprob(t, i) for i, t in enumerate(sampled)]
@@ -60,9 +41,15 @@ async def test_chat_completion_records_exactly_what_the_engine_sampled(
     assert metric(cluster, "agentrl_gateway_requests_total", api="openai", code="200") == 1
 
 
-async def test_session_sampling_params_reach_the_engine(gateway: GatewayServer, cluster: Cluster) -> None:
-    handle = await gateway.create_session("s-params", {"temperature": 0.7, "top_p": 0.9, "max_new_tokens": 64})
-    await client(gateway, handle).chat.completions.create(model="m", messages=MESSAGES, max_tokens=32, temperature=0.1)  # type: ignore[arg-type]
+async def test_session_sampling_params_reach_the_engine(
+    gateway: GatewayServer, cluster: Cluster
+) -> None:
+    handle = await gateway.create_session(
+        "s-params", {"temperature": 0.7, "top_p": 0.9, "max_new_tokens": 64}
+    )
+    await client(gateway, handle).chat.completions.create(
+        model="m", messages=MESSAGES, max_tokens=32, temperature=0.1
+    )  # type: ignore[arg-type]
     params = cluster.all_requests()[0]["sampling_params"]
     assert params["temperature"] == 0.7 and params["top_p"] == 0.9  # the trainer's policy wins
     assert params["max_new_tokens"] == 32  # the smaller budget
@@ -77,38 +64,63 @@ async def test_tool_calls_and_reasoning_are_parsed(
     cluster.set(responder=scripted(tok, TOOL_REPLY))
     handle = await gateway.create_session(f"s-tools-{stream}", {})
     c = client(gateway, handle)
-    args: dict[str, Any] = {"model": "m", "messages": MESSAGES, "tools": TOOLS, "tool_choice": "auto"}
+    args: dict[str, Any] = {
+        "model": "m",
+        "messages": MESSAGES,
+        "tools": TOOLS,
+        "tool_choice": "auto",
+    }
     if not stream:
         msg = (await c.chat.completions.create(**args)).choices[0]
         assert msg.finish_reason == "tool_calls"
         calls = msg.message.tool_calls or []
-        assert [(tc.function.name, tc.function.arguments) for tc in calls] == [("get_weather", '{"city":"Paris"}')]  # type: ignore[union-attr]
+        assert [(tc.function.name, tc.function.arguments) for tc in calls] == [
+            ("get_weather", '{"city":"Paris"}')
+        ]  # type: ignore[union-attr]
         assert msg.message.content == "Let me check."
-        assert msg.message.model_extra and msg.message.model_extra["reasoning_content"] == "I should look it up."
+        assert (
+            msg.message.model_extra
+            and msg.message.model_extra["reasoning_content"] == "I should look it up."
+        )
         return
-    chunks = [ch async for ch in await c.chat.completions.create(**args, stream=True, stream_options={"include_usage": True})]
+    chunks = [
+        ch
+        async for ch in await c.chat.completions.create(
+            **args, stream=True, stream_options={"include_usage": True}
+        )
+    ]
     deltas = [ch.choices[0].delta for ch in chunks if ch.choices]
     assert "".join(d.content or "" for d in deltas) == "Let me check."
     calls = [tc for d in deltas for tc in d.tool_calls or []]
     assert [tc.function.name for tc in calls] == ["get_weather"]  # type: ignore[union-attr]
     assert [ch.choices[0].finish_reason for ch in chunks if ch.choices][-1] == "tool_calls"
-    assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == len(cluster.sampled(cluster.all_requests()[0]["rid"]))
+    assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == len(
+        cluster.sampled(cluster.all_requests()[0]["rid"])
+    )
 
 
-async def test_tool_choice_none_keeps_the_call_as_text(gateway: GatewayServer, cluster: Cluster, tok: Any) -> None:
+async def test_tool_choice_none_keeps_the_call_as_text(
+    gateway: GatewayServer, cluster: Cluster, tok: Any
+) -> None:
     cluster.set(responder=scripted(tok, TOOL_REPLY))
     handle = await gateway.create_session("s-none", {})
-    reply = await client(gateway, handle).chat.completions.create(model="m", messages=MESSAGES, tools=TOOLS, tool_choice="none")  # type: ignore[arg-type]
+    reply = await client(gateway, handle).chat.completions.create(
+        model="m", messages=MESSAGES, tools=TOOLS, tool_choice="none"
+    )  # type: ignore[arg-type]
     assert reply.choices[0].message.tool_calls is None
     assert "get_weather" in (reply.choices[0].message.content or "")
 
 
-async def test_wrong_token_is_401_and_unknown_session_404(gateway: GatewayServer, cluster: Cluster) -> None:
+async def test_wrong_token_is_401_and_unknown_session_404(
+    gateway: GatewayServer, cluster: Cluster
+) -> None:
     handle = await gateway.create_session("s-auth", {})
     bad = openai.AsyncOpenAI(base_url=handle.base_url, api_key="not-the-token", max_retries=0)
     with pytest.raises(openai.AuthenticationError):
         await bad.chat.completions.create(model="m", messages=MESSAGES)  # type: ignore[arg-type]
-    other = openai.AsyncOpenAI(base_url=gateway.session_url("nope"), api_key=handle.token, max_retries=0)
+    other = openai.AsyncOpenAI(
+        base_url=gateway.session_url("nope"), api_key=handle.token, max_retries=0
+    )
     with pytest.raises(openai.NotFoundError):
         await other.chat.completions.create(model="m", messages=MESSAGES)  # type: ignore[arg-type]
     assert cluster.all_requests() == []
@@ -122,11 +134,16 @@ async def test_wrong_token_is_401_and_unknown_session_404(gateway: GatewayServer
         ({"messages": [{"role": "robot", "content": "hi"}]}, "messages[0].role"),
         ({"messages": MESSAGES, "temperature": 9}, "temperature"),
         ({"messages": MESSAGES, "tools": [{"type": "web"}]}, "tools[0]"),
-        ({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, "messages[0].content[0]"),
+        (
+            {"messages": [{"role": "user", "content": [{"type": "image_url"}]}]},
+            "messages[0].content[0]",
+        ),
         ({"messages": MESSAGES, "n": 2}, "n"),
     ],
 )
-async def test_bad_requests_name_the_field(gateway: GatewayServer, cluster: Cluster, body: dict[str, Any], param: str) -> None:
+async def test_bad_requests_name_the_field(
+    gateway: GatewayServer, cluster: Cluster, body: dict[str, Any], param: str
+) -> None:
     handle = await gateway.create_session("s-bad", {})
     with pytest.raises(openai.BadRequestError) as err:
         await client(gateway, handle).chat.completions.create(model="m", **body)
@@ -135,7 +152,9 @@ async def test_bad_requests_name_the_field(gateway: GatewayServer, cluster: Clus
     assert cluster.all_requests() == []
 
 
-async def test_engine_failure_is_a_502_and_counted(gateway: GatewayServer, cluster: Cluster) -> None:
+async def test_engine_failure_is_a_502_and_counted(
+    gateway: GatewayServer, cluster: Cluster
+) -> None:
     cluster.set(fail_next=1)
     handle = await gateway.create_session("s-fail", {})
     with pytest.raises(openai.InternalServerError) as err:

@@ -1,0 +1,138 @@
+"""The Anthropic front end with the official `anthropic` SDK (as Claude Code talks to us)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anthropic
+import pytest
+
+from agentrl.bundle.gateway import GatewayServer
+
+from .gateway_helpers import TOOL_REPLY, Cluster, metric, scripted
+
+TOOLS = [
+    {
+        "name": "get_weather",
+        "description": "Weather for a city",
+        "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}},
+    }
+]
+
+
+def client(handle: Any, **kw: Any) -> anthropic.AsyncAnthropic:
+    # The Anthropic SDK appends /v1/messages itself; Claude Code sends the token as a Bearer.
+    base = handle.base_url.removesuffix("/v1")
+    return anthropic.AsyncAnthropic(base_url=base, auth_token=handle.token, max_retries=0, **kw)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_messages_with_thinking_and_tool_use(
+    gateway: GatewayServer, cluster: Cluster, tok: Any, stream: bool
+) -> None:
+    cluster.set(responder=scripted(tok, TOOL_REPLY))
+    handle = await gateway.create_session(f"a-tools-{stream}", {})
+    args: dict[str, Any] = {
+        "model": "m",
+        "max_tokens": 256,
+        "system": [
+            {"type": "text", "text": "You are helpful.", "cache_control": {"type": "ephemeral"}}
+        ],
+        "messages": [{"role": "user", "content": "Weather in Paris?"}],
+        "tools": TOOLS,
+    }
+    c = client(handle)
+    if stream:
+        async with c.messages.stream(**args) as s:
+            msg = await s.get_final_message()
+    else:
+        msg = await c.messages.create(**args)
+    kinds = [b.type for b in msg.content]
+    assert kinds == ["thinking", "text", "tool_use"]
+    assert msg.content[0].thinking == "I should look it up."  # type: ignore[union-attr]
+    assert msg.content[1].text == "Let me check."  # type: ignore[union-attr]
+    assert (msg.content[2].name, msg.content[2].input) == ("get_weather", {"city": "Paris"})  # type: ignore[union-attr]
+    assert msg.stop_reason == "tool_use"
+    (turn,) = await gateway.get_turns(handle.session_id)
+    rid = cluster.all_requests()[0]["rid"]
+    assert list(turn.completion_ids) == cluster.sampled(rid) and msg.usage.output_tokens == len(
+        turn.completion_ids
+    )
+
+
+async def test_tool_result_round_trip_and_max_tokens(
+    gateway: GatewayServer, cluster: Cluster, renderer: Any
+) -> None:
+    handle = await gateway.create_session("a-loop", {})
+    c = client(handle, api_key=None)
+    messages: list[Any] = [
+        {"role": "user", "content": "Weather in Paris?"},
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "thinking", "thinking": "look it up", "signature": ""},
+                {
+                    "type": "tool_use",
+                    "id": "toolu_1",
+                    "name": "get_weather",
+                    "input": {"city": "Paris"},
+                },
+            ],
+        },
+        {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "sunny"}],
+        },
+    ]
+    msg = await c.messages.create(model="m", max_tokens=2, messages=messages, tools=TOOLS)  # type: ignore[arg-type]
+    assert msg.stop_reason == "max_tokens" and msg.usage.output_tokens == 2
+    expected = renderer.render_ids(
+        [
+            {"role": "user", "content": "Weather in Paris?"},
+            {
+                "role": "assistant",
+                "content": "",
+                "reasoning_content": "look it up",
+                "tool_calls": [
+                    {
+                        "type": "function",
+                        "id": "toolu_1",
+                        "function": {"name": "get_weather", "arguments": {"city": "Paris"}},
+                    }
+                ],
+            },
+            {"role": "tool", "content": "sunny", "tool_call_id": "toolu_1"},
+        ],
+        tools=[
+            {
+                "type": "function",
+                "function": {
+                    "name": t["name"],
+                    "description": t["description"],
+                    "parameters": t["input_schema"],
+                },
+            }
+            for t in TOOLS
+        ],
+        add_generation_prompt=True,
+    )
+    assert cluster.all_requests()[0]["input_ids"] == expected
+
+
+async def test_errors_are_anthropic_shaped(gateway: GatewayServer, cluster: Cluster) -> None:
+    handle = await gateway.create_session("a-err", {})
+    with pytest.raises(anthropic.BadRequestError) as err:
+        await client(handle).messages.create(
+            model="m", max_tokens=0, messages=[{"role": "user", "content": "x"}]
+        )
+    assert err.value.body["error"]["type"] == "invalid_request_error"  # type: ignore[index]
+    assert "max_tokens" in err.value.body["error"]["message"]  # type: ignore[index]
+    bad = anthropic.AsyncAnthropic(
+        base_url=handle.base_url.removesuffix("/v1"), api_key="wrong", max_retries=0
+    )
+    with pytest.raises(anthropic.AuthenticationError):
+        await bad.messages.create(
+            model="m", max_tokens=8, messages=[{"role": "user", "content": "x"}]
+        )
+    assert metric(cluster, "agentrl_gateway_requests_total", api="anthropic", code="401") == 1
+    assert cluster.all_requests() == []

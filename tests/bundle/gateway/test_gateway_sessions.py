@@ -1,0 +1,232 @@
+"""Session safety: duplicate ids, closed sessions, aborts on every worker, backpressure, scale."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import aiohttp
+import openai
+import pytest
+
+from agentrl.bundle.gateway import GatewayClient, GatewayServer
+from agentrl.bundle.session import SessionError
+
+from .gateway_helpers import N_WORKERS, Cluster, metric
+
+MESSAGES = [{"role": "user", "content": "What is 6*7?"}]
+
+
+async def until(cond: Callable[[], bool], what: str, limit_s: float = 10.0) -> None:
+    """Wait for a condition (a liveness bound, not a timing assertion)."""
+    for _ in range(int(limit_s / 0.01)):
+        if cond():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"never happened: {what}")
+
+
+def admin(gateway: GatewayServer) -> GatewayClient:
+    return GatewayClient(f"http://127.0.0.1:{gateway.port}", "admin-secret")
+
+
+async def chat(handle: Any, **kw: Any) -> Any:
+    c = openai.AsyncOpenAI(base_url=handle.base_url, api_key=handle.token, max_retries=0)
+    return await c.chat.completions.create(model="m", messages=MESSAGES, **kw)  # type: ignore[arg-type]
+
+
+async def test_duplicate_session_is_refused_in_process_and_over_http(
+    gateway: GatewayServer,
+) -> None:
+    await gateway.create_session("dup", {})
+    with pytest.raises(SessionError, match="already in use"):
+        await gateway.create_session("dup", {})
+    client = admin(gateway)
+    try:
+        with pytest.raises(SessionError, match="409"):
+            await client.create_session("dup", {})
+        await client.close_session("dup")
+        with pytest.raises(SessionError, match="already in use"):  # closed ids stay taken
+            await client.create_session("dup", {})
+    finally:
+        await client.aclose()
+
+
+async def test_admin_client_round_trip_and_admin_auth(
+    gateway: GatewayServer, cluster: Cluster
+) -> None:
+    client = admin(gateway)
+    try:
+        handle = await client.create_session("via-http", {"max_new_tokens": 16})
+        assert handle.base_url.endswith("/sessions/via-http/v1") and handle.token not in repr(
+            handle
+        )
+        await chat(handle)
+        turns = await client.get_turns("via-http")
+        assert turns == list(await gateway.get_turns("via-http"))
+        await client.close_session("via-http")
+        await client.close_session("via-http")  # idempotent
+    finally:
+        await client.aclose()
+    intruder = GatewayClient(f"http://127.0.0.1:{gateway.port}", "wrong")
+    try:
+        with pytest.raises(SessionError, match="401"):
+            await intruder.create_session("x", {})
+    finally:
+        await intruder.aclose()
+
+
+async def test_closed_session_refuses_late_requests(
+    gateway: GatewayServer, cluster: Cluster
+) -> None:
+    handle = await gateway.create_session("late", {})
+    await gateway.close_session("late")
+    with pytest.raises(openai.APIStatusError) as err:
+        await chat(handle)
+    assert err.value.status_code == 410
+    assert cluster.all_requests() == []
+
+
+def aborted_everywhere(cluster: Cluster, rid: str) -> bool:
+    return all(rid in e.aborted for e in cluster.engines)
+
+
+async def inflight_rid(cluster: Cluster) -> str:
+    await until(lambda: any(e._live for e in cluster.engines), "request reached an engine")
+    return next(rid for e in cluster.engines for rid in e._live)
+
+
+async def test_close_session_aborts_its_request_on_every_worker(
+    gateway: GatewayServer, cluster: Cluster
+) -> None:
+    cluster.set(token_delay_s=0.5)
+    handle = await gateway.create_session("closing", {})
+    call = asyncio.create_task(chat(handle))
+    rid = await inflight_rid(cluster)
+    await gateway.close_session("closing")
+    await until(lambda: aborted_everywhere(cluster, rid), "abort on every worker")
+    assert len(cluster.engines) == N_WORKERS
+    with pytest.raises(openai.APIError):
+        await call
+
+
+async def test_client_disconnect_aborts_on_every_worker(
+    gateway: GatewayServer, cluster: Cluster
+) -> None:
+    cluster.set(token_delay_s=0.5)
+    handle = await gateway.create_session("gone", {})
+    url = handle.base_url + "/chat/completions"
+    headers = {"Authorization": f"Bearer {handle.token}"}
+    async with aiohttp.ClientSession() as http:
+        task = asyncio.create_task(http.post(url, json={"messages": MESSAGES}, headers=headers))
+        rid = await inflight_rid(cluster)
+        task.cancel()  # the agent goes away mid-generation
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    await until(lambda: aborted_everywhere(cluster, rid), "abort on every worker")
+    assert await gateway.get_turns("gone") == []
+
+
+@pytest.mark.gateway(request_timeout_s=0.3)
+async def test_timeout_aborts_on_every_worker(gateway: GatewayServer, cluster: Cluster) -> None:
+    cluster.set(token_delay_s=5.0)
+    handle = await gateway.create_session("slow", {})
+    with pytest.raises(openai.APIStatusError) as err:
+        await chat(handle)
+    assert err.value.status_code == 504
+    rid = cluster.all_requests()[0]["rid"]
+    await until(lambda: aborted_everywhere(cluster, rid), "abort on every worker")
+
+
+async def test_engine_abort_is_recorded_and_reported(
+    gateway: GatewayServer, cluster: Cluster
+) -> None:
+    """A weight update aborts running requests: the partial turn is kept, the agent gets 503."""
+    cluster.set(token_delay_s=0.2)
+    handle = await gateway.create_session("preempted", {})
+    call = asyncio.create_task(chat(handle))
+    rid = await inflight_rid(cluster)
+    async with aiohttp.ClientSession() as http:
+        for e in cluster.engines:
+            await http.post(e.url + "/abort_request", json={"abort_all": True})
+    with pytest.raises(openai.APIStatusError) as err:
+        await call
+    assert err.value.status_code == 503
+    (turn,) = await gateway.get_turns("preempted")
+    assert turn.finish_reason == "abort" and list(turn.completion_ids) == cluster.sampled(rid)
+
+
+@pytest.mark.gateway(max_in_flight=2)
+async def test_backpressure_answers_429_not_collapse(
+    gateway: GatewayServer, cluster: Cluster
+) -> None:
+    cluster.set(token_delay_s=0.05)
+    handles = [await gateway.create_session(f"bp{i}", {}) for i in range(8)]
+    results = await asyncio.gather(*(chat(h) for h in handles), return_exceptions=True)
+    limited = [r for r in results if isinstance(r, openai.RateLimitError)]
+    ok = [r for r in results if not isinstance(r, BaseException)]
+    assert len(limited) + len(ok) == 8 and limited and ok
+    assert metric(cluster, "agentrl_gateway_requests_total", api="openai", code="429") == len(
+        limited
+    )
+
+
+async def test_turns_of_one_session_are_serialised(
+    gateway: GatewayServer, cluster: Cluster
+) -> None:
+    cluster.set(token_delay_s=0.01)
+    handle = await gateway.create_session("serial", {})
+    live: list[int] = []
+    seen: list[int] = []
+    original = cluster.engines[0]._run
+
+    async def watch(*args: Any) -> Any:
+        live.append(1)
+        seen.append(len(live))
+        try:
+            return await original(*args)
+        finally:
+            live.pop()
+
+    for e in cluster.engines:
+        e._run = watch  # type: ignore[method-assign]
+    await asyncio.gather(*(chat(handle) for _ in range(4)))
+    assert seen == [1, 1, 1, 1] and len(await gateway.get_turns("serial")) == 4
+
+
+@pytest.mark.gateway(max_in_flight=1024)
+async def test_256_concurrent_sessions(gateway: GatewayServer, cluster: Cluster) -> None:
+    client = admin(gateway)
+    try:
+        handles = await asyncio.gather(
+            *(client.create_session(f"c{i:03d}", {}) for i in range(256))
+        )
+        http = aiohttp.ClientSession()
+
+        async def one(h: Any) -> int:
+            body = {"messages": [{"role": "user", "content": f"task {h.session_id}"}]}
+            async with http.post(
+                h.base_url + "/chat/completions",
+                json=body,
+                headers={"Authorization": f"Bearer {h.token}"},
+            ) as r:
+                await r.read()
+                return r.status
+
+        statuses = await asyncio.gather(*(one(h) for h in handles))
+        await http.close()
+        assert statuses == [200] * 256
+        all_turns: list[Any] = await asyncio.gather(
+            *(client.get_turns(h.session_id) for h in handles)
+        )
+        by_rid = {r["rid"]: r for r in cluster.all_requests()}
+        assert len(by_rid) == 256
+        for h, turns in zip(handles, all_turns, strict=True):
+            (turn,) = turns
+            rid = next(r for r in by_rid if r.startswith(h.session_id + "-"))
+            assert list(turn.prompt_ids) == by_rid[rid]["input_ids"]
+            assert list(turn.completion_ids) == cluster.sampled(rid)
+        await asyncio.gather(*(client.close_session(h.session_id) for h in handles))
+    finally:
+        await client.aclose()
