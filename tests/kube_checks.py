@@ -54,6 +54,11 @@ def _transform(node: Any) -> None:
     if node.pop("x-kubernetes-int-or-string", False):
         node.pop("type", None)
         node.setdefault("anyOf", [{"type": "integer"}, {"type": "string"}])
+    for bound, plain in (("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")):
+        if node.get(bound) is True:  # OpenAPI 3.0 boolean form -> draft 7 number form
+            node[bound] = node.pop(plain)
+        elif node.get(bound) is False:
+            del node[bound]
     for key in [k for k in node if k.startswith("x-kubernetes-")]:
         del node[key]
     if "properties" in node and not preserve and "additionalProperties" not in node:
@@ -174,3 +179,56 @@ def pod_templates(rayjob: dict[str, Any]) -> list[dict[str, Any]]:
     if "submitterPodTemplate" in rayjob["spec"]:
         templates.append(rayjob["spec"]["submitterPodTemplate"])
     return templates
+
+
+# ---- structural defaulting and CEL, as the apiserver applies them --------------------
+
+
+def apply_defaults(schema: dict[str, Any], obj: Any) -> Any:
+    """Structural defaulting: fill absent properties that declare a `default`, recursively."""
+    if isinstance(obj, dict) and "properties" in schema:
+        for name, child in schema["properties"].items():
+            if name not in obj and "default" in child:
+                obj[name] = copy.deepcopy(child["default"])
+            if name in obj:
+                obj[name] = apply_defaults(child, obj[name])
+    elif isinstance(obj, dict) and isinstance(schema.get("additionalProperties"), dict):
+        for key in obj:
+            obj[key] = apply_defaults(schema["additionalProperties"], obj[key])
+    elif isinstance(obj, list) and "items" in schema:
+        return [apply_defaults(schema["items"], item) for item in obj]
+    return obj
+
+
+def cel_violations(
+    schema: dict[str, Any], obj: Any, old: Any = None, path: str = ""
+) -> list[tuple[str, str]]:
+    """(path, message) of every x-kubernetes-validations rule that fails on `obj`.
+
+    Transition rules (those naming oldSelf) run only where an old value exists, as in the
+    apiserver; list items are matched to old items by position.
+    """
+    import celpy
+
+    out: list[tuple[str, str]] = []
+    env = celpy.Environment()
+    for rule in schema.get("x-kubernetes-validations", []):
+        transition = "oldSelf" in rule["rule"]
+        if transition and old is None:
+            continue
+        activation = {"self": celpy.json_to_cel(obj)}
+        if transition:
+            activation["oldSelf"] = celpy.json_to_cel(old)
+        result = env.program(env.compile(rule["rule"])).evaluate(activation)
+        if not isinstance(result, celpy.celtypes.BoolType) or not bool(result):
+            out.append((path or "<root>", rule["message"]))
+    if isinstance(obj, dict):
+        for name, child in (schema.get("properties") or {}).items():
+            if name in obj:
+                prior = old.get(name) if isinstance(old, dict) else None
+                out += cel_violations(child, obj[name], prior, f"{path}.{name}".lstrip("."))
+    elif isinstance(obj, list) and "items" in schema:
+        for i, item in enumerate(obj):
+            prior = old[i] if isinstance(old, list) and i < len(old) else None
+            out += cel_violations(schema["items"], item, prior, f"{path}[{i}]")
+    return out

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Literal
 
@@ -107,13 +106,15 @@ def parallelism_divides(exp: RLExperiment) -> Iterator[Finding]:
     par = res.parallelism
     mp = par.model_parallel_size
     actor = res.actor_gpus
-    if actor >= 1 and actor % mp:
+    if not layout_ok(exp):
+        return
+    if actor % mp:
         yield err(
             f"spec.{R}.parallelism",
             f"{actor} training GPUs are not divisible by tensor x pipeline x context = {mp}",
             "change the parallelism or the GPU count so the product divides the training GPUs",
         )
-    elif actor >= 1 and (actor // (par.tensor * par.pipeline)) % par.expert:
+    elif (actor // (par.tensor * par.pipeline)) % par.expert:
         yield err(
             f"spec.{R}.parallelism.expert",
             f"expert parallelism {par.expert} does not divide data x context parallelism "
@@ -157,6 +158,11 @@ def engines_fit(exp: RLExperiment) -> Iterator[Finding]:
         )
 
 
+def layout_ok(exp: RLExperiment) -> bool:
+    """Whether the GPU split is sound; rules built on it stay quiet otherwise (no cascades)."""
+    return next(rollout_placement(exp), None) is None
+
+
 def batches_divide(exp: RLExperiment) -> Iterator[Finding]:
     grpo = exp.spec.grpo
     res = exp.spec.resources
@@ -170,7 +176,7 @@ def batches_divide(exp: RLExperiment) -> Iterator[Finding]:
             "slime needs whole optimizer steps per rollout; use a divisor",
         )
     mp = res.parallelism.model_parallel_size
-    if res.actor_gpus >= mp and res.actor_gpus % mp == 0:
+    if layout_ok(exp) and res.actor_gpus >= mp and res.actor_gpus % mp == 0:
         dp = res.actor_gpus // mp
         if gbs % dp:
             yield err(
@@ -197,11 +203,18 @@ def grpo_groups(exp: RLExperiment) -> Iterator[Finding]:
         )
 
 
+def repeats(values: list[str]) -> Iterator[tuple[int, str]]:
+    """(index, value) of every value seen before (the first occurrence is fine)."""
+    seen: set[str] = set()
+    for i, value in enumerate(values):
+        if value in seen:
+            yield i, value
+        seen.add(value)
+
+
 def eval_sets(exp: RLExperiment) -> Iterator[Finding]:
-    counts = Counter(e.name for e in exp.spec.data.eval)
-    for i, ev in enumerate(exp.spec.data.eval):
-        if counts[ev.name] > 1:
-            yield err(f"spec.data.eval[{i}].name", f"duplicate eval set {ev.name!r}", "rename it")
+    for i, name in repeats([e.name for e in exp.spec.data.eval]):
+        yield err(f"spec.data.eval[{i}].name", f"duplicate eval set {name!r}", "rename it")
 
 
 def gateway_service(exp: RLExperiment) -> Iterator[Finding]:
@@ -231,11 +244,10 @@ def gateway_service(exp: RLExperiment) -> Iterator[Finding]:
 
 
 def env_vars(exp: RLExperiment) -> Iterator[Finding]:
-    names = Counter(e.name for e in exp.spec.runtime.env)
+    for i, name in repeats([e.name for e in exp.spec.runtime.env]):
+        yield err(f"spec.runtime.env[{i}].name", f"{name} is set twice", "keep one")
     for i, env in enumerate(exp.spec.runtime.env):
         path = f"spec.runtime.env[{i}].name"
-        if names[env.name] > 1:
-            yield err(path, f"{env.name} is set twice", "keep one")
         if env.name in RESERVED_ENV or env.name.startswith(ENV_HTTP_HEADER_PREFIX):
             yield err(path, f"{env.name} is set by agentrl", _reserved_env_hint(env.name))
         elif env.name == ENV_WANDB_API_KEY and exp.spec.tracking.wandb is not None:
@@ -259,9 +271,8 @@ def volumes(exp: RLExperiment) -> Iterator[Finding]:
             yield err(f"spec.runtime.volumes[{i}].name", "required field is missing", "name it")
         else:
             declared.append(name)
-    for name, n in Counter(declared).items():
-        if n > 1:
-            yield err("spec.runtime.volumes", f"volume {name!r} is declared twice", "rename one")
+    for _, name in repeats(declared):
+        yield err("spec.runtime.volumes", f"volume {name!r} is declared twice", "rename one")
     for i, mount in enumerate(rt.volume_mounts):
         if mount.get("name") not in declared:
             yield err(
@@ -287,10 +298,8 @@ def _overlaps(a: str, b: str) -> bool:
 
 
 def extra_code(exp: RLExperiment) -> Iterator[Finding]:
-    counts = Counter(c.config_map for c in exp.spec.runtime.extra_code)
-    for i, code in enumerate(exp.spec.runtime.extra_code):
-        if counts[code.config_map] > 1:
-            yield err(f"spec.runtime.extraCode[{i}].configMap", "listed twice", "keep one")
+    for i, name in repeats([c.config_map for c in exp.spec.runtime.extra_code]):
+        yield err(f"spec.runtime.extraCode[{i}].configMap", f"{name!r} listed twice", "keep one")
 
 
 def extra_resources(exp: RLExperiment) -> Iterator[Finding]:

@@ -1,0 +1,143 @@
+"""The bad-spec corpus: each broken experiment is rejected and names its exact field.
+
+Every case is the smallest valid experiment with one mistake a user really makes; the test
+asserts the error's path (wire form, as written in the YAML) and that nothing else is
+reported, so a rule that fires on the wrong field or on valid specs fails here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from agentrl.api.validation import errors, parse_experiment
+from conftest import minimal_body
+
+ARN = "arn:aws:bedrock-agentcore:us-west-2:111122223333:runtime/agent-1"
+CORE = {"runtimeArn": ARN, "region": "us-west-2", "s3Bucket": "rollouts"}
+SECRET = {"name": "s", "key": "k"}
+
+
+def spec(**overrides: Any) -> dict[str, Any]:
+    return minimal_body(**overrides)
+
+
+def named(name: str) -> dict[str, Any]:
+    body = minimal_body()
+    body["metadata"]["name"] = name
+    return body
+
+
+def with_agent(**agent: Any) -> dict[str, Any]:
+    return minimal_body(agent=agent)
+
+
+CASES: list[tuple[str, dict[str, Any], str]] = [
+    # --- structure: types, ranges, unknown and missing fields
+    ("unknown top-level field", spec(gpus=8), "spec.gpus"),
+    ("typo in a nested field", spec(resources={"gpusPerNodes": 8}), "spec.resources.gpusPerNodes"),
+    ("missing model", {**minimal_body(), "spec": {k: v for k, v in minimal_body()["spec"].items()
+                                                   if k != "model"}}, "spec.model"),
+    ("missing numRollouts", spec(grpo={}), "spec.grpo.numRollouts"),
+    ("zero tensor parallelism", spec(resources={"parallelism": {"tensor": 0}}),
+     "spec.resources.parallelism.tensor"),
+    ("string for an int", spec(grpo={"numRollouts": "many"}), "spec.grpo.numRollouts"),
+    ("negative learning rate", spec(grpo={"numRollouts": 1, "learningRate": -1e-6}),
+     "spec.grpo.learningRate"),
+    ("unknown KL type", spec(grpo={"numRollouts": 1, "klLossType": "l2"}), "spec.grpo.klLossType"),
+    ("bad memory quantity", spec(resources={"memory": "256 GB"}), "spec.resources.memory"),
+    ("bad service type", spec(gateway={"service": {"type": "NodePort"}}),
+     "spec.gateway.service.type"),
+    ("privileged gateway port", spec(gateway={"port": 80}), "spec.gateway.port"),
+    ("bad eval name", spec(data={"train": "/d.jsonl", "eval": [{"name": "Dev Set", "path": "/e"}]}),
+     "spec.data.eval[0].name"),
+    ("env with both value and secret",
+     spec(runtime={"env": [{"name": "A", "value": "1", "valueFrom": {"secretKeyRef": SECRET}}]}),
+     "spec.runtime.env[0]"),
+    ("bad AgentCore ARN", with_agent(agentCore={**CORE, "runtimeArn": "agent-1"}),
+     "spec.agent.agentCore.runtimeArn"),
+    ("http agent without scheme", with_agent(http={"url": "agent.rl.svc"}), "spec.agent.http.url"),
+    ("wrong apiVersion", {**minimal_body(), "apiVersion": "agentrl.io/v1"}, "apiVersion"),
+    # --- cross-field rules
+    ("name over 47 characters", named("a" * 48), "metadata.name"),
+    ("name not DNS-1035", named("7b-run"), "metadata.name"),
+    ("no agent backend", with_agent(), "spec.agent"),
+    ("two agent backends", with_agent(agentCore=CORE, http={"url": "http://a"}), "spec.agent"),
+    ("local model without renderer", spec(model={"path": "/models/m", "type": "qwen2.5-3B"}),
+     "spec.model.rendererFamily"),
+    ("GPUs not divisible by tp x pp", spec(resources={"parallelism": {"tensor": 3}}),
+     "spec.resources.parallelism"),
+    ("expert parallelism does not divide",
+     spec(resources={"parallelism": {"tensor": 2, "expert": 3}}),
+     "spec.resources.parallelism.expert"),
+    ("engines do not fit", spec(resources={"rolloutGpusPerEngine": 3}),
+     "spec.resources.rolloutGpusPerEngine"),
+    ("non-colocated without rollout GPUs", spec(resources={"colocate": False}),
+     "spec.resources.rolloutGpus"),
+    ("rollout GPUs while colocated", spec(resources={"rolloutGpus": 4}),
+     "spec.resources.rolloutGpus"),
+    ("rollout takes every GPU", spec(resources={"colocate": False, "rolloutGpus": 8}),
+     "spec.resources.rolloutGpus"),
+    ("training not whole nodes",
+     spec(resources={"nodes": 4, "colocate": False, "rolloutGpus": 12}),
+     "spec.resources.rolloutGpus"),
+    ("global batch does not divide", spec(grpo={"numRollouts": 1, "globalBatchSize": 100}),
+     "spec.grpo.globalBatchSize"),
+    ("global batch vs data parallel",
+     spec(grpo={"numRollouts": 1, "rolloutBatchSize": 3, "samplesPerPrompt": 2,
+                "globalBatchSize": 6}),
+     "spec.grpo.globalBatchSize"),
+    ("GRPO with one sample", spec(grpo={"numRollouts": 1, "samplesPerPrompt": 1,
+                                        "globalBatchSize": 32}),
+     "spec.grpo.samplesPerPrompt"),
+    ("response longer than context",
+     spec(model={"path": "Qwen/Q", "type": "q", "contextLength": 1024}),
+     "spec.grpo.maxResponseLength"),
+    ("duplicate eval names",
+     spec(data={"train": "/t", "eval": [{"name": "a", "path": "/a"}, {"name": "a", "path": "/b"}]}),
+     "spec.data.eval[1].name"),
+    ("gateway on the metrics port", spec(gateway={"port": 9400}), "spec.gateway.port"),
+    ("gateway on Ray's dashboard port", spec(gateway={"port": 8265}), "spec.gateway.port"),
+    ("source ranges on ClusterIP",
+     spec(gateway={"service": {"loadBalancerSourceRanges": ["10.0.0.0/8"]}}),
+     "spec.gateway.service.loadBalancerSourceRanges"),
+    ("source range not a CIDR",
+     spec(gateway={"service": {"type": "LoadBalancer", "loadBalancerSourceRanges": ["office"]}}),
+     "spec.gateway.service.loadBalancerSourceRanges[0]"),
+    ("user sets PYTHONPATH", spec(runtime={"env": [{"name": "PYTHONPATH", "value": "/x"}]}),
+     "spec.runtime.env[0].name"),
+    ("env var twice",
+     spec(runtime={"env": [{"name": "A", "value": "1"}, {"name": "B", "value": "2"},
+                           {"name": "A", "value": "3"}]}),
+     "spec.runtime.env[2].name"),
+    ("mount without volume",
+     spec(runtime={"volumeMounts": [{"name": "models", "mountPath": "/models"}]}),
+     "spec.runtime.volumeMounts[0].name"),
+    ("mount over agentrl's code",
+     spec(runtime={"volumes": [{"name": "v", "emptyDir": {}}],
+                   "volumeMounts": [{"name": "v", "mountPath": "/opt/agentrl"}]}),
+     "spec.runtime.volumeMounts[0].mountPath"),
+    ("volume without a name", spec(runtime={"volumes": [{"emptyDir": {}}]}),
+     "spec.runtime.volumes[0].name"),
+    ("GPU listed as extra resource",
+     spec(resources={"extraResources": {"nvidia.com/gpu": 8}}), "spec.resources.extraResources"),
+    ("extra code listed twice",
+     spec(runtime={"extraCode": [{"configMap": "tools"}, {"configMap": "tools"}]}),
+     "spec.runtime.extraCode[1].configMap"),
+    ("save interval without path", spec(checkpoint={"saveInterval": 10}), "spec.checkpoint.path"),
+]  # fmt: skip
+
+
+def test_corpus_is_big_enough() -> None:
+    assert len(CASES) >= 25
+    assert len({c[0] for c in CASES}) == len(CASES)
+
+
+@pytest.mark.parametrize(("case", "body", "path"), CASES, ids=[c[0] for c in CASES])
+def test_rejected_with_exact_path(case: str, body: dict[str, Any], path: str) -> None:
+    exp, problems = parse_experiment(body)
+    assert exp is None, f"{case}: accepted"
+    found = errors(problems)
+    assert [p.path for p in found] == [path], found  # one mistake, one problem, right field
+    assert all(p.message for p in found)
