@@ -22,7 +22,7 @@ from typing import Any
 from launch_trees import cuda_toolkit, example_docs, experiment, touch
 
 from agentrl.api.runtime import RuntimeConfig
-from agentrl.render.slime_args import CUSTOM_CONFIG_PATH, build_slime_args
+from agentrl.render.slime_args import CUSTOM_CONFIG_PATH, EVAL_CONFIG_PATH, build_slime_args
 
 FAKE = Path(__file__).parent / "fake_slime"
 SECRET = "wandb-secret-value-123"
@@ -39,10 +39,13 @@ def _cache_major() -> int:
 class Pod:
     """A temporary pod filesystem: models, data, checkpoints, CUDA toolkit, runtime config."""
 
-    def __init__(self, root: Path, extra_args: list[str] | None = None) -> None:
+    def __init__(
+        self, root: Path, extra_args: list[str] | None = None, slime_dir: Path = FAKE
+    ) -> None:
         self.root = root
         self.record = root / "record.json"
         self.custom_config = root / "slime-custom-config.yaml"
+        self.eval_config = root / "slime-eval-config.yaml"
         doc = json.loads(json.dumps(example_docs()["builtin-http-two-evals"]))
         spec = doc["spec"]
         spec["model"]["path"] = str(touch(root, "models/qwen/config.json", "{}").parent)
@@ -55,12 +58,13 @@ class Pod:
         cuda_toolkit(root, "/cuda", _cache_major())
         spec["runtime"] = {
             "cudaHome": str(root / "cuda"),
-            "slimeDir": str(FAKE),
+            "slimeDir": str(slime_dir),
             "extraArgs": spec["runtime"]["extraArgs"] if extra_args is None else extra_args,
         }
         exp = experiment(doc)
         args = build_slime_args(exp)
         args[args.index(CUSTOM_CONFIG_PATH)] = str(self.custom_config)
+        args[args.index(EVAL_CONFIG_PATH)] = str(self.eval_config)
         self.exp = exp
         self.config_path = root / "config.json"
         self.config_path.write_text(
@@ -135,6 +139,8 @@ def test_exec_replaces_the_launcher_with_train_py_and_propagates_env(tmp_path: P
     assert {k: env[k] for k in train_env} == train_env  # actors get the driver's pinned env
     assert set(train_env) >= {"CUDA_HOME", "LD_LIBRARY_PATH", "PYTHONPATH"}
     assert "agentrl_config_path" in pod.custom_config.read_text()
+    assert argv[argv.index("--eval-config") + 1] == str(pod.eval_config)
+    assert "math500" in pod.eval_config.read_text()
     assert "exec" in err
 
 
@@ -205,3 +211,22 @@ def test_check_cuda_mode_for_the_image_build(tmp_path: Path) -> None:
     )
     assert bad.returncode == 2
     assert f"libcudart.so.{other}: {stray}/libcudart.so.{other} (LD_LIBRARY_PATH)" in bad.stderr
+
+
+def test_without_slime_importable_flags_are_not_checked_but_said_so(tmp_path: Path) -> None:
+    tree = tmp_path / "slime-tree"
+    shutil.copytree(FAKE, tree, ignore=shutil.ignore_patterns("slime", "__pycache__"))
+    pod = Pod(tmp_path, extra_args=["--no-such-flag"], slime_dir=tree)
+    done = pod.launch()
+    assert done.returncode == 0, done.stderr
+    assert "slime is not importable here: flags were not checked" in done.stderr
+    assert _recorded(pod)["argv"][-1] == "--no-such-flag"
+
+
+def test_slime_that_cannot_build_its_parser_stops_the_launch(tmp_path: Path) -> None:
+    pod = Pod(tmp_path)
+    done = pod.launch(MEGATRON_DIR=str(tmp_path / "no-megatron"))
+    assert done.returncode == 2
+    assert "could not build slime's argument parser" in done.stderr
+    assert "No module named 'megatron'" in done.stderr
+    assert not pod.record.exists()
