@@ -12,10 +12,10 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 import yaml
 from pydantic import ValidationError
@@ -25,6 +25,7 @@ from agentrl.api.runtime import ENV_WANDB_API_KEY, RuntimeConfig
 from agentrl.bundle.launch import command, cuda, preflight, probe
 
 DEFAULT_MEGATRON_DIR = "/root/Megatron-LM"
+T = TypeVar("T")
 LOG_PREFIX = "agentrl-launch:"
 
 
@@ -120,12 +121,28 @@ def _tms(config: RuntimeConfig, major: int, problems: list[str], warnings: list[
     return choice.path
 
 
-def _guarded(problems: list[str], fn: Any, *args: Any) -> Any:
+def _guarded(problems: list[str], fn: Callable[..., T], *args: str) -> T | None:
+    """fn(*args), or None with its ProbeError recorded as a problem."""
     try:
         return fn(*args)
     except probe.ProbeError as e:
         problems.append(str(e))
         return None
+
+
+def _check_flags(
+    parts: list[command.Part], env: Mapping[str, str], problems: list[str], warnings: list[str]
+) -> None:
+    """Refuse flags slime's own parser does not define (slime would drop them silently)."""
+    try:
+        known = probe.known_flags(env)
+    except probe.ProbeError as e:
+        problems.append(str(e))
+        return
+    if known is None:
+        warnings.append("slime is not importable here: flags were not checked against its parser")
+    elif bad := command.unknown_flags(parts, known):
+        problems.append(command.unknown_flags_message(bad, known))
 
 
 def build_plan(config_path: str, ambient: Mapping[str, str]) -> Plan:
@@ -138,7 +155,8 @@ def build_plan(config_path: str, ambient: Mapping[str, str]) -> Plan:
     tms = _tms(config, major, problems, warnings) if cuda_env else None
     added = pinned_env(config, cuda_env, ambient, config_path) if cuda_env else {}
     env = {**ambient, **added}
-    model_args = _guarded(problems, probe.model_args, spec.runtime.slime_dir, spec.model.type) or []
+    slime_dir, model_type = spec.runtime.slime_dir, spec.model.type
+    model_args = _guarded(problems, probe.model_args, slime_dir, model_type) or []
     problems += preflight.run_all(Path("/"), spec, _guarded(problems, probe.visible_gpus))
     key_env = config.wandb_api_key_env or ENV_WANDB_API_KEY
     if spec.tracking.wandb is not None and not ambient.get(key_env):
@@ -147,11 +165,8 @@ def build_plan(config_path: str, ambient: Mapping[str, str]) -> Plan:
     parts = command.compose(
         config, model_args, train_env, command.wandb_args(spec, ambient, key_env)
     )
-    known = _guarded(problems, probe.known_flags, env) if cuda_env else None
-    if known is None and cuda_env:
-        warnings.append("slime is not importable here: flags were not checked against its parser")
-    elif known is not None and (bad := command.unknown_flags(parts, known)):
-        problems.append(command.unknown_flags_message(bad, known))
+    if cuda_env:  # the parser is built with the pinned env, like slime itself
+        _check_flags(parts, env, problems, warnings)
     if problems:
         raise LaunchError(problems)
     assert cuda_env is not None  # no problems means CUDA resolved
