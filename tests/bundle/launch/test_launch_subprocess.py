@@ -162,6 +162,7 @@ def test_dry_run_prints_json_with_secrets_redacted(tmp_path: Path) -> None:
     assert out["argv"][:2] == ["python3", str(FAKE / "train.py")]
     assert out["env"]["CUDA_HOME"] == str(tmp_path / "cuda")
     assert SECRET not in done.stdout and "tok-xyz" not in done.stdout
+    assert out["secretsPresent"] == ["WANDB_API_KEY"]
     assert str(pod.custom_config) in out["files"]
 
 

@@ -55,6 +55,8 @@ class Plan:
             "argv": self.argv,
             "env": command.redact(self.changed_env, self.secret_names),
             "trainEnvVars": command.redact(self.train_env, self.secret_names),
+            # Names only: shows the Secret reached the pod without showing its value.
+            "secretsPresent": sorted(n for n in self.secret_names if self.env.get(n)),
             "files": self.files,
             "cuda": {"major": self.cuda_major, "libcudart": self.cudarts},
             "torchMemorySaver": self.tms,
