@@ -1,0 +1,54 @@
+"""Golden files: the exact objects each example renders to, reviewed like code.
+
+A change in the renderer (or in slime_args) shows up as a diff of
+`tests/render/golden/<example>.yaml`; regenerate with
+`AGENTRL_UPDATE_GOLDEN=1 pytest tests/render/test_render_golden.py` and review the diff.
+The bundle is a fixed two-file stand-in so edits of agentrl.bundle never churn the goldens
+(the real bundle is covered by test_render_bundle.py).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from agentrl.api.validation import parse_experiment
+from agentrl.cli.main import dump_objects
+from agentrl.render import OperatorDefaults, render_all
+from conftest import example_paths, load_example
+
+GOLDEN_DIR = Path(__file__).parent / "golden"
+DEFAULTS = OperatorDefaults(
+    image="registry.example/agentrl-runtime:0.0.0@sha256:" + "0" * 64,
+    bundle_version="0.0.0-golden",
+    ray_version="2.49.0",
+)
+BUNDLE = {
+    "agentrl/__init__.py": '"""agentrl (golden stand-in)."""\n',
+    "agentrl/bundle/launch/__main__.py": "raise SystemExit(0)\n",
+}
+
+
+def rendered(name: str) -> str:
+    exp, problems = parse_experiment(load_example(name))
+    assert exp is not None, problems
+    return dump_objects(render_all(exp, DEFAULTS, BUNDLE), "yaml")
+
+
+@pytest.mark.parametrize("name", [p.stem for p in example_paths()])
+def test_matches_golden(name: str) -> None:
+    golden = GOLDEN_DIR / f"{name}.yaml"
+    text = rendered(name)
+    if os.environ.get("AGENTRL_UPDATE_GOLDEN") == "1":
+        golden.write_text(text)
+    assert golden.exists(), f"no golden for {name}: run with AGENTRL_UPDATE_GOLDEN=1"
+    assert text == golden.read_text(), (
+        f"{golden} differs: review, then regenerate with AGENTRL_UPDATE_GOLDEN=1"
+    )
+
+
+def test_rendering_is_deterministic() -> None:
+    name = example_paths()[0].stem
+    assert rendered(name) == rendered(name)
