@@ -1,0 +1,54 @@
+"""Agent backends: where an episode's agent runs (AgentCore runtime or any HTTP agent).
+
+`build_backend` picks the one the experiment's spec names; everything else in the rollout
+sees only the `AgentBackend` protocol.
+"""
+
+from __future__ import annotations
+
+from agentrl.api.runtime import RuntimeConfig
+from agentrl.bundle.agents.base import (
+    AgentBackend,
+    AgentError,
+    AgentRequest,
+    AgentResult,
+    PoolStats,
+    parse_result,
+)
+
+__all__ = [
+    "AgentBackend",
+    "AgentError",
+    "AgentRequest",
+    "AgentResult",
+    "PoolStats",
+    "build_backend",
+    "parse_result",
+]
+
+
+async def build_backend(
+    config: RuntimeConfig, *, listen_host: str = "0.0.0.0", advertise_host: str = "127.0.0.1"
+) -> AgentBackend:
+    """The experiment's backend, ready to run episodes (HTTP: its callback listener is up)."""
+    agent = config.spec.agent
+    pool_size = agent.effective_max_pool_connections
+    if agent.agent_core is not None and agent.http is None:
+        from agentrl.bundle.agents.agentcore import AgentCoreBackend
+
+        return AgentCoreBackend(
+            agent.agent_core,
+            result_prefix=f"agentrl/{config.namespace}/{config.experiment}",
+            pool_size=pool_size,
+        )
+    if agent.http is not None and agent.agent_core is None:
+        from agentrl.bundle.agents.http import CallbackListener, HttpAgentBackend, header_env_values
+
+        headers = header_env_values(config.http_header_envs)
+        listener = CallbackListener(listen_host, 0, advertise_host)
+        await listener.start()
+        return HttpAgentBackend(agent.http, headers=headers, listener=listener, pool_size=pool_size)
+    raise ValueError(
+        "spec.agent: set exactly one of agentCore or http (the runtime config names "
+        f"{'both' if agent.agent_core and agent.http else 'neither'})"
+    )

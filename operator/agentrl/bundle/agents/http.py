@@ -1,0 +1,219 @@
+"""HTTP agent backend: submit an episode, get its result by callback, poll as a backstop.
+
+Protocol (docs/rollout.md):
+- submit: `POST <url>` with the episode payload (row metadata + `_rollout`, which carries
+  the gateway URL and token, `callback_url` and `callback_token`); any 2xx accepts it.
+- result: the agent `POST`s its result document to `callback_url` with
+  `Authorization: Bearer <callback_token>`; the listener runs in the rollout process.
+- backstop: if no callback arrived after `pollIntervalSeconds`, `GET <url>/<session_id>`
+  (200 = result, 202/404 = still running), again every interval, until the episode times out.
+- stop: on timeout or cancellation, `DELETE <url>/<session_id>` (best effort).
+Header values (API keys) come from env vars named in the runtime config and are never
+logged or put in an error message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import logging
+import os
+import secrets
+from collections.abc import Mapping
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from agentrl.api.models import HttpAgent
+from agentrl.bundle.agents.base import (
+    AgentError,
+    AgentRequest,
+    AgentResult,
+    PoolStats,
+    parse_result,
+)
+from agentrl.bundle.agents.pool import InUseGauge
+
+log = logging.getLogger("agentrl.agents.http")
+
+RETRY_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
+SUBMIT_ATTEMPTS = 3
+MAX_POLL_ERRORS = 5  # consecutive failed status GETs before the episode fails
+
+
+def headers_from_env(header_envs: Mapping[str, str], env: Mapping[str, str]) -> dict[str, str]:
+    """Header name -> value, read from the env vars the runtime config names."""
+    headers: dict[str, str] = {}
+    for name, var in header_envs.items():
+        value = env.get(var)
+        if not value:
+            raise ValueError(
+                f"agent.http.headers: header {name!r} expects its value in env var {var}, "
+                "which is unset or empty; check the Secret it is mounted from"
+            )
+        headers[name] = value
+    return headers
+
+
+class CallbackListener:
+    """Receives agents' result documents: `POST /agentrl/callback/<session_id>`."""
+
+    def __init__(self, host: str, port: int, advertise_host: str) -> None:
+        self._host, self._port, self._advertise = host, port, advertise_host
+        self._waiters: dict[str, tuple[str, asyncio.Future[Any]]] = {}
+        self._runner: web.AppRunner | None = None
+        self.port = port
+
+    async def start(self) -> None:
+        app = web.Application(client_max_size=16 * 1024 * 1024)
+        app.router.add_post("/agentrl/callback/{sid}", self._handle)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self._host, self._port)
+        await site.start()
+        server = site._server
+        if self._port == 0 and server is not None:  # an ephemeral port: read it back
+            self.port = server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
+
+    def expect(self, sid: str) -> tuple[str, str, asyncio.Future[Any]]:
+        """Register an episode: (callback URL, callback token, future of its document)."""
+        token = secrets.token_urlsafe(24)
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._waiters[sid] = (token, fut)
+        url = f"http://{self._advertise}:{self.port}/agentrl/callback/{sid}"
+        return url, token, fut
+
+    def forget(self, sid: str) -> None:
+        self._waiters.pop(sid, None)
+
+    async def _handle(self, request: web.Request) -> web.Response:
+        entry = self._waiters.get(request.match_info["sid"])
+        auth = request.headers.get("Authorization", "")
+        if entry is None:
+            return web.json_response({"error": "unknown or finished session"}, status=404)
+        token, fut = entry
+        if not hmac.compare_digest(auth.encode(), f"Bearer {token}".encode()):
+            return web.json_response({"error": "bad callback token"}, status=401)
+        try:
+            doc = await request.json()
+        except ValueError:
+            return web.json_response({"error": "body is not JSON"}, status=400)
+        if not fut.done():
+            fut.set_result(doc)
+        return web.json_response({"ok": True})
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+
+class HttpAgentBackend:
+    def __init__(
+        self,
+        spec: HttpAgent,
+        *,
+        headers: Mapping[str, str],
+        listener: CallbackListener,
+        pool_size: int,
+    ) -> None:
+        self._spec = spec
+        self._url = spec.url.rstrip("/")
+        self._headers = dict(headers)
+        self._listener = listener
+        self._pool_size = pool_size
+        self._in_use = InUseGauge()
+        self._session: aiohttp.ClientSession | None = None
+
+    def _client(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            connector = aiohttp.TCPConnector(limit=self._pool_size)
+            timeout = aiohttp.ClientTimeout(total=60, connect=10)
+            self._session = aiohttp.ClientSession(
+                connector=connector, timeout=timeout, headers=self._headers
+            )
+        return self._session
+
+    async def run(self, request: AgentRequest) -> AgentResult:
+        sid = request.session_id
+        url, token, fut = self._listener.expect(sid)
+        payload = dict(request.payload)
+        payload["_rollout"] = {
+            **dict(payload.get("_rollout") or {}),
+            "callback_url": url,
+            "callback_token": token,
+        }
+        finished = False
+        try:
+            await self._submit(payload)
+            doc = await self._await_result(sid, fut)
+            finished = True
+            return parse_result(doc)
+        finally:
+            self._listener.forget(sid)
+            if not finished:
+                await asyncio.shield(self._cancel(sid))
+
+    async def _submit(self, payload: Mapping[str, Any]) -> None:
+        status = 0
+        for attempt in range(SUBMIT_ATTEMPTS):
+            try:
+                with self._in_use.hold():
+                    async with self._client().post(self._url, json=payload) as resp:
+                        status = resp.status
+                        if status < 300:
+                            return
+            except aiohttp.ClientError as exc:
+                if attempt == SUBMIT_ATTEMPTS - 1:
+                    raise AgentError(
+                        "agent_error", f"submit to agent failed: {exc!r:.200}"
+                    ) from exc
+                status = 0
+            if status and status not in RETRY_STATUS:
+                break
+            await asyncio.sleep(0.5 * 2**attempt)
+        raise AgentError("agent_error", f"agent refused the episode: HTTP {status}")
+
+    async def _await_result(self, sid: str, fut: asyncio.Future[Any]) -> Any:
+        errors = 0
+        while True:
+            done, _ = await asyncio.wait({fut}, timeout=self._spec.poll_interval_seconds)
+            if done:
+                return fut.result()
+            status, doc = await self._poll_once(sid)
+            if status == 200:
+                return doc
+            errors = 0 if status in (202, 404) else errors + 1
+            if errors >= MAX_POLL_ERRORS:
+                raise AgentError("agent_error", f"result poll failed {errors}x (HTTP {status})")
+
+    async def _poll_once(self, sid: str) -> tuple[int, Any]:
+        try:
+            with self._in_use.hold():
+                async with self._client().get(f"{self._url}/{sid}") as resp:
+                    if resp.status != 200:
+                        return resp.status, None
+                    return 200, await resp.json(content_type=None)
+        except (TimeoutError, aiohttp.ClientError, ValueError) as exc:
+            log.debug("result poll for %s failed: %r", sid, exc)
+            return 0, None
+
+    async def _cancel(self, sid: str) -> None:
+        with contextlib.suppress(aiohttp.ClientError, asyncio.TimeoutError):
+            async with self._client().delete(
+                f"{self._url}/{sid}", timeout=aiohttp.ClientTimeout(total=10)
+            ):
+                pass
+
+    def pool_stats(self) -> PoolStats:
+        return PoolStats(size=self._pool_size, in_use=self._in_use.value)
+
+    async def aclose(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+
+def header_env_values(header_envs: Mapping[str, str]) -> dict[str, str]:
+    """`headers_from_env` against the real environment."""
+    return headers_from_env(header_envs, os.environ)

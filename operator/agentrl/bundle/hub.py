@@ -1,0 +1,153 @@
+"""The hub: one Ray actor on the head pod that owns the metrics registry and the gateway.
+
+Prometheus scrapes one fixed port of the head pod (`METRICS_PORT`, via the PodMonitor),
+and agents reach the gateway through the head pod's Service, so both must live there
+whichever node slime's rollout process runs on. The actor is pinned by the custom Ray
+resource `HEAD_RAY_RESOURCE`, which only the head pod advertises (a small fraction of it,
+so the gateway could be split into its own actor later), and takes no CPU slot. Rollout
+code anywhere finds it by name and pushes `MetricsDelta`s to it.
+
+Gateway wiring (issue 6's `GatewayServer`): `start_gateway(router_url)` builds
+`GatewaySettings.from_runtime_config` with a fresh admin token, starts the server on the
+hub's event loop with the hub's `BundleMetrics`, and returns `(admin_url, admin_token)`
+for the rollout's `GatewayClient`. The import is lazy so the hub runs (metrics only)
+where the gateway package or its tokenizer is unavailable.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import socket
+from typing import Any, Final
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from agentrl.api.constants import HEAD_RAY_RESOURCE, METRICS_PORT
+from agentrl.api.runtime import RuntimeConfig
+from agentrl.bundle.metrics import BundleMetrics
+from agentrl.bundle.rollout.report import MetricsDelta, apply_delta
+
+log = logging.getLogger("agentrl.hub")
+
+HUB_NAME: Final = "agentrl-hub"
+HUB_NAMESPACE: Final = "agentrl"
+HEAD_RESOURCE_SHARE: Final = 0.01  # of the head pod's single HEAD_RAY_RESOURCE unit
+
+
+class Hub:
+    """Metrics registry + /metrics server + gateway; the body of the Ray actor."""
+
+    def __init__(self, config_json: str | None, host: str, port: int) -> None:
+        self.metrics = BundleMetrics()
+        self._config = RuntimeConfig.model_validate_json(config_json) if config_json else None
+        self._host, self._port = host, port
+        self._runner: web.AppRunner | None = None
+        self._gateway: Any = None
+        self._admin: tuple[str, str] | None = None
+
+    async def start_metrics(self) -> int:
+        """Serve GET /metrics; returns the bound port (idempotent)."""
+        if self._runner is None:
+            app = web.Application()
+            app.router.add_get("/metrics", self._serve_metrics)
+            self._runner = web.AppRunner(app, access_log=None)
+            await self._runner.setup()
+            site = web.TCPSite(self._runner, self._host, self._port)
+            await site.start()
+            sockets = getattr(site._server, "sockets", None)
+            if sockets:
+                self._port = int(sockets[0].getsockname()[1])
+            log.info("hub: metrics on %s:%d/metrics", self._host, self._port)
+        return self._port
+
+    async def _serve_metrics(self, _request: web.Request) -> web.Response:
+        body = generate_latest(self.metrics.registry)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    def push(self, delta: MetricsDelta) -> None:
+        apply_delta(self.metrics, delta)
+
+    def exposition(self) -> bytes:
+        return bytes(generate_latest(self.metrics.registry))
+
+    async def start_gateway(self, router_url: str) -> tuple[str, str]:
+        """Start the model gateway once; (admin URL, admin token) for GatewayClient."""
+        if self._admin is None:
+            if self._config is None:
+                raise RuntimeError("hub was started without a runtime config; no gateway")
+            from agentrl.bundle.gateway import GatewayServer, GatewaySettings
+
+            token = secrets.token_urlsafe(32)
+            settings = GatewaySettings.from_runtime_config(
+                self._config, router_url, admin_token=token
+            )
+            server = GatewayServer(settings, self.metrics)
+            await server.start()
+            self._gateway = server
+            self._admin = (f"http://{node_ip()}:{server.port}", token)
+        return self._admin
+
+    async def stop(self) -> None:
+        if self._gateway is not None:
+            await self._gateway.stop()
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+
+def node_ip() -> str:
+    """This node's address as other pods see it (Ray's view when available)."""
+    try:
+        import ray.util
+
+        return str(ray.util.get_node_ip_address())  # type: ignore[no-untyped-call]
+    except Exception:
+        return socket.gethostbyname(socket.gethostname())
+
+
+def ensure_hub(config: RuntimeConfig | None, host: str = "0.0.0.0", port: int | None = None) -> Any:
+    """The hub actor handle: found by name, or created on the head pod (race-free)."""
+    import ray
+
+    bind_port = port if port is not None else (config.metrics_port if config else METRICS_PORT)
+    actor_cls: Any = ray.remote(Hub)
+    handle = actor_cls.options(
+        name=HUB_NAME,
+        namespace=HUB_NAMESPACE,
+        get_if_exists=True,
+        lifetime="detached",  # outlives the RolloutManager actor that created it
+        num_cpus=0,
+        resources={HEAD_RAY_RESOURCE: HEAD_RESOURCE_SHARE},
+        max_concurrency=64,  # async actor: scrapes never wait behind a push
+    ).remote(config.to_json() if config else None, host, bind_port)
+    ray.get(handle.start_metrics.remote())
+    return handle
+
+
+class HubSink:
+    """A `MetricsSink` that ships deltas to the hub actor (fire and forget, errors logged)."""
+
+    def __init__(self, handle: Any) -> None:
+        self._handle = handle
+        self._last: Any = None
+
+    def push(self, delta: MetricsDelta) -> None:
+        import ray
+
+        if self._last is not None:
+            # Surface a failed previous push here instead of losing it silently.
+            ready, _ = ray.wait([self._last], timeout=0)
+            if ready:
+                ray.get(ready[0])
+        self._last = self._handle.push.remote(delta)
+
+
+class LocalSink:
+    """A `MetricsSink` straight into a registry in this process (tests, benchmarks)."""
+
+    def __init__(self, metrics: BundleMetrics) -> None:
+        self.metrics = metrics
+
+    def push(self, delta: MetricsDelta) -> None:
+        apply_delta(self.metrics, delta)

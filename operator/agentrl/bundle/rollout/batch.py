@@ -1,0 +1,104 @@
+"""A batch of episodes: bounded by one semaphore, cancelled as a whole, summarised once.
+
+Train and eval batches go through `run_groups` with the same `RolloutContext`, so the
+`maxConcurrent` semaphore bounds live episodes across both (agentcore PR #78: an eval set
+started all at once saturated the gateway, missed its timeouts and crashed SGLang).
+Episodes run in a TaskGroup: cancelling the batch cancels every pending episode, and each
+one closes its gateway and agent sessions before the cancellation completes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+from agentrl.bundle.agents.base import AgentBackend
+from agentrl.bundle.rollout.episode import EpisodeInput, EpisodeOutcome, EpisodeSpec, run_episode
+from agentrl.bundle.rollout.report import Recorder
+from agentrl.bundle.rollout.types import SampleFields, Status
+from agentrl.bundle.session import GatewaySessions
+
+log = logging.getLogger("agentrl.rollout")
+
+CANCELLED = "cancelled"
+
+
+@dataclass
+class RolloutContext:
+    """The long-lived pieces every batch shares (built once per process)."""
+
+    sessions: GatewaySessions
+    backend: AgentBackend
+    semaphore: asyncio.Semaphore
+    recorder: Recorder = field(default_factory=Recorder)
+    rollout_ids: Iterator[int] = field(default_factory=itertools.count)
+
+
+async def _one(
+    ctx: RolloutContext, inp: EpisodeInput, spec: EpisodeSpec, split: str
+) -> EpisodeOutcome:
+    async with ctx.semaphore:
+        ctx.recorder.episode_started(split)
+        try:
+            outcome = await run_episode(inp, spec, next(ctx.rollout_ids), ctx.sessions, ctx.backend)
+        except BaseException:  # cancelled: count it, then let the cancellation go on
+            ctx.recorder.episode_finished(split, CANCELLED, 0.0, samples=0, truncated=0)
+            raise
+    truncated = sum(s.status is Status.TRUNCATED for s in outcome.samples)
+    ctx.recorder.episode_finished(
+        split, outcome.failure, outcome.reward, len(outcome.samples), truncated
+    )
+    if outcome.failure:
+        log.warning(
+            "%s episode failed: session=%s reason=%s: %s",
+            split,
+            outcome.session_id,
+            outcome.failure,
+            outcome.message,
+        )
+    return outcome
+
+
+async def run_groups(
+    ctx: RolloutContext, groups: Sequence[Sequence[EpisodeInput]], spec: EpisodeSpec, split: str
+) -> list[list[EpisodeOutcome]]:
+    """Every episode of every group, concurrently up to the semaphore, in input order."""
+    async with asyncio.TaskGroup() as tg:
+        tasks = [[tg.create_task(_one(ctx, inp, spec, split)) for inp in g] for g in groups]
+    return [[t.result() for t in g] for g in tasks]
+
+
+@dataclass(frozen=True)
+class BatchStats:
+    episodes: int
+    succeeded: int
+    failed: int
+    sequences: int
+    reward_mean: float
+
+    def summary(self, kind: str, rollout_id: int) -> str:
+        return (
+            f"{kind} {rollout_id} batch: episodes={self.episodes} "
+            f"(succeeded={self.succeeded} failed={self.failed}) sequences={self.sequences}"
+        )
+
+
+def batch_stats(outcomes: Sequence[Sequence[EpisodeOutcome]]) -> BatchStats:
+    flat = [o for g in outcomes for o in g]
+    failed = sum(o.failure is not None for o in flat)
+    rewards = [o.reward for o in flat]
+    return BatchStats(
+        episodes=len(flat),
+        succeeded=len(flat) - failed,
+        failed=failed,
+        sequences=sum(len(o.samples) for o in flat),
+        reward_mean=sum(rewards) / len(rewards) if rewards else 0.0,
+    )
+
+
+def group_samples(outcomes: Sequence[Sequence[EpisodeOutcome]]) -> list[list[SampleFields]]:
+    """Per group (prompt), the samples of all its episodes, episode by episode."""
+    return [[s for o in g for s in o.samples] for g in outcomes]

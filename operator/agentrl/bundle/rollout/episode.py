@@ -1,0 +1,213 @@
+"""One episode: gateway session -> agent -> turns -> merged samples, session closed always.
+
+An episode that fails for any reason still yields exactly one zero-gradient sample
+(reward 0, loss mask all 0), so its group keeps its size, the episode counts once as a
+reward-0 rollout, and slime's rollout-count arithmetic never shifts. The reason is
+returned to the caller, which counts it and logs it once with the session id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from agentrl.bundle.agents.base import AgentBackend, AgentError, AgentRequest
+from agentrl.bundle.rollout.types import SampleFields, Status
+from agentrl.bundle.session import GatewaySessions, SessionError
+from agentrl.bundle.traces import Segment, merge_turns
+
+log = logging.getLogger("agentrl.rollout")
+
+# Failure reasons (label values of agentrl_failed_sessions_total{reason}).
+TIMEOUT, GATEWAY_ERROR, NO_TURNS, EMPTY_MERGE, INTERNAL = (
+    "timeout",
+    "gateway_error",
+    "no_turns",
+    "empty_merge",
+    "internal_error",
+)
+
+
+@dataclass(frozen=True)
+class EpisodeInput:
+    """One row of the batch on plain types (from a slime Sample or an eval JSONL row)."""
+
+    prompt: Any
+    metadata: Mapping[str, Any]
+    label: Any
+    group_index: int
+    index: int
+    prompt_tokens: Sequence[int] = ()
+
+
+@dataclass(frozen=True)
+class EpisodeSpec:
+    """What every episode of one batch shares."""
+
+    sampling_params: Mapping[str, Any]  # SGLang names: temperature, top_p, max_new_tokens
+    max_response_len: int | None
+    timeout_s: float
+    model_id: str
+
+
+@dataclass
+class EpisodeOutcome:
+    session_id: str
+    samples: list[SampleFields]
+    reward: float
+    failure: str | None  # None = succeeded
+    message: str = ""
+
+
+def new_session_id() -> str:
+    """Unguessable, URL-safe, 43 characters (AgentCore wants >= 33)."""
+    return secrets.token_urlsafe(32)
+
+
+def agent_sampling_params(params: Mapping[str, Any]) -> dict[str, Any]:
+    """SGLang sampling names -> the OpenAI-style names an agent passes to the gateway."""
+    out = {k: v for k, v in params.items() if k not in ("max_new_tokens", "top_k")}
+    if "max_new_tokens" in params:
+        out["max_tokens"] = params["max_new_tokens"]
+    return out
+
+
+def build_payload(
+    inp: EpisodeInput, sid: str, handle_url: str, token: str, spec: EpisodeSpec
+) -> dict[str, Any]:
+    """The row's metadata verbatim (shallow copy) plus `_rollout`, what the agent needs."""
+    payload = dict(inp.metadata)
+    payload["_rollout"] = {
+        "session_id": sid,
+        "base_url": handle_url,
+        "api_key": token,
+        "model_id": spec.model_id,
+        "sampling_params": agent_sampling_params(spec.sampling_params),
+    }
+    return payload
+
+
+def segment_samples(
+    inp: EpisodeInput, segments: Sequence[Segment], sid: str, reward: float, rollout_id: int
+) -> list[SampleFields]:
+    return [
+        SampleFields(
+            group_index=inp.group_index,
+            index=inp.index,
+            prompt=inp.prompt,
+            tokens=list(seg.tokens),
+            response_length=seg.response_length,
+            loss_mask=list(seg.loss_mask),
+            rollout_log_probs=list(seg.logprobs),
+            reward=reward,
+            status=Status.TRUNCATED if seg.truncated else Status.COMPLETED,
+            rollout_id=rollout_id,
+            session_id=sid,
+            label=inp.label,
+            metadata={
+                **dict(inp.metadata),
+                "gateway_session_id": sid,
+                "segment_index": i,
+                "num_turns": seg.num_turns,
+                "raw_reward": reward,
+            },
+        )
+        for i, seg in enumerate(segments)
+    ]
+
+
+def failed_sample(inp: EpisodeInput, sid: str, reason: str, rollout_id: int) -> SampleFields:
+    """A zero-gradient stand-in: the prompt's tokens and one masked response slot."""
+    prompt = list(inp.prompt_tokens) or [0]  # slime's Dataset leaves tokens empty
+    return SampleFields(
+        group_index=inp.group_index,
+        index=inp.index,
+        prompt=inp.prompt,
+        tokens=[*prompt, 0],
+        response_length=1,
+        loss_mask=[0],
+        rollout_log_probs=[0.0],
+        reward=0.0,
+        # FAILED, not ABORTED: slime re-queues ABORTED samples as partial rollouts.
+        status=Status.FAILED,
+        rollout_id=rollout_id,
+        session_id=sid,
+        label=inp.label,
+        metadata={
+            **dict(inp.metadata),
+            "gateway_session_id": sid,
+            "episode_error": reason,
+            "raw_reward": 0.0,
+        },
+    )
+
+
+async def run_episode(
+    inp: EpisodeInput,
+    spec: EpisodeSpec,
+    rollout_id: int,
+    sessions: GatewaySessions,
+    backend: AgentBackend,
+) -> EpisodeOutcome:
+    sid = new_session_id()
+    try:
+        async with asyncio.timeout(spec.timeout_s):
+            reward, segments = await _play(inp, spec, sid, sessions, backend)
+    except TimeoutError:
+        return _failed(inp, sid, rollout_id, TIMEOUT, f"no result within {spec.timeout_s:g}s")
+    except AgentError as exc:
+        return _failed(inp, sid, rollout_id, exc.reason, str(exc))
+    except SessionError as exc:
+        return _failed(inp, sid, rollout_id, GATEWAY_ERROR, str(exc))
+    except _EpisodeFailure as exc:
+        return _failed(inp, sid, rollout_id, exc.reason, str(exc))
+    except Exception as exc:  # a bug must not take the batch down; it is counted and logged
+        log.exception("episode %s: unexpected error", sid)
+        return _failed(inp, sid, rollout_id, INTERNAL, repr(exc)[:300])
+    samples = segment_samples(inp, segments, sid, reward, rollout_id)
+    return EpisodeOutcome(session_id=sid, samples=samples, reward=reward, failure=None)
+
+
+class _EpisodeFailure(Exception):
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+async def _play(
+    inp: EpisodeInput,
+    spec: EpisodeSpec,
+    sid: str,
+    sessions: GatewaySessions,
+    backend: AgentBackend,
+) -> tuple[float, list[Segment]]:
+    try:
+        handle = await sessions.create_session(sid, spec.sampling_params)
+        payload = build_payload(inp, sid, handle.base_url, handle.token, spec)
+        result = await backend.run(AgentRequest(session_id=sid, payload=payload))
+        turns = await sessions.get_turns(sid)
+    finally:
+        # Shielded so a cancelled or timed-out episode still frees its gateway session.
+        await asyncio.shield(_close(sessions, sid))
+    if not turns:
+        raise _EpisodeFailure(NO_TURNS, "the agent finished without calling the model")
+    segments = merge_turns(turns, spec.max_response_len)
+    if not segments:
+        raise _EpisodeFailure(EMPTY_MERGE, f"{len(turns)} turn(s) merged into no sample")
+    return result.reward, segments
+
+
+async def _close(sessions: GatewaySessions, sid: str) -> None:
+    try:
+        await sessions.close_session(sid)
+    except Exception as exc:  # closing is best effort; the gateway ages sessions out
+        log.warning("episode %s: closing the gateway session failed: %r", sid, exc)
+
+
+def _failed(inp: EpisodeInput, sid: str, rollout_id: int, reason: str, msg: str) -> EpisodeOutcome:
+    sample = failed_sample(inp, sid, reason, rollout_id)
+    return EpisodeOutcome(session_id=sid, samples=[sample], reward=0.0, failure=reason, message=msg)

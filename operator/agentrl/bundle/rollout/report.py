@@ -1,0 +1,94 @@
+"""Metric updates as data: recorded where episodes run, applied where the registry lives.
+
+The rollout runs inside slime's RolloutManager actor, on whatever node Ray chose; the
+registry and its HTTP endpoint live in the hub actor on the head pod. Episodes record
+into a `Recorder` (plain dict arithmetic, no I/O, cheap enough for every episode), and
+the rollout ships the accumulated `MetricsDelta` to the hub in one call per flush, so a
+batch of 1,000 episodes costs a handful of actor calls rather than thousands.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from agentrl.bundle.agents.base import PoolStats
+from agentrl.bundle.metrics import BundleMetrics
+
+Key = tuple[str, tuple[str, ...]]  # (BundleMetrics attribute, label values)
+
+
+@dataclass
+class MetricsDelta:
+    """Counter increments, gauge values and histogram observations since the last flush."""
+
+    counters: dict[Key, float] = field(default_factory=dict)
+    gauges: dict[Key, float] = field(default_factory=dict)
+    observations: list[tuple[Key, float]] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.counters or self.gauges or self.observations)
+
+
+def apply_delta(metrics: BundleMetrics, delta: MetricsDelta) -> None:
+    """Apply a delta to the registry (runs in the hub)."""
+    for (name, labels), value in delta.counters.items():
+        metric = getattr(metrics, name)
+        (metric.labels(*labels) if labels else metric).inc(value)
+    for (name, labels), value in delta.gauges.items():
+        metric = getattr(metrics, name)
+        (metric.labels(*labels) if labels else metric).set(value)
+    for (name, labels), value in delta.observations:
+        metric = getattr(metrics, name)
+        (metric.labels(*labels) if labels else metric).observe(value)
+
+
+class Recorder:
+    """Accumulates the rollout's metric updates until `take()`."""
+
+    def __init__(self) -> None:
+        self._counters: defaultdict[Key, float] = defaultdict(float)
+        self._gauges: dict[Key, float] = {}
+        self._observations: list[tuple[Key, float]] = []
+        self._in_flight: defaultdict[str, int] = defaultdict(int)
+
+    def _inc(self, name: str, labels: tuple[str, ...] = (), value: float = 1.0) -> None:
+        self._counters[(name, labels)] += value
+
+    def episode_started(self, split: str) -> None:
+        self._in_flight[split] += 1
+        self._gauges[("sessions_in_flight", (split,))] = self._in_flight[split]
+
+    def episode_finished(
+        self, split: str, failure: str | None, reward: float, samples: int, truncated: int
+    ) -> None:
+        self._in_flight[split] -= 1
+        self._gauges[("sessions_in_flight", (split,))] = self._in_flight[split]
+        self._inc("episodes", (split, "failed" if failure else "succeeded"))
+        if failure:
+            self._inc("failed_sessions", (split, failure))
+        self._observations.append((("episode_reward", (split,)), reward))
+        self._inc("samples", value=samples)
+        if truncated:
+            self._inc("truncated_samples", value=truncated)
+
+    def batch_finished(self, split: str, rollout_id: int, reward_mean: float) -> None:
+        self._gauges[("batch_reward_mean", (split,))] = reward_mean
+        if split == "train":
+            self._gauges[("rollout_step", ())] = rollout_id
+
+    def pool(self, stats: PoolStats, discarded: int) -> None:
+        self._gauges[("connection_pool_size", ())] = stats.size
+        self._gauges[("connection_pool_in_use", ())] = stats.in_use
+        if discarded:
+            self._inc("connection_pool_discarded", value=discarded)
+
+    def in_flight(self, split: str) -> int:
+        return self._in_flight[split]
+
+    def take(self) -> MetricsDelta:
+        delta = MetricsDelta(dict(self._counters), dict(self._gauges), self._observations)
+        self._counters.clear()
+        self._gauges = {}
+        self._observations = []
+        return delta

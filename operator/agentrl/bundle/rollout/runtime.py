@@ -1,0 +1,108 @@
+"""The rollout's process-wide state: one event loop thread, one context, one metrics sink.
+
+slime calls `generate_rollout` synchronously, once per step, from its RolloutManager
+actor. The agent backend (pools, the HTTP callback listener), the gateway client and the
+`maxConcurrent` semaphore must outlive a single call, so they live on an event loop in a
+daemon thread, and each call submits one coroutine to it. If the calling thread is
+interrupted, the batch is cancelled and the call returns only after every episode has
+closed its sessions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import logging
+import threading
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, Protocol, TypeVar
+
+from agentrl.bundle.agents.pool import install_discard_counter
+from agentrl.bundle.rollout.batch import RolloutContext
+from agentrl.bundle.rollout.report import MetricsDelta
+
+log = logging.getLogger("agentrl.rollout")
+T = TypeVar("T")
+
+FLUSH_INTERVAL_S = 5.0  # how stale sessions_in_flight and pool gauges may get
+
+
+class MetricsSink(Protocol):
+    def push(self, delta: MetricsDelta) -> None: ...
+
+
+class LoopThread:
+    """An asyncio loop on a daemon thread; `call` runs a coroutine there and waits."""
+
+    def __init__(self, name: str = "agentrl-rollout") -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name=name, daemon=True)
+        self._thread.start()
+
+    def call(self, coro: Coroutine[Any, Any, T]) -> T:
+        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        try:
+            return future.result()
+        except BaseException:
+            if not future.done():  # interrupted caller: cancel and wait for the clean-up
+                future.cancel()
+                with contextlib.suppress(BaseException):
+                    concurrent.futures.wait([future])
+            raise
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout=10)
+
+
+class RolloutRuntime:
+    """Builds the context lazily inside the loop, flushes metrics, runs batches."""
+
+    def __init__(self, build: Callable[[], Awaitable[RolloutContext]], sink: MetricsSink) -> None:
+        self._build = build
+        self._sink = sink
+        self._thread = LoopThread()
+        self._ctx: RolloutContext | None = None
+        self._flusher: asyncio.Task[None] | None = None
+        self._discards = install_discard_counter()
+
+    async def context(self) -> RolloutContext:
+        if self._ctx is None:
+            self._ctx = await self._build()
+            self._flusher = asyncio.create_task(self._flush_forever())
+        return self._ctx
+
+    def call(self, coro: Coroutine[Any, Any, T]) -> T:
+        return self._thread.call(coro)
+
+    def flush(self) -> None:
+        """Ship what was recorded so far (called at batch end and periodically)."""
+        if self._ctx is None:
+            return
+        self._ctx.recorder.pool(self._ctx.backend.pool_stats(), self._discards.take())
+        delta = self._ctx.recorder.take()
+        if delta:
+            try:
+                self._sink.push(delta)
+            except Exception:  # metrics must never fail a training step
+                log.exception("pushing rollout metrics failed; they are lost for this flush")
+
+    async def _flush_forever(self) -> None:
+        while True:
+            await asyncio.sleep(FLUSH_INTERVAL_S)
+            self.flush()
+
+    async def _shutdown(self) -> None:
+        if self._flusher is not None:
+            self._flusher.cancel()
+        if self._ctx is not None:
+            self.flush()
+            await self._ctx.backend.aclose()
+            aclose = getattr(self._ctx.sessions, "aclose", None)
+            if aclose is not None:
+                await aclose()
+
+    def close(self) -> None:
+        self._thread.call(self._shutdown())
+        self._thread.close()

@@ -1,0 +1,134 @@
+"""The rollout's knobs, read from the runtime config and slime's args; eval rows from JSONL.
+
+The runtime config (written by the operator, mounted at `AGENTRL_CONFIG`) is the source
+of truth for agent, concurrency and eval-set settings; slime's `args` supply only what
+slime owns at run time (sampling flags it may have overridden through `extraArgs`).
+Everything here is pure apart from reading two files, and it fails with the field and
+the fix named.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from agentrl.api.constants import CONFIG_PATH, ENV_CONFIG_PATH
+from agentrl.api.models import EvalSet, RLExperimentSpec
+from agentrl.api.runtime import RuntimeConfig
+from agentrl.bundle.rollout.episode import EpisodeInput, EpisodeSpec
+
+
+def load_runtime_config(env: Mapping[str, str] | None = None) -> RuntimeConfig:
+    env = os.environ if env is None else env
+    path = Path(env.get(ENV_CONFIG_PATH) or CONFIG_PATH)
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"agentrl runtime config not found at {path}; the operator mounts it there "
+            f"(set {ENV_CONFIG_PATH} to its path when running outside the RayJob)"
+        )
+    return RuntimeConfig.load(path)
+
+
+def agent_timeout_s(spec: RLExperimentSpec) -> float:
+    agent = spec.agent
+    backend = agent.agent_core or agent.http
+    if backend is None:
+        raise ValueError("spec.agent: set exactly one of agentCore or http")
+    return float(backend.timeout_seconds)
+
+
+def train_spec(spec: RLExperimentSpec, args: Any) -> EpisodeSpec:
+    max_len = getattr(args, "rollout_max_response_len", None) or spec.grpo.max_response_length
+    temperature = getattr(args, "rollout_temperature", None)
+    params = {
+        "temperature": spec.grpo.temperature if temperature is None else float(temperature),
+        "top_p": float(getattr(args, "rollout_top_p", None) or 1.0),
+        "max_new_tokens": int(max_len),
+    }
+    return EpisodeSpec(params, int(max_len), agent_timeout_s(spec), spec.agent.model_id)
+
+
+def eval_spec(spec: RLExperimentSpec, eval_set: EvalSet) -> EpisodeSpec:
+    max_len = eval_set.max_response_length or spec.grpo.max_response_length
+    params = {"temperature": eval_set.temperature, "top_p": 1.0, "max_new_tokens": max_len}
+    return EpisodeSpec(params, max_len, agent_timeout_s(spec), spec.agent.model_id)
+
+
+def inputs_from_slime(groups: Sequence[Sequence[Any]]) -> list[list[EpisodeInput]]:
+    """slime's `data_source.get_samples()` groups on plain types."""
+    out: list[list[EpisodeInput]] = []
+    for g, group in enumerate(groups):
+        row: list[EpisodeInput] = []
+        for sample in group:
+            metadata = getattr(sample, "metadata", None) or {}
+            if not isinstance(metadata, Mapping):
+                raise TypeError(
+                    f"sample {getattr(sample, 'index', '?')}: metadata must be a JSON object "
+                    f"(the agent payload), got {type(metadata).__name__}; check --metadata-key"
+                )
+            group_index = getattr(sample, "group_index", None)
+            index = getattr(sample, "index", None)
+            row.append(
+                EpisodeInput(
+                    prompt=getattr(sample, "prompt", ""),
+                    metadata=metadata,
+                    label=getattr(sample, "label", None),
+                    group_index=g if group_index is None else int(group_index),
+                    index=len(row) if index is None else int(index),
+                    prompt_tokens=list(getattr(sample, "tokens", None) or ()),
+                )
+            )
+        out.append(row)
+    return out
+
+
+def load_eval_groups(eval_set: EvalSet, where: str) -> list[list[EpisodeInput]]:
+    """An eval set's JSONL rows, each repeated `samplesPerPrompt` times as one group."""
+    if "://" in eval_set.path:
+        raise ValueError(
+            f"{where}.path: {eval_set.path!r} is a URI; the rollout reads eval sets from "
+            "local files, so mount it (runtime.volumes) and give its path in the pod"
+        )
+    path = Path(eval_set.path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{where}.path: {path} does not exist in the pod")
+    groups: list[list[EpisodeInput]] = []
+    index = 0
+    with path.open(encoding="utf-8") as lines:
+        for lineno, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            row = _parse_row(line, f"{path}:{lineno}")
+            group = []
+            for _ in range(eval_set.samples_per_prompt):
+                group.append(
+                    EpisodeInput(
+                        prompt=row.get("prompt", ""),
+                        metadata=row.get("metadata") or {},
+                        label=row.get("label"),
+                        group_index=len(groups),
+                        index=index,
+                    )
+                )
+                index += 1
+            groups.append(group)
+    if not groups:
+        raise ValueError(f"{where}.path: {path} holds no rows")
+    return groups
+
+
+def _parse_row(line: str, where: str) -> dict[str, Any]:
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{where}: not valid JSON ({exc.msg})") from exc
+    if not isinstance(row, dict):
+        raise ValueError(
+            f'{where}: each line must be an object {{"prompt": .., "metadata": {{..}}}}'
+        )
+    if not isinstance(row.get("metadata", {}), dict):
+        raise ValueError(f"{where}: 'metadata' must be an object (it is the agent's payload)")
+    return row

@@ -1,0 +1,111 @@
+"""slime's types at the boundary, and plain twins of them where slime is not installed.
+
+The rollout builds everything on `SampleFields` (plain data) and converts to slime's
+`Sample`, `RolloutFnTrainOutput` and `RolloutFnEvalOutput` only when handing the batch back.
+slime (with torch) exists only in the GPU image; in tests and CI the plain classes below
+stand in, with the same field names and the same status values, so shapes are checked
+against the same attribute names slime reads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+
+class Status(Enum):
+    """Same names and values as `slime.utils.types.Sample.Status`."""
+
+    PENDING = "pending"
+    COMPLETED = "completed"
+    TRUNCATED = "truncated"
+    ABORTED = "aborted"
+    FAILED = "failed"
+
+
+@dataclass
+class SampleFields:
+    """What the rollout fills in for one training sequence (slime reads these attributes)."""
+
+    group_index: int | None
+    index: int | None
+    prompt: Any
+    tokens: list[int]
+    response_length: int
+    loss_mask: list[int]
+    rollout_log_probs: list[float]
+    reward: float
+    status: Status
+    rollout_id: int
+    session_id: str
+    label: Any = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+    response: str = ""
+
+
+@dataclass
+class PlainSample(SampleFields):
+    """`slime.utils.types.Sample` stand-in (only the fields agentrl sets or slime reads)."""
+
+    remove_sample: bool = False
+    Status = Status
+
+
+@dataclass
+class PlainTrainOutput:
+    samples: list[list[Any]]
+    metrics: dict[str, Any] | None = None
+
+
+@dataclass
+class PlainEvalOutput:
+    data: dict[str, dict[str, Any]]
+    metrics: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class SlimeTypes:
+    sample: Any
+    train_output: Any
+    eval_output: Any
+    status: Any  # the Status enum samples carry
+    real: bool
+
+
+def slime_types(prefer_plain: bool = False) -> SlimeTypes:
+    """slime's classes when importable (in the GPU image), else the plain ones."""
+    if not prefer_plain:
+        try:
+            from slime.rollout.base_types import RolloutFnEvalOutput, RolloutFnTrainOutput
+            from slime.utils.types import Sample
+        except ImportError:
+            pass
+        else:
+            return SlimeTypes(
+                Sample, RolloutFnTrainOutput, RolloutFnEvalOutput, Sample.Status, True
+            )
+    return SlimeTypes(PlainSample, PlainTrainOutput, PlainEvalOutput, Status, False)
+
+
+def to_sample(fields: SampleFields, types: SlimeTypes) -> Any:
+    """One `SampleFields` as the boundary's Sample class."""
+    sample = types.sample(
+        group_index=fields.group_index,
+        index=fields.index,
+        prompt=fields.prompt,
+        tokens=fields.tokens,
+        response=fields.response,
+        response_length=fields.response_length,
+        label=fields.label,
+        reward=fields.reward,
+        loss_mask=fields.loss_mask,
+        rollout_log_probs=fields.rollout_log_probs,
+        status=types.status(fields.status.value),
+        metadata=fields.metadata,
+    )
+    # `rollout_id` and `session_id` joined slime's Sample in later releases; attributes
+    # work with every release, and newer slime counts each episode once by rollout_id.
+    sample.rollout_id = fields.rollout_id
+    sample.session_id = fields.session_id
+    return sample

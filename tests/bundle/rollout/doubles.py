@@ -1,0 +1,161 @@
+"""Doubles for the parts that cannot run here: the model gateway and a remote agent.
+
+`FakeGateway` speaks the `GatewaySessions` protocol (duplicate ids refused, unknown ids
+raise SessionError, close idempotent) and lets an agent record turns only with its
+session's bearer token, as the real gateway does. `StubAgent` is an `AgentBackend` whose
+behaviour is chosen by the row's metadata, and which records what it was sent and how
+many episodes were live at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from agentrl.api.runtime import RuntimeConfig
+from agentrl.bundle.agents.base import AgentError, AgentRequest, AgentResult, PoolStats
+from agentrl.bundle.session import SessionError, SessionHandle
+from agentrl.bundle.traces import Turn
+
+
+class FakeGateway:
+    def __init__(self, fail_create: int = 0) -> None:
+        self.open: dict[str, str] = {}  # sid -> token
+        self.turns: dict[str, list[Turn]] = {}
+        self.created: list[str] = []
+        self.closed: list[str] = []
+        self.sampling: dict[str, Mapping[str, Any]] = {}
+        self.max_open = 0
+        self.fail_create = fail_create
+
+    async def create_session(
+        self, session_id: str, sampling_params: Mapping[str, Any]
+    ) -> SessionHandle:
+        await asyncio.sleep(0)
+        if self.fail_create:  # the first `fail_create` creations fail
+            self.fail_create -= 1
+            raise SessionError("gateway unavailable")
+        if session_id in self.created:
+            raise SessionError(f"session id {session_id!r} is already in use")
+        token = secrets.token_urlsafe(16)
+        self.open[session_id] = token
+        self.turns[session_id] = []
+        self.created.append(session_id)
+        self.sampling[session_id] = dict(sampling_params)
+        self.max_open = max(self.max_open, len(self.open))
+        return SessionHandle(session_id, f"http://gw.test/sessions/{session_id}/v1", token)
+
+    def record(self, session_id: str, token: str, turn: Turn) -> None:
+        if self.open.get(session_id) != token:
+            raise PermissionError("bad session token")
+        self.turns[session_id].append(turn)
+
+    async def get_turns(self, session_id: str) -> Sequence[Turn]:
+        await asyncio.sleep(0)
+        if session_id not in self.turns:
+            raise SessionError(f"no session {session_id!r}")
+        return list(self.turns[session_id])
+
+    async def close_session(self, session_id: str) -> None:
+        self.open.pop(session_id, None)
+        self.closed.append(session_id)
+
+
+def chain_turns(n: int, base: int = 100) -> list[Turn]:
+    """n turns that each extend the previous prompt + completion (one merged sequence)."""
+    prompt = [1, 2, 3]
+    turns = []
+    for i in range(n):
+        completion = [base + 2 * i, base + 2 * i + 1]
+        turns.append(Turn(list(prompt), completion, [-0.5, -0.25], "stop"))
+        prompt = [*prompt, *completion, 7]  # the tool result / next header bridge
+    return turns
+
+
+class StubAgent:
+    """metadata["behavior"]: ok | fanout | error | hang | no_turns | bad_result."""
+
+    def __init__(self, gateway: FakeGateway, yields: int = 3) -> None:
+        self.gateway = gateway
+        self.yields = yields  # scheduler turns each episode stays live (no wall clock)
+        self.requests: list[AgentRequest] = []
+        self.live = 0
+        self.max_live = 0
+        self.cancelled: list[str] = []
+        self.closed = False
+
+    async def run(self, request: AgentRequest) -> AgentResult:
+        self.requests.append(request)
+        self.live += 1
+        self.max_live = max(self.max_live, self.live)
+        try:
+            return await self._act(request)
+        except asyncio.CancelledError:
+            self.cancelled.append(request.session_id)
+            raise
+        finally:
+            self.live -= 1
+
+    async def _act(self, request: AgentRequest) -> AgentResult:
+        meta = request.payload
+        info = meta["_rollout"]
+        sid, token = info["session_id"], info["api_key"]
+        behavior = meta.get("behavior", "ok")
+        for _ in range(self.yields):
+            await asyncio.sleep(0)
+        if behavior == "hang":
+            await asyncio.Event().wait()
+        if behavior == "error":
+            raise AgentError("agent_error", "the agent crashed")
+        if behavior == "bad_result":
+            raise AgentError("bad_result", "rewards missing")
+        if behavior == "ok":
+            for turn in chain_turns(int(meta.get("turns", 2))):
+                self.gateway.record(sid, token, turn)
+        if behavior == "fanout":  # two sub-agents asking the same prompt: two sequences
+            for turn in (
+                Turn([1, 2, 3], [40, 41], [-0.1, -0.2], "stop"),
+                Turn([1, 2, 3], [50], [-0.3], "length"),
+            ):
+                self.gateway.record(sid, token, turn)
+        return AgentResult(reward=float(meta.get("reward", 1.0)), document={})
+
+    def pool_stats(self) -> PoolStats:
+        return PoolStats(size=4, in_use=self.live)
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
+def runtime_config(
+    max_concurrent: int = 3, timeout: int = 30, eval_sets: Sequence[dict[str, Any]] = ()
+) -> RuntimeConfig:
+    """A valid runtime config with an HTTP agent (the stub stands in for it)."""
+    return RuntimeConfig.model_validate(
+        {
+            "experiment": "exp",
+            "namespace": "ns",
+            "bundleVersion": "test",
+            "gatewayUrl": "http://gw.test",
+            "spec": {
+                "model": {
+                    "path": "/models/qwen",
+                    "type": "qwen2.5-0.5B",
+                    "rendererFamily": "qwen3",
+                },
+                "data": {"train": "/data/train.jsonl", "eval": list(eval_sets)},
+                "agent": {
+                    "http": {"url": "http://agent.test/episodes", "timeoutSeconds": timeout},
+                    "maxConcurrent": max_concurrent,
+                },
+                "grpo": {
+                    "numRollouts": 2,
+                    "rolloutBatchSize": 2,
+                    "samplesPerPrompt": 2,
+                    "maxResponseLength": 64,
+                },
+            },
+        }
+    )

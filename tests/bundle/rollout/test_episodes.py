@@ -1,0 +1,160 @@
+"""Episodes and batches on the event loop: outcomes, failures, bounds, cancellation.
+
+The loop's clock is fake (looptime), so a 30 s agent timeout costs no wall time and no
+test depends on how fast this machine is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from agentrl.bundle.rollout.batch import RolloutContext, batch_stats, group_samples, run_groups
+from agentrl.bundle.rollout.episode import EpisodeInput, EpisodeSpec
+from agentrl.bundle.rollout.types import Status
+
+from .doubles import FakeGateway, StubAgent
+
+SPEC = EpisodeSpec({"temperature": 1.0, "max_new_tokens": 64}, 64, timeout_s=30.0, model_id="m")
+
+
+def inputs(behaviors: list[list[dict[str, Any]]]) -> list[list[EpisodeInput]]:
+    index = 0
+    groups = []
+    for g, group in enumerate(behaviors):
+        row = []
+        for meta in group:
+            row.append(EpisodeInput("prompt", meta, None, group_index=g, index=index))
+            index += 1
+        groups.append(row)
+    return groups
+
+
+def context(max_concurrent: int = 4, **gw: Any) -> tuple[RolloutContext, FakeGateway, StubAgent]:
+    gateway = FakeGateway(**gw)
+    agent = StubAgent(gateway)
+    ctx = RolloutContext(gateway, agent, asyncio.Semaphore(max_concurrent))
+    return ctx, gateway, agent
+
+
+@pytest.mark.looptime
+async def test_successful_episodes_become_trainable_samples_sharing_a_rollout_id() -> None:
+    ctx, gateway, _agent = context()
+    meta = {"behavior": "ok", "turns": 3, "reward": 0.75, "task": {"q": "2+2"}}
+    outcomes = await run_groups(ctx, inputs([[meta, {"behavior": "fanout"}]]), SPEC, "train")
+
+    ok, fan = outcomes[0]
+    assert ok.failure is None and ok.reward == 0.75
+    (sample,) = ok.samples
+    assert sample.loss_mask.count(1) == 6  # three turns x two sampled tokens
+    assert len(sample.loss_mask) == len(sample.rollout_log_probs) == sample.response_length
+    assert sample.metadata["task"] == {"q": "2+2"}
+    assert sample.metadata["gateway_session_id"] == ok.session_id == sample.session_id
+    # Identical prompts (sub-agents) are two sequences of one episode: one rollout_id.
+    assert len(fan.samples) == 2
+    assert {s.rollout_id for s in fan.samples} == {fan.samples[0].rollout_id}
+    assert fan.samples[0].rollout_id != sample.rollout_id
+    assert [s.status for s in fan.samples] == [Status.COMPLETED, Status.TRUNCATED]
+    assert all(s.group_index == 0 for g in group_samples(outcomes) for s in g)
+    # Every session was closed, and ids are unguessable and distinct.
+    assert sorted(gateway.closed) == sorted(gateway.created) and not gateway.open
+    assert len(set(gateway.created)) == 2 and all(len(s) >= 43 for s in gateway.created)
+
+
+@pytest.mark.looptime
+async def test_agent_gets_metadata_verbatim_plus_session_block() -> None:
+    ctx, gateway, agent = context()
+    meta = {"behavior": "ok", "nested": {"a": [1, 2]}}
+    await run_groups(ctx, inputs([[meta]]), SPEC, "train")
+
+    (request,) = agent.requests
+    payload = dict(request.payload)
+    rollout = payload.pop("_rollout")
+    assert payload == meta and "_rollout" not in meta  # the row itself is not mutated
+    assert rollout["session_id"] == request.session_id == gateway.created[0]
+    assert rollout["base_url"].endswith(f"/sessions/{request.session_id}/v1")
+    assert rollout["model_id"] == "m"
+    assert rollout["sampling_params"] == {"temperature": 1.0, "max_tokens": 64}
+    assert gateway.sampling[request.session_id] == SPEC.sampling_params
+    assert "api_key" not in repr(request)  # the token stays out of reprs and logs
+
+
+@pytest.mark.looptime
+@pytest.mark.parametrize(
+    ("meta", "gw", "reason"),
+    [
+        ({"behavior": "hang"}, {}, "timeout"),
+        ({"behavior": "error"}, {}, "agent_error"),
+        ({"behavior": "bad_result"}, {}, "bad_result"),
+        ({"behavior": "no_turns"}, {}, "no_turns"),
+        ({"behavior": "ok"}, {"fail_create": 1}, "gateway_error"),
+    ],
+)
+async def test_failures_become_one_zero_gradient_sample_counted_and_logged_once(
+    meta: dict[str, Any], gw: dict[str, Any], reason: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    ctx, gateway, _ = context(**gw)
+    outcomes = await run_groups(ctx, inputs([[meta, {"behavior": "ok"}]]), SPEC, "train")
+
+    failed, ok = outcomes[0]
+    assert failed.failure == reason and ok.failure is None
+    (sample,) = failed.samples
+    assert sample.reward == 0.0 and sample.status is Status.FAILED
+    assert sample.loss_mask == [0] and sample.rollout_log_probs == [0.0]
+    assert sample.response_length == 1 and sample.metadata["episode_error"] == reason
+    lines = [r.getMessage() for r in caplog.records if failed.session_id in r.getMessage()]
+    assert len(lines) == 1 and reason in lines[0]
+    assert not any(ok.session_id in r.getMessage() for r in caplog.records)
+    delta = ctx.recorder.take()
+    assert delta.counters[("failed_sessions", ("train", reason))] == 1
+    assert delta.counters[("episodes", ("train", "failed"))] == 1
+    assert delta.counters[("episodes", ("train", "succeeded"))] == 1
+    assert not gateway.open  # closed even on timeout
+
+
+@pytest.mark.looptime
+async def test_one_semaphore_bounds_train_and_eval_together() -> None:
+    ctx, gateway, agent = context(max_concurrent=3)
+    train = inputs([[{"behavior": "ok"}] * 4] * 3)
+    evals = inputs([[{"behavior": "fanout"}] * 5] * 2)
+    await asyncio.gather(
+        run_groups(ctx, train, SPEC, "train"), run_groups(ctx, evals, SPEC, "eval")
+    )
+    assert len(agent.requests) == 22
+    assert agent.max_live == 3  # reached, never exceeded
+    assert gateway.max_open <= 3
+
+
+@pytest.mark.looptime
+async def test_cancelling_a_batch_closes_every_session_and_stops_agents() -> None:
+    ctx, gateway, agent = context(max_concurrent=2)
+    task = asyncio.create_task(run_groups(ctx, inputs([[{"behavior": "hang"}] * 5]), SPEC, "eval"))
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert agent.live == 2
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert len(agent.cancelled) == 2  # the two live ones; the queued three never started
+    assert not gateway.open and sorted(gateway.closed) == sorted(gateway.created)
+    delta = ctx.recorder.take()
+    assert delta.counters[("failed_sessions", ("eval", "cancelled"))] == 2
+    assert delta.gauges[("sessions_in_flight", ("eval",))] == 0
+
+
+@pytest.mark.looptime
+async def test_batch_stats_and_summary_line() -> None:
+    ctx, _, _ = context()
+    metas = [
+        {"behavior": "ok", "reward": 1.0},
+        {"behavior": "error"},
+        {"behavior": "fanout", "reward": 0.5},
+    ]
+    outcomes = await run_groups(ctx, inputs([metas]), SPEC, "train")
+    stats = batch_stats(outcomes)
+    assert stats.summary("Rollout", 7) == (
+        "Rollout 7 batch: episodes=3 (succeeded=2 failed=1) sequences=4"
+    )
+    assert stats.reward_mean == pytest.approx(0.5)
