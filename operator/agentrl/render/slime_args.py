@@ -180,7 +180,7 @@ def eval_args(spec: RLExperimentSpec) -> list[str]:
     args = ["--eval-interval", str(spec.data.eval_interval)]
     if not _uniform(sets):
         # slime's eval flags are global; per-set settings need --eval-config, which the
-        # launcher writes from the same spec (agentrl.bundle.launch.files).
+        # launcher writes from the same spec (agentrl.bundle.launch.command.eval_config).
         return [*args, "--eval-config", EVAL_CONFIG_PATH]
     first = sets[0]
     args.append("--eval-prompt-data")

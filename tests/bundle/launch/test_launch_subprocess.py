@@ -22,7 +22,12 @@ from typing import Any
 from launch_trees import cuda_toolkit, example_docs, experiment, touch
 
 from agentrl.api.runtime import RuntimeConfig
-from agentrl.render.slime_args import CUSTOM_CONFIG_PATH, EVAL_CONFIG_PATH, build_slime_args
+from agentrl.render.slime_args import (
+    CUSTOM_CONFIG_PATH,
+    EVAL_CONFIG_PATH,
+    build_slime_args,
+    preview_command,
+)
 
 FAKE = Path(__file__).parent / "fake_slime"
 SECRET = "wandb-secret-value-123"
@@ -231,3 +236,23 @@ def test_slime_that_cannot_build_its_parser_stops_the_launch(tmp_path: Path) -> 
     assert "could not build slime's argument parser" in done.stderr
     assert "No module named 'megatron'" in done.stderr
     assert not pod.record.exists()
+
+
+def test_render_preview_is_the_command_the_launcher_execs(tmp_path: Path) -> None:
+    pod = Pod(tmp_path)
+    done = pod.launch()
+    assert done.returncode == 0, done.stderr
+    argv = ["python3", *_recorded(pod)["argv"]]
+    paths = {CUSTOM_CONFIG_PATH: str(pod.custom_config), EVAL_CONFIG_PATH: str(pod.eval_config)}
+    model_args = argv[2 : argv.index("--actor-num-nodes")]
+    expected: list[str] = []
+    for arg in preview_command(pod.exp):
+        if arg.startswith("<MODEL_ARGS"):
+            expected += model_args
+        elif arg.startswith("<JSON:"):
+            expected.append(argv[argv.index("--train-env-vars") + 1])
+        elif not arg.startswith("<only when"):
+            expected.append(paths.get(arg, arg))
+    expected[1] = str(FAKE / "train.py")
+    assert argv == expected
+    assert len(model_args) == 23  # the 14 MODEL_ARGS entries of the fake script, 9 valued
