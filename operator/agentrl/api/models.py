@@ -55,6 +55,9 @@ class Model(BaseModel):
         populate_by_name=True,
         extra="forbid",
         validate_default=True,
+        # The docstring under each field is its description: in the CRD (`kubectl explain`)
+        # and in docs/api.md, from one place.
+        use_attribute_docstrings=True,
     )
 
     def dump(self) -> dict[str, Any]:
@@ -66,7 +69,9 @@ class SecretKeyRef(Model):
     """A key of a Secret in the experiment's namespace. Values never leave the Secret."""
 
     name: Annotated[str, Field(min_length=1, max_length=253)]
+    """Secret name."""
     key: Annotated[str, Field(min_length=1, max_length=253)]
+    """Key inside the Secret."""
 
 
 # ---- model -------------------------------------------------------------------------
@@ -89,8 +94,17 @@ class ModelSpec(Model):
         description="chat renderer family for the gateway; required when path is a local directory",
     )
     tool_call_parser: str | None = None
+    """SGLang tool-call parser (e.g. `qwen25`); the gateway parses tool calls with the same
+    parser.
+    """
     reasoning_parser: str | None = None
+    """SGLang reasoning parser (e.g. `qwen3`, `deepseek-r1`) for models that think before
+    answering.
+    """
     context_length: PositiveInt | None = None
+    """Maximum tokens per sequence; when set, `grpo.maxResponseLength` must leave room for the
+    prompt.
+    """
     ref_load: str | None = Field(
         default=None, description="reference model checkpoint (defaults to path)"
     )
@@ -103,10 +117,15 @@ class EvalSet(Model):
     name: Annotated[
         str, Field(min_length=1, max_length=63, pattern=r"^[a-z0-9]([-_a-z0-9]*[a-z0-9])?$")
     ]
+    """Name of the eval set in metrics and W&B (unique within `data.eval`)."""
     path: Annotated[str, Field(min_length=1)]
+    """JSONL file inside the pods, same row format as `data.train`."""
     samples_per_prompt: PositiveInt = 1
+    """Samples generated per eval prompt."""
     temperature: Annotated[float, Field(ge=0.0, le=2.0)] = 0.0
+    """Sampling temperature for eval (0 = greedy)."""
     max_response_length: PositiveInt | None = None
+    """Response token budget for this set (default: `grpo.maxResponseLength`)."""
 
 
 class DataSpec(Model):
@@ -115,8 +134,11 @@ class DataSpec(Model):
         Field(min_length=1, description='JSONL; each row {"prompt": ..., "metadata": {...}}'),
     ]
     eval: list[EvalSet] = Field(default_factory=list)
+    """Eval sets, run every `evalInterval` rollouts."""
     eval_interval: PositiveInt = 10
+    """Rollouts between evaluations."""
     shuffle: bool = True
+    """Shuffle training prompts each epoch."""
 
 
 # ---- agent -------------------------------------------------------------------------
@@ -126,31 +148,43 @@ class AgentCoreAgent(Model):
     """An AWS Bedrock AgentCore runtime invoked through boto3; results land in S3."""
 
     runtime_arn: Annotated[str, Field(pattern=r"^arn:aws[a-z-]*:bedrock-agentcore:")]
+    """ARN of the AgentCore runtime that runs the agent."""
     region: Annotated[str, Field(pattern=r"^[a-z]{2}(-[a-z]+)+-\d$")]
+    """AWS region of the runtime (e.g. `us-west-2`)."""
     s3_bucket: Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")]
+    """Bucket where the agent writes each episode's result."""
     timeout_seconds: PositiveInt = 900
+    """Wait per episode for the agent's result before it counts as failed."""
     tps_limit: Annotated[float, Field(gt=0)] = 25.0
+    """Client-side rate limit (calls per second) shared by invoke and stop calls."""
 
 
 class HeaderFromSecret(Model):
     name: Annotated[str, Field(pattern=r"^[A-Za-z0-9-]+$")]
+    """HTTP header name (e.g. `Authorization`)."""
     secret_key_ref: SecretKeyRef
+    """Secret key holding the header value; it reaches the pods as an env var, never a ConfigMap."""
 
 
 class HttpAgent(Model):
     """Any agent behind HTTP: episodes are submitted, results come back by callback."""
 
     url: Annotated[str, Field(pattern=r"^https?://")]
+    """Endpoint that starts an episode."""
     timeout_seconds: PositiveInt = 900
+    """Wait per episode for the agent's result before it counts as failed."""
     headers: list[HeaderFromSecret] = Field(
         default_factory=list, description="request headers whose values come from Secrets"
     )
     poll_interval_seconds: Annotated[float, Field(gt=0)] = 30.0
+    """Seconds between result polls when the agent answers asynchronously."""
 
 
 class AgentSpec(Model):
     agent_core: AgentCoreAgent | None = None
+    """Run episodes on an AWS Bedrock AgentCore runtime. Exactly one of `agentCore` and `http`."""
     http: HttpAgent | None = None
+    """Run episodes on an agent behind HTTP. Exactly one of `agentCore` and `http`."""
     max_concurrent: PositiveInt = Field(
         default=100, description="live episodes at once, train and eval alike"
     )
@@ -159,6 +193,7 @@ class AgentSpec(Model):
         description="boto3/HTTP pool size; derived from maxConcurrent when unset",
     )
     model_id: str = "default"
+    """Model name the agent sees in its OpenAI/Anthropic requests."""
 
     @property
     def effective_max_pool_connections(self) -> int:
@@ -179,15 +214,24 @@ class AgentSpec(Model):
 
 class GatewayServiceSpec(Model):
     type: Literal["ClusterIP", "LoadBalancer"] = "ClusterIP"
+    """How agents reach the gateway: `ClusterIP` (in-cluster) or `LoadBalancer`."""
     annotations: dict[str, str] = Field(default_factory=dict)
+    """Annotations on the Service (e.g. cloud load-balancer settings)."""
     load_balancer_source_ranges: list[str] = Field(default_factory=list)
+    """CIDRs allowed to reach a LoadBalancer Service."""
 
 
 class GatewaySpec(Model):
     cumulative_token_mode: bool = False
+    """Build each next prompt from the previous prompt + completion tokens + a rendered bridge, so
+    re-tokenisation never drifts.
+    """
     log_level: Literal["debug", "info", "warning", "error"] = "warning"
+    """Gateway log level; per-request logs appear at `debug`."""
     port: Annotated[int, Field(ge=1024, le=65535)] = GATEWAY_PORT_DEFAULT
+    """Gateway port on the head pod and the Service."""
     service: GatewayServiceSpec = Field(default_factory=GatewayServiceSpec)
+    """The Service in front of the gateway and the metrics port."""
     public_url: Annotated[str, Field(pattern=r"^https?://")] | None = Field(
         default=None,
         description="URL remote agents use to reach the gateway (e.g. the LoadBalancer's DNS "
@@ -203,25 +247,38 @@ class GatewaySpec(Model):
 
 class RewardNormalization(Model):
     mode: Literal["grpo", "identity"] = "grpo"
+    """`grpo`: subtract the group mean per episode; `identity`: raw rewards."""
     std: bool = Field(default=False, description="divide by the group's std as well")
 
 
 class GrpoSpec(Model):
     num_rollouts: PositiveInt
+    """Rollout steps to train for."""
     rollout_batch_size: PositiveInt = 32
+    """Prompts per rollout step."""
     samples_per_prompt: PositiveInt = 8
+    """Episodes per prompt (the GRPO group size)."""
     global_batch_size: PositiveInt | None = Field(
         default=None, description="defaults to rolloutBatchSize x samplesPerPrompt"
     )
     max_response_length: PositiveInt = 1024
+    """Response token budget per turn."""
     learning_rate: Annotated[float, Field(gt=0, le=1)] = 1e-6
+    """Adam learning rate."""
     eps_clip: Annotated[float, Field(gt=0, le=1)] = 0.2
+    """PPO clip range below 1."""
     eps_clip_high: Annotated[float, Field(gt=0, le=1)] = 0.28
+    """PPO clip range above 1 (clip-higher)."""
     kl_loss_coef: Annotated[float, Field(ge=0)] = 0.0
+    """Weight of the KL loss against the reference model."""
     kl_loss_type: Literal["kl", "k2", "k3", "low_var_kl"] = "low_var_kl"
+    """KL estimator."""
     temperature: Annotated[float, Field(gt=0, le=2)] = 1.0
+    """Sampling temperature for training rollouts."""
     max_tokens_per_gpu: PositiveInt = 9216
+    """Token budget per GPU for dynamic batching."""
     reward_normalization: RewardNormalization = Field(default_factory=RewardNormalization)
+    """How episode rewards become advantages (episode-level, each episode weighs the same)."""
 
     @property
     def effective_global_batch_size(self) -> int:
@@ -233,9 +290,13 @@ class GrpoSpec(Model):
 
 class Parallelism(Model):
     tensor: PositiveInt = 2
+    """Tensor parallel size."""
     pipeline: PositiveInt = 1
+    """Pipeline parallel size."""
     context: PositiveInt = 1
+    """Context parallel size."""
     expert: PositiveInt = 1
+    """Expert parallel size (MoE models)."""
 
     @property
     def model_parallel_size(self) -> int:
@@ -246,37 +307,54 @@ class HeadSpec(Model):
     """The CPU-only Ray head: driver, gateway, metrics."""
 
     cpu: Quantity = "8"
+    """CPU of the head pod."""
     memory: Quantity = "32Gi"
+    """Memory of the head pod."""
     shm_size: Quantity = Field(default="8Gi", description="memory-backed /dev/shm of the head pod")
     node_selector: dict[str, str] = Field(
         default_factory=dict, description="placement of the head pod (CPU nodes)"
     )
     tolerations: list[KubeObject] = Field(default_factory=list)
+    """Tolerations of the head pod."""
 
 
 class ResourcesSpec(Model):
     nodes: PositiveInt = 1
+    """GPU nodes (one Ray worker pod each)."""
     gpus_per_node: PositiveInt = 8
+    """GPUs per node."""
     gpu_resource_name: str = DEFAULT_GPU_RESOURCE
+    """Extended resource that requests GPUs."""
     parallelism: Parallelism = Field(default_factory=Parallelism)
+    """Megatron parallelism; tensor x pipeline x context must divide the training GPUs."""
     rollout_gpus_per_engine: PositiveInt = 2
+    """GPUs per SGLang engine; must divide the rollout GPUs."""
     colocate: bool = True
+    """Train and generate on the same GPUs (slime offloads between phases)."""
     rollout_gpus: PositiveInt | None = Field(
         default=None,
         description="GPUs reserved for SGLang engines when colocate is false (whole nodes)",
     )
     cpu: Quantity = "32"
+    """CPU per GPU pod."""
     memory: Quantity = "256Gi"
+    """Memory per GPU pod (includes `/dev/shm`)."""
     shm_size: Quantity = "64Gi"
+    """Size of the memory-backed `/dev/shm` of each GPU pod."""
     extra_resources: dict[str, Annotated[int, Field(ge=1)]] = Field(
         default_factory=dict,
         description="extra device resources per GPU pod, e.g. vpc.amazonaws.com/efa: 32",
     )
     head: HeadSpec = Field(default_factory=HeadSpec)
+    """The CPU head pod."""
     node_selector: dict[str, str] = Field(default_factory=dict)
+    """Node selector of the GPU pods."""
     tolerations: list[KubeObject] = Field(default_factory=list)
+    """Tolerations of the GPU pods."""
     affinity: KubeObject | None = None
+    """Affinity of the GPU pods (a Kubernetes Affinity object)."""
     priority_class_name: str | None = None
+    """PriorityClass of every pod."""
 
     @property
     def total_gpus(self) -> int:
@@ -300,12 +378,16 @@ class ResourcesSpec(Model):
 
 class EnvVarSource(Model):
     secret_key_ref: SecretKeyRef
+    """Secret key the value comes from."""
 
 
 class EnvVar(Model):
     name: Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+    """Variable name."""
     value: str | None = None
+    """Literal value (no secrets: use `valueFrom`)."""
     value_from: EnvVarSource | None = None
+    """Value from a Secret key."""
 
     @model_validator(mode="after")
     def _one_source(self) -> EnvVar:
@@ -318,18 +400,26 @@ class ExtraCode(Model):
     """A ConfigMap of the user's own Python modules, mounted and put on PYTHONPATH."""
 
     config_map: Annotated[str, Field(min_length=1, max_length=253)]
+    """ConfigMap name; its keys become files under `/opt/agentrl/extra/<index>`."""
 
 
 class RuntimeSpec(Model):
     image: str | None = Field(default=None, description="defaults to the operator's pinned image")
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
+    """Pull policy of every Ray container."""
     cuda_home: str = "/usr/local/cuda"
+    """CUDA toolkit inside the image; sets CUDA_HOME and LD_LIBRARY_PATH everywhere."""
     slime_dir: str = Field(default="/root/slime", description="slime checkout inside the image")
     env: list[EnvVar] = Field(default_factory=list)
+    """Extra env vars of every Ray container."""
     service_account_name: str | None = None
+    """ServiceAccount of every pod (IRSA / workload identity for S3 and AgentCore)."""
     volumes: list[KubeObject] = Field(default_factory=list)
+    """Extra pod volumes (Kubernetes Volume objects: model, data, checkpoint PVCs)."""
     volume_mounts: list[KubeObject] = Field(default_factory=list)
+    """Mounts of those volumes in every Ray container."""
     extra_code: list[ExtraCode] = Field(default_factory=list)
+    """ConfigMaps of your own Python modules, mounted and put on PYTHONPATH."""
     extra_args: list[str] = Field(
         default_factory=list, description="passed to slime verbatim, last"
     )
@@ -340,19 +430,27 @@ class RuntimeSpec(Model):
 
 class CheckpointSpec(Model):
     path: str | None = None
+    """Checkpoint directory inside the pods (on a shared volume)."""
     save_interval: PositiveInt | None = None
+    """Rollouts between checkpoints (needs `path`)."""
     resume: bool = True
+    """Resume from the latest checkpoint under `path` if there is one."""
 
 
 class WandbSpec(Model):
     project: Annotated[str, Field(min_length=1)]
+    """W&B project."""
     group: str | None = None
+    """W&B group."""
     host: str | None = None
+    """W&B server URL (self-hosted)."""
     api_key_secret: SecretKeyRef
+    """Secret key with the W&B API key (reaches the pods as WANDB_API_KEY)."""
 
 
 class TrackingSpec(Model):
     wandb: WandbSpec | None = None
+    """Log to Weights & Biases."""
 
 
 class SchedulingSpec(Model):
@@ -364,23 +462,37 @@ class SchedulingSpec(Model):
 
 class RLExperimentSpec(Model):
     model: ModelSpec
+    """The model to train."""
     data: DataSpec
+    """Training and eval prompts."""
     agent: AgentSpec
+    """The agent that runs episodes."""
     grpo: GrpoSpec
+    """GRPO hyper-parameters."""
     gateway: GatewaySpec = Field(default_factory=GatewaySpec)
+    """The model gateway agents call."""
     resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
+    """GPUs, parallelism, pod sizes and placement."""
     runtime: RuntimeSpec = Field(default_factory=RuntimeSpec)
+    """Image, env, volumes and code of the Ray pods."""
     checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec)
+    """Checkpointing and resume."""
     tracking: TrackingSpec = Field(default_factory=TrackingSpec)
+    """Experiment tracking."""
     scheduling: SchedulingSpec = Field(default_factory=SchedulingSpec)
+    """Queueing (mutable)."""
     # Lifecycle: the only fields that may change after creation.
     suspend: bool = False
+    """Stop the run and release its pods; set back to false to start it again (mutable)."""
     active_deadline_seconds: PositiveInt | None = None
+    """Whole-run deadline; then the run fails with DeadlineExceeded (mutable)."""
     startup_deadline_seconds: PositiveInt | None = Field(
         default=None, description="time to reach Running (KubeRay preRunningDeadlineSeconds)"
     )
     backoff_limit: NonNegativeInt = 0
+    """Retries of a failed run, each on a fresh Ray cluster (mutable)."""
     ttl_seconds_after_finished: NonNegativeInt = 0
+    """Seconds to keep the finished RayJob before KubeRay deletes it (mutable)."""
 
 
 # ---- status ------------------------------------------------------------------------
@@ -388,64 +500,108 @@ class RLExperimentSpec(Model):
 
 class Condition(Model):
     type: str
+    """Condition type (Valid, RayJobCreated, Running, Stalled, ...)."""
     status: Literal["True", "False", "Unknown"]
+    """True, False or Unknown."""
     reason: str
+    """One-word reason."""
     message: str = ""
+    """Human-readable detail."""
     observed_generation: int | None = None
+    """Generation of the spec this condition describes."""
     last_transition_time: str | None = None
+    """When the status last changed (RFC 3339)."""
 
 
 class RayJobMirror(Model):
     """KubeRay's own words, copied verbatim for debugging."""
 
     job_status: str | None = None
+    """RayJob `status.jobStatus` (Ray's view; may be stale)."""
     job_deployment_status: str | None = None
+    """RayJob `status.jobDeploymentStatus` (drives the phase)."""
     reason: str | None = None
+    """RayJob `status.reason`."""
     message: str | None = None
+    """RayJob `status.message`."""
 
 
 class Progress(Model):
     rollout: int | None = None
+    """Last finished rollout step."""
     total_rollouts: int | None = None
+    """`grpo.numRollouts`."""
     train_reward: float | None = None
+    """Mean reward of the last training rollout."""
     eval_reward: float | None = None
+    """Mean reward of the last evaluation."""
     failed_session_ratio: float | None = None
+    """Share of agent sessions that failed in the last rollout."""
     updated_at: str | None = None
+    """When progress was last read (RFC 3339)."""
 
 
 class RLExperimentStatus(Model):
     phase: (
         Literal["Pending", "Initializing", "Running", "Suspended", "Succeeded", "Failed"] | None
     ) = None
+    """Pending, Initializing, Running, Suspended, Succeeded or Failed (the last two are final)."""
     conditions: list[Condition] = Field(default_factory=list)
+    """Conditions with reasons and messages."""
     observed_generation: int | None = None
+    """Spec generation the operator last acted on."""
     ray_job_name: str | None = None
+    """Name of the child RayJob."""
     ray_cluster_name: str | None = None
+    """Name of the RayCluster KubeRay created (changes on retry)."""
     dashboard_url: str | None = Field(default=None, alias="dashboardURL")
+    """Ray dashboard URL."""
     gateway_url: str | None = Field(default=None, alias="gatewayURL")
+    """URL agents reach the gateway at."""
     start_time: str | None = None
+    """When the run started (RFC 3339)."""
     completion_time: str | None = None
+    """When the run finished (RFC 3339)."""
     attempts: int | None = None
+    """Runs so far (1 + retries)."""
     ray_job: RayJobMirror | None = None
+    """KubeRay's own status fields, verbatim."""
     progress: Progress | None = None
+    """Training progress read from the run's metrics."""
 
 
 class ObjectMeta(Model):
     """The parts of metadata agentrl reads; the API server owns the rest."""
 
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="ignore",
+        use_attribute_docstrings=True,
+    )
 
     name: str
+    """Experiment name: a DNS-1035 label of at most 47 characters."""
     namespace: str = "default"
+    """Namespace of the experiment and its children."""
     uid: str | None = None
+    """Set by the API server; children get owner references to it."""
     generation: int | None = None
+    """Set by the API server."""
     labels: dict[str, str] = Field(default_factory=dict)
+    """Labels."""
     annotations: dict[str, str] = Field(default_factory=dict)
+    """Annotations."""
 
 
 class RLExperiment(Model):
     api_version: Literal["agentrl.io/v1alpha1"] = "agentrl.io/v1alpha1"
+    """`agentrl.io/v1alpha1`."""
     kind: Literal["RLExperiment"] = "RLExperiment"
+    """`RLExperiment`."""
     metadata: ObjectMeta
+    """Name and namespace."""
     spec: RLExperimentSpec
+    """What to train and how."""
     status: RLExperimentStatus | None = None
+    """Written by the operator."""
