@@ -69,6 +69,9 @@ class Hub:
     def push(self, delta: MetricsDelta) -> None:
         apply_delta(self.metrics, delta)
 
+    def drain(self) -> None:
+        pass
+
     def exposition(self) -> bytes:
         return bytes(generate_latest(self.metrics.registry))
 
@@ -142,6 +145,13 @@ class HubSink:
                 ray.get(ready[0])
         self._last = self._handle.push.remote(delta)
 
+    def drain(self) -> None:
+        """Wait until the hub applied every push so far (batch end: metrics are current)."""
+        import ray
+
+        if self._last is not None:
+            ray.get(self._last)
+
 
 class LocalSink:
     """A `MetricsSink` straight into a registry in this process (tests, benchmarks)."""
@@ -151,3 +161,6 @@ class LocalSink:
 
     def push(self, delta: MetricsDelta) -> None:
         apply_delta(self.metrics, delta)
+
+    def drain(self) -> None:
+        pass

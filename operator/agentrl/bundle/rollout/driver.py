@@ -41,7 +41,7 @@ async def train_batch(
     outcomes = await run_groups(ctx, groups, train_spec(config.spec, args), "train")
     stats = batch_stats(outcomes)
     ctx.recorder.batch_finished("train", rollout_id, stats.reward_mean)
-    rt.flush()
+    await rt.flush_and_drain()
     log.info(stats.summary("Rollout", rollout_id))
     samples = [[to_sample(s, types) for s in g] for g in group_samples(outcomes)]
     metrics = {
@@ -85,6 +85,6 @@ async def eval_batch(
         metrics[f"eval/{eval_set.name}/episodes"] = stats.episodes
     stats = batch_stats(all_outcomes)
     ctx.recorder.batch_finished("eval", rollout_id, stats.reward_mean)
-    rt.flush()
+    await rt.flush_and_drain()
     log.info(stats.summary("Eval", rollout_id))
     return types.eval_output(data=data, metrics=metrics)

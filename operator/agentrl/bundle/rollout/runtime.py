@@ -29,7 +29,13 @@ FLUSH_INTERVAL_S = 5.0  # how stale sessions_in_flight and pool gauges may get
 
 
 class MetricsSink(Protocol):
-    def push(self, delta: MetricsDelta) -> None: ...
+    def push(self, delta: MetricsDelta) -> None:
+        """Ship a delta; may return before it is applied."""
+        ...
+
+    def drain(self) -> None:
+        """Block until every delta pushed so far is applied."""
+        ...
 
 
 class LoopThread:
@@ -87,6 +93,14 @@ class RolloutRuntime:
                 self._sink.push(delta)
             except Exception:  # metrics must never fail a training step
                 log.exception("pushing rollout metrics failed; they are lost for this flush")
+
+    async def flush_and_drain(self) -> None:
+        """Batch end: ship everything and wait until the registry shows it."""
+        self.flush()
+        try:
+            await asyncio.to_thread(self._sink.drain)
+        except Exception:
+            log.exception("the metrics hub did not apply the rollout metrics")
 
     async def _flush_forever(self) -> None:
         while True:

@@ -45,10 +45,24 @@ class SampleFields:
 
 
 @dataclass
-class PlainSample(SampleFields):
-    """`slime.utils.types.Sample` stand-in (only the fields agentrl sets or slime reads)."""
+class PlainSample:
+    """`slime.utils.types.Sample` stand-in: its defaults, only the fields agentrl touches."""
 
+    group_index: int | None = None
+    index: int | None = None
+    prompt: Any = ""
+    tokens: list[int] = field(default_factory=list)
+    response: str = ""
+    response_length: int = 0
+    label: Any = None
+    reward: float | dict[str, Any] | None = None
+    loss_mask: list[int] | None = None
+    rollout_log_probs: list[float] | None = None
     remove_sample: bool = False
+    status: Status = Status.PENDING
+    metadata: dict[str, Any] = field(default_factory=dict)
+    session_id: str | None = None
+    rollout_id: int | None = None
     Status = Status
 
 
