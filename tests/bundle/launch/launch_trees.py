@@ -51,87 +51,25 @@ def ldconfig(*paths: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-# The experiments of DESIGN's three examples, used until (and beside) examples/*.yaml.
-_BASE: dict[str, Any] = {
-    "apiVersion": "agentrl.io/v1alpha1",
-    "kind": "RLExperiment",
-    "metadata": {"name": "qwen3b-gsm8k", "namespace": "rl"},
-    "spec": {
-        "model": {"path": "/models/Qwen2.5-3B-Instruct", "type": "qwen2.5-3B"},
-        "data": {"train": "/data/gsm8k/train.jsonl"},
-        "agent": {
-            "agentCore": {
-                "runtimeArn": "arn:aws:bedrock-agentcore:us-west-2:111122223333:runtime/math-AbC",
-                "region": "us-west-2",
-                "s3Bucket": "agentrl-rollouts",
-            }
-        },
-        "grpo": {"numRollouts": 100},
-    },
-}
-
-
-def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
-    out = copy.deepcopy(base)
-    for key, value in over.items():
-        out[key] = _merge(out[key], value) if isinstance(value, dict) and key in out else value
-    return out
-
-
-BUILTIN: dict[str, dict[str, Any]] = {
-    "builtin-1x8-agentcore": _BASE,
-    "builtin-4x8-tp-pp-disaggregated": _merge(
-        _BASE,
-        {
-            "metadata": {"name": "qwen32b-tp-pp"},
-            "spec": {
-                "model": {"path": "/models/Qwen2.5-32B-Instruct", "type": "qwen2.5-32B"},
-                "resources": {
-                    "nodes": 4,
-                    "gpusPerNode": 8,
-                    "colocate": False,
-                    "rolloutGpus": 8,
-                    "rolloutGpusPerEngine": 4,
-                    "parallelism": {"tensor": 4, "pipeline": 2},
-                },
-                "grpo": {"numRollouts": 200, "maxResponseLength": 4096, "maxTokensPerGpu": 16384},
-                "checkpoint": {"path": "/ckpt/qwen32b", "saveInterval": 10},
-            },
-        },
-    ),
-    "builtin-http-two-evals": _merge(
-        {k: v for k, v in _BASE.items() if k != "spec"},
-        {
-            "metadata": {"name": "http-agent"},
-            "spec": {
-                **{k: v for k, v in _BASE["spec"].items() if k != "agent"},
-                "agent": {"http": {"url": "https://agent.example.com/episodes"}},
-                "data": {
-                    "train": "/data/train.jsonl",
-                    "eval": [
-                        {"name": "gsm8k", "path": "/data/gsm8k-test.jsonl"},
-                        {"name": "math500", "path": "/data/math500.jsonl", "samplesPerPrompt": 4,
-                         "temperature": 0.6},
-                    ],
-                    "evalInterval": 5,
-                },
-                "model": {**_BASE["spec"]["model"], "reasoningParser": "qwen3",
-                          "toolCallParser": "qwen25"},
-                "runtime": {"extraArgs": ["--rollout-top-p", "0.95"]},
-            },
-        },
-    ),
-}  # fmt: skip
+# DESIGN's three examples, as the repository ships them.
+EXAMPLE_A = "qwen2.5-3b-gsm8k-agentcore"  # 1x8 GPUs, AgentCore, SlimeRunner defaults
+EXAMPLE_B = "qwen3-32b-swe-4node-tp-pp"  # 4x8, tp+pp, rollout on separate nodes
+EXAMPLE_C = "qwen2.5-7b-http-agent-two-evals"  # HTTP agent, two eval sets that differ
 
 
 def example_docs() -> dict[str, dict[str, Any]]:
-    """Every example experiment: the repository's examples/*.yaml, then the built-ins."""
+    """Every example experiment in the repository's examples/*.yaml, by file stem."""
     docs: dict[str, dict[str, Any]] = {}
     for path in sorted(EXAMPLES.glob("*.yaml")):
         for doc in yaml.safe_load_all(path.read_text()):
             if isinstance(doc, dict) and doc.get("kind") == "RLExperiment":
                 docs[path.stem] = doc
-    return {**docs, **BUILTIN}
+    return docs
+
+
+def example_doc(name: str) -> dict[str, Any]:
+    """A deep copy of one example, safe to edit in a test."""
+    return copy.deepcopy(example_docs()[name])
 
 
 def experiment(doc: dict[str, Any]) -> RLExperiment:

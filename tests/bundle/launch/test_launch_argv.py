@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
-from launch_trees import example_docs, experiment
+from launch_trees import EXAMPLE_A, EXAMPLE_B, EXAMPLE_C, example_doc, example_docs, experiment
 
 from agentrl.api.runtime import RuntimeConfig
 from agentrl.bundle.launch import command
@@ -79,8 +79,12 @@ SLIME_RUNNER = {
 }
 
 
+def test_every_design_example_is_present() -> None:
+    assert {EXAMPLE_A, EXAMPLE_B, EXAMPLE_C} <= set(DOCS)
+
+
 def test_one_node_defaults_match_slime_runner() -> None:
-    exp = experiment(DOCS["builtin-1x8-agentcore"])
+    exp = experiment(DOCS[EXAMPLE_A])
     ours = _pairs(build_slime_args(exp))
     for flag, value in SLIME_RUNNER.items():
         assert flag in ours, f"SlimeRunner sets {flag}"
@@ -101,44 +105,47 @@ def test_one_node_defaults_match_slime_runner() -> None:
 
 
 def test_disaggregated_tp_pp_layout() -> None:
-    ours = _pairs(build_slime_args(experiment(DOCS["builtin-4x8-tp-pp-disaggregated"])))
-    assert (ours["--actor-num-nodes"], ours["--actor-num-gpus-per-node"]) == ("3", "8")
-    assert ours["--rollout-num-gpus"] == "8" and "--colocate" not in ours
-    assert (ours["--tensor-model-parallel-size"], ours["--pipeline-model-parallel-size"]) == (
-        "4",
-        "2",
-    )
-    assert (ours["--save"], ours["--load"], ours["--save-interval"]) == ("/ckpt/qwen32b",) * 2 + (
-        "10",
-    )
+    exp = experiment(DOCS[EXAMPLE_B])
+    ours = _pairs(build_slime_args(exp))
+    # 4 nodes x 8 GPUs, 16 for SGLang: training gets the other two whole nodes.
+    assert (ours["--actor-num-nodes"], ours["--actor-num-gpus-per-node"]) == ("2", "8")
+    assert ours["--rollout-num-gpus"] == "16" and "--colocate" not in ours
+    assert ours["--rollout-num-gpus-per-engine"] == "4"
+    tp_pp = (ours["--tensor-model-parallel-size"], ours["--pipeline-model-parallel-size"])
+    assert tp_pp == ("4", "2")
+    ckpt = exp.spec.checkpoint.path
+    assert (ours["--save"], ours["--load"], ours["--save-interval"]) == (ckpt, ckpt, "10")
+    # a single eval set is expressed with slime's own eval flags
+    assert ours["--eval-prompt-data"] == "swe-verified-mini"
 
 
 def test_eval_sets_that_differ_use_eval_config() -> None:
-    exp = experiment(DOCS["builtin-http-two-evals"])
+    exp = experiment(DOCS[EXAMPLE_C])
     ours = _pairs(build_slime_args(exp))
     assert ours["--eval-interval"] == "5" and "--eval-prompt-data" not in ours
     doc = command.eval_config(exp.spec)["eval"]["datasets"]
-    assert [(d["name"], d["n_samples_per_eval_prompt"], d["temperature"]) for d in doc] == [
-        ("gsm8k", 1, 0.0),
-        ("math500", 4, 0.6),
+    got = [
+        (d["name"], d["n_samples_per_eval_prompt"], d["temperature"], d.get("max_response_len"))
+        for d in doc
     ]
-    assert ours["--sglang-reasoning-parser"] == "qwen3"
+    assert got == [("web-dev", 1, 0.0, None), ("web-hard", 4, 0.7, 2048)]
 
 
 def test_uniform_eval_sets_use_slime_eval_flags() -> None:
-    argv = build_slime_args(experiment(DOCS["builtin-1x8-agentcore"]))
-    assert "--eval-prompt-data" not in argv  # no eval sets
-    doc = DOCS["builtin-http-two-evals"]
-    doc = {**doc, "spec": {**doc["spec"], "data": {**doc["spec"]["data"]}}}
+    doc = example_doc(EXAMPLE_C)
     doc["spec"]["data"]["eval"] = [{"name": "a", "path": "/a"}, {"name": "b", "path": "/b"}]
     argv = build_slime_args(experiment(doc))
     i = argv.index("--eval-prompt-data")
     assert argv[i + 1 : i + 5] == ["a", "/a", "b", "/b"]
     assert _pairs(argv)["--n-samples-per-eval-prompt"] == "1"
+    doc["spec"]["data"]["eval"] = []
+    assert "--eval-interval" not in build_slime_args(experiment(doc))
 
 
-def _config(name: str) -> RuntimeConfig:
-    exp = experiment(DOCS[name])
+def _config(name: str, extra_args: list[str] | None = None) -> RuntimeConfig:
+    doc = example_doc(name)
+    doc["spec"].setdefault("runtime", {})["extraArgs"] = extra_args or []
+    exp = experiment(doc)
     return RuntimeConfig(
         experiment=exp.metadata.name,
         namespace=exp.metadata.namespace,
@@ -150,8 +157,7 @@ def _config(name: str) -> RuntimeConfig:
 
 
 def test_compose_order_wandb_gate_and_extra_args_last() -> None:
-    cfg = _config("builtin-http-two-evals")
-    cfg.spec.tracking.wandb = None
+    cfg = _config(EXAMPLE_C, extra_args=["--rollout-top-p", "0.95"])
     parts = command.compose(cfg, ["--num-layers", "36"], {"CUDA_HOME": "/usr/local/cuda"}, [])
     argv = command.flatten(parts)
     assert argv[:4] == ["python3", "/root/slime/train.py", "--num-layers", "36"]
@@ -161,13 +167,8 @@ def test_compose_order_wandb_gate_and_extra_args_last() -> None:
 
 
 def test_wandb_only_with_key() -> None:
-    spec = _config(
-        "qwen2.5-3b-gsm8k-agentcore"
-        if "qwen2.5-3b-gsm8k-agentcore" in DOCS
-        else "builtin-1x8-agentcore"
-    ).spec
-    if spec.tracking.wandb is None:
-        pytest.fail("example (a) configures wandb")
+    spec = _config(EXAMPLE_A).spec
+    assert spec.tracking.wandb is not None  # example (a) configures wandb
     assert command.wandb_args(spec, {}, "WANDB_API_KEY") == []
     assert command.wandb_args(spec, {"WANDB_API_KEY": ""}, "WANDB_API_KEY") == []
     args = command.wandb_args(spec, {"WANDB_API_KEY": "k"}, "WANDB_API_KEY")

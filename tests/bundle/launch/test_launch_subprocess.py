@@ -19,7 +19,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from launch_trees import cuda_toolkit, example_docs, experiment, touch
+import yaml
+from launch_trees import EXAMPLE_C, cuda_toolkit, example_doc, experiment, touch
 
 from agentrl.api.runtime import RuntimeConfig
 from agentrl.render.slime_args import (
@@ -31,6 +32,7 @@ from agentrl.render.slime_args import (
 
 FAKE = Path(__file__).parent / "fake_slime"
 SECRET = "wandb-secret-value-123"
+HEADER_SECRET = "tok-xyz"
 
 
 def _cache_major() -> int:
@@ -51,7 +53,7 @@ class Pod:
         self.record = root / "record.json"
         self.custom_config = root / "slime-custom-config.yaml"
         self.eval_config = root / "slime-eval-config.yaml"
-        doc = json.loads(json.dumps(example_docs()["builtin-http-two-evals"]))
+        doc = example_doc(EXAMPLE_C)
         spec = doc["spec"]
         spec["model"]["path"] = str(touch(root, "models/qwen/config.json", "{}").parent)
         row = json.dumps({"prompt": "1+1?", "metadata": {"answer": "2"}}) + "\n"
@@ -64,7 +66,7 @@ class Pod:
         spec["runtime"] = {
             "cudaHome": str(root / "cuda"),
             "slimeDir": str(slime_dir),
-            "extraArgs": spec["runtime"]["extraArgs"] if extra_args is None else extra_args,
+            "extraArgs": ["--rollout-top-p", "0.95"] if extra_args is None else extra_args,
         }
         exp = experiment(doc)
         args = build_slime_args(exp)
@@ -81,6 +83,7 @@ class Pod:
                 gateway_url="http://gw:9090",
                 slime_args=args,
                 wandb_api_key_env="WANDB_API_KEY",
+                http_header_envs={"Authorization": "AGENTRL_HTTP_HEADER_0"},
             ).to_json()
         )
 
@@ -91,6 +94,7 @@ class Pod:
             "MEGATRON_DIR": str(FAKE / "Megatron-LM"),
             "AGENTRL_TEST_RECORD": str(self.record),
             "WANDB_API_KEY": SECRET,
+            "AGENTRL_HTTP_HEADER_0": f"Bearer {HEADER_SECRET}",
             "LD_LIBRARY_PATH": "/usr/local/cuda-11.8/lib64:/opt/efa/lib",
             **extra,
         }
@@ -125,7 +129,7 @@ def test_exec_replaces_the_launcher_with_train_py_and_propagates_env(tmp_path: P
     assert rec["pid"] == proc.pid  # exec, not a child process
     argv = rec["argv"]
     assert argv[0] == str(FAKE / "train.py")
-    assert argv[1:4] == ["--swiglu", "--num-layers", "36"]  # MODEL_ARGS first, from bash
+    assert argv[1:4] == ["--swiglu", "--num-layers", "28"]  # MODEL_ARGS first, from bash
     assert argv[-2:] == ["--rollout-top-p", "0.95"]  # extraArgs last
     assert argv[argv.index("--use-wandb") : argv.index("--use-wandb") + 3] == [
         "--use-wandb",
@@ -139,13 +143,18 @@ def test_exec_replaces_the_launcher_with_train_py_and_propagates_env(tmp_path: P
     assert env["LD_LIBRARY_PATH"].split(":") == [f"{cuda_home}/lib64", "/opt/efa/lib"]
     assert env["PATH"].startswith(f"{cuda_home}/bin:")
     assert env["WANDB_API_KEY"] == SECRET and env["CUDA_DEVICE_MAX_CONNECTIONS"] == "1"
+    assert env["AGENTRL_HTTP_HEADER_0"] == f"Bearer {HEADER_SECRET}"
     assert str(FAKE) in env["PYTHONPATH"].split(":")
     train_env = json.loads(argv[argv.index("--train-env-vars") + 1])
     assert {k: env[k] for k in train_env} == train_env  # actors get the driver's pinned env
     assert set(train_env) >= {"CUDA_HOME", "LD_LIBRARY_PATH", "PYTHONPATH"}
     assert "agentrl_config_path" in pod.custom_config.read_text()
     assert argv[argv.index("--eval-config") + 1] == str(pod.eval_config)
-    assert "math500" in pod.eval_config.read_text()
+    sets = yaml.safe_load(pod.eval_config.read_text())["eval"]["datasets"]
+    assert [(d["name"], d["n_samples_per_eval_prompt"]) for d in sets] == [
+        ("web-dev", 1),
+        ("web-hard", 4),
+    ]
     assert "exec" in err
 
 
@@ -160,14 +169,14 @@ def test_unknown_flag_is_refused_before_exec(tmp_path: Path) -> None:
 
 def test_dry_run_prints_json_with_secrets_redacted(tmp_path: Path) -> None:
     pod = Pod(tmp_path)
-    done = pod.launch("--dry-run", AGENTRL_HTTP_TOKEN="tok-xyz")
+    done = pod.launch("--dry-run")
     assert done.returncode == 0, done.stderr
     assert not pod.record.exists()
     out = json.loads(done.stdout)
     assert out["argv"][:2] == ["python3", str(FAKE / "train.py")]
     assert out["env"]["CUDA_HOME"] == str(tmp_path / "cuda")
-    assert SECRET not in done.stdout and "tok-xyz" not in done.stdout
-    assert out["secretsPresent"] == ["WANDB_API_KEY"]
+    assert SECRET not in done.stdout and HEADER_SECRET not in done.stdout
+    assert out["secretsPresent"] == ["AGENTRL_HTTP_HEADER_0", "WANDB_API_KEY"]
     assert str(pod.custom_config) in out["files"]
 
 
