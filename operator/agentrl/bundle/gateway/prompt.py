@@ -11,8 +11,9 @@ back to a full render and the reason is reported as a trace break.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +27,20 @@ def fingerprint(value: Any) -> bytes:
     return hashlib.sha256(orjson.dumps(value, option=orjson.OPT_SORT_KEYS)).digest()
 
 
+def reply_fingerprint(message: Mapping[str, Any]) -> bytes:
+    """What identifies an assistant reply as the agent echoes it back: its text (stripped) and
+    its tool calls (arguments as JSON values), not the agent's re-serialisation of them."""
+    calls = []
+    for tc in message.get("tool_calls") or []:
+        fn = tc.get("function") or {}
+        args = fn.get("arguments")
+        if isinstance(args, str):
+            with contextlib.suppress(orjson.JSONDecodeError):
+                args = orjson.loads(args)
+        calls.append([fn.get("name"), args])
+    return fingerprint([str(message.get("content") or "").strip(), calls])
+
+
 @dataclass
 class Chain:
     """One conversation's tip: the messages it was asked with and the exact ids of its last turn."""
@@ -34,6 +49,7 @@ class Chain:
     prompt_ids: list[int]
     completion_ids: list[int]
     tools_fp: bytes
+    reply_fp: bytes  # the reply the agent got, to tell siblings with one prompt apart
 
 
 @dataclass(frozen=True)
@@ -55,17 +71,25 @@ def _common_prefix(a: Sequence[bytes], b: Sequence[bytes]) -> int:
 
 
 def _continuation(
-    chains: Sequence[Chain], fps: Sequence[bytes], roles: Sequence[str]
-) -> int | None:
-    """The chain whose messages + one assistant reply prefix this request (longest wins)."""
-    best: int | None = None
+    chains: Sequence[Chain], messages: Sequence[Mapping[str, Any]], fps: Sequence[bytes]
+) -> int | str | None:
+    """The chain this request continues (its messages, then its reply, then only non-assistant
+    messages): the index, "ambiguous_fork" when several siblings fit and none by its reply,
+    or None."""
+    roles = [m.get("role") for m in messages]
+    fits: list[tuple[bool, int, int]] = []  # (reply matches, history length, index)
     for i, c in enumerate(chains):
         n = len(c.message_fps)
         if len(fps) <= n + 1 or roles[n] != "assistant" or "assistant" in roles[n + 1 :]:
             continue
-        if list(fps[:n]) == c.message_fps and (best is None or n > len(chains[best].message_fps)):
-            best = i
-    return best
+        if list(fps[:n]) == c.message_fps:
+            fits.append((c.reply_fp == reply_fingerprint(messages[n]), n, i))
+    if not fits:
+        return None
+    match, n, idx = max(fits)
+    if not match and sum(1 for f in fits if f[1] == n) > 1:
+        return "ambiguous_fork"  # an unknown reply and several siblings: guessing could mix them
+    return idx
 
 
 def _rewrite(chains: Sequence[Chain], fps: Sequence[bytes]) -> bool:
@@ -93,16 +117,15 @@ class PromptBuilder:
         tools: list[dict[str, Any]] | None,
     ) -> PromptPlan:
         fps = [fingerprint(m) for m in messages]
-        roles = [str(m.get("role")) for m in messages]
         tools_fp = fingerprint(tools or [])
         live = [c for c in chains if c.tools_fp == tools_fp]
-        idx = _continuation(live, fps, roles)
-        extends = None if idx is None else chains.index(live[idx])
-        if idx is None:
-            reason = "history_rewrite" if _rewrite(live, fps) else None
+        idx = _continuation(live, messages, fps)
+        if not isinstance(idx, int):
+            reason = idx or ("history_rewrite" if _rewrite(live, fps) else None)
             if reason is None and len(live) < len(chains) and _rewrite(chains, fps):
                 reason = "tools_changed"
             return PromptPlan(self._full(messages, tools), fps, tools_fp, None, reason)
+        extends = chains.index(live[idx])
         chain = live[idx]
         prev = chain.prompt_ids + chain.completion_ids
         if not self.cumulative:
@@ -130,10 +153,12 @@ class PromptBuilder:
         )
 
 
-def record_turn(chains: list[Chain], plan: PromptPlan, completion_ids: list[int]) -> None:
+def record_turn(
+    chains: list[Chain], plan: PromptPlan, completion_ids: list[int], reply_fp: bytes
+) -> None:
     """Advance the chain the turn extended (or start a new one), keeping at most MAX_CHAINS."""
     chain = Chain(
-        list(plan.message_fps), list(plan.prompt_ids), list(completion_ids), plan.tools_fp
+        list(plan.message_fps), list(plan.prompt_ids), list(completion_ids), plan.tools_fp, reply_fp
     )
     if plan.extends is not None and plan.extends < len(chains):
         chains[plan.extends] = chain

@@ -18,7 +18,7 @@ from agentrl.bundle.gateway.chat import (
     output_from_parsed,
 )
 from agentrl.bundle.gateway.engine import Completion, EngineClient
-from agentrl.bundle.gateway.prompt import PromptBuilder, record_turn
+from agentrl.bundle.gateway.prompt import PromptBuilder, record_turn, reply_fingerprint
 from agentrl.bundle.gateway.sessions import Session
 from agentrl.bundle.metrics import BundleMetrics
 from agentrl.bundle.traces import Turn
@@ -59,7 +59,8 @@ class TurnRunner:
                 plan.prompt_ids, self.sampling_params(req, session), rid, self.timeout_s
             )
             session.turns.append(Turn(plan.prompt_ids, done.ids, done.logprobs, done.finish_reason))
-            record_turn(session.chains, plan, done.ids)
+            out = self.parse(done, plan.prompt_ids, req)
+            record_turn(session.chains, plan, done.ids, reply_fingerprint(as_message(out)))
         self.metrics.generated_tokens.inc(len(done.ids))
         if done.finish_reason == "abort":
             raise ApiError(
@@ -67,7 +68,7 @@ class TurnRunner:
                 "the engine aborted this generation (weights updating?); retry",
                 kind="api_error",
             )
-        return self.parse(done, plan.prompt_ids, req)
+        return out
 
     def parse(self, done: Completion, prompt_ids: list[int], req: ChatRequest) -> ModelOutput:
         parsed = self.renderer.parse_response(
@@ -83,3 +84,9 @@ class TurnRunner:
             prompt_tokens=len(prompt_ids),
             completion_tokens=len(done.ids),
         )
+
+
+def as_message(out: ModelOutput) -> dict[str, Any]:
+    """The reply as an assistant message, the form the agent will echo back."""
+    calls = [{"function": {"name": c.name, "arguments": c.arguments}} for c in out.tool_calls]
+    return {"role": "assistant", "content": out.content, "tool_calls": calls}
