@@ -333,7 +333,8 @@ class ResourcesSpec(Model):
     """Train and generate on the same GPUs (slime offloads between phases)."""
     rollout_gpus: PositiveInt | None = Field(
         default=None,
-        description="GPUs reserved for SGLang engines when colocate is false (whole nodes)",
+        description="GPUs reserved for SGLang engines when colocate is false; training keeps "
+        "the rest (whole nodes, or less than one node)",
     )
     cpu: Quantity = "32"
     """CPU per GPU pod."""

@@ -49,6 +49,9 @@ def warn(path: str, message: str, hint: str) -> Finding:
 
 
 def name_fits(exp: RLExperiment) -> Iterator[Finding]:
+    """`metadata.name` is a DNS-1035 label of at most 47 characters (KubeRay's RayJob cap; every
+    child name derives from it).
+    """
     name = exp.metadata.name
     if len(name) > RAYJOB_NAME_MAX:
         yield err(
@@ -65,6 +68,7 @@ def name_fits(exp: RLExperiment) -> Iterator[Finding]:
 
 
 def one_agent_backend(exp: RLExperiment) -> Iterator[Finding]:
+    """`spec.agent` sets exactly one of `agentCore` and `http`."""
     agent = exp.spec.agent
     if agent.agent_core is None and agent.http is None:
         yield err("spec.agent", "no agent backend is set", "set exactly one of agentCore or http")
@@ -73,6 +77,9 @@ def one_agent_backend(exp: RLExperiment) -> Iterator[Finding]:
 
 
 def pool_covers_concurrency(exp: RLExperiment) -> Iterator[Finding]:
+    """Warning: `agent.maxPoolConnections` below `agent.maxConcurrent` (connections would be
+    dropped and re-opened under load).
+    """
     agent = exp.spec.agent
     pool = agent.max_pool_connections
     if pool is not None and pool < agent.max_concurrent:
@@ -85,6 +92,9 @@ def pool_covers_concurrency(exp: RLExperiment) -> Iterator[Finding]:
 
 
 def renderer_for_local_model(exp: RLExperiment) -> Iterator[Finding]:
+    """`model.rendererFamily` is required when `model.path` is a local directory (it cannot be
+    inferred from a path).
+    """
     model = exp.spec.model
     if model.renderer_family is None and is_local_path(model.path):
         yield err(
@@ -102,6 +112,9 @@ def is_local_path(path: str) -> bool:
 
 
 def parallelism_divides(exp: RLExperiment) -> Iterator[Finding]:
+    """tensor x pipeline x context divides the training GPUs; expert divides what is left for data
+    x context.
+    """
     res = exp.spec.resources
     par = res.parallelism
     mp = par.model_parallel_size
@@ -124,6 +137,9 @@ def parallelism_divides(exp: RLExperiment) -> Iterator[Finding]:
 
 
 def rollout_placement(exp: RLExperiment) -> Iterator[Finding]:
+    """`resources.rolloutGpus` is set exactly when `colocate` is false, leaves GPUs for training,
+    and leaves training whole nodes (or less than one).
+    """
     res = exp.spec.resources
     path = f"spec.{R}.rolloutGpus"
     if res.colocate:
@@ -148,6 +164,7 @@ def rollout_placement(exp: RLExperiment) -> Iterator[Finding]:
 
 
 def engines_fit(exp: RLExperiment) -> Iterator[Finding]:
+    """`resources.rolloutGpusPerEngine` divides the rollout GPUs."""
     res = exp.spec.resources
     per_engine = res.rollout_gpus_per_engine
     if res.engine_gpus >= 1 and res.engine_gpus % per_engine:
@@ -164,6 +181,9 @@ def layout_ok(exp: RLExperiment) -> bool:
 
 
 def batches_divide(exp: RLExperiment) -> Iterator[Finding]:
+    """`grpo.globalBatchSize` divides rolloutBatchSize x samplesPerPrompt and is a multiple of the
+    data-parallel size.
+    """
     grpo = exp.spec.grpo
     res = exp.spec.resources
     per_rollout = grpo.rollout_batch_size * grpo.samples_per_prompt
@@ -187,6 +207,7 @@ def batches_divide(exp: RLExperiment) -> Iterator[Finding]:
 
 
 def grpo_groups(exp: RLExperiment) -> Iterator[Finding]:
+    """GRPO needs `samplesPerPrompt` >= 2; `maxResponseLength` stays below `model.contextLength`."""
     grpo = exp.spec.grpo
     if grpo.reward_normalization.mode == "grpo" and grpo.samples_per_prompt < 2:
         yield err(
@@ -213,11 +234,15 @@ def repeats(values: list[str]) -> Iterator[tuple[int, str]]:
 
 
 def eval_sets(exp: RLExperiment) -> Iterator[Finding]:
+    """Eval set names are unique."""
     for i, name in repeats([e.name for e in exp.spec.data.eval]):
         yield err(f"spec.data.eval[{i}].name", f"duplicate eval set {name!r}", "rename it")
 
 
 def gateway_service(exp: RLExperiment) -> Iterator[Finding]:
+    """The gateway port is free on the head pod; source ranges only with a LoadBalancer, and valid
+    CIDRs.
+    """
     gw = exp.spec.gateway
     if gw.port in RAY_PORTS or gw.port == METRICS_PORT:
         yield err(
@@ -244,6 +269,9 @@ def gateway_service(exp: RLExperiment) -> Iterator[Finding]:
 
 
 def env_vars(exp: RLExperiment) -> Iterator[Finding]:
+    """Env names are unique and not ones agentrl sets (CUDA_HOME, LD_LIBRARY_PATH, PYTHONPATH,
+    AGENTRL_CONFIG, secret env).
+    """
     for i, name in repeats([e.name for e in exp.spec.runtime.env]):
         yield err(f"spec.runtime.env[{i}].name", f"{name} is set twice", "keep one")
     for i, env in enumerate(exp.spec.runtime.env):
@@ -263,6 +291,9 @@ def _reserved_env_hint(name: str) -> str:
 
 
 def volumes(exp: RLExperiment) -> Iterator[Finding]:
+    """Volumes are named and unique; every mount names a declared volume at an absolute path clear
+    of agentrl's mounts.
+    """
     rt = exp.spec.runtime
     declared: list[str] = []
     for i, vol in enumerate(rt.volumes):
@@ -298,11 +329,15 @@ def _overlaps(a: str, b: str) -> bool:
 
 
 def extra_code(exp: RLExperiment) -> Iterator[Finding]:
+    """Each extraCode ConfigMap is listed once."""
     for i, name in repeats([c.config_map for c in exp.spec.runtime.extra_code]):
         yield err(f"spec.runtime.extraCode[{i}].configMap", f"{name!r} listed twice", "keep one")
 
 
 def extra_resources(exp: RLExperiment) -> Iterator[Finding]:
+    """extraResources are extended resources (like `vpc.amazonaws.com/efa`), not the GPU, CPU or
+    memory.
+    """
     res = exp.spec.resources
     for name in res.extra_resources:
         path = f"spec.{R}.extraResources"
@@ -313,6 +348,7 @@ def extra_resources(exp: RLExperiment) -> Iterator[Finding]:
 
 
 def checkpoint(exp: RLExperiment) -> Iterator[Finding]:
+    """`checkpoint.saveInterval` needs `checkpoint.path`."""
     ckpt = exp.spec.checkpoint
     if ckpt.save_interval is not None and ckpt.path is None:
         yield err("spec.checkpoint.path", "required when saveInterval is set", "set a PVC path")
