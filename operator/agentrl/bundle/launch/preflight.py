@@ -32,8 +32,9 @@ def check_model(root: Path, spec: RLExperimentSpec) -> list[str]:
             continue
         if not path.startswith("/"):
             problems.append(
-                f"{field}: {path!r} is not a directory inside the pods; slime's bridge mode "
-                "loads a local HF checkpoint; put the model on a volume and give its absolute path"
+                f"{field}: {path!r} is not a directory inside the pods; slime loads the Megatron "
+                "weights from --ref-load, which must exist on disk (a Hugging Face id is fetched "
+                "only by SGLang); put the model on a volume and give its absolute path"
             )
         elif not (_host(root, path) / "config.json").is_file():
             problems.append(
