@@ -265,3 +265,14 @@ def test_render_preview_is_the_command_the_launcher_execs(tmp_path: Path) -> Non
     expected[1] = str(FAKE / "train.py")
     assert argv == expected
     assert len(model_args) == 23  # the 14 MODEL_ARGS entries of the fake script, 9 valued
+
+
+def test_megatron_without_add_megatron_arguments_is_still_checked(tmp_path: Path) -> None:
+    legacy = str(FAKE / "Megatron-LM-legacy")
+    ok = Pod(tmp_path / "ok").launch(MEGATRON_DIR=legacy)
+    assert ok.returncode == 0, ok.stderr
+    bad = Pod(tmp_path / "bad", extra_args=["--tensor-parallel-size", "2"]).launch(
+        MEGATRON_DIR=legacy
+    )
+    assert bad.returncode == 2
+    assert "--tensor-parallel-size (did you mean --tensor-model-parallel-size?)" in bad.stderr
