@@ -80,3 +80,67 @@ def test_installed_entry_point_runs() -> None:
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
+
+
+def test_show_command_prints_slime_argv(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "render", "-f", str(EXAMPLE), "--show-command")
+    assert code == 0
+    lines = [line.strip().rstrip("\\").strip() for line in out.splitlines()]
+    assert "--rollout-function-path agentrl.bundle.rollout.generate_rollout" in lines
+    assert "--num-rollout 100" in lines
+    assert "kind:" not in out  # the command only, not the objects
+
+
+def test_warnings_are_printed_but_do_not_fail(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    body = minimal_body()
+    body["spec"]["agent"].update(maxConcurrent=50, maxPoolConnections=5)
+    spec = tmp_path / "warn.yaml"
+    spec.write_text(yaml.safe_dump(body))
+    code, out, _ = run(capsys, "validate", "-f", str(spec))
+    assert code == 0
+    warning, ok = out.splitlines()
+    assert "warning: spec.agent.maxPoolConnections:" in warning and ": OK " in ok
+
+
+def test_reads_stdin(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    import io
+
+    monkeypatch.setattr("sys.stdin", io.StringIO(EXAMPLE.read_text()))
+    code, out, _ = run(capsys, "validate", "-f", "-")
+    assert code == 0 and "OK" in out
+
+
+def test_not_an_object(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spec = tmp_path / "list.yaml"
+    spec.write_text("- a\n- b\n")
+    code, out, err = run(capsys, "validate", "-f", str(spec))
+    assert code == 1 and "the document is not a mapping" in out and "Traceback" not in err
+
+
+def test_a_directory_is_a_user_mistake(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, "render", "-f", str(tmp_path))
+    assert code == 1 and "is a directory" in err
+
+
+def test_crd_prints_the_checked_in_crd(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "crd")
+    assert code == 0
+    assert out == (EXAMPLES_DIR.parent / "crds" / "rlexperiments.agentrl.io.yaml").read_text()
+
+
+def test_image_from_env(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    image = "env/image@sha256:" + "e" * 64
+    monkeypatch.setenv("AGENTRL_IMAGE", image)
+    code, out, _ = run(capsys, "render", "-f", str(EXAMPLE), "-o", "json")
+    assert code == 0 and image in out
+
+
+def test_invalid_spec_renders_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spec = tmp_path / "bad.yaml"
+    spec.write_text(yaml.safe_dump(minimal_body(agent={})))
+    code, out, err = run(capsys, "render", "-f", str(spec))
+    assert code == 1 and out == "" and "spec.agent: no agent backend is set" in err

@@ -111,9 +111,9 @@ def _command_text(exp: RLExperiment) -> str:
     preview = getattr(slime_args, "preview_command", None)
     argv: list[str] = preview(exp) if preview else slime_args.build_slime_args(exp)
     lines, i = [], 0
-    while i < len(argv):  # one flag and its values per line
+    while i < len(argv):  # one flag and its values per line; "<...:>" notes start a line too
         j = i + 1
-        while j < len(argv) and not argv[j].startswith("--"):
+        while j < len(argv) and not argv[j].startswith("--") and not argv[j].endswith(":>"):
             j += 1
         lines.append(" ".join(shlex.quote(a) for a in argv[i:j]))
         i = j
