@@ -81,10 +81,12 @@ def pinned_env(
     """The env the launcher adds for slime's driver (and, via --train-env-vars, its actors)."""
     runtime = config.spec.runtime
     megatron = ambient.get("MEGATRON_DIR", DEFAULT_MEGATRON_DIR)
+    # Ambient first (agentrl's code, the user's extra code), then Megatron and slime, last so
+    # the slime checkout's top-level dirs (tools, examples, tests) shadow nothing.
     python_path = [
-        runtime.slime_dir,
-        *([megatron] if Path(megatron).is_dir() else []),
         *ambient.get("PYTHONPATH", "").split(":"),
+        *([megatron] if Path(megatron).is_dir() else []),
+        runtime.slime_dir,
     ]
     return {
         **cuda_env.env(),
