@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from agentrl.api.models import AgentCoreAgent
+from agentrl.bundle.agents.agentcore_model import SERVICE, model_dir
 from agentrl.bundle.agents.base import (
     AgentError,
     AgentRequest,
@@ -37,11 +38,28 @@ T = TypeVar("T")
 POLL_FIRST_S, POLL_FACTOR, POLL_CAP_S = 0.5, 1.5, 30.0
 
 
+def _boto_session(region: str) -> Any:
+    """A boto3 session that knows bedrock-agentcore, with agentrl's model if botocore does not."""
+    import boto3
+    import botocore
+    import botocore.loaders
+
+    session = boto3.session.Session(region_name=region)
+    # A fresh loader: the session's own caches its service list on first use.
+    if SERVICE not in botocore.loaders.Loader().list_available_services("service-2"):
+        log.warning(
+            "botocore %s predates bedrock-agentcore; using agentrl's built-in model of "
+            "InvokeAgentRuntime/StopRuntimeSession (upgrade boto3 to >= 1.39.8 to drop this)",
+            botocore.__version__,
+        )
+        loader = session._session.get_component("data_loader")
+        loader.search_paths.insert(0, str(model_dir()))
+    return session
+
+
 def make_clients(spec: AgentCoreAgent, pool_size: int) -> tuple[Any, Any]:
     """(bedrock-agentcore client, s3 client) sharing one pool size and adaptive retries."""
-    import boto3
     import botocore.config
-    import botocore.exceptions
 
     config = botocore.config.Config(
         max_pool_connections=pool_size,
@@ -49,21 +67,8 @@ def make_clients(spec: AgentCoreAgent, pool_size: int) -> tuple[Any, Any]:
         connect_timeout=10,
         read_timeout=60,
     )
-    session = boto3.session.Session(region_name=spec.region)
-    try:
-        agentcore = session.client("bedrock-agentcore", config=config)
-    except botocore.exceptions.UnknownServiceError:
-        from agentrl.bundle.agents.agentcore_model import write_model_dir
-
-        log.warning(
-            "botocore %s predates bedrock-agentcore; using agentrl's built-in model of "
-            "InvokeAgentRuntime/StopRuntimeSession (upgrade boto3 to >= 1.39.8 to drop this)",
-            botocore.__version__,
-        )
-        loader = session._session.get_component("data_loader")
-        loader.search_paths.insert(0, str(write_model_dir()))
-        agentcore = session.client("bedrock-agentcore", config=config)
-    return agentcore, session.client("s3", config=config)
+    session = _boto_session(spec.region)
+    return session.client(SERVICE, config=config), session.client("s3", config=config)
 
 
 class AgentCoreBackend:

@@ -11,6 +11,7 @@ public API reference of Amazon Bedrock AgentCore (data plane, version 2024-02-28
 
 from __future__ import annotations
 
+import functools
 import json
 import tempfile
 from pathlib import Path
@@ -154,7 +155,8 @@ SERVICE_MODEL: Final[dict[str, Any]] = {
 }
 
 
-def write_model_dir() -> Path:
+@functools.cache
+def model_dir() -> Path:
     """A botocore data directory holding the model (botocore loads models from files)."""
     root = Path(tempfile.mkdtemp(prefix="agentrl-botocore-"))
     target = root / SERVICE / API_VERSION

@@ -1,0 +1,197 @@
+"""The AgentCore backend against real botocore clients: Stubber for AgentCore, moto for S3.
+
+AgentCore itself cannot run here, so its two calls are answered by botocore's Stubber,
+which still validates every parameter against the service model; S3 is moto's in-process
+emulation, so the result really is written, HEADed and read back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from botocore.response import StreamingBody
+from botocore.stub import ANY, Stubber
+from moto import mock_aws
+
+from agentrl.api.models import AgentCoreAgent
+from agentrl.bundle.agents.agentcore import AgentCoreBackend, make_clients
+from agentrl.bundle.agents.base import AgentError, AgentRequest
+from agentrl.bundle.agents.ratelimit import TpsLimiter
+
+ARN = "arn:aws:bedrock-agentcore:us-east-1:123456789012:runtime/math-agent-AbCdEf1234"
+SPEC = AgentCoreAgent(runtimeArn=ARN, region="us-east-1", s3Bucket="rl-results")
+SID = "s" * 43
+
+
+@pytest.fixture
+def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Any, Any]]:
+    for var, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }.items():
+        monkeypatch.setenv(var, value)
+    with mock_aws():
+        agentcore, s3 = make_clients(SPEC, pool_size=4)
+        s3.create_bucket(Bucket=SPEC.s3_bucket)
+        yield agentcore, s3
+
+
+def body(doc: Any) -> StreamingBody:
+    raw = json.dumps(doc).encode()
+    return StreamingBody(io.BytesIO(raw), len(raw))
+
+
+def backend(agentcore: Any, s3: Any) -> AgentCoreBackend:
+    return AgentCoreBackend(
+        SPEC,
+        result_prefix="agentrl/ns/exp",
+        pool_size=4,
+        agentcore_client=agentcore,
+        s3_client=s3,
+        limiter=TpsLimiter(1000.0),
+    )
+
+
+class Capture:
+    """A Stubber expected-parameter that matches anything and keeps what it saw."""
+
+    def __init__(self) -> None:
+        self.seen: list[Any] = []
+
+    def __eq__(self, other: object) -> bool:
+        self.seen.append(other)
+        return True
+
+    def __ne__(self, other: object) -> bool:
+        return not self.__eq__(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def expect_invoke(stub: Stubber, answer: Any, payload: Any = ANY) -> None:
+    params = {
+        "agentRuntimeArn": ARN,
+        "runtimeSessionId": SID,
+        "payload": payload,
+        "contentType": "application/json",
+        "accept": "application/json",
+    }
+    response = {"contentType": "application/json", "statusCode": 200, "response": body(answer)}
+    stub.add_response("invoke_agent_runtime", response, params)
+
+
+def expect_stop(stub: Stubber) -> None:
+    params = {"agentRuntimeArn": ARN, "runtimeSessionId": SID}
+    stub.add_response("stop_runtime_session", {"runtimeSessionId": SID, "statusCode": 200}, params)
+
+
+REQUEST = AgentRequest(SID, {"question": "2+2", "_rollout": {"base_url": "http://gw/v1"}})
+
+
+@pytest.mark.looptime
+async def test_invoke_then_result_from_s3_then_stop(aws: tuple[Any, Any]) -> None:
+    agentcore, s3 = aws
+    be = backend(agentcore, s3)
+    key = be.result_key(SID)
+    with Stubber(agentcore) as stub:
+        expect_invoke(stub, {"status": "processing", "result_key": key})
+        expect_stop(stub)
+
+        async def agent_writes_result_later() -> None:
+            await asyncio.sleep(3)  # fake time: a few polls find nothing first
+            s3.put_object(Bucket=SPEC.s3_bucket, Key=key, Body=b'{"rewards": [0.0, 0.75]}')
+
+        writer = asyncio.create_task(agent_writes_result_later())
+        result = await be.run(REQUEST)
+        await writer
+        stub.assert_no_pending_responses()
+    assert result.reward == 0.75  # the last of the per-step rewards
+    await be.aclose()
+
+
+@pytest.mark.looptime
+async def test_payload_is_the_row_plus_the_result_location(aws: tuple[Any, Any]) -> None:
+    agentcore, s3 = aws
+    be = backend(agentcore, s3)
+    sent = Capture()
+    with Stubber(agentcore) as stub:
+        expect_invoke(stub, {"rewards": 1.0}, payload=sent)  # answers synchronously
+        expect_stop(stub)
+        assert (await be.run(REQUEST)).reward == 1.0
+    payload = json.loads(sent.seen[0])
+    assert payload["question"] == "2+2"
+    assert payload["_rollout"] == {
+        "base_url": "http://gw/v1",
+        "s3_bucket": "rl-results",
+        "result_key": f"agentrl/ns/exp/{SID}.json",
+        "input_id": SID,
+    }
+
+
+@pytest.mark.looptime
+async def test_invoke_failure_is_an_agent_error_and_still_stops(aws: tuple[Any, Any]) -> None:
+    agentcore, s3 = aws
+    be = backend(agentcore, s3)
+    with Stubber(agentcore) as stub:
+        stub.add_client_error(
+            "invoke_agent_runtime", "AccessDeniedException", "not allowed", http_status_code=403
+        )
+        expect_stop(stub)
+        with pytest.raises(AgentError) as err:
+            await be.run(REQUEST)
+        stub.assert_no_pending_responses()
+    assert err.value.reason == "agent_error" and "AccessDenied" in str(err.value)
+
+
+@pytest.mark.looptime
+async def test_agent_reported_error_and_garbage_results(aws: tuple[Any, Any]) -> None:
+    agentcore, s3 = aws
+    be = backend(agentcore, s3)
+    key = be.result_key(SID)
+    s3.put_object(Bucket=SPEC.s3_bucket, Key=key, Body=b"not json")
+    with Stubber(agentcore) as stub:
+        expect_invoke(stub, {"status": "processing"})
+        expect_stop(stub)
+        with pytest.raises(AgentError) as err:
+            await be.run(REQUEST)
+    assert err.value.reason == "bad_result"
+
+    with Stubber(agentcore) as stub:
+        expect_invoke(stub, {"error": "tool crashed", "status_code": 500})
+        expect_stop(stub)
+        with pytest.raises(AgentError) as err:
+            await be.run(REQUEST)
+    assert err.value.reason == "agent_error"
+
+
+@pytest.mark.looptime
+async def test_cancelled_while_polling_stops_the_runtime_session(aws: tuple[Any, Any]) -> None:
+    agentcore, s3 = aws
+    be = backend(agentcore, s3)
+    with Stubber(agentcore) as stub:
+        expect_invoke(stub, {"status": "processing"})
+        expect_stop(stub)
+        task = asyncio.create_task(be.run(REQUEST))
+        await asyncio.sleep(120)  # fake time: many empty polls, backoff capped at 30 s
+        assert not task.done()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        stub.assert_no_pending_responses()  # stop_runtime_session was called
+
+
+def test_fallback_model_matches_the_calls_we_make(aws: tuple[Any, Any]) -> None:
+    agentcore, _ = aws
+    model = agentcore.meta.service_model
+    invoke = model.operation_model("InvokeAgentRuntime").input_shape.members
+    stop = model.operation_model("StopRuntimeSession").input_shape.members
+    assert {"agentRuntimeArn", "runtimeSessionId", "payload"} <= set(invoke)
+    assert {"agentRuntimeArn", "runtimeSessionId"} <= set(stop)
+    assert agentcore.meta.config.max_pool_connections == 4
+    assert agentcore.meta.config.retries["mode"] == "adaptive"
