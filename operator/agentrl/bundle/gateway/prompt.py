@@ -163,6 +163,10 @@ def record_turn(
     if plan.extends is not None and plan.extends < len(chains):
         chains[plan.extends] = chain
         return
+    for i, c in enumerate(chains):  # an exact repeat (same prompt, same reply): one tip suffices
+        if (c.message_fps, c.tools_fp, c.reply_fp) == (chain.message_fps, chain.tools_fp, reply_fp):
+            chains[i] = chain
+            return
     chains.append(chain)
     if len(chains) > MAX_CHAINS:
         del chains[0]
