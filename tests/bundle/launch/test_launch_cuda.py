@@ -105,26 +105,29 @@ STEM = cuda.TMS_STEM
 
 
 @pytest.mark.parametrize(
-    ("names", "major", "path", "problem"),
+    ("libs", "major", "path", "problem"),
     [
-        ([f"{STEM}_cu12.abi3.so"], 12, f"{STEM}_cu12.abi3.so", None),
-        ([f"{STEM}.abi3.so"], 13, f"{STEM}.abi3.so", None),
-        ([f"{STEM}_cu13.abi3.so", f"{STEM}.abi3.so"], 13, f"{STEM}_cu13.abi3.so", None),
+        ({f"{STEM}_cu12.abi3.so": None}, 12, f"{STEM}_cu12.abi3.so", None),
+        ({f"{STEM}.abi3.so": None}, 13, f"{STEM}.abi3.so", None),
+        ({f"{STEM}.abi3.so": 13}, 13, f"{STEM}.abi3.so", None),
+        ({f"{STEM}_cu13.abi3.so": 13, f"{STEM}.abi3.so": 13}, 13, f"{STEM}_cu13.abi3.so", None),
         # fa3c990 tries _cu12 first: a stale cu12 build would be preloaded into cu13 actors
         (
-            [f"{STEM}_cu12.abi3.so", f"{STEM}_cu13.abi3.so"],
+            {f"{STEM}_cu12.abi3.so": None, f"{STEM}_cu13.abi3.so": None},
             13,
             None,
-            f"{STEM}_cu12.abi3.so into CUDA 13",
+            f"{STEM}_cu12.abi3.so (built for CUDA 12) into CUDA 13",
         ),
-        ([f"{STEM}_cu13.abi3.so"], 12, None, f"{STEM}_cu13.abi3.so into CUDA 12"),
-        ([], 12, None, "no torch_memory_saver_hook_mode_preload"),
+        ({f"{STEM}_cu13.abi3.so": None}, 12, None, f"{STEM}_cu13.abi3.so (built for CUDA 13)"),
+        # slime #2186: an unsuffixed build compiled for CUDA 12 inside a CUDA 13 image
+        ({f"{STEM}.abi3.so": 12}, 13, None, f"{STEM}.abi3.so (built for CUDA 12) into CUDA 13"),
+        ({}, 12, None, "no torch_memory_saver_hook_mode_preload"),
     ],
 )
 def test_torch_memory_saver_choice(
-    names: list[str], major: int, path: str | None, problem: str | None
+    libs: dict[str, int | None], major: int, path: str | None, problem: str | None
 ) -> None:
-    choice = cuda.choose_tms(SITE, names, major)
+    choice = cuda.choose_tms(SITE, libs, major)
     assert choice.path == (f"{SITE}/{path}" if path else None)
     if problem is None:
         assert choice.problem is None
@@ -133,6 +136,6 @@ def test_torch_memory_saver_choice(
 
 
 def test_torch_memory_saver_not_installed() -> None:
-    assert cuda.choose_tms(None, [], 12).problem == (
+    assert cuda.choose_tms(None, {}, 12).problem == (
         "torch_memory_saver is not installed; colocated training offloads through it"
     )

@@ -13,7 +13,7 @@ trees; `agentrl.bundle.launch.probe` supplies the real ones.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
@@ -204,28 +204,38 @@ class TmsChoice:
     problem: str | None  # set when slime would preload a library of the wrong CUDA major
 
 
-def choose_tms(site_dir: str | None, names: Iterable[str], major: int) -> TmsChoice:
+def _lib_major(suffix: str, libs: Mapping[str, int | None]) -> int | None:
+    """The CUDA major a preload build needs: the libcudart it links, else its name suffix."""
+    linked = libs[f"{TMS_STEM}{suffix}.abi3.so"]
+    if linked is not None:
+        return linked
+    return int(suffix.removeprefix("_cu")) if suffix else None
+
+
+def choose_tms(site_dir: str | None, libs: Mapping[str, int | None], major: int) -> TmsChoice:
     """The torch_memory_saver preload library for `major`, checked against slime's pick.
 
-    `names` lists `site_dir` (where slime looks: the parent of the torch_memory_saver
-    package). The unsuffixed build is assumed to match the image's major.
+    `libs` maps the file names in `site_dir` (where slime looks: the parent of the
+    torch_memory_saver package) to the libcudart major each links (None if unknown).
     """
     if site_dir is None:
         return TmsChoice(
             None, "torch_memory_saver is not installed; colocated training offloads through it"
         )
-    present = {s for s in ("_cu12", "_cu13", "") if f"{TMS_STEM}{s}.abi3.so" in set(names)}
-    want = f"_cu{major}"
+    majors = {
+        s: _lib_major(s, libs) for s in ("_cu12", "_cu13", "") if f"{TMS_STEM}{s}.abi3.so" in libs
+    }
     for order in _TMS_SLIME_ORDERS:
-        pick = next((s for s in order if s in present), None)
-        if pick not in (None, "", want):
+        pick = next((s for s in order if s in majors), None)
+        if pick is not None and majors[pick] not in (None, major):
             return TmsChoice(
                 None,
-                f"slime would LD_PRELOAD {site_dir}/{TMS_STEM}{pick}.abi3.so into CUDA {major} "
-                f"actors; rebuild torch_memory_saver with TMS_CUDA_MAJOR={major} and remove that "
-                f"file (or link {TMS_STEM}{want}.abi3.so to it)",
+                f"slime would LD_PRELOAD {site_dir}/{TMS_STEM}{pick}.abi3.so (built for CUDA "
+                f"{majors[pick]}) into CUDA {major} actors; rebuild torch_memory_saver with "
+                f"TMS_CUDA_MAJOR={major} and remove that file (images/slime/Dockerfile does)",
             )
-    best = want if want in present else ("" if "" in present else None)
+    want = f"_cu{major}"
+    best = want if want in majors else ("" if "" in majors else None)
     if best is None:
         return TmsChoice(None, f"no {TMS_STEM}*.abi3.so for CUDA {major} in {site_dir}")
     return TmsChoice(f"{site_dir}/{TMS_STEM}{best}.abi3.so", None)

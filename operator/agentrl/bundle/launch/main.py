@@ -115,8 +115,8 @@ def _resolve_cuda(
 
 
 def _tms(config: RuntimeConfig, major: int, problems: list[str], warnings: list[str]) -> str | None:
-    site_dir, names = probe.tms_listing()
-    choice = cuda.choose_tms(site_dir, names, major)
+    site_dir, libs = probe.tms_listing()
+    choice = cuda.choose_tms(site_dir, libs, major)
     if choice.problem:
         # Only colocated training offloads the actors through torch_memory_saver.
         (problems if config.spec.resources.colocate else warnings).append(
@@ -235,8 +235,8 @@ def check_cuda(cuda_home: str, ambient: Mapping[str, str]) -> int:
     except cuda.CudaError as e:
         print(f"{LOG_PREFIX} error: {e}", file=sys.stderr)
         return 2
-    site_dir, names = probe.tms_listing()
-    choice = cuda.choose_tms(site_dir, names, env.major)
+    site_dir, libs = probe.tms_listing()
+    choice = cuda.choose_tms(site_dir, libs, env.major)
     report = {
         "cudaHome": env.cuda_home,
         "major": env.major,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import shutil
 import site
 import subprocess
@@ -17,6 +18,7 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
+_CUDART_NEEDED = re.compile(rb"libcudart\.so\.(\d+)")
 # Import-heavy (torch, Megatron, SGLang); generous, but a hung import must not hang the job.
 PROBE_TIMEOUT_S = 600
 
@@ -41,13 +43,18 @@ def ldconfig_text() -> str:
     return done.stdout
 
 
-def tms_listing() -> tuple[str | None, list[str]]:
-    """Where slime looks for torch_memory_saver's preload library, and what is there."""
+def tms_listing() -> tuple[str | None, dict[str, int | None]]:
+    """Where slime looks for torch_memory_saver's preload library, and what is there: each
+    file with the libcudart major its dynamic string table names (None if not exactly one)."""
     spec = importlib.util.find_spec("torch_memory_saver")
     if spec is None or spec.origin is None:
-        return None, []
+        return None, {}
     site_dir = Path(spec.origin).parent.parent
-    return str(site_dir), sorted(p.name for p in site_dir.glob("torch_memory_saver*.so"))
+    libs: dict[str, int | None] = {}
+    for lib in sorted(site_dir.glob("torch_memory_saver*.so")):
+        majors = {int(m) for m in _CUDART_NEEDED.findall(lib.read_bytes())}
+        libs[lib.name] = majors.pop() if len(majors) == 1 else None
+    return str(site_dir), libs
 
 
 def model_args(slime_dir: str, model_type: str) -> list[str]:
