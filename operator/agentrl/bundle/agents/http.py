@@ -212,6 +212,7 @@ class HttpAgentBackend:
     async def aclose(self) -> None:
         if self._session is not None:
             await self._session.close()
+        await self._listener.stop()
 
 
 def header_env_values(header_envs: Mapping[str, str]) -> dict[str, str]:
