@@ -203,3 +203,17 @@ def test_redact_and_flag_value() -> None:
     }
     assert command.flag_value(["--a", "1", "--a=2"], "--a") == "2"
     assert command.flag_value(["--a"], "--a") is None
+
+
+def test_layout_that_leaves_no_whole_training_nodes_is_refused() -> None:
+    doc = example_doc(EXAMPLE_B)
+    doc["spec"]["resources"]["rolloutGpus"] = 12  # 20 training GPUs on 8-GPU nodes
+    with pytest.raises(ValueError, match=r"spec\.resources\.rolloutGpus .* whole nodes"):
+        build_slime_args(experiment(doc))
+    doc["spec"]["resources"]["rolloutGpus"] = 32
+    with pytest.raises(ValueError, match="leaves no GPU for training"):
+        build_slime_args(experiment(doc))
+    doc["spec"]["resources"].update(nodes=1, rolloutGpus=4)  # under one node: 4 + 4 split
+    ours = _pairs(build_slime_args(experiment(doc)))
+    assert (ours["--actor-num-nodes"], ours["--actor-num-gpus-per-node"]) == ("1", "4")
+    assert ours["--rollout-num-gpus"] == "4"
