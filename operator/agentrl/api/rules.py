@@ -10,42 +10,26 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Callable, Iterator
-from typing import Literal
+from collections.abc import Iterator
 
 from agentrl.api.constants import (
-    BUNDLE_MOUNT_DIR,
-    CONFIG_MOUNT_DIR,
     ENV_CONFIG_PATH,
-    EXTRA_CODE_MOUNT_ROOT,
     METRICS_PORT,
     RAY_DASHBOARD_PORT,
     RAYJOB_NAME_MAX,
-    SHM_MOUNT_DIR,
 )
+from agentrl.api.findings import Finding, Rule, err, repeats, warn
+from agentrl.api.kube_rules import KUBE_RULES
 from agentrl.api.models import RLExperiment
 from agentrl.api.runtime import ENV_HTTP_HEADER_PREFIX, ENV_WANDB_API_KEY
-
-Severity = Literal["error", "warning"]
-Finding = tuple[str, str, str, Severity]
-Rule = Callable[[RLExperiment], Iterator[Finding]]
 
 DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 # Ports Ray itself listens on in the head pod (GCS, client, dashboard, node metrics).
 RAY_PORTS = frozenset({6379, 10001, RAY_DASHBOARD_PORT, 8080})
 # Env vars the renderer sets in every container; a user value would silently fight them.
 RESERVED_ENV = frozenset({"PYTHONPATH", "CUDA_HOME", "LD_LIBRARY_PATH", ENV_CONFIG_PATH})
-RESERVED_MOUNTS = (SHM_MOUNT_DIR, CONFIG_MOUNT_DIR, BUNDLE_MOUNT_DIR, EXTRA_CODE_MOUNT_ROOT)
 
 R = "resources"
-
-
-def err(path: str, message: str, hint: str) -> Finding:
-    return (path, message, hint, "error")
-
-
-def warn(path: str, message: str, hint: str) -> Finding:
-    return (path, message, hint, "warning")
 
 
 def name_fits(exp: RLExperiment) -> Iterator[Finding]:
@@ -224,15 +208,6 @@ def grpo_groups(exp: RLExperiment) -> Iterator[Finding]:
         )
 
 
-def repeats(values: list[str]) -> Iterator[tuple[int, str]]:
-    """(index, value) of every value seen before (the first occurrence is fine)."""
-    seen: set[str] = set()
-    for i, value in enumerate(values):
-        if value in seen:
-            yield i, value
-        seen.add(value)
-
-
 def eval_sets(exp: RLExperiment) -> Iterator[Finding]:
     """Eval set names are unique."""
     for i, name in repeats([e.name for e in exp.spec.data.eval]):
@@ -290,44 +265,6 @@ def _reserved_env_hint(name: str) -> str:
     return "remove it"
 
 
-def volumes(exp: RLExperiment) -> Iterator[Finding]:
-    """Volumes are named and unique; every mount names a declared volume at an absolute path clear
-    of agentrl's mounts.
-    """
-    rt = exp.spec.runtime
-    declared: list[str] = []
-    for i, vol in enumerate(rt.volumes):
-        name = vol.get("name")
-        if not isinstance(name, str) or not name:
-            yield err(f"spec.runtime.volumes[{i}].name", "required field is missing", "name it")
-        else:
-            declared.append(name)
-    for _, name in repeats(declared):
-        yield err("spec.runtime.volumes", f"volume {name!r} is declared twice", "rename one")
-    for i, mount in enumerate(rt.volume_mounts):
-        if mount.get("name") not in declared:
-            yield err(
-                f"spec.runtime.volumeMounts[{i}].name",
-                f"no volume named {mount.get('name')!r} in runtime.volumes",
-                "declare the volume or fix the name",
-            )
-        mount_path = str(mount.get("mountPath", ""))
-        if not mount_path.startswith("/"):
-            yield err(f"spec.runtime.volumeMounts[{i}].mountPath", "must be absolute", "")
-        elif any(_overlaps(mount_path, r) for r in RESERVED_MOUNTS):
-            yield err(
-                f"spec.runtime.volumeMounts[{i}].mountPath",
-                f"{mount_path} overlaps a path agentrl mounts",
-                "reserved: " + ", ".join(RESERVED_MOUNTS),
-            )
-
-
-def _overlaps(a: str, b: str) -> bool:
-    """One path is the other or lies beneath it (a mount there would hide or be hidden)."""
-    a, b = a.rstrip("/") + "/", b.rstrip("/") + "/"
-    return a.startswith(b) or b.startswith(a)
-
-
 def extra_code(exp: RLExperiment) -> Iterator[Finding]:
     """Each extraCode ConfigMap is listed once."""
     for i, name in repeats([c.config_map for c in exp.spec.runtime.extra_code]):
@@ -367,8 +304,8 @@ ALL_RULES: tuple[Rule, ...] = (
     eval_sets,
     gateway_service,
     env_vars,
-    volumes,
     extra_code,
     extra_resources,
     checkpoint,
+    *KUBE_RULES,
 )

@@ -17,8 +17,8 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from agentrl.api import rules
+from agentrl.api.findings import Severity
 from agentrl.api.models import RLExperiment
-from agentrl.api.rules import Severity
 
 
 @dataclass(frozen=True)

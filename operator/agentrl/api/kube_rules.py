@@ -1,0 +1,144 @@
+"""Checks of the Kubernetes objects a spec passes through (volumes, mounts, tolerations...).
+
+These are typed `KubeObject` in the models and copied verbatim into the RayJob's pod
+templates. The API server *prunes* unknown fields there instead of refusing them, so a typo
+(`claimNme`, `operater`) would vanish silently and surface hours later as an unschedulable
+pod or a missing volume. The most common mistakes are caught here, with the field's path.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from agentrl.api.constants import (
+    BUNDLE_MOUNT_DIR,
+    CONFIG_MOUNT_DIR,
+    EXTRA_CODE_MOUNT_ROOT,
+    SHM_MOUNT_DIR,
+)
+from agentrl.api.findings import Finding, err, repeats
+from agentrl.api.models import RLExperiment
+
+RESERVED_MOUNTS = (SHM_MOUNT_DIR, CONFIG_MOUNT_DIR, BUNDLE_MOUNT_DIR, EXTRA_CODE_MOUNT_ROOT)
+# core/v1 Volume sources (Kubernetes 1.30+); a volume has exactly one.
+VOLUME_SOURCES = frozenset(
+    (
+        "awsElasticBlockStore", "azureDisk", "azureFile", "cephfs", "cinder", "configMap",
+        "csi", "downwardAPI", "emptyDir", "ephemeral", "fc", "flexVolume", "flocker",
+        "gcePersistentDisk", "gitRepo", "glusterfs", "hostPath", "image", "iscsi", "nfs",
+        "persistentVolumeClaim", "photonPersistentDisk", "portworxVolume", "projected",
+        "quobyte", "rbd", "scaleIO", "secret", "storageos", "vsphereVolume",
+    )
+)  # fmt: skip
+MOUNT_KEYS = frozenset(
+    (
+        "name", "mountPath", "subPath", "subPathExpr", "readOnly", "recursiveReadOnly",
+        "mountPropagation",
+    )
+)  # fmt: skip
+TOLERATION_KEYS = frozenset(("key", "operator", "value", "effect", "tolerationSeconds"))
+TOLERATION_OPERATORS = ("Exists", "Equal")
+TOLERATION_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+AFFINITY_KEYS = frozenset(("nodeAffinity", "podAffinity", "podAntiAffinity"))
+LABEL_KEY = re.compile(
+    r"^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+)
+LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$")
+
+
+def unknown_keys(obj: Mapping[str, Any], known: frozenset[str], path: str) -> Iterator[Finding]:
+    for key in sorted(set(obj) - known):
+        yield err(f"{path}.{key}", "unknown field", "accepted: " + ", ".join(sorted(known)))
+
+
+def volumes(exp: RLExperiment) -> Iterator[Finding]:
+    """Volumes are named, unique and have exactly one known source; every mount names a
+    declared volume at an absolute path clear of agentrl's own mounts.
+    """
+    rt = exp.spec.runtime
+    declared: list[str] = []
+    for i, vol in enumerate(rt.volumes):
+        path = f"spec.runtime.volumes[{i}]"
+        name = vol.get("name")
+        if not isinstance(name, str) or not name:
+            yield err(f"{path}.name", "required field is missing", "name the volume")
+        else:
+            declared.append(name)
+        yield from unknown_keys(vol, VOLUME_SOURCES | {"name"}, path)
+        if len(set(vol) & VOLUME_SOURCES) != 1 and not set(vol) - VOLUME_SOURCES - {"name"}:
+            yield err(path, "needs exactly one volume source", "e.g. persistentVolumeClaim")
+    for i, name in repeats(declared):
+        yield err(f"spec.runtime.volumes[{i}].name", f"volume {name!r} twice", "rename one")
+    for i, mount in enumerate(rt.volume_mounts):
+        yield from _mount(i, mount, declared)
+
+
+def _mount(i: int, mount: Mapping[str, Any], declared: list[str]) -> Iterator[Finding]:
+    path = f"spec.runtime.volumeMounts[{i}]"
+    unknown = list(unknown_keys(mount, MOUNT_KEYS, path))
+    yield from unknown
+    if mount.get("name") not in declared:
+        yield err(
+            f"{path}.name",
+            f"no volume named {mount.get('name')!r} in runtime.volumes",
+            "declare the volume or fix the name",
+        )
+    mount_path = str(mount.get("mountPath", ""))
+    if "mountPath" not in mount:
+        if not unknown:  # a misspelt mountPath is already reported once
+            yield err(f"{path}.mountPath", "required field is missing", "e.g. /models")
+    elif not mount_path.startswith("/"):
+        yield err(f"{path}.mountPath", "must be an absolute path", "e.g. /models")
+    elif any(_overlaps(mount_path, r) for r in RESERVED_MOUNTS):
+        yield err(
+            f"{path}.mountPath",
+            f"{mount_path} overlaps a path agentrl mounts",
+            "reserved: " + ", ".join(RESERVED_MOUNTS),
+        )
+
+
+def _overlaps(a: str, b: str) -> bool:
+    """One path is the other or lies beneath it (a mount there would hide or be hidden)."""
+    a, b = a.rstrip("/") + "/", b.rstrip("/") + "/"
+    return a.startswith(b) or b.startswith(a)
+
+
+def placement(exp: RLExperiment) -> Iterator[Finding]:
+    """Tolerations, affinity and node selectors are well-formed (unknown keys would be
+    dropped by the API server, leaving pods unschedulable).
+    """
+    res = exp.spec.resources
+    for base, tolerations in (
+        ("spec.resources.tolerations", res.tolerations),
+        ("spec.resources.head.tolerations", res.head.tolerations),
+    ):
+        for i, tol in enumerate(tolerations):
+            yield from _toleration(f"{base}[{i}]", tol)
+    if res.affinity is not None:
+        yield from unknown_keys(res.affinity, AFFINITY_KEYS, "spec.resources.affinity")
+    for base, selector in (
+        ("spec.resources.nodeSelector", res.node_selector),
+        ("spec.resources.head.nodeSelector", res.head.node_selector),
+    ):
+        for key, value in selector.items():
+            if not LABEL_KEY.match(key) or not LABEL_VALUE.match(value):
+                yield err(f"{base}.{key}", f"{key}={value} is not a valid label", "")
+
+
+def _toleration(path: str, tol: Mapping[str, Any]) -> Iterator[Finding]:
+    yield from unknown_keys(tol, TOLERATION_KEYS, path)
+    op = tol.get("operator", "Equal")
+    if op not in TOLERATION_OPERATORS:
+        yield err(f"{path}.operator", f"{op!r} is not Exists or Equal", "")
+    elif op == "Exists" and tol.get("value"):
+        yield err(f"{path}.value", "must be empty when operator is Exists", "")
+    effect = tol.get("effect")
+    if effect is not None and effect not in TOLERATION_EFFECTS:
+        yield err(
+            f"{path}.effect", f"{effect!r} is not a taint effect", "/".join(TOLERATION_EFFECTS)
+        )
+
+
+KUBE_RULES = (volumes, placement)
