@@ -276,3 +276,12 @@ def test_megatron_without_add_megatron_arguments_is_still_checked(tmp_path: Path
     )
     assert bad.returncode == 2
     assert "--tensor-parallel-size (did you mean --tensor-model-parallel-size?)" in bad.stderr
+
+
+def test_unwritable_slime_config_file_stops_the_launch(tmp_path: Path) -> None:
+    pod = Pod(tmp_path)
+    pod.custom_config.mkdir()  # a directory where the YAML must go
+    done = pod.launch()
+    assert done.returncode == 2
+    assert f"cannot write {pod.custom_config}: Is a directory" in done.stderr
+    assert not pod.record.exists()

@@ -266,11 +266,15 @@ def main(argv: list[str] | None = None) -> int:
     if ns.dry_run:
         print(json.dumps(plan.describe(), indent=2))
         return 0
+    try:
+        write_files(plan.files)
+    except OSError as e:
+        print(f"{LOG_PREFIX} error: cannot write {e.filename}: {e.strerror}", file=sys.stderr)
+        return 2
     return _exec(plan)
 
 
 def _exec(plan: Plan) -> NoReturn:
-    write_files(plan.files)
     print(
         f"{LOG_PREFIX} exec {' '.join(plan.argv[:2])} ({len(plan.argv) - 2} args)",
         file=sys.stderr,
