@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -73,3 +75,12 @@ def settings_for(cluster: Cluster, checkpoint: Path, **overrides: Any) -> Gatewa
 def metric(cluster: Cluster, name: str, **labels: str) -> float:
     value = cluster.metrics.registry.get_sample_value(name, labels or None)
     return 0.0 if value is None else float(value)
+
+
+async def until(cond: Callable[[], bool], what: str, limit_s: float = 10.0) -> None:
+    """Wait for a condition (a liveness bound, not a timing assertion)."""
+    for _ in range(int(limit_s / 0.01)):
+        if cond():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"never happened: {what}")

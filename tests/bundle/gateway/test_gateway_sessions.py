@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from typing import Any
 
 import aiohttp
@@ -13,18 +12,9 @@ import pytest
 from agentrl.bundle.gateway import GatewayClient, GatewayServer
 from agentrl.bundle.session import SessionError
 
-from .gateway_helpers import N_WORKERS, Cluster, metric
+from .gateway_helpers import N_WORKERS, Cluster, metric, until
 
 MESSAGES = [{"role": "user", "content": "What is 6*7?"}]
-
-
-async def until(cond: Callable[[], bool], what: str, limit_s: float = 10.0) -> None:
-    """Wait for a condition (a liveness bound, not a timing assertion)."""
-    for _ in range(int(limit_s / 0.01)):
-        if cond():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"never happened: {what}")
 
 
 def admin(gateway: GatewayServer) -> GatewayClient:

@@ -1,0 +1,180 @@
+"""The stub engine and router speak SGLang's protocol; the gateway's engine client reads it
+the way slime does. Both sides are checked against the protocol reference, so a stub that
+drifted from SGLang would fail here rather than hide gateway bugs."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import aiohttp
+import orjson
+import pytest
+from tests.support.sglang_stub import stub_logprob
+
+from agentrl.bundle.gateway.engine import (
+    EngineClient,
+    EngineError,
+    parse_generate_response,
+    worker_urls,
+)
+
+from .gateway_helpers import Cluster, until
+
+
+async def post(url: str, body: Any) -> tuple[int, bytes]:
+    async with aiohttp.ClientSession() as http, http.post(url, json=body) as r:
+        return r.status, await r.read()
+
+
+async def test_generate_returns_logprob_triples_and_caps_at_max_new_tokens(
+    cluster: Cluster,
+) -> None:
+    e = cluster.engines[0]
+    e.responder = lambda prompt, params: list(range(20, 40))
+    status, raw = await post(
+        e.url + "/generate",
+        {
+            "rid": "r1",
+            "input_ids": [1, 2, 3],
+            "return_logprob": True,
+            "sampling_params": {"max_new_tokens": 5},
+        },
+    )
+    body = orjson.loads(raw)
+    assert status == 200 and body["output_ids"] == [20, 21, 22, 23, 24]
+    meta = body["meta_info"]
+    assert (
+        meta["finish_reason"] == {"type": "length", "length": 5} and meta["completion_tokens"] == 5
+    )
+    assert meta["output_token_logprobs"] == [
+        [stub_logprob(t, i), t, None] for i, t in enumerate(body["output_ids"])
+    ]
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ({"input_ids": []}, "input_ids cannot be empty."),
+        ({"sampling_params": {}}, "Either text, input_ids or input_embeds should be provided."),
+        ({"input_ids": [10**9]}, "Token id out of range"),
+        ({"input_ids": [1], "sampling_params": {"top_p": 0}}, "top_p must be in (0, 1]"),
+    ],
+)
+async def test_generate_rejects_bad_requests_like_sglang(
+    cluster: Cluster, body: dict[str, Any], message: str
+) -> None:
+    status, raw = await post(cluster.engines[0].url + "/generate", body)
+    assert status == 400 and orjson.loads(raw)["error"]["message"].startswith(message)
+
+
+@pytest.mark.parametrize("incremental", [False, True])
+async def test_stream_is_cumulative_by_default_and_incremental_on_request(
+    cluster: Cluster, incremental: bool
+) -> None:
+    e = cluster.engines[0]
+    e.incremental_stream = incremental
+    e.responder = lambda prompt, params: [20, 21, 22]
+    _, raw = await post(
+        e.url + "/generate", {"input_ids": [1], "stream": True, "return_logprob": True}
+    )
+    events = [line.removeprefix(b"data: ") for line in raw.split(b"\n\n") if line]
+    assert events[-1] == b"[DONE]"
+    chunks = [orjson.loads(x) for x in events[:-1]]
+    assert all(c["meta_info"]["finish_reason"] is None for c in chunks[:-1])
+    assert chunks[-1]["meta_info"]["finish_reason"]["type"] == "stop"
+    if incremental:
+        assert [i for c in chunks for i in c["output_ids"]] == [20, 21, 22]
+    else:
+        assert [c["output_ids"] for c in chunks] == [[20], [20, 21], [20, 21, 22], [20, 21, 22]]
+
+
+async def test_batch_returns_an_array_in_order(cluster: Cluster) -> None:
+    _, raw = await post(
+        cluster.engines[0].url + "/generate", {"input_ids": [[1, 2], [3]], "rid": "b"}
+    )
+    out = orjson.loads(raw)
+    assert [o["meta_info"]["id"] for o in out] == ["b_0", "b_1"] and [
+        o["meta_info"]["prompt_tokens"] for o in out
+    ] == [2, 1]
+
+
+async def test_abort_finishes_in_flight_requests_and_router_does_not_forward_it(
+    cluster: Cluster,
+) -> None:
+    e = cluster.engines[0]
+    e.token_delay_s = 0.2
+    call = asyncio.create_task(
+        post(e.url + "/generate", {"rid": "slow", "input_ids": [1], "return_logprob": True})
+    )
+    await until(lambda: "slow" in e._live, "the request is running")
+    assert await post(cluster.router.url + "/abort_request", {"rid": "slow"}) == (
+        404,
+        b"404: Not Found",
+    )
+    assert await post(e.url + "/abort_request", {"rid": "unknown"}) == (200, b"")
+    assert await post(e.url + "/abort_request", {"rid": "slow"}) == (200, b"")
+    body = orjson.loads((await call)[1])
+    assert body["meta_info"]["finish_reason"]["type"] == "abort" and e.aborted == [
+        "unknown",
+        "slow",
+    ]
+
+
+async def test_engine_client_aborts_through_the_router_worker_list(cluster: Cluster) -> None:
+    async with aiohttp.ClientSession() as http:
+        client = EngineClient(cluster.router.url, http)
+        assert await client.workers() == [e.url for e in cluster.engines]
+        assert await client.abort("r-9") == [e.url for e in cluster.engines]
+    assert all(e.aborted == ["r-9"] for e in cluster.engines)
+
+
+def test_completion_parsing_follows_slime() -> None:
+    body = {
+        "output_ids": [5, 6],
+        "meta_info": {
+            "id": "x",
+            "finish_reason": {"type": "stop", "matched": 6},
+            "output_token_logprobs": [[-0.5, 5, None], [-0.25, 6, None]],
+            "weight_version": "step-3",
+            "some_new_key": 1,
+        },
+    }
+    done = parse_generate_response(body)
+    assert (
+        done.ids,
+        done.logprobs,
+        done.finish_reason,
+        done.matched_stop,
+        done.weight_version,
+    ) == ([5, 6], [-0.5, -0.25], "stop", 6, "step-3")
+    thin = {
+        "text": "",
+        "meta_info": {
+            "id": "x",
+            "finish_reason": {"type": "abort", "message": "Abort before prefill"},
+            "prompt_tokens": 0,
+            "completion_tokens": 0,
+        },
+    }
+    assert (
+        parse_generate_response(thin).ids == []
+        and parse_generate_response(thin).finish_reason == "abort"
+    )
+    no_logprobs = {
+        "output_ids": [7],
+        "meta_info": {"id": "x", "finish_reason": {"type": "length", "length": 1}},
+    }
+    assert parse_generate_response(no_logprobs).logprobs is None  # never invented
+    with pytest.raises(EngineError, match="disagree"):
+        parse_generate_response({**body, "output_ids": [5, 7]})
+    with pytest.raises(EngineError, match="finish_reason"):
+        parse_generate_response({"meta_info": {"finish_reason": None}})
+
+
+def test_worker_lists_new_and_legacy() -> None:
+    assert worker_urls({"workers": [{"id": "a", "url": "http://h:1/"}, {"id": "b"}]}) == [
+        "http://h:1"
+    ]
+    assert worker_urls({"urls": ["http://h:2"]}) == ["http://h:2"]
+    assert worker_urls({"nope": 1}) == []
