@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -23,6 +22,7 @@ import yaml
 from launch_trees import EXAMPLE_C, cuda_toolkit, example_doc, experiment, touch
 
 from agentrl.api.runtime import RuntimeConfig
+from agentrl.bundle.launch import cuda, probe
 from agentrl.render.slime_args import (
     CUSTOM_CONFIG_PATH,
     EVAL_CONFIG_PATH,
@@ -36,9 +36,9 @@ HEADER_SECRET = "tok-xyz"
 
 
 def _cache_major() -> int:
-    exe = shutil.which("ldconfig") or "/sbin/ldconfig"
-    out = subprocess.run([exe, "-p"], capture_output=True, text=True, check=False).stdout
-    majors = {int(m) for m in re.findall(r"libcudart\.so\.(\d+) ", out)}
+    """The libcudart major this machine's ldconfig cache holds (12 when it holds none)."""
+    out = probe.ldconfig_text()  # "" where there is no ldconfig
+    majors = {c.major for c in cuda.parse_ldconfig(out)}
     assert len(majors) <= 1, f"this machine's ldconfig cache already mixes majors: {majors}"
     return majors.pop() if majors else 12
 
