@@ -10,69 +10,62 @@ unknown fields) live here; cross-field rules live in `agentrl.api.validation`.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema, model_validator
+from pydantic import ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
+from agentrl.api.base import (
+    QUANTITY_PATTERN,
+    KubeObject,
+    Model,
+    NonNegativeInt,
+    PositiveInt,
+    Quantity,
+    SecretKeyRef,
+)
 from agentrl.api.constants import DEFAULT_GPU_RESOURCE, GATEWAY_PORT_DEFAULT
+from agentrl.api.status import Condition, Progress, RayJobMirror, RLExperimentStatus
 
-# Kubernetes resource quantities ("16", "500m", "64Gi"). Same grammar as apimachinery.
-QUANTITY_PATTERN = r"^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$"
-
-
-def _quantity_text(value: object) -> object:
-    # YAML reads `cpu: 32` as an int; Kubernetes accepts both, so do we.
-    if isinstance(value, int) and not isinstance(value, bool):
-        return str(value)
-    return value
-
-
-# On the wire an int-or-string, exactly like Kubernetes' own resource.Quantity.
-Quantity = Annotated[
-    str,
-    BeforeValidator(_quantity_text),
-    Field(pattern=QUANTITY_PATTERN),
-    WithJsonSchema(
-        {
-            "anyOf": [{"type": "integer"}, {"type": "string"}],
-            "pattern": QUANTITY_PATTERN,
-            "x-kubernetes-int-or-string": True,
-        }
-    ),
+# Every API model and field type, so users of the API need this one module.
+__all__ = [
+    "QUANTITY_PATTERN",
+    "AgentCoreAgent",
+    "AgentSpec",
+    "CheckpointSpec",
+    "Condition",
+    "DataSpec",
+    "EnvVar",
+    "EnvVarSource",
+    "EvalSet",
+    "ExtraCode",
+    "GatewayServiceSpec",
+    "GatewaySpec",
+    "GrpoSpec",
+    "HeadSpec",
+    "HeaderFromSecret",
+    "HttpAgent",
+    "KubeObject",
+    "Model",
+    "ModelSpec",
+    "NonNegativeInt",
+    "ObjectMeta",
+    "Parallelism",
+    "PositiveInt",
+    "Progress",
+    "Quantity",
+    "RLExperiment",
+    "RLExperimentSpec",
+    "RLExperimentStatus",
+    "RayJobMirror",
+    "ResourcesSpec",
+    "RewardNormalization",
+    "RuntimeSpec",
+    "SchedulingSpec",
+    "SecretKeyRef",
+    "TrackingSpec",
+    "WandbSpec",
 ]
-PositiveInt = Annotated[int, Field(ge=1)]
-NonNegativeInt = Annotated[int, Field(ge=0)]
-# An open Kubernetes object passed through as the user wrote it (volumes, affinity...).
-KubeObject = dict[str, Any]
-
-
-class Model(BaseModel):
-    """Base for every API object: camelCase aliases, unknown fields are errors."""
-
-    model_config = ConfigDict(
-        alias_generator=to_camel,
-        populate_by_name=True,
-        extra="forbid",
-        validate_default=True,
-        # The docstring under each field is its description: in the CRD (`kubectl explain`)
-        # and in docs/api.md, from one place.
-        use_attribute_docstrings=True,
-    )
-
-    def dump(self) -> dict[str, Any]:
-        """Wire form: camelCase keys, unset optionals omitted."""
-        return self.model_dump(by_alias=True, exclude_none=True, mode="json")
-
-
-class SecretKeyRef(Model):
-    """A key of a Secret in the experiment's namespace. Values never leave the Secret."""
-
-    name: Annotated[str, Field(min_length=1, max_length=253)]
-    """Secret name."""
-    key: Annotated[str, Field(min_length=1, max_length=253)]
-    """Key inside the Secret."""
-
 
 # ---- model -------------------------------------------------------------------------
 
@@ -494,81 +487,6 @@ class RLExperimentSpec(Model):
     """Retries of a failed run, each on a fresh Ray cluster (mutable)."""
     ttl_seconds_after_finished: NonNegativeInt = 0
     """Seconds to keep the finished RayJob before KubeRay deletes it (mutable)."""
-
-
-# ---- status ------------------------------------------------------------------------
-
-
-class Condition(Model):
-    type: str
-    """Condition type (Valid, RayJobCreated, Running, Stalled, ...)."""
-    status: Literal["True", "False", "Unknown"]
-    """True, False or Unknown."""
-    reason: str
-    """One-word reason."""
-    message: str = ""
-    """Human-readable detail."""
-    observed_generation: int | None = None
-    """Generation of the spec this condition describes."""
-    last_transition_time: str | None = None
-    """When the status last changed (RFC 3339)."""
-
-
-class RayJobMirror(Model):
-    """KubeRay's own words, copied verbatim for debugging."""
-
-    job_status: str | None = None
-    """RayJob `status.jobStatus` (Ray's view; may be stale)."""
-    job_deployment_status: str | None = None
-    """RayJob `status.jobDeploymentStatus` (drives the phase)."""
-    reason: str | None = None
-    """RayJob `status.reason`."""
-    message: str | None = None
-    """RayJob `status.message`."""
-
-
-class Progress(Model):
-    rollout: int | None = None
-    """Last finished rollout step."""
-    total_rollouts: int | None = None
-    """`grpo.numRollouts`."""
-    train_reward: float | None = None
-    """Mean reward of the last training rollout."""
-    eval_reward: float | None = None
-    """Mean reward of the last evaluation."""
-    failed_session_ratio: float | None = None
-    """Share of agent sessions that failed in the last rollout."""
-    updated_at: str | None = None
-    """When progress was last read (RFC 3339)."""
-
-
-class RLExperimentStatus(Model):
-    phase: (
-        Literal["Pending", "Initializing", "Running", "Suspended", "Succeeded", "Failed"] | None
-    ) = None
-    """Pending, Initializing, Running, Suspended, Succeeded or Failed (the last two are final)."""
-    conditions: list[Condition] = Field(default_factory=list)
-    """Conditions with reasons and messages."""
-    observed_generation: int | None = None
-    """Spec generation the operator last acted on."""
-    ray_job_name: str | None = None
-    """Name of the child RayJob."""
-    ray_cluster_name: str | None = None
-    """Name of the RayCluster KubeRay created (changes on retry)."""
-    dashboard_url: str | None = Field(default=None, alias="dashboardURL")
-    """Ray dashboard URL."""
-    gateway_url: str | None = Field(default=None, alias="gatewayURL")
-    """URL agents reach the gateway at."""
-    start_time: str | None = None
-    """When the run started (RFC 3339)."""
-    completion_time: str | None = None
-    """When the run finished (RFC 3339)."""
-    attempts: int | None = None
-    """Runs so far (1 + retries)."""
-    ray_job: RayJobMirror | None = None
-    """KubeRay's own status fields, verbatim."""
-    progress: Progress | None = None
-    """Training progress read from the run's metrics."""
 
 
 class ObjectMeta(Model):

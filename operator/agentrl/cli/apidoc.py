@@ -18,8 +18,9 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
 from agentrl.api import rules
+from agentrl.api.base import _quantity_text
 from agentrl.api.crd import CEL_RULES, IMMUTABLE_SPEC_FIELDS, MUTABLE_SPEC_FIELDS
-from agentrl.api.models import RLExperimentSpec, RLExperimentStatus, _quantity_text
+from agentrl.api.models import RLExperimentSpec, RLExperimentStatus
 
 HEADER = """\
 # RLExperiment API reference (`agentrl.io/v1alpha1`)

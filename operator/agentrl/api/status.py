@@ -1,0 +1,84 @@
+"""The RLExperiment status: what the operator reports back (`kubectl get/describe rlx`).
+
+Every field is declared in the CRD's schema (the status subresource prunes undeclared ones).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from agentrl.api.base import Model
+
+
+class Condition(Model):
+    type: str
+    """Condition type (Valid, RayJobCreated, Running, Stalled, ...)."""
+    status: Literal["True", "False", "Unknown"]
+    """True, False or Unknown."""
+    reason: str
+    """One-word reason."""
+    message: str = ""
+    """Human-readable detail."""
+    observed_generation: int | None = None
+    """Generation of the spec this condition describes."""
+    last_transition_time: str | None = None
+    """When the status last changed (RFC 3339)."""
+
+
+class RayJobMirror(Model):
+    """KubeRay's own words, copied verbatim for debugging."""
+
+    job_status: str | None = None
+    """RayJob `status.jobStatus` (Ray's view; may be stale)."""
+    job_deployment_status: str | None = None
+    """RayJob `status.jobDeploymentStatus` (drives the phase)."""
+    reason: str | None = None
+    """RayJob `status.reason`."""
+    message: str | None = None
+    """RayJob `status.message`."""
+
+
+class Progress(Model):
+    rollout: int | None = None
+    """Last finished rollout step."""
+    total_rollouts: int | None = None
+    """`grpo.numRollouts`."""
+    train_reward: float | None = None
+    """Mean reward of the last training rollout."""
+    eval_reward: float | None = None
+    """Mean reward of the last evaluation."""
+    failed_session_ratio: float | None = None
+    """Share of agent sessions that failed in the last rollout."""
+    updated_at: str | None = None
+    """When progress was last read (RFC 3339)."""
+
+
+class RLExperimentStatus(Model):
+    phase: (
+        Literal["Pending", "Initializing", "Running", "Suspended", "Succeeded", "Failed"] | None
+    ) = None
+    """Pending, Initializing, Running, Suspended, Succeeded or Failed (the last two are final)."""
+    conditions: list[Condition] = Field(default_factory=list)
+    """Conditions with reasons and messages."""
+    observed_generation: int | None = None
+    """Spec generation the operator last acted on."""
+    ray_job_name: str | None = None
+    """Name of the child RayJob."""
+    ray_cluster_name: str | None = None
+    """Name of the RayCluster KubeRay created (changes on retry)."""
+    dashboard_url: str | None = Field(default=None, alias="dashboardURL")
+    """Ray dashboard URL."""
+    gateway_url: str | None = Field(default=None, alias="gatewayURL")
+    """URL agents reach the gateway at."""
+    start_time: str | None = None
+    """When the run started (RFC 3339)."""
+    completion_time: str | None = None
+    """When the run finished (RFC 3339)."""
+    attempts: int | None = None
+    """Runs so far (1 + retries)."""
+    ray_job: RayJobMirror | None = None
+    """KubeRay's own status fields, verbatim."""
+    progress: Progress | None = None
+    """Training progress read from the run's metrics."""
