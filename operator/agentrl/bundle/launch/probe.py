@@ -28,7 +28,10 @@ class ProbeError(Exception):
 
 
 def site_dirs() -> list[str]:
+    """Every site-packages this Python imports from, the user site too (pip --user)."""
     dirs = [sysconfig.get_path("purelib"), sysconfig.get_path("platlib"), *site.getsitepackages()]
+    if site.ENABLE_USER_SITE:
+        dirs.append(site.getusersitepackages())
     return list(dict.fromkeys(d for d in dirs if d))
 
 
