@@ -36,8 +36,9 @@ WORKER_GROUP = "gpu"
 COMPONENT_HEAD = "head"
 COMPONENT_WORKER = "worker"
 COMPONENT_SUBMITTER = "submitter"
-# Capacity of the head's marker resource: agentrl's head-only actors each ask for 1 unit.
-HEAD_RAY_RESOURCE_UNITS = 1000
+# Capacity of the head's marker resource: one unit; agentrl's head-only actors (the hub:
+# gateway + metrics) each ask for a small fraction of it, so any number fit.
+HEAD_RAY_RESOURCE_UNITS = 1
 RAY_PORTS = (("gcs-server", 6379), ("dashboard", RAY_DASHBOARD_PORT), ("client", 10001),
              ("metrics", 8080))  # fmt: skip
 
