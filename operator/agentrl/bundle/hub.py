@@ -39,10 +39,13 @@ HEAD_RESOURCE_SHARE: Final = 0.01  # of the head pod's single HEAD_RAY_RESOURCE 
 class Hub:
     """Metrics registry + /metrics server + gateway; the body of the Ray actor."""
 
-    def __init__(self, config_json: str | None, host: str, port: int) -> None:
+    def __init__(
+        self, config_json: str | None, host: str, port: int, gateway_host: str = "0.0.0.0"
+    ) -> None:
         self.metrics = BundleMetrics()
         self._config = RuntimeConfig.model_validate_json(config_json) if config_json else None
         self._host, self._port = host, port
+        self._gateway_host = gateway_host  # 0.0.0.0 in the pod: agents come from outside
         self._runner: web.AppRunner | None = None
         self._gateway: Any = None
         self._admin: tuple[str, str] | None = None
@@ -84,12 +87,14 @@ class Hub:
 
             token = secrets.token_urlsafe(32)
             settings = GatewaySettings.from_runtime_config(
-                self._config, router_url, admin_token=token
+                self._config, router_url, host=self._gateway_host, admin_token=token
             )
             server = GatewayServer(settings, self.metrics)
             await server.start()
             self._gateway = server
-            self._admin = (f"http://{node_ip()}:{server.port}", token)
+            # The rollout may run on another node: give it an address that reaches us.
+            host = node_ip() if self._gateway_host == "0.0.0.0" else self._gateway_host
+            self._admin = (f"http://{host}:{server.port}", token)
         return self._admin
 
     async def stop(self) -> None:

@@ -58,6 +58,7 @@ async def _one(
             outcome.session_id,
             outcome.failure,
             outcome.message,
+            exc_info=outcome.error,
         )
     return outcome
 

@@ -61,6 +61,7 @@ class EpisodeOutcome:
     reward: float
     failure: str | None  # None = succeeded
     message: str = ""
+    error: BaseException | None = None  # an unexpected error, logged with its traceback
 
 
 def new_session_id() -> str:
@@ -166,8 +167,9 @@ async def run_episode(
     except _EpisodeFailure as exc:
         return _failed(inp, sid, rollout_id, exc.reason, str(exc))
     except Exception as exc:  # a bug must not take the batch down; it is counted and logged
-        log.exception("episode %s: unexpected error", sid)
-        return _failed(inp, sid, rollout_id, INTERNAL, repr(exc)[:300])
+        outcome = _failed(inp, sid, rollout_id, INTERNAL, repr(exc)[:300])
+        outcome.error = exc
+        return outcome
     samples = segment_samples(inp, segments, sid, reward, rollout_id)
     return EpisodeOutcome(session_id=sid, samples=samples, reward=reward, failure=None)
 

@@ -1,0 +1,122 @@
+"""The hub's gateway wiring, end to end with the real gateway and a stub SGLang cluster.
+
+`Hub.start_gateway` builds the gateway from the runtime config (the same call the Ray
+actor makes in the pod), the rollout talks to it through `GatewayClient` over HTTP, and
+an agent speaking OpenAI chat completions over HTTP plays each episode with the session
+URL and token it was given. The engine is the protocol-level SGLang stub (no GPU here).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from tests.support.sglang_stub import StubEngine, StubRouter
+from tests.support.tiny_tokenizer import write_checkpoint
+
+from agentrl.api.runtime import RuntimeConfig
+from agentrl.bundle.agents.base import AgentRequest, AgentResult, PoolStats
+from agentrl.bundle.gateway import GatewayClient
+from agentrl.bundle.gateway.tokenizer import load_tokenizer
+from agentrl.bundle.hub import Hub
+from agentrl.bundle.rollout.batch import RolloutContext, run_groups
+from agentrl.bundle.rollout.episode import EpisodeInput, EpisodeSpec
+
+from .doubles import runtime_config
+
+
+class ChatAgent:
+    """A remote agent in miniature: two chat turns through the session's OpenAI endpoint."""
+
+    def __init__(self) -> None:
+        self.http: aiohttp.ClientSession | None = None
+
+    async def run(self, request: AgentRequest) -> AgentResult:
+        info = request.payload["_rollout"]
+        self.http = self.http or aiohttp.ClientSession()
+        headers = {"Authorization": f"Bearer {info['api_key']}"}
+        messages: list[dict[str, Any]] = [{"role": "user", "content": request.payload["q"]}]
+        for _ in range(2):
+            body = {"model": info["model_id"], "messages": messages, "max_tokens": 16}
+            url = f"{info['base_url']}/chat/completions"
+            async with self.http.post(url, json=body, headers=headers) as resp:
+                assert resp.status == 200, await resp.text()
+                reply = (await resp.json())["choices"][0]["message"]
+            messages += [
+                {"role": "assistant", "content": reply.get("content") or ""},
+                {"role": "user", "content": "and then?"},
+            ]
+        return AgentResult(reward=1.0, document={})
+
+    def pool_stats(self) -> PoolStats:
+        return PoolStats(size=2, in_use=0)
+
+    async def aclose(self) -> None:
+        if self.http is not None:
+            await self.http.close()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+async def hub_with_gateway(tmp_path: Path) -> AsyncIterator[tuple[Hub, GatewayClient]]:
+    checkpoint = write_checkpoint(tmp_path / "ckpt")
+    tok = load_tokenizer(str(checkpoint))
+    reply = [*tok.encode("The answer is 42."), tok.convert_tokens_to_ids("<|im_end|>")]
+    # A model that ends its turn properly, so the next prompt can extend it exactly.
+    engine = StubEngine(vocab_size=len(tok.get_vocab()), responder=lambda p, s: list(reply))
+    router = StubRouter([await engine.start()])
+    await router.start()
+    port = free_port()
+    base = runtime_config().model_dump(by_alias=True, mode="json")
+    base["gatewayUrl"] = f"http://127.0.0.1:{port}"
+    base["spec"]["model"]["path"] = str(checkpoint)
+    base["spec"]["gateway"] = {"port": port, "cumulativeTokenMode": True}
+    config = RuntimeConfig.model_validate(base)
+    hub = Hub(config.to_json(), "127.0.0.1", 0, gateway_host="127.0.0.1")
+    await hub.start_metrics()
+    admin_url, token = await hub.start_gateway(router.url)
+    client = GatewayClient(admin_url, token)
+    try:
+        yield hub, client
+    finally:
+        await client.aclose()
+        await hub.stop()
+        await router.stop()
+        await engine.stop()
+
+
+async def test_episodes_through_the_real_gateway(
+    hub_with_gateway: tuple[Hub, GatewayClient],
+) -> None:
+    hub, client = hub_with_gateway
+    agent = ChatAgent()
+    ctx = RolloutContext(client, agent, asyncio.Semaphore(2))
+    spec = EpisodeSpec({"temperature": 1.0, "max_new_tokens": 16}, 256, 60.0, "agentrl")
+    groups = [
+        [EpisodeInput("p", {"q": f"task {g}"}, None, g, 2 * g + i) for i in range(2)]
+        for g in range(2)
+    ]
+    try:
+        outcomes = await run_groups(ctx, groups, spec, "train")
+    finally:
+        await agent.aclose()
+
+    for outcome in (o for g in outcomes for o in g):
+        assert outcome.failure is None, outcome.message
+        (sample,) = outcome.samples  # two turns that extend each other: one sequence
+        assert sample.metadata["num_turns"] == 2
+        assert len(sample.loss_mask) == sample.response_length == len(sample.rollout_log_probs)
+        assert 0 < sum(sample.loss_mask) < sample.response_length  # bridge tokens masked
+    assert len(hub._gateway.store) == 0  # every session closed
+    text = hub.exposition().decode()
+    assert 'agentrl_gateway_requests_total{api="openai",code="200"} 8.0' in text
