@@ -33,6 +33,7 @@ from agentrl.render.slime_args import (
 FAKE = Path(__file__).parent / "fake_slime"
 SECRET = "wandb-secret-value-123"
 HEADER_SECRET = "tok-xyz"
+BASE_PATH = f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin"
 
 
 def _cache_major() -> int:
@@ -89,7 +90,7 @@ class Pod:
 
     def env(self, **extra: str) -> dict[str, str]:
         return {
-            "PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin",
+            "PATH": BASE_PATH,
             "PYTHONPATH": str(FAKE / "pylib"),
             "MEGATRON_DIR": str(FAKE / "Megatron-LM"),
             "AGENTRL_TEST_RECORD": str(self.record),
@@ -285,3 +286,27 @@ def test_unwritable_slime_config_file_stops_the_launch(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert f"cannot write {pod.custom_config}: Is a directory" in done.stderr
     assert not pod.record.exists()
+
+
+def _fake_nvidia_smi(tmp_path: Path, body: str) -> str:
+    """A PATH with an `nvidia-smi` script (the real one needs a GPU driver)."""
+    exe = touch(tmp_path, "bin/nvidia-smi", f"#!/bin/sh\n{body}\n")
+    exe.chmod(0o755)
+    return f"{exe.parent}:{BASE_PATH}"
+
+
+def test_visible_gpu_count_must_match_the_spec(tmp_path: Path) -> None:
+    pod = Pod(tmp_path)
+    lines = "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-0)\nGPU 1: NVIDIA H100 80GB HBM3 (UUID: GPU-1)"
+    path = _fake_nvidia_smi(tmp_path, f"printf '{lines}\\n'")
+    done = pod.launch(PATH=path)
+    assert done.returncode == 2
+    assert "spec.resources.gpusPerNode is 8 but this node sees 2 GPUs" in done.stderr
+
+
+def test_nvidia_smi_without_a_driver_only_warns(tmp_path: Path) -> None:
+    pod = Pod(tmp_path)
+    path = _fake_nvidia_smi(tmp_path, "echo 'NVIDIA-SMI has failed' >&2; exit 9")
+    done = pod.launch(PATH=path)
+    assert done.returncode == 0, done.stderr
+    assert "warning: nvidia-smi failed, GPU count not checked: NVIDIA-SMI has failed" in done.stderr

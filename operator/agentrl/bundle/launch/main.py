@@ -161,7 +161,9 @@ def build_plan(config_path: str, ambient: Mapping[str, str]) -> Plan:
     env = {**ambient, **added}
     slime_dir, model_type = spec.runtime.slime_dir, spec.model.type
     model_args = _guarded(problems, probe.model_args, slime_dir, model_type) or []
-    problems += preflight.run_all(Path("/"), spec, _guarded(problems, probe.visible_gpus))
+    gpus, gpu_warning = probe.visible_gpus()
+    warnings += [gpu_warning] if gpu_warning else []
+    problems += preflight.run_all(Path("/"), spec, gpus)
     key_env = config.wandb_api_key_env or ENV_WANDB_API_KEY
     if spec.tracking.wandb is not None and not ambient.get(key_env):
         warnings.append(f"spec.tracking.wandb is set but {key_env} is empty: wandb logging is off")
