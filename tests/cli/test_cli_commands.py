@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -14,6 +16,7 @@ from agentrl.cli.main import main
 from conftest import EXAMPLES_DIR, minimal_body
 
 EXAMPLE = EXAMPLES_DIR / "qwen2.5-3b-gsm8k-agentcore.yaml"
+RUN: dict[str, Any] = {"capture_output": True, "text": True, "check": False}
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -75,11 +78,14 @@ def test_render_json_is_a_list(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_installed_entry_point_runs() -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "agentrl.cli.main", "validate", "-f", str(EXAMPLE)],
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
+    """The `agentrl` console script of the venv, as a user runs it."""
+    exe = shutil.which("agentrl", path=str(Path(sys.executable).parent))
+    assert exe is not None, "agentrl is not installed in this venv (pip install -e .)"
+    ok = subprocess.run([exe, "validate", "-f", str(EXAMPLE)], **RUN)
+    assert ok.returncode == 0 and ok.stdout.endswith("\n") and "OK" in ok.stdout, ok.stderr
+    bad = subprocess.run([exe, "validate", "-f", "missing.yaml"], **RUN)
+    assert bad.returncode == 1 and "Traceback" not in bad.stderr
+    assert bad.stderr.strip() == "error: missing.yaml: no such file"
 
 
 def test_show_command_prints_slime_argv(capsys: pytest.CaptureFixture[str]) -> None:

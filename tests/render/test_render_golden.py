@@ -52,3 +52,12 @@ def test_matches_golden(name: str) -> None:
 def test_rendering_is_deterministic() -> None:
     name = example_paths()[0].stem
     assert rendered(name) == rendered(name)
+
+
+def test_rendering_ignores_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pure: the CLI reads env for its defaults; the renderer itself never does."""
+    name = example_paths()[0].stem
+    before = rendered(name)
+    for var in ("AGENTRL_IMAGE", "AGENTRL_BUNDLE_VERSION", "CUDA_HOME", "PYTHONPATH", "HOME"):
+        monkeypatch.setenv(var, "/elsewhere@sha256:" + "f" * 64)
+    assert rendered(name) == before
