@@ -16,7 +16,7 @@ from agentrl.cli.main import main
 from conftest import EXAMPLES_DIR, minimal_body
 
 EXAMPLE = EXAMPLES_DIR / "qwen2.5-3b-gsm8k-agentcore.yaml"
-RUN: dict[str, Any] = {"capture_output": True, "text": True, "check": False}
+RUN: dict[str, Any] = {"capture_output": True, "text": True}
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -81,9 +81,9 @@ def test_installed_entry_point_runs() -> None:
     """The `agentrl` console script of the venv, as a user runs it."""
     exe = shutil.which("agentrl", path=str(Path(sys.executable).parent))
     assert exe is not None, "agentrl is not installed in this venv (pip install -e .)"
-    ok = subprocess.run([exe, "validate", "-f", str(EXAMPLE)], **RUN)
+    ok = subprocess.run([exe, "validate", "-f", str(EXAMPLE)], check=False, **RUN)
     assert ok.returncode == 0 and ok.stdout.endswith("\n") and "OK" in ok.stdout, ok.stderr
-    bad = subprocess.run([exe, "validate", "-f", "missing.yaml"], **RUN)
+    bad = subprocess.run([exe, "validate", "-f", "missing.yaml"], check=False, **RUN)
     assert bad.returncode == 1 and "Traceback" not in bad.stderr
     assert bad.stderr.strip() == "error: missing.yaml: no such file"
 
