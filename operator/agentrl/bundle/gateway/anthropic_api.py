@@ -242,7 +242,8 @@ def _delta(block: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     }
 
 
-def stream_events(out: ModelOutput, model: str) -> Iterator[bytes]:
+def stream_events(out: ModelOutput, model: str, include_usage: bool = True) -> Iterator[bytes]:
+    """SSE events for a finished completion (usage is always part of Anthropic's stream)."""
     msg = response(out, model)
     start = {
         **msg,
@@ -278,3 +279,8 @@ def error_body(err: ApiError) -> dict[str, Any]:
         err.status, "api_error" if err.status >= 500 else "invalid_request_error"
     )
     return {"type": "error", "error": {"type": kind, "message": err.message}}
+
+
+def stream_error(err: ApiError) -> bytes:
+    """An error after the stream started: Anthropic's in-band `error` event."""
+    return _sse("error", error_body(err))

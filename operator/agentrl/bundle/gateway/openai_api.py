@@ -229,3 +229,8 @@ def error_body(err: ApiError) -> dict[str, Any]:
     return {
         "error": {"message": err.message, "type": err.kind, "param": err.param, "code": err.status}
     }
+
+
+def stream_error(err: ApiError) -> bytes:
+    """An error after the stream started: an in-band error object, then [DONE]."""
+    return b"data: " + orjson.dumps(error_body(err)) + b"\n\ndata: [DONE]\n\n"

@@ -22,7 +22,8 @@ from agentrl.bundle.gateway import anthropic_api, openai_api
 from agentrl.bundle.gateway.admin import admin_routes
 from agentrl.bundle.gateway.chat import ApiError, ChatRequest, ModelOutput
 from agentrl.bundle.gateway.engine import EngineError
-from agentrl.bundle.gateway.sessions import SessionClosed, SessionStore, UnknownSession
+from agentrl.bundle.gateway.sessions import Session, SessionClosed, SessionStore, UnknownSession
+from agentrl.bundle.gateway.streaming import stream_turn
 from agentrl.bundle.gateway.turns import TurnRunner
 from agentrl.bundle.metrics import BundleMetrics
 
@@ -50,8 +51,10 @@ class Frontend:
         store: SessionStore,
         runner: TurnRunner,
         metrics: BundleMetrics,
+        *,
         max_in_flight: int,
         model: str,
+        keepalive_s: float = 10.0,
     ) -> None:
         self.store = store
         self.runner = runner
@@ -59,6 +62,7 @@ class Frontend:
         self.max_in_flight = max_in_flight
         self.model = model
         self.in_flight = 0
+        self.keepalive_s = keepalive_s
 
     async def openai(self, request: web.Request) -> web.StreamResponse:
         return await self.handle(request, "openai")
@@ -82,7 +86,7 @@ class Frontend:
                 resp = await self.serve(request, front)
             finally:
                 self.in_flight -= 1
-            status = resp.status
+            status = request.get("status", resp.status)  # in-band stream errors count as such
             return resp
         except ApiError as err:
             status = err.status
@@ -115,40 +119,35 @@ class Frontend:
         except orjson.JSONDecodeError as exc:
             raise ApiError(400, f"body: invalid JSON ({exc})", param="body") from exc
         req: ChatRequest = front.parse_request(body)
+        model = req.model or self.model
         task = asyncio.current_task()
         assert task is not None
-        session.tasks.add(task)
+        session.tasks.add(task)  # close_session cancels it, which aborts the generation
         try:
-            out = await self.runner.run(session, req)
+            if req.stream:
+                turn = asyncio.get_running_loop().create_task(self.run_turn(session, req))
+                resp, status = await stream_turn(
+                    request, front, turn, req, model=model, keepalive_s=self.keepalive_s
+                )
+                request["status"] = status
+                return resp
+            out = await self.run_turn(session, req)
+        finally:
+            session.tasks.discard(task)
+        return json_response(front.response(out, model))
+
+    async def run_turn(self, session: Session, req: ChatRequest) -> ModelOutput:
+        try:
+            return await self.runner.run(session, req)
         except EngineError as exc:
-            log.warning("gateway: session %s: engine call failed: %s", sid, exc)
+            log.warning("gateway: session %s: engine call failed: %s", session.sid, exc)
+            if exc.status == 400:  # the engine refused the input (e.g. longer than the context)
+                raise ApiError(400, f"model engine refused the request: {exc}") from exc
             raise ApiError(502, f"model engine error: {exc}", kind="api_error") from exc
         except TimeoutError as exc:
             raise ApiError(
                 504, "model engine timed out; the request was aborted", kind="api_error"
             ) from exc
-        finally:
-            session.tasks.discard(task)
-        return await self.respond(request, front, req, out)
-
-    async def respond(
-        self, request: web.Request, front: ModuleType, req: ChatRequest, out: ModelOutput
-    ) -> web.StreamResponse:
-        model = req.model or self.model
-        if not req.stream:
-            return json_response(front.response(out, model))
-        resp = web.StreamResponse(
-            headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
-        )
-        await resp.prepare(request)
-        events = (
-            front.stream_events(out, model, req.include_usage)
-            if front is openai_api
-            else front.stream_events(out, model)
-        )
-        await resp.write(b"".join(events))
-        await resp.write_eof()
-        return resp
 
 
 def build_app(

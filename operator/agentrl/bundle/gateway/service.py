@@ -71,7 +71,14 @@ class GatewayServer:
             self.metrics,
             s.request_timeout_s,
         )
-        frontend = Frontend(self.store, turns, self.metrics, s.max_in_flight, s.model_name)
+        frontend = Frontend(
+            self.store,
+            turns,
+            self.metrics,
+            max_in_flight=s.max_in_flight,
+            model=s.model_name,
+            keepalive_s=s.stream_keepalive_s,
+        )
         app = build_app(frontend, self.store, s.admin_token, self.session_url)
         self._runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
         await self._runner.setup()

@@ -33,6 +33,7 @@ class GatewaySettings:
     admin_token: str = field(default_factory=lambda: secrets.token_urlsafe(32), repr=False)
     request_timeout_s: float = 900.0  # one engine call; on expiry it is aborted on every worker
     model_name: str = "agentrl"  # the model id echoed to agents
+    stream_keepalive_s: float = 10.0  # SSE comment interval while a streamed turn runs
 
     def __post_init__(self) -> None:
         if self.max_in_flight < 1:
