@@ -1,0 +1,11 @@
+"""End-to-end tests against a real kube-apiserver (tests/support/kube.py).
+
+The repo root goes on sys.path so `tests.support` imports the same way here as elsewhere.
+"""
+
+import sys
+from pathlib import Path
+
+_ROOT = str(Path(__file__).resolve().parents[2])
+if _ROOT not in sys.path:
+    sys.path.insert(0, _ROOT)
