@@ -126,7 +126,7 @@ class DataSpec(Model):
         str,
         Field(min_length=1, description='JSONL; each row {"prompt": ..., "metadata": {...}}'),
     ]
-    eval: list[EvalSet] = Field(default_factory=list)
+    eval: list[EvalSet] = Field(default_factory=list, max_length=16)
     """Eval sets, run every `evalInterval` rollouts."""
     eval_interval: PositiveInt = 10
     """Rollouts between evaluations."""
@@ -167,7 +167,9 @@ class HttpAgent(Model):
     timeout_seconds: PositiveInt = 900
     """Wait per episode for the agent's result before it counts as failed."""
     headers: list[HeaderFromSecret] = Field(
-        default_factory=list, description="request headers whose values come from Secrets"
+        default_factory=list,
+        max_length=16,
+        description="request headers whose values come from Secrets",
     )
     poll_interval_seconds: Annotated[float, Field(gt=0)] = 30.0
     """Seconds between result polls when the agent answers asynchronously."""
@@ -210,7 +212,7 @@ class GatewayServiceSpec(Model):
     """How agents reach the gateway: `ClusterIP` (in-cluster) or `LoadBalancer`."""
     annotations: dict[str, str] = Field(default_factory=dict)
     """Annotations on the Service (e.g. cloud load-balancer settings)."""
-    load_balancer_source_ranges: list[str] = Field(default_factory=list)
+    load_balancer_source_ranges: list[str] = Field(default_factory=list, max_length=64)
     """CIDRs allowed to reach a LoadBalancer Service."""
 
 
@@ -307,7 +309,7 @@ class HeadSpec(Model):
     node_selector: dict[str, str] = Field(
         default_factory=dict, description="placement of the head pod (CPU nodes)"
     )
-    tolerations: list[KubeObject] = Field(default_factory=list)
+    tolerations: list[KubeObject] = Field(default_factory=list, max_length=32)
     """Tolerations of the head pod."""
 
 
@@ -343,7 +345,7 @@ class ResourcesSpec(Model):
     """The CPU head pod."""
     node_selector: dict[str, str] = Field(default_factory=dict)
     """Node selector of the GPU pods."""
-    tolerations: list[KubeObject] = Field(default_factory=list)
+    tolerations: list[KubeObject] = Field(default_factory=list, max_length=32)
     """Tolerations of the GPU pods."""
     affinity: KubeObject | None = None
     """Affinity of the GPU pods (a Kubernetes Affinity object)."""
@@ -404,18 +406,18 @@ class RuntimeSpec(Model):
     cuda_home: str = "/usr/local/cuda"
     """CUDA toolkit inside the image; sets CUDA_HOME and LD_LIBRARY_PATH everywhere."""
     slime_dir: str = Field(default="/root/slime", description="slime checkout inside the image")
-    env: list[EnvVar] = Field(default_factory=list)
+    env: list[EnvVar] = Field(default_factory=list, max_length=128)
     """Extra env vars of every Ray container."""
     service_account_name: str | None = None
     """ServiceAccount of every pod (IRSA / workload identity for S3 and AgentCore)."""
-    volumes: list[KubeObject] = Field(default_factory=list)
+    volumes: list[KubeObject] = Field(default_factory=list, max_length=32)
     """Extra pod volumes (Kubernetes Volume objects: model, data, checkpoint PVCs)."""
-    volume_mounts: list[KubeObject] = Field(default_factory=list)
+    volume_mounts: list[KubeObject] = Field(default_factory=list, max_length=64)
     """Mounts of those volumes in every Ray container."""
-    extra_code: list[ExtraCode] = Field(default_factory=list)
+    extra_code: list[ExtraCode] = Field(default_factory=list, max_length=16)
     """ConfigMaps of your own Python modules, mounted and put on PYTHONPATH."""
     extra_args: list[str] = Field(
-        default_factory=list, description="passed to slime verbatim, last"
+        default_factory=list, max_length=256, description="passed to slime verbatim, last"
     )
 
 

@@ -42,7 +42,7 @@ def type_name(annotation: Any) -> str:
     origin = get_origin(annotation)
     args = get_args(annotation)
     if origin is typing.Annotated:
-        return type_name(args[0]) + bounds(args[1:])
+        return type_name(args[0]) + bounds(args[1:], args[0])
     if origin in (typing.Union, types.UnionType):
         return " \\| ".join(type_name(a) for a in args if a is not type(None))
     if origin is Literal:
@@ -60,29 +60,32 @@ def type_name(annotation: Any) -> str:
     )
 
 
-def bounds(metadata: typing.Iterable[Any]) -> str:
+def bounds(metadata: typing.Iterable[Any], annotation: Any = None) -> str:
     """' (≥ 1)', ' (> 0, ≤ 1)' ... from annotated-types / pydantic constraints."""
-    parts = _bound_parts(metadata)
+    unit = {list: " items", str: " characters"}.get(get_origin(annotation) or annotation, "")
+    parts = _bound_parts(metadata, unit)
     return f" ({', '.join(parts)})" if parts else ""
 
 
-def _bound_parts(metadata: typing.Iterable[Any]) -> list[str]:
+def _bound_parts(metadata: typing.Iterable[Any], unit: str) -> list[str]:
     parts: list[str] = []
     for item in metadata:
         if isinstance(item, FieldInfo):
-            parts += _bound_parts(item.metadata)
+            parts += _bound_parts(item.metadata, unit)
             continue
         for attr, sign in (("ge", "≥"), ("gt", ">"), ("le", "≤"), ("lt", "<")):
             value = getattr(item, attr, None)
             if value is not None:
                 parts.append(f"{sign} {value}")
+        if getattr(item, "max_length", None) is not None and type(item).__name__ == "MaxLen":
+            parts.append(f"at most {item.max_length}{unit}")
     return parts
 
 
 def field_type(field: FieldInfo) -> str:
     if any(getattr(m, "func", None) is _quantity_text for m in field.metadata):
         return "quantity (`64Gi`, `500m`, `8`)"
-    return type_name(field.annotation) + bounds(field.metadata)
+    return type_name(field.annotation) + bounds(field.metadata, field.annotation)
 
 
 def default_text(field: FieldInfo) -> str:
