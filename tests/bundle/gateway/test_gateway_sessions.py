@@ -220,3 +220,15 @@ async def test_256_concurrent_sessions(gateway: GatewayServer, cluster: Cluster)
         await asyncio.gather(*(client.close_session(h.session_id) for h in handles))
     finally:
         await client.aclose()
+
+
+async def test_unknown_sampling_params_are_refused_at_create(gateway: GatewayServer) -> None:
+    with pytest.raises(SessionError, match="max_tokens"):
+        await gateway.create_session("typo", {"max_tokens": 10})
+    client = admin(gateway)
+    try:
+        with pytest.raises(SessionError, match=r"400.*n must be 1"):
+            await client.create_session("fanout", {"n": 4})
+        await client.create_session("typo", {"max_new_tokens": 10})  # a refused id stays free
+    finally:
+        await client.aclose()

@@ -19,7 +19,12 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from agentrl.bundle.gateway.sessions import SessionClosed, SessionStore, UnknownSession
+from agentrl.bundle.gateway.sessions import (
+    DuplicateSession,
+    SessionClosed,
+    SessionStore,
+    UnknownSession,
+)
 from agentrl.bundle.session import SessionError
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -63,7 +68,7 @@ def admin_routes(
         try:
             session = store.create(sid, params)
         except SessionError as exc:
-            return _error(409 if "already in use" in str(exc) else 400, str(exc))
+            return _error(409 if isinstance(exc, DuplicateSession) else 400, str(exc))
         payload = {"session_id": sid, "base_url": session_url(sid), "token": session.token}
         return web.Response(body=orjson.dumps(payload), status=201, content_type="application/json")
 

@@ -23,6 +23,51 @@ from agentrl.bundle.traces import Turn
 
 SESSION_ID = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
 MAX_TOMBSTONES = 200_000  # closed ids remembered to refuse reuse; old ones age out
+# SGLang's sampling_params (SamplingParams); anything else is a typo the engine or the router
+# would drop without a word, so it is refused when the session is opened.
+SAMPLING_KEYS = frozenset(
+    [
+        "max_new_tokens",
+        "temperature",
+        "top_p",
+        "top_k",
+        "min_p",
+        "frequency_penalty",
+        "presence_penalty",
+        "repetition_penalty",
+        "stop",
+        "stop_token_ids",
+        "stop_regex",
+        "min_new_tokens",
+        "ignore_eos",
+        "skip_special_tokens",
+        "spaces_between_special_tokens",
+        "no_stop_trim",
+        "json_schema",
+        "regex",
+        "ebnf",
+        "logit_bias",
+        "sampling_seed",
+        "custom_params",
+        "stream_interval",
+        "n",
+    ]
+)
+
+
+def check_sampling_params(params: Mapping[str, Any]) -> None:
+    unknown = sorted(set(params) - SAMPLING_KEYS)
+    if unknown:
+        raise SessionError(
+            f"sampling_params: unknown key(s) {', '.join(unknown)}; SGLang accepts "
+            f"{', '.join(sorted(SAMPLING_KEYS))}"
+        )
+    if params.get("n", 1) != 1:
+        raise SessionError("sampling_params.n must be 1: open one session per sample")
+
+
+class DuplicateSession(SessionError):
+    """The id was already used (open or closed)."""
 
 
 class SessionClosed(SessionError):
@@ -64,7 +109,10 @@ class SessionStore:
         if not SESSION_ID.match(sid):
             raise SessionError(f"session id {sid!r} must match {SESSION_ID.pattern}")
         if sid in self._open or sid in self._closed:
-            raise SessionError(f"session id {sid!r} is already in use; session ids must be unique")
+            raise DuplicateSession(
+                f"session id {sid!r} is already in use; session ids must be unique"
+            )
+        check_sampling_params(sampling_params)
         session = Session(
             sid=sid, token=secrets.token_urlsafe(32), sampling_params=dict(sampling_params)
         )
