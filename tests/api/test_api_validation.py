@@ -58,6 +58,21 @@ def test_structural_errors_use_wire_paths() -> None:
     assert "spec.grpo.numRollouts" in by_path
 
 
+def test_document_rules_run_even_when_types_are_wrong() -> None:
+    body = minimal_body(
+        grpo={"numRollouts": "ten"},
+        resources={"tolerations": [{"key": "gpu", "operater": "Exists"}]},
+    )
+    body["metadata"]["name"] = "Bad_Name"
+    exp, problems = parse_experiment(body)
+    assert exp is None
+    assert paths(problems) == [
+        "spec.grpo.numRollouts",
+        "metadata.name",
+        "spec.resources.tolerations[0].operater",
+    ]
+
+
 def test_small_pool_is_a_warning_not_an_error() -> None:
     body = minimal_body()
     body["spec"]["agent"].update(maxConcurrent=64, maxPoolConnections=10)

@@ -16,8 +16,8 @@ import copy
 from typing import Any
 
 from agentrl.api import constants as c
+from agentrl.api.kube_rules import DNS1035
 from agentrl.api.models import RLExperimentSpec, RLExperimentStatus
-from agentrl.api.rules import DNS1035
 
 Schema = dict[str, Any]
 

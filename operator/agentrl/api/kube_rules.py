@@ -4,6 +4,10 @@ These are typed `KubeObject` in the models and copied verbatim into the RayJob's
 templates. The API server *prunes* unknown fields there instead of refusing them, so a typo
 (`claimNme`, `operater`) would vanish silently and surface hours later as an unschedulable
 pod or a missing volume. The most common mistakes are caught here, with the field's path.
+
+These rules read the document as written (wire form), defensively, so they also run when
+the typed parse failed: `agentrl validate` then still reports a bad name or a misspelt
+toleration next to the type errors, instead of one round of fixes at a time.
 """
 
 from __future__ import annotations
@@ -16,10 +20,10 @@ from agentrl.api.constants import (
     BUNDLE_MOUNT_DIR,
     CONFIG_MOUNT_DIR,
     EXTRA_CODE_MOUNT_ROOT,
+    RAYJOB_NAME_MAX,
     SHM_MOUNT_DIR,
 )
 from agentrl.api.findings import Finding, err, repeats
-from agentrl.api.models import RLExperiment
 
 RESERVED_MOUNTS = (SHM_MOUNT_DIR, CONFIG_MOUNT_DIR, BUNDLE_MOUNT_DIR, EXTRA_CODE_MOUNT_ROOT)
 # core/v1 Volume sources (Kubernetes 1.30+); a volume has exactly one.
@@ -45,6 +49,7 @@ AFFINITY_KEYS = frozenset(("nodeAffinity", "podAffinity", "podAntiAffinity"))
 LABEL_KEY = re.compile(
     r"^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
 )
+DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$")
 
 
@@ -53,13 +58,49 @@ def unknown_keys(obj: Mapping[str, Any], known: frozenset[str], path: str) -> It
         yield err(f"{path}.{key}", "unknown field", "accepted: " + ", ".join(sorted(known)))
 
 
-def volumes(exp: RLExperiment) -> Iterator[Finding]:
+def _at(doc: Any, *keys: str) -> Any:
+    """doc[k1][k2]... or None when any level is missing or not a mapping."""
+    for key in keys:
+        if not isinstance(doc, Mapping):
+            return None
+        doc = doc.get(key)
+    return doc
+
+
+def _dicts(value: Any) -> list[tuple[int, Mapping[str, Any]]]:
+    """(index, item) of the mapping items of a list (type errors are the parser's to report)."""
+    if not isinstance(value, list):
+        return []
+    return [(i, item) for i, item in enumerate(value) if isinstance(item, Mapping)]
+
+
+def name_fits(body: Mapping[str, Any]) -> Iterator[Finding]:
+    """`metadata.name` is a DNS-1035 label of at most 47 characters (KubeRay's RayJob cap;
+    every child name derives from it).
+    """
+    name = _at(body, "metadata", "name")
+    if not isinstance(name, str):
+        return
+    if len(name) > RAYJOB_NAME_MAX:
+        yield err(
+            "metadata.name",
+            f"name is {len(name)} characters; at most {RAYJOB_NAME_MAX} fit",
+            "KubeRay derives RayCluster and Service names from the RayJob name; shorten it",
+        )
+    if not DNS1035.match(name):
+        yield err(
+            "metadata.name",
+            f"{name!r} is not a DNS-1035 label",
+            "use lower-case letters, digits and '-', starting with a letter",
+        )
+
+
+def volumes(body: Mapping[str, Any]) -> Iterator[Finding]:
     """Volumes are named, unique and have exactly one known source; every mount names a
     declared volume at an absolute path clear of agentrl's own mounts.
     """
-    rt = exp.spec.runtime
     declared: list[str] = []
-    for i, vol in enumerate(rt.volumes):
+    for i, vol in _dicts(_at(body, "spec", "runtime", "volumes")):
         path = f"spec.runtime.volumes[{i}]"
         name = vol.get("name")
         if not isinstance(name, str) or not name:
@@ -71,7 +112,7 @@ def volumes(exp: RLExperiment) -> Iterator[Finding]:
             yield err(path, "needs exactly one volume source", "e.g. persistentVolumeClaim")
     for i, name in repeats(declared):
         yield err(f"spec.runtime.volumes[{i}].name", f"volume {name!r} twice", "rename one")
-    for i, mount in enumerate(rt.volume_mounts):
+    for i, mount in _dicts(_at(body, "spec", "runtime", "volumeMounts")):
         yield from _mount(i, mount, declared)
 
 
@@ -105,25 +146,26 @@ def _overlaps(a: str, b: str) -> bool:
     return a.startswith(b) or b.startswith(a)
 
 
-def placement(exp: RLExperiment) -> Iterator[Finding]:
+def placement(body: Mapping[str, Any]) -> Iterator[Finding]:
     """Tolerations, affinity and node selectors are well-formed (unknown keys would be
     dropped by the API server, leaving pods unschedulable).
     """
-    res = exp.spec.resources
+    res = _at(body, "spec", "resources")
     for base, tolerations in (
-        ("spec.resources.tolerations", res.tolerations),
-        ("spec.resources.head.tolerations", res.head.tolerations),
+        ("spec.resources.tolerations", _at(res, "tolerations")),
+        ("spec.resources.head.tolerations", _at(res, "head", "tolerations")),
     ):
-        for i, tol in enumerate(tolerations):
+        for i, tol in _dicts(tolerations):
             yield from _toleration(f"{base}[{i}]", tol)
-    if res.affinity is not None:
-        yield from unknown_keys(res.affinity, AFFINITY_KEYS, "spec.resources.affinity")
+    affinity = _at(res, "affinity")
+    if isinstance(affinity, Mapping):
+        yield from unknown_keys(affinity, AFFINITY_KEYS, "spec.resources.affinity")
     for base, selector in (
-        ("spec.resources.nodeSelector", res.node_selector),
-        ("spec.resources.head.nodeSelector", res.head.node_selector),
+        ("spec.resources.nodeSelector", _at(res, "nodeSelector")),
+        ("spec.resources.head.nodeSelector", _at(res, "head", "nodeSelector")),
     ):
-        for key, value in selector.items():
-            if not LABEL_KEY.match(key) or not LABEL_VALUE.match(value):
+        for key, value in (selector or {}).items() if isinstance(selector, Mapping) else ():
+            if not LABEL_KEY.match(str(key)) or not LABEL_VALUE.match(str(value)):
                 yield err(f"{base}.{key}", f"{key}={value} is not a valid label", "")
 
 
@@ -141,4 +183,5 @@ def _toleration(path: str, tol: Mapping[str, Any]) -> Iterator[Finding]:
         )
 
 
-KUBE_RULES = (volumes, placement)
+# Rules over the document as written; run whether or not the typed parse succeeded.
+DOCUMENT_RULES = (name_fits, volumes, placement)

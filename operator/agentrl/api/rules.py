@@ -9,46 +9,23 @@ were allocated; here it fails before anything is created.
 from __future__ import annotations
 
 import ipaddress
-import re
 from collections.abc import Iterator
 
 from agentrl.api.constants import (
     ENV_CONFIG_PATH,
     METRICS_PORT,
     RAY_DASHBOARD_PORT,
-    RAYJOB_NAME_MAX,
 )
 from agentrl.api.findings import Finding, Rule, err, repeats, warn
-from agentrl.api.kube_rules import KUBE_RULES
 from agentrl.api.models import RLExperiment
 from agentrl.api.runtime import ENV_HTTP_HEADER_PREFIX, ENV_WANDB_API_KEY
 
-DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 # Ports Ray itself listens on in the head pod (GCS, client, dashboard, node metrics).
 RAY_PORTS = frozenset({6379, 10001, RAY_DASHBOARD_PORT, 8080})
 # Env vars the renderer sets in every container; a user value would silently fight them.
 RESERVED_ENV = frozenset({"PYTHONPATH", "CUDA_HOME", "LD_LIBRARY_PATH", ENV_CONFIG_PATH})
 
 R = "resources"
-
-
-def name_fits(exp: RLExperiment) -> Iterator[Finding]:
-    """`metadata.name` is a DNS-1035 label of at most 47 characters (KubeRay's RayJob cap; every
-    child name derives from it).
-    """
-    name = exp.metadata.name
-    if len(name) > RAYJOB_NAME_MAX:
-        yield err(
-            "metadata.name",
-            f"name is {len(name)} characters; at most {RAYJOB_NAME_MAX} fit",
-            "KubeRay derives RayCluster and Service names from the RayJob name; shorten it",
-        )
-    if not DNS1035.match(name):
-        yield err(
-            "metadata.name",
-            f"{name!r} is not a DNS-1035 label",
-            "use lower-case letters, digits and '-', starting with a letter",
-        )
 
 
 def one_agent_backend(exp: RLExperiment) -> Iterator[Finding]:
@@ -292,7 +269,6 @@ def checkpoint(exp: RLExperiment) -> Iterator[Finding]:
 
 
 ALL_RULES: tuple[Rule, ...] = (
-    name_fits,
     one_agent_backend,
     pool_covers_concurrency,
     renderer_for_local_model,
@@ -307,5 +283,4 @@ ALL_RULES: tuple[Rule, ...] = (
     extra_code,
     extra_resources,
     checkpoint,
-    *KUBE_RULES,
 )

@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from agentrl.api import rules
+from agentrl.api import kube_rules, rules
 from agentrl.api.findings import Severity
 from agentrl.api.models import RLExperiment
 
@@ -52,18 +52,30 @@ def parse_experiment(body: Mapping[str, Any]) -> tuple[RLExperiment | None, list
     try:
         exp = RLExperiment.model_validate(dict(body))
     except ValidationError as err:
-        return None, _from_pydantic(err, body)
+        # Typed rules need a typed spec; the document rules still run on what was written.
+        problems = _from_pydantic(err, body)
+        seen = {p.path for p in problems}
+        extra = [p for p in _document_problems(body) if p.path not in seen]
+        return None, problems + extra
     problems = validate_experiment(exp)
     return (None if errors(problems) else exp), problems
 
 
 def validate_experiment(exp: RLExperiment) -> list[Problem]:
     """The cross-field rules, all of them; an empty list means the spec can run."""
-    found: list[Problem] = []
+    found = _document_problems(exp.dump())
     for check in rules.ALL_RULES:
         for path, message, hint, severity in check(exp):
             found.append(Problem(path, message, hint, severity))
     return found
+
+
+def _document_problems(body: Mapping[str, Any]) -> list[Problem]:
+    return [
+        Problem(path, message, hint, severity)
+        for check in kube_rules.DOCUMENT_RULES
+        for path, message, hint, severity in check(body)
+    ]
 
 
 # ---- pydantic errors -> problems ---------------------------------------------------

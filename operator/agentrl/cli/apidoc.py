@@ -17,7 +17,7 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
-from agentrl.api import rules
+from agentrl.api import kube_rules, rules
 from agentrl.api.base import _quantity_text
 from agentrl.api.crd import CEL_RULES, IMMUTABLE_SPEC_FIELDS, MUTABLE_SPEC_FIELDS
 from agentrl.api.models import RLExperimentSpec, RLExperimentStatus
@@ -144,7 +144,8 @@ def rules_section() -> str:
         "missing fields) come first; these cross-field rules are checked once the types are right:",
         "",
     ]
-    lines += [f"- {' '.join((rule.__doc__ or '').split())}" for rule in rules.ALL_RULES]
+    checks = [*kube_rules.DOCUMENT_RULES, *rules.ALL_RULES]
+    lines += [f"- {' '.join((rule.__doc__ or '').split())}" for rule in checks]
     lines += [
         "",
         "The API server enforces the most important of them itself (CEL rules in the CRD), so",

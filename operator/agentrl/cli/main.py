@@ -47,7 +47,7 @@ def cmd_validate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     for problem in problems:
         print(f"{args.file}: {problem}", file=out)
     if exp is None:
-        print(f"{args.file}: {len(errors(problems))} error(s); nothing would be created", file=err)
+        print(f"{args.file}: {len(errors(problems))} error(s); nothing would be created", file=out)
         return 1
     res = exp.spec.resources
     print(
