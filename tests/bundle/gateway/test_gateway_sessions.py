@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 import aiohttp
@@ -232,3 +233,26 @@ async def test_unknown_sampling_params_are_refused_at_create(gateway: GatewaySer
         await client.create_session("typo", {"max_new_tokens": 10})  # a refused id stays free
     finally:
         await client.aclose()
+
+
+@pytest.mark.gateway(log_level="debug")
+async def test_tokens_never_reach_the_logs(
+    gateway: GatewayServer, cluster: Cluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    handle = await gateway.create_session("logged", {})
+    await chat(handle)
+    cluster.set(fail_next=1)
+    with pytest.raises(openai.APIError):
+        await chat(handle)
+    text = "\n".join(r.getMessage() for r in caplog.records)
+    assert "engine call failed" in text  # the failure is logged once, with its session id
+    assert handle.token not in text and "admin-secret" not in text
+
+
+async def test_quiet_by_default(gateway: GatewayServer, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    handle = await gateway.create_session("quiet", {})
+    for _ in range(3):
+        await chat(handle)
+    assert [r for r in caplog.records if r.name.startswith(("agentrl", "aiohttp"))] == []
