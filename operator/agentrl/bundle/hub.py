@@ -114,7 +114,12 @@ def node_ip() -> str:
         return socket.gethostbyname(socket.gethostname())
 
 
-def ensure_hub(config: RuntimeConfig | None, host: str = "0.0.0.0", port: int | None = None) -> Any:
+def ensure_hub(
+    config: RuntimeConfig | None,
+    host: str = "0.0.0.0",
+    port: int | None = None,
+    gateway_host: str = "0.0.0.0",
+) -> Any:
     """The hub actor handle: found by name, or created on the head pod (race-free)."""
     import ray
 
@@ -128,7 +133,7 @@ def ensure_hub(config: RuntimeConfig | None, host: str = "0.0.0.0", port: int | 
         num_cpus=0,
         resources={HEAD_RAY_RESOURCE: HEAD_RESOURCE_SHARE},
         max_concurrency=64,  # async actor: scrapes never wait behind a push
-    ).remote(config.to_json() if config else None, host, bind_port)
+    ).remote(config.to_json() if config else None, host, bind_port, gateway_host)
     ray.get(handle.start_metrics.remote())
     return handle
 

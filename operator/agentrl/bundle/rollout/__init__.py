@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import threading
 from typing import Any
 
@@ -21,7 +22,11 @@ from agentrl.bundle.rollout.runtime import MetricsSink, RolloutRuntime
 from agentrl.bundle.rollout.settings import inputs_from_slime, load_runtime_config
 from agentrl.bundle.rollout.types import SlimeTypes, slime_types
 
-__all__ = ["generate_rollout", "install_runtime"]
+__all__ = ["generate_rollout", "install_runtime", "shutdown_runtime"]
+
+# The interface the HTTP agents' callback listener binds (all of them by default; tests
+# bind loopback only).
+ENV_BIND_HOST = "AGENTRL_BIND_HOST"
 
 log = logging.getLogger("agentrl.rollout")
 
@@ -40,6 +45,15 @@ def install_runtime(
         _state.clear()
         if runtime is not None and config is not None:
             _state.append((runtime, config, types or slime_types()))
+
+
+def shutdown_runtime() -> None:
+    """Close the process's runtime (backend pools, listener, gateway client) and forget it."""
+    with _lock:
+        states = list(_state)
+        _state.clear()
+    for runtime, _, _ in states:
+        runtime.close()
 
 
 def _router_url(args: Any) -> str:
@@ -62,7 +76,10 @@ def _production_runtime(args: Any) -> tuple[RolloutRuntime, RuntimeConfig, Slime
     sink: MetricsSink = HubSink(hub)
 
     async def build() -> RolloutContext:
-        backend = await build_backend(config, advertise_host=node_ip())
+        listen = os.environ.get(ENV_BIND_HOST, "0.0.0.0")
+        # Agents call back to this node: its address, unless bound to one interface.
+        advertise = node_ip() if listen == "0.0.0.0" else listen
+        backend = await build_backend(config, listen_host=listen, advertise_host=advertise)
         return RolloutContext(
             sessions=GatewayClient(admin_url, admin_token),
             backend=backend,
