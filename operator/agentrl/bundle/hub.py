@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import secrets
 import socket
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 from aiohttp import web
@@ -27,13 +28,40 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from agentrl.api.constants import HEAD_RAY_RESOURCE, METRICS_PORT
 from agentrl.api.runtime import RuntimeConfig
 from agentrl.bundle.metrics import BundleMetrics
-from agentrl.bundle.rollout.report import MetricsDelta, apply_delta
 
 log = logging.getLogger("agentrl.hub")
 
 HUB_NAME: Final = "agentrl-hub"
 HUB_NAMESPACE: Final = "agentrl"
 HEAD_RESOURCE_SHARE: Final = 0.01  # of the head pod's single HEAD_RAY_RESOURCE unit
+
+
+Key = tuple[str, tuple[str, ...]]  # (BundleMetrics attribute, label values)
+
+
+@dataclass
+class MetricsDelta:
+    """Counter increments, gauge values and histogram observations since the last flush."""
+
+    counters: dict[Key, float] = field(default_factory=dict)
+    gauges: dict[Key, float] = field(default_factory=dict)
+    observations: list[tuple[Key, float]] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.counters or self.gauges or self.observations)
+
+
+def apply_delta(metrics: BundleMetrics, delta: MetricsDelta) -> None:
+    """Apply a delta to the registry (runs in the hub)."""
+    for (name, labels), value in delta.counters.items():
+        metric = getattr(metrics, name)
+        (metric.labels(*labels) if labels else metric).inc(value)
+    for (name, labels), value in delta.gauges.items():
+        metric = getattr(metrics, name)
+        (metric.labels(*labels) if labels else metric).set(value)
+    for (name, labels), value in delta.observations:
+        metric = getattr(metrics, name)
+        (metric.labels(*labels) if labels else metric).observe(value)
 
 
 class Hub:

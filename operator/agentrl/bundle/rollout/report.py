@@ -3,44 +3,19 @@
 The rollout runs inside slime's RolloutManager actor, on whatever node Ray chose; the
 registry and its HTTP endpoint live in the hub actor on the head pod. Episodes record
 into a `Recorder` (plain dict arithmetic, no I/O, cheap enough for every episode), and
-the rollout ships the accumulated `MetricsDelta` to the hub in one call per flush, so a
-batch of 1,000 episodes costs a handful of actor calls rather than thousands.
+the rollout ships the accumulated `MetricsDelta` (defined by the hub, which applies it)
+in one call per flush, so a batch of 1,000 episodes costs a handful of actor calls
+rather than thousands.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, field
 
 from agentrl.bundle.agents.base import PoolStats
-from agentrl.bundle.metrics import BundleMetrics
+from agentrl.bundle.hub import Key, MetricsDelta, apply_delta
 
-Key = tuple[str, tuple[str, ...]]  # (BundleMetrics attribute, label values)
-
-
-@dataclass
-class MetricsDelta:
-    """Counter increments, gauge values and histogram observations since the last flush."""
-
-    counters: dict[Key, float] = field(default_factory=dict)
-    gauges: dict[Key, float] = field(default_factory=dict)
-    observations: list[tuple[Key, float]] = field(default_factory=list)
-
-    def __bool__(self) -> bool:
-        return bool(self.counters or self.gauges or self.observations)
-
-
-def apply_delta(metrics: BundleMetrics, delta: MetricsDelta) -> None:
-    """Apply a delta to the registry (runs in the hub)."""
-    for (name, labels), value in delta.counters.items():
-        metric = getattr(metrics, name)
-        (metric.labels(*labels) if labels else metric).inc(value)
-    for (name, labels), value in delta.gauges.items():
-        metric = getattr(metrics, name)
-        (metric.labels(*labels) if labels else metric).set(value)
-    for (name, labels), value in delta.observations:
-        metric = getattr(metrics, name)
-        (metric.labels(*labels) if labels else metric).observe(value)
+__all__ = ["MetricsDelta", "Recorder", "apply_delta"]
 
 
 class Recorder:
