@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 import yaml
-
 from tests.conftest import minimal_body
 from tests.support.kube import KubeHarness
 

@@ -1,0 +1,91 @@
+"""The operator's own settings, parsed from an environment mapping (the chart sets them).
+
+Parsed once at startup; a bad value stops the operator with a message naming the variable,
+rather than running with a guess.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from agentrl.render.defaults import DEFAULT_IMAGE, OperatorDefaults
+
+# How the operator reaches an experiment's metrics port: the Service the renderer creates.
+DEFAULT_METRICS_URL = "http://{service}.{namespace}.svc:{port}/metrics"
+
+
+class ConfigError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class OperatorConfig:
+    namespaces: tuple[str, ...] = ()  # empty: every namespace
+    image: str = DEFAULT_IMAGE
+    ray_version: str | None = None
+    image_pull_secrets: tuple[str, ...] = ()
+    extra_labels: dict[str, str] = field(default_factory=dict)
+    metrics_port: int = 8080  # the operator's own /metrics
+    liveness_endpoint: str = "http://0.0.0.0:8081/healthz"
+    sweep_interval: float = 30.0  # progress scrape + deadline check, seconds
+    scrape_timeout: float = 3.0
+    scrape_concurrency: int = 8
+    metrics_url: str = DEFAULT_METRICS_URL  # format keys: service, namespace, port, name
+
+    def defaults(self) -> OperatorDefaults:
+        return OperatorDefaults(
+            image=self.image,
+            ray_version=self.ray_version,
+            image_pull_secrets=self.image_pull_secrets,
+            extra_labels=dict(self.extra_labels),
+        )
+
+
+def _list(value: str) -> tuple[str, ...]:
+    return tuple(v.strip() for v in value.split(",") if v.strip())
+
+
+def _number(env: Mapping[str, str], key: str, default: float, minimum: float) -> float:
+    raw = env.get(key)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(f"{key}={raw!r} is not a number") from None
+    if value < minimum:
+        raise ConfigError(f"{key}={raw!r} must be at least {minimum:g}")
+    return value
+
+
+def _labels(raw: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in _list(raw):
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"AGENTRL_EXTRA_LABELS item {item!r}: write key=value")
+        out[key] = value
+    return out
+
+
+def load(env: Mapping[str, str]) -> OperatorConfig:
+    """Read AGENTRL_* variables; everything has a default."""
+    url = env.get("AGENTRL_METRICS_URL") or DEFAULT_METRICS_URL
+    try:
+        url.format(service="s", namespace="n", port=1, name="x")
+    except (KeyError, IndexError, ValueError) as err:
+        raise ConfigError(f"AGENTRL_METRICS_URL={url!r}: bad placeholder {err}") from None
+    return OperatorConfig(
+        namespaces=_list(env.get("AGENTRL_NAMESPACES", "")),
+        image=env.get("AGENTRL_IMAGE") or DEFAULT_IMAGE,
+        ray_version=env.get("AGENTRL_RAY_VERSION") or None,
+        image_pull_secrets=_list(env.get("AGENTRL_IMAGE_PULL_SECRETS", "")),
+        extra_labels=_labels(env.get("AGENTRL_EXTRA_LABELS", "")),
+        metrics_port=int(_number(env, "AGENTRL_METRICS_PORT", 8080, 0)),
+        liveness_endpoint=env.get("AGENTRL_LIVENESS_ENDPOINT") or "http://0.0.0.0:8081/healthz",
+        sweep_interval=_number(env, "AGENTRL_SWEEP_INTERVAL", 30.0, 0.05),
+        scrape_timeout=_number(env, "AGENTRL_SCRAPE_TIMEOUT", 3.0, 0.05),
+        scrape_concurrency=int(_number(env, "AGENTRL_SCRAPE_CONCURRENCY", 8, 1)),
+        metrics_url=url,
+    )

@@ -1,0 +1,195 @@
+"""The operator's only Kubernetes (and HTTP) I/O: a small aiohttp client over the REST API.
+
+Everything else in the controller is pure or kopf glue; this module owns sockets, status
+codes and retries-by-caller semantics. It speaks plain JSON objects, maps 404 to None and
+409-on-create to "here is the existing object", and keeps one connection pool for the life
+of the operator (kopf's own watches use kopf's client; these are our reads and writes).
+"""
+
+from __future__ import annotations
+
+import json
+import ssl
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+import aiohttp
+
+from agentrl import __version__
+
+Obj = dict[str, Any]
+USER_AGENT = f"agentrl-operator/{__version__}"
+# kind -> plural for every kind the operator reads or writes.
+PLURALS = {
+    "ConfigMap": "configmaps",
+    "Service": "services",
+    "Pod": "pods",
+    "Event": "events",
+    "RayJob": "rayjobs",
+    "RLExperiment": "rlexperiments",
+}
+MERGE_PATCH = "application/merge-patch+json"
+
+
+class KubeError(Exception):
+    """A Kubernetes API call failed with a status we do not handle."""
+
+    def __init__(self, status: int, method: str, path: str, body: str) -> None:
+        self.status = status
+        try:
+            detail = json.loads(body).get("message", body)
+        except ValueError:
+            detail = body
+        super().__init__(f"{method} {path}: HTTP {status}: {str(detail)[:500]}")
+
+
+@dataclass(frozen=True)
+class Credentials:
+    """What kopf's login handlers found (kubeconfig, in-cluster ServiceAccount, ...)."""
+
+    server: str
+    token: str | None = None
+    scheme: str | None = None
+    ca_path: str | None = None
+    ca_data: str | None = None
+    insecure: bool = False
+    certificate_path: str | None = None
+    private_key_path: str | None = None
+
+
+def object_path(api_version: str, kind: str, namespace: str | None, name: str | None = None) -> str:
+    base = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
+    parts = [base]
+    if namespace:
+        parts.append(f"namespaces/{quote(namespace)}")
+    parts.append(PLURALS[kind])
+    if name:
+        parts.append(quote(name))
+    return "/".join(parts)
+
+
+def _ssl_context(creds: Credentials) -> ssl.SSLContext | bool:
+    if not creds.server.startswith("https"):
+        return False
+    if creds.insecure:
+        ctx = ssl.create_default_context()
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+    else:
+        ctx = ssl.create_default_context(cafile=creds.ca_path, cadata=creds.ca_data)
+    if creds.certificate_path:
+        ctx.load_cert_chain(creds.certificate_path, creds.private_key_path)
+    return ctx
+
+
+class Kube:
+    """Async Kubernetes client; `configure` (re)points it after each kopf login."""
+
+    def __init__(self, request_timeout: float = 30.0) -> None:
+        self._session: aiohttp.ClientSession | None = None
+        self._creds: Credentials | None = None
+        self._timeout = aiohttp.ClientTimeout(total=request_timeout)
+
+    async def configure(self, creds: Credentials) -> None:
+        if creds == self._creds and self._session is not None:
+            return
+        await self.close()
+        headers = {"User-Agent": USER_AGENT, "Accept": "application/json"}
+        if creds.token:
+            headers["Authorization"] = f"{creds.scheme or 'Bearer'} {creds.token}"
+        connector = aiohttp.TCPConnector(ssl=_ssl_context(creds), limit=64)
+        self._session = aiohttp.ClientSession(
+            base_url=creds.server.rstrip("/") + "/", headers=headers, connector=connector,
+            timeout=self._timeout,
+        )  # fmt: skip
+        self._creds = creds
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def _call(
+        self, method: str, path: str, body: Any = None, *, content_type: str = "application/json",
+        params: Mapping[str, str] | None = None, ok404: bool = False,
+    ) -> tuple[int, Obj | None]:  # fmt: skip
+        if self._session is None:
+            raise RuntimeError("kube client used before login")
+        data = None if body is None else json.dumps(body)
+        headers = {"Content-Type": content_type} if data is not None else None
+        async with self._session.request(
+            method, path.lstrip("/"), data=data, headers=headers, params=params
+        ) as resp:
+            text = await resp.text()
+            if resp.status == 404 and ok404:
+                return 404, None
+            if resp.status == 409 and method == "POST":
+                return 409, None
+            if resp.status >= 400:
+                raise KubeError(resp.status, method, path, text)
+            return resp.status, (json.loads(text) if text else None)
+
+    async def create(self, obj: Mapping[str, Any]) -> tuple[Obj | None, Obj | None]:
+        """(created, None), or (None, existing) when the name is taken (409)."""
+        meta = obj["metadata"]
+        path = object_path(obj["apiVersion"], obj["kind"], meta.get("namespace"))
+        status, created = await self._call("POST", path, obj)
+        if status != 409:
+            return created, None
+        existing = await self.get(obj["apiVersion"], obj["kind"], meta.get("namespace"),
+                                  meta["name"])  # fmt: skip
+        if existing is None:  # deleted between the POST and the GET: let the caller retry
+            raise KubeError(409, "POST", path, "conflict, then not found")
+        return None, existing
+
+    async def get(
+        self, api_version: str, kind: str, namespace: str | None, name: str
+    ) -> Obj | None:
+        _, obj = await self._call(
+            "GET", object_path(api_version, kind, namespace, name), ok404=True
+        )
+        return obj
+
+    async def list(
+        self, api_version: str, kind: str, namespace: str | None, label_selector: str = ""
+    ) -> list[Obj]:
+        params = {"labelSelector": label_selector} if label_selector else None
+        path = object_path(api_version, kind, namespace)
+        _, obj = await self._call("GET", path, params=params)
+        return list((obj or {}).get("items") or [])
+
+    async def patch(
+        self, api_version: str, kind: str, namespace: str | None, name: str,
+        patch: Mapping[str, Any], *, subresource: str | None = None,
+    ) -> Obj | None:  # fmt: skip
+        """JSON merge patch; None if the object is gone."""
+        path = object_path(api_version, kind, namespace, name)
+        if subresource:
+            path += f"/{subresource}"
+        _, obj = await self._call("PATCH", path, patch, content_type=MERGE_PATCH, ok404=True)
+        return obj
+
+    async def post_event(self, event: Mapping[str, Any]) -> None:
+        """Create a core/v1 Event (what `kubectl describe` shows)."""
+        await self._call("POST", object_path("v1", "Event", event["metadata"]["namespace"]), event)
+
+    async def scrape(self, url: str, limit: float) -> str | None:
+        """GET a Prometheus endpoint; None when it cannot be read (never raises)."""
+        if self._session is None:
+            return None
+        try:
+            # An absolute URL: not the apiserver, and none of its credentials go with it.
+            async with (
+                aiohttp.ClientSession(
+                    timeout=aiohttp.ClientTimeout(total=limit),
+                    headers={"User-Agent": USER_AGENT},
+                ) as plain,
+                plain.get(url) as resp,
+            ):
+                if resp.status != 200:
+                    return None
+                return await resp.text()
+        except (aiohttp.ClientError, TimeoutError, OSError, UnicodeDecodeError):
+            return None

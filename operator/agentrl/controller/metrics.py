@@ -1,0 +1,46 @@
+"""The operator's own Prometheus metrics (DESIGN §5 names), on a registry of their own.
+
+A private registry keeps tests and the benchmark free of global state and keeps the
+endpoint to exactly what the dashboards and alerts use.
+"""
+
+from __future__ import annotations
+
+from collections import Counter as Tally
+from collections.abc import Iterable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+from agentrl.api.constants import Phase
+
+RESULTS = ("ok", "invalid", "conflict", "refused", "error")
+
+
+class OperatorMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.experiments = Gauge(
+            "agentrl_experiments", "RLExperiments by phase.", ["phase"], registry=self.registry
+        )
+        self.reconcile_total = Counter(
+            "agentrl_reconcile", "Spec reconciles by result.", ["result"], registry=self.registry
+        )
+        self.reconcile_seconds = Histogram(
+            "agentrl_reconcile_seconds",
+            "Time of one spec reconcile (validate, render, children, status).",
+            registry=self.registry,
+            buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+        )
+        for phase in Phase:
+            self.experiments.labels(str(phase)).set(0)
+        for result in RESULTS:
+            self.reconcile_total.labels(result)
+
+    def set_phases(self, phases: Iterable[str]) -> None:
+        counts = Tally(phases)
+        for phase in Phase:
+            self.experiments.labels(str(phase)).set(counts.get(str(phase), 0))
+
+    def serve(self, port: int) -> None:
+        """Serve /metrics on 0.0.0.0:port in a thread (prometheus_client's own server)."""
+        start_http_server(port, registry=self.registry)

@@ -1,0 +1,291 @@
+"""The operator's logic between kopf's events and the API: spec in, children and status out.
+
+kopf handlers call into one `Controller`, which keeps what the watches showed (experiments,
+their RayJobs' status, stuck pods, the last progress scrape) and owns the single place where
+status is written: `sync`, which computes the whole status purely (`status`), compares it
+with the last known one and PATCHes the difference, posting one event per transition.
+No kopf import here: the handlers are glue, this is the behaviour the tests drive.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from agentrl.api import validation
+from agentrl.api.constants import API_VERSION, KIND, LABEL_EXPERIMENT, METRICS_PORT, Phase
+from agentrl.controller import children, conditions, observe, status
+from agentrl.controller.config import OperatorConfig
+from agentrl.controller.kube import Kube, KubeError
+from agentrl.controller.metrics import OperatorMetrics
+from agentrl.render import render_all
+from agentrl.render.names import service_name
+from agentrl.render.objects import gateway_url
+
+logger = logging.getLogger("agentrl.controller")
+Key = tuple[str, str]  # (namespace, name)
+Obj = dict[str, Any]
+RAY_API = "ray.io/v1"
+
+
+def utcnow() -> str:
+    return status.format_time(datetime.now(UTC))
+
+
+def key_of(body: Mapping[str, Any]) -> Key:
+    meta = body["metadata"]
+    return meta.get("namespace") or "default", meta["name"]
+
+
+class Controller:
+    def __init__(
+        self,
+        kube: Kube,
+        config: OperatorConfig,
+        bundle_files: Mapping[str, str],
+        metrics: OperatorMetrics,
+        clock: Callable[[], str] = utcnow,
+    ) -> None:
+        self.kube, self.config, self.metrics, self.now = kube, config, metrics, clock
+        self.defaults = config.defaults()
+        self.bundle_files = dict(bundle_files)
+        self.exps: dict[Key, Obj] = {}  # last body seen (metadata, spec, status)
+        self.rayjobs: dict[Key, Obj] = {}  # the experiment's RayJob .status
+        self.stuck: dict[Key, dict[str, tuple[str, str]]] = {}  # pod -> (reason, message)
+        self.scrapes: dict[Key, dict[str, float]] = {}  # previous raw scrape
+        self.progress: dict[Key, dict[str, Any]] = {}
+        self.written: dict[str, Obj] = {}  # uid -> the status we last wrote
+        self.phases: dict[Key, str] = {}
+        self.services: dict[Key, str] = {}  # the metrics Service of each valid experiment
+        self._locks: dict[Key, asyncio.Lock] = {}
+        self.instance = os.environ.get("HOSTNAME") or socket.gethostname()
+
+    # ---- what the watches show -------------------------------------------------------
+
+    def remember(self, body: Mapping[str, Any], deleted: bool = False) -> None:
+        key = key_of(body)
+        if deleted:
+            for cache in (self.exps, self.rayjobs, self.stuck, self.scrapes, self.progress,
+                          self.services):  # fmt: skip
+                cache.pop(key, None)
+            self.written.pop(str(body["metadata"].get("uid")), None)
+            self._locks.pop(key, None)
+            self._set_phase(key, None)
+            return
+        self.exps[key] = {k: body.get(k) for k in ("metadata", "spec", "status")}
+        current = self._current(key)
+        if current.get("phase"):
+            self._set_phase(key, current["phase"])
+
+    async def on_rayjob(self, rayjob: Mapping[str, Any], deleted: bool = False) -> None:
+        meta = rayjob.get("metadata") or {}
+        exp = (meta.get("labels") or {}).get(LABEL_EXPERIMENT)
+        key = (meta.get("namespace") or "default", exp or "")
+        body = self.exps.get(key)
+        if body is None or not children.owned_by(rayjob, body["metadata"].get("uid")):
+            return
+        if deleted:
+            self.rayjobs.pop(key, None)  # the status mirror keeps the last phase
+        else:
+            self.rayjobs[key] = dict(rayjob.get("status") or {})
+        await self.sync(key)
+
+    async def on_pod(self, pod: Mapping[str, Any], deleted: bool = False) -> None:
+        meta = pod.get("metadata") or {}
+        key = (
+            meta.get("namespace") or "default",
+            (meta.get("labels") or {}).get(LABEL_EXPERIMENT, ""),
+        )
+        if key not in self.exps:
+            return
+        found = None if deleted else observe.pod_stuck(pod)
+        pods = self.stuck.setdefault(key, {})
+        if pods.get(meta.get("name", "")) == found:
+            return
+        if found is None:
+            pods.pop(meta.get("name", ""), None)
+        else:
+            pods[meta.get("name", "")] = found
+        await self.sync(key)
+
+    # ---- the spec ----------------------------------------------------------------------
+
+    async def reconcile_spec(self, body: Mapping[str, Any]) -> str:
+        """Validate, render, create or update children, record the outcome. Returns a result."""
+        self.remember(body)
+        key, meta = key_of(body), body["metadata"]
+        exp, problems = validation.parse_experiment(body)
+        outcome = status.SpecOutcome(
+            generation=meta.get("generation"),
+            problems=[str(p) for p in validation.errors(problems)],
+            warnings=[str(p) for p in problems if p.severity == "warning"],
+            rayjob_name=self._current(key).get("rayJobName"),
+        )
+        if exp is not None:
+            self.services[key] = service_name(exp)
+        if exp is None or self._finished(key):
+            await self.sync(key, outcome)
+            return "invalid" if exp is None else "ok"
+        objs = render_all(exp, self.defaults, self.bundle_files)
+        job = objs[-1]
+        children.annotate(job, body.get("spec") or {})
+        found = await self._ensure_children(key, meta.get("uid"), objs, body.get("spec") or {})
+        outcome = status.SpecOutcome(
+            generation=outcome.generation, warnings=outcome.warnings, conflict=found.conflict,
+            immutable=found.immutable, rayjob_name=found.rayjob_name,
+            gateway_url=gateway_url(exp),
+        )  # fmt: skip
+        await self.sync(key, outcome)
+        if found.conflict:
+            return "conflict"
+        return "refused" if found.immutable else "ok"
+
+    def _finished(self, key: Key) -> bool:
+        st = self._current(key)
+        failed = conditions.get(st, "Failed") or {}
+        spec_failure = failed.get("reason") in status.SPEC_FAILURE_REASONS
+        return bool(st.get("phase") in (Phase.SUCCEEDED, Phase.FAILED) and not spec_failure)
+
+    async def _ensure_children(
+        self, key: Key, uid: str | None, objs: list[Obj], spec: Mapping[str, Any]
+    ) -> _Found:
+        job = objs[-1]
+        jname = job["metadata"]["name"]
+        if self._current(key).get("rayJobName"):
+            # Created before: the RayJob carries what later changes are compared against.
+            existing = await self.kube.get(RAY_API, "RayJob", key[0], jname)
+            if existing is not None:
+                return await self._update_rayjob(key, uid, existing, job, spec)
+        for obj in objs:
+            created, existing = await self.kube.create(obj)
+            if existing is not None and not children.owned_by(existing, uid):
+                return _Found(conflict=children.conflict_message(existing))
+            if obj is job and existing is not None:
+                return await self._update_rayjob(key, uid, existing, job, spec)
+            if obj is job and created is not None:
+                self.rayjobs[key] = dict(created.get("status") or {})
+        return _Found(rayjob_name=jname)
+
+    async def _update_rayjob(
+        self, key: Key, uid: str | None, existing: Obj, job: Obj, spec: Mapping[str, Any]
+    ) -> _Found:
+        name = existing["metadata"]["name"]
+        if not children.owned_by(existing, uid):
+            return _Found(conflict=children.conflict_message(existing))
+        self.rayjobs[key] = dict(existing.get("status") or {})
+        refused = children.changed_immutable(existing, spec)
+        patch = children.lifecycle_patch(existing, job)
+        if patch is not None:
+            await self.kube.patch(RAY_API, "RayJob", key[0], name, patch)
+        return _Found(rayjob_name=name, immutable=refused)
+
+    # ---- the one place status is written ---------------------------------------------
+
+    def _current(self, key: Key) -> Obj:
+        body = self.exps.get(key) or {}
+        uid = str((body.get("metadata") or {}).get("uid"))
+        return dict(self.written.get(uid) or body.get("status") or {})
+
+    async def sync(self, key: Key, outcome: status.SpecOutcome | None = None) -> None:
+        lock = self._locks.setdefault(key, asyncio.Lock())
+        async with lock:
+            body = self.exps.get(key)
+            if body is None:
+                return
+            base, now = self._current(key), self.now()
+            new = status.apply_spec(base, outcome, now) if outcome else base
+            spec, meta = body.get("spec") or {}, body["metadata"]
+            seen = status.Observed(
+                rayjob=self.rayjobs.get(key),
+                stuck=[(pod, r, m) for pod, (r, m) in self.stuck.get(key, {}).items()],
+                created=meta.get("creationTimestamp"),
+                startup_deadline=spec.get("startupDeadlineSeconds"),
+            )
+            new = status.apply_observed(new, seen, now)
+            if key in self.progress:
+                new = status.apply_progress(new, self.progress[key], now)
+            patch = status.diff(base, new)
+            if patch is None:
+                return
+            if (
+                await self.kube.patch(
+                    API_VERSION, KIND, key[0], key[1], patch, subresource="status"
+                )
+                is None
+            ):
+                return  # deleted meanwhile
+            self.written[str(meta.get("uid"))] = new
+            self._set_phase(key, new.get("phase"))
+            for event in conditions.events_between(base, new):
+                await self._post_event(body, event, now)
+
+    def _set_phase(self, key: Key, phase: str | None) -> None:
+        old = self.phases.pop(key, None)
+        if phase is not None:
+            self.phases[key] = phase
+        if old != phase:
+            self.metrics.set_phases(self.phases.values())
+
+    async def _post_event(self, body: Mapping[str, Any], event: conditions.Event, now: str) -> None:
+        meta = body["metadata"]
+        obj = {
+            "apiVersion": "v1", "kind": "Event",
+            "metadata": {"generateName": f"{meta['name']}.", "namespace": meta.get("namespace")},
+            "involvedObject": {"apiVersion": API_VERSION, "kind": KIND, "name": meta["name"],
+                               "namespace": meta.get("namespace"), "uid": meta.get("uid")},
+            "type": event.type, "reason": event.reason, "message": event.message[:1024],
+            "firstTimestamp": now, "lastTimestamp": now, "count": 1,
+            "source": {"component": "agentrl-operator"},
+            "reportingComponent": "agentrl.io/operator", "reportingInstance": self.instance,
+        }  # fmt: skip
+        try:
+            await self.kube.post_event(obj)
+        except (KubeError, OSError) as err:  # an event is a courtesy; status is the record
+            logger.warning("event %s for %s/%s not posted: %s", event.reason,
+                           meta.get("namespace"), meta["name"], err)  # fmt: skip
+
+    # ---- periodic: progress and deadlines ----------------------------------------------
+
+    async def sweep(self) -> None:
+        """Scrape running experiments' metrics, then re-evaluate every live experiment."""
+        gate = asyncio.Semaphore(self.config.scrape_concurrency)
+        running = [k for k in list(self.exps) if self._current(k).get("phase") == Phase.RUNNING]
+        await asyncio.gather(*(self._scrape(k, gate) for k in running))
+        for key in list(self.exps):
+            if not self._finished(key):
+                await self.sync(key)
+
+    async def _scrape(self, key: Key, gate: asyncio.Semaphore) -> None:
+        body, service = self.exps.get(key), self.services.get(key)
+        if body is None or service is None:
+            return
+        url = self.config.metrics_url.format(
+            service=service, namespace=key[0], port=METRICS_PORT, name=key[1]
+        )
+        async with gate:
+            text = await self.kube.scrape(url, self.config.scrape_timeout)
+        if text is None:
+            return  # unreachable: progress stays as it was; the next sweep tries again
+        try:
+            raw = observe.parse_progress(text)
+        except ValueError:
+            logger.debug("metrics of %s/%s not parseable", *key)
+            return
+        total = ((body.get("spec") or {}).get("grpo") or {}).get("numRollouts")
+        self.progress[key] = observe.progress_fields(raw, self.scrapes.get(key), total)
+        self.scrapes[key] = raw
+
+
+@dataclass(frozen=True)
+class _Found:
+    """What ensuring the children found: a conflict, refused immutable fields, the RayJob."""
+
+    conflict: str | None = None
+    immutable: list[str] = field(default_factory=list)
+    rayjob_name: str | None = None

@@ -1,0 +1,268 @@
+"""The experiment's status as a pure function of what the operator observed.
+
+KubeRay's RayJob has no conditions and a `jobStatus` that is often stale (kuberay #2314), so
+the phase follows `jobDeploymentStatus` only (operator-anchors §1). Terminal phases reached
+through the RayJob are sticky: a late or flapping RayJob update never resurrects a finished
+experiment. Everything here maps (old status, observations, now) -> new status on plain
+wire-form dicts; `kube` writes the difference in one place, and only when there is one.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from agentrl.api.constants import ConditionType as C
+from agentrl.api.constants import Phase
+from agentrl.controller import conditions
+from agentrl.controller.conditions import Status
+
+# jobDeploymentStatus -> phase. Retrying means KubeRay is building a new cluster for the next
+# attempt, so the experiment is initializing again (not training); Waiting only occurs in
+# InteractiveMode, which agentrl does not use, but it is honestly "not yet running".
+DEPLOYMENT_PHASES: Mapping[str, Phase] = {
+    "": Phase.PENDING,
+    "New": Phase.PENDING,
+    "Initializing": Phase.INITIALIZING,
+    "Waiting": Phase.INITIALIZING,
+    "Retrying": Phase.INITIALIZING,
+    "Running": Phase.RUNNING,
+    "Suspending": Phase.SUSPENDED,
+    "Suspended": Phase.SUSPENDED,
+    "Complete": Phase.SUCCEEDED,  # refined by jobStatus below: the one place it may speak
+    "Failed": Phase.FAILED,
+    "ValidationFailed": Phase.FAILED,
+}
+FAILED_JOB_STATUSES = ("FAILED", "STOPPED")
+# Reasons of a Failed phase that a corrected spec can clear (nothing ran yet).
+SPEC_FAILURE_REASONS = ("InvalidSpec", "NameConflict")
+
+
+@dataclass(frozen=True)
+class SpecOutcome:
+    """What reconciling the spec found (create/update/resume handlers)."""
+
+    generation: int | None
+    problems: Sequence[str] = ()  # validation errors, formatted with path and fix
+    warnings: Sequence[str] = ()
+    conflict: str | None = None  # "ConfigMap x exists and is not ours"
+    immutable: Sequence[str] = ()  # changed immutable fields that were refused
+    rayjob_name: str | None = None  # set once the RayJob exists and is ours
+    gateway_url: str | None = None
+
+
+@dataclass(frozen=True)
+class Observed:
+    """What the cluster shows: the RayJob's status and the experiment's stuck pods."""
+
+    rayjob: Mapping[str, Any] | None  # RayJob .status (None: no RayJob seen)
+    stuck: Sequence[tuple[str, str, str]] = ()  # (pod, reason, message)
+    created: str | None = None  # experiment creationTimestamp
+    startup_deadline: int | None = None  # spec.startupDeadlineSeconds
+
+
+def apply_spec(old: Mapping[str, Any], out: SpecOutcome, now: str) -> Status:
+    """Record the spec-side facts; the phase follows from them and the last RayJob seen."""
+    st: Status = copy.deepcopy(dict(old))
+    gen = out.generation
+    if gen is not None:
+        st["observedGeneration"] = gen
+    if out.problems:
+        conditions.put(st, C.VALID, False, reason="InvalidSpec",
+                       message="; ".join(out.problems), now=now, generation=gen)  # fmt: skip
+    else:
+        conditions.put(st, C.VALID, True, reason="Valid", message="spec is valid", now=now,
+                       generation=gen)  # fmt: skip
+    if out.warnings or conditions.get(st, C.CONFIG_WARNING):
+        text = "; ".join(out.warnings)
+        conditions.put(st, C.CONFIG_WARNING, bool(out.warnings),
+                       reason="Warnings" if out.warnings else "NoWarnings", message=text,
+                       now=now, generation=gen)  # fmt: skip
+    conditions.put_if_relevant(st, C.NAME_CONFLICT, out.conflict is not None,
+                               reason="NameConflict" if out.conflict else "Resolved",
+                               message=out.conflict or "", now=now)  # fmt: skip
+    conditions.put_if_relevant(st, C.IMMUTABLE_FIELD_CHANGED, bool(out.immutable),
+                               reason="Refused" if out.immutable else "Reverted",
+                               message=_immutable_message(out.immutable), now=now)  # fmt: skip
+    if out.rayjob_name:
+        st["rayJobName"] = out.rayjob_name
+        conditions.put(st, C.RAYJOB_CREATED, True, reason="Created",
+                       message=f"RayJob {out.rayjob_name}", now=now)  # fmt: skip
+    if out.gateway_url:
+        st["gatewayURL"] = out.gateway_url
+    return st
+
+
+def _immutable_message(fields: Sequence[str]) -> str:
+    if not fields:
+        return ""
+    names = ", ".join(f"spec.{f}" for f in fields)
+    return (f"{names} cannot change after creation; the change was not applied. Revert it, or "
+            "create a new experiment (only suspend, deadlines, backoffLimit, "
+            "ttlSecondsAfterFinished and scheduling may change)")  # fmt: skip
+
+
+def apply_observed(old: Mapping[str, Any], seen: Observed, now: str) -> Status:
+    """Fold the RayJob status and pod health into the experiment status."""
+    st: Status = copy.deepcopy(dict(old))
+    rj = seen.rayjob
+    if rj is not None:
+        _mirror(st, rj)
+    elif st.get("rayJob"):
+        # Not seen since a restart, or deleted by KubeRay after finishing: the mirror of its
+        # last status keeps the phase, so nothing moves backwards while the watch catches up.
+        rj = st["rayJob"]
+    phase, reason = phase_of(st, rj)
+    st["phase"] = str(phase)
+    _times(st, rj, phase, now)
+    _attempts(st, rj)
+    _phase_conditions(st, phase, reason, now)
+    _stalled(st, seen, phase, now)
+    return st
+
+
+def phase_of(st: Mapping[str, Any], rj: Mapping[str, Any] | None) -> tuple[Phase, str]:
+    """The phase and its reason; sticky for terminal phases the RayJob reached."""
+    prev = st.get("phase")
+    failed = conditions.get(st, C.FAILED)
+    spec_failure = failed is not None and failed.get("reason") in SPEC_FAILURE_REASONS
+    if prev in (Phase.SUCCEEDED, Phase.FAILED) and not spec_failure:
+        cond = conditions.get(st, str(prev))
+        return Phase(prev), (cond or {}).get("reason") or str(prev)
+    if not conditions.is_true(st, C.VALID) and conditions.get(st, C.VALID) and rj is None:
+        return Phase.FAILED, "InvalidSpec"
+    if conditions.is_true(st, C.NAME_CONFLICT) and rj is None:
+        return Phase.FAILED, "NameConflict"
+    if rj is None:
+        return Phase.PENDING, "Pending"
+    return rayjob_phase(rj, Phase(prev) if prev in set(Phase) else Phase.PENDING)
+
+
+def rayjob_phase(rj: Mapping[str, Any], prev: Phase) -> tuple[Phase, str]:
+    """KubeRay's jobDeploymentStatus -> (phase, reason). Unknown values keep the phase."""
+    deployment = rj.get("jobDeploymentStatus") or ""
+    phase = DEPLOYMENT_PHASES.get(deployment)
+    if phase is None:
+        return prev, f"Unknown jobDeploymentStatus {deployment!r}"
+    if phase == Phase.SUCCEEDED and rj.get("jobStatus") in FAILED_JOB_STATUSES:
+        return Phase.FAILED, str(rj.get("reason") or f"Job{str(rj['jobStatus']).title()}")
+    if phase == Phase.FAILED:
+        return phase, str(rj.get("reason") or deployment)
+    return phase, deployment or "Pending"
+
+
+def _mirror(st: Status, rj: Mapping[str, Any]) -> None:
+    mirror = {k: rj[k] for k in ("jobStatus", "jobDeploymentStatus", "reason", "message")
+              if rj.get(k)}  # fmt: skip
+    if mirror:
+        st["rayJob"] = mirror
+    else:
+        st.pop("rayJob", None)
+    for src, dst in (("rayClusterName", "rayClusterName"), ("dashboardURL", "dashboardURL")):
+        if rj.get(src):
+            st[dst] = rj[src]
+
+
+def _times(st: Status, rj: Mapping[str, Any] | None, phase: Phase, now: str) -> None:
+    rj = rj or {}
+    started = phase in (Phase.INITIALIZING, Phase.RUNNING) or (phase.is_terminal and rj)
+    if started and "startTime" not in st:
+        st["startTime"] = rj.get("startTime") or now
+    if phase.is_terminal and rj and "completionTime" not in st:
+        st["completionTime"] = rj.get("endTime") or now
+
+
+def _attempts(st: Status, rj: Mapping[str, Any] | None) -> None:
+    """Attempts started: KubeRay's counters, plus the one under way; never decreases."""
+    if not rj or not rj.get("jobDeploymentStatus"):
+        return
+    done = int(rj.get("succeeded") or 0) + int(rj.get("failed") or 0)
+    deployment = rj["jobDeploymentStatus"]
+    running = deployment not in ("Complete", "Failed", "ValidationFailed")
+    attempts = max(done + (1 if running else 0), 1)
+    st["attempts"] = max(attempts, int(st.get("attempts") or 0))
+
+
+def _phase_conditions(st: Status, phase: Phase, reason: str, now: str) -> None:
+    message = st.get("rayJob", {}).get("message", "")
+    for ctype, target in ((C.RUNNING, Phase.RUNNING), (C.SUSPENDED, Phase.SUSPENDED),
+                          (C.SUCCEEDED, Phase.SUCCEEDED)):  # fmt: skip
+        conditions.put_if_relevant(st, ctype, phase == target, reason=reason, message="", now=now)
+    if phase == Phase.FAILED and reason in SPEC_FAILURE_REASONS:
+        message = (conditions.get(st, C.VALID if reason == "InvalidSpec" else C.NAME_CONFLICT)
+                   or {}).get("message", "")  # fmt: skip
+    failed = phase == Phase.FAILED
+    conditions.put_if_relevant(st, C.FAILED, failed, reason=reason,
+                               message=message if failed else "", now=now)  # fmt: skip
+
+
+def _stalled(st: Status, seen: Observed, phase: Phase, now: str) -> None:
+    """Stuck pods, or the startup deadline passed while not yet running."""
+    if phase.is_terminal or phase == Phase.SUSPENDED:
+        conditions.put_if_relevant(st, C.STALLED, False, reason=str(phase), message="", now=now)
+        return
+    if seen.stuck:
+        pod, reason, message = sorted(seen.stuck)[0]
+        more = f" (+{len(seen.stuck) - 1} more pods)" if len(seen.stuck) > 1 else ""
+        text = f"pod {pod}: {reason}" + (f": {message}" if message else "") + more
+        conditions.put(st, C.STALLED, True, reason=reason, message=text, now=now)
+        return
+    late = startup_overdue(st, seen, phase, now)
+    if late is not None:
+        conditions.put(st, C.STALLED, True, reason="StartupDeadlineExceeded", message=late, now=now)
+        return
+    conditions.put_if_relevant(st, C.STALLED, False, reason="Progressing", message="", now=now)
+
+
+def startup_overdue(st: Mapping[str, Any], seen: Observed, phase: Phase, now: str) -> str | None:
+    """A message when the experiment has not reached Running within startupDeadlineSeconds."""
+    if seen.startup_deadline is None or phase not in (Phase.PENDING, Phase.INITIALIZING):
+        return None
+    # The clock starts at creation, or at the last resume (Suspended turning False).
+    starts: list[str] = [seen.created] if seen.created else []
+    resumed = conditions.get(st, C.SUSPENDED)
+    if resumed and resumed.get("status") == "False" and resumed.get("lastTransitionTime"):
+        starts.append(str(resumed["lastTransitionTime"]))
+    valid = [parse_time(s) for s in starts]
+    if not valid:
+        return None
+    waited = (parse_time(now) - max(valid)).total_seconds()
+    if waited <= seen.startup_deadline:
+        return None
+    return (f"not Running {int(waited)}s after start (startupDeadlineSeconds="
+            f"{seen.startup_deadline}); check the pods' events")  # fmt: skip
+
+
+def apply_progress(old: Mapping[str, Any], values: Mapping[str, Any], now: str) -> Status:
+    """Merge scraped training progress; `updatedAt` moves only when a value changed."""
+    st: Status = copy.deepcopy(dict(old))
+    before = dict(st.get("progress") or {})
+    after = {**before, **{k: v for k, v in values.items() if v is not None}}
+    after.pop("updatedAt", None)
+    before.pop("updatedAt", None)
+    if after != before:
+        st["progress"] = {**after, "updatedAt": now}
+    return st
+
+
+def parse_time(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def format_time(moment: datetime) -> str:
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The JSON merge patch (RFC 7386) turning old into new; None when they are equal."""
+    patch: dict[str, Any] = {}
+    for key in sorted(set(old) | set(new)):
+        if key not in new:
+            patch[key] = None
+        elif key not in old or old[key] != new[key]:
+            both_maps = isinstance(old.get(key), Mapping) and isinstance(new[key], Mapping)
+            patch[key] = (diff(old[key], new[key]) or {}) if both_maps else new[key]
+    return patch or None

@@ -1,0 +1,213 @@
+"""The pure status machine: every KubeRay jobDeploymentStatus, stickiness, conditions, events."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from agentrl.api.constants import ConditionType as C
+from agentrl.api.constants import Phase
+from agentrl.controller import conditions, status
+
+T0 = "2026-01-01T00:00:00Z"
+T1 = "2026-01-01T00:05:00Z"
+T2 = "2026-01-01T01:00:00Z"
+CREATED = status.SpecOutcome(generation=1, rayjob_name="exp", gateway_url="http://exp-gateway")
+
+
+def created() -> dict[str, Any]:
+    return status.apply_observed(status.apply_spec({}, CREATED, T0), status.Observed({}), T0)
+
+
+def observe(st: dict[str, Any], rj: dict[str, Any] | None, now: str = T1) -> dict[str, Any]:
+    return status.apply_observed(st, status.Observed(rj), now)
+
+
+@pytest.mark.parametrize(
+    ("deployment", "job", "phase", "reason"),
+    [
+        pytest.param("", "", Phase.PENDING, "Pending", id="new"),
+        pytest.param("Initializing", "", Phase.INITIALIZING, "Initializing", id="initializing"),
+        pytest.param("Waiting", "", Phase.INITIALIZING, "Waiting", id="waiting"),
+        pytest.param("Running", "RUNNING", Phase.RUNNING, "Running", id="running"),
+        pytest.param("Running", "PENDING", Phase.RUNNING, "Running", id="running-stale-job"),
+        pytest.param("Retrying", "FAILED", Phase.INITIALIZING, "Retrying", id="retrying"),
+        pytest.param("Suspending", "", Phase.SUSPENDED, "Suspending", id="suspending"),
+        pytest.param("Suspended", "", Phase.SUSPENDED, "Suspended", id="suspended"),
+        pytest.param("Complete", "SUCCEEDED", Phase.SUCCEEDED, "Complete", id="complete-ok"),
+        pytest.param("Complete", "FAILED", Phase.FAILED, "JobFailed", id="complete-failed"),
+        pytest.param("Complete", "STOPPED", Phase.FAILED, "JobStopped", id="complete-stopped"),
+        pytest.param("Complete", "RUNNING", Phase.SUCCEEDED, "Complete", id="complete-stale"),
+        pytest.param("Failed", "RUNNING", Phase.FAILED, "DeadlineExceeded", id="failed-stale"),
+        pytest.param("ValidationFailed", "", Phase.FAILED, "DeadlineExceeded", id="validation"),
+    ],
+)
+def test_every_deployment_status(deployment: str, job: str, phase: Phase, reason: str) -> None:
+    rj: dict[str, Any] = {"jobDeploymentStatus": deployment, "jobStatus": job}
+    if deployment in ("Failed", "ValidationFailed"):
+        rj["reason"] = "DeadlineExceeded"
+    st = observe(created(), rj)
+    assert st["phase"] == phase
+    cond = {Phase.RUNNING: C.RUNNING, Phase.SUSPENDED: C.SUSPENDED, Phase.SUCCEEDED: C.SUCCEEDED,
+            Phase.FAILED: C.FAILED}.get(phase)  # fmt: skip
+    if cond is not None:
+        got = conditions.get(st, cond)
+        assert got is not None and got["status"] == "True" and got["reason"] == reason
+    if phase.is_terminal:
+        assert st["completionTime"] == T1
+    if deployment:
+        assert st["rayJob"]["jobDeploymentStatus"] == deployment
+
+
+@pytest.mark.parametrize("terminal", ["Complete", "Failed"])
+@pytest.mark.parametrize("later", ["Running", "Initializing", "Retrying", "", "Suspended"])
+def test_terminal_phases_are_sticky(terminal: str, later: str) -> None:
+    done = observe(created(), {"jobDeploymentStatus": terminal, "jobStatus": "SUCCEEDED"})
+    again = observe(done, {"jobDeploymentStatus": later, "jobStatus": "RUNNING"}, T2)
+    assert again["phase"] == done["phase"]
+    assert again["completionTime"] == done["completionTime"]
+
+
+def test_unknown_deployment_status_keeps_phase() -> None:
+    running = observe(created(), {"jobDeploymentStatus": "Running"})
+    assert observe(running, {"jobDeploymentStatus": "Exploding"})["phase"] == Phase.RUNNING
+
+
+def test_attempts_from_counters_and_retrying() -> None:
+    st = observe(created(), {"jobDeploymentStatus": "Running"})
+    assert st["attempts"] == 1
+    st = observe(st, {"jobDeploymentStatus": "Retrying", "failed": 1})
+    assert st["attempts"] == 2
+    st = observe(st, {"jobDeploymentStatus": "Running", "failed": 1})
+    assert st["attempts"] == 2
+    st = observe(st, {"jobDeploymentStatus": "Failed", "failed": 2, "reason": "AppFailed"})
+    assert st["attempts"] == 2 and st["phase"] == Phase.FAILED
+    assert conditions.get(st, C.FAILED)["reason"] == "AppFailed"  # type: ignore[index]
+
+
+def test_times_urls_and_mirror() -> None:
+    rj = {
+        "jobDeploymentStatus": "Running",
+        "jobStatus": "RUNNING",
+        "startTime": T0,
+        "rayClusterName": "exp-raycluster-abc",
+        "dashboardURL": "exp-head-svc.ns.svc:8265",
+    }
+    st = observe(created(), rj)
+    assert st["startTime"] == T0 and st["gatewayURL"] == "http://exp-gateway"
+    assert st["rayClusterName"] == "exp-raycluster-abc"
+    assert st["dashboardURL"] == "exp-head-svc.ns.svc:8265"
+    done = observe(st, {**rj, "jobDeploymentStatus": "Complete", "jobStatus": "SUCCEEDED",
+                        "endTime": T1}, T2)  # fmt: skip
+    assert done["completionTime"] == T1
+
+
+def test_mirror_keeps_phase_when_rayjob_unseen() -> None:
+    running = observe(created(), {"jobDeploymentStatus": "Running"})
+    assert observe(running, None, T2)["phase"] == Phase.RUNNING
+
+
+def test_invalid_spec_fails_once_and_recovers_when_fixed() -> None:
+    bad = status.SpecOutcome(generation=1, problems=["spec.grpo.numRollouts: must be >= 1"])
+    st = observe(status.apply_spec({}, bad, T0), None, T0)
+    assert st["phase"] == Phase.FAILED
+    valid = conditions.get(st, C.VALID)
+    assert valid is not None and valid["status"] == "False"
+    assert "numRollouts" in valid["message"] and valid["observedGeneration"] == 1
+    events = conditions.events_between({}, st)
+    assert [e.reason for e in events] == ["InvalidSpec"]
+    # The same problem seen again: nothing changes, nothing is posted.
+    again = observe(status.apply_spec(st, bad, T1), None, T1)
+    assert status.diff(st, again) is None and conditions.events_between(st, again) == []
+    fixed = status.SpecOutcome(generation=2, rayjob_name="exp")
+    ok = observe(status.apply_spec(st, fixed, T2), {}, T2)
+    assert ok["phase"] == Phase.PENDING and ok["observedGeneration"] == 2
+    assert conditions.is_true(ok, C.VALID)
+
+
+def test_name_conflict_fails_without_rayjob() -> None:
+    clash = status.SpecOutcome(generation=1, conflict="ConfigMap ns/exp-config is not ours")
+    st = observe(status.apply_spec({}, clash, T0), None, T0)
+    assert st["phase"] == Phase.FAILED
+    assert conditions.get(st, C.FAILED)["reason"] == "NameConflict"  # type: ignore[index]
+    assert [e.reason for e in conditions.events_between({}, st)] == ["NameConflict"]
+
+
+def test_immutable_change_is_a_condition_not_a_phase() -> None:
+    running = observe(created(), {"jobDeploymentStatus": "Running"})
+    refused = status.SpecOutcome(generation=2, immutable=["model"], rayjob_name="exp")
+    st = observe(status.apply_spec(running, refused, T1), None, T1)
+    assert st["phase"] == Phase.RUNNING
+    cond = conditions.get(st, C.IMMUTABLE_FIELD_CHANGED)
+    assert cond is not None and cond["status"] == "True" and "spec.model" in cond["message"]
+    assert [e.reason for e in conditions.events_between(running, st)] == ["ImmutableFieldChanged"]
+    reverted = status.SpecOutcome(generation=3, rayjob_name="exp")
+    back = observe(status.apply_spec(st, reverted, T2), None, T2)
+    assert conditions.get(back, C.IMMUTABLE_FIELD_CHANGED)["status"] == "False"  # type: ignore[index]
+
+
+def test_stalled_names_pod_and_reason() -> None:
+    st = observe(created(), {"jobDeploymentStatus": "Initializing"})
+    seen = status.Observed(
+        {"jobDeploymentStatus": "Initializing"},
+        stuck=[("exp-head-x", "ImagePullBackOff", "container ray-head")],
+    )
+    stalled = status.apply_observed(st, seen, T1)
+    cond = conditions.get(stalled, C.STALLED)
+    assert cond is not None and cond["status"] == "True" and cond["reason"] == "ImagePullBackOff"
+    assert "exp-head-x" in cond["message"]
+    clear = status.apply_observed(stalled, status.Observed({"jobDeploymentStatus": "Running"}), T2)
+    assert conditions.get(clear, C.STALLED)["status"] == "False"  # type: ignore[index]
+
+
+@pytest.mark.parametrize(
+    ("now", "stalled"),
+    [pytest.param(T1, False, id="within"), pytest.param(T2, True, id="past")],
+)
+def test_startup_deadline(now: str, stalled: bool) -> None:
+    seen = status.Observed({"jobDeploymentStatus": "Initializing"}, created=T0,
+                           startup_deadline=600)  # fmt: skip
+    st = status.apply_observed(created(), seen, now)
+    assert conditions.is_true(st, C.STALLED) is stalled
+    if stalled:
+        assert conditions.get(st, C.STALLED)["reason"] == "StartupDeadlineExceeded"  # type: ignore[index]
+
+
+def test_events_on_transitions_only() -> None:
+    st = created()
+    assert conditions.events_between({}, st) == []  # the first Pending is not news
+    running = observe(st, {"jobDeploymentStatus": "Running"})
+    assert [(e.type, e.reason) for e in conditions.events_between(st, running)] == [
+        ("Normal", "Running")
+    ]
+    failed = observe(running, {"jobDeploymentStatus": "Failed", "reason": "AppFailed"}, T2)
+    (event,) = conditions.events_between(running, failed)
+    assert event.type == "Warning" and "AppFailed" in event.message
+
+
+def test_condition_transition_time_moves_only_on_flip() -> None:
+    st: dict[str, Any] = {}
+    conditions.put(st, "X", True, reason="a", message="", now=T0)
+    conditions.put(st, "X", True, reason="b", message="m", now=T1)
+    assert conditions.get(st, "X")["lastTransitionTime"] == T0  # type: ignore[index]
+    conditions.put(st, "X", False, reason="c", message="", now=T2)
+    assert conditions.get(st, "X")["lastTransitionTime"] == T2  # type: ignore[index]
+
+
+def test_diff_is_a_merge_patch() -> None:
+    old = {"phase": "Running", "rayJob": {"jobStatus": "RUNNING", "reason": "x"}, "attempts": 1}
+    new = {"phase": "Running", "rayJob": {"jobStatus": "SUCCEEDED"}, "progress": {"rollout": 3}}
+    assert status.diff(old, new) == {
+        "attempts": None,
+        "progress": {"rollout": 3},
+        "rayJob": {"jobStatus": "SUCCEEDED", "reason": None},
+    }
+    assert status.diff(new, new) is None
+
+
+def test_progress_updated_at_moves_only_on_change() -> None:
+    st = status.apply_progress({}, {"rollout": 3, "trainReward": 0.5}, T0)
+    assert st["progress"] == {"rollout": 3, "trainReward": 0.5, "updatedAt": T0}
+    assert status.apply_progress(st, {"rollout": 3}, T1) == st
+    assert status.apply_progress(st, {"rollout": 4}, T2)["progress"]["updatedAt"] == T2
