@@ -43,9 +43,10 @@ class Recorder:
         if failure:
             self._inc("failed_sessions", (split, failure))
         self._observations.append((("episode_reward", (split,)), reward))
-        self._inc("samples", value=samples)
-        if truncated:
-            self._inc("truncated_samples", value=truncated)
+        if split == "train":  # eval sequences are never trained on
+            self._inc("samples", value=samples)
+            if truncated:
+                self._inc("truncated_samples", value=truncated)
 
     def batch_finished(self, split: str, rollout_id: int, reward_mean: float) -> None:
         self._gauges[("batch_reward_mean", (split,))] = reward_mean
