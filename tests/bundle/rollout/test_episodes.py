@@ -158,3 +158,19 @@ async def test_batch_stats_and_summary_line() -> None:
         "Rollout 7 batch: episodes=3 (succeeded=2 failed=1) sequences=4"
     )
     assert stats.reward_mean == pytest.approx(0.5)
+
+
+def test_an_interrupted_call_returns_only_after_the_batch_cleaned_up() -> None:
+    from agentrl.bundle.rollout.runtime import LoopThread
+
+    ctx, gateway, agent = context(max_concurrent=2)
+    thread = LoopThread()
+    try:
+        batch = run_groups(ctx, inputs([[{"behavior": "hang"}] * 3]), SPEC, "train")
+        with pytest.raises(TimeoutError, match="did not finish"):
+            thread.call(batch, timeout=0.5)
+        # No waiting here: the call itself waited for the cancellation to finish.
+        assert len(agent.cancelled) == 2 and not gateway.open
+        assert sorted(gateway.closed) == sorted(gateway.created)
+    finally:
+        thread.close()

@@ -11,8 +11,6 @@ closed its sessions.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
-import contextlib
 import logging
 import threading
 from collections.abc import Awaitable, Callable, Coroutine
@@ -26,6 +24,7 @@ log = logging.getLogger("agentrl.rollout")
 T = TypeVar("T")
 
 FLUSH_INTERVAL_S = 5.0  # how stale sessions_in_flight and pool gauges may get
+CANCEL_GRACE_S = 120.0  # how long an interrupted call waits for episodes to close sessions
 
 
 class MetricsSink(Protocol):
@@ -46,16 +45,29 @@ class LoopThread:
         self._thread = threading.Thread(target=self.loop.run_forever, name=name, daemon=True)
         self._thread.start()
 
-    def call(self, coro: Coroutine[Any, Any, T]) -> T:
-        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+    def call(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        """Run `coro` on the loop. If the caller is interrupted (or `timeout` passes), the
+        task is cancelled and the call returns only once it has finished cleaning up."""
+        done = threading.Event()
+        tasks: list[asyncio.Task[T]] = []
+
+        def start() -> None:
+            task = self.loop.create_task(coro)
+            task.add_done_callback(lambda _: done.set())
+            tasks.append(task)
+
+        def cancel() -> None:  # runs on the loop, after `start` (FIFO): the task exists
+            tasks[0].cancel()
+
+        self.loop.call_soon_threadsafe(start)
         try:
-            return future.result()
+            if not done.wait(timeout):
+                raise TimeoutError(f"rollout call did not finish within {timeout}s")
         except BaseException:
-            if not future.done():  # interrupted caller: cancel and wait for the clean-up
-                future.cancel()
-                with contextlib.suppress(BaseException):
-                    concurrent.futures.wait([future])
+            self.loop.call_soon_threadsafe(cancel)
+            done.wait(CANCEL_GRACE_S)
             raise
+        return tasks[0].result()
 
     def close(self) -> None:
         self.loop.call_soon_threadsafe(self.loop.stop)
