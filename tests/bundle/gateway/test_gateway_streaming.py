@@ -4,15 +4,18 @@ the stream has started, and engine input errors passed on as 400."""
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import aiohttp
 import anthropic
 import openai
 import pytest
+from tests.support.sglang_stub import stub_logprob
 
 from agentrl.bundle.gateway import GatewayServer
+from agentrl.bundle.gateway.streaming import DeltaTracker
 
-from .gateway_helpers import MESSAGES, Cluster, metric, until
+from .gateway_helpers import MESSAGES, Cluster, metric, scripted, until
 
 
 @pytest.mark.gateway(stream_keepalive_s=0.05)
@@ -78,3 +81,76 @@ async def test_engine_input_error_is_a_400(gateway: GatewayServer, cluster: Clus
     c = openai.AsyncOpenAI(base_url=handle.base_url, api_key=handle.token, max_retries=0)
     with pytest.raises(openai.BadRequestError, match="refused"):
         await c.chat.completions.create(model="m", messages=MESSAGES)  # type: ignore[arg-type]
+
+
+LONG = (
+    "<think>\nFirst I recall the capital cities of Europe one by one, carefully.\n</think>\n\n"
+    "The capital of France is Paris, which sits on the Seine and has been the capital for a long "
+    "time; its population is about two million people in the city proper."
+)
+
+
+@pytest.mark.parametrize("incremental", [False, True])
+async def test_stream_delivers_deltas_as_they_are_sampled(
+    gateway: GatewayServer, cluster: Cluster, tok: Any, incremental: bool
+) -> None:
+    cluster.set(responder=scripted(tok, LONG), token_delay_s=0.002, incremental_stream=incremental)
+    handle = await gateway.create_session(f"live-{incremental}", {"max_new_tokens": 1024})
+    c = openai.AsyncOpenAI(base_url=handle.base_url, api_key=handle.token, max_retries=0)
+    stream = await c.chat.completions.create(model="m", messages=MESSAGES, stream=True)  # type: ignore[call-overload]
+    deltas = [ch.choices[0].delta async for ch in stream if ch.choices]
+    content = [d.content for d in deltas if d.content]
+    reasoning = [
+        d.model_extra.get("reasoning_content")
+        for d in deltas
+        if d.model_extra and d.model_extra.get("reasoning_content")
+    ]
+    assert len(content) > 1 and len(reasoning) > 1  # it really streamed, in pieces
+    assert (
+        "".join(reasoning) == "First I recall the capital cities of Europe one by one, carefully."
+    )
+    assert "".join(content) == LONG.split("</think>\n\n")[1]
+    (sent,) = cluster.all_requests()
+    assert sent["stream"] is True
+    (turn,) = await gateway.get_turns(handle.session_id)
+    assert list(turn.completion_ids) == cluster.sampled(sent["rid"])  # the trace is exact
+    assert list(turn.logprobs or []) == [
+        stub_logprob(t, i) for i, t in enumerate(turn.completion_ids)
+    ]
+
+
+async def test_anthropic_stream_opens_thinking_then_text_blocks(
+    gateway: GatewayServer, cluster: Cluster, tok: Any
+) -> None:
+    cluster.set(responder=scripted(tok, LONG), token_delay_s=0.002)
+    handle = await gateway.create_session("live-a", {"max_new_tokens": 1024})
+    a = anthropic.AsyncAnthropic(
+        base_url=handle.base_url.removesuffix("/v1"), auth_token=handle.token, max_retries=0
+    )
+    kinds: list[str] = []
+    async with a.messages.stream(
+        model="m", max_tokens=512, messages=[{"role": "user", "content": "Capital of France?"}]
+    ) as s:
+        async for event in s:
+            if event.type == "content_block_delta":
+                kinds.append(event.delta.type)
+        msg = await s.get_final_message()
+    assert kinds.count("thinking_delta") > 1 and kinds.count("text_delta") > 1
+    assert kinds.index("text_delta") > max(i for i, k in enumerate(kinds) if k == "thinking_delta")
+    assert [b.type for b in msg.content] == ["thinking", "text"]
+    assert msg.content[1].text == LONG.split("</think>\n\n")[1]  # type: ignore[union-attr]
+    assert msg.stop_reason == "end_turn"
+
+
+def test_delta_tracker_never_takes_back_what_it_sent() -> None:
+    t = DeltaTracker()
+    assert t.update("\nI sh", "") == []  # held back: could still be the start of a tag
+    first = t.update("\nI should look it up and then answer", "")
+    assert first == [("reasoning", "I should look it up")]
+    assert t.update("I should look it up and then answer.", "Paris", final=True) == [
+        ("reasoning", " and then answer."),
+        ("content", "Paris"),
+    ]
+    t2 = DeltaTracker()
+    t2.update("", "Hello there, this is a longer content text")
+    assert t2.update("", "Completely different", final=True) == []  # cannot retract: stop

@@ -9,7 +9,7 @@ a `thinking` block.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
@@ -229,49 +229,106 @@ def _sse(event: str, data: Mapping[str, Any]) -> bytes:
     return b"event: " + event.encode() + b"\ndata: " + orjson.dumps(data) + b"\n\n"
 
 
-def _delta(block: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """A block's empty start form and the one delta that fills it."""
-    kind = block["type"]
-    if kind == "thinking":
-        return {**block, "thinking": ""}, {"type": "thinking_delta", "thinking": block["thinking"]}
-    if kind == "text":
-        return {**block, "text": ""}, {"type": "text_delta", "text": block["text"]}
-    return {**block, "input": {}}, {
-        "type": "input_json_delta",
-        "partial_json": orjson.dumps(block["input"]).decode(),
-    }
+class StreamWriter:
+    """SSE events of one streamed message: message_start, a thinking and a text block filled
+    by deltas as they are sampled, tool_use blocks, message_delta, message_stop."""
 
+    def __init__(self, model: str, include_usage: bool = True) -> None:
+        self.id, self.model = new_id("msg_"), model
+        self.index = -1  # the open block, if `self.open` is set
+        self.open: str | None = None
 
-def stream_events(out: ModelOutput, model: str, include_usage: bool = True) -> Iterator[bytes]:
-    """SSE events for a finished completion (usage is always part of Anthropic's stream)."""
-    msg = response(out, model)
-    start = {
-        **msg,
-        "content": [],
-        "stop_reason": None,
-        "stop_sequence": None,
-        "usage": {"input_tokens": out.prompt_tokens, "output_tokens": 0},
-    }
-    yield _sse("message_start", {"type": "message_start", "message": start})
-    for i, block in enumerate(msg["content"]):
-        empty, delta = _delta(block)
-        yield _sse(
-            "content_block_start",
-            {"type": "content_block_start", "index": i, "content_block": empty},
+    def begin(self, prompt_tokens: int) -> bytes:
+        message: dict[str, Any] = {
+            "id": self.id,
+            "type": "message",
+            "role": "assistant",
+            "model": self.model,
+            "content": [],
+            "stop_reason": None,
+            "stop_sequence": None,
+            "usage": {"input_tokens": prompt_tokens, "output_tokens": 0},
+        }
+        return _sse("message_start", {"type": "message_start", "message": message})
+
+    def _switch(self, kind: str | None) -> bytes:
+        out = b""
+        if self.open is not None:
+            out += _sse("content_block_stop", {"type": "content_block_stop", "index": self.index})
+        self.open = kind
+        if kind is not None:
+            self.index += 1
+            empty = (
+                {"type": "thinking", "thinking": "", "signature": ""}
+                if kind == "reasoning"
+                else {"type": "text", "text": ""}
+            )
+            out += _sse(
+                "content_block_start",
+                {"type": "content_block_start", "index": self.index, "content_block": empty},
+            )
+        return out
+
+    def delta(self, channel: str, text: str) -> bytes:
+        head = self._switch(channel) if channel != self.open else b""
+        body = (
+            {"type": "thinking_delta", "thinking": text}
+            if channel == "reasoning"
+            else {"type": "text_delta", "text": text}
         )
-        yield _sse(
-            "content_block_delta", {"type": "content_block_delta", "index": i, "delta": delta}
+        return head + _sse(
+            "content_block_delta",
+            {"type": "content_block_delta", "index": self.index, "delta": body},
         )
-        yield _sse("content_block_stop", {"type": "content_block_stop", "index": i})
-    yield _sse(
-        "message_delta",
-        {
-            "type": "message_delta",
-            "delta": {"stop_reason": msg["stop_reason"], "stop_sequence": msg["stop_sequence"]},
-            "usage": {"output_tokens": out.completion_tokens},
-        },
-    )
-    yield _sse("message_stop", {"type": "message_stop"})
+
+    def end(self, out: ModelOutput) -> bytes:
+        parts = [self._switch(None)]
+        if self.index < 0 and not out.tool_calls:  # an empty answer is still one text block
+            parts += [self._switch("content"), self._switch(None)]
+        for block in _blocks(out):
+            if block["type"] != "tool_use":
+                continue
+            self.index += 1
+            parts.append(
+                _sse(
+                    "content_block_start",
+                    {
+                        "type": "content_block_start",
+                        "index": self.index,
+                        "content_block": {**block, "input": {}},
+                    },
+                )
+            )
+            delta = {
+                "type": "input_json_delta",
+                "partial_json": orjson.dumps(block["input"]).decode(),
+            }
+            parts.append(
+                _sse(
+                    "content_block_delta",
+                    {"type": "content_block_delta", "index": self.index, "delta": delta},
+                )
+            )
+            parts.append(
+                _sse("content_block_stop", {"type": "content_block_stop", "index": self.index})
+            )
+        stop_reason, stop_sequence = _stop(out)
+        parts.append(
+            _sse(
+                "message_delta",
+                {
+                    "type": "message_delta",
+                    "delta": {"stop_reason": stop_reason, "stop_sequence": stop_sequence},
+                    "usage": {"output_tokens": out.completion_tokens},
+                },
+            )
+        )
+        parts.append(_sse("message_stop", {"type": "message_stop"}))
+        return b"".join(parts)
+
+    def error(self, err: ApiError) -> bytes:
+        """An error after the stream started: Anthropic's in-band `error` event."""
+        return _sse("error", error_body(err))
 
 
 def error_body(err: ApiError) -> dict[str, Any]:
@@ -279,8 +336,3 @@ def error_body(err: ApiError) -> dict[str, Any]:
         err.status, "api_error" if err.status >= 500 else "invalid_request_error"
     )
     return {"type": "error", "error": {"type": kind, "message": err.message}}
-
-
-def stream_error(err: ApiError) -> bytes:
-    """An error after the stream started: Anthropic's in-band `error` event."""
-    return _sse("error", error_body(err))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,6 +69,50 @@ def parse_generate_response(body: Any) -> Completion:
     )
 
 
+class StreamState:
+    """Accumulates `/generate` stream chunks, cumulative (SGLang's default) or incremental
+    (`--incremental-streaming-output`), told apart per field by `meta_info.completion_tokens`."""
+
+    def __init__(self) -> None:
+        self.triples: list[Any] = []
+        self.ids: list[int] = []
+        self.last: dict[str, Any] | None = None
+
+    @staticmethod
+    def _merge(have: list[Any], part: list[Any], total: int) -> list[Any]:
+        if len(part) == total:  # cumulative: the chunk repeats everything so far
+            return list(part)
+        if len(have) + len(part) == total:  # incremental: only the new part
+            return have + list(part)
+        raise EngineError(f"engine stream: {len(part)} new items do not add up to {total} tokens")
+
+    def add(self, chunk: Any) -> bool:
+        """Take one chunk; True once the generation finished."""
+        if isinstance(chunk, dict) and "error" in chunk:
+            raise EngineError(f"engine stream error: {chunk['error']}")
+        meta = chunk.get("meta_info") if isinstance(chunk, dict) else None
+        if not isinstance(meta, dict):
+            raise EngineError(f"engine stream chunk without meta_info: {str(chunk)[:200]}")
+        total = int(meta.get("completion_tokens") or 0)
+        if meta.get("output_token_logprobs") is not None:
+            self.triples = self._merge(self.triples, meta["output_token_logprobs"], total)
+        if chunk.get("output_ids") is not None:
+            self.ids = self._merge(self.ids, chunk["output_ids"], total)
+        self.last = chunk
+        return meta.get("finish_reason") is not None
+
+    def token_ids(self) -> list[int]:
+        return [int(t[1]) for t in self.triples] if self.triples else list(self.ids)
+
+    def completion(self) -> Completion:
+        if self.last is None:
+            raise EngineError("engine stream ended without a chunk")
+        meta = {**self.last["meta_info"], "output_token_logprobs": self.triples or None}
+        if not self.triples:
+            meta.pop("output_token_logprobs")
+        return parse_generate_response({"output_ids": self.ids or None, "meta_info": meta})
+
+
 def worker_urls(body: Any) -> list[str]:
     """Worker URLs from a router's `GET /workers` (or legacy `/list_workers`) reply."""
     if isinstance(body, dict) and isinstance(body.get("workers"), list):
@@ -113,6 +157,71 @@ class EngineClient:
         except (asyncio.CancelledError, TimeoutError):
             self.abort_in_background(rid)
             raise
+
+    async def generate_stream(
+        self,
+        input_ids: Sequence[int],
+        sampling_params: Mapping[str, Any],
+        rid: str,
+        timeout_s: float,
+        on_tokens: Callable[[list[int]], Awaitable[None]],
+    ) -> Completion:
+        """Like `generate`, streaming: `on_tokens` sees the ids sampled so far after each chunk."""
+        payload = orjson.dumps(
+            {
+                "rid": rid,
+                "input_ids": input_ids,
+                "return_logprob": True,
+                "sampling_params": sampling_params,
+                "stream": True,
+            }
+        )
+        try:
+            async with asyncio.timeout(timeout_s):
+                return await self._post_stream(payload, on_tokens)
+        except (asyncio.CancelledError, TimeoutError):
+            self.abort_in_background(rid)
+            raise
+
+    async def _post_stream(
+        self, payload: bytes, on_tokens: Callable[[list[int]], Awaitable[None]]
+    ) -> Completion:
+        state, buffer = StreamState(), b""
+        headers = {"Content-Type": "application/json"}
+        try:
+            async with self._http.post(
+                self._router + "/generate", data=payload, headers=headers
+            ) as resp:
+                if resp.status != 200:
+                    raw = await resp.read()
+                    raise EngineError(
+                        f"engine /generate: HTTP {resp.status}: {raw[:300]!r}", resp.status
+                    )
+                async for piece in resp.content.iter_any():  # no line-length limit
+                    buffer += piece
+                    *events, buffer = buffer.split(b"\n\n")
+                    if await self._take(events, state, on_tokens):
+                        return state.completion()
+        except aiohttp.ClientError as exc:
+            raise EngineError(f"engine /generate stream broke: {exc}") from exc
+        raise EngineError("engine stream ended before a finish_reason")
+
+    @staticmethod
+    async def _take(
+        events: list[bytes], state: StreamState, on_tokens: Callable[[list[int]], Awaitable[None]]
+    ) -> bool:
+        for event in events:
+            data = event.strip().removeprefix(b"data:").strip()
+            if not data or data.startswith(b":") or data == b"[DONE]":
+                continue
+            try:
+                finished = state.add(orjson.loads(data))
+            except orjson.JSONDecodeError as exc:
+                raise EngineError(f"engine stream: invalid JSON {data[:200]!r}") from exc
+            if finished:
+                return True
+            await on_tokens(state.token_ids())
+        return False
 
     async def _post_generate(self, payload: bytes) -> Completion:
         headers = {"Content-Type": "application/json"}

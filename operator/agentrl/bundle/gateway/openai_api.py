@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
@@ -194,43 +194,46 @@ def response(out: ModelOutput, model: str) -> dict[str, Any]:
     }
 
 
-def stream_events(out: ModelOutput, model: str, include_usage: bool) -> Iterator[bytes]:
-    """SSE frames for a finished completion: role, reasoning, content, tool calls, finish."""
-    base = {
-        "id": new_id("chatcmpl-"),
-        "object": "chat.completion.chunk",
-        "created": int(time.time()),
-        "model": model,
-    }
+class StreamWriter:
+    """SSE chunks of one streamed chat completion: role, reasoning and content deltas as they
+    are sampled, then tool calls, finish reason, usage and [DONE]."""
 
-    def frame(delta: dict[str, Any], finish: str | None = None, usage: Any = None) -> bytes:
-        chunk = {
-            **base,
-            "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}],
+    def __init__(self, model: str, include_usage: bool) -> None:
+        self.base = {
+            "id": new_id("chatcmpl-"),
+            "object": "chat.completion.chunk",
+            "created": int(time.time()),
+            "model": model,
         }
-        if usage is not None:
-            chunk = {**base, "choices": [], "usage": usage}
-        return b"data: " + orjson.dumps(chunk) + b"\n\n"
+        self.include_usage = include_usage
 
-    yield frame({"role": "assistant", "content": ""})
-    if out.reasoning:
-        yield frame({"reasoning_content": out.reasoning})
-    if out.content:
-        yield frame({"content": out.content})
-    for i, call in enumerate(_calls(out)):
-        yield frame({"tool_calls": [{"index": i, **call}]})
-    yield frame({}, finish_reason(out))
-    if include_usage:
-        yield frame({}, usage=_usage(out))
-    yield b"data: [DONE]\n\n"
+    def _frame(self, delta: dict[str, Any], finish: str | None = None) -> bytes:
+        choice = {"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}
+        return b"data: " + orjson.dumps({**self.base, "choices": [choice]}) + b"\n\n"
+
+    def begin(self, prompt_tokens: int) -> bytes:
+        return self._frame({"role": "assistant", "content": ""})
+
+    def delta(self, channel: str, text: str) -> bytes:
+        return self._frame({"reasoning_content" if channel == "reasoning" else "content": text})
+
+    def end(self, out: ModelOutput) -> bytes:
+        frames = [
+            self._frame({"tool_calls": [{"index": i, **c}]}) for i, c in enumerate(_calls(out))
+        ]
+        frames.append(self._frame({}, finish_reason(out)))
+        if self.include_usage:
+            usage = {**self.base, "choices": [], "usage": _usage(out)}
+            frames.append(b"data: " + orjson.dumps(usage) + b"\n\n")
+        frames.append(b"data: [DONE]\n\n")
+        return b"".join(frames)
+
+    def error(self, err: ApiError) -> bytes:
+        """An error after the stream started: an in-band error object, then [DONE]."""
+        return b"data: " + orjson.dumps(error_body(err)) + b"\n\ndata: [DONE]\n\n"
 
 
 def error_body(err: ApiError) -> dict[str, Any]:
     return {
         "error": {"message": err.message, "type": err.kind, "param": err.param, "code": err.status}
     }
-
-
-def stream_error(err: ApiError) -> bytes:
-    """An error after the stream started: an in-band error object, then [DONE]."""
-    return b"data: " + orjson.dumps(error_body(err)) + b"\n\ndata: [DONE]\n\n"

@@ -23,8 +23,8 @@ from agentrl.bundle.gateway.admin import admin_routes
 from agentrl.bundle.gateway.chat import ApiError, ChatRequest, ModelOutput
 from agentrl.bundle.gateway.engine import EngineError
 from agentrl.bundle.gateway.sessions import Session, SessionClosed, SessionStore, UnknownSession
-from agentrl.bundle.gateway.streaming import stream_turn
-from agentrl.bundle.gateway.turns import TurnRunner
+from agentrl.bundle.gateway.streaming import LiveStream, stream_turn
+from agentrl.bundle.gateway.turns import OnTokens, TurnRunner
 from agentrl.bundle.metrics import BundleMetrics
 
 log = logging.getLogger("agentrl.gateway")
@@ -125,10 +125,12 @@ class Frontend:
         session.tasks.add(task)  # close_session cancels it, which aborts the generation
         try:
             if req.stream:
-                turn = asyncio.get_running_loop().create_task(self.run_turn(session, req))
-                resp, status = await stream_turn(
-                    request, front, turn, req, model=model, keepalive_s=self.keepalive_s
+                writer = front.StreamWriter(model, req.include_usage)
+                live = LiveStream(request, writer, self.runner.renderer, req)
+                turn = asyncio.get_running_loop().create_task(
+                    self.run_turn(session, req, live.on_tokens)
                 )
+                resp, status = await stream_turn(live, turn, self.keepalive_s)
                 request["status"] = status
                 return resp
             out = await self.run_turn(session, req)
@@ -136,9 +138,11 @@ class Frontend:
             session.tasks.discard(task)
         return json_response(front.response(out, model))
 
-    async def run_turn(self, session: Session, req: ChatRequest) -> ModelOutput:
+    async def run_turn(
+        self, session: Session, req: ChatRequest, on_tokens: OnTokens | None = None
+    ) -> ModelOutput:
         try:
-            return await self.runner.run(session, req)
+            return await self.runner.run(session, req, on_tokens)
         except EngineError as exc:
             log.warning("gateway: session %s: engine call failed: %s", session.sid, exc)
             if exc.status == 400:  # the engine refused the input (e.g. longer than the context)

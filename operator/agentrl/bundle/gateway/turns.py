@@ -8,6 +8,7 @@ is parsed for the agent, so what the agent sees can never change what is trained
 from __future__ import annotations
 
 import secrets
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from agentrl.bundle.gateway.chat import (
@@ -22,6 +23,9 @@ from agentrl.bundle.gateway.prompt import PromptBuilder, record_turn, reply_fing
 from agentrl.bundle.gateway.sessions import Session
 from agentrl.bundle.metrics import BundleMetrics
 from agentrl.bundle.traces import Turn
+
+# Called with (prompt ids, completion ids so far) while a streamed turn generates.
+OnTokens = Callable[[list[int], list[int]], Awaitable[None]]
 
 
 class TurnRunner:
@@ -44,7 +48,9 @@ class TurnRunner:
         params.setdefault("spaces_between_special_tokens", False)
         return params
 
-    async def run(self, session: Session, req: ChatRequest) -> ModelOutput:
+    async def run(
+        self, session: Session, req: ChatRequest, on_tokens: OnTokens | None = None
+    ) -> ModelOutput:
         async with session.lock:
             if session.closed:
                 raise ApiError(
@@ -55,9 +61,18 @@ class TurnRunner:
                 self.metrics.trace_breaks.labels(plan.break_reason).inc()
             session.n_requests += 1
             rid = f"{session.sid}-{session.n_requests}-{secrets.token_hex(4)}"
-            done = await self.engine.generate(
-                plan.prompt_ids, self.sampling_params(req, session), rid, self.timeout_s
-            )
+            params = self.sampling_params(req, session)
+            if on_tokens is None:
+                done = await self.engine.generate(plan.prompt_ids, params, rid, self.timeout_s)
+            else:
+                prompt = plan.prompt_ids
+
+                async def progress(ids: list[int]) -> None:
+                    await on_tokens(prompt, ids)
+
+                done = await self.engine.generate_stream(
+                    prompt, params, rid, self.timeout_s, progress
+                )
             session.turns.append(Turn(plan.prompt_ids, done.ids, done.logprobs, done.finish_reason))
             out = self.parse(done, plan.prompt_ids, req)
             record_turn(session.chains, plan, done.ids, reply_fingerprint(as_message(out)))
