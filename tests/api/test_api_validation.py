@@ -85,6 +85,18 @@ def test_small_pool_is_a_warning_not_an_error() -> None:
     assert "64" in warning.hint
 
 
+def test_agentcore_without_public_url_is_warned() -> None:
+    body = minimal_body(
+        agent={"agentCore": {"runtimeArn": "arn:aws:bedrock-agentcore:us-west-2:1:runtime/a",
+                             "region": "us-west-2", "s3Bucket": "bucket"}}
+    )  # fmt: skip
+    exp, problems = parse_experiment(body)
+    assert exp is not None
+    assert [(p.path, p.severity) for p in problems] == [("spec.gateway.publicUrl", "warning")]
+    body["spec"]["gateway"] = {"publicUrl": "http://gw.example.internal:9090"}
+    assert parse_experiment(body)[1] == []
+
+
 def test_not_a_mapping() -> None:
     exp, problems = parse_experiment(["a", "list"])  # type: ignore[arg-type]
     assert exp is None and problems[0].message == "the document is not a mapping"

@@ -86,7 +86,12 @@ def test_runtime_config_round_trips() -> None:
     loaded = RuntimeConfig.model_validate_json(text)
     assert loaded.slime_args == build_slime_args(exp)
     assert loaded.spec == exp.spec and loaded.bundle_version == "1.2.3"
-    assert loaded.gateway_url == "http://qwen3-32b-swe-gateway.rl.svc:9090"
+    assert loaded.gateway_url == "http://qwen3-32b-swe-gw.rl.example.internal:9090"
+
+
+def test_gateway_url_defaults_to_the_in_cluster_service() -> None:
+    config = runtime_config(parse(minimal_body()), DEFAULTS)
+    assert config.gateway_url == "http://demo-gateway.rl.svc:9090"
 
 
 def test_gpu_workers_and_cpu_head() -> None:

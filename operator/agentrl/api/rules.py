@@ -52,6 +52,20 @@ def pool_covers_concurrency(exp: RLExperiment) -> Iterator[Finding]:
         )
 
 
+def agents_reach_gateway(exp: RLExperiment) -> Iterator[Finding]:
+    """Warning: an AgentCore agent runs outside the cluster, so it needs `gateway.publicUrl`
+    (the in-cluster Service name does not resolve there and every episode would fail).
+    """
+    if exp.spec.agent.agent_core is not None and exp.spec.gateway.public_url is None:
+        yield warn(
+            "spec.gateway.publicUrl",
+            "AgentCore agents run outside the cluster and cannot reach the in-cluster "
+            "gateway Service",
+            "expose it (service.type: LoadBalancer, e.g. an internal NLB with an "
+            "external-dns hostname) and set publicUrl to that address",
+        )
+
+
 def renderer_for_local_model(exp: RLExperiment) -> Iterator[Finding]:
     """`model.rendererFamily` is required when `model.path` is a local directory (it cannot be
     inferred from a path).
@@ -271,6 +285,7 @@ def checkpoint(exp: RLExperiment) -> Iterator[Finding]:
 ALL_RULES: tuple[Rule, ...] = (
     one_agent_backend,
     pool_covers_concurrency,
+    agents_reach_gateway,
     renderer_for_local_model,
     parallelism_divides,
     rollout_placement,
