@@ -126,6 +126,11 @@ CASES: list[tuple[str, dict[str, Any], str]] = [
      spec(runtime={"extraCode": [{"configMap": "tools"}, {"configMap": "tools"}]}),
      "spec.runtime.extraCode[1].configMap"),
     ("save interval without path", spec(checkpoint={"saveInterval": 10}), "spec.checkpoint.path"),
+    ("shm as large as memory", spec(resources={"memory": "64Gi", "shmSize": "64Gi"}),
+     "spec.resources.shmSize"),
+    ("head shm over head memory", spec(resources={"head": {"memory": "4Gi"}}),
+     "spec.resources.head.shmSize"),
+    ("quantity with a doubled suffix", spec(resources={"cpu": "5Kii"}), "spec.resources.cpu"),
     # --- Kubernetes objects passed through (the API server would prune typos silently)
     ("volume source misspelt",
      spec(runtime={"volumes": [{"name": "m", "persistentVolumeClam": {"claimName": "m"}}]}),

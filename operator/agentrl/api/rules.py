@@ -18,6 +18,7 @@ from agentrl.api.constants import (
 )
 from agentrl.api.findings import Finding, Rule, err, repeats, warn
 from agentrl.api.models import RLExperiment
+from agentrl.api.quantity import parse_quantity
 from agentrl.api.runtime import ENV_HTTP_HEADER_PREFIX, ENV_WANDB_API_KEY
 
 # Ports Ray itself listens on in the head pod (GCS, client, dashboard, node metrics).
@@ -199,6 +200,23 @@ def grpo_groups(exp: RLExperiment) -> Iterator[Finding]:
         )
 
 
+def shm_fits_memory(exp: RLExperiment) -> Iterator[Finding]:
+    """`/dev/shm` is memory-backed and counts against the pod's memory limit, so `shmSize`
+    stays below `memory` (head and GPU pods).
+    """
+    res = exp.spec.resources
+    for path, shm, memory in (
+        (f"spec.{R}.shmSize", res.shm_size, res.memory),
+        (f"spec.{R}.head.shmSize", res.head.shm_size, res.head.memory),
+    ):
+        if parse_quantity(shm) >= parse_quantity(memory):
+            yield err(
+                path,
+                f"{shm} of /dev/shm would use the whole {memory} memory limit",
+                "lower shmSize or raise memory (shared memory counts against the limit)",
+            )
+
+
 def eval_sets(exp: RLExperiment) -> Iterator[Finding]:
     """Eval set names are unique."""
     for i, name in repeats([e.name for e in exp.spec.data.eval]):
@@ -292,6 +310,7 @@ ALL_RULES: tuple[Rule, ...] = (
     engines_fit,
     batches_divide,
     grpo_groups,
+    shm_fits_memory,
     eval_sets,
     gateway_service,
     env_vars,
