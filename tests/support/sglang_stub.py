@@ -20,9 +20,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import aiohttp
 import orjson
 from aiohttp import web
+from tests.support.sglang_router import StubRouter
+
+__all__ = ["StubEngine", "StubRouter", "stub_logprob"]
 
 Responder = Callable[[list[int], dict[str, Any]], list[int]]
 
@@ -285,68 +287,3 @@ class StubEngine:
 
 def _json(body: Any, status: int = 200) -> web.Response:
     return web.Response(body=orjson.dumps(body), status=status, content_type="application/json")
-
-
-@dataclass
-class StubRouter:
-    """Round-robin router over stub engines: `GET /workers`, relays `/generate`, 404s aborts."""
-
-    workers: list[str]
-    url: str = ""
-    _runner: web.AppRunner | None = None
-    _http: aiohttp.ClientSession | None = None
-    _next: int = 0
-
-    async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
-        self._http = aiohttp.ClientSession()
-        app = web.Application()
-        app.router.add_get("/workers", self._list)
-        app.router.add_post("/generate", self._relay)
-        app.router.add_get("/health", lambda _: web.Response(text="OK"))
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, host, port)
-        await site.start()
-        self.url = f"http://{host}:{site._server.sockets[0].getsockname()[1]}"  # type: ignore[union-attr]
-        return self.url
-
-    async def stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-        if self._http is not None:
-            await self._http.close()
-
-    async def _list(self, _: web.Request) -> web.Response:
-        items = [
-            {
-                "id": f"w{i}",
-                "url": u,
-                "model_id": "stub",
-                "worker_type": "regular",
-                "is_healthy": True,
-                "load": 0,
-            }
-            for i, u in enumerate(self.workers)
-        ]
-        return _json(
-            {"workers": items, "total": len(items), "stats": {"regular_count": len(items)}}
-        )
-
-    async def _relay(self, request: web.Request) -> web.StreamResponse:
-        assert self._http is not None
-        worker = self.workers[self._next % len(self.workers)]
-        self._next += 1
-        async with self._http.post(
-            worker + "/generate",
-            data=await request.read(),
-            headers={"Content-Type": "application/json"},
-        ) as up:
-            resp = web.StreamResponse(
-                status=up.status,
-                headers={"Content-Type": up.headers.get("Content-Type", "application/json")},
-            )
-            await resp.prepare(request)
-            async for chunk in up.content.iter_any():
-                await resp.write(chunk)
-            await resp.write_eof()
-            return resp

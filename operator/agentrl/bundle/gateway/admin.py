@@ -38,14 +38,25 @@ def _error(status: int, message: str) -> web.Response:
     )
 
 
-def admin_routes(
-    store: SessionStore, admin_token: str, session_url: Callable[[str], str]
-) -> list[web.RouteDef]:
-    expected = ("Bearer " + admin_token).encode()
+class AdminApi:
+    def __init__(self, store: SessionStore, admin_token: str, session_url: Callable[[str], str]):
+        self.store = store
+        self.expected = ("Bearer " + admin_token).encode()
+        self.session_url = session_url
 
-    def guarded(handler: Handler) -> Handler:
+    def routes(self) -> list[web.RouteDef]:
+        return [
+            web.post("/admin/sessions", self.guarded(self.create)),
+            web.get("/admin/sessions/{sid}/turns", self.guarded(self.turns)),
+            web.delete("/admin/sessions/{sid}", self.guarded(self.close)),
+        ]
+
+    def guarded(self, handler: Handler) -> Handler:
+        """Admin token checked in constant time; session errors mapped to statuses."""
+
         async def wrapper(request: web.Request) -> web.StreamResponse:
-            if not hmac.compare_digest(request.headers.get("Authorization", "").encode(), expected):
+            presented = request.headers.get("Authorization", "").encode()
+            if not hmac.compare_digest(presented, self.expected):
                 return _error(401, "admin API: invalid or missing admin token")
             try:
                 return await handler(request)
@@ -56,7 +67,7 @@ def admin_routes(
 
         return wrapper
 
-    async def create(request: web.Request) -> web.StreamResponse:
+    async def create(self, request: web.Request) -> web.StreamResponse:
         try:
             body: Any = orjson.loads(await request.read())
         except orjson.JSONDecodeError:
@@ -66,13 +77,13 @@ def admin_routes(
         if not isinstance(sid, str) or not isinstance(params, dict):
             return _error(400, 'body must be {"session_id": str, "sampling_params": object}')
         try:
-            session = store.create(sid, params)
+            session = self.store.create(sid, params)
         except SessionError as exc:
             return _error(409 if isinstance(exc, DuplicateSession) else 400, str(exc))
-        payload = {"session_id": sid, "base_url": session_url(sid), "token": session.token}
+        payload = {"session_id": sid, "base_url": self.session_url(sid), "token": session.token}
         return web.Response(body=orjson.dumps(payload), status=201, content_type="application/json")
 
-    async def turns(request: web.Request) -> web.StreamResponse:
+    async def turns(self, request: web.Request) -> web.StreamResponse:
         out = [
             {
                 "prompt_ids": list(t.prompt_ids),
@@ -80,16 +91,10 @@ def admin_routes(
                 "logprobs": None if t.logprobs is None else list(t.logprobs),
                 "finish_reason": t.finish_reason,
             }
-            for t in store.turns(request.match_info["sid"])
+            for t in self.store.turns(request.match_info["sid"])
         ]
         return web.Response(body=orjson.dumps({"turns": out}), content_type="application/json")
 
-    async def close(request: web.Request) -> web.StreamResponse:
-        store.close(request.match_info["sid"])
+    async def close(self, request: web.Request) -> web.StreamResponse:
+        self.store.close(request.match_info["sid"])
         return web.Response(status=204)
-
-    return [
-        web.post("/admin/sessions", guarded(create)),
-        web.get("/admin/sessions/{sid}/turns", guarded(turns)),
-        web.delete("/admin/sessions/{sid}", guarded(close)),
-    ]

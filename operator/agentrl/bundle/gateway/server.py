@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
@@ -19,7 +20,7 @@ import orjson
 from aiohttp import web
 
 from agentrl.bundle.gateway import anthropic_api, openai_api
-from agentrl.bundle.gateway.admin import admin_routes
+from agentrl.bundle.gateway.admin import AdminApi
 from agentrl.bundle.gateway.chat import ApiError, ChatRequest, ModelOutput
 from agentrl.bundle.gateway.engine import EngineError
 from agentrl.bundle.gateway.sessions import Session, SessionClosed, SessionStore, UnknownSession
@@ -155,7 +156,7 @@ class Frontend:
 
 
 def build_app(
-    frontend: Frontend, store: SessionStore, admin_token: str, base_url: Any
+    frontend: Frontend, store: SessionStore, admin_token: str, session_url: Callable[[str], str]
 ) -> web.Application:
     app = web.Application(client_max_size=64 * 1024 * 1024)  # long agent histories are large
     app.router.add_post("/sessions/{sid}/v1/chat/completions", frontend.openai)
@@ -167,7 +168,7 @@ def build_app(
         )
 
     app.router.add_get("/health", health)
-    app.router.add_routes(admin_routes(store, admin_token, base_url))
+    app.router.add_routes(AdminApi(store, admin_token, session_url).routes())
     return app
 
 
