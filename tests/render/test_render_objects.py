@@ -208,6 +208,13 @@ def test_spec_image_overrides_the_default() -> None:
     assert {c["image"] for c in containers(job)} == {"my/slime:1@sha256:" + "3" * 64}
 
 
+def test_an_invalid_experiment_is_refused() -> None:
+    exp = parse(minimal_body())
+    broken = exp.model_copy(update={"metadata": exp.metadata.model_copy(update={"name": "X" * 60})})
+    with pytest.raises(ValueError, match=r"metadata.name: name is 60 characters"):
+        render_all(broken, DEFAULTS, BUNDLE)
+
+
 # ---- the bundle ConfigMap ------------------------------------------------------------
 
 

@@ -23,6 +23,7 @@ from agentrl.api.constants import (
 )
 from agentrl.api.models import RLExperiment
 from agentrl.api.runtime import ENV_WANDB_API_KEY, RuntimeConfig, http_header_env_name
+from agentrl.api.validation import errors, validate_experiment
 from agentrl.render import bundle, names, pods
 from agentrl.render.defaults import OperatorDefaults
 from agentrl.render.rayjob import COMPONENT_HEAD, render_rayjob
@@ -130,7 +131,14 @@ def service(exp: RLExperiment, defaults: OperatorDefaults) -> Obj:
 def render_all(
     exp: RLExperiment, defaults: OperatorDefaults, bundle_files: Mapping[str, str]
 ) -> list[Obj]:
-    """Every child of the experiment, in apply order: ConfigMaps, Service, RayJob."""
+    """Every child of the experiment, in apply order: ConfigMaps, Service, RayJob.
+
+    Children carry a controller owner reference when `exp.metadata.uid` is known. An
+    experiment with validation errors is refused (ValueError): nothing half-valid is rendered.
+    """
+    problems = errors(validate_experiment(exp))
+    if problems:
+        raise ValueError("invalid experiment: " + "; ".join(str(p) for p in problems))
     bundle_cm, items = bundle_config_map(exp, defaults, bundle_files)
     job = render_rayjob(exp, defaults, bundle_cm["metadata"]["name"], items)
     job["metadata"] = {**metadata(exp, defaults, job["metadata"]["name"]),
