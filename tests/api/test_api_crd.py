@@ -17,6 +17,7 @@ import yaml
 
 from agentrl.api.crd import IMMUTABLE_SPEC_FIELDS, MUTABLE_SPEC_FIELDS, crd
 from agentrl.api.models import RLExperimentSpec, RLExperimentStatus
+from agentrl.api.validation import parse_experiment
 from agentrl.cli.main import crd_yaml
 from conftest import ROOT, load_example, minimal_body
 from kube_checks import apply_defaults, cel_violations, schema_errors, to_jsonschema
@@ -204,3 +205,11 @@ def test_lifecycle_fields_may_change() -> None:
 def test_crd_file_is_valid_yaml_for_kubectl(tmp_path: Path) -> None:
     docs = list(yaml.safe_load_all(CRD_FILE.read_text()))
     assert len(docs) == 1 and docs[0]["kind"] == "CustomResourceDefinition"
+
+
+@pytest.mark.parametrize(("case", "spec", "needle"), BAD_CEL, ids=[b[0] for b in BAD_CEL])
+def test_cel_and_validation_agree(case: str, spec: dict[str, Any], needle: str) -> None:
+    """What the API server refuses, `agentrl validate` refuses too (and says why)."""
+    exp, problems = parse_experiment(minimal_body(**spec))
+    assert exp is None, f"{case}: the CRD refuses it but validation accepts it"
+    assert any(p.severity == "error" for p in problems)
