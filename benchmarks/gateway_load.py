@@ -1,0 +1,185 @@
+"""Load-generation pieces of the gateway benchmark: server processes, closed-loop agents.
+
+Kept apart from `gateway.py` (targets, report, CLI) so each stays short; both run only from
+the benchmark script.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import aiohttp
+import psutil
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+MESSAGES = [
+    {
+        "role": "system",
+        "content": "You are a helpful assistant. Answer the question, think step by step.",
+    },
+    {
+        "role": "user",
+        "content": "What is 6*7? Please show the work and give the final answer at the end.",
+    },
+]
+COMPLETION_TOKENS = 16
+ADMIN_TOKEN = "bench-admin"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+# ---- servers (each in its own process) ---------------------------------------------------
+async def serve_stub(port: int) -> None:
+    from tests.support.sglang_stub import StubEngine
+
+    engine = StubEngine(
+        vocab_size=1_000_000,
+        responder=lambda prompt, params: list(range(100, 100 + COMPLETION_TOKENS)),
+    )
+    await engine.start(port=port)
+    await asyncio.Event().wait()
+
+
+async def serve_gateway(port: int, engine_url: str) -> None:
+    from tests.support.tiny_tokenizer import write_checkpoint
+
+    from agentrl.bundle.gateway import GatewayServer, GatewaySettings
+    from agentrl.bundle.metrics import BundleMetrics
+
+    ckpt = write_checkpoint(Path(tempfile.mkdtemp(prefix="gw-bench-")))
+    settings = GatewaySettings(
+        router_url=engine_url,
+        tokenizer_path=str(ckpt),
+        renderer_family="qwen3",
+        port=port,
+        admin_token=ADMIN_TOKEN,
+        max_in_flight=4096,
+    )
+    server = GatewayServer(settings, BundleMetrics())
+    await server.start()
+    await asyncio.Event().wait()
+
+
+def spawn(args: list[str], log: Path) -> subprocess.Popen[bytes]:
+    out = log.open("wb")
+    return subprocess.Popen([sys.executable, *args], stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
+
+
+async def wait_healthy(url: str, proc: subprocess.Popen[bytes], what: str) -> None:
+    async with aiohttp.ClientSession() as http:
+        for _ in range(600):
+            if proc.poll() is not None:
+                raise RuntimeError(f"{what} exited with {proc.returncode}")
+            with contextlib.suppress(aiohttp.ClientError):
+                async with http.get(url) as r:
+                    if r.status == 200:
+                        return
+            await asyncio.sleep(0.05)
+    raise RuntimeError(f"{what} never became healthy at {url}")
+
+
+# ---- load -----------------------------------------------------------------------------------
+Call = Callable[[aiohttp.ClientSession, int], Awaitable[None]]
+
+
+@dataclass
+class Result:
+    p50_ms: float
+    p99_ms: float
+    rps: float
+    cpu_s: float | None  # CPU seconds the gateway process used while measured
+
+    @property
+    def rps_per_core(self) -> float | None:
+        return None if not self.cpu_s else self.rps * self.wall / self.cpu_s
+
+    wall: float = 0.0
+
+
+async def closed_loop(call: Call, conc: int, n: int, proc: psutil.Process | None) -> Result:
+    sessions = [aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=1)) for _ in range(conc)]
+    latencies: list[float] = []
+
+    async def agent(i: int, quota: int, record: bool) -> None:
+        for _ in range(quota):
+            t0 = time.perf_counter()
+            await call(sessions[i], i)
+            if record:
+                latencies.append(time.perf_counter() - t0)
+
+    try:
+        await asyncio.gather(
+            *(agent(i, max(3, (300 + 3 * conc) // conc // 4), False) for i in range(conc))
+        )
+        cpu0 = sum(proc.cpu_times()[:2]) if proc else 0.0
+        t0 = time.perf_counter()
+        await asyncio.gather(*(agent(i, max(1, n // conc), True) for i in range(conc)))
+        wall = time.perf_counter() - t0
+        cpu = sum(proc.cpu_times()[:2]) - cpu0 if proc else None
+    finally:
+        for s in sessions:
+            await s.close()
+    q = statistics.quantiles(latencies, n=100, method="inclusive")
+    return Result(q[49] * 1e3, q[98] * 1e3, len(latencies) / wall, cpu, wall)
+
+
+def checked(resp: aiohttp.ClientResponse) -> None:
+    if resp.status != 200:
+        raise RuntimeError(f"{resp.url}: HTTP {resp.status}")
+
+
+def direct_generate(url: str, prompt_ids: list[int]) -> Call:
+    body = {
+        "input_ids": prompt_ids,
+        "return_logprob": True,
+        "sampling_params": {"max_new_tokens": 64},
+    }
+
+    async def call(http: aiohttp.ClientSession, i: int) -> None:
+        async with http.post(url + "/generate", json=body) as r:
+            checked(r)
+            await r.read()
+
+    return call
+
+
+def chat(urls: list[str], headers: list[dict[str, str]]) -> Call:
+    """Agent i posts the same chat request to urls[i] with headers[i]."""
+    body = {"model": "m", "messages": MESSAGES, "max_tokens": 64}
+
+    async def call(http: aiohttp.ClientSession, i: int) -> None:
+        async with http.post(urls[i], json=body, headers=headers[i]) as r:
+            checked(r)
+            await r.read()
+
+    return call
+
+
+@contextlib.contextmanager
+def processes() -> Iterator[list[subprocess.Popen[bytes]]]:
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        yield procs
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                p.wait(5)
