@@ -73,6 +73,12 @@ def test_document_rules_run_even_when_types_are_wrong() -> None:
     ]
 
 
+def test_quantity_errors_read_well() -> None:
+    _, problems = parse_experiment(minimal_body(resources={"memory": "256 GB"}))
+    (problem,) = problems
+    assert str(problem) == "spec.resources.memory: not a Kubernetes quantity (e.g. 64Gi, 500m or 8)"
+
+
 def test_small_pool_is_a_warning_not_an_error() -> None:
     body = minimal_body()
     body["spec"]["agent"].update(maxConcurrent=64, maxPoolConnections=10)

@@ -17,6 +17,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from agentrl.api import kube_rules, rules
+from agentrl.api.base import QUANTITY_PATTERN
 from agentrl.api.findings import Severity
 from agentrl.api.models import RLExperiment
 
@@ -117,6 +118,8 @@ def _problem_for(kind: str, loc: list[int | str], msg: str, ctx: Mapping[str, An
     if kind == "missing":
         return Problem(path, "required field is missing", "set it; see docs/api.md")
     if kind == "string_pattern_mismatch":
+        if ctx.get("pattern") == QUANTITY_PATTERN:
+            return Problem(path, "not a Kubernetes quantity", "e.g. 64Gi, 500m or 8")
         return Problem(path, "does not match the expected format", f"pattern {ctx.get('pattern')}")
     if kind == "value_error":
         return Problem(path, msg.removeprefix("Value error, "), "")
