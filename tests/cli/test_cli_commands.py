@@ -150,3 +150,12 @@ def test_invalid_spec_renders_nothing(tmp_path: Path, capsys: pytest.CaptureFixt
     spec.write_text(yaml.safe_dump(minimal_body(agent={})))
     code, out, err = run(capsys, "render", "-f", str(spec))
     assert code == 1 and out == "" and "spec.agent: no agent backend is set" in err
+
+
+def test_unpinned_images_are_warned(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "render", "-f", str(EXAMPLE), "--image", "slime:latest")
+    assert code == 0 and "warning: --image slime:latest is not pinned by digest" in err
+    spec = tmp_path / "tagged.yaml"
+    spec.write_text(yaml.safe_dump(minimal_body(runtime={"image": "slime:latest"})))
+    code, out, _ = run(capsys, "validate", "-f", str(spec))
+    assert code == 0 and "warning: spec.runtime.image: slime:latest is not pinned" in out

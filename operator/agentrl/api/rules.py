@@ -9,6 +9,7 @@ were allocated; here it fails before anything is created.
 from __future__ import annotations
 
 import ipaddress
+import re
 from collections.abc import Iterator
 
 from agentrl.api.constants import (
@@ -23,6 +24,8 @@ from agentrl.api.runtime import ENV_HTTP_HEADER_PREFIX, ENV_WANDB_API_KEY
 
 # Ports Ray itself listens on in the head pod (GCS, client, dashboard, node metrics).
 RAY_PORTS = frozenset({6379, 10001, RAY_DASHBOARD_PORT, 8080})
+# An image reference that cannot move: <image>[:<tag>]@sha256:<digest>.
+DIGEST_PINNED = re.compile(r"^[^@\s]+@sha256:[0-9a-f]{64}$")
 # Env vars the renderer sets in every container; a user value would silently fight them.
 RESERVED_ENV = frozenset({"PYTHONPATH", "CUDA_HOME", "LD_LIBRARY_PATH", ENV_CONFIG_PATH})
 
@@ -217,6 +220,19 @@ def shm_fits_memory(exp: RLExperiment) -> Iterator[Finding]:
             )
 
 
+def image_pinned(exp: RLExperiment) -> Iterator[Finding]:
+    """Warning: `runtime.image` not pinned by digest (a moving tag can put different bits in
+    the pods of one run, or of its retries).
+    """
+    image = exp.spec.runtime.image
+    if image is not None and not DIGEST_PINNED.match(image):
+        yield warn(
+            "spec.runtime.image",
+            f"{image} is not pinned by digest",
+            "use <image>:<tag>@sha256:<digest>",
+        )
+
+
 def eval_sets(exp: RLExperiment) -> Iterator[Finding]:
     """Eval set names are unique."""
     for i, name in repeats([e.name for e in exp.spec.data.eval]):
@@ -311,6 +327,7 @@ ALL_RULES: tuple[Rule, ...] = (
     batches_divide,
     grpo_groups,
     shm_fits_memory,
+    image_pinned,
     eval_sets,
     gateway_service,
     env_vars,

@@ -23,7 +23,7 @@ from agentrl.api.models import RLExperiment
 from agentrl.api.validation import Problem, errors, parse_experiment
 from agentrl.cli.load import LoadError, load_document
 from agentrl.render import OperatorDefaults, collect_bundle_files, render_all
-from agentrl.render.defaults import DEFAULT_IMAGE
+from agentrl.render.defaults import DEFAULT_IMAGE, is_digest_pinned
 
 ENV_IMAGE = "AGENTRL_IMAGE"
 ENV_BUNDLE_VERSION = "AGENTRL_BUNDLE_VERSION"
@@ -67,7 +67,10 @@ def cmd_render(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if args.show_command:
         out.write(_command_text(exp))
         return 0
-    objects = render_all(exp, _defaults(args), collect_bundle_files())
+    defaults = _defaults(args)
+    if not exp.spec.runtime.image and not is_digest_pinned(defaults.image):
+        print(f"warning: --image {defaults.image} is not pinned by digest", file=err)
+    objects = render_all(exp, defaults, collect_bundle_files())
     out.write(dump_objects(objects, args.output))
     return 0
 

@@ -6,10 +6,10 @@ The operator (from its Helm values) and the CLI (from flags and env) build one
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
 from agentrl import __version__
+from agentrl.api.rules import DIGEST_PINNED
 
 # The Ray pod image of this agentrl release (images/slime/Dockerfile): slime + SGLang +
 # Megatron on CUDA, pinned by digest so every pod of every retry runs the same bits. The
@@ -23,7 +23,6 @@ DEFAULT_IMAGE = (
 # Python paths the slime image puts on PYTHONPATH itself (Megatron-LM is not pip-installed
 # there); the renderer sets PYTHONPATH, so it must carry them on after agentrl's own code.
 DEFAULT_IMAGE_PYTHONPATH = ("/root/Megatron-LM",)
-DIGEST_PINNED = re.compile(r"^[^@\s]+@sha256:[0-9a-f]{64}$")
 
 
 @dataclass(frozen=True)
