@@ -43,6 +43,7 @@ class StubEngine:
     fail_next: int = 0  # failure mode: this many next /generate calls fail
     fail_status: int = 500
     incremental_stream: bool = False
+    decode: Callable[[list[int]], str] | None = None  # the tokenizer, for `stop` strings
     requests: list[dict[str, Any]] = field(default_factory=list)
     aborted: list[str] = field(default_factory=list)  # rids asked to abort ("*" = abort_all)
     sampled: dict[str, list[int]] = field(default_factory=dict)  # rid -> ids returned
@@ -56,6 +57,13 @@ class StubEngine:
         ids = [rng.randrange(self.first_free_id, self.vocab_size) for _ in range(n)]
         stops = params.get("stop_token_ids") or []
         return ids + ([int(stops[0])] if stops else [])
+
+    def _stop_string(self, out: list[int], stop: Any) -> str | None:
+        """SGLang matches stop strings on the decoded tail (it needs the tokenizer: `decode`)."""
+        if not stop or self.decode is None:
+            return None
+        text = self.decode(out)
+        return next((s for s in ([stop] if isinstance(stop, str) else stop) if s in text), None)
 
     def app(self) -> web.Application:
         app = web.Application()
@@ -187,6 +195,10 @@ class StubEngine:
                     await emit(self._body(prompt, out, rid, None, body))
                 if tid in stops:
                     finish = {"type": "stop", "matched": tid}
+                    break
+                matched = self._stop_string(out, params.get("stop"))
+                if matched is not None:
+                    finish = {"type": "stop", "matched": matched}
                     break
             else:
                 if len(out) < budget:

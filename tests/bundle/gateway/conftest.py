@@ -38,7 +38,8 @@ def renderer(tok: Any) -> Any:
 
 @pytest.fixture
 async def cluster(tok: Any) -> AsyncIterator[Cluster]:
-    engines = [StubEngine(vocab_size=len(tok.get_vocab())) for _ in range(N_WORKERS)]
+    vocab = len(tok.get_vocab())
+    engines = [StubEngine(vocab_size=vocab, decode=tok.decode) for _ in range(N_WORKERS)]
     urls = [await e.start() for e in engines]
     router = StubRouter(urls)
     await router.start()

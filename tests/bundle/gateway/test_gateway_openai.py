@@ -162,3 +162,21 @@ async def test_engine_failure_is_a_502_and_counted(
     assert err.value.status_code == 502
     assert await gateway.get_turns("s-fail") == []
     assert metric(cluster, "agentrl_gateway_requests_total", api="openai", code="502") == 1
+
+
+async def test_a_matched_stop_string_is_cut_from_the_content_not_the_trace(
+    gateway: GatewayServer, cluster: Cluster, tok: Any
+) -> None:
+    text_ids = tok.encode("The answer is 42. END")
+
+    def until_stop(prompt: list[int], params: dict[str, Any]) -> list[int]:
+        return text_ids
+
+    cluster.set(responder=until_stop)
+    handle = await gateway.create_session("s-stop", {})
+    c = openai.AsyncOpenAI(base_url=handle.base_url, api_key=handle.token, max_retries=0)
+    reply = await c.chat.completions.create(model="m", messages=MESSAGES, stop=["END"])  # type: ignore[arg-type]
+    assert cluster.all_requests()[0]["sampling_params"]["stop"] == ["END"]
+    (turn,) = await gateway.get_turns("s-stop")
+    assert list(turn.completion_ids) == text_ids
+    assert reply.choices[0].message.content == "The answer is 42. "

@@ -150,6 +150,7 @@ class Frontend:
                 raise ApiError(400, f"model engine refused the request: {exc}") from exc
             raise ApiError(502, f"model engine error: {exc}", kind="api_error") from exc
         except TimeoutError as exc:
+            log.warning("gateway: session %s: engine call timed out; aborted", session.sid)
             raise ApiError(
                 504, "model engine timed out; the request was aborted", kind="api_error"
             ) from exc

@@ -90,6 +90,9 @@ class TurnRunner:
             done.ids, tools=req.tools or None, prompt_ids=prompt_ids
         )
         content, calls = output_from_parsed(parsed, req.parse_tools)
+        stop = done.matched_stop
+        if isinstance(stop, str) and stop and content.endswith(stop):
+            content = content[: -len(stop)]  # as the APIs promise; the trace keeps the tokens
         return ModelOutput(
             content=content,
             reasoning=parsed.reasoning_content or None,
