@@ -140,9 +140,7 @@ def render_all(
     if problems:
         raise ValueError("invalid experiment: " + "; ".join(str(p) for p in problems))
     bundle_cm, items = bundle_config_map(exp, defaults, bundle_files)
-    job = render_rayjob(exp, defaults, bundle_cm["metadata"]["name"], items)
-    job["metadata"] = {**metadata(exp, defaults, job["metadata"]["name"]),
-                       "labels": job["metadata"]["labels"]}  # fmt: skip
-    job["metadata"]["annotations"] = {ANNOTATION_BUNDLE_VERSION: defaults.bundle_version}
+    job_meta = metadata(exp, defaults, names.rayjob_name(exp))
+    job = render_rayjob(exp, defaults, job_meta, bundle_cm["metadata"]["name"], items)
     # Independent trees: callers (kopf.adopt, patches) may mutate one object safely.
     return copy.deepcopy([config_map(exp, defaults), bundle_cm, service(exp, defaults), job])

@@ -13,6 +13,7 @@ import json
 from typing import Any
 
 from agentrl.api.constants import (
+    ANNOTATION_BUNDLE_VERSION,
     CONFIG_PATH,
     GATEWAY_PORT_NAME,
     HEAD_RAY_RESOURCE,
@@ -22,7 +23,7 @@ from agentrl.api.constants import (
     RAY_DASHBOARD_PORT,
 )
 from agentrl.api.models import RLExperiment
-from agentrl.render import names, pods
+from agentrl.render import pods
 from agentrl.render.defaults import OperatorDefaults
 
 Obj = dict[str, Any]
@@ -144,8 +145,13 @@ def submitter_template(exp: RLExperiment, defaults: OperatorDefaults, base: pods
 
 
 def render_rayjob(
-    exp: RLExperiment, defaults: OperatorDefaults, bundle_cm: str, bundle_items: list[Obj]
+    exp: RLExperiment,
+    defaults: OperatorDefaults,
+    metadata: Obj,
+    bundle_cm: str,
+    bundle_items: list[Obj],
 ) -> Obj:
+    """The RayJob; `metadata` is the children's common metadata (name, labels, owner)."""
     spec = exp.spec
     base = pods.PodParts.build(exp, defaults, bundle_cm, bundle_items)
     cluster: Obj = {
@@ -168,16 +174,8 @@ def render_rayjob(
         job["activeDeadlineSeconds"] = spec.active_deadline_seconds
     if spec.startup_deadline_seconds is not None:
         job["preRunningDeadlineSeconds"] = spec.startup_deadline_seconds
-    labels = pods.labels(exp, defaults)
-    if spec.scheduling.queue_name:
-        labels[LABEL_KUEUE_QUEUE] = spec.scheduling.queue_name
-    return {
-        "apiVersion": "ray.io/v1",
-        "kind": "RayJob",
-        "metadata": {
-            "name": names.rayjob_name(exp),
-            "namespace": exp.metadata.namespace,
-            "labels": labels,
-        },
-        "spec": job,
-    }
+    meta = {**metadata, "labels": dict(metadata["labels"])}
+    if spec.scheduling.queue_name:  # Kueue admits the whole gang through `suspend`
+        meta["labels"][LABEL_KUEUE_QUEUE] = spec.scheduling.queue_name
+    meta["annotations"] = {ANNOTATION_BUNDLE_VERSION: defaults.bundle_version}
+    return {"apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": meta, "spec": job}
