@@ -21,7 +21,9 @@ from agentrl.api.models import RLExperimentSpec, RLExperimentStatus
 
 Schema = dict[str, Any]
 
-# Spec fields that shape the run and never change after creation.
+# Spec fields that shape the run and never change after creation. CEL cannot see inside the
+# pass-through Kubernetes objects (volumes, tolerations, affinity: preserve-unknown-fields),
+# so their immutability is the operator's to enforce; everything else the API server refuses.
 IMMUTABLE_SPEC_FIELDS = (
     "model", "data", "agent", "grpo", "gateway", "resources", "runtime", "checkpoint", "tracking",
 )  # fmt: skip

@@ -160,7 +160,8 @@ def rules_section() -> str:
         "Mutable: " + ", ".join(f"`spec.{f}`" for f in MUTABLE_SPEC_FIELDS) + ".",
         "Immutable (the API server refuses the update; create a new experiment): "
         + ", ".join(f"`spec.{f}`" for f in IMMUTABLE_SPEC_FIELDS)
-        + ".",
+        + ". Inside pass-through Kubernetes objects (volumes, tolerations, affinity) the API "
+        "server cannot compare values, so the operator refuses those changes itself.",
         "",
     ]
     return "\n".join(lines)
