@@ -13,6 +13,8 @@ from typing import Any
 import jsonschema
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from agentrl.api.crd import IMMUTABLE_SPEC_FIELDS, MUTABLE_SPEC_FIELDS, crd
 from agentrl.api.models import RLExperimentSpec, RLExperimentStatus
@@ -220,3 +222,28 @@ def test_cel_and_validation_agree(case: str, spec: dict[str, Any], needle: str) 
     exp, problems = parse_experiment(minimal_body(**spec))
     assert exp is None, f"{case}: the CRD refuses it but validation accepts it"
     assert any(p.severity == "error" for p in problems)
+
+
+@st.composite
+def layouts(draw: st.DrawFn) -> dict[str, Any]:
+    """Experiments with random GPU layouts and batch sizes, valid or not."""
+    resources: dict[str, Any] = {
+        "nodes": draw(st.integers(1, 4)),
+        "gpusPerNode": draw(st.sampled_from([1, 2, 4, 8])),
+        "colocate": draw(st.booleans()),
+        "parallelism": {"tensor": draw(st.sampled_from([1, 2, 3, 4])),
+                        "pipeline": draw(st.sampled_from([1, 2]))},
+    }  # fmt: skip
+    if draw(st.booleans()):
+        resources["rolloutGpus"] = draw(st.integers(1, 40))
+    grpo: dict[str, Any] = {"numRollouts": 1}
+    if draw(st.booleans()):
+        grpo["globalBatchSize"] = draw(st.sampled_from([7, 16, 64, 256, 512]))
+    return minimal_body(resources=resources, grpo=grpo)
+
+
+@settings(max_examples=200, deadline=None)
+@given(layouts())
+def test_whatever_cel_refuses_validation_refuses(body: dict[str, Any]) -> None:
+    if admitted(body):
+        assert parse_experiment(body)[0] is None
