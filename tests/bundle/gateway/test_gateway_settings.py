@@ -11,7 +11,7 @@ import pytest
 from agentrl.api.models import RLExperimentSpec
 from agentrl.api.runtime import RuntimeConfig
 from agentrl.bundle.gateway import GatewaySettings
-from agentrl.bundle.gateway.tokenizer import build_renderer, load_tokenizer
+from agentrl.bundle.gateway.tokenizer import EncodeCache, build_renderer, load_tokenizer
 
 SPEC: dict[str, Any] = {
     "model": {
@@ -76,3 +76,19 @@ def test_tokenizer_from_checkpoint_dir(checkpoint: Path) -> None:
         ids[0] == tok.convert_tokens_to_ids("<|im_start|>")
         and tok.decode(ids) == "<|im_start|>user\nhello<|im_end|>"
     )
+
+
+def test_encode_cache_is_exact_and_bounded(checkpoint: Path) -> None:
+    tok = load_tokenizer(str(checkpoint))
+    text = "You are a helpful assistant."
+    first = tok.encode(text)
+    first.append(-1)  # callers may mutate what they get; the cache must not see it
+    assert tok.encode(text) == first[:-1] == tok._tok.encode(text, add_special_tokens=False).ids
+    cache = EncodeCache(max_chars=40)
+    for i, key in enumerate("abcd"):
+        cache.put((key * 10, False), (i,))
+    assert cache.get(("a" * 10, False)) == (0,)  # now the most recently used
+    cache.put(("e" * 10, False), (4,))  # over budget: the least recently used ("b") goes
+    assert cache.get(("b" * 10, False)) is None and cache.get(("a" * 10, False)) == (0,)
+    cache.put(("x" * 11, False), (5,))  # more than a quarter of the budget: never kept
+    assert cache.get(("x" * 11, False)) is None

@@ -10,6 +10,7 @@ through `renderers.load_tokenizer` (which needs `transformers`, present in slime
 from __future__ import annotations
 
 import json
+from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,37 @@ from typing import Any
 import renderers
 from renderers.configs import DefaultRendererConfig, config_from_name
 from tokenizers import Tokenizer as HFTokenizer
+
+ENCODE_CACHE_CHARS = 16_000_000  # text remembered by the encode cache (about 16-64 MB)
+
+
+class EncodeCache:
+    """Text -> ids, least recently used first out, bounded by characters.
+
+    The renderer re-encodes the same pieces on every turn (the system prompt and tool specs
+    of an agent are often tens of thousands of tokens, and every episode of a prompt group
+    shares them); the tokenizer is deterministic, so a hit is exactly what encoding gives.
+    """
+
+    def __init__(self, max_chars: int = ENCODE_CACHE_CHARS) -> None:
+        self._items: OrderedDict[tuple[str, bool], tuple[int, ...]] = OrderedDict()
+        self._chars = 0
+        self.max_chars = max_chars
+
+    def get(self, key: tuple[str, bool]) -> tuple[int, ...] | None:
+        ids = self._items.get(key)
+        if ids is not None:
+            self._items.move_to_end(key)
+        return ids
+
+    def put(self, key: tuple[str, bool], ids: tuple[int, ...]) -> None:
+        if len(key[0]) > self.max_chars // 4:
+            return  # one huge one-off text must not flush everything else
+        self._items[key] = ids
+        self._chars += len(key[0])
+        while self._chars > self.max_chars:
+            (text, _), _ = self._items.popitem(last=False)
+            self._chars -= len(text)
 
 
 class TokenizerAdapter:
@@ -27,11 +59,17 @@ class TokenizerAdapter:
         self.name_or_path = name_or_path
         self.unk_token_id: int | None = None
         self.eos_token_id: int | None = tok.token_to_id(eos_token) if eos_token else None
+        self._cache = EncodeCache()
 
     def encode(
         self, text: str, *args: Any, add_special_tokens: bool = False, **kw: Any
     ) -> list[int]:
-        return list(self._tok.encode(text, add_special_tokens=add_special_tokens).ids)
+        key = (text, add_special_tokens)
+        ids = self._cache.get(key)
+        if ids is None:
+            ids = tuple(self._tok.encode(text, add_special_tokens=add_special_tokens).ids)
+            self._cache.put(key, ids)
+        return list(ids)
 
     def decode(
         self, token_ids: Any, *args: Any, skip_special_tokens: bool = False, **kw: Any
