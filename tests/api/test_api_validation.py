@@ -103,6 +103,16 @@ def test_agentcore_without_public_url_is_warned() -> None:
     assert parse_experiment(body)[1] == []
 
 
+def test_status_and_server_metadata_never_invalidate_a_spec() -> None:
+    body = minimal_body()
+    body["metadata"].update(uid="u-1", generation=3, resourceVersion="42",
+                            managedFields=[{"manager": "kubectl"}])  # fmt: skip
+    body["status"] = {"phase": "Running", "kopf": {"progress": {}}, "futureField": 1}
+    exp, problems = parse_experiment(body)
+    assert problems == [] and exp is not None
+    assert exp.metadata.uid == "u-1" and exp.status is None
+
+
 def test_not_a_mapping() -> None:
     exp, problems = parse_experiment(["a", "list"])  # type: ignore[arg-type]
     assert exp is None and problems[0].message == "the document is not a mapping"

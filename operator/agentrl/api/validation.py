@@ -46,12 +46,17 @@ def errors(problems: Sequence[Problem]) -> list[Problem]:
 
 
 def parse_experiment(body: Mapping[str, Any]) -> tuple[RLExperiment | None, list[Problem]]:
-    """Parse a custom resource body: the experiment (None on any error) and every problem."""
+    """Parse a custom resource body: the experiment (None on any error) and every problem.
+
+    `status` is ignored: it is the operator's to write, not the user's to get right, and
+    whatever it holds (kopf's own bookkeeping included) must never make a spec invalid.
+    """
     if not isinstance(body, Mapping):  # YAML can hold a list or a scalar
         problem = Problem("", "the document is not a mapping", "write an RLExperiment object")  # type: ignore[unreachable]
         return None, [problem]
+    body = {k: v for k, v in body.items() if k != "status"}
     try:
-        exp = RLExperiment.model_validate(dict(body))
+        exp = RLExperiment.model_validate(body)
     except ValidationError as err:
         # Typed rules need a typed spec; the document rules still run on what was written.
         problems = _from_pydantic(err, body)
