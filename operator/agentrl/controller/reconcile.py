@@ -63,6 +63,7 @@ class Controller:
         self.written: dict[str, Obj] = {}  # uid -> the status we last wrote
         self.phases: dict[Key, str] = {}
         self.services: dict[Key, str] = {}  # the metrics Service of each valid experiment
+        self.sweeps = 0  # completed sweeps (tests wait on it; never on time)
         self._locks: dict[Key, asyncio.Lock] = {}
         self.instance = os.environ.get("HOSTNAME") or socket.gethostname()
 
@@ -213,9 +214,10 @@ class Controller:
             patch = status.diff(base, new)
             if patch is None:
                 return
+            # The status subresource takes the object's shape: {"status": {...}}.
             if (
                 await self.kube.patch(
-                    API_VERSION, KIND, key[0], key[1], patch, subresource="status"
+                    API_VERSION, KIND, key[0], key[1], {"status": patch}, subresource="status"
                 )
                 is None
             ):
@@ -260,6 +262,7 @@ class Controller:
         for key in list(self.exps):
             if not self._finished(key):
                 await self.sync(key)
+        self.sweeps += 1
 
     async def _scrape(self, key: Key, gate: asyncio.Semaphore) -> None:
         body, service = self.exps.get(key), self.services.get(key)

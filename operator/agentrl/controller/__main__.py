@@ -1,0 +1,50 @@
+"""`python -m agentrl.controller`: the operator, standalone (no peering CRD needed).
+
+Watches every namespace, or the ones in AGENTRL_NAMESPACES; serves the liveness probe
+(AGENTRL_LIVENESS_ENDPOINT) and Prometheus /metrics (AGENTRL_METRICS_PORT).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import sys
+
+import kopf
+
+from agentrl.controller import config as config_mod
+from agentrl.controller import handlers  # registers the handlers
+from agentrl.controller.metrics import OperatorMetrics
+
+__all__ = ["handlers", "main"]
+
+
+def main() -> int:
+    logging.basicConfig(
+        level=os.environ.get("AGENTRL_LOG_LEVEL", "INFO").upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        cfg = config_mod.load(os.environ)
+    except config_mod.ConfigError as err:
+        print(f"agentrl-operator: {err}", file=sys.stderr)
+        return 2
+    metrics = OperatorMetrics()
+    if cfg.metrics_port:
+        metrics.serve(cfg.metrics_port)
+    memo = kopf.Memo(config=cfg, metrics=metrics)
+    asyncio.run(
+        kopf.operator(
+            standalone=True,
+            clusterwide=not cfg.namespaces,
+            namespaces=list(cfg.namespaces),
+            liveness_endpoint=cfg.liveness_endpoint or None,
+            memo=memo,
+        )
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

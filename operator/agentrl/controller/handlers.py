@@ -1,0 +1,132 @@
+"""kopf glue: settings, login, and thin handlers that hand every event to the Controller.
+
+Handlers register on import (kopf's model). Each one is a line or two: the behaviour lives in
+`reconcile.Controller` (testable without kopf), I/O in `kube`, decisions in pure modules.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from typing import Any
+
+import kopf
+
+from agentrl.api.constants import (
+    ANNOTATION_PREFIX,
+    GROUP,
+    LABEL_EXPERIMENT,
+    LABEL_MANAGED_BY,
+    MANAGED_BY,
+    PLURAL,
+    VERSION,
+)
+from agentrl.controller import config as config_mod
+from agentrl.controller.kube import Credentials, Kube
+from agentrl.controller.metrics import OperatorMetrics
+from agentrl.controller.reconcile import Controller
+from agentrl.render import collect_bundle_files
+
+FINALIZER = f"{ANNOTATION_PREFIX}/finalizer"
+logger = logging.getLogger("agentrl.controller")
+
+
+@kopf.on.startup()
+async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+    # Bookkeeping in our own annotations; never in status (our status schema is strict).
+    settings.persistence.finalizer = FINALIZER
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(
+        prefix=ANNOTATION_PREFIX
+    )
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=ANNOTATION_PREFIX, key="last-handled-configuration"
+    )
+    # Events are posted by the Controller, exactly one per transition; kopf's would repeat
+    # every handler log line as an event.
+    settings.posting.enabled = False
+    # Reconnect watches every few minutes even if the apiserver never closes them.
+    settings.watching.server_timeout = 270
+    settings.watching.client_timeout = 300
+    settings.networking.request_timeout = 60
+    cfg = memo.get("config") or config_mod.load(os.environ)
+    metrics = memo.get("metrics") or OperatorMetrics()
+    memo.controller = Controller(Kube(), cfg, collect_bundle_files(), metrics)
+    memo.sweeper = asyncio.create_task(_sweep_forever(memo.controller))
+
+
+@kopf.on.login()
+async def login(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any) -> Any:
+    """In-cluster ServiceAccount first, then a kubeconfig; our client follows the same one."""
+    info = kopf.login_with_service_account(settings=settings, **kwargs) or (
+        kopf.login_with_kubeconfig(settings=settings, **kwargs)
+    )
+    if info is None:
+        raise kopf.LoginError("no in-cluster ServiceAccount token and no usable kubeconfig")
+    await memo.controller.kube.configure(
+        Credentials(server=info.server, token=info.token, scheme=info.scheme,
+                    ca_path=_str(info.ca_path), ca_data=_str(info.ca_data),
+                    insecure=bool(info.insecure),
+                    certificate_path=_str(info.certificate_path),
+                    private_key_path=_str(info.private_key_path))
+    )  # fmt: skip
+    return info
+
+
+def _str(value: Any) -> str | None:
+    if value is None:
+        return None
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+@kopf.on.cleanup()
+async def cleanup(memo: kopf.Memo, **_: Any) -> None:
+    sweeper = memo.get("sweeper")
+    if sweeper is not None:
+        sweeper.cancel()
+    await memo.controller.kube.close()
+
+
+async def _sweep_forever(controller: Controller) -> None:
+    """One task for all experiments (no per-object timers: they would add finalizers)."""
+    while True:
+        await asyncio.sleep(controller.config.sweep_interval)
+        try:
+            await controller.sweep()
+        except Exception:  # the next sweep is the retry; one bad round must not end them
+            logger.exception("sweep failed")
+
+
+@kopf.on.resume(GROUP, VERSION, PLURAL, backoff=15)
+@kopf.on.create(GROUP, VERSION, PLURAL, backoff=15)
+@kopf.on.update(GROUP, VERSION, PLURAL, field="spec", backoff=15)
+async def reconcile(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    controller: Controller = memo.controller
+    start = time.perf_counter()
+    result = "error"
+    try:
+        result = await controller.reconcile_spec(body)
+    finally:
+        controller.metrics.reconcile_total.labels(result).inc()
+        controller.metrics.reconcile_seconds.observe(time.perf_counter() - start)
+
+
+@kopf.on.event(GROUP, VERSION, PLURAL)
+async def experiment_event(body: kopf.Body, type: str | None, memo: kopf.Memo, **_: Any) -> None:
+    memo.controller.remember(body, deleted=type == "DELETED")
+
+
+@kopf.on.event("ray.io", "v1", "rayjobs", labels={LABEL_MANAGED_BY: MANAGED_BY})
+async def rayjob_event(body: kopf.Body, type: str | None, memo: kopf.Memo, **_: Any) -> None:
+    await memo.controller.on_rayjob(body, deleted=type == "DELETED")
+
+
+@kopf.on.event("v1", "pods", labels={LABEL_EXPERIMENT: kopf.PRESENT})
+async def pod_event(body: kopf.Body, type: str | None, memo: kopf.Memo, **_: Any) -> None:
+    await memo.controller.on_pod(body, deleted=type == "DELETED")
+
+
+@kopf.on.probe(id="experiments")
+def experiments_probe(memo: kopf.Memo, **_: Any) -> int:
+    return len(memo.controller.exps)

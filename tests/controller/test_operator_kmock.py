@@ -1,0 +1,122 @@
+"""The operator end to end on kmock: create, idempotency, invalid specs, conflicts, deletion."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.conftest import minimal_body
+
+from agentrl.api.constants import LABEL_EXPERIMENT, ConditionType
+from agentrl.controller import conditions
+
+from .conftest import Api, OperatorRun, wait_for
+
+EXP = "agentrl.io/v1alpha1/rlexperiments"
+RAYJOBS = "ray.io/v1/rayjobs"
+NS = "rl"
+
+
+def status_of(api: Api, name: str = "demo") -> dict[str, Any]:
+    obj = api.get(EXP, NS, name) or {}
+    return dict(obj.get("status") or {})
+
+
+def children(api: Api, name: str = "demo") -> list[dict[str, Any]]:
+    out = []
+    for resource in ("v1/configmaps", "v1/services", RAYJOBS):
+        out += [o for o in api.emu.live(resource, NS)
+                if (o["metadata"].get("labels") or {}).get(LABEL_EXPERIMENT) == name]  # fmt: skip
+    return out
+
+
+async def created(api: Api, body: dict[str, Any] | None = None) -> dict[str, Any]:
+    exp = await api.create(body or minimal_body())
+    await wait_for(lambda: status_of(api, exp["metadata"]["name"]).get("rayJobName"),
+                   what="status.rayJobName")  # fmt: skip
+    return exp
+
+
+async def test_create_renders_owned_children_and_status(api: Api, operator: OperatorRun) -> None:
+    exp = await created(api)
+    kids = children(api)
+    assert sorted(k["kind"] for k in kids) == ["ConfigMap", "ConfigMap", "RayJob", "Service"]
+    for kid in kids:
+        (ref,) = kid["metadata"]["ownerReferences"]
+        assert ref["uid"] == exp["metadata"]["uid"] and ref["controller"] is True
+        assert ref["kind"] == "RLExperiment" and ref["blockOwnerDeletion"] is True
+    st = status_of(api)
+    assert st["phase"] == "Pending" and st["observedGeneration"] == 1
+    assert st["rayJobName"] == "demo" and st["gatewayURL"].startswith("http://demo-gateway.rl.svc")
+    assert conditions.is_true(st, ConditionType.VALID)
+    assert conditions.is_true(st, ConditionType.RAYJOB_CREATED)
+    annotations = api.get(EXP, NS, "demo")["metadata"]["annotations"]  # type: ignore[index]
+    assert any(k.startswith("agentrl.io/") for k in annotations)
+    assert not any(k.startswith("kopf.zalando.org") for k in annotations)
+    assert "kopf" not in st
+    assert api.events("demo") == []  # the first Pending is not news
+
+
+async def test_restart_is_idempotent(api: Api, operator: OperatorRun) -> None:
+    await created(api)
+    before = {(k["kind"], k["metadata"]["name"]): k["metadata"]["uid"] for k in children(api)}
+    st = status_of(api)
+    await operator.stop()
+    mark = len(api.emu.log)
+    await operator.start()
+    await wait_for(lambda: any(r.resource == RAYJOBS and r.method == "GET" and r.name
+                               for r in api.emu.log[mark:]), what="resume")  # fmt: skip
+    await operator.stop()  # let the resumed handler finish; no writes to children expected
+    after = {(k["kind"], k["metadata"]["name"]): k["metadata"]["uid"] for k in children(api)}
+    assert after == before
+    writes = [r for r in api.emu.log[mark:] if r.is_write and r.agent.startswith("agentrl")]
+    assert writes == [], writes
+    assert status_of(api) == st
+
+
+async def test_invalid_spec_fails_once_without_retry_storm(api: Api, operator: OperatorRun) -> None:
+    body = minimal_body(grpo={"numRollouts": 10, "rolloutBatchSize": 3, "samplesPerPrompt": 8,
+                              "globalBatchSize": 5})  # fmt: skip
+    await api.create(body)
+    st = await wait_for(lambda: status_of(api).get("phase") == "Failed" and status_of(api))
+    valid = conditions.get(st, ConditionType.VALID)
+    assert valid is not None and valid["status"] == "False"
+    assert "spec.grpo.globalBatchSize" in valid["message"]
+    mark, swept = len(api.emu.log), _sweeps(operator)
+    # Several sweeps later: still one event, no further writes, no children.
+    await wait_for(lambda: _sweeps(operator) >= swept + 5, what="sweeps")
+    events = api.events("demo")
+    assert [e["reason"] for e in events] == ["InvalidSpec"]
+    assert events[0]["type"] == "Warning" and "globalBatchSize" in events[0]["message"]
+    assert children(api) == []
+    assert [r for r in api.emu.log[mark:] if r.is_write] == []
+    # Fixing the spec revalidates and creates the experiment.
+    await api.patch(EXP, NS, "demo", {"spec": {"grpo": {"globalBatchSize": 4}}})
+    await wait_for(lambda: status_of(api).get("rayJobName"), what="created after fix")
+    st = status_of(api)
+    assert st["phase"] == "Pending" and st["observedGeneration"] == 2
+    assert conditions.is_true(st, ConditionType.VALID)
+
+
+def _sweeps(operator: OperatorRun) -> int:
+    assert operator.memo is not None
+    return int(operator.memo.controller.sweeps)
+
+
+async def test_name_conflict(api: Api, operator: OperatorRun) -> None:
+    theirs = {"name": "demo-config", "namespace": NS}
+    await api.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": theirs, "data": {}})
+    await api.create(minimal_body())
+    st = await wait_for(lambda: status_of(api).get("phase") == "Failed" and status_of(api))
+    cond = conditions.get(st, ConditionType.NAME_CONFLICT)
+    assert cond is not None and cond["status"] == "True" and "demo-config" in cond["message"]
+    assert [e["reason"] for e in api.events("demo")] == ["NameConflict"]
+    assert api.get(RAYJOBS, NS, "demo") is None
+    assert api.get("v1/configmaps", NS, "demo-config")["data"] == {}  # type: ignore[index]
+
+
+async def test_delete_leaves_nothing_behind(api: Api, operator: OperatorRun) -> None:
+    await created(api)
+    assert children(api)
+    await api.delete(EXP, NS, "demo")
+    await wait_for(lambda: api.get(EXP, NS, "demo") is None, what="experiment gone")
+    await wait_for(lambda: children(api) == [], what="children collected")
