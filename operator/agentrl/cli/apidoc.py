@@ -19,7 +19,7 @@ from pydantic_core import PydanticUndefined
 
 from agentrl.api import kube_rules, rules
 from agentrl.api.base import _quantity_text
-from agentrl.api.crd import CEL_RULES, IMMUTABLE_SPEC_FIELDS, MUTABLE_SPEC_FIELDS
+from agentrl.api.crd import CEL_RULES, IMMUTABLE_SPEC_FIELDS, MUTABLE_SPEC_FIELDS, ROOT_RULES
 from agentrl.api.models import RLExperimentSpec, RLExperimentStatus
 
 HEADER = """\
@@ -141,7 +141,8 @@ def rules_section() -> str:
         "",
         "`agentrl validate` and the operator report every problem at once, each with its field",
         "path and a hint; warnings never block. Structural problems (types, ranges, unknown or",
-        "missing fields) come first; these cross-field rules are checked once the types are right:",
+        "missing fields) come first, then these rules (the first three read the document as",
+        "written and run even when a type is wrong; the others need a well-typed spec):",
         "",
     ]
     checks = [*kube_rules.DOCUMENT_RULES, *rules.ALL_RULES]
@@ -152,6 +153,7 @@ def rules_section() -> str:
         "`kubectl apply` refuses a broken spec even without the operator:",
         "",
     ]
+    lines += [f"- `metadata.name`: {message}" for _, message in ROOT_RULES]
     lines += [f"- `spec.{path}`: {message}" for path, _, message in CEL_RULES]
     lines += [
         "",
