@@ -91,3 +91,13 @@ def test_schema_check_catches_a_typo() -> None:
     errors = rayjob_schema_errors(job)
     assert any("rayStartParam" in e for e in errors)
     assert any("backoffLimit" in e for e in errors)
+
+
+def test_vendored_kuberay_crd_is_the_documented_copy() -> None:
+    """tests/data/kuberay holds KubeRay's file verbatim (hash in its README)."""
+    import hashlib
+    from pathlib import Path
+
+    data = Path(__file__).parent.parent / "data" / "kuberay"
+    digest = hashlib.sha256((data / "ray.io_rayjobs.yaml").read_bytes()).hexdigest()
+    assert digest in (data / "README.md").read_text()
