@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 from typing import Any
 
 import aiohttp
@@ -13,7 +14,7 @@ import pytest
 from agentrl.bundle.gateway import GatewayClient, GatewayServer
 from agentrl.bundle.session import SessionError
 
-from .gateway_helpers import N_WORKERS, Cluster, metric, until
+from .gateway_helpers import N_WORKERS, Cluster, metric, settings_for, until
 
 MESSAGES = [{"role": "user", "content": "What is 6*7?"}]
 
@@ -256,3 +257,30 @@ async def test_quiet_by_default(gateway: GatewayServer, caplog: pytest.LogCaptur
     for _ in range(3):
         await chat(handle)
     assert [r for r in caplog.records if r.name.startswith(("agentrl", "aiohttp"))] == []
+
+
+async def test_stop_aborts_what_is_running(cluster: Cluster, checkpoint: Any) -> None:
+    server = GatewayServer(settings_for(cluster, checkpoint), cluster.metrics)
+    await server.start()
+    cluster.set(token_delay_s=0.5)
+    handle = await server.create_session("shutdown", {})
+    call = asyncio.create_task(chat(handle))
+    rid = await inflight_rid(cluster)
+    await server.stop()
+    assert aborted_everywhere(cluster, rid)  # stop() waits for its aborts
+    with pytest.raises(openai.APIError):
+        await call
+
+
+async def test_client_errors_are_session_errors() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nothing listens here once closed
+    client = GatewayClient(f"http://127.0.0.1:{port}", "t")
+    try:
+        with pytest.raises(SessionError, match="admin API"):
+            await client.get_turns("x")
+        with pytest.raises(SessionError, match="admin API"):
+            await client.create_session("x", {})
+    finally:
+        await client.aclose()

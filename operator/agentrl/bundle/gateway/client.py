@@ -6,6 +6,7 @@ gateway, so it opens, reads and closes sessions over HTTP with the admin token.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -34,14 +35,24 @@ class GatewayClient:
             self._http = aiohttp.ClientSession(timeout=self._timeout, headers=self._headers)
         return self._http
 
-    async def _call(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+    async def _call(
+        self, method: str, path: str, body: Any = None, attempts: int = 1
+    ) -> tuple[int, Any]:
+        """One admin call; idempotent ones retry connection failures (a gateway restart or a
+        dropped keep-alive connection must not fail an episode)."""
         data = None if body is None else orjson.dumps(body)
-        try:
-            async with self._session().request(method, self._url + path, data=data) as resp:
-                raw = await resp.read()
-                return resp.status, (orjson.loads(raw) if raw else None)
-        except (aiohttp.ClientError, TimeoutError, orjson.JSONDecodeError) as exc:
-            raise SessionError(f"gateway admin API {method} {path}: {exc!r}") from exc
+        for attempt in range(attempts):
+            try:
+                async with self._session().request(method, self._url + path, data=data) as resp:
+                    raw = await resp.read()
+                    return resp.status, (orjson.loads(raw) if raw else None)
+            except (aiohttp.ClientConnectionError, TimeoutError) as exc:
+                if attempt + 1 >= attempts:
+                    raise SessionError(f"gateway admin API {method} {path}: {exc!r}") from exc
+                await asyncio.sleep(0.2 * 2**attempt)
+            except (aiohttp.ClientError, orjson.JSONDecodeError) as exc:
+                raise SessionError(f"gateway admin API {method} {path}: {exc!r}") from exc
+        raise AssertionError("unreachable")
 
     @staticmethod
     def _fail(what: str, status: int, body: Any) -> SessionError:
@@ -63,7 +74,7 @@ class GatewayClient:
         )
 
     async def get_turns(self, session_id: str) -> Sequence[Turn]:
-        status, body = await self._call("GET", f"/admin/sessions/{session_id}/turns")
+        status, body = await self._call("GET", f"/admin/sessions/{session_id}/turns", attempts=3)
         if status != 200:
             raise self._fail(f"turns of {session_id}", status, body)
         return [
@@ -72,7 +83,7 @@ class GatewayClient:
         ]
 
     async def close_session(self, session_id: str) -> None:
-        status, body = await self._call("DELETE", f"/admin/sessions/{session_id}")
+        status, body = await self._call("DELETE", f"/admin/sessions/{session_id}", attempts=3)
         if status not in (204, 404):  # closing twice, or an id never opened, is fine
             raise self._fail(f"close session {session_id}", status, body)
 

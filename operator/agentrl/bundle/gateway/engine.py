@@ -250,7 +250,10 @@ class EngineClient:
 
     async def _abort_logged(self, rid: str) -> None:
         accepted = await self.abort(rid)
-        log.debug("gateway: aborted %s on %d worker(s)", rid, len(accepted))
+        if accepted:
+            log.debug("gateway: aborted %s on %d worker(s)", rid, len(accepted))
+        else:  # the engine may keep generating for nobody until max_new_tokens
+            log.warning("gateway: abort of %s reached no worker", rid)
 
     async def abort(self, rid: str) -> list[str]:
         """POST /abort_request {rid} to every worker; returns the workers that accepted it."""
