@@ -1,0 +1,91 @@
+"""Run the real helm 3 and helm 4 binaries on the chart (k8s-test-harness Q3).
+
+`hack/setup.sh` installs both under ~/.cache/agentrl/tools; helm's own cache, config and data
+directories point at a throwaway directory so tests never read or write the user's helm state.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "charts" / "agentrl"
+CI_VALUES = sorted((CHART / "ci").glob("*.yaml"))
+TOOLS = Path(os.environ.get("AGENTRL_CACHE", Path.home() / ".cache" / "agentrl")) / "tools"
+HELMS = {"helm3": TOOLS / "helm3" / "helm" / "helm", "helm4": TOOLS / "helm4" / "helm" / "helm"}
+KUBE_VERSION = "1.30.0"
+# Prometheus Operator objects render only where their API is served; tests claim it is.
+MONITORING_API = "monitoring.coreos.com/v1"
+RELEASE = "agentrl"
+NAMESPACE = "agentrl"
+_HOME = Path(tempfile.mkdtemp(prefix="agentrl-helm-home-"))
+
+
+def helm_env() -> dict[str, str]:
+    env = dict(os.environ)
+    for key in ("HELM_CACHE_HOME", "HELM_CONFIG_HOME", "HELM_DATA_HOME"):
+        env[key] = str(_HOME / key.lower())
+    return env
+
+
+def run_helm(helm: str, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    binary = HELMS[helm]
+    if not binary.is_file():
+        raise RuntimeError(f"{binary} is missing: run hack/setup.sh")
+    proc = subprocess.run(
+        [str(binary), *args],
+        capture_output=True,
+        text=True,
+        env=helm_env(),
+        timeout=120,
+        check=False,
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(f"helm {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr}")
+    return proc
+
+
+@functools.lru_cache(maxsize=64)
+def _template(
+    helm: str, values: tuple[str, ...], sets: tuple[str, ...], api: bool, namespace: str
+) -> str:
+    args = ["template", RELEASE, str(CHART), "--namespace", namespace]
+    args += ["--kube-version", KUBE_VERSION]
+    if api:
+        args += ["--api-versions", MONITORING_API]
+    for path in values:
+        args += ["--values", path]
+    for item in sets:
+        args += ["--set", item]
+    return run_helm(helm, *args).stdout
+
+
+def render(
+    helm: str = "helm3",
+    values: Path | None = None,
+    sets: tuple[str, ...] = (),
+    monitoring_api: bool = True,
+    namespace: str = NAMESPACE,
+) -> list[dict[str, Any]]:
+    """`helm template` output as a list of objects (fresh copies; safe to mutate)."""
+    text = _template(helm, (str(values),) if values else (), sets, monitoring_api, namespace)
+    return [doc for doc in yaml.safe_load_all(text) if doc]
+
+
+def find(objs: list[dict[str, Any]], kind: str, name: str | None = None) -> list[dict[str, Any]]:
+    return [
+        o for o in objs if o["kind"] == kind and (name is None or o["metadata"]["name"] == name)
+    ]
+
+
+def one(objs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
+    found = find(objs, kind)
+    assert len(found) == 1, f"expected one {kind}, found {len(found)}"
+    return found[0]
