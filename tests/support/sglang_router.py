@@ -1,12 +1,14 @@
 """A stub of SGLang's router (sgl-model-gateway) in front of stub engines.
 
 Like the Rust router it lists its workers at `GET /workers`, relays `/generate` (JSON or
-SSE, unchanged) to one worker, round-robin, and answers 404 to `/abort_request`, which it
+SSE, unchanged) to one worker (by `X-SMG-Routing-Key` when given, as the consistent-hashing
+policy slime uses, else round-robin), and answers 404 to `/abort_request`, which it
 does not route: a client must abort on every worker itself.
 """
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,8 +68,12 @@ class StubRouter:
 
     async def _relay(self, request: web.Request) -> web.StreamResponse:
         assert self._http is not None
-        worker = self.workers[self._next % len(self.workers)]
-        self._next += 1
+        key = request.headers.get("X-SMG-Routing-Key")
+        if key is not None:  # consistent hashing, as slime configures the router
+            worker = self.workers[zlib.crc32(key.encode()) % len(self.workers)]
+        else:
+            worker = self.workers[self._next % len(self.workers)]
+            self._next += 1
         async with self._http.post(
             worker + "/generate",
             data=await request.read(),

@@ -284,3 +284,21 @@ async def test_client_errors_are_session_errors() -> None:
             await client.create_session("x", {})
     finally:
         await client.aclose()
+
+
+async def test_turns_of_a_session_stay_on_one_worker(
+    gateway: GatewayServer, cluster: Cluster
+) -> None:
+    """The session id is the router's routing key: later turns reuse the prefix cache."""
+    handles = [await gateway.create_session(f"sticky{i}", {}) for i in range(6)]
+    for _ in range(3):
+        await asyncio.gather(*(chat(h) for h in handles))
+    for h in handles:
+        workers = {
+            i
+            for i, e in enumerate(cluster.engines)
+            for r in e.requests
+            if r["rid"].startswith(h.session_id + "-")
+        }
+        assert len(workers) == 1
+    assert len({i for i, e in enumerate(cluster.engines) if e.requests}) > 1  # yet spread out

@@ -12,12 +12,8 @@ import orjson
 import pytest
 from tests.support.sglang_stub import stub_logprob
 
-from agentrl.bundle.gateway.engine import (
-    EngineClient,
-    EngineError,
-    parse_generate_response,
-    worker_urls,
-)
+from agentrl.bundle.gateway.engine import EngineClient
+from agentrl.bundle.gateway.sglang import EngineError, parse_generate_response, worker_urls
 
 from .gateway_helpers import Cluster, until
 

@@ -12,118 +12,28 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
 import orjson
 
+from agentrl.bundle.gateway.sglang import (
+    Completion,
+    EngineError,
+    StreamState,
+    parse_generate_response,
+    worker_urls,
+)
+
 log = logging.getLogger("agentrl.gateway.engine")
+ROUTING_HEADER = "X-SMG-Routing-Key"  # the router's consistent-hashing key (as slime sets it)
 
 
-class EngineError(Exception):
-    """The engine or router failed a call (HTTP error, bad body, unreachable)."""
-
-    def __init__(self, message: str, status: int | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-
-
-@dataclass(frozen=True)
-class Completion:
-    ids: list[int]
-    logprobs: list[float] | None  # None when the engine returned none
-    finish_reason: str  # "stop", "length" or "abort"
-    matched_stop: int | str | None  # the stop token id or string that ended it
-    prompt_tokens: int
-    weight_version: str | None
-
-
-def parse_generate_response(body: Any) -> Completion:
-    """A non-streaming `/generate` body (or the last stream chunk) as a `Completion`."""
-    if not isinstance(body, dict) or not isinstance(body.get("meta_info"), dict):
-        raise EngineError(f"engine returned no meta_info: {str(body)[:200]}")
-    meta = body["meta_info"]
-    finish = meta.get("finish_reason") or {}
-    kind = finish.get("type") if isinstance(finish, dict) else None
-    if kind not in ("stop", "length", "abort"):
-        raise EngineError(f"engine returned an unknown finish_reason: {finish!r}")
-    triples = meta.get("output_token_logprobs")
-    output_ids = body.get("output_ids")
-    if triples is not None:
-        ids = [int(t[1]) for t in triples]
-        logprobs: list[float] | None = [float(t[0]) for t in triples]
-        if output_ids is not None and list(output_ids) != ids:
-            raise EngineError("engine output_ids disagree with output_token_logprobs")
-    else:  # an engine without logprobs, or an abort before prefill
-        ids = [int(i) for i in output_ids or []]
-        logprobs = None if ids else []
-    version = meta.get("weight_version")
-    return Completion(
-        ids=ids,
-        logprobs=logprobs,
-        finish_reason=kind,
-        matched_stop=finish.get("matched") if kind == "stop" else None,
-        prompt_tokens=int(meta.get("prompt_tokens") or 0),
-        weight_version=version if isinstance(version, str) else None,
-    )
-
-
-class StreamState:
-    """Accumulates `/generate` stream chunks, cumulative (SGLang's default) or incremental
-    (`--incremental-streaming-output`), told apart per field by `meta_info.completion_tokens`."""
-
-    def __init__(self) -> None:
-        self.triples: list[Any] = []
-        self.ids: list[int] = []
-        self.last: dict[str, Any] | None = None
-
-    @staticmethod
-    def _merge(have: list[Any], part: list[Any], total: int) -> list[Any]:
-        if len(part) == total:  # cumulative: the chunk repeats everything so far
-            return list(part)
-        if len(have) + len(part) == total:  # incremental: only the new part
-            return have + list(part)
-        raise EngineError(f"engine stream: {len(part)} new items do not add up to {total} tokens")
-
-    def add(self, chunk: Any) -> bool:
-        """Take one chunk; True once the generation finished."""
-        if isinstance(chunk, dict) and "error" in chunk:
-            raise EngineError(f"engine stream error: {chunk['error']}")
-        meta = chunk.get("meta_info") if isinstance(chunk, dict) else None
-        if not isinstance(meta, dict):
-            raise EngineError(f"engine stream chunk without meta_info: {str(chunk)[:200]}")
-        total = int(meta.get("completion_tokens") or 0)
-        if meta.get("output_token_logprobs") is not None:
-            self.triples = self._merge(self.triples, meta["output_token_logprobs"], total)
-        if chunk.get("output_ids") is not None:
-            self.ids = self._merge(self.ids, chunk["output_ids"], total)
-        self.last = chunk
-        return meta.get("finish_reason") is not None
-
-    def token_ids(self) -> list[int]:
-        return [int(t[1]) for t in self.triples] if self.triples else list(self.ids)
-
-    def completion(self) -> Completion:
-        if self.last is None:
-            raise EngineError("engine stream ended without a chunk")
-        meta = {**self.last["meta_info"], "output_token_logprobs": self.triples or None}
-        if not self.triples:
-            meta.pop("output_token_logprobs")
-        return parse_generate_response({"output_ids": self.ids or None, "meta_info": meta})
-
-
-def worker_urls(body: Any) -> list[str]:
-    """Worker URLs from a router's `GET /workers` (or legacy `/list_workers`) reply."""
-    if isinstance(body, dict) and isinstance(body.get("workers"), list):
-        return [
-            str(w["url"]).rstrip("/")
-            for w in body["workers"]
-            if isinstance(w, dict) and w.get("url")
-        ]
-    if isinstance(body, dict) and isinstance(body.get("urls"), list):
-        return [str(u).rstrip("/") for u in body["urls"]]
-    return []
+def _headers(routing_key: str | None) -> dict[str, str]:
+    headers = {"Content-Type": "application/json"}
+    if routing_key is not None:
+        headers[ROUTING_HEADER] = routing_key
+    return headers
 
 
 class EngineClient:
@@ -140,8 +50,11 @@ class EngineClient:
         sampling_params: Mapping[str, Any],
         rid: str,
         timeout_s: float,
+        routing_key: str | None = None,
     ) -> Completion:
-        """One generation; cancelled or timed-out calls are aborted on every worker."""
+        """One generation; cancelled or timed-out calls are aborted on every worker.
+        `routing_key` (the session) keeps a session on one worker under the router's
+        consistent-hashing policy, so each turn reuses the previous turns' prefix cache."""
         payload = orjson.dumps(
             {
                 "rid": rid,
@@ -153,7 +66,7 @@ class EngineClient:
         )
         try:
             async with asyncio.timeout(timeout_s):
-                return await self._post_generate(payload)
+                return await self._post_generate(payload, routing_key)
         except (asyncio.CancelledError, TimeoutError):
             self.abort_in_background(rid)
             raise
@@ -164,7 +77,9 @@ class EngineClient:
         sampling_params: Mapping[str, Any],
         rid: str,
         timeout_s: float,
+        *,
         on_tokens: Callable[[list[int]], Awaitable[None]],
+        routing_key: str | None = None,
     ) -> Completion:
         """Like `generate`, streaming: `on_tokens` sees the ids sampled so far after each chunk."""
         payload = orjson.dumps(
@@ -178,16 +93,19 @@ class EngineClient:
         )
         try:
             async with asyncio.timeout(timeout_s):
-                return await self._post_stream(payload, on_tokens)
+                return await self._post_stream(payload, on_tokens, routing_key)
         except (asyncio.CancelledError, TimeoutError):
             self.abort_in_background(rid)
             raise
 
     async def _post_stream(
-        self, payload: bytes, on_tokens: Callable[[list[int]], Awaitable[None]]
+        self,
+        payload: bytes,
+        on_tokens: Callable[[list[int]], Awaitable[None]],
+        routing_key: str | None,
     ) -> Completion:
         state, buffer = StreamState(), b""
-        headers = {"Content-Type": "application/json"}
+        headers = _headers(routing_key)
         try:
             async with self._http.post(
                 self._router + "/generate", data=payload, headers=headers
@@ -223,8 +141,8 @@ class EngineClient:
             await on_tokens(state.token_ids())
         return False
 
-    async def _post_generate(self, payload: bytes) -> Completion:
-        headers = {"Content-Type": "application/json"}
+    async def _post_generate(self, payload: bytes, routing_key: str | None) -> Completion:
+        headers = _headers(routing_key)
         try:
             async with self._http.post(
                 self._router + "/generate", data=payload, headers=headers

@@ -22,8 +22,8 @@ from aiohttp import web
 from agentrl.bundle.gateway import anthropic_api, openai_api
 from agentrl.bundle.gateway.admin import AdminApi
 from agentrl.bundle.gateway.chat import ApiError, ChatRequest, ModelOutput
-from agentrl.bundle.gateway.engine import EngineError
 from agentrl.bundle.gateway.sessions import Session, SessionClosed, SessionStore, UnknownSession
+from agentrl.bundle.gateway.sglang import EngineError
 from agentrl.bundle.gateway.streaming import LiveStream, stream_turn
 from agentrl.bundle.gateway.turns import OnTokens, TurnRunner
 from agentrl.bundle.metrics import BundleMetrics

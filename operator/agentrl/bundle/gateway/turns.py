@@ -18,9 +18,10 @@ from agentrl.bundle.gateway.chat import (
     merge_sampling,
     output_from_parsed,
 )
-from agentrl.bundle.gateway.engine import Completion, EngineClient
+from agentrl.bundle.gateway.engine import EngineClient
 from agentrl.bundle.gateway.prompt import PromptBuilder, record_turn, reply_fingerprint
 from agentrl.bundle.gateway.sessions import Session
+from agentrl.bundle.gateway.sglang import Completion
 from agentrl.bundle.metrics import BundleMetrics
 from agentrl.bundle.traces import Turn
 
@@ -63,7 +64,9 @@ class TurnRunner:
             rid = f"{session.sid}-{session.n_requests}-{secrets.token_hex(4)}"
             params = self.sampling_params(req, session)
             if on_tokens is None:
-                done = await self.engine.generate(plan.prompt_ids, params, rid, self.timeout_s)
+                done = await self.engine.generate(
+                    plan.prompt_ids, params, rid, self.timeout_s, routing_key=session.sid
+                )
             else:
                 prompt = plan.prompt_ids
 
@@ -71,7 +74,7 @@ class TurnRunner:
                     await on_tokens(prompt, ids)
 
                 done = await self.engine.generate_stream(
-                    prompt, params, rid, self.timeout_s, progress
+                    prompt, params, rid, self.timeout_s, on_tokens=progress, routing_key=session.sid
                 )
             session.turns.append(Turn(plan.prompt_ids, done.ids, done.logprobs, done.finish_reason))
             out = self.parse(done, plan.prompt_ids, req)
