@@ -180,3 +180,20 @@ async def test_a_matched_stop_string_is_cut_from_the_content_not_the_trace(
     (turn,) = await gateway.get_turns("s-stop")
     assert list(turn.completion_ids) == text_ids
     assert reply.choices[0].message.content == "The answer is 42. "
+
+
+async def test_logprobs_are_the_sampled_ones(
+    gateway: GatewayServer, cluster: Cluster, tok: Any
+) -> None:
+    handle = await gateway.create_session("s-lp", {})
+    c = openai.AsyncOpenAI(base_url=handle.base_url, api_key=handle.token, max_retries=0)
+    reply = await c.chat.completions.create(model="m", messages=MESSAGES, logprobs=True)  # type: ignore[arg-type]
+    sampled = cluster.sampled(cluster.all_requests()[0]["rid"])
+    content = reply.choices[0].logprobs.content  # type: ignore[union-attr]
+    assert [(x.token, x.logprob) for x in content] == [
+        (tok.decode([t]), stub_logprob(t, i)) for i, t in enumerate(sampled)
+    ]
+    with pytest.raises(openai.BadRequestError, match="response_format"):
+        await c.chat.completions.create(
+            model="m", messages=MESSAGES, response_format={"type": "json_object"}
+        )  # type: ignore[arg-type]

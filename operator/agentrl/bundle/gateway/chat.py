@@ -43,6 +43,7 @@ class ChatRequest:
     stream: bool
     model: str
     include_usage: bool = False
+    logprobs: bool = False  # OpenAI `logprobs`: return the sampled tokens' logprobs
 
 
 @dataclass
@@ -61,6 +62,7 @@ class ModelOutput:
     matched_stop: int | str | None = None
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    token_logprobs: list[tuple[str, float]] | None = None  # (token text, logprob) if asked
 
 
 def new_id(prefix: str) -> str:

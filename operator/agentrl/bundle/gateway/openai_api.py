@@ -119,6 +119,14 @@ def parse_request(body: Any) -> ChatRequest:
         raise bad_request("messages", "must be a non-empty list")
     if body.get("n") not in (None, 1):
         raise bad_request("n", "only n=1 is supported; send one request per sample")
+    if (body.get("response_format") or {}).get("type", "text") != "text":
+        raise bad_request(
+            "response_format",
+            "structured output is not supported: constrained decoding would change the "
+            "distribution the trainer learns from; ask for JSON in the prompt instead",
+        )
+    if body.get("top_logprobs"):
+        raise bad_request("top_logprobs", "is not supported (the sampled tokens' logprobs are)")
     tools = _tools(body)
     sampling: dict[str, Any] = {}
     max_tokens = positive_int(body, "max_completion_tokens") or positive_int(body, "max_tokens")
@@ -142,6 +150,7 @@ def parse_request(body: Any) -> ChatRequest:
         stream=bool(body.get("stream")),
         model=str(body.get("model") or ""),
         include_usage=bool(isinstance(opts, dict) and opts.get("include_usage")),
+        logprobs=bool(body.get("logprobs")),
     )
 
 
@@ -169,6 +178,16 @@ def _calls(out: ModelOutput) -> list[dict[str, Any]]:
     ]
 
 
+def _logprobs(out: ModelOutput) -> dict[str, Any] | None:
+    if out.token_logprobs is None:
+        return None
+    content = [
+        {"token": t, "logprob": lp, "bytes": list(t.encode()), "top_logprobs": []}
+        for t, lp in out.token_logprobs
+    ]
+    return {"content": content}
+
+
 def finish_reason(out: ModelOutput) -> str:
     return "tool_calls" if out.tool_calls else FINISH.get(out.finish_reason, "stop")
 
@@ -188,7 +207,12 @@ def response(out: ModelOutput, model: str) -> dict[str, Any]:
         "created": int(time.time()),
         "model": model,
         "choices": [
-            {"index": 0, "message": message, "finish_reason": finish_reason(out), "logprobs": None}
+            {
+                "index": 0,
+                "message": message,
+                "finish_reason": finish_reason(out),
+                "logprobs": _logprobs(out),
+            }
         ],
         "usage": _usage(out),
     }
@@ -207,8 +231,10 @@ class StreamWriter:
         }
         self.include_usage = include_usage
 
-    def _frame(self, delta: dict[str, Any], finish: str | None = None) -> bytes:
-        choice = {"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}
+    def _frame(
+        self, delta: dict[str, Any], finish: str | None = None, logprobs: Any = None
+    ) -> bytes:
+        choice = {"index": 0, "delta": delta, "finish_reason": finish, "logprobs": logprobs}
         return b"data: " + orjson.dumps({**self.base, "choices": [choice]}) + b"\n\n"
 
     def begin(self, prompt_tokens: int) -> bytes:
@@ -221,7 +247,7 @@ class StreamWriter:
         frames = [
             self._frame({"tool_calls": [{"index": i, **c}]}) for i, c in enumerate(_calls(out))
         ]
-        frames.append(self._frame({}, finish_reason(out)))
+        frames.append(self._frame({}, finish_reason(out), _logprobs(out)))
         if self.include_usage:
             usage = {**self.base, "choices": [], "usage": _usage(out)}
             frames.append(b"data: " + orjson.dumps(usage) + b"\n\n")

@@ -70,6 +70,7 @@ class GatewayServer:
             self._engine,
             self.metrics,
             s.request_timeout_s,
+            tokenizer=tokenizer,
         )
         frontend = Frontend(
             self.store,

@@ -31,8 +31,14 @@ OnTokens = Callable[[list[int], list[int]], Awaitable[None]]
 
 class TurnRunner:
     def __init__(
-        self, builder: PromptBuilder, engine: EngineClient, metrics: BundleMetrics, timeout_s: float
+        self,
+        builder: PromptBuilder,
+        engine: EngineClient,
+        metrics: BundleMetrics,
+        timeout_s: float,
+        tokenizer: Any = None,  # for the text of each token when an agent asks for logprobs
     ) -> None:
+        self.tokenizer = tokenizer
         self.builder = builder
         self.renderer = builder.renderer
         self.engine = engine
@@ -104,7 +110,15 @@ class TurnRunner:
             matched_stop=done.matched_stop,
             prompt_tokens=len(prompt_ids),
             completion_tokens=len(done.ids),
+            token_logprobs=self.token_logprobs(done) if req.logprobs else None,
         )
+
+    def token_logprobs(self, done: Completion) -> list[tuple[str, float]] | None:
+        if done.logprobs is None or self.tokenizer is None:
+            return None
+        return [
+            (self.tokenizer.decode([t]), lp) for t, lp in zip(done.ids, done.logprobs, strict=True)
+        ]
 
 
 def as_message(out: ModelOutput) -> dict[str, Any]:
