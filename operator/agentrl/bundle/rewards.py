@@ -1,0 +1,162 @@
+"""Episode-level GRPO reward normalisation: slime's `--custom-reward-post-process-path`.
+
+slime's built-in normaliser reshapes the flat reward list by position into rows of
+`n_samples_per_prompt`, which is wrong as soon as one episode yields several samples (an
+agent whose trace breaks into segments). Here samples are grouped by `group_index` (the
+prompt), then by episode, and every episode counts once in its group's mean and std, however
+many segments it produced. The rules and where the knobs come from: docs/traces.md.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Literal
+
+from agentrl.api.runtime import RuntimeConfig
+
+Mode = Literal["grpo", "identity"]
+# slime divides by (std + 1e-6); the same epsilon keeps advantages comparable with it.
+STD_EPSILON = 1e-6
+PADDING_GROUP = -1  # slime's no-op padding samples (up to a multiple of dp size)
+
+
+def post_process_rewards(args: Any, samples: Sequence[Any]) -> tuple[list[float], list[float]]:
+    """`(raw_rewards, rewards)`, flat lists aligned with `samples` (nested lists flattened)."""
+    flat = list(_flatten(samples))
+    raw = [reward_value(args, s) for s in flat]
+    mode, std = normalization_settings(args)
+    if mode == "identity":
+        return raw, list(raw)
+    return raw, normalize_episodes(flat, raw, std=std)
+
+
+def normalize_episodes(samples: Sequence[Any], raw: Sequence[float], *, std: bool) -> list[float]:
+    """Mean-centre (and optionally scale) episode rewards within each group, per sample."""
+    out = list(raw)
+    for members in _episodes_by_group(samples, raw).values():
+        values = [reward for reward, _ in members.values()]
+        mean = math.fsum(values) / len(values)
+        scale = 1.0
+        if std and len(values) > 1:
+            # Sample std (n - 1), as torch.std in slime's own normaliser.
+            var = math.fsum((v - mean) ** 2 for v in values) / (len(values) - 1)
+            scale = 1.0 / (math.sqrt(var) + STD_EPSILON)
+        for reward, positions in members.values():
+            advantage = (reward - mean) * scale
+            for i in positions:
+                out[i] = advantage
+    return out
+
+
+def _episodes_by_group(
+    samples: Sequence[Any], raw: Sequence[float]
+) -> dict[int, dict[object, tuple[float, list[int]]]]:
+    """group_index -> episode key -> (episode reward, sample positions); padding left out."""
+    groups: dict[int, dict[object, tuple[float, list[int]]]] = {}
+    for i, (sample, reward) in enumerate(zip(samples, raw, strict=True)):
+        group = getattr(sample, "group_index", None)
+        if group is None:
+            raise ValueError(
+                f"sample {i} has no group_index: the rollout must set it to the prompt's group "
+                f"({PADDING_GROUP} for padding)"
+            )
+        if group == PADDING_GROUP:
+            continue
+        episodes = groups.setdefault(int(group), {})
+        key = episode_key(sample, i)
+        if key in episodes:
+            first, positions = episodes[key]
+            if reward != first:
+                raise ValueError(
+                    f"sample {i}: episode {key!r} of group {group} carries rewards {first} and "
+                    f"{reward}; every sample of an episode must carry the episode's reward"
+                )
+            positions.append(i)
+        else:
+            episodes[key] = (reward, [i])
+    return groups
+
+
+def episode_key(sample: Any, position: int) -> object:
+    """Which episode a sample belongs to: its `rollout_id`, else its gateway session id.
+
+    slime's contract makes every sample of one episode share `rollout_id`; samples built
+    without one fall back to `session_id` (the Sample field), then `metadata`'s
+    `gateway_session_id` / `session_id`; a sample with none of them is its own episode.
+    """
+    rollout_id = getattr(sample, "rollout_id", None)
+    if rollout_id is not None:
+        return ("rollout", rollout_id)
+    sid = getattr(sample, "session_id", None)
+    metadata = getattr(sample, "metadata", None)
+    if sid is None and isinstance(metadata, Mapping):
+        sid = metadata.get("gateway_session_id") or metadata.get("session_id")
+    return ("session", sid) if sid is not None else ("sample", position)
+
+
+def reward_value(args: Any, sample: Any) -> float:
+    """slime's `Sample.get_reward_value`: the float, or `reward[args.reward_key]`."""
+    reward = getattr(sample, "reward", None)
+    key = getattr(args, "reward_key", None)
+    if isinstance(reward, Mapping):
+        if not key:
+            raise ValueError(
+                f"sample {getattr(sample, 'index', '?')}: reward is a dict "
+                f"({sorted(reward)}); set slime's --reward-key to the entry to train on"
+            )
+        reward = reward.get(key)
+    if isinstance(reward, bool) or not isinstance(reward, int | float):
+        raise TypeError(
+            f"sample {getattr(sample, 'index', '?')} (group {getattr(sample, 'group_index', '?')})"
+            f": reward must be a number, got {reward!r}"
+        )
+    if not math.isfinite(reward):
+        raise ValueError(f"sample {getattr(sample, 'index', '?')}: reward is {reward}")
+    return float(reward)
+
+
+def normalization_settings(args: Any) -> tuple[Mode, bool]:
+    """(mode, divide by std), first found wins:
+
+    1. `args.agentrl_reward_normalization` / `args.agentrl_reward_std` (custom-config keys);
+    2. the RuntimeConfig at `args.agentrl_config_path` (`grpo.rewardNormalization`), which the
+       launcher names in the custom config;
+    3. slime's flags: `rewards_normalization` (False means identity) and
+       `grpo_std_normalization` (the operator renders `--disable-grpo-std-normalization`
+       from the same spec field).
+    slime's `--disable-rewards-normalization` forces identity whatever the spec says.
+    """
+    mode = getattr(args, "agentrl_reward_normalization", None)
+    std = getattr(args, "agentrl_reward_std", None)
+    path = getattr(args, "agentrl_config_path", None)
+    if (mode is None or std is None) and path:
+        spec_mode, spec_std = _spec_settings(str(path))
+        mode = spec_mode if mode is None else mode
+        std = spec_std if std is None else std
+    if getattr(args, "rewards_normalization", True) is False:
+        mode = "identity"
+    if std is None:
+        std = bool(getattr(args, "grpo_std_normalization", False))
+    mode = mode or "grpo"
+    if mode == "grpo":
+        return "grpo", bool(std)
+    if mode == "identity":
+        return "identity", bool(std)
+    raise ValueError(f"agentrl_reward_normalization must be grpo or identity, got {mode!r}")
+
+
+@functools.lru_cache(maxsize=4)
+def _spec_settings(path: str) -> tuple[Mode, bool]:
+    # Read once per process: slime calls the post-process every step with the same args.
+    norm = RuntimeConfig.load(path).spec.grpo.reward_normalization
+    return norm.mode, norm.std
+
+
+def _flatten(samples: Iterable[Any]) -> Iterable[Any]:
+    for s in samples:
+        if isinstance(s, list | tuple):
+            yield from _flatten(s)
+        else:
+            yield s

@@ -1,0 +1,169 @@
+"""Episode-level reward normalisation (slime's --custom-reward-post-process-path)."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from agentrl.api.runtime import RuntimeConfig
+from agentrl.bundle.rewards import (
+    episode_key,
+    normalization_settings,
+    post_process_rewards,
+)
+
+
+@dataclass
+class S:
+    """Duck-typed slime Sample: only the attributes the post-process reads."""
+
+    group_index: int | None
+    rollout_id: int | None
+    reward: Any
+    index: int = 0
+    session_id: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+def args(**kw: Any) -> SimpleNamespace:
+    return SimpleNamespace(
+        **{"agentrl_reward_normalization": "grpo", "agentrl_reward_std": False, **kw}
+    )
+
+
+def episode(group: int, rid: int, reward: float, segments: int = 1) -> list[S]:
+    return [S(group, rid, reward) for _ in range(segments)]
+
+
+def test_an_episode_with_three_segments_weighs_the_same_as_one_with_one() -> None:
+    samples = [*episode(0, 1, 1.0, segments=3), *episode(0, 2, 0.0, segments=1)]
+    raw, rewards = post_process_rewards(args(), samples)
+    assert raw == [1.0, 1.0, 1.0, 0.0]
+    # Episode mean is 0.5 (two episodes); a per-sample mean would be 0.75.
+    assert rewards == [0.5, 0.5, 0.5, -0.5]
+
+
+def test_failed_episodes_count_in_their_group() -> None:
+    samples = [*episode(3, 1, 1.0), *episode(3, 2, 0.0), *episode(3, 3, 0.0), *episode(3, 4, 0.0)]
+    _, rewards = post_process_rewards(args(), samples)
+    assert rewards == [0.75, -0.25, -0.25, -0.25]
+
+
+def test_groups_are_normalised_independently_and_interleaving_does_not_matter() -> None:
+    samples = [S(0, 1, 1.0), S(1, 2, 4.0), S(0, 3, 3.0), S(1, 4, 4.0), S(0, 1, 1.0)]
+    _, rewards = post_process_rewards(args(), samples)
+    assert rewards == [-1.0, 0.0, 1.0, 0.0, -1.0]
+
+
+def test_std_on_divides_by_the_episode_sample_std() -> None:
+    samples = [*episode(0, 1, 1.0, 2), *episode(0, 2, 0.0), *episode(0, 3, 0.0)]
+    _, rewards = post_process_rewards(args(agentrl_reward_std=True), samples)
+    values = [1.0, 0.0, 0.0]
+    std = statistics.stdev(values)
+    mean = statistics.fmean(values)
+    expected = [(v - mean) / (std + 1e-6) for v in (1.0, 1.0, 0.0, 0.0)]
+    assert rewards == pytest.approx(expected)
+
+
+def test_std_on_leaves_a_zero_variance_group_at_zero() -> None:
+    _, rewards = post_process_rewards(
+        args(agentrl_reward_std=True), episode(0, 1, 1.0) + episode(0, 2, 1.0)
+    )
+    assert rewards == [0.0, 0.0]
+    _, single = post_process_rewards(args(agentrl_reward_std=True), episode(0, 1, 1.0, 2))
+    assert single == [0.0, 0.0]
+
+
+def test_identity_returns_raw_rewards() -> None:
+    samples = [*episode(0, 1, 1.0, 2), *episode(0, 2, 0.25)]
+    raw, rewards = post_process_rewards(args(agentrl_reward_normalization="identity"), samples)
+    assert raw == rewards == [1.0, 1.0, 0.25]
+    assert rewards is not raw
+
+
+def test_padding_is_untouched() -> None:
+    samples = [*episode(0, 1, 1.0), S(-1, None, 0.0), *episode(0, 2, 0.0), S(-1, None, 0.5)]
+    _, rewards = post_process_rewards(args(), samples)
+    assert rewards == [0.5, 0.0, -0.5, 0.5]
+
+
+def test_dict_rewards_use_the_reward_key() -> None:
+    samples = [S(0, 1, {"acc": 1.0, "len": 3}), S(0, 2, {"acc": 0.0, "len": 9})]
+    raw, rewards = post_process_rewards(args(reward_key="acc"), samples)
+    assert raw == [1.0, 0.0] and rewards == [0.5, -0.5]
+    with pytest.raises(ValueError, match="--reward-key"):
+        post_process_rewards(args(), samples)
+
+
+def test_nested_groups_are_flattened_in_order() -> None:
+    raw, rewards = post_process_rewards(args(), [[S(0, 1, 1.0)], [S(0, 2, 0.0), S(0, 2, 0.0)]])
+    assert raw == [1.0, 0.0, 0.0] and rewards == [0.5, -0.5, -0.5]
+
+
+def test_episode_falls_back_to_the_session_id_without_rollout_id() -> None:
+    samples = [
+        S(0, None, 1.0, session_id="a"),
+        S(0, None, 1.0, metadata={"gateway_session_id": "a"}),
+        S(0, None, 0.0, metadata={"session_id": "b"}),
+    ]
+    assert episode_key(samples[0], 0) == episode_key(samples[1], 1)
+    _, rewards = post_process_rewards(args(), samples)
+    assert rewards == [0.5, 0.5, -0.5]
+    # Without any id each sample is its own episode.
+    assert episode_key(S(0, None, 1.0), 4) != episode_key(S(0, None, 1.0), 5)
+
+
+@pytest.mark.parametrize(
+    ("samples", "error"),
+    [
+        ([S(0, 1, 1.0), S(0, 1, 0.0)], "carries rewards"),
+        ([S(None, 1, 1.0)], "no group_index"),
+        ([S(0, 1, None)], "must be a number"),
+        ([S(0, 1, math.nan)], "reward is nan"),
+    ],
+)
+def test_bad_samples_fail_loudly(samples: list[S], error: str) -> None:
+    with pytest.raises((ValueError, TypeError), match=error):
+        post_process_rewards(args(), samples)
+
+
+def _write_config(tmp_path: Path, normalization: dict[str, Any]) -> str:
+    config = RuntimeConfig.model_validate(
+        {
+            "experiment": "exp",
+            "namespace": "ns",
+            "bundleVersion": "t",
+            "gatewayUrl": "http://gw",
+            "spec": {
+                "model": {"path": "/m", "type": "qwen2.5-0.5B"},
+                "data": {"train": "/d.jsonl"},
+                "agent": {"http": {"url": "http://agent"}},
+                "grpo": {"numRollouts": 1, "rewardNormalization": normalization},
+            },
+        }
+    )
+    path = tmp_path / f"config-{len(list(tmp_path.iterdir()))}.json"
+    path.write_text(config.to_json(), encoding="utf-8")
+    return str(path)
+
+
+def test_settings_come_from_the_runtime_config_named_in_the_custom_config(tmp_path: Path) -> None:
+    path = _write_config(tmp_path, {"mode": "identity", "std": True})
+    assert normalization_settings(SimpleNamespace(agentrl_config_path=path)) == ("identity", True)
+    # Explicit custom-config keys win over the spec.
+    ns = SimpleNamespace(agentrl_config_path=path, agentrl_reward_normalization="grpo")
+    assert normalization_settings(ns) == ("grpo", True)
+
+
+def test_settings_fall_back_to_slime_flags() -> None:
+    assert normalization_settings(SimpleNamespace()) == ("grpo", False)
+    assert normalization_settings(SimpleNamespace(grpo_std_normalization=True)) == ("grpo", True)
+    assert normalization_settings(SimpleNamespace(rewards_normalization=False))[0] == "identity"
+    with pytest.raises(ValueError, match="grpo or identity"):
+        normalization_settings(SimpleNamespace(agentrl_reward_normalization="rank"))
