@@ -57,8 +57,8 @@ def put(
     text = "True" if value else "False"
     old = next((c for c in conds if c.get("type") == ctype), None)
     new: dict[str, Any] = {"type": ctype, "status": text, "reason": reason, "message": message}
-    if generation is None and old is not None:
-        generation = old.get("observedGeneration")
+    if generation is None:  # the generation whose spec this status reflects
+        generation = status.get("observedGeneration")
     if generation is not None:
         new["observedGeneration"] = generation
     if old is not None and old.get("status") == text and old.get("lastTransitionTime"):

@@ -26,7 +26,7 @@ from agentrl.api.constants import (
 from agentrl.controller import config as config_mod
 from agentrl.controller.kube import Credentials, Kube
 from agentrl.controller.metrics import OperatorMetrics
-from agentrl.controller.reconcile import Controller
+from agentrl.controller.reconcile import Controller, utcnow
 from agentrl.render import collect_bundle_files
 
 FINALIZER = f"{ANNOTATION_PREFIX}/finalizer"
@@ -52,7 +52,8 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     settings.networking.request_timeout = 60
     cfg = memo.get("config") or config_mod.load(os.environ)
     metrics = memo.get("metrics") or OperatorMetrics()
-    memo.controller = Controller(Kube(), cfg, collect_bundle_files(), metrics)
+    clock = memo.get("clock") or utcnow  # tests pass a fake clock for deadlines
+    memo.controller = Controller(Kube(), cfg, collect_bundle_files(), metrics, clock)
     memo.sweeper = asyncio.create_task(_sweep_forever(memo.controller))
 
 

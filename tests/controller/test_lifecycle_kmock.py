@@ -1,0 +1,341 @@
+"""The operator on kmock, after creation: RayJob status, updates, stuck pods, progress."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp.web
+import pytest
+from tests.conftest import minimal_body
+
+from agentrl.api.constants import LABEL_EXPERIMENT, ConditionType
+from agentrl.controller import conditions
+from agentrl.controller.config import OperatorConfig
+
+from .conftest import Api, FakeClock, OperatorRun, wait_for
+from .test_operator_kmock import EXP, NS, RAYJOBS, created, status_of
+
+# (jobDeploymentStatus, jobStatus, expected phase): KubeRay's life of one RayJob, in order,
+# ending in each of the terminal outcomes.
+JOURNEYS = {
+    "succeeds": [
+        ("", "", "Pending"),
+        ("Initializing", "", "Initializing"),
+        ("Running", "PENDING", "Running"),
+        ("Running", "RUNNING", "Running"),
+        ("Complete", "SUCCEEDED", "Succeeded"),
+        ("Running", "RUNNING", "Succeeded"),
+    ],
+    "retries-then-fails": [
+        ("Initializing", "", "Initializing"),
+        ("Running", "RUNNING", "Running"),
+        ("Retrying", "FAILED", "Initializing"),
+        ("Running", "RUNNING", "Running"),
+        ("Failed", "RUNNING", "Failed"),
+        ("Running", "RUNNING", "Failed"),
+    ],
+    "suspends": [
+        ("Initializing", "", "Initializing"),
+        ("Suspending", "", "Suspended"),
+        ("Suspended", "", "Suspended"),
+        ("Initializing", "", "Initializing"),
+        ("Waiting", "", "Initializing"),
+        ("Running", "RUNNING", "Running"),
+        ("Complete", "STOPPED", "Failed"),
+    ],
+    "invalid-for-kuberay": [("ValidationFailed", "", "Failed")],
+}
+
+
+@pytest.mark.parametrize("journey", list(JOURNEYS))
+async def test_phase_follows_job_deployment_status(
+    api: Api, operator: OperatorRun, journey: str
+) -> None:
+    await created(api)
+    for deployment, job, phase in JOURNEYS[journey]:
+        rj_status = {"jobDeploymentStatus": deployment, "jobStatus": job}
+        if deployment == "Retrying":
+            rj_status["failed"] = 1  # type: ignore[assignment]
+        await api.patch(RAYJOBS, NS, "demo", {"status": rj_status}, sub="status")
+        await wait_for(
+            lambda p=phase: status_of(api).get("phase") == p,  # type: ignore[misc]
+            what=f"{journey}: {deployment}/{job} -> {phase}",
+        )
+        if deployment:
+            await wait_for(
+                lambda d=deployment: (
+                    status_of(api)
+                    .get("rayJob", {})  # type: ignore[misc]
+                    .get("jobDeploymentStatus")
+                    == d
+                ),
+                what="mirror",
+            )
+    st = status_of(api)
+    terminal = st["phase"] in ("Succeeded", "Failed")
+    assert terminal
+    assert conditions.is_true(st, st["phase"])
+    assert st.get("completionTime")
+    if journey == "retries-then-fails":
+        assert st["attempts"] == 2
+    reasons = [e["reason"] for e in api.events("demo")]
+    assert reasons[-1] == st["phase"]  # one event per transition, the last one terminal
+    assert len(reasons) == len(set(zip(reasons, range(len(reasons)), strict=True)))
+
+
+async def test_suspend_and_resume_reach_the_rayjob(api: Api, operator: OperatorRun) -> None:
+    await created(api)
+    await api.patch(EXP, NS, "demo", {"spec": {"suspend": True}})
+    await wait_for(
+        lambda: api.get(RAYJOBS, NS, "demo")["spec"]["suspend"] is True,  # type: ignore[index]
+        what="RayJob suspended",
+    )
+    await api.patch(RAYJOBS, NS, "demo", {"status": {"jobDeploymentStatus": "Suspended"}}, "status")
+    await wait_for(lambda: status_of(api).get("phase") == "Suspended", what="phase Suspended")
+    await api.patch(EXP, NS, "demo", {"spec": {"suspend": False}})
+    await wait_for(
+        lambda: api.get(RAYJOBS, NS, "demo")["spec"]["suspend"] is False,  # type: ignore[index]
+        what="RayJob resumed",
+    )
+    await api.patch(RAYJOBS, NS, "demo", {"status": {"jobDeploymentStatus": "Running"}}, "status")
+    st = await wait_for(lambda: status_of(api).get("phase") == "Running" and status_of(api))
+    assert conditions.get(st, ConditionType.SUSPENDED)["status"] == "False"  # type: ignore[index]
+
+
+async def test_lifecycle_updates_do_not_fight_other_controllers(
+    api: Api, operator: OperatorRun
+) -> None:
+    await created(api)
+    # Someone else (the autoscaler, Kueue) owns these fields of the RayJob now.
+    other = {"spec": {"suspend": True, "rayClusterSpec": {"workerGroupSpecs": [{"replicas": 7}]}}}
+    await api.patch(RAYJOBS, NS, "demo", other)
+    await api.patch(
+        EXP,
+        NS,
+        "demo",
+        {
+            "spec": {
+                "activeDeadlineSeconds": 7200,
+                "ttlSecondsAfterFinished": 600,
+                "scheduling": {"queueName": "gpu-team"},
+            }
+        },
+    )
+    job = await wait_for(
+        lambda: (
+            (j := api.get(RAYJOBS, NS, "demo"))
+            and j["spec"].get("activeDeadlineSeconds") == 7200
+            and j
+        )
+    )
+    assert job["spec"]["ttlSecondsAfterFinished"] == 600
+    assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "gpu-team"
+    assert job["spec"]["suspend"] is True  # Kueue's decision stands
+    assert job["spec"]["rayClusterSpec"]["workerGroupSpecs"] == [{"replicas": 7}]
+    st = await wait_for(lambda: status_of(api).get("observedGeneration") == 2 and status_of(api))
+    assert conditions.get(st, ConditionType.IMMUTABLE_FIELD_CHANGED) is None
+
+
+async def test_immutable_change_is_refused(api: Api, operator: OperatorRun) -> None:
+    await created(api)
+    job_before = api.get(RAYJOBS, NS, "demo")
+    config_before = api.get("v1/configmaps", NS, "demo-config")
+    await api.patch(EXP, NS, "demo", {"spec": {"model": {"path": "Qwen/Qwen3-8B"}}})
+    st = await wait_for(
+        lambda: conditions.is_true(s := status_of(api), ConditionType.IMMUTABLE_FIELD_CHANGED) and s
+    )
+    cond = conditions.get(st, ConditionType.IMMUTABLE_FIELD_CHANGED)
+    assert cond is not None and "spec.model" in cond["message"] and cond["observedGeneration"] == 2
+    assert [e["reason"] for e in api.events("demo")] == ["ImmutableFieldChanged"]
+    assert api.get(RAYJOBS, NS, "demo")["spec"] == job_before["spec"]  # type: ignore[index]
+    assert api.get("v1/configmaps", NS, "demo-config")["data"] == config_before["data"]  # type: ignore[index]
+    # Reverting clears the condition.
+    await api.patch(EXP, NS, "demo", {"spec": {"model": {"path": "Qwen/Qwen2.5-0.5B-Instruct"}}})
+    await wait_for(
+        lambda: (
+            conditions.get(status_of(api), ConditionType.IMMUTABLE_FIELD_CHANGED).get("status")
+            == "False"
+        ),
+        what="condition cleared",
+    )
+
+
+def stuck_pod(
+    name: str, waiting: dict[str, Any] | None, unschedulable: bool = False
+) -> dict[str, Any]:
+    status: dict[str, Any] = {"phase": "Pending"}
+    if waiting:
+        status["containerStatuses"] = [{"name": "ray-head", "state": {"waiting": waiting}}]
+    if unschedulable:
+        status["conditions"] = [
+            {
+                "type": "PodScheduled",
+                "status": "False",
+                "reason": "Unschedulable",
+                "message": "0/4 nodes are available: 4 Insufficient nvidia.com/gpu.",
+            }
+        ]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "status": status,
+        "metadata": {"name": name, "namespace": NS, "labels": {LABEL_EXPERIMENT: "demo"}},
+    }
+
+
+@pytest.mark.parametrize(
+    ("waiting", "unschedulable", "reason"),
+    [
+        pytest.param(
+            {"reason": "ImagePullBackOff", "message": "Back-off pulling"},
+            False,
+            "ImagePullBackOff",
+            id="image-pull-backoff",
+        ),
+        pytest.param({"reason": "ErrImagePull"}, False, "ErrImagePull", id="err-image-pull"),
+        pytest.param({"reason": "CrashLoopBackOff"}, False, "CrashLoopBackOff", id="crash-loop"),
+        pytest.param(None, True, "Unschedulable", id="unschedulable"),
+    ],
+)
+async def test_stuck_pods_stall_the_experiment(
+    api: Api,
+    operator: OperatorRun,
+    waiting: dict[str, Any] | None,
+    unschedulable: bool,
+    reason: str,
+) -> None:
+    await created(api)
+    await api.patch(
+        RAYJOBS, NS, "demo", {"status": {"jobDeploymentStatus": "Initializing"}}, "status"
+    )
+    await api.create(stuck_pod("demo-head-abc", waiting, unschedulable))
+    st = await wait_for(
+        lambda: conditions.is_true(s := status_of(api), ConditionType.STALLED) and s
+    )
+    cond = conditions.get(st, ConditionType.STALLED)
+    assert cond is not None and cond["reason"] == reason and "demo-head-abc" in cond["message"]
+    assert [e["reason"] for e in api.events("demo")][-1] == "Stalled"
+    await api.patch(
+        "v1/pods",
+        NS,
+        "demo-head-abc",
+        {
+            "status": {
+                "containerStatuses": [{"name": "ray-head", "state": {"running": {}}}],
+                "conditions": [],
+            }
+        },
+    )
+    await wait_for(
+        lambda: not conditions.is_true(status_of(api), ConditionType.STALLED),
+        what="Stalled cleared",
+    )
+
+
+async def test_startup_deadline_on_a_fake_clock(
+    api: Api, operator: OperatorRun, clock: FakeClock
+) -> None:
+    await created(api, minimal_body(startupDeadlineSeconds=600))
+    await api.patch(
+        RAYJOBS, NS, "demo", {"status": {"jobDeploymentStatus": "Initializing"}}, "status"
+    )
+    await wait_for(lambda: status_of(api).get("phase") == "Initializing")
+    swept = operator.memo.controller.sweeps
+    await wait_for(lambda: operator.memo.controller.sweeps > swept + 2)
+    assert not conditions.is_true(status_of(api), ConditionType.STALLED)
+    clock.advance(601)
+    st = await wait_for(
+        lambda: conditions.is_true(s := status_of(api), ConditionType.STALLED) and s
+    )
+    assert conditions.get(st, ConditionType.STALLED)["reason"] == "StartupDeadlineExceeded"  # type: ignore[index]
+
+
+METRICS_TEMPLATE = """\
+# TYPE agentrl_rollout_step gauge
+agentrl_rollout_step {rollout}
+# TYPE agentrl_batch_reward_mean gauge
+agentrl_batch_reward_mean{{split="train"}} 0.625
+agentrl_batch_reward_mean{{split="gsm8k"}} 0.5
+# TYPE agentrl_episodes_total counter
+agentrl_episodes_total{{split="train",outcome="succeeded"}} {ok}
+agentrl_episodes_total{{split="train",outcome="failed"}} {failed}
+agentrl_episodes_total{{split="gsm8k",outcome="failed"}} 50
+# TYPE agentrl_failed_sessions_total counter
+agentrl_failed_sessions_total{{split="train",reason="timeout"}} {failed}
+"""
+METRICS_TEXT = METRICS_TEMPLATE.format(rollout=12, ok=90, failed=10)
+
+
+class MetricsServer:
+    """A real HTTP server speaking the Prometheus text format, like the head pod's."""
+
+    def __init__(self) -> None:
+        self.text = METRICS_TEXT
+        self.up = True
+        self.hits: list[str] = []
+
+    async def handle(self, request: aiohttp.web.Request) -> aiohttp.web.Response:
+        self.hits.append(request.path)
+        if not self.up:
+            return aiohttp.web.Response(status=503)
+        return aiohttp.web.Response(text=self.text, content_type="text/plain")
+
+
+@pytest.fixture
+async def metrics_server() -> AsyncIterator[tuple[MetricsServer, int]]:
+    server = MetricsServer()
+    app = aiohttp.web.Application()
+    app.router.add_get("/{ns}/{name}/metrics", server.handle)
+    runner = aiohttp.web.AppRunner(app)
+    await runner.setup()
+    site = aiohttp.web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]
+    try:
+        yield server, port
+    finally:
+        await runner.cleanup()
+
+
+@pytest.fixture
+def op_config(metrics_server: tuple[MetricsServer, int]) -> OperatorConfig:
+    url = f"http://127.0.0.1:{metrics_server[1]}/{{namespace}}/{{name}}/metrics"
+    return OperatorConfig(
+        metrics_port=0,
+        liveness_endpoint="",
+        sweep_interval=0.1,
+        scrape_timeout=1.0,
+        metrics_url=url,
+    )
+
+
+async def test_progress_scrape(
+    api: Api, operator: OperatorRun, metrics_server: tuple[MetricsServer, int]
+) -> None:
+    server, _ = metrics_server
+    await created(api)
+    assert server.hits == []  # not Running: nothing to scrape
+    await api.patch(RAYJOBS, NS, "demo", {"status": {"jobDeploymentStatus": "Running"}}, "status")
+    st = await wait_for(lambda: status_of(api).get("progress"), what="progress")
+    assert server.hits[0] == "/rl/demo/metrics"
+    progress = status_of(api)["progress"]
+    assert {k: v for k, v in progress.items() if k != "updatedAt"} == {
+        "rollout": 12,
+        "totalRollouts": 10,
+        "trainReward": 0.625,
+        "evalReward": 0.5,
+        "failedSessionRatio": 0.1,
+    }
+    # Unreachable: progress stays, no writes, no errors, scraping goes on.
+    server.up = False
+    mark, hits = len(api.emu.log), len(server.hits)
+    await wait_for(lambda: len(server.hits) > hits + 3, what="more scrapes")
+    assert status_of(api)["progress"] == st
+    writes = [r for r in api.emu.log[mark:] if r.is_write]
+    assert writes == []
+    # Back with new numbers: the ratio covers only the episodes since the last good scrape.
+    server.text = METRICS_TEMPLATE.format(rollout=13, ok=140, failed=60)
+    server.up = True
+    await wait_for(lambda: status_of(api)["progress"].get("rollout") == 13, what="rollout 13")
+    assert status_of(api)["progress"]["failedSessionRatio"] == 0.5  # 50 of 100 new episodes
