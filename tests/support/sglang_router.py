@@ -26,6 +26,7 @@ class StubRouter:
     """Round-robin router over stub engines: `GET /workers`, relays `/generate`, 404s aborts."""
 
     workers: list[str]
+    drop_fields: frozenset[str] = frozenset()  # like routers that re-serialise a typed request
     url: str = ""
     _runner: web.AppRunner | None = None
     _http: aiohttp.ClientSession | None = None
@@ -74,10 +75,13 @@ class StubRouter:
         else:
             worker = self.workers[self._next % len(self.workers)]
             self._next += 1
+        body = await request.read()
+        if self.drop_fields:
+            body = orjson.dumps(
+                {k: v for k, v in orjson.loads(body).items() if k not in self.drop_fields}
+            )
         async with self._http.post(
-            worker + "/generate",
-            data=await request.read(),
-            headers={"Content-Type": "application/json"},
+            worker + "/generate", data=body, headers={"Content-Type": "application/json"}
         ) as up:
             resp = web.StreamResponse(
                 status=up.status,

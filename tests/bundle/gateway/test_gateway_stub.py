@@ -10,7 +10,7 @@ from typing import Any
 import aiohttp
 import orjson
 import pytest
-from tests.support.sglang_stub import stub_logprob
+from tests.support.sglang_stub import StubRouter, stub_logprob
 
 from agentrl.bundle.gateway.engine import EngineClient
 from agentrl.bundle.gateway.sglang import EngineError, parse_generate_response, worker_urls
@@ -174,3 +174,19 @@ def test_worker_lists_new_and_legacy() -> None:
     ]
     assert worker_urls({"urls": ["http://h:2"]}) == ["http://h:2"]
     assert worker_urls({"nope": 1}) == []
+
+
+async def test_a_router_that_drops_the_rid_is_reported_once(
+    cluster: Cluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    router = StubRouter([e.url for e in cluster.engines], drop_fields=frozenset({"rid"}))
+    await router.start()
+    try:
+        async with aiohttp.ClientSession() as http:
+            client = EngineClient(router.url, http)
+            for i in range(2):
+                await client.generate([1, 2], {"max_new_tokens": 4}, f"mine-{i}", 30)
+    finally:
+        await router.stop()
+    warnings = [r for r in caplog.records if "does not forward `rid`" in r.getMessage()]
+    assert len(warnings) == 1

@@ -43,6 +43,7 @@ class EngineClient:
         self._router = router_url.rstrip("/")
         self._http = http
         self._aborts: set[asyncio.Task[None]] = set()
+        self._rid_warned = False
 
     async def generate(
         self,
@@ -66,7 +67,7 @@ class EngineClient:
         )
         try:
             async with asyncio.timeout(timeout_s):
-                return await self._post_generate(payload, routing_key)
+                return self._check_rid(await self._post_generate(payload, routing_key), rid)
         except (asyncio.CancelledError, TimeoutError):
             self.abort_in_background(rid)
             raise
@@ -93,7 +94,8 @@ class EngineClient:
         )
         try:
             async with asyncio.timeout(timeout_s):
-                return await self._post_stream(payload, on_tokens, routing_key)
+                done = await self._post_stream(payload, on_tokens, routing_key)
+                return self._check_rid(done, rid)
         except (asyncio.CancelledError, TimeoutError):
             self.abort_in_background(rid)
             raise
@@ -159,6 +161,18 @@ class EngineClient:
         except orjson.JSONDecodeError as exc:
             raise EngineError(f"engine /generate returned invalid JSON: {raw[:200]!r}") from exc
         return parse_generate_response(body)
+
+    def _check_rid(self, done: Completion, rid: str) -> Completion:
+        """Aborts go by rid: warn (once) if something between us and the engine dropped it."""
+        if done.rid is not None and done.rid != rid and not self._rid_warned:
+            self._rid_warned = True
+            log.warning(
+                "gateway: the engine ran request %s as %s: the router does not forward `rid`, "
+                "so cancelled requests cannot be aborted by id",
+                rid,
+                done.rid,
+            )
+        return done
 
     def abort_in_background(self, rid: str) -> None:
         """Abort `rid` everywhere without blocking the caller (it may be being cancelled)."""

@@ -28,6 +28,7 @@ class Completion:
     matched_stop: int | str | None  # the stop token id or string that ended it
     prompt_tokens: int
     weight_version: str | None
+    rid: str | None = None  # meta_info.id: the request id the engine ran it under
 
 
 def parse_generate_response(body: Any) -> Completion:
@@ -57,6 +58,7 @@ def parse_generate_response(body: Any) -> Completion:
         matched_stop=finish.get("matched") if kind == "stop" else None,
         prompt_tokens=int(meta.get("prompt_tokens") or 0),
         weight_version=version if isinstance(version, str) else None,
+        rid=str(meta["id"]) if meta.get("id") is not None else None,
     )
 
 
