@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import subprocess
 import tempfile
 from pathlib import Path
@@ -89,3 +90,36 @@ def one(objs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
     found = find(objs, kind)
     assert len(found) == 1, f"expected one {kind}, found {len(found)}"
     return found[0]
+
+
+PROMQL_KEYWORDS = {"and", "or", "unless", "offset", "bool", "inf", "nan", "by", "without"}
+
+
+def metric_names(expr: str) -> set[str]:
+    """The metric names a PromQL expression reads (label matchers, strings, ranges ignored)."""
+    text = re.sub(r'"(?:[^"\\]|\\.)*"', '""', expr)
+    text = re.sub(r"\{[^}]*\}", "", text)
+    text = re.sub(r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", "", text)
+    text = re.sub(r"\[[^\]]*\]", "", text)
+    names = set()
+    for name, call in re.findall(r"([a-zA-Z_:][a-zA-Z0-9_:]*)(\s*\()?", text):
+        if not call and name not in PROMQL_KEYWORDS:
+            names.add(name)
+    return names
+
+
+def exported_series_names() -> set[str]:
+    """Every series name the bundle and the operator export (from their real registries)."""
+    from agentrl.bundle.metrics import BundleMetrics
+    from agentrl.controller.metrics import OperatorMetrics
+
+    suffixes = {
+        "counter": ("_total", "_created"),
+        "gauge": ("",),
+        "histogram": ("_bucket", "_count", "_sum", "_created"),
+    }
+    names: set[str] = set()
+    for registry in (BundleMetrics().registry, OperatorMetrics().registry):
+        for family in registry.collect():
+            names.update(family.name + suffix for suffix in suffixes[family.type])
+    return names
