@@ -122,6 +122,11 @@ class _Chain:
 
     def segment(self, max_response: int | None, stats: MergeStats) -> Segment | None:
         """The training sequence, response clipped to `max_response` (None: unbounded)."""
+        if not self.sampled:
+            # Nothing to learn from; and slime slices the response as
+            # tokens[-response_length:], where a length of 0 would be the whole sequence.
+            stats.dropped_empty += 1
+            return None
         tokens, mask, lps = self.tokens, self.mask, self.logprobs
         truncated = self.turns[-1].finish_reason == "length"
         if max_response is not None and len(tokens) > max_response:
@@ -132,11 +137,6 @@ class _Chain:
             stats.clipped_tokens += len(tokens) - max_response
             tokens, mask, lps = tokens[:max_response], mask[:max_response], lps[:max_response]
             truncated = True
-        if not self.sampled:
-            # Nothing to learn from; and slime slices the response as
-            # tokens[-response_length:], where a length of 0 would be the whole sequence.
-            stats.dropped_empty += 1
-            return None
         return Segment(
             tokens=[*self.prompt, *tokens],
             response_length=len(tokens),

@@ -1,0 +1,165 @@
+"""Table tests: each named pitfall of trace merging, with the exact expected sequences."""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Sequence
+
+import numpy as np
+import pytest
+
+from agentrl.bundle.traces import (
+    DIVERGED_PREFIX,
+    EDITED_COMPLETION,
+    IDENTICAL_PROMPT,
+    REWOUND,
+    Segment,
+    Turn,
+    merge_turns,
+    merge_turns_with_stats,
+)
+
+SYS = [1, 2, 3]
+
+
+def turn(prompt: Sequence[int], completion: Sequence[int], finish: str = "stop") -> Turn:
+    return Turn(prompt, completion, [-0.5] * len(completion), finish)
+
+
+def seg(tokens: list[int], mask: list[int], num_turns: int = 1, truncated: bool = False) -> Segment:
+    lps = [-0.5 if m else 0.0 for m in mask]
+    return Segment(tokens, len(mask), mask, lps, num_turns, truncated)
+
+
+def test_a_chain_keeps_bridges_masked_and_completions_trained() -> None:
+    turns = [turn([*SYS, 10], [11, 12]), turn([*SYS, 10, 11, 12, 20, 21], [22])]
+    assert merge_turns(turns) == [seg([*SYS, 10, 11, 12, 20, 21, 22], [1, 1, 0, 0, 1], 2)]
+
+
+def test_n_samples_siblings_with_one_prompt_are_never_folded() -> None:
+    # Two samples of one prompt, then the second continues: the continuation must not
+    # swallow the first sibling (the mis-merge a chain-tip rule produces).
+    p = [*SYS, 10]
+    turns = [turn(p, [11]), turn(p, [12]), turn([*p, 12, 30], [31])]
+    segments, stats = merge_turns_with_stats(turns)
+    assert segments == [seg([*p, 11], [1]), seg([*p, 12, 30, 31], [1, 0, 1], 2)]
+    assert stats.breaks == {IDENTICAL_PROMPT: 1}
+
+
+def test_a_retry_after_an_empty_completion_is_its_own_segment() -> None:
+    p = [*SYS, 10]
+    turns = [turn(p, [], "abort"), turn(p, [11])]
+    segments, stats = merge_turns_with_stats(turns)
+    assert segments == [seg([*p, 11], [1])]  # the empty one trains nothing and is dropped
+    assert stats.breaks == {IDENTICAL_PROMPT: 1} and stats.dropped_empty == 1
+
+
+def test_retrying_an_earlier_turn_rewinds_into_a_new_segment() -> None:
+    turns = [turn([*SYS, 10], [11]), turn([*SYS, 10, 11, 20], [21]), turn([*SYS, 10], [12])]
+    segments, stats = merge_turns_with_stats(turns)
+    assert [s.tokens for s in segments] == [[*SYS, 10, 11, 20, 21], [*SYS, 10, 12]]
+    assert stats.breaks == {REWOUND: 1}
+
+
+def test_context_surgery_starts_a_new_segment_and_is_counted() -> None:
+    turns = [turn([*SYS, 10], [11]), turn([1, 2, 99, 10, 11, 20], [21])]  # history edited
+    segments, stats = merge_turns_with_stats(turns)
+    assert segments == [seg([*SYS, 10, 11], [1]), seg([1, 2, 99, 10, 11, 20, 21], [1])]
+    assert stats.breaks == {DIVERGED_PREFIX: 1}
+
+
+def test_a_re_tokenised_completion_starts_a_new_segment() -> None:
+    # TITO drift: the sampled [40, 41] comes back re-encoded as [45] in the next prompt.
+    turns = [turn([*SYS, 10], [40, 41]), turn([*SYS, 10, 45, 20], [21])]
+    segments, stats = merge_turns_with_stats(turns)
+    assert [s.tokens for s in segments] == [[*SYS, 10, 40, 41], [*SYS, 10, 45, 20, 21]]
+    assert segments[1].loss_mask == [1]  # the drifted reply is prompt, never trained
+    assert stats.breaks == {EDITED_COMPLETION: 1}
+
+
+@pytest.mark.parametrize("logprobs", [None, [-0.5], [-0.5, -0.5, -0.5]])
+def test_missing_or_misaligned_logprobs_mask_the_turn(logprobs: list[float] | None) -> None:
+    turns = [turn([*SYS, 10], [11]), Turn([*SYS, 10, 11, 20], [21, 22], logprobs, "stop")]
+    segments, stats = merge_turns_with_stats(turns)
+    assert segments == [seg([*SYS, 10, 11, 20, 21, 22], [1, 0, 0, 0], 2)]
+    assert (stats.masked_turns, stats.masked_tokens) == (1, 2)
+
+
+def test_interleaved_sub_agents_sharing_a_system_prompt_stay_apart() -> None:
+    a1, b1 = turn([*SYS, 10], [11]), turn([*SYS, 50], [51])
+    a2, b2 = turn([*SYS, 10, 11, 12], [13]), turn([*SYS, 50, 51, 52], [53])
+    segments, stats = merge_turns_with_stats([a1, b1, b2, a2])
+    assert segments == [
+        seg([*SYS, 10, 11, 12, 13], [1, 0, 1], 2),
+        seg([*SYS, 50, 51, 52, 53], [1, 0, 1], 2),
+    ]
+    assert stats.breaks == {DIVERGED_PREFIX: 1}
+
+
+def test_the_longest_qualifying_segment_wins() -> None:
+    p = [*SYS, 10]
+    # Sibling B sampled A's completion and more; a prompt extending both joins B.
+    turns = [turn(p, [11]), turn(p, [11, 12]), turn([*p, 11, 12, 13], [14])]
+    segments = merge_turns(turns)
+    assert [s.tokens for s in segments] == [[*p, 11], [*p, 11, 12, 13, 14]]
+
+
+def test_the_response_is_clipped_and_the_prompt_kept_whole() -> None:
+    turns = [turn([*SYS, 10], [11, 12]), turn([*SYS, 10, 11, 12, 20], [21, 22])]
+    segments, stats = merge_turns_with_stats(turns, max_response_len=4)
+    assert segments == [seg([*SYS, 10, 11, 12, 20, 21], [1, 1, 0, 1], 2, truncated=True)]
+    assert (stats.clipped_segments, stats.clipped_tokens) == (1, 1)
+
+
+def test_a_prompt_over_the_context_budget_drops_its_segment() -> None:
+    turns = [turn([*SYS, 10], [11, 12]), turn([*SYS, 60, 61, 62, 63], [64])]
+    segments, stats = merge_turns_with_stats(turns, max_context_len=6)
+    assert segments == [seg([*SYS, 10, 11, 12], [1, 1])]
+    assert stats.dropped_over_budget == 1
+    clipped, _ = merge_turns_with_stats(turns, max_context_len=5)
+    assert clipped == [seg([*SYS, 10, 11], [1], truncated=True)]
+
+
+def test_length_finish_on_the_last_turn_marks_truncated() -> None:
+    assert merge_turns([turn(SYS, [4], "length")])[0].truncated
+    stopped = [turn(SYS, [4], "length"), turn([*SYS, 4, 5], [6])]
+    assert not merge_turns(stopped)[0].truncated
+
+
+def test_empty_completions_invent_no_tokens() -> None:
+    turns = [
+        turn([*SYS, 10], [11]),
+        turn([*SYS, 10, 11, 20], []),
+        turn([*SYS, 10, 11, 20, 30], [31]),
+    ]
+    assert merge_turns(turns) == [seg([*SYS, 10, 11, 20, 30, 31], [1, 0, 0, 1], 3)]
+    assert merge_turns([turn(SYS, [])]) == []
+
+
+def test_any_int_sequence_type_gives_plain_lists() -> None:
+    lists = [turn([*SYS, 10], [11]), turn([*SYS, 10, 11, 20], [21])]
+    others = [
+        Turn(tuple(lists[0].prompt_ids), array("i", [11]), np.array([-0.5]), "stop"),
+        Turn(np.array([*SYS, 10, 11, 20], dtype=np.int32), (21,), (-0.5,), "stop"),
+    ]
+    assert merge_turns(others) == merge_turns(lists)
+    out = merge_turns(others)[0]
+    assert all(type(t) is int for t in out.tokens) and all(type(x) is float for x in out.logprobs)
+
+
+def test_inputs_are_not_aliased_or_mutated() -> None:
+    prompt, completion = [*SYS, 10], [11]
+    segments = merge_turns([turn(prompt, completion)])
+    segments[0].tokens.append(0)
+    assert prompt == [*SYS, 10] and completion == [11]
+
+
+@pytest.mark.parametrize("kwargs", [{"max_response_len": 0}, {"max_context_len": -1}])
+def test_budgets_must_be_positive(kwargs: dict[str, int]) -> None:
+    with pytest.raises(ValueError, match="positive"):
+        merge_turns_with_stats([turn(SYS, [4])], **kwargs)
+
+
+def test_no_turns_no_segments() -> None:
+    segments, stats = merge_turns_with_stats([])
+    assert segments == [] and (stats.turns, stats.segments, sum(stats.breaks.values())) == (0, 0, 0)
