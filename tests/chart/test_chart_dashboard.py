@@ -1,0 +1,228 @@
+"""The Grafana dashboard: the panels researchers need, queries promtool parses that read only
+exported metrics, and JSON that type-checks against @grafana/schema with tsc.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from chart_helpers import CHART, TOOLS, exported_series_names, metric_names
+
+DASHBOARD = CHART / "files" / "dashboards" / "agentrl.json"
+NODE_MODULES = TOOLS / "node" / "node_modules"
+# What Grafana substitutes before a query reaches Prometheus ("All" selected).
+GRAFANA_VARS = {"$namespace": ".+", "$experiment": ".+", "$__rate_interval": "1m"}
+# Panel type -> (module under @grafana/schema's exports, option and field-config type names).
+PANEL_TYPES = {
+    "timeseries": "timeseries/panelcfg/x/TimeSeriesPanelCfg_types.gen",
+    "xychart": "xychart/panelcfg/x/XYChartPanelCfg_types.gen",
+    "bargauge": "bargauge/panelcfg/x/BarGaugePanelCfg_types.gen",
+}
+REQUIRED_PANELS = {
+    "Reward vs rollout step: $experiment",
+    "Reward (train, eval)",
+    "Failed sessions by reason",
+    "Connection-pool saturation",
+    "Connection-pool discards",
+    "Sessions in flight",
+    "Gateway latency quantiles",
+    "Generated tokens/s",
+    "Truncated samples",
+    "Trace breaks by reason",
+    "Experiments by phase",
+}
+
+
+def dashboard() -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(DASHBOARD.read_text())
+    return data
+
+
+def panels(dash: dict[str, Any]) -> list[dict[str, Any]]:
+    return [p for p in dash["panels"] if p["type"] != "row"]
+
+
+def queries(dash: dict[str, Any]) -> list[tuple[str, str]]:
+    """(panel title/refId, PromQL with Grafana's variables substituted)."""
+    out = []
+    for panel in panels(dash):
+        for target in panel["targets"]:
+            expr = target["expr"]
+            for var, value in GRAFANA_VARS.items():
+                expr = expr.replace(var, value)
+            assert "$" not in expr, (panel["title"], expr)
+            out.append((f"{panel['title']}/{target['refId']}", expr))
+    return out
+
+
+def test_panels_and_variables() -> None:
+    dash = dashboard()
+    titles = {p["title"] for p in panels(dash)}
+    assert titles >= REQUIRED_PANELS
+    variables = {v["name"]: v for v in dash["templating"]["list"]}
+    assert variables["datasource"]["type"] == "datasource"
+    assert variables["datasource"]["query"] == "prometheus"
+    for name in ("namespace", "experiment"):
+        assert variables[name]["type"] == "query"
+        assert variables[name]["datasource"]["uid"] == "${datasource}"
+    ids = [p["id"] for p in dash["panels"]]
+    assert len(ids) == len(set(ids))
+    for panel in panels(dash):
+        assert panel["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
+        assert panel["description"]
+        pos = panel["gridPos"]
+        assert pos["x"] + pos["w"] <= 24
+        for target in panel["targets"]:
+            if target["expr"].startswith("sum by (phase)") or "reconcile" in target["expr"]:
+                continue  # operator metrics carry the operator's namespace, not an experiment
+            assert 'experiment=~"$experiment"' in target["expr"], panel["title"]
+    reward = next(p for p in panels(dash) if p["type"] == "xychart")
+    assert reward["repeat"] == "experiment"
+    splits = {t["legendFormat"] for t in reward["targets"]}
+    assert splits == {"rollout step", "{{split}} reward"}
+
+
+def test_every_query_parses_with_promtool(tmp_path: Path) -> None:
+    rules = [
+        {"record": f"dashboard:query_{i}", "expr": expr}
+        for i, (_, expr) in enumerate(queries(dashboard()))
+    ]
+    (tmp_path / "queries.yaml").write_text(
+        yaml.safe_dump({"groups": [{"name": "q", "rules": rules}]})
+    )
+    promtool = shutil.which("promtool")
+    assert promtool
+    proc = subprocess.run(
+        [promtool, "check", "rules", "queries.yaml"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"SUCCESS: {len(rules)} rules found" in proc.stdout
+
+
+def test_promtool_rejects_a_broken_query(tmp_path: Path) -> None:
+    bad = {
+        "groups": [{"name": "q", "rules": [{"record": "x:y", "expr": "sum by (le (rate(x[1m]))"}]}]
+    }
+    (tmp_path / "bad.yaml").write_text(yaml.safe_dump(bad))
+    proc = subprocess.run(
+        ["promtool", "check", "rules", "bad.yaml"], cwd=tmp_path, capture_output=True, check=False
+    )
+    assert proc.returncode != 0
+
+
+def test_queries_name_only_exported_metrics() -> None:
+    exported = exported_series_names()
+    used: set[str] = set()
+    for where, expr in queries(dashboard()):
+        names = metric_names(expr)
+        assert names, where
+        assert names <= exported, (where, names - exported)
+        used |= names
+    # Every bundle family shows up somewhere on the dashboard.
+    families = {
+        "agentrl_rollout_step",
+        "agentrl_batch_reward_mean",
+        "agentrl_episode_reward_bucket",
+        "agentrl_episodes_total",
+        "agentrl_failed_sessions_total",
+        "agentrl_sessions_in_flight",
+        "agentrl_connection_pool_size",
+        "agentrl_connection_pool_in_use",
+        "agentrl_connection_pool_discarded_total",
+        "agentrl_gateway_requests_total",
+        "agentrl_gateway_request_seconds_bucket",
+        "agentrl_generated_tokens_total",
+        "agentrl_samples_total",
+        "agentrl_trace_breaks_total",
+        "agentrl_truncated_samples_total",
+        "agentrl_experiments",
+    }
+    assert families <= used, families - used
+
+
+def typescript_check(dash: dict[str, Any]) -> str:
+    """A TypeScript module assigning the dashboard and each panel's options to their types.
+
+    Object literals (not a JSON import) so tsc also rejects unknown keys. Grafana's string
+    enums are compared by value: `Lit<T>` turns them into their string literal types.
+    """
+    lines = [
+        "import type { Dashboard } from '@grafana/schema';",
+        "type Lit<T> = T extends string ? (string extends T ? string : `${T}`)",
+        "  : T extends (infer U)[] ? Lit<U>[]",
+        "  : T extends object ? { [K in keyof T]: Lit<T[K]> } : T;",
+    ]
+    for kind, module in PANEL_TYPES.items():
+        path = f"@grafana/schema/dist/esm/raw/composable/{module}"
+        lines.append(f"import type * as {kind} from '{path}';")
+    lines.append(f"export const dashboard: Lit<Dashboard> = {json.dumps(dash, indent=1)};")
+    for panel in panels(dash):
+        kind, pid = panel["type"], panel["id"]
+        lines.append(
+            f"export const options{pid}: Lit<{kind}.Options> = {json.dumps(panel['options'])};"
+        )
+        custom = panel["fieldConfig"]["defaults"].get("custom")
+        if custom is not None:
+            lines.append(
+                f"export const custom{pid}: Lit<{kind}.FieldConfig> = {json.dumps(custom)};"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def run_tsc(dash: dict[str, Any], workdir: Path) -> subprocess.CompletedProcess[str]:
+    if not (NODE_MODULES / "@grafana" / "schema").is_dir():
+        raise RuntimeError(f"{NODE_MODULES} lacks @grafana/schema: run hack/setup.sh")
+    os.symlink(NODE_MODULES, workdir / "node_modules")
+    (workdir / "check.ts").write_text(typescript_check(dash))
+    config = {
+        "compilerOptions": {
+            "strict": True,
+            "noEmit": True,
+            "module": "esnext",
+            "moduleResolution": "bundler",
+            "target": "es2022",
+            "skipLibCheck": True,
+        },
+        "files": ["check.ts"],
+    }
+    (workdir / "tsconfig.json").write_text(json.dumps(config))
+    tsc = NODE_MODULES / "typescript" / "bin" / "tsc"
+    return subprocess.run(
+        ["node", str(tsc), "-p", "."],
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+def test_dashboard_type_checks_against_grafana_schema(tmp_path: Path) -> None:
+    proc = run_tsc(dashboard(), tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("breakage", ["grid_height_string", "unknown_option", "bad_enum"])
+def test_tsc_rejects_a_broken_dashboard(breakage: str, tmp_path: Path) -> None:
+    dash = dashboard()
+    first = panels(dash)[0 if breakage != "bad_enum" else 1]
+    if breakage == "grid_height_string":
+        first["gridPos"]["h"] = "eight"
+    elif breakage == "unknown_option":
+        first["options"]["legnd"] = {}
+    else:
+        first["options"]["tooltip"]["mode"] = "everything"
+    proc = run_tsc(dash, tmp_path)
+    assert proc.returncode != 0
+    assert "error TS" in proc.stdout
