@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Sequence
+from typing import cast
 
 import numpy as np
 import pytest
@@ -139,8 +140,18 @@ def test_empty_completions_invent_no_tokens() -> None:
 def test_any_int_sequence_type_gives_plain_lists() -> None:
     lists = [turn([*SYS, 10], [11]), turn([*SYS, 10, 11, 20], [21])]
     others = [
-        Turn(tuple(lists[0].prompt_ids), array("i", [11]), np.array([-0.5]), "stop"),
-        Turn(np.array([*SYS, 10, 11, 20], dtype=np.int32), (21,), (-0.5,), "stop"),
+        Turn(
+            tuple(lists[0].prompt_ids),
+            array("i", [11]),
+            cast(Sequence[float], np.array([-0.5])),
+            "stop",
+        ),
+        Turn(
+            cast(Sequence[int], np.array([*SYS, 10, 11, 20], dtype=np.int32)),
+            (21,),
+            (-0.5,),
+            "stop",
+        ),
     ]
     assert merge_turns(others) == merge_turns(lists)
     out = merge_turns(others)[0]

@@ -84,10 +84,10 @@ def test_identical_prompts_never_share_a_segment(ep: Episode) -> None:
     for turn in ep.turns:
         if not (_valid(turn) and turn.completion_ids):
             continue
-        seg = where[turn.completion_ids[0]]
+        home = where[turn.completion_ids[0]]
         others = seen.setdefault(tuple(turn.prompt_ids), set())
-        assert seg not in others
-        others.add(seg)
+        assert home not in others
+        others.add(home)
 
 
 @PROPS
