@@ -154,3 +154,26 @@ def test_delta_tracker_never_takes_back_what_it_sent() -> None:
     t2 = DeltaTracker()
     t2.update("", "Hello there, this is a longer content text")
     assert t2.update("", "Completely different", final=True) == []  # cannot retract: stop
+
+
+@pytest.mark.gateway(stream_keepalive_s=0.05)
+async def test_client_leaving_mid_stream_aborts_on_every_worker(
+    gateway: GatewayServer, cluster: Cluster, tok: Any
+) -> None:
+    cluster.set(responder=scripted(tok, LONG), token_delay_s=0.05)
+    handle = await gateway.create_session("leaver", {"max_new_tokens": 1024})
+    headers = {"Authorization": f"Bearer {handle.token}"}
+    body = {"messages": MESSAGES, "stream": True}
+    async with (
+        aiohttp.ClientSession() as http,
+        http.post(handle.base_url + "/chat/completions", json=body, headers=headers) as r,
+    ):
+        assert r.status == 200
+        await r.content.readany()  # the stream is flowing; now the agent dies
+    rid = cluster.all_requests()[0]["rid"]
+    await until(lambda: all(rid in e.aborted for e in cluster.engines), "abort on every worker")
+    await until(
+        lambda: metric(cluster, "agentrl_gateway_requests_total", api="openai", code="499") == 1,
+        "counted",
+    )
+    assert await gateway.get_turns("leaver") == []

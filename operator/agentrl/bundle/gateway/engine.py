@@ -68,7 +68,9 @@ class EngineClient:
         try:
             async with asyncio.timeout(timeout_s):
                 return self._check_rid(await self._post_generate(payload, routing_key), rid)
-        except (asyncio.CancelledError, TimeoutError):
+        except EngineError:
+            raise  # the engine failed or refused it: nothing left running there
+        except BaseException:  # cancelled, timed out, or the caller failed mid-stream
             self.abort_in_background(rid)
             raise
 
@@ -96,7 +98,9 @@ class EngineClient:
             async with asyncio.timeout(timeout_s):
                 done = await self._post_stream(payload, on_tokens, routing_key)
                 return self._check_rid(done, rid)
-        except (asyncio.CancelledError, TimeoutError):
+        except EngineError:
+            raise  # the engine failed or refused it: nothing left running there
+        except BaseException:  # cancelled, timed out, or the caller failed mid-stream
             self.abort_in_background(rid)
             raise
 

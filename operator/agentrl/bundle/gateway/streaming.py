@@ -61,9 +61,17 @@ class LiveStream:
         self.tracker = DeltaTracker()
         self.lock = asyncio.Lock()
         self.parsed_at = (0, 0.0)  # tokens and time of the last parse
+        self.gone = False  # the client closed the connection
+
+    @property
+    def status(self) -> int:
+        return 499 if self.gone else 200
 
     async def _write(self, data: bytes, prompt_tokens: int = 0) -> None:
+        """Write, starting the response first; a vanished client only sets `gone`."""
         async with self.lock:
+            if self.gone:
+                return
             if self.resp is None:
                 self.resp = web.StreamResponse(
                     headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
@@ -72,9 +80,14 @@ class LiveStream:
             if data is not KEEPALIVE and not self.begun:
                 self.begun = True
                 data = self.writer.begin(prompt_tokens) + data
-            await self.resp.write(data)
+            try:
+                await self.resp.write(data)
+            except ConnectionError:
+                self.gone = True
 
     async def on_tokens(self, prompt_ids: list[int], ids: list[int]) -> None:
+        if self.gone:
+            return
         n, now = len(ids), time.monotonic()
         last_n, last_t = self.parsed_at
         if n - last_n < max(8, last_n // 8) and now - last_t < PARSE_EVERY_S:
@@ -101,14 +114,16 @@ class LiveStream:
         body = b"".join(self.writer.delta(ch, d) for ch, d in deltas) + self.writer.end(out)
         await self._write(body, out.prompt_tokens)
         assert self.resp is not None
-        await self.resp.write_eof()
+        if not self.gone:
+            await self.resp.write_eof()
         return self.resp
 
     async def fail(self, err: ApiError) -> web.StreamResponse:
         if self.resp is None:
             raise err  # nothing sent yet: a plain HTTP error with its status
-        await self.resp.write(self.writer.error(err))
-        await self.resp.write_eof()
+        await self._write(self.writer.error(err))
+        if not self.gone:
+            await self.resp.write_eof()
         return self.resp
 
 
@@ -119,10 +134,15 @@ async def stream_turn(
     try:
         while not (await asyncio.wait({turn}, timeout=keepalive_s))[0]:
             await live.keepalive()
+            if live.gone:  # nobody to answer: stop generating (finally aborts it)
+                assert live.resp is not None
+                return live.resp, 499
         out = turn.result()
     except ApiError as err:
-        return await live.fail(err), err.status
+        resp = await live.fail(err)
+        return resp, 499 if live.gone else err.status
     finally:
         if not turn.done():  # the client left or the session closed: abort the generation
             turn.cancel()
-    return await live.finish(out), 200
+    resp = await live.finish(out)
+    return resp, live.status
