@@ -125,6 +125,7 @@ class EngineClient:
                     buffer += piece
                     *events, buffer = buffer.split(b"\n\n")
                     if await self._take(events, state, on_tokens):
+                        await resp.content.read()  # the trailing [DONE]: keeps the connection
                         return state.completion()
         except aiohttp.ClientError as exc:
             raise EngineError(f"engine /generate stream broke: {exc}") from exc
