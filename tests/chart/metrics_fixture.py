@@ -1,0 +1,81 @@
+"""A process exporting agentrl's real metric registries with a troubled experiment's values.
+
+`python metrics_fixture.py` builds `BundleMetrics` (what the Ray head pod serves) and
+`OperatorMetrics`, sets every family (both splits), serves each on 127.0.0.1 on a free port,
+prints `bundle=<port> operator=<port>` and keeps counters and histograms moving so rates are
+non-zero. The values trip every alert on purpose: the test proves each expression evaluates.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+from types import FrameType
+
+from prometheus_client import start_http_server
+
+from agentrl.bundle.metrics import BundleMetrics
+from agentrl.bundle.traces import BREAK_REASONS
+from agentrl.controller.metrics import OperatorMetrics
+
+TICK_SECONDS = 0.25
+
+
+def set_gauges(bundle: BundleMetrics, operator: OperatorMetrics) -> None:
+    bundle.rollout_step.set(42)  # and it stays there: AgentRLProgressStalled's case
+    bundle.batch_reward_mean.labels("train").set(0.61)
+    bundle.batch_reward_mean.labels("eval").set(0.55)
+    bundle.sessions_in_flight.labels("train").set(48)
+    bundle.sessions_in_flight.labels("eval").set(8)
+    bundle.connection_pool_size.set(64)
+    bundle.connection_pool_in_use.set(61)  # 95%: saturated
+    operator.set_phases(["Running", "Running", "Failed", "Succeeded"])
+
+
+def tick(bundle: BundleMetrics, operator: OperatorMetrics, n: int) -> None:
+    """One rollout's worth of traffic: 30% of train episodes fail, eval 20%."""
+    for split, ok, failed in (("train", 7, 3), ("eval", 4, 1)):
+        bundle.episodes.labels(split, "succeeded").inc(ok)
+        bundle.episodes.labels(split, "failed").inc(failed)
+        bundle.failed_sessions.labels(split, "timeout").inc(failed - 1)
+        bundle.failed_sessions.labels(split, "agent_error").inc(1)
+        for i in range(ok + failed):
+            bundle.episode_reward.labels(split).observe(0.0 if i < failed else (i % 10) / 10)
+    bundle.connection_pool_discarded.inc()
+    for api, seconds in (("openai", (0.04, 0.3, 1.2, 7.5)), ("anthropic", (0.08, 0.9, 3.0))):
+        for s in seconds:
+            bundle.gateway_request_seconds.labels(api).observe(s)
+        bundle.gateway_requests.labels(api, "200").inc(len(seconds))
+    bundle.gateway_requests.labels("openai", "500").inc()
+    bundle.generated_tokens.inc(5120)
+    bundle.samples.inc(12)
+    bundle.truncated_samples.inc(1)
+    bundle.trace_breaks.labels(BREAK_REASONS[n % len(BREAK_REASONS)]).inc()
+    operator.reconcile_total.labels("ok").inc()
+    operator.reconcile_seconds.observe(0.02 + (n % 5) / 100)
+
+
+def main() -> int:
+    bundle, operator = BundleMetrics(), OperatorMetrics()
+    set_gauges(bundle, operator)
+    bundle_server, _ = start_http_server(0, addr="127.0.0.1", registry=bundle.registry)
+    operator_server, _ = start_http_server(0, addr="127.0.0.1", registry=operator.registry)
+    print(f"bundle={bundle_server.server_port} operator={operator_server.server_port}", flush=True)
+    stop = threading.Event()
+
+    def on_term(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_term)
+    n = 0
+    while not stop.wait(TICK_SECONDS):
+        tick(bundle, operator, n)
+        n += 1
+    bundle_server.shutdown()
+    operator_server.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,203 @@
+"""A real Prometheus (Debian 2.42) scrapes agentrl's real metric registries and loads the
+chart's rules; every dashboard query and every alert expression must return data.
+
+No timing assertions: the waits are upper bounds for scrapes to accumulate (1 s interval).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from chart_helpers import one, render
+from test_chart_dashboard import dashboard, queries
+
+FIXTURE = Path(__file__).parent / "metrics_fixture.py"
+WAIT_SECONDS = 90.0  # upper bound for enough scrapes; a healthy run needs a few seconds
+
+
+@dataclass
+class Prom:
+    url: str
+
+    def get(self, path: str, **params: str) -> Any:
+        query = urllib.parse.urlencode(params)
+        with urllib.request.urlopen(f"{self.url}{path}?{query}", timeout=10) as resp:
+            body = json.load(resp)
+        assert body["status"] == "success", body
+        return body["data"]
+
+    def query(self, expr: str) -> list[Any]:
+        data = self.get("/api/v1/query", query=expr)
+        assert data["resultType"] == "vector", (expr, data["resultType"])
+        result: list[Any] = data["result"]
+        return result
+
+    def wait_for(self, expr: str, deadline: float) -> list[Any]:
+        while True:
+            result = self.query(expr)
+            if result or time.monotonic() > deadline:
+                return result
+            time.sleep(0.5)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def stop(proc: subprocess.Popen[Any]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=5)
+
+
+@pytest.fixture(scope="module")
+def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prom]:
+    binary = shutil.which("prometheus")
+    assert binary, "prometheus missing: run hack/setup.sh (Debian prometheus)"
+    workdir = tmp_path_factory.mktemp("prometheus")
+    fixture = subprocess.Popen(
+        [sys.executable, str(FIXTURE)], stdout=subprocess.PIPE, text=True, env=dict(os.environ)
+    )
+    try:
+        assert fixture.stdout is not None
+        ports = dict(item.split("=") for item in fixture.stdout.readline().split())
+        (workdir / "rules.yaml").write_text(yaml.safe_dump(one(render(), "PrometheusRule")["spec"]))
+        config = {
+            "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+            "rule_files": ["rules.yaml"],
+            "scrape_configs": [
+                {  # what the PodMonitor's relabelling yields for a head pod
+                    "job_name": "agentrl-experiments",
+                    "static_configs": [
+                        {
+                            "targets": [f"127.0.0.1:{ports['bundle']}"],
+                            "labels": {"namespace": "rl", "experiment": "demo"},
+                        }
+                    ],
+                },
+                {  # the operator as the chart's ServiceMonitor names it (job = Service name)
+                    "job_name": "agentrl",
+                    "static_configs": [
+                        {
+                            "targets": [f"127.0.0.1:{ports['operator']}"],
+                            "labels": {"namespace": "agentrl"},
+                        }
+                    ],
+                },
+            ],
+        }
+        (workdir / "prometheus.yml").write_text(yaml.safe_dump(config))
+        port = free_port()
+        server = subprocess.Popen(
+            [
+                binary,
+                f"--config.file={workdir / 'prometheus.yml'}",
+                f"--storage.tsdb.path={workdir / 'data'}",
+                f"--web.listen-address=127.0.0.1:{port}",
+                "--log.level=warn",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=(workdir / "prometheus.log").open("w"),
+        )
+        try:
+            prom = Prom(f"http://127.0.0.1:{port}")
+            deadline = time.monotonic() + WAIT_SECONDS
+            while True:
+                try:
+                    urllib.request.urlopen(f"{prom.url}/-/ready", timeout=2).close()
+                    break
+                except OSError:
+                    assert server.poll() is None, (workdir / "prometheus.log").read_text()
+                    assert time.monotonic() < deadline, "prometheus never became ready"
+                    time.sleep(0.3)
+            yield prom
+        finally:
+            stop(server)
+    finally:
+        stop(fixture)
+
+
+def test_both_targets_are_scraped(prometheus: Prom) -> None:
+    deadline = time.monotonic() + WAIT_SECONDS
+    up = prometheus.wait_for("up == 1", deadline)
+    while len(up) < 2 and time.monotonic() < deadline:
+        time.sleep(0.5)
+        up = prometheus.query("up == 1")
+    assert {r["metric"]["job"] for r in up} == {"agentrl-experiments", "agentrl"}
+
+
+def test_every_dashboard_query_returns_data(prometheus: Prom) -> None:
+    deadline = time.monotonic() + WAIT_SECONDS
+    empty = [
+        where for where, expr in queries(dashboard()) if not prometheus.wait_for(expr, deadline)
+    ]
+    assert empty == []
+
+
+def test_every_split_reaches_the_reward_panels(prometheus: Prom) -> None:
+    deadline = time.monotonic() + WAIT_SECONDS
+    result = prometheus.wait_for("max by (split) (agentrl_batch_reward_mean)", deadline)
+    assert {r["metric"]["split"] for r in result} == {"train", "eval"}
+
+
+def test_every_alert_expression_returns_data(prometheus: Prom) -> None:
+    deadline = time.monotonic() + WAIT_SECONDS
+    rules = [r for g in one(render(), "PrometheusRule")["spec"]["groups"] for r in g["rules"]]
+    results = {}
+    for rule in rules:
+        if rule["alert"] == "AgentRLOperatorDown":
+            continue  # below: the operator *is* scraped here
+        results[rule["alert"]] = prometheus.wait_for(rule["expr"], deadline)
+    assert {name for name, result in results.items() if not result} == set()
+    ratio = results["AgentRLFailedSessionRatioHigh"]
+    assert {r["metric"]["split"] for r in ratio} == {"train"}  # eval fails 20%: not above
+    assert all(r["metric"]["experiment"] == "demo" for r in ratio)
+
+
+def test_operator_down_fires_only_for_an_operator_that_is_not_scraped(prometheus: Prom) -> None:
+    def down_expr(namespace: str) -> str:
+        rule = one(render(namespace=namespace), "PrometheusRule")["spec"]["groups"][1]["rules"][1]
+        assert rule["alert"] == "AgentRLOperatorDown"
+        expr: str = rule["expr"]
+        return expr
+
+    deadline = time.monotonic() + WAIT_SECONDS
+    assert prometheus.wait_for(down_expr("elsewhere"), deadline)
+    prometheus.wait_for('up{job="agentrl"} == 1', deadline)
+    assert prometheus.query(down_expr("agentrl")) == []
+
+
+def test_prometheus_loads_the_rules_and_fires_experiment_failed(prometheus: Prom) -> None:
+    groups = prometheus.get("/api/v1/rules")["groups"]
+    names = {r["name"] for g in groups for r in g["rules"]}
+    assert len(names) == 6
+    deadline = time.monotonic() + WAIT_SECONDS
+    while True:
+        alerts = prometheus.get("/api/v1/alerts")["alerts"]
+        firing = {a["labels"]["alertname"] for a in alerts if a["state"] == "firing"}
+        if "AgentRLExperimentFailed" in firing or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert "AgentRLExperimentFailed" in firing  # no `for`: fires on the first evaluation
+    rules = [r for g in prometheus.get("/api/v1/rules")["groups"] for r in g["rules"]]
+    assert all(r["health"] == "ok" for r in rules), [r for r in rules if r["health"] != "ok"]
