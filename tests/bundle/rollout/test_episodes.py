@@ -7,13 +7,15 @@ test depends on how fast this machine is.
 from __future__ import annotations
 
 import asyncio
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
+from agentrl.bundle.rewards import post_process_rewards
 from agentrl.bundle.rollout.batch import RolloutContext, batch_stats, group_samples, run_groups
 from agentrl.bundle.rollout.episode import EpisodeInput, EpisodeSpec
-from agentrl.bundle.rollout.types import Status
+from agentrl.bundle.rollout.types import Status, slime_types, to_sample
 
 from .doubles import FakeGateway, StubAgent
 
@@ -58,6 +60,8 @@ async def test_successful_episodes_become_trainable_samples_sharing_a_rollout_id
     assert fan.samples[0].rollout_id != sample.rollout_id
     assert [s.status for s in fan.samples] == [Status.COMPLETED, Status.TRUNCATED]
     assert all(s.group_index == 0 for g in group_samples(outcomes) for s in g)
+    breaks = ctx.recorder.take().counters
+    assert breaks[("trace_breaks", ("identical_prompt",))] == 1  # the fan-out's second chain
     # Every session was closed, and ids are unguessable and distinct.
     assert sorted(gateway.closed) == sorted(gateway.created) and not gateway.open
     assert len(set(gateway.created)) == 2 and all(len(s) >= 43 for s in gateway.created)
@@ -174,3 +178,26 @@ def test_an_interrupted_call_returns_only_after_the_batch_cleaned_up() -> None:
         assert sorted(gateway.closed) == sorted(gateway.created)
     finally:
         thread.close()
+
+
+@pytest.mark.looptime
+async def test_rewards_post_process_weighs_each_episode_once_in_its_group() -> None:
+    """What slime does next: --custom-reward-post-process-path on the flattened samples."""
+    ctx, _, _ = context()
+    groups = inputs(
+        [
+            [{"behavior": "fanout", "reward": 1.0}, {"behavior": "ok", "reward": 0.0}],
+            [{"behavior": "ok", "reward": 0.5}, {"behavior": "error"}],
+        ]
+    )
+    outcomes = await run_groups(ctx, groups, SPEC, "train")
+    types = slime_types(prefer_plain=True)
+    flat = [to_sample(s, types) for g in group_samples(outcomes) for s in g]
+    args = SimpleNamespace(agentrl_reward_normalization="grpo", agentrl_reward_std=False)
+
+    raw, rewards = post_process_rewards(args, flat)
+
+    assert raw == [1.0, 1.0, 0.0, 0.5, 0.0]
+    # Group 0: episodes 1.0 (two sequences) and 0.0 -> mean 0.5, not the per-sample 2/3.
+    # Group 1: 0.5 and the failed episode's 0.0 -> mean 0.25.
+    assert rewards == pytest.approx([0.5, 0.5, -0.5, 0.25, -0.25])

@@ -145,6 +145,7 @@ def test_train_output_groups_episodes_by_prompt_with_one_rollout_id_each(
     ids = {s.rollout_id for g in out.samples for s in g}
     assert len(ids) == 4  # one per episode = rollout_batch_size x n_samples_per_prompt
     assert out.metrics["agentrl/episodes"] == 4 and out.metrics["agentrl/failed_episodes"] == 0
+    assert out.metrics["agentrl/masked_turns"] == 0 == out.metrics["agentrl/dropped_over_budget"]
     for s in (s for g in out.samples for s in g):
         assert s.tokens[-s.response_length :] and len(s.loss_mask) == s.response_length
 
@@ -166,6 +167,7 @@ def test_metrics_reach_the_hub_and_pass_promtool(rig: Rig, tmp_path: Path) -> No
     assert 'agentrl_episodes_total{outcome="succeeded",split="train"} 4.0' in text
     assert 'agentrl_failed_sessions_total{reason="agent_error",split="eval"} 2.0' in text
     assert "agentrl_rollout_step 4.0" in text
+    assert 'agentrl_trace_breaks_total{reason="identical_prompt"} 4.0' in text  # 2 train + 2 eval
     assert 'agentrl_sessions_in_flight{split="eval"} 0.0' in text
     assert "agentrl_connection_pool_size 4.0" in text
     assert "agentrl_samples_total 6.0" in text  # train sequences only, eval not counted

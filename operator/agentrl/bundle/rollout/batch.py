@@ -51,6 +51,7 @@ async def _one(
     ctx.recorder.episode_finished(
         split, outcome.failure, outcome.reward, len(outcome.samples), truncated
     )
+    ctx.recorder.merged(outcome.merge)
     if outcome.failure:
         log.warning(
             "%s episode failed: session=%s reason=%s: %s",
@@ -79,6 +80,9 @@ class BatchStats:
     failed: int
     sequences: int
     reward_mean: float
+    masked_turns: int = 0  # turns without usable logprobs: kept, never trained
+    dropped_over_budget: int = 0  # sequences whose prompt alone exceeded the budget
+    clipped_segments: int = 0  # responses cut to maxResponseLength
 
     def summary(self, kind: str, rollout_id: int) -> str:
         return (
@@ -91,12 +95,16 @@ def batch_stats(outcomes: Sequence[Sequence[EpisodeOutcome]]) -> BatchStats:
     flat = [o for g in outcomes for o in g]
     failed = sum(o.failure is not None for o in flat)
     rewards = [o.reward for o in flat]
+    merges = [o.merge for o in flat if o.merge is not None]
     return BatchStats(
         episodes=len(flat),
         succeeded=len(flat) - failed,
         failed=failed,
         sequences=sum(len(o.samples) for o in flat),
         reward_mean=sum(rewards) / len(rewards) if rewards else 0.0,
+        masked_turns=sum(m.masked_turns for m in merges),
+        dropped_over_budget=sum(m.dropped_over_budget for m in merges),
+        clipped_segments=sum(m.clipped_segments for m in merges),
     )
 
 

@@ -50,6 +50,10 @@ async def train_batch(
         "agentrl/failed_ratio": stats.failed / stats.episodes if stats.episodes else 0.0,
         "agentrl/sequences": stats.sequences,
         "agentrl/episode_reward_mean": stats.reward_mean,
+        # Counted by merge_turns: never silently trained on, never silently lost.
+        "agentrl/masked_turns": stats.masked_turns,
+        "agentrl/dropped_over_budget": stats.dropped_over_budget,
+        "agentrl/clipped_sequences": stats.clipped_segments,
     }
     return types.train_output(samples=samples, metrics=metrics)
 

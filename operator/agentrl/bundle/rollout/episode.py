@@ -18,7 +18,7 @@ from typing import Any
 from agentrl.bundle.agents.base import AgentBackend, AgentError, AgentRequest
 from agentrl.bundle.rollout.types import SampleFields, Status
 from agentrl.bundle.session import GatewaySessions, SessionError
-from agentrl.bundle.traces import Segment, merge_turns
+from agentrl.bundle.traces import MergeStats, Segment, merge_turns_with_stats
 
 log = logging.getLogger("agentrl.rollout")
 
@@ -62,6 +62,7 @@ class EpisodeOutcome:
     failure: str | None  # None = succeeded
     message: str = ""
     error: BaseException | None = None  # an unexpected error, logged with its traceback
+    merge: MergeStats | None = None  # what merging the turns counted (breaks, masking...)
 
 
 def new_session_id() -> str:
@@ -157,7 +158,7 @@ async def run_episode(
     sid = new_session_id()
     try:
         async with asyncio.timeout(spec.timeout_s):
-            reward, segments = await _play(inp, spec, sid, sessions, backend)
+            reward, segments, stats = await _play(inp, spec, sid, sessions, backend)
     except TimeoutError:
         return _failed(inp, sid, rollout_id, TIMEOUT, f"no result within {spec.timeout_s:g}s")
     except AgentError as exc:
@@ -165,19 +166,22 @@ async def run_episode(
     except SessionError as exc:
         return _failed(inp, sid, rollout_id, GATEWAY_ERROR, str(exc))
     except _EpisodeFailure as exc:
-        return _failed(inp, sid, rollout_id, exc.reason, str(exc))
+        outcome = _failed(inp, sid, rollout_id, exc.reason, str(exc))
+        outcome.merge = exc.stats
+        return outcome
     except Exception as exc:  # a bug must not take the batch down; it is counted and logged
         outcome = _failed(inp, sid, rollout_id, INTERNAL, repr(exc)[:300])
         outcome.error = exc
         return outcome
     samples = segment_samples(inp, segments, sid, reward, rollout_id)
-    return EpisodeOutcome(session_id=sid, samples=samples, reward=reward, failure=None)
+    return EpisodeOutcome(sid, samples, reward, failure=None, merge=stats)
 
 
 class _EpisodeFailure(Exception):
-    def __init__(self, reason: str, message: str) -> None:
+    def __init__(self, reason: str, message: str, stats: MergeStats | None = None) -> None:
         super().__init__(message)
         self.reason = reason
+        self.stats = stats
 
 
 async def _play(
@@ -186,7 +190,7 @@ async def _play(
     sid: str,
     sessions: GatewaySessions,
     backend: AgentBackend,
-) -> tuple[float, list[Segment]]:
+) -> tuple[float, list[Segment], MergeStats]:
     try:
         handle = await sessions.create_session(sid, spec.sampling_params)
         payload = build_payload(inp, sid, handle.base_url, handle.token, spec)
@@ -197,10 +201,11 @@ async def _play(
         await asyncio.shield(_close(sessions, sid))
     if not turns:
         raise _EpisodeFailure(NO_TURNS, "the agent finished without calling the model")
-    segments = merge_turns(turns, spec.max_response_len)
+    segments, stats = merge_turns_with_stats(turns, spec.max_response_len)
     if not segments:
-        raise _EpisodeFailure(EMPTY_MERGE, f"{len(turns)} turn(s) merged into no sample")
-    return result.reward, segments
+        msg = f"{len(turns)} turn(s) merged into no sample (prompt over budget or nothing sampled)"
+        raise _EpisodeFailure(EMPTY_MERGE, msg, stats)
+    return result.reward, segments, stats
 
 
 async def _close(sessions: GatewaySessions, sid: str) -> None:

@@ -14,6 +14,7 @@ from collections import defaultdict
 
 from agentrl.bundle.agents.base import PoolStats
 from agentrl.bundle.hub import Key, MetricsDelta, apply_delta
+from agentrl.bundle.traces import MergeStats
 
 __all__ = ["MetricsDelta", "Recorder", "apply_delta"]
 
@@ -47,6 +48,12 @@ class Recorder:
             self._inc("samples", value=samples)
             if truncated:
                 self._inc("truncated_samples", value=truncated)
+
+    def merged(self, stats: MergeStats | None) -> None:
+        """Why turns started new sequences (`agentrl_trace_breaks_total{reason}`)."""
+        if stats is not None:
+            for reason, n in stats.breaks.items():
+                self._inc("trace_breaks", (reason,), n)
 
     def batch_finished(self, split: str, rollout_id: int, reward_mean: float) -> None:
         self._gauges[("batch_reward_mean", (split,))] = reward_mean
