@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from agentrl.bundle.gateway.prompt import (
     Chain,
@@ -11,6 +16,7 @@ from agentrl.bundle.gateway.prompt import (
     record_turn,
     reply_fingerprint,
 )
+from agentrl.bundle.gateway.token_view import TokenView
 
 SYSTEM = {"role": "system", "content": "You are a helpful assistant."}
 USER = {"role": "user", "content": "Weather in Paris?"}
@@ -143,3 +149,75 @@ def test_a_new_user_query_with_thinking_on_is_rerendered(renderer: Any, tok: Any
     plan = builder.build(chains, follow, None)
     assert plan.break_reason == "bridge_refused"
     assert plan.prompt_ids == renderer.render_ids(follow, add_generation_prompt=True)
+
+
+def test_token_view_is_a_read_only_int_sequence() -> None:
+    ids = [5, 6, 7, 8]
+    v = TokenView(ids, 3)
+    ids.append(9)  # the shared list grows; the view does not
+    assert len(v) == 3 and list(v) == [5, 6, 7] and v == [5, 6, 7] and v == (5, 6, 7)
+    assert v != [5, 6, 7, 8]
+    assert v != [5, 6, 8]
+    assert (
+        v[0] == 5
+        and v[-1] == 7
+        and v[1:] == [6, 7]
+        and v[::-1] == [7, 6, 5]
+        and v[:10] == [5, 6, 7]
+    )
+    with pytest.raises(IndexError):
+        v[3]
+    with pytest.raises(ValueError, match="length"):
+        TokenView(ids, 6)
+
+
+def test_turns_of_a_conversation_share_one_growing_list(renderer: Any, tok: Any) -> None:
+    builder, chains = PromptBuilder(renderer, cumulative=True), []
+    msgs: list[Any] = [SYSTEM, USER]
+    views = []
+    for i in range(4):
+        plan = builder.build(chains, msgs, None)
+        views.append(
+            record_turn(
+                chains,
+                plan,
+                sample(tok, f"Call {i}."),
+                reply_fingerprint({"content": f"Call {i}."}),
+            )
+        )
+        msgs = [*msgs, {"role": "assistant", "content": f"Call {i}."}, TOOL]
+    assert len({id(v._ids) for v in views}) == 1  # one list, not one per turn
+    for a, b in itertools.pairwise(views):
+        assert b[: len(a)] == list(a)  # each prompt extends the previous one
+
+
+def test_a_retried_turn_bridges_from_the_same_tip(renderer: Any, tok: Any) -> None:
+    builder, chains = PromptBuilder(renderer, cumulative=True), []
+    turn(builder, chains, [SYSTEM, USER], "Sunny.", tok)
+    second = [SYSTEM, USER, {"role": "assistant", "content": "Sunny."}, TOOL]
+    first_try = builder.build(chains, second, None)
+    record_turn(chains, first_try, sample(tok, "Done."), reply_fingerprint({"content": "Done."}))
+    retry = builder.build(chains, second, None)  # the agent resends turn two
+    assert retry.break_reason is None and retry.prompt_ids == first_try.prompt_ids
+    view = record_turn(
+        chains, retry, sample(tok, "Again."), reply_fingerprint({"content": "Again."})
+    )
+    assert view == first_try.prompt_ids  # a fork gets its own list, with the same prompt
+
+
+@given(
+    ids=st.lists(st.integers(0, 10**6), max_size=30),
+    extra=st.lists(st.integers(0, 10**6), max_size=5),
+    start=st.integers(-40, 40) | st.none(),
+    stop=st.integers(-40, 40) | st.none(),
+    step=st.sampled_from([None, 1, 2, 3, -1, -2]),
+)
+def test_token_view_slices_like_a_list(
+    ids: list[int], extra: list[int], start: int | None, stop: int | None, step: int | None
+) -> None:
+    shared = [*ids, *extra]  # the view sees only its prefix of a longer shared list
+    view = TokenView(shared, len(ids))
+    assert view[start:stop:step] == ids[start:stop:step]
+    assert view == ids and list(reversed(view)) == ids[::-1]
+    for i in range(-len(ids), len(ids)):
+        assert view[i] == ids[i]

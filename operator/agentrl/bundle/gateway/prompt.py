@@ -19,6 +19,8 @@ from typing import Any
 
 import orjson
 
+from agentrl.bundle.gateway.token_view import TokenView
+
 MAX_CHAINS = 32  # conversations remembered per session (sub-agents, forks)
 
 
@@ -43,13 +45,26 @@ def reply_fingerprint(message: Mapping[str, Any]) -> bytes:
 
 @dataclass
 class Chain:
-    """One conversation's tip: the messages it was asked with and the exact ids of its last turn."""
+    """A conversation tip: the messages a turn was asked with and the exact ids it saw and
+    sampled, `history[:prompt_len]` and `history[prompt_len:end]`. Tips of one conversation
+    share `history`, a list that is only ever appended to."""
 
     message_fps: list[bytes]
-    prompt_ids: list[int]
-    completion_ids: list[int]
+    history: list[int]
+    prompt_len: int
+    completion_len: int
     tools_fp: bytes
     reply_fp: bytes  # the reply the agent got, to tell siblings with one prompt apart
+
+    @property
+    def end(self) -> int:
+        return self.prompt_len + self.completion_len
+
+    def prompt_ids(self) -> list[int]:
+        return self.history[: self.prompt_len]
+
+    def completion_ids(self) -> list[int]:
+        return self.history[self.prompt_len : self.end]
 
 
 @dataclass(frozen=True)
@@ -127,14 +142,14 @@ class PromptBuilder:
             return PromptPlan(self._full(messages, tools), fps, tools_fp, None, reason)
         extends = chains.index(live[idx])
         chain = live[idx]
-        prev = chain.prompt_ids + chain.completion_ids
+        prev = chain.history[: chain.end]
         if not self.cumulative:
             ids = self._full(messages, tools)
             drift = None if ids[: len(prev)] == prev else "retokenize_drift"
             return PromptPlan(ids, fps, tools_fp, extends, drift)
         new = messages[len(chain.message_fps) + 1 :]
         bridged = self.renderer.bridge_to_next_turn(
-            chain.prompt_ids, chain.completion_ids, new, tools=tools or None
+            chain.prompt_ids(), chain.completion_ids(), new, tools=tools or None
         )
         if bridged is None:
             return PromptPlan(self._full(messages, tools), fps, tools_fp, extends, "bridge_refused")
@@ -155,18 +170,26 @@ class PromptBuilder:
 
 def record_turn(
     chains: list[Chain], plan: PromptPlan, completion_ids: list[int], reply_fp: bytes
-) -> None:
-    """Advance the chain the turn extended (or start a new one), keeping at most MAX_CHAINS."""
+) -> TokenView:
+    """Add the turn as a new tip (earlier tips stay, so a retried turn bridges the same way)
+    and return its prompt as a view on the conversation's shared history."""
+    prompt = plan.prompt_ids
+    base = chains[plan.extends] if plan.extends is not None else None
+    if base is not None and len(base.history) == base.end and prompt[: base.end] == base.history:
+        history = base.history  # the usual case: append to the conversation's list
+        history.extend(prompt[base.end :])
+    else:  # a new conversation, a drifted render, or a fork off an older tip
+        history = list(prompt)
+    view = TokenView(history, len(prompt))
+    history.extend(completion_ids)
     chain = Chain(
-        list(plan.message_fps), list(plan.prompt_ids), list(completion_ids), plan.tools_fp, reply_fp
+        list(plan.message_fps), history, len(prompt), len(completion_ids), plan.tools_fp, reply_fp
     )
-    if plan.extends is not None and plan.extends < len(chains):
-        chains[plan.extends] = chain
-        return
     for i, c in enumerate(chains):  # an exact repeat (same prompt, same reply): one tip suffices
         if (c.message_fps, c.tools_fp, c.reply_fp) == (chain.message_fps, chain.tools_fp, reply_fp):
             chains[i] = chain
-            return
+            return view
     chains.append(chain)
     if len(chains) > MAX_CHAINS:
         del chains[0]
+    return view

@@ -68,23 +68,11 @@ class TurnRunner:
                 self.metrics.trace_breaks.labels(plan.break_reason).inc()
             session.n_requests += 1
             rid = f"{session.sid}-{session.n_requests}-{secrets.token_hex(4)}"
-            params = self.sampling_params(req, session)
-            if on_tokens is None:
-                done = await self.engine.generate(
-                    plan.prompt_ids, params, rid, self.timeout_s, routing_key=session.sid
-                )
-            else:
-                prompt = plan.prompt_ids
-
-                async def progress(ids: list[int]) -> None:
-                    await on_tokens(prompt, ids)
-
-                done = await self.engine.generate_stream(
-                    prompt, params, rid, self.timeout_s, on_tokens=progress, routing_key=session.sid
-                )
-            session.turns.append(Turn(plan.prompt_ids, done.ids, done.logprobs, done.finish_reason))
+            done = await self._generate(session, req, plan.prompt_ids, rid, on_tokens)
             out = self.parse(done, plan.prompt_ids, req)
-            record_turn(session.chains, plan, done.ids, reply_fingerprint(as_message(out)))
+            reply = reply_fingerprint(as_message(out))
+            seen = record_turn(session.chains, plan, done.ids, reply)
+            session.turns.append(Turn(seen, done.ids, done.logprobs, done.finish_reason))
         self.metrics.generated_tokens.inc(len(done.ids))
         if done.finish_reason == "abort":
             raise ApiError(
@@ -93,6 +81,27 @@ class TurnRunner:
                 kind="api_error",
             )
         return out
+
+    async def _generate(
+        self,
+        session: Session,
+        req: ChatRequest,
+        prompt: list[int],
+        rid: str,
+        on_tokens: OnTokens | None,
+    ) -> Completion:
+        params = self.sampling_params(req, session)
+        if on_tokens is None:
+            return await self.engine.generate(
+                prompt, params, rid, self.timeout_s, routing_key=session.sid
+            )
+
+        async def progress(ids: list[int]) -> None:
+            await on_tokens(prompt, ids)
+
+        return await self.engine.generate_stream(
+            prompt, params, rid, self.timeout_s, on_tokens=progress, routing_key=session.sid
+        )
 
     def parse(self, done: Completion, prompt_ids: list[int], req: ChatRequest) -> ModelOutput:
         parsed = self.renderer.parse_response(
