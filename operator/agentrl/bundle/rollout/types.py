@@ -115,7 +115,7 @@ def to_sample(fields: SampleFields, types: SlimeTypes) -> Any:
         reward=fields.reward,
         loss_mask=fields.loss_mask,
         rollout_log_probs=fields.rollout_log_probs,
-        status=types.status(fields.status.value),
+        status=types.status[fields.status.name],  # by name: Enum(value) is slow
         metadata=fields.metadata,
     )
     # `rollout_id` and `session_id` joined slime's Sample in later releases; attributes
