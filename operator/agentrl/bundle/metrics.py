@@ -84,7 +84,9 @@ class BundleMetrics:
             registry=r,
         )
         self.generated_tokens = Counter(
-            PREFIX + "generated_tokens", "Completion tokens sampled through the gateway.", registry=r
+            PREFIX + "generated_tokens",
+            "Completion tokens sampled through the gateway.",
+            registry=r,
         )
         self.samples = Counter(
             PREFIX + "samples", "Training samples (sequences) handed to slime.", registry=r
