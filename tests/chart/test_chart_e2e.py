@@ -1,0 +1,140 @@
+"""`helm install` into a real kube-apiserver (tests/support/kube.py), then `kubectl auth can-i`
+as the operator's ServiceAccount: it can do what the operator needs and nothing else.
+
+The harness has no controller-manager, so the Deployment never gets pods; what is under test is
+that the chart installs on a real API server and that its RBAC is exactly right.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from chart_helpers import CHART, HELMS, helm_env
+from test_chart_rbac import CLUSTER, NAMESPACED
+
+from support.kube import KubeHarness, kube_harness
+
+__all__ = ["kube_harness"]
+pytestmark = pytest.mark.e2e
+
+VERBS = ("get", "list", "watch", "create", "update", "patch", "delete", "deletecollection")
+# Things the operator must never touch (beyond verbs missing from its rules).
+FORBIDDEN = (
+    ("get", "secrets"),
+    ("list", "secrets"),
+    ("watch", "secrets"),
+    ("create", "pods/exec"),
+    ("create", "pods"),
+    ("delete", "pods"),
+    ("get", "pods/log"),
+    ("delete", "rlexperiments.agentrl.io"),
+    ("create", "rlexperiments.agentrl.io"),
+    ("create", "deployments.apps"),
+    ("create", "rolebindings.rbac.authorization.k8s.io"),
+    ("create", "serviceaccounts/token"),
+    ("update", "customresourcedefinitions.apiextensions.k8s.io"),
+    ("list", "nodes"),
+    ("*", "*"),
+)
+
+
+def helm(kube: KubeHarness, version: str, *args: str) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(
+        [str(HELMS[version]), "--kubeconfig", str(kube.kubeconfig), *args],
+        capture_output=True,
+        text=True,
+        env=helm_env(),
+        timeout=180,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    return proc
+
+
+def can_i(kube: KubeHarness, sa: str, verb: str, resource: str, namespace: str | None) -> bool:
+    """`kubectl auth can-i` impersonating `sa`; `resource` may name a subresource (`x/status`)."""
+    name, _, sub = resource.partition("/")  # kubectl reads `x/y` as object y, hence the flag
+    scope = ["-n", namespace] if namespace else ["--all-namespaces"]
+    extra = [f"--subresource={sub}"] if sub else []
+    proc = kube.kubectl("auth", "can-i", verb, name, *extra, *scope, f"--as={sa}", check=False)
+    answer = proc.stdout.strip()
+    assert answer in ("yes", "no"), proc.stderr
+    return answer == "yes"
+
+
+def resource_name(group: str, resource: str) -> str:
+    name, _, sub = resource.partition("/")
+    full = f"{name}.{group}" if group else name
+    return f"{full}/{sub}" if sub else full
+
+
+@pytest.fixture(scope="module")
+def installed(kube_harness: KubeHarness) -> Iterator[KubeHarness]:
+    """Two releases: cluster-wide with helm 3, one watching team-a only with helm 4."""
+    kube = kube_harness
+    for ns in ("team-a", "team-b", "rl"):
+        kube.ensure_namespace(ns)
+    # The harness already installed the CRD (made 1.20-compatible); the chart must not own it.
+    common = ["--set", "crds.install=false"]
+    out = helm(kube, "helm3", "install", "agentrl", str(CHART), "-n", "agentrl",
+               "--create-namespace", *common)  # fmt: skip
+    # No Prometheus Operator on this API server: monitors skipped, and NOTES say so.
+    assert "monitoring.coreos.com/v1 is not served" in out.stdout
+    helm(kube, "helm4", "install", "scoped", str(CHART), "-n", "scoped", "--create-namespace",
+         "--set", "watchNamespaces={team-a}", "--set", "monitoring.dashboard.enabled=false",
+         *common)  # fmt: skip
+    yield kube
+    helm(kube, "helm3", "uninstall", "agentrl", "-n", "agentrl")
+    helm(kube, "helm4", "uninstall", "scoped", "-n", "scoped")
+
+
+def test_release_objects_exist(installed: KubeHarness) -> None:
+    kube = installed
+    assert kube.kubectl_json("get", "deployment", "agentrl", "-n", "agentrl")["spec"]["replicas"]
+    kube.kubectl("get", "serviceaccount", "agentrl", "-n", "agentrl")
+    kube.kubectl("get", "configmap", "agentrl-dashboard", "-n", "agentrl")
+    kube.kubectl("get", "clusterrole", "agentrl")
+    roles = kube.kubectl_json("get", "roles", "-A", "-l", "app.kubernetes.io/instance=scoped")
+    assert [r["metadata"]["namespace"] for r in roles["items"]] == ["team-a"]
+
+
+def test_cluster_wide_account_can_do_exactly_what_the_operator_needs(
+    installed: KubeHarness,
+) -> None:
+    sa = "system:serviceaccount:agentrl:agentrl"
+    for (group, resource), verbs in NAMESPACED.items():
+        name = resource_name(group, resource)
+        for verb in VERBS:
+            assert can_i(installed, sa, verb, name, "rl") == (verb in verbs), (verb, name)
+    for (group, resource), verbs in CLUSTER.items():
+        name = resource_name(group, resource)
+        for verb in VERBS:
+            assert can_i(installed, sa, verb, name, None) == (verb in verbs), (verb, name)
+    for verb, name in FORBIDDEN:
+        assert not can_i(installed, sa, verb, name, "rl"), (verb, name)
+
+
+def test_scoped_account_is_limited_to_its_namespaces(installed: KubeHarness) -> None:
+    sa = "system:serviceaccount:scoped:scoped-agentrl"  # release name + chart name
+    assert can_i(installed, sa, "watch", "rlexperiments.agentrl.io", "team-a")
+    assert can_i(installed, sa, "create", "rayjobs.ray.io", "team-a")
+    assert can_i(installed, sa, "list", "customresourcedefinitions.apiextensions.k8s.io", None)
+    for ns in ("team-b", "rl"):
+        assert not can_i(installed, sa, "list", "rlexperiments.agentrl.io", ns)
+        assert not can_i(installed, sa, "create", "configmaps", ns)
+    assert not can_i(installed, sa, "list", "rlexperiments.agentrl.io", None)  # cluster-wide
+    for verb, name in FORBIDDEN:
+        assert not can_i(installed, sa, verb, name, "team-a"), (verb, name)
+
+
+def test_real_token_of_the_account(installed: KubeHarness) -> None:
+    """The same answers with the account's own token, as the operator pod would present it."""
+    config: Path = installed.service_account_kubeconfig("agentrl", "agentrl")
+    installed.kubectl("get", "rlexperiments", "-A", kubeconfig=config)
+    installed.kubectl("create", "configmap", "probe", "-n", "rl", kubeconfig=config)
+    installed.kubectl("delete", "configmap", "probe", "-n", "rl", kubeconfig=config)
+    denied = installed.kubectl("get", "secrets", "-n", "rl", kubeconfig=config, check=False)
+    assert denied.returncode != 0 and "forbidden" in denied.stderr
