@@ -171,42 +171,54 @@ class StubEngine:
         params = body.get("sampling_params") or {}
         wanted = (self.responder or self.default_tokens)(list(prompt), params)
         budget = int(params.get("max_new_tokens") or 128)
-        stops = set(params.get("stop_token_ids") or [])
         abort = self._live[rid] = asyncio.Event()
         out: list[int] = []
-        finish: dict[str, Any] = {"type": "length", "length": budget}
         try:
-            for tid in wanted:
-                if len(out) >= budget:
-                    break
-                if self.token_delay_s:
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(abort.wait(), self.token_delay_s)
-                if abort.is_set():
-                    finish = {
-                        "type": "abort",
-                        "message": "Aborted",
-                        "status_code": None,
-                        "err_type": None,
-                    }
-                    break
-                out.append(tid)
-                if emit is not None:
-                    await emit(self._body(prompt, out, rid, None, body))
-                if tid in stops:
-                    finish = {"type": "stop", "matched": tid}
-                    break
-                matched = self._stop_string(out, params.get("stop"))
-                if matched is not None:
-                    finish = {"type": "stop", "matched": matched}
-                    break
-            else:
-                if len(out) < budget:
-                    finish = {"type": "stop", "matched": None}
+            finish = await self._sample(
+                wanted, budget, params, abort, out, emit=emit, rid=rid, body=body, prompt=prompt
+            )
         finally:
             self._live.pop(rid, None)
         self.sampled[rid] = out
         return self._body(prompt, out, rid, finish, body)
+
+    async def _sample(
+        self,
+        wanted: list[int],
+        budget: int,
+        params: dict[str, Any],
+        abort: asyncio.Event,
+        out: list[int],
+        *,
+        emit: Any,
+        rid: str,
+        body: dict[str, Any],
+        prompt: list[int],
+    ) -> dict[str, Any]:
+        """Append "sampled" ids to `out` one by one; the finish_reason SGLang would report."""
+        stops = set(params.get("stop_token_ids") or [])
+        for tid in wanted[:budget]:
+            if self.token_delay_s:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(abort.wait(), self.token_delay_s)
+            if abort.is_set():
+                return {
+                    "type": "abort",
+                    "message": "Aborted",
+                    "status_code": None,
+                    "err_type": None,
+                }
+            out.append(tid)
+            if emit is not None:
+                await emit(self._body(prompt, out, rid, None, body))
+            if tid in stops:
+                return {"type": "stop", "matched": tid}
+            matched = self._stop_string(out, params.get("stop"))
+            if matched is not None:
+                return {"type": "stop", "matched": matched}
+        if len(wanted) >= budget:
+            return {"type": "length", "length": budget}
+        return {"type": "stop", "matched": None}
 
     def _body(
         self, prompt: list[int], out: list[int], rid: str, finish: Any, req: dict[str, Any]

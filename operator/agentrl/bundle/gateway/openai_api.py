@@ -111,12 +111,8 @@ def _tool_choice(body: Mapping[str, Any], tools: list[dict[str, Any]] | None) ->
     )
 
 
-def parse_request(body: Any) -> ChatRequest:
-    if not isinstance(body, dict):
-        raise bad_request("body", "must be a JSON object")
-    msgs = body.get("messages")
-    if not isinstance(msgs, list) or not msgs:
-        raise bad_request("messages", "must be a non-empty list")
+def _refuse_unsupported(body: Mapping[str, Any]) -> None:
+    """Options we cannot honour exactly are refused, never silently ignored."""
     if body.get("n") not in (None, 1):
         raise bad_request("n", "only n=1 is supported; send one request per sample")
     if (body.get("response_format") or {}).get("type", "text") != "text":
@@ -127,6 +123,15 @@ def parse_request(body: Any) -> ChatRequest:
         )
     if body.get("top_logprobs"):
         raise bad_request("top_logprobs", "is not supported (the sampled tokens' logprobs are)")
+
+
+def parse_request(body: Any) -> ChatRequest:
+    if not isinstance(body, dict):
+        raise bad_request("body", "must be a JSON object")
+    msgs = body.get("messages")
+    if not isinstance(msgs, list) or not msgs:
+        raise bad_request("messages", "must be a non-empty list")
+    _refuse_unsupported(body)
     tools = _tools(body)
     sampling: dict[str, Any] = {}
     max_tokens = positive_int(body, "max_completion_tokens") or positive_int(body, "max_tokens")
