@@ -21,7 +21,7 @@ from agentrl.bundle.traces import Turn
 
 
 class FakeGateway:
-    def __init__(self, fail_create: int = 0) -> None:
+    def __init__(self, fail_create: int = 0, fail_close: bool = False) -> None:
         self.open: dict[str, str] = {}  # sid -> token
         self.turns: dict[str, list[Turn]] = {}
         self.created: list[str] = []
@@ -29,6 +29,7 @@ class FakeGateway:
         self.sampling: dict[str, Mapping[str, Any]] = {}
         self.max_open = 0
         self.fail_create = fail_create
+        self.fail_close = fail_close
 
     async def create_session(
         self, session_id: str, sampling_params: Mapping[str, Any]
@@ -59,6 +60,8 @@ class FakeGateway:
         return list(self.turns[session_id])
 
     async def close_session(self, session_id: str) -> None:
+        if self.fail_close:
+            raise SessionError("gateway unreachable")
         self.open.pop(session_id, None)
         self.closed.append(session_id)
 

@@ -201,3 +201,17 @@ async def test_rewards_post_process_weighs_each_episode_once_in_its_group() -> N
     # Group 0: episodes 1.0 (two sequences) and 0.0 -> mean 0.5, not the per-sample 2/3.
     # Group 1: 0.5 and the failed episode's 0.0 -> mean 0.25.
     assert rewards == pytest.approx([0.5, 0.5, -0.5, 0.25, -0.25])
+
+
+@pytest.mark.looptime
+async def test_close_failures_do_not_fail_episodes_or_flood_the_log(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from agentrl.bundle.rollout import episode
+
+    episode._close_failures[0] = 0
+    ctx, _, _ = context(fail_close=True)
+    outcomes = await run_groups(ctx, inputs([[{"behavior": "ok"}] * 3]), SPEC, "train")
+    assert all(o.failure is None for g in outcomes for o in g)
+    warnings = [r for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1 and "closing the gateway session failed" in warnings[0].getMessage()

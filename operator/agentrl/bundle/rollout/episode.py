@@ -209,11 +209,22 @@ async def _play(
     return result.reward, segments, stats
 
 
+_close_failures = [0]  # process-wide; only the first is a warning (the rest repeat it)
+
+
 async def _close(sessions: GatewaySessions, sid: str) -> None:
     try:
         await sessions.close_session(sid)
-    except Exception as exc:  # closing is best effort; the gateway ages sessions out
-        log.warning("episode %s: closing the gateway session failed: %r", sid, exc)
+    except Exception as exc:  # best effort: the episode's own outcome is already decided
+        _close_failures[0] += 1
+        level = logging.WARNING if _close_failures[0] == 1 else logging.DEBUG
+        log.log(
+            level,
+            "episode %s: closing the gateway session failed: %r "
+            "(further close failures are logged at debug level)",
+            sid,
+            exc,
+        )
 
 
 def _failed(inp: EpisodeInput, sid: str, rollout_id: int, reason: str, msg: str) -> EpisodeOutcome:
