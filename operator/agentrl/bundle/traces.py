@@ -13,6 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentrl.bundle.trace_index import Match, PrefixIndex
+
 
 @dataclass(frozen=True)
 class Turn:
@@ -70,36 +72,23 @@ def _as_list(ids: Sequence[int]) -> list[int]:
 class _Chain:
     """An open segment: its first prompt, the response built so far, and its tip."""
 
-    __slots__ = (
-        "logprobs",
-        "mask",
-        "prompt",
-        "sampled",
-        "tip_completion",
-        "tip_prompt",
-        "tokens",
-        "turns",
-    )  # fmt: skip
+    __slots__ = ("finish", "full_len", "logprobs", "mask", "prompt", "sampled", "tokens", "turns")
 
     def __init__(self, prompt: list[int]) -> None:
         self.prompt = prompt
         self.tokens: list[int] = []
         self.mask: list[int] = []
         self.logprobs: list[float] = []
-        self.tip_prompt = prompt
-        self.tip_completion: list[int] = []
-        self.turns: list[Turn] = []
+        self.full_len = len(prompt)  # tip prompt + tip completion
+        self.turns = 0
         self.sampled = 0  # completion tokens, trainable or not
-
-    @property
-    def full_len(self) -> int:
-        return len(self.tip_prompt) + len(self.tip_completion)
+        self.finish = ""
 
     def append(
         self, turn: Turn, prompt: list[int], completion: list[int], stats: MergeStats
     ) -> None:
         """Bridge (observed, mask 0) then the sampled completion (mask 1 iff logprobs align)."""
-        bridge = prompt[self.full_len :] if self.turns else []
+        bridge = prompt[self.full_len :]  # empty for the first turn
         n = len(completion)
         self.sampled += n
         self.tokens += bridge
@@ -109,16 +98,17 @@ class _Chain:
         lps = turn.logprobs
         if lps is not None and len(lps) == n:
             self.mask += [1] * n
-            self.logprobs.extend(map(float, lps))
+            # JSON gives lists of floats already; anything else (numpy, array) is converted.
+            self.logprobs += lps if type(lps) is list else map(float, lps)
         elif n:
             # Never train on invented logprobs: TIS/off-policy correction would be biased.
             stats.masked_turns += 1
             stats.masked_tokens += n
             self.mask += [0] * n
             self.logprobs += [0.0] * n
-        self.tip_prompt = prompt
-        self.tip_completion = completion
-        self.turns.append(turn)
+        self.full_len = len(prompt) + n
+        self.turns += 1
+        self.finish = turn.finish_reason
 
     def segment(self, max_response: int | None, stats: MergeStats) -> Segment | None:
         """The training sequence, response clipped to `max_response` (None: unbounded)."""
@@ -128,7 +118,7 @@ class _Chain:
             stats.dropped_empty += 1
             return None
         tokens, mask, lps = self.tokens, self.mask, self.logprobs
-        truncated = self.turns[-1].finish_reason == "length"
+        truncated = self.finish == "length"
         if max_response is not None and len(tokens) > max_response:
             if max_response <= 0:
                 stats.dropped_over_budget += 1
@@ -137,37 +127,15 @@ class _Chain:
             stats.clipped_tokens += len(tokens) - max_response
             tokens, mask, lps = tokens[:max_response], mask[:max_response], lps[:max_response]
             truncated = True
+        # The chain is discarded after this: its lists are handed over, not copied.
         return Segment(
-            tokens=[*self.prompt, *tokens],
+            tokens=self.prompt + tokens,
             response_length=len(tokens),
-            loss_mask=list(mask),
-            logprobs=list(lps),
-            num_turns=len(self.turns),
+            loss_mask=mask,
+            logprobs=lps,
+            num_turns=self.turns,
             truncated=truncated,
         )
-
-
-def _extends(chain: _Chain, prompt: list[int]) -> bool:
-    """`prompt` starts with the chain's tip prompt + completion and is longer than the tip."""
-    tp, tc = chain.tip_prompt, chain.tip_completion
-    k, n = len(tp), len(tp) + len(tc)
-    return len(prompt) > k and len(prompt) >= n and prompt[:k] == tp and prompt[k:n] == tc
-
-
-def _break_reason(chains: Sequence[_Chain], prompt: list[int]) -> str:
-    reason = DIVERGED_PREFIX
-    for c in chains:
-        tp, k = c.tip_prompt, len(c.tip_prompt)
-        if prompt == tp:
-            return IDENTICAL_PROMPT
-        head = prompt[:k]
-        if len(prompt) > k and head == tp:
-            reason = EDITED_COMPLETION
-        elif reason == DIVERGED_PREFIX and len(prompt) < c.full_len:
-            full_head = (c.prompt + c.tokens)[: len(prompt)]
-            if full_head == prompt:
-                reason = REWOUND
-    return reason
 
 
 def merge_turns_with_stats(
@@ -184,19 +152,20 @@ def merge_turns_with_stats(
             raise ValueError(f"{name} must be a positive token count or None, got {value}")
     stats = MergeStats(turns=len(turns))
     chains: list[_Chain] = []
+    index = PrefixIndex()
     for turn in turns:
         prompt = _as_list(turn.prompt_ids)
         completion = _as_list(turn.completion_ids)
-        best: _Chain | None = None
-        for c in chains:
-            if (best is None or c.full_len >= best.full_len) and _extends(c, prompt):
-                best = c
-        if best is None:
+        match = index.lookup(prompt)
+        if match.chain >= 0:
+            chain = match.chain
+        else:
             if chains:
-                stats.breaks[_break_reason(chains, prompt)] += 1
-            best = _Chain(prompt)
-            chains.append(best)
-        best.append(turn, prompt, completion, stats)
+                stats.breaks[_break_reason(match)] += 1
+            chain = len(chains)
+            chains.append(_Chain(prompt))
+        chains[chain].append(turn, prompt, completion, stats)
+        index.record(chain, prompt, completion, match)
     segments = []
     for c in chains:
         seg = c.segment(_response_budget(len(c.prompt), max_response_len, max_context_len), stats)
@@ -204,6 +173,13 @@ def merge_turns_with_stats(
             segments.append(seg)
     stats.segments = len(segments)
     return segments, stats
+
+
+def _break_reason(match: Match) -> str:
+    if match.consumed:
+        at_tip = match.child is None and bool(match.node.tips) and match.node.depth == match.pos
+        return IDENTICAL_PROMPT if at_tip else REWOUND
+    return EDITED_COMPLETION if match.passed_tip else DIVERGED_PREFIX
 
 
 def _response_budget(

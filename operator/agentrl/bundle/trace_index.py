@@ -1,0 +1,166 @@
+"""A radix tree over the open segments of one episode, for `traces.merge_turns`.
+
+Finding the segment a new prompt extends is the hot loop of trace merging: prompts grow to
+tens of thousands of tokens and an episode may hold dozens of interleaved chains (sub-agents
+sharing a long system prompt). Comparing each prompt with every chain costs chains x
+prompt length. The tree stores each open chain's full sequence (tip prompt + completion)
+once, shared prefixes once, so a lookup compares every prompt token at most once (one
+C-level list compare per edge) and branches with a dict lookup: cost linear in the prompt,
+flat in the number of chains.
+
+Nodes carry two kinds of marks: `ends` (chains whose full sequence ends there) and `tips`
+(chains whose latest prompt ends there). The marks tell why a prompt extends no chain.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class _Node:
+    __slots__ = ("children", "depth", "ends", "label", "parent", "tips")
+
+    def __init__(self, label: list[int], depth: int, parent: _Node | None) -> None:
+        self.label = label  # tokens on the edge from the parent (owned, never aliased)
+        self.depth = depth  # tokens from the root to the end of `label`
+        self.parent = parent
+        self.children: dict[int, _Node] = {}  # first token of the child's label -> child
+        # Tuples: the empty one is shared, so unmarked nodes cost no extra allocation.
+        self.ends: tuple[int, ...] = ()
+        self.tips: tuple[int, ...] = ()
+
+
+@dataclass(slots=True)
+class Match:
+    """Where a prompt's walk down the tree stopped, and what it found on the way."""
+
+    chain: int  # the chain to extend (longest full sequence that prefixes the prompt), or -1
+    node: _Node  # deepest node fully matched
+    child: _Node | None  # the edge the walk stopped inside, if any
+    offset: int  # tokens of `child.label` matched
+    pos: int  # prompt tokens matched
+    passed_tip: bool  # the prompt strictly extends some chain's latest prompt
+    consumed: bool  # the whole prompt lies on a stored path
+
+
+def _lcp(seq: list[int], start: int, label: list[int]) -> int:
+    """Length of the common prefix of seq[start:] and label: O(len) with C-level compares."""
+    lo, hi = 0, min(len(label), len(seq) - start)
+    while lo < hi:  # [0, lo) matches; the first mismatch, if any, is in [lo, hi]
+        mid = (lo + hi + 1) // 2
+        if seq[start + lo : start + mid] == label[lo:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+class PrefixIndex:
+    """Open chains (by integer id) of one episode, keyed by their full token sequence."""
+
+    def __init__(self) -> None:
+        self.root = _Node([], 0, None)
+        self._end: list[_Node] = []
+        self._tip: list[_Node] = []
+        self.tip_len: list[int] = []
+
+    def lookup(self, prompt: list[int]) -> Match:
+        """The chain `prompt` extends: the longest whose full sequence prefixes it, among
+        those whose latest prompt is shorter (an identical prompt never extends)."""
+        node, pos, n = self.root, 0, len(prompt)
+        best, passed_tip = -1, False
+        while True:
+            for c in reversed(node.ends):  # the most recently extended wins a tie
+                if self.tip_len[c] < n:
+                    best = c
+                    break
+            if node.tips and node.depth < n:
+                passed_tip = True
+            if pos == n:
+                return Match(best, node, None, 0, pos, passed_tip, True)
+            child = node.children.get(prompt[pos])
+            if child is None:
+                return Match(best, node, None, 0, pos, passed_tip, False)
+            label = child.label
+            k = len(label)
+            if prompt[pos : pos + k] == label:
+                node, pos = child, pos + k
+                continue
+            j = _lcp(prompt, pos, label)
+            return Match(best, node, child, j, pos + j, passed_tip, pos + j == n)
+
+    def record(self, chain: int, prompt: list[int], completion: list[int], at: Match) -> None:
+        """`chain`'s tip is now (prompt, completion); `at` is prompt's lookup, just made."""
+        old = (self._end[chain], self._tip[chain]) if chain < len(self._end) else None
+        if old is not None:
+            old[0].ends = tuple(c for c in old[0].ends if c != chain)
+            old[1].tips = tuple(c for c in old[1].tips if c != chain)
+        node = self._split(at.node, at.child, at.offset)
+        if at.pos < len(prompt):
+            tip = self._leaf(node, prompt[at.pos :])
+            end = self._leaf(tip, list(completion)) if completion else tip
+        else:
+            tip = node
+            walk = self._walk(tip, completion)
+            node = self._split(walk.node, walk.child, walk.offset)
+            end = self._leaf(node, completion[walk.pos :]) if walk.pos < len(completion) else node
+        tip.tips += (chain,)
+        end.ends += (chain,)
+        if old is None:
+            self._end.append(end)
+            self._tip.append(tip)
+            self.tip_len.append(len(prompt))
+        else:
+            self._end[chain], self._tip[chain], self.tip_len[chain] = end, tip, len(prompt)
+            self._compact(old[0])
+            if old[1] is not old[0]:
+                self._compact(old[1])
+
+    def _walk(self, node: _Node, seq: list[int]) -> Match:
+        """Follow `seq` down from `node` as far as stored paths go (no marks consulted)."""
+        pos, n = 0, len(seq)
+        while pos < n:
+            child = node.children.get(seq[pos])
+            if child is None:
+                break
+            label = child.label
+            if seq[pos : pos + len(label)] == label:
+                node, pos = child, pos + len(label)
+                continue
+            j = _lcp(seq, pos, label)
+            return Match(-1, node, child, j, pos + j, False, pos + j == n)
+        return Match(-1, node, None, 0, pos, False, pos == n)
+
+    def _split(self, node: _Node, child: _Node | None, offset: int) -> _Node:
+        """A node at `offset` tokens into the edge to `child` (node itself when no edge)."""
+        if child is None or offset == 0:
+            return node
+        label = child.label
+        mid = _Node(label[:offset], node.depth + offset, node)
+        child.label = label[offset:]
+        child.parent = mid
+        mid.children[child.label[0]] = child
+        node.children[label[0]] = mid
+        return mid
+
+    def _leaf(self, node: _Node, tokens: list[int]) -> _Node:
+        """A new edge below `node`; it owns `tokens` (callers pass a fresh list)."""
+        leaf = _Node(tokens, node.depth + len(tokens), node)
+        node.children[tokens[0]] = leaf
+        return leaf
+
+    def _compact(self, node: _Node) -> None:
+        """Fold a node that lost its marks into its only child, keeping paths compressed."""
+        if node.ends or node.tips or node.parent is None or len(node.children) != 1:
+            return
+        (child,) = node.children.values()
+        node.label.extend(child.label)  # grows in place: amortised O(new tokens)
+        node.depth = child.depth
+        node.children = child.children
+        for grandchild in node.children.values():
+            grandchild.parent = node
+        node.ends, node.tips = child.ends, child.tips
+        for c in node.ends:
+            self._end[c] = node
+        for c in node.tips:
+            self._tip[c] = node
