@@ -25,6 +25,10 @@ def main() -> int:
         level=os.environ.get("AGENTRL_LOG_LEVEL", "INFO").upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    if logging.getLogger().level > logging.DEBUG:
+        # kopf logs every handler call at INFO ("Handler 'pod_event' succeeded"): one line per
+        # watch event. Failures are still logged, at WARNING and above.
+        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     try:
         cfg = config_mod.load(os.environ)
     except config_mod.ConfigError as err:

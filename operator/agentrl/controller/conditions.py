@@ -56,7 +56,9 @@ def put(
     conds: list[dict[str, Any]] = [dict(c) for c in status.get("conditions") or ()]
     text = "True" if value else "False"
     old = next((c for c in conds if c.get("type") == ctype), None)
-    new: dict[str, Any] = {"type": ctype, "status": text, "reason": reason, "message": message}
+    new: dict[str, Any] = {"type": ctype, "status": text, "reason": reason}
+    if message:  # optional in our schema; some apiservers (1.20) read "" as null and refuse it
+        new["message"] = message
     if generation is None:  # the generation whose spec this status reflects
         generation = status.get("observedGeneration")
     if generation is not None:
