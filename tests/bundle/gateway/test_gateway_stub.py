@@ -174,6 +174,8 @@ def test_worker_lists_new_and_legacy() -> None:
     ]
     assert worker_urls({"urls": ["http://h:2"]}) == ["http://h:2"]
     assert worker_urls({"nope": 1}) == []
+    dp = {"workers": [{"url": "http://h:1@0"}, {"url": "http://h:1@1"}, {"url": "http://g:2"}]}
+    assert worker_urls(dp) == ["http://h:1", "http://g:2"]  # DP ranks: one engine, one abort
 
 
 async def test_a_router_that_drops_the_rid_is_reported_once(

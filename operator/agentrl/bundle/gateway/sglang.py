@@ -8,6 +8,7 @@ are ignored and everything but `id` and `finish_reason` may be absent.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -107,13 +108,18 @@ class StreamState:
 
 
 def worker_urls(body: Any) -> list[str]:
-    """Worker URLs from a router's `GET /workers` (or legacy `/list_workers`) reply."""
+    """Engine base URLs from a router's `GET /workers` (or legacy `/list_workers`) reply.
+
+    A DP-aware router lists one entry per data-parallel rank as `http://h:p@rank`; the engine
+    is `http://h:p` and one abort there reaches every rank, so the suffix goes and duplicates
+    collapse."""
+    urls: list[Any] = []
     if isinstance(body, dict) and isinstance(body.get("workers"), list):
-        return [
-            str(w["url"]).rstrip("/")
-            for w in body["workers"]
-            if isinstance(w, dict) and w.get("url")
-        ]
-    if isinstance(body, dict) and isinstance(body.get("urls"), list):
-        return [str(u).rstrip("/") for u in body["urls"]]
-    return []
+        urls = [w.get("url") for w in body["workers"] if isinstance(w, dict)]
+    elif isinstance(body, dict) and isinstance(body.get("urls"), list):
+        urls = body["urls"]
+    out: dict[str, None] = {}
+    for url in urls:
+        if isinstance(url, str) and url:
+            out[re.sub(r"@\d+$", "", url.rstrip("/"))] = None
+    return list(out)
