@@ -9,6 +9,7 @@ import openai
 import pytest
 
 from agentrl.bundle.gateway import GatewayServer
+from agentrl.bundle.traces import merge_turns
 
 from .gateway_helpers import TOOL_REPLY, TOOLS, Cluster, metric, scripted
 
@@ -107,3 +108,30 @@ async def test_full_render_mode_detects_retokenization_drift(
         ],
     )
     assert metric(cluster, "agentrl_trace_breaks_total", reason="retokenize_drift") == 1
+
+
+@pytest.mark.gateway(cumulative_token_mode=True)
+async def test_an_agent_loop_merges_into_one_exact_training_sequence(
+    gateway: GatewayServer, cluster: Cluster, tok: Any
+) -> None:
+    """The contract with the rollout: a tool-using episode through the gateway merges into one
+    segment whose trainable tokens are exactly what the engine sampled, with its logprobs."""
+    cluster.set(responder=scripted(tok, TOOL_REPLY))
+    handle = await gateway.create_session("episode", {"max_new_tokens": 256})
+    history: list[Any] = [SYSTEM, {"role": "user", "content": "Weather in Paris?"}]
+    for i in range(4):
+        reply = await ask(handle, history, tools=TOOLS)
+        call = reply.tool_calls[0]
+        history += [echo(reply), {"role": "tool", "tool_call_id": call.id, "content": f"{i}C"}]
+    turns = await gateway.get_turns("episode")
+    (segment,) = merge_turns(turns)
+    assert segment.num_turns == 4
+    assert segment.tokens == list(turns[-1].prompt_ids) + list(turns[-1].completion_ids)
+    response = segment.tokens[-segment.response_length :]
+    trained = [t for t, m in zip(response, segment.loss_mask, strict=True) if m]
+    assert trained == [t for turn in turns for t in turn.completion_ids]
+    sampled_lp = [lp for turn in turns for lp in turn.logprobs or []]
+    assert [
+        lp for lp, m in zip(segment.logprobs, segment.loss_mask, strict=True) if m
+    ] == sampled_lp
+    assert metric(cluster, "agentrl_trace_breaks_total", reason="history_rewrite") == 0
