@@ -8,6 +8,7 @@ checked structurally against what the operator renders into Ray pods.
 from __future__ import annotations
 
 import re
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -170,6 +171,12 @@ def test_operator_settings_reach_the_operator_config() -> None:
     assert cfg.image_pull_secrets == ("pull-secret",)
     assert cfg.extra_labels == {"team": "research"}
     assert cfg.metrics_port == 8080
+
+
+def test_sync_script_check_mode_agrees() -> None:
+    script = ROOT / "hack" / "sync-crd.sh"
+    ok = subprocess.run([str(script), "--check"], capture_output=True, text=True, check=False)
+    assert ok.returncode == 0, ok.stderr
 
 
 def test_crd_equals_the_generated_one_and_is_kept() -> None:
