@@ -272,3 +272,13 @@ def test_dashboard_configmap_carries_the_checked_in_json() -> None:
     assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
     source = json.loads((CHART / "files" / "dashboards" / "agentrl.json").read_text())
     assert json.loads(cm["data"]["agentrl.json"]) == source
+
+
+def test_packaged_chart_renders_the_same(tmp_path: Path) -> None:
+    """`helm package` keeps files/ (CRD copy, dashboard) and drops only what .helmignore says."""
+    run_helm("helm3", "package", str(CHART), "--destination", str(tmp_path))
+    (package,) = tmp_path.glob("agentrl-*.tgz")
+    args = ["template", "agentrl", str(package), "-n", "agentrl", "--api-versions"]
+    packaged = run_helm("helm3", *args, "monitoring.coreos.com/v1").stdout
+    objs = [doc for doc in yaml.safe_load_all(packaged) if doc]
+    assert objs == render()
