@@ -284,8 +284,19 @@ def install_crds(harness: KubeHarness) -> None:
         # client-side validation does not know the x-kubernetes-* extensions of newer releases.
         harness.kubectl("create", "--validate=false", "-f", "-", input=json.dumps(crd))
     for crd in crds:
-        harness.kubectl("wait", "--for=condition=Established", "--timeout=60s",
-                        f"crd/{crd['metadata']['name']}")  # fmt: skip
+        wait_established(harness, crd["metadata"]["name"])
+
+
+def wait_established(harness: KubeHarness, name: str, limit: float = 60.0) -> None:
+    """Poll (not `kubectl wait`, which errors out while .status.conditions is still empty)."""
+    query = '{.status.conditions[?(@.type=="Established")].status}'
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        got = harness.kubectl("get", "crd", name, "-o", f"jsonpath={query}", check=False)
+        if got.returncode == 0 and got.stdout.strip() == "True":
+            return
+        time.sleep(0.2)
+    raise RuntimeError(f"CRD {name} not Established within {limit:.0f}s")
 
 
 @contextlib.contextmanager
