@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import anthropic
+import openai
 import pytest
 
 from agentrl.bundle.gateway import GatewayServer
@@ -136,3 +137,35 @@ async def test_errors_are_anthropic_shaped(gateway: GatewayServer, cluster: Clus
         )
     assert metric(cluster, "agentrl_gateway_requests_total", api="anthropic", code="401") == 1
     assert cluster.all_requests() == []
+
+
+async def test_count_tokens_is_the_rendered_prompt_length(
+    gateway: GatewayServer, cluster: Cluster, renderer: Any
+) -> None:
+    handle = await gateway.create_session("a-count", {})
+    messages = [{"role": "user", "content": "Weather in Paris?"}]
+    counted = await client(handle).messages.count_tokens(model="m", messages=messages, tools=TOOLS)  # type: ignore[arg-type]
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": t["name"],
+                "description": t["description"],
+                "parameters": t["input_schema"],
+            },
+        }
+        for t in TOOLS
+    ]
+    assert counted.input_tokens == len(
+        renderer.render_ids(messages, tools=tools, add_generation_prompt=True)
+    )
+    assert cluster.all_requests() == []  # counting never reaches the engine
+
+
+async def test_models_lists_the_served_model(gateway: GatewayServer) -> None:
+    handle = await gateway.create_session("a-models", {})
+    c = openai.AsyncOpenAI(base_url=handle.base_url, api_key=handle.token, max_retries=0)
+    assert [m.id async for m in c.models.list()] == ["agentrl"]
+    bad = openai.AsyncOpenAI(base_url=handle.base_url, api_key="nope", max_retries=0)
+    with pytest.raises(openai.AuthenticationError):
+        await bad.models.list()

@@ -160,6 +160,12 @@ class PromptBuilder:
             )
         return PromptPlan(ids, fps, tools_fp, extends, None)
 
+    def render(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
+    ) -> list[int]:
+        """A full render with the generation prompt (also what token counts use)."""
+        return self._full(messages, tools)
+
     def _full(
         self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
     ) -> list[int]:

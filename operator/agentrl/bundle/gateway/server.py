@@ -40,6 +40,13 @@ def bearer(request: web.Request) -> str | None:
     return request.headers.get("x-api-key")
 
 
+async def read_json(request: web.Request) -> Any:
+    try:
+        return orjson.loads(await request.read())
+    except orjson.JSONDecodeError as exc:
+        raise ApiError(400, f"body: invalid JSON ({exc})", param="body") from exc
+
+
 def json_response(body: Any, status: int = 200) -> web.Response:
     return web.Response(body=orjson.dumps(body), status=status, content_type="application/json")
 
@@ -70,6 +77,28 @@ class Frontend:
 
     async def anthropic(self, request: web.Request) -> web.StreamResponse:
         return await self.handle(request, "anthropic")
+
+    async def models(self, request: web.Request) -> web.Response:
+        """`GET .../v1/models`: some SDK programs look the model up before calling it."""
+        try:
+            self.session(request)
+        except ApiError as err:
+            return json_response(openai_api.error_body(err), err.status)
+        model = {"id": self.model, "object": "model", "created": 0, "owned_by": "agentrl"}
+        return json_response({"object": "list", "data": [model]})
+
+    async def count_tokens(self, request: web.Request) -> web.Response:
+        """`POST .../v1/messages/count_tokens` (Claude Code sizes its context with it)."""
+        try:
+            self.session(request)
+            body = await read_json(request)
+            if isinstance(body, dict):
+                body = {"max_tokens": 1, **body}  # not part of a count request
+            req = anthropic_api.parse_request(body)
+        except ApiError as err:
+            return json_response(anthropic_api.error_body(err), err.status)
+        ids = self.runner.builder.render(req.messages, req.tools)
+        return json_response({"input_tokens": len(ids)})
 
     async def handle(self, request: web.Request, api: str) -> web.StreamResponse:
         front = FRONTS[api]
@@ -105,21 +134,21 @@ class Frontend:
             self.metrics.gateway_requests.labels(api, str(status)).inc()
             self.metrics.gateway_request_seconds.labels(api).observe(time.perf_counter() - start)
 
-    async def serve(self, request: web.Request, front: ModuleType) -> web.StreamResponse:
-        sid = request.match_info["sid"]
+    def session(self, request: web.Request) -> Session:
+        """The open session named in the path, if the request carries its token."""
         try:
-            session = self.store.get(sid)
+            session = self.store.get(request.match_info["sid"])
         except SessionClosed as exc:
             raise ApiError(410, str(exc)) from exc
         except UnknownSession as exc:
             raise ApiError(404, str(exc), kind="not_found_error") from exc
         if not session.check_token(bearer(request)):
             raise ApiError(401, "invalid or missing session token", kind="authentication_error")
-        try:
-            body = orjson.loads(await request.read())
-        except orjson.JSONDecodeError as exc:
-            raise ApiError(400, f"body: invalid JSON ({exc})", param="body") from exc
-        req: ChatRequest = front.parse_request(body)
+        return session
+
+    async def serve(self, request: web.Request, front: ModuleType) -> web.StreamResponse:
+        session = self.session(request)
+        req: ChatRequest = front.parse_request(await read_json(request))
         model = req.model or self.model
         task = asyncio.current_task()
         assert task is not None
@@ -162,6 +191,8 @@ def build_app(
     app = web.Application(client_max_size=64 * 1024 * 1024)  # long agent histories are large
     app.router.add_post("/sessions/{sid}/v1/chat/completions", frontend.openai)
     app.router.add_post("/sessions/{sid}/v1/messages", frontend.anthropic)
+    app.router.add_post("/sessions/{sid}/v1/messages/count_tokens", frontend.count_tokens)
+    app.router.add_get("/sessions/{sid}/v1/models", frontend.models)
 
     async def health(_: web.Request) -> web.Response:
         return json_response(
