@@ -77,6 +77,13 @@ def installed(kube_harness: KubeHarness) -> Iterator[KubeHarness]:
     kube = kube_harness
     for ns in ("team-a", "team-b", "rl"):
         kube.ensure_namespace(ns)
+    # 1.20 cannot take the CRD's CEL rules: the chart says so instead of a schema dump.
+    refused = subprocess.run(
+        [str(HELMS["helm3"]), "--kubeconfig", str(kube.kubeconfig), "install", "early",
+         str(CHART), "-n", "early", "--create-namespace"],
+        capture_output=True, text=True, env=helm_env(), timeout=180, check=False,
+    )  # fmt: skip
+    assert refused.returncode != 0 and "needs Kubernetes >= 1.25" in refused.stderr
     # The harness already installed the CRD (made 1.20-compatible); the chart must not own it.
     common = ["--set", "crds.install=false"]
     out = helm(kube, "helm3", "install", "agentrl", str(CHART), "-n", "agentrl",

@@ -282,3 +282,12 @@ def test_packaged_chart_renders_the_same(tmp_path: Path) -> None:
     packaged = run_helm("helm3", *args, "monitoring.coreos.com/v1").stdout
     objs = [doc for doc in yaml.safe_load_all(packaged) if doc]
     assert objs == render()
+
+
+@pytest.mark.parametrize("helm", sorted(HELMS))
+def test_crd_install_refuses_api_servers_without_cel(helm: str) -> None:
+    args = ["template", "agentrl", str(CHART), "--kube-version", "1.24.9"]
+    proc = run_helm(helm, *args, check=False)
+    assert proc.returncode != 0
+    assert "needs Kubernetes >= 1.25" in proc.stderr
+    run_helm(helm, *args, "--set", "crds.install=false")  # the operator itself runs there
