@@ -201,3 +201,16 @@ def test_prometheus_loads_the_rules_and_fires_experiment_failed(prometheus: Prom
     assert "AgentRLExperimentFailed" in firing  # no `for`: fires on the first evaluation
     rules = [r for g in prometheus.get("/api/v1/rules")["groups"] for r in g["rules"]]
     assert all(r["health"] == "ok" for r in rules), [r for r in rules if r["health"] != "ok"]
+
+
+def test_dashboard_variables_find_the_experiment(prometheus: Prom) -> None:
+    """The namespace and experiment variables' label_values() queries, as Grafana runs them."""
+    deadline = time.monotonic() + WAIT_SECONDS
+    prometheus.wait_for("agentrl_rollout_step", deadline)
+    variables = {v["name"]: v for v in dashboard()["templating"]["list"]}
+    for name, expected in (("namespace", ["rl"]), ("experiment", ["demo"])):
+        query = variables[name]["query"].replace("$namespace", "rl")
+        metric, label = query.removeprefix("label_values(").removesuffix(")").rsplit(", ", 1)
+        assert label == name
+        values = prometheus.get(f"/api/v1/label/{label}/values", **{"match[]": metric})
+        assert values == expected

@@ -291,3 +291,19 @@ def test_crd_install_refuses_api_servers_without_cel(helm: str) -> None:
     assert proc.returncode != 0
     assert "needs Kubernetes >= 1.25" in proc.stderr
     run_helm(helm, *args, "--set", "crds.install=false")  # the operator itself runs there
+
+
+def test_operator_down_alert_keys_on_the_service_monitor_job() -> None:
+    """Prometheus Operator names the job after the Service; the alert must use that name."""
+    for values in CI_VALUES:
+        objs = render(values=values)
+        rules = find(objs, "PrometheusRule")
+        if not rules:
+            continue
+        (alert,) = [r for g in rules[0]["spec"]["groups"] for r in g["rules"]
+                    if r["alert"] == "AgentRLOperatorDown"]  # fmt: skip
+        service = one(objs, "Service")["metadata"]
+        assert f'job="{service["name"]}", namespace="{service["namespace"]}"' in alert["expr"]
+        monitor = one(objs, "ServiceMonitor")["spec"]
+        assert "jobLabel" not in monitor
+        assert monitor["selector"]["matchLabels"].items() <= service["labels"].items()
