@@ -15,9 +15,8 @@ import pytest
 from chart_helpers import CHART, HELMS, helm_env
 from test_chart_rbac import CLUSTER, NAMESPACED
 
-from support.kube import KubeHarness, kube_harness
+from support.kube import KubeHarness, running_harness
 
-__all__ = ["kube_harness"]
 pytestmark = pytest.mark.e2e
 
 VERBS = ("get", "list", "watch", "create", "update", "patch", "delete", "deletecollection")
@@ -72,9 +71,18 @@ def resource_name(group: str, resource: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def installed(kube_harness: KubeHarness) -> Iterator[KubeHarness]:
-    """Two releases: cluster-wide with helm 3, one watching team-a only with helm 4."""
-    kube = kube_harness
+def installed() -> Iterator[KubeHarness]:
+    """Two releases: cluster-wide with helm 3, one watching team-a only with helm 4.
+
+    A control plane of its own (not the session one of tests/e2e): cluster-scoped names such
+    as the ClusterRole cannot collide with the operator's e2e tier, and it stops with this
+    module instead of living until the end of the session.
+    """
+    with running_harness() as kube:
+        yield from _install(kube)
+
+
+def _install(kube: KubeHarness) -> Iterator[KubeHarness]:
     for ns in ("team-a", "team-b", "rl"):
         kube.ensure_namespace(ns)
     # 1.20 cannot take the CRD's CEL rules: the chart says so instead of a schema dump.
@@ -96,6 +104,8 @@ def installed(kube_harness: KubeHarness) -> Iterator[KubeHarness]:
     yield kube
     helm(kube, "helm3", "uninstall", "agentrl", "-n", "agentrl")
     helm(kube, "helm4", "uninstall", "scoped", "-n", "scoped")
+    # Uninstall removes the RBAC with the release (nothing left granting the old account).
+    assert kube.kubectl("get", "clusterrole", "agentrl", check=False).returncode != 0
 
 
 def test_release_objects_exist(installed: KubeHarness) -> None:
