@@ -70,17 +70,21 @@ def _as_list(ids: Sequence[int]) -> list[int]:
 
 
 class _Chain:
-    """An open segment: its first prompt, the response built so far, and its tip."""
+    """An open segment: its first prompt length, its tip, and one span per turn.
 
-    __slots__ = ("finish", "full_len", "logprobs", "mask", "prompt", "sampled", "tokens", "turns")
+    Every prompt of a chain starts with the previous prompt + completion, so the whole
+    sequence is always tip prompt + tip completion: nothing is accumulated per turn (the
+    hot path stays O(1) here); mask and logprobs are laid out once, in `segment`.
+    """
+
+    __slots__ = ("finish", "prompt_len", "sampled", "spans", "tip", "tip_completion")
 
     def __init__(self, prompt: list[int]) -> None:
-        self.prompt = prompt
-        self.tokens: list[int] = []
-        self.mask: list[int] = []
-        self.logprobs: list[float] = []
-        self.full_len = len(prompt)  # tip prompt + tip completion
-        self.turns = 0
+        self.prompt_len = len(prompt)
+        self.tip = prompt
+        self.tip_completion: list[int] = []
+        # (bridge tokens, completion tokens, their logprobs or None when masked)
+        self.spans: list[tuple[int, int, Sequence[float] | None]] = []
         self.sampled = 0  # completion tokens, trainable or not
         self.finish = ""
 
@@ -88,26 +92,17 @@ class _Chain:
         self, turn: Turn, prompt: list[int], completion: list[int], stats: MergeStats
     ) -> None:
         """Bridge (observed, mask 0) then the sampled completion (mask 1 iff logprobs align)."""
-        bridge = prompt[self.full_len :]  # empty for the first turn
+        bridge = len(prompt) - len(self.tip) - len(self.tip_completion) if self.spans else 0
         n = len(completion)
-        self.sampled += n
-        self.tokens += bridge
-        self.tokens += completion
-        self.mask += [0] * len(bridge)
-        self.logprobs += [0.0] * len(bridge)
         lps = turn.logprobs
-        if lps is not None and len(lps) == n:
-            self.mask += [1] * n
-            # JSON gives lists of floats already; anything else (numpy, array) is converted.
-            self.logprobs += lps if type(lps) is list else map(float, lps)
-        elif n:
+        if n and (lps is None or len(lps) != n):
             # Never train on invented logprobs: TIS/off-policy correction would be biased.
             stats.masked_turns += 1
             stats.masked_tokens += n
-            self.mask += [0] * n
-            self.logprobs += [0.0] * n
-        self.full_len = len(prompt) + n
-        self.turns += 1
+            lps = None
+        self.spans.append((bridge, n, lps))
+        self.sampled += n
+        self.tip, self.tip_completion = prompt, completion
         self.finish = turn.finish_reason
 
     def segment(self, max_response: int | None, stats: MergeStats) -> Segment | None:
@@ -117,25 +112,39 @@ class _Chain:
             # tokens[-response_length:], where a length of 0 would be the whole sequence.
             stats.dropped_empty += 1
             return None
-        tokens, mask, lps = self.tokens, self.mask, self.logprobs
+        tokens = self.tip + self.tip_completion
+        length = len(tokens) - self.prompt_len
         truncated = self.finish == "length"
-        if max_response is not None and len(tokens) > max_response:
+        if max_response is not None and length > max_response:
             if max_response <= 0:
                 stats.dropped_over_budget += 1
                 return None
             stats.clipped_segments += 1
-            stats.clipped_tokens += len(tokens) - max_response
-            tokens, mask, lps = tokens[:max_response], mask[:max_response], lps[:max_response]
-            truncated = True
-        # The chain is discarded after this: its lists are handed over, not copied.
-        return Segment(
-            tokens=self.prompt + tokens,
-            response_length=len(tokens),
-            loss_mask=mask,
-            logprobs=lps,
-            num_turns=self.turns,
-            truncated=truncated,
-        )
+            stats.clipped_tokens += length - max_response
+            length, truncated = max_response, True
+            del tokens[self.prompt_len + length :]
+        mask, logprobs = self._layout(length)
+        return Segment(tokens, length, mask, logprobs, len(self.spans), truncated)
+
+    def _layout(self, length: int) -> tuple[list[int], list[float]]:
+        """loss_mask and logprobs of the first `length` response tokens: all 0 / 0.0 (bridges
+        and masked turns), then each trainable completion written over its slots."""
+        mask = [0] * length
+        logprobs = [0.0] * length
+        pos = 0
+        for bridge, n, lps in self.spans:
+            pos += bridge
+            if pos >= length:
+                break
+            if lps is not None:
+                end = min(pos + n, length)
+                mask[pos:end] = [1] * (end - pos)
+                # JSON gives lists of floats already; anything else (numpy...) is converted.
+                logprobs[pos:end] = (
+                    lps[: end - pos] if type(lps) is list else map(float, lps[: end - pos])
+                )
+            pos += n
+        return mask, logprobs
 
 
 def merge_turns_with_stats(
@@ -168,7 +177,7 @@ def merge_turns_with_stats(
         index.record(chain, prompt, completion, match)
     segments = []
     for c in chains:
-        seg = c.segment(_response_budget(len(c.prompt), max_response_len, max_context_len), stats)
+        seg = c.segment(_response_budget(c.prompt_len, max_response_len, max_context_len), stats)
         if seg is not None:
             segments.append(seg)
     stats.segments = len(segments)
