@@ -31,6 +31,13 @@ def owned_by(obj: Mapping[str, Any], uid: str | None) -> bool:
     return uid is not None and any(ref.get("uid") == uid for ref in refs)
 
 
+def left_by_predecessor(obj: Mapping[str, Any], name: str, uid: str | None) -> bool:
+    """Owned by an earlier RLExperiment of this name (deleted and re-created), not by us."""
+    refs = (obj.get("metadata") or {}).get("ownerReferences") or ()
+    return any(r.get("kind") == "RLExperiment" and r.get("name") == name and r.get("uid") != uid
+               for r in refs)  # fmt: skip
+
+
 def describe(obj: Mapping[str, Any]) -> str:
     meta = obj.get("metadata") or {}
     return f"{obj.get('kind', 'object')} {meta.get('namespace', '')}/{meta.get('name', '')}"

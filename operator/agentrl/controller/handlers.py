@@ -26,7 +26,7 @@ from agentrl.api.constants import (
 from agentrl.controller import config as config_mod
 from agentrl.controller.kube import Credentials, Kube
 from agentrl.controller.metrics import OperatorMetrics
-from agentrl.controller.reconcile import Controller, utcnow
+from agentrl.controller.reconcile import Controller, Retry, utcnow
 from agentrl.render import collect_bundle_files
 
 FINALIZER = f"{ANNOTATION_PREFIX}/finalizer"
@@ -108,6 +108,9 @@ async def reconcile(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     result = "error"
     try:
         result = await controller.reconcile_spec(body)
+    except Retry as retry:
+        result = "retry"
+        raise kopf.TemporaryError(str(retry), delay=retry.delay) from None
     finally:
         controller.metrics.reconcile_total.labels(result).inc()
         controller.metrics.reconcile_seconds.observe(time.perf_counter() - start)

@@ -13,7 +13,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 
 from agentrl.api.constants import Phase
 
-RESULTS = ("ok", "invalid", "conflict", "refused", "error")
+RESULTS = ("ok", "invalid", "conflict", "refused", "retry", "error")
 
 
 class OperatorMetrics:

@@ -165,6 +165,14 @@ class Controller:
                 return await self._update_rayjob(key, uid, existing, job, spec)
         for obj in objs:
             created, existing = await self.kube.create(obj)
+            if existing is not None and children.left_by_predecessor(existing, key[1], uid):
+                # A deleted experiment of the same name: the garbage collector is about to
+                # remove it, so this is a wait, not a conflict.
+                raise Retry(
+                    f"{children.describe(existing)} belongs to a deleted experiment "
+                    "of the same name; waiting for garbage collection",
+                    delay=5,
+                )
             if existing is not None and not children.owned_by(existing, uid):
                 return _Found(conflict=children.conflict_message(existing))
             if obj is job and existing is not None:
@@ -283,6 +291,14 @@ class Controller:
         total = ((body.get("spec") or {}).get("grpo") or {}).get("numRollouts")
         self.progress[key] = observe.progress_fields(raw, self.scrapes.get(key), total)
         self.scrapes[key] = raw
+
+
+class Retry(Exception):
+    """Try the reconcile again after `delay` seconds (kopf: TemporaryError)."""
+
+    def __init__(self, message: str, delay: float) -> None:
+        super().__init__(message)
+        self.delay = delay
 
 
 @dataclass(frozen=True)
