@@ -70,10 +70,11 @@ class PrefixIndex:
         node, pos, n = self.root, 0, len(prompt)
         best, passed_tip = -1, False
         while True:
-            for c in reversed(node.ends):  # the most recently extended wins a tie
-                if self.tip_len[c] < n:
-                    best = c
-                    break
+            if node.ends:
+                for c in reversed(node.ends):  # the most recently extended wins a tie
+                    if self.tip_len[c] < n:
+                        best = c
+                        break
             if node.tips and node.depth < n:
                 passed_tip = True
             if pos == n:
@@ -92,6 +93,8 @@ class PrefixIndex:
     def record(self, chain: int, prompt: list[int], completion: list[int], at: Match) -> None:
         """`chain`'s tip is now (prompt, completion); `at` is prompt's lookup, just made."""
         old = (self._end[chain], self._tip[chain]) if chain < len(self._end) else None
+        if old is not None and self._extend_in_place(chain, prompt, completion, at):
+            return
         if old is not None:
             old[0].ends = tuple(c for c in old[0].ends if c != chain)
             old[1].tips = tuple(c for c in old[1].tips if c != chain)
@@ -115,6 +118,36 @@ class PrefixIndex:
             self._compact(old[0])
             if old[1] is not old[0]:
                 self._compact(old[1])
+
+    def _extend_in_place(
+        self, chain: int, prompt: list[int], completion: list[int], at: Match
+    ) -> bool:
+        """The common case, without new nodes: a chain alone on its own tail (tip node ->
+        end leaf) grows by a bridge and a completion. The tip node's label absorbs the old
+        completion and the bridge; the end leaf now holds the new completion."""
+        end, tip = self._end[chain], self._tip[chain]
+        if not (
+            completion
+            and at.child is None
+            and at.node is end
+            and at.pos < len(prompt)
+            and end.parent is tip
+            and not end.children
+            and len(end.ends) == 1
+            and not end.tips
+            and len(tip.tips) == 1
+            and not tip.ends
+            and len(tip.children) == 1
+        ):
+            return False
+        tip.label += end.label
+        tip.label += prompt[at.pos :]
+        tip.depth = len(prompt)
+        tip.children = {completion[0]: end}
+        end.label = list(completion)
+        end.depth = len(prompt) + len(completion)
+        self.tip_len[chain] = len(prompt)
+        return True
 
     def _walk(self, node: _Node, seq: list[int]) -> Match:
         """Follow `seq` down from `node` as far as stored paths go (no marks consulted)."""
