@@ -148,15 +148,22 @@ async def targets_for(s: Servers, conc: int, prompt: list[int]) -> list[Target]:
 
 
 async def run(
-    levels: list[int], n: int, with_rllm: bool, logdir: Path
+    levels: list[int], n: int, with_rllm: bool, logdir: Path, failures: list[str]
 ) -> dict[tuple[str, int], Result]:
+    """Every target at every level; a failing anchor is reported in `failures`, not fatal."""
     results: dict[tuple[str, int], Result] = {}
     with processes() as procs:
         servers = await start_servers(procs, with_rllm, logdir)
         prompt = rendered_prompt()
         for conc in levels:
             for t in await targets_for(servers, conc, prompt):
-                results[(t.name, conc)] = await closed_loop(t.call, conc, n, t.proc)
+                try:
+                    results[(t.name, conc)] = await closed_loop(t.call, conc, n, t.proc)
+                except (aiohttp.ClientError, RuntimeError) as exc:
+                    failures.append(f"{t.name} at c={conc}: {exc!r}")
+                    if t.name == "agentrl gateway":  # ours must not fail: show why, stop
+                        print("gateway log tail:", (logdir / "gateway.log").read_text()[-3000:])
+                        raise
     return results
 
 
@@ -224,13 +231,16 @@ def main(argv: list[str] | None = None) -> int:
     if why_not and not args.quick:
         print(f"anchor skipped: {why_not}")
     with tempfile.TemporaryDirectory(prefix="gw-bench-logs-") as logdir:
-        results = asyncio.run(run(levels, n, with_rllm, Path(logdir)))
+        failures: list[str] = []
+        results = asyncio.run(run(levels, n, with_rllm, Path(logdir), failures))
     print(
         f"gateway benchmark: {n} requests per level, {os.cpu_count()} cores "
         "(shared with other work: absolute figures are noisy, read the ratios)"
     )
     baselines = {"agentrl gateway": "direct /generate", "rllm-model-gateway": "direct /v1/chat"}
     print("\n".join(report(results, levels, baselines)))
+    for failure in failures:
+        print(f"FAILED: {failure}")
     return 0
 
 

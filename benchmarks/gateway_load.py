@@ -124,13 +124,21 @@ async def closed_loop(call: Call, conc: int, n: int, proc: psutil.Process | None
             if record:
                 latencies.append(time.perf_counter() - t0)
 
+    async def all_agents(quota: int, record: bool) -> None:
+        """Every agent's loop; the first failure stops them all and is raised."""
+        tasks = [asyncio.ensure_future(agent(i, quota, record)) for i in range(conc)]
+        try:
+            await asyncio.gather(*tasks)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
     try:
-        await asyncio.gather(
-            *(agent(i, max(3, (300 + 3 * conc) // conc // 4), False) for i in range(conc))
-        )
+        await all_agents(max(3, (300 + 3 * conc) // conc // 4), False)  # warm-up
         cpu0 = sum(proc.cpu_times()[:2]) if proc else 0.0
         t0 = time.perf_counter()
-        await asyncio.gather(*(agent(i, max(1, n // conc), True) for i in range(conc)))
+        await all_agents(max(1, n // conc), True)
         wall = time.perf_counter() - t0
         cpu = sum(proc.cpu_times()[:2]) - cpu0 if proc else None
     finally:
