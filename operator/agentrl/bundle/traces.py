@@ -8,6 +8,7 @@ rules are in docs/traces.md.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -95,7 +96,7 @@ class _Chain:
         bridge = len(prompt) - len(self.tip) - len(self.tip_completion) if self.spans else 0
         n = len(completion)
         lps = turn.logprobs
-        if n and (lps is None or len(lps) != n):
+        if n and not _usable(lps, n):
             # Never train on invented logprobs: TIS/off-policy correction would be biased.
             stats.masked_turns += 1
             stats.masked_tokens += n
@@ -145,6 +146,16 @@ class _Chain:
                 )
             pos += n
         return mask, logprobs
+
+
+def _usable(logprobs: Sequence[float] | None, n: int) -> bool:
+    """One finite number per completion token (a None, NaN or inf anywhere poisons TIS)."""
+    if logprobs is None or len(logprobs) != n:
+        return False
+    try:
+        return math.isfinite(sum(logprobs))  # C-speed; NaN and inf propagate through a sum
+    except TypeError:  # a None or a non-number inside
+        return False
 
 
 def merge_turns_with_stats(

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import math
 from array import array
 from collections.abc import Sequence
-from typing import cast
+from typing import Any, cast
 
 import numpy as np
 import pytest
@@ -78,8 +79,11 @@ def test_a_re_tokenised_completion_starts_a_new_segment() -> None:
     assert stats.breaks == {EDITED_COMPLETION: 1}
 
 
-@pytest.mark.parametrize("logprobs", [None, [-0.5], [-0.5, -0.5, -0.5]])
-def test_missing_or_misaligned_logprobs_mask_the_turn(logprobs: list[float] | None) -> None:
+@pytest.mark.parametrize(
+    "logprobs",
+    [None, [-0.5], [-0.5, -0.5, -0.5], [-0.5, math.nan], [-math.inf, -0.5], [None, -0.5]],
+)
+def test_missing_misaligned_or_non_finite_logprobs_mask_the_turn(logprobs: Any) -> None:
     turns = [turn([*SYS, 10], [11]), Turn([*SYS, 10, 11, 20], [21, 22], logprobs, "stop")]
     segments, stats = merge_turns_with_stats(turns)
     assert segments == [seg([*SYS, 10, 11, 20, 21, 22], [1, 0, 0, 0], 2)]
