@@ -10,6 +10,8 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from agentrl.api.runtime import RuntimeConfig
 from agentrl.bundle.rewards import (
@@ -167,3 +169,28 @@ def test_settings_fall_back_to_slime_flags() -> None:
     assert normalization_settings(SimpleNamespace(rewards_normalization=False))[0] == "identity"
     with pytest.raises(ValueError, match="grpo or identity"):
         normalization_settings(SimpleNamespace(agentrl_reward_normalization="rank"))
+    with pytest.raises(ValueError, match="true or false"):
+        normalization_settings(SimpleNamespace(agentrl_reward_std="false"))
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 3), st.floats(-5, 5), st.integers(1, 4)), min_size=1, max_size=24
+    ),
+    st.booleans(),
+)
+def test_segments_per_episode_never_change_advantages(
+    episodes: list[tuple[int, float, int]], std: bool
+) -> None:
+    """Fanning an episode out into k samples gives each the value it has with k = 1, and
+    the episode advantages of every group sum to zero."""
+    fanned = [S(g, rid, r) for rid, (g, r, k) in enumerate(episodes) for _ in range(k)]
+    single = [S(g, rid, r) for rid, (g, r, _) in enumerate(episodes)]
+    _, fanned_rewards = post_process_rewards(args(agentrl_reward_std=std), fanned)
+    _, single_rewards = post_process_rewards(args(agentrl_reward_std=std), single)
+    by_episode = {s.rollout_id: v for s, v in zip(fanned, fanned_rewards, strict=True)}
+    assert [by_episode[s.rollout_id] for s in single] == pytest.approx(single_rewards)
+    for group in {g for g, _, _ in episodes}:
+        values = [v for s, v in zip(single, single_rewards, strict=True) if s.group_index == group]
+        assert math.fsum(values) == pytest.approx(0.0, abs=1e-6)

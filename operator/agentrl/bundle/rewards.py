@@ -130,21 +130,20 @@ def normalization_settings(args: Any) -> tuple[Mode, bool]:
     """
     mode = getattr(args, "agentrl_reward_normalization", None)
     std = getattr(args, "agentrl_reward_std", None)
+    if mode not in (None, "grpo", "identity"):
+        raise ValueError(f"agentrl_reward_normalization must be grpo or identity, got {mode!r}")
+    if std is not None and not isinstance(std, bool):
+        raise ValueError(f"agentrl_reward_std must be true or false, got {std!r}")
     path = getattr(args, "agentrl_config_path", None)
     if (mode is None or std is None) and path:
         spec_mode, spec_std = _spec_settings(str(path))
         mode = spec_mode if mode is None else mode
         std = spec_std if std is None else std
-    if getattr(args, "rewards_normalization", True) is False:
-        mode = "identity"
     if std is None:
         std = bool(getattr(args, "grpo_std_normalization", False))
-    mode = mode or "grpo"
-    if mode == "grpo":
-        return "grpo", bool(std)
-    if mode == "identity":
-        return "identity", bool(std)
-    raise ValueError(f"agentrl_reward_normalization must be grpo or identity, got {mode!r}")
+    if mode == "identity" or getattr(args, "rewards_normalization", True) is False:
+        return "identity", std
+    return "grpo", std
 
 
 @functools.lru_cache(maxsize=4)
