@@ -221,3 +221,17 @@ def test_token_view_slices_like_a_list(
     assert view == ids and list(reversed(view)) == ids[::-1]
     for i in range(-len(ids), len(ids)):
         assert view[i] == ids[i]
+
+
+def test_a_truncated_turn_is_closed_by_the_bridge_not_rewritten(renderer: Any, tok: Any) -> None:
+    """A completion cut by max_new_tokens has no end-of-turn token; the next prompt keeps the
+    sampled ids verbatim and the renderer adds the close as (untrained) prompt context."""
+    builder, chains = PromptBuilder(renderer, cumulative=True), []
+    first = builder.build(chains, [SYSTEM, USER], None)
+    cut = tok.encode("Let me look that")  # no <|im_end|>: finish_reason "length"
+    record_turn(chains, first, cut, reply_fingerprint({"content": "Let me look that"}))
+    follow = [SYSTEM, USER, {"role": "assistant", "content": "Let me look that"}, TOOL]
+    plan = builder.build(chains, follow, None)
+    prev = first.prompt_ids + cut
+    assert plan.break_reason is None and plan.prompt_ids[: len(prev)] == prev
+    assert plan.prompt_ids[len(prev)] == tok.convert_tokens_to_ids("<|im_end|>")
