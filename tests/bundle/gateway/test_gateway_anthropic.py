@@ -169,3 +169,29 @@ async def test_models_lists_the_served_model(gateway: GatewayServer) -> None:
     bad = openai.AsyncOpenAI(base_url=handle.base_url, api_key="nope", max_retries=0)
     with pytest.raises(openai.AuthenticationError):
         await bad.models.list()
+
+
+async def test_stop_sequence_and_tool_choice_none(
+    gateway: GatewayServer, cluster: Cluster, tok: Any
+) -> None:
+    ids = tok.encode("Paris. DONE and more")
+    cluster.set(responder=lambda prompt, params: ids)
+    handle = await gateway.create_session("a-stop", {})
+    msg = await client(handle).messages.create(
+        model="m",
+        max_tokens=64,
+        stop_sequences=["DONE"],
+        messages=[{"role": "user", "content": "Capital?"}],
+    )
+    assert (msg.stop_reason, msg.stop_sequence) == ("stop_sequence", "DONE")
+    assert msg.content[0].text == "Paris. "  # type: ignore[union-attr]
+    cluster.set(responder=scripted(tok, TOOL_REPLY))
+    msg = await client(handle).messages.create(
+        model="m",
+        max_tokens=64,
+        tools=TOOLS,
+        tool_choice={"type": "none"},  # type: ignore[arg-type]
+        messages=[{"role": "user", "content": "Weather?"}],
+    )
+    assert [b.type for b in msg.content] == ["thinking", "text"] and msg.stop_reason == "end_turn"
+    assert "get_weather" in msg.content[1].text  # type: ignore[union-attr]
