@@ -126,6 +126,7 @@ def rate(fn: Callable[[int], object], episodes: int, tokens_per_episode: int) ->
     best = 0.0
     for r in range(rounds):
         gc.collect()  # every round starts from the same heap
+        gc.freeze()  # the fixtures are not the merge's garbage to scan
         start = time.process_time()
         for i in range(r * per_round, (r + 1) * per_round):
             fn(i)
