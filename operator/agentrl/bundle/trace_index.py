@@ -4,9 +4,10 @@ Finding the segment a new prompt extends is the hot loop of trace merging: promp
 tens of thousands of tokens and an episode may hold dozens of interleaved chains (sub-agents
 sharing a long system prompt). Comparing each prompt with every chain costs chains x
 prompt length. The tree stores each open chain's full sequence (tip prompt + completion)
-once, shared prefixes once, so a lookup compares every prompt token at most once (one
-C-level list compare per edge) and branches with a dict lookup: cost linear in the prompt,
-flat in the number of chains.
+once, shared prefixes once, so a lookup compares each prompt token once on the common
+path (one C-level list compare per edge; a mismatch inside an edge costs one more pass over
+that edge to find where) and branches with a dict lookup: cost linear in the prompt, flat
+in the number of chains.
 
 Nodes carry two kinds of marks: `ends` (chains whose full sequence ends there) and `tips`
 (chains whose latest prompt ends there). The marks tell why a prompt extends no chain.

@@ -54,7 +54,7 @@ class MergeStats:
     turns: int = 0
     segments: int = 0
     breaks: Counter[str] = field(default_factory=Counter)  # reason -> new segments
-    masked_turns: int = 0  # logprobs missing or misaligned: completion kept with mask 0
+    masked_turns: int = 0  # logprobs missing, misaligned or non-finite: kept with mask 0
     masked_tokens: int = 0
     clipped_segments: int = 0  # response tail cut to the budget
     clipped_tokens: int = 0
