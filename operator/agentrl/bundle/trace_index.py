@@ -56,6 +56,19 @@ def _lcp(seq: list[int], start: int, label: list[int]) -> int:
     return lo
 
 
+def _starts_with(prompt: list[int], label: list[int]) -> bool:
+    """`prompt[:len(label)] == label` without copying the (long) prompt: the label is
+    extended by the prompt's own (short) tail for one whole-list compare, then cut back."""
+    k = len(label)
+    if k > len(prompt):
+        return False
+    label += prompt[k:]
+    try:
+        return label == prompt
+    finally:
+        del label[k:]
+
+
 class PrefixIndex:
     """Open chains (by integer id) of one episode, keyed by their full token sequence."""
 
@@ -85,7 +98,11 @@ class PrefixIndex:
                 return Match(best, node, None, 0, pos, passed_tip, False)
             label = child.label
             k = len(label)
-            if prompt[pos : pos + k] == label:
+            if pos == 0 and 2 * k >= n:
+                matched = _starts_with(prompt, label)
+            else:
+                matched = prompt[pos : pos + k] == label
+            if matched:
                 node, pos = child, pos + k
                 continue
             j = _lcp(prompt, pos, label)
@@ -119,6 +136,20 @@ class PrefixIndex:
             self._compact(old[0])
             if old[1] is not old[0]:
                 self._compact(old[1])
+
+    def sequence(self, chain: int) -> list[int]:
+        """A fresh list of `chain`'s full sequence, spelled from the tree's labels: a prefix
+        shared by many chains (a system prompt) is then the same, cache-hot int objects in
+        every output instead of each prompt's own copy."""
+        parts = []
+        node: _Node | None = self._end[chain]
+        while node is not None:
+            parts.append(node.label)
+            node = node.parent
+        out: list[int] = []
+        for label in reversed(parts):
+            out += label
+        return out
 
     def _extend_in_place(
         self, chain: int, prompt: list[int], completion: list[int], at: Match

@@ -71,19 +71,19 @@ def _as_list(ids: Sequence[int]) -> list[int]:
 
 
 class _Chain:
-    """An open segment: its first prompt length, its tip, and one span per turn.
+    """An open segment: its first prompt's length, its full length, one span per turn.
 
     Every prompt of a chain starts with the previous prompt + completion, so the whole
-    sequence is always tip prompt + tip completion: nothing is accumulated per turn (the
-    hot path stays O(1) here); mask and logprobs are laid out once, in `segment`.
+    sequence is always tip prompt + tip completion (the index spells it): nothing is
+    accumulated per turn (the hot path stays O(1) here); mask and logprobs are laid out
+    once, in `segment`.
     """
 
-    __slots__ = ("finish", "prompt_len", "sampled", "spans", "tip", "tip_completion")
+    __slots__ = ("finish", "full_len", "prompt_len", "sampled", "spans")
 
     def __init__(self, prompt: list[int]) -> None:
         self.prompt_len = len(prompt)
-        self.tip = prompt
-        self.tip_completion: list[int] = []
+        self.full_len = len(prompt)  # tip prompt + tip completion
         # (bridge tokens, completion tokens, their logprobs or None when masked)
         self.spans: list[tuple[int, int, Sequence[float] | None]] = []
         self.sampled = 0  # completion tokens, trainable or not
@@ -93,7 +93,7 @@ class _Chain:
         self, turn: Turn, prompt: list[int], completion: list[int], stats: MergeStats
     ) -> None:
         """Bridge (observed, mask 0) then the sampled completion (mask 1 iff logprobs align)."""
-        bridge = len(prompt) - len(self.tip) - len(self.tip_completion) if self.spans else 0
+        bridge = len(prompt) - self.full_len if self.spans else 0
         n = len(completion)
         lps = turn.logprobs
         if n and not _usable(lps, n):
@@ -103,17 +103,19 @@ class _Chain:
             lps = None
         self.spans.append((bridge, n, lps))
         self.sampled += n
-        self.tip, self.tip_completion = prompt, completion
+        self.full_len = len(prompt) + n
         self.finish = turn.finish_reason
 
-    def segment(self, max_response: int | None, stats: MergeStats) -> Segment | None:
-        """The training sequence, response clipped to `max_response` (None: unbounded)."""
+    def segment(
+        self, tokens: list[int], max_response: int | None, stats: MergeStats
+    ) -> Segment | None:
+        """The training sequence from `tokens` (a fresh copy of tip prompt + completion),
+        response clipped to `max_response` (None: unbounded)."""
         if not self.sampled:
             # Nothing to learn from; and slime slices the response as
             # tokens[-response_length:], where a length of 0 would be the whole sequence.
             stats.dropped_empty += 1
             return None
-        tokens = self.tip + self.tip_completion
         length = len(tokens) - self.prompt_len
         truncated = self.finish == "length"
         if max_response is not None and length > max_response:
@@ -187,8 +189,11 @@ def merge_turns_with_stats(
         chains[chain].append(turn, prompt, completion, stats)
         index.record(chain, prompt, completion, match)
     segments = []
-    for c in chains:
-        seg = c.segment(_response_budget(c.prompt_len, max_response_len, max_context_len), stats)
+    for i, c in enumerate(chains):
+        budget = _response_budget(c.prompt_len, max_response_len, max_context_len)
+        seg = (
+            c.segment(index.sequence(i), budget, stats) if c.sampled else c.segment([], None, stats)
+        )
         if seg is not None:
             segments.append(seg)
     stats.segments = len(segments)
