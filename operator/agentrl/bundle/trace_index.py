@@ -151,6 +151,18 @@ class PrefixIndex:
             out += label
         return out
 
+    def close(self) -> None:
+        """Break the parent <-> child cycles so the tree is freed by reference counting
+        at once, instead of waiting for (and costing) a cyclic garbage collection."""
+        stack = [self.root]
+        while stack:
+            node = stack.pop()
+            stack.extend(node.children.values())
+            node.children = {}
+            node.parent = None
+        self._end.clear()
+        self._tip.clear()
+
     def _extend_in_place(
         self, chain: int, prompt: list[int], completion: list[int], at: Match
     ) -> bool:

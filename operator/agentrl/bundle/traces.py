@@ -188,12 +188,12 @@ def merge_turns_with_stats(
             chains.append(_Chain(prompt))
         chains[chain].append(turn, prompt, completion, stats)
         index.record(chain, prompt, completion, match)
+    sequences = [index.sequence(i) if c.sampled else [] for i, c in enumerate(chains)]
+    index.close()
     segments = []
-    for i, c in enumerate(chains):
+    for c, tokens in zip(chains, sequences, strict=True):
         budget = _response_budget(c.prompt_len, max_response_len, max_context_len)
-        seg = (
-            c.segment(index.sequence(i), budget, stats) if c.sampled else c.segment([], None, stats)
-        )
+        seg = c.segment(tokens, budget, stats)
         if seg is not None:
             segments.append(seg)
     stats.segments = len(segments)
