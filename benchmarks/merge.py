@@ -15,6 +15,8 @@ Measured in the same run, on one core (CPU time of this process):
 - numpy:    raw array-compare bandwidth: the same compares with `np.array_equal` on int32
             arrays converted beforehand (conversion not counted): the memcmp ceiling.
 Goal: ours >= 100M prompt tokens/s, and per-token cost at 64 chains <= 1.5x that of 1.
+`io_cost_vs_1` is the same cost per prompt + output token: with 64 sub-agents every
+segment repeats the shared system prompt, so the lists handed to slime grow tenfold.
 
     python benchmarks/merge.py            # 512 episodes per shape
     python benchmarks/merge.py --quick    # a few seconds (run by the test suite)
@@ -136,15 +138,17 @@ def rate(fn: Callable[[int], object], episodes: int, tokens_per_episode: int) ->
 
 
 def measure(shape: Shape, rng: random.Random, episodes: int, naive_episodes: int) -> list[float]:
-    """[prompt tokens per episode, ours, naive, list floor, numpy] for one shape."""
+    """[prompt tokens, output tokens per episode, ours, naive, list floor, numpy]."""
     eps = [episode(shape, rng) for _ in range(DISTINCT)]
     tokens = sum(len(t.prompt_ids) for t in eps[0])
-    if len(merge_turns(eps[0])) != shape.chains:
+    segments = merge_turns(eps[0])
+    if len(segments) != shape.chains:
         raise AssertionError("the workload must merge back into one segment per chain")
     pairs = [compare_inputs(e) for e in eps]
     arrays = [[(np.asarray(a, np.int32), np.asarray(b, np.int32)) for a, b in p] for p in pairs]
     return [
         tokens,
+        sum(len(s.tokens) for s in segments),
         rate(lambda i: merge_turns(eps[i % DISTINCT]), episodes, tokens),
         rate(lambda i: naive_merge(eps[i % DISTINCT]), naive_episodes, tokens),
         rate(lambda i: list_compare(pairs[i % DISTINCT]), episodes, tokens),
@@ -154,16 +158,19 @@ def measure(shape: Shape, rng: random.Random, episodes: int, naive_episodes: int
 
 def run(episodes: int, naive_episodes: int, scale: float) -> None:
     rng = random.Random(7)
-    print("prompt tokens/s in millions (CPU time, one core)")
-    print(f"{'chains':>6} {'prompt_tok/ep':>13} {'ours':>8} {'naive':>8} {'list_cmp':>8} "
-          f"{'numpy':>8} {'ours/naive':>10} {'ours/numpy':>10} {'cost_vs_1':>9}")  # fmt: skip
-    rows = [(shape, measure(shape, rng, episodes, naive_episodes)) for shape in shapes(scale)]
-    base = rows[0][1][1]
-    for shape, (tokens, ours, naive, floor, ceiling) in rows:
-        print(f"{shape.chains:>6} {tokens:>13.0f} {ours / 1e6:>8.1f} {naive / 1e6:>8.1f} "
-              f"{floor / 1e6:>8.1f} {ceiling / 1e6:>8.1f} {ours / naive:>9.2f}x "
-              f"{ours / ceiling:>9.3f}x {base / ours:>8.2f}x")  # fmt: skip
-    worst = max(base / r[1][1] for r in rows)
+    print("prompt tokens/s in millions (CPU time, one core); out = segment tokens handed to slime")
+    print(f"{'chains':>6} {'prompt_tok/ep':>13} {'out/prompt':>10} {'ours':>8} {'naive':>8} "
+          f"{'list_cmp':>8} {'numpy':>8} {'ours/naive':>10} {'ours/numpy':>10} "
+          f"{'cost_vs_1':>9} {'io_cost_vs_1':>12}")  # fmt: skip
+    rows = [measure(shape, rng, episodes, naive_episodes) for shape in shapes(scale)]
+    base, base_io = rows[0][2], rows[0][2] * (1 + rows[0][1] / rows[0][0])
+    for shape, (tokens, out, ours, naive, floor, ceiling) in zip(shapes(scale), rows, strict=True):
+        io = ours * (1 + out / tokens)  # prompt + output tokens per second
+        print(f"{shape.chains:>6} {tokens:>13.0f} {out / tokens:>10.2f} {ours / 1e6:>8.1f} "
+              f"{naive / 1e6:>8.1f} {floor / 1e6:>8.1f} {ceiling / 1e6:>8.1f} "
+              f"{ours / naive:>9.2f}x {ours / ceiling:>9.3f}x {base / ours:>8.2f}x "
+              f"{base_io / io:>11.2f}x")  # fmt: skip
+    worst = max(base / r[2] for r in rows)
     print(f"ours, 1 chain: {base / 1e6:.1f}M prompt tok/s (goal >= 100M)")
     print(f"per-token cost, worst vs 1 chain: {worst:.2f}x (goal <= 1.5x)")
 

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 BENCH = Path(__file__).resolve().parents[3] / "benchmarks" / "merge.py"
-ROW = re.compile(r"^\s*(1|8|64)\s+\d+(\s+\d+\.\d+){4}(\s+\d+\.\d+x){3}$", re.M)
+ROW = re.compile(r"^\s*(1|8|64)\s+\d+(\s+\d+\.\d+){5}(\s+\d+\.\d+x){4}$", re.M)
 
 
 def test_merge_benchmark_quick_mode_reports_every_shape() -> None:
