@@ -176,6 +176,7 @@ class PrefixIndex:
             and at.node is end
             and at.pos < len(prompt)
             and end.parent is tip
+            and tip.parent is not None  # never grow the root's (empty) label
             and not end.children
             and len(end.ends) == 1
             and not end.tips

@@ -178,3 +178,8 @@ def test_budgets_must_be_positive(kwargs: dict[str, int]) -> None:
 def test_no_turns_no_segments() -> None:
     segments, stats = merge_turns_with_stats([])
     assert segments == [] and (stats.turns, stats.segments, sum(stats.breaks.values())) == (0, 0, 0)
+
+
+def test_an_empty_first_prompt_still_merges() -> None:
+    turns = [turn([], [5]), turn([5, 6], [7]), turn([5, 6, 7, 8], [9])]
+    assert merge_turns(turns) == [seg([5, 6, 7, 8, 9], [1, 0, 1, 0, 1], 3)]
