@@ -93,6 +93,8 @@ def test_padding_is_untouched() -> None:
     samples = [*episode(0, 1, 1.0), S(-1, None, 0.0), *episode(0, 2, 0.0), S(-1, None, 0.5)]
     _, rewards = post_process_rewards(args(), samples)
     assert rewards == [0.5, 0.0, -0.5, 0.5]
+    raw, rewards = post_process_rewards(args(), [S(-1, None, None), *episode(0, 1, 1.0)])
+    assert raw == [0.0, 1.0] and rewards == [0.0, 0.0]
 
 
 def test_dict_rewards_use_the_reward_key() -> None:

@@ -99,6 +99,8 @@ def episode_key(sample: Any, position: int) -> object:
 def reward_value(args: Any, sample: Any) -> float:
     """slime's `Sample.get_reward_value`: the float, or `reward[args.reward_key]`."""
     reward = getattr(sample, "reward", None)
+    if reward is None and getattr(sample, "group_index", None) == PADDING_GROUP:
+        return 0.0  # a padding sample carries no reward; it never enters a group
     key = getattr(args, "reward_key", None)
     if isinstance(reward, Mapping):
         if not key:
