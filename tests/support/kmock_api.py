@@ -102,7 +102,8 @@ class OperatorEmulator(kmock.KubernetesEmulator):  # type: ignore[misc]
             resource = "/".join(p for p in (res.group, res.version, res.plural) if p)
         self.log.append(Logged(
             at=time.monotonic(), method=_value(request.method),
-            resource=resource, namespace=request.namespace, name=request.name,
+            resource=resource, namespace=request.namespace,
+            name=request.name or _body_name(request),
             subresource=request.subresource, agent=request.headers.get("User-Agent", ""),
             watch=request.params.get("watch") in ("true", "1"),
         ))  # fmt: skip
@@ -178,6 +179,13 @@ class OperatorEmulator(kmock.KubernetesEmulator):  # type: ignore[misc]
             if obj["metadata"]["name"] == name:
                 return obj
         return None
+
+
+def _body_name(request: kmock.Request) -> str | None:
+    """A POST names its object in the body, not in the URL."""
+    data = request.data if isinstance(request.data, dict) else {}
+    name = (data.get("metadata") or {}).get("name")
+    return str(name) if name else None
 
 
 def _value(enum: Any) -> str:

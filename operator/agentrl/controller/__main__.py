@@ -11,11 +11,17 @@ import logging
 import os
 import sys
 
-import kopf
+# kopf imports any Kubernetes client library it finds, only to recognise its model classes in
+# kopf.adopt(); agentrl passes plain dicts and talks to the API through aiohttp (kube.py).
+# kubernetes_asyncio alone adds ~45 MB of models to every operator pod, so keep them out.
+for _unused in ("kubernetes_asyncio", "kubernetes", "pykube"):
+    sys.modules.setdefault(_unused, None)  # type: ignore[arg-type]
 
-from agentrl.controller import config as config_mod
-from agentrl.controller import handlers  # registers the handlers
-from agentrl.controller.metrics import OperatorMetrics
+import kopf  # noqa: E402
+
+from agentrl.controller import config as config_mod  # noqa: E402
+from agentrl.controller import handlers  # noqa: E402  (registers the handlers)
+from agentrl.controller.metrics import OperatorMetrics  # noqa: E402
 
 __all__ = ["handlers", "main"]
 

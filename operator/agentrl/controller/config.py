@@ -31,6 +31,7 @@ class OperatorConfig:
     sweep_interval: float = 30.0  # progress scrape + deadline check, seconds
     scrape_timeout: float = 3.0
     scrape_concurrency: int = 8
+    reconcile_concurrency: int = 4  # spec reconciles at once (CPU-bound: render + encode)
     metrics_url: str = DEFAULT_METRICS_URL  # format keys: service, namespace, port, name
 
     def defaults(self) -> OperatorDefaults:
@@ -87,5 +88,6 @@ def load(env: Mapping[str, str]) -> OperatorConfig:
         sweep_interval=_number(env, "AGENTRL_SWEEP_INTERVAL", 30.0, 0.05),
         scrape_timeout=_number(env, "AGENTRL_SCRAPE_TIMEOUT", 3.0, 0.05),
         scrape_concurrency=int(_number(env, "AGENTRL_SCRAPE_CONCURRENCY", 8, 1)),
+        reconcile_concurrency=int(_number(env, "AGENTRL_RECONCILE_CONCURRENCY", 4, 1)),
         metrics_url=url,
     )

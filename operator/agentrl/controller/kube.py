@@ -113,7 +113,7 @@ class Kube:
 
     async def _call(
         self, method: str, path: str, body: Any = None, *, content_type: str = "application/json",
-        params: Mapping[str, str] | None = None, ok404: bool = False,
+        params: Mapping[str, str] | None = None, ok404: bool = False, parse: bool = True,
     ) -> tuple[int, Obj | None]:  # fmt: skip
         if self._session is None:
             raise RuntimeError("kube client used before login")
@@ -122,6 +122,9 @@ class Kube:
         async with self._session.request(
             method, path.lstrip("/"), data=data, headers=headers, params=params
         ) as resp:
+            if resp.status < 300 and not parse:
+                await resp.release()
+                return resp.status, {}
             text = await resp.text()
             if resp.status == 404 and ok404:
                 return 404, None
@@ -131,11 +134,17 @@ class Kube:
                 raise KubeError(resp.status, method, path, text)
             return resp.status, (json.loads(text) if text else None)
 
-    async def create(self, obj: Mapping[str, Any]) -> tuple[Obj | None, Obj | None]:
-        """(created, None), or (None, existing) when the name is taken (409)."""
+    async def create(
+        self, obj: Mapping[str, Any], *, want_body: bool = True
+    ) -> tuple[Obj | None, Obj | None]:
+        """(created, None), or (None, existing) when the name is taken (409).
+
+        `want_body=False` skips decoding the echo of what we sent (a bundle ConfigMap is
+        hundreds of KB); `created` is then `{}`.
+        """
         meta = obj["metadata"]
         path = object_path(obj["apiVersion"], obj["kind"], meta.get("namespace"))
-        status, created = await self._call("POST", path, obj)
+        status, created = await self._call("POST", path, obj, parse=want_body)
         if status != 409:
             return created, None
         existing = await self.get(obj["apiVersion"], obj["kind"], meta.get("namespace"),

@@ -64,6 +64,7 @@ class Controller:
         self.phases: dict[Key, str] = {}
         self.services: dict[Key, str] = {}  # the metrics Service of each valid experiment
         self.sweeps = 0  # completed sweeps (tests wait on it; never on time)
+        self._gate = asyncio.Semaphore(config.reconcile_concurrency)
         self._locks: dict[Key, asyncio.Lock] = {}
         self.instance = os.environ.get("HOSTNAME") or socket.gethostname()
 
@@ -119,6 +120,12 @@ class Controller:
 
     async def reconcile_spec(self, body: Mapping[str, Any]) -> str:
         """Validate, render, create or update children, record the outcome. Returns a result."""
+        # A burst of creations is CPU-bound here; finishing a few at a time (rather than all
+        # interleaved) gets each experiment its RayJob sooner, and bounds peak memory.
+        async with self._gate:
+            return await self._reconcile_spec(body)
+
+    async def _reconcile_spec(self, body: Mapping[str, Any]) -> str:
         self.remember(body)
         key, meta = key_of(body), body["metadata"]
         exp, problems = validation.parse_experiment(body)
@@ -163,23 +170,32 @@ class Controller:
             existing = await self.kube.get(RAY_API, "RayJob", key[0], jname)
             if existing is not None:
                 return await self._update_rayjob(key, uid, existing, job, spec)
-        for obj in objs:
-            created, existing = await self.kube.create(obj)
-            if existing is not None and children.left_by_predecessor(existing, key[1], uid):
-                # A deleted experiment of the same name: the garbage collector is about to
-                # remove it, so this is a wait, not a conflict.
-                raise Retry(
-                    f"{children.describe(existing)} belongs to a deleted experiment "
-                    "of the same name; waiting for garbage collection",
-                    delay=5,
-                )
-            if existing is not None and not children.owned_by(existing, uid):
-                return _Found(conflict=children.conflict_message(existing))
-            if obj is job and existing is not None:
-                return await self._update_rayjob(key, uid, existing, job, spec)
-            if obj is job and created is not None:
-                self.rayjobs[key] = dict(created.get("status") or {})
+        # ConfigMaps and Service first (the pods mount and select them), concurrently; the
+        # RayJob last, so KubeRay never starts a pod whose volumes are missing.
+        results = await asyncio.gather(
+            *(self.kube.create(obj, want_body=False) for obj in objs[:-1])
+        )
+        for _, existing in results:
+            if existing is not None and (problem := self._foreign(existing, key, uid)):
+                return _Found(conflict=problem)
+        created, existing = await self.kube.create(job)
+        if existing is not None:
+            if problem := self._foreign(existing, key, uid):
+                return _Found(conflict=problem)
+            return await self._update_rayjob(key, uid, existing, job, spec)
+        self.rayjobs[key] = dict((created or {}).get("status") or {})
         return _Found(rayjob_name=jname)
+
+    def _foreign(self, existing: Obj, key: Key, uid: str | None) -> str | None:
+        """A conflict message if `existing` is not ours; Retry if a predecessor's."""
+        if children.left_by_predecessor(existing, key[1], uid):
+            # A deleted experiment of the same name: the garbage collector is about to
+            # remove it, so this is a wait, not a conflict.
+            raise Retry(f"{children.describe(existing)} belongs to a deleted experiment of "
+                        "the same name; waiting for garbage collection", delay=5)  # fmt: skip
+        if not children.owned_by(existing, uid):
+            return children.conflict_message(existing)
+        return None
 
     async def _update_rayjob(
         self, key: Key, uid: str | None, existing: Obj, job: Obj, spec: Mapping[str, Any]
