@@ -12,7 +12,7 @@ import contextlib
 import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -139,8 +139,8 @@ class FakeClock:
     def __call__(self) -> str:
         return self.now.strftime("%Y-%m-%dT%H:%M:%SZ")
 
-    def advance(self, seconds: float) -> None:
-        self.now += timedelta(seconds=seconds)
+    def set(self, moment: datetime) -> None:
+        self.now = moment
 
 
 @pytest.fixture

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from typing import Any
 
 import aiohttp.web
@@ -12,6 +13,7 @@ from tests.conftest import minimal_body
 from agentrl.api.constants import LABEL_EXPERIMENT, ConditionType
 from agentrl.controller import conditions
 from agentrl.controller.config import OperatorConfig
+from agentrl.controller.status import parse_time
 
 from .conftest import Api, FakeClock, OperatorRun, wait_for
 from .test_operator_kmock import EXP, NS, RAYJOBS, created, status_of
@@ -236,7 +238,7 @@ async def test_stuck_pods_stall_the_experiment(
 async def test_startup_deadline_on_a_fake_clock(
     api: Api, operator: OperatorRun, clock: FakeClock
 ) -> None:
-    await created(api, minimal_body(startupDeadlineSeconds=600))
+    exp = await created(api, minimal_body(startupDeadlineSeconds=600))
     await api.patch(
         RAYJOBS, NS, "demo", {"status": {"jobDeploymentStatus": "Initializing"}}, "status"
     )
@@ -244,7 +246,9 @@ async def test_startup_deadline_on_a_fake_clock(
     swept = operator.memo.controller.sweeps
     await wait_for(lambda: operator.memo.controller.sweeps > swept + 2)
     assert not conditions.is_true(status_of(api), ConditionType.STALLED)
-    clock.advance(601)
+    # The deadline runs from creationTimestamp, which the emulator stamped from the real
+    # clock after the fake one was made: move relative to it, not to the fake clock's start.
+    clock.set(parse_time(exp["metadata"]["creationTimestamp"]) + timedelta(seconds=601))
     st = await wait_for(
         lambda: conditions.is_true(s := status_of(api), ConditionType.STALLED) and s
     )

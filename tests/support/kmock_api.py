@@ -25,7 +25,7 @@ import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import aiohttp.web
 import kmock
@@ -94,6 +94,18 @@ class OperatorEmulator(kmock.KubernetesEmulator):  # type: ignore[misc]
             return response
         finally:
             self._inflight.discard(id(request))
+
+    def _KubernetesEmulator__get_objs(self, request: Any, strict: bool) -> list[Any]:
+        """kmock scans every stored object (comparing resources field by field) to serve a
+        GET, PATCH or DELETE of one named object: quadratic in the store over a run. The
+        stored key is (request.resource, namespace, name), so look it up directly; anything
+        else (lists, watches, a miss) takes kmock's own scan, unchanged."""
+        if strict and request.name is not None and request.resource is not None:
+            key = (request.resource, request.namespace, request.name)
+            if key in self._objects:
+                return [self._objects._objects[key]]
+        return cast(list[Any], kmock.KubernetesEmulator._KubernetesEmulator__get_objs(
+            self, request, strict))  # fmt: skip
 
     def _record(self, request: kmock.Request) -> None:
         res = request.resource
