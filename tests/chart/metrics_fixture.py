@@ -30,7 +30,8 @@ def set_gauges(bundle: BundleMetrics, operator: OperatorMetrics) -> None:
     bundle.sessions_in_flight.labels("eval").set(8)
     bundle.connection_pool_size.set(64)
     bundle.connection_pool_in_use.set(61)  # 95%: saturated
-    operator.set_phases(["Running", "Running", "Failed", "Succeeded"])
+    for phase in ("Running", "Running", "Failed", "Succeeded"):
+        operator.move(None, phase)
 
 
 def tick(bundle: BundleMetrics, operator: OperatorMetrics, n: int) -> None:

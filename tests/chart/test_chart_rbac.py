@@ -10,16 +10,14 @@ from agentrl.controller.kube import PLURALS
 
 # (apiGroup, resource) -> verbs. The single source the e2e `kubectl auth can-i` test also uses.
 NAMESPACED: dict[tuple[str, str], set[str]] = {
-    ("agentrl.io", "rlexperiments"): {"get", "list", "watch", "patch", "update"},
-    ("agentrl.io", "rlexperiments/status"): {"get", "patch", "update"},
+    ("agentrl.io", "rlexperiments"): {"get", "list", "watch"},
+    ("agentrl.io", "rlexperiments/status"): {"get", "patch"},
     ("agentrl.io", "rlexperiments/finalizers"): {"update"},
-    ("ray.io", "rayjobs"): {"get", "list", "watch", "create", "patch", "update", "delete"},
-    ("ray.io", "rayclusters"): {"get", "list", "watch"},
-    ("", "configmaps"): {"get", "list", "watch", "create", "patch", "update", "delete"},
-    ("", "services"): {"get", "list", "watch", "create", "patch", "update", "delete"},
+    ("ray.io", "rayjobs"): {"get", "list", "watch", "create", "patch"},
+    ("", "configmaps"): {"get", "create"},
+    ("", "services"): {"get", "create"},
     ("", "pods"): {"get", "list", "watch"},
-    ("", "events"): {"create", "patch"},
-    ("events.k8s.io", "events"): {"create", "patch"},
+    ("", "events"): {"create"},
 }
 CLUSTER: dict[tuple[str, str], set[str]] = {
     ("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch"},

@@ -80,44 +80,42 @@ app.kubernetes.io/part-of: agentrl
 
 {{/*
 The operator's namespaced permissions (operator-anchors §5), shared by the ClusterRole and
-the per-namespace Roles. Exactly the verbs the controller uses; nothing on secrets, no
-wildcards, no delete of RLExperiments (users delete them; the operator only reconciles).
+the per-namespace Roles. Exactly the calls the controller makes (operator/agentrl/controller:
+kopf's watches, then get/create/patch in kube.py); nothing on secrets, no wildcards, no
+update or delete anywhere: children are removed by the garbage collector through their
+owner references, and users delete RLExperiments.
 */}}
 {{- define "agentrl.namespacedRules" -}}
-# The custom resource: kopf watches it, patches annotations/finalizers, writes status.
+# The custom resource: kopf lists and watches it; the operator writes only its status.
 - apiGroups: ["agentrl.io"]
   resources: ["rlexperiments"]
-  verbs: ["get", "list", "watch", "patch", "update"]
+  verbs: ["get", "list", "watch"]
 - apiGroups: ["agentrl.io"]
   resources: ["rlexperiments/status"]
-  verbs: ["get", "patch", "update"]
+  verbs: ["get", "patch"]
 # Owner references with blockOwnerDeletion need update on the owner's finalizers
 # (OwnerReferencesPermissionEnforcement admission).
 - apiGroups: ["agentrl.io"]
   resources: ["rlexperiments/finalizers"]
   verbs: ["update"]
-# The RayJob the operator renders, and the RayCluster KubeRay makes of it (read only).
+# The RayJob: created, read back on a name clash, patched when lifecycle fields change,
+# watched for KubeRay's status.
 - apiGroups: ["ray.io"]
   resources: ["rayjobs"]
-  verbs: ["get", "list", "watch", "create", "patch", "update", "delete"]
-- apiGroups: ["ray.io"]
-  resources: ["rayclusters"]
-  verbs: ["get", "list", "watch"]
-# Runtime-config and bundle-code ConfigMaps, and the gateway/metrics Service per experiment.
+  verbs: ["get", "list", "watch", "create", "patch"]
+# Runtime-config and bundle-code ConfigMaps and the gateway/metrics Service: created once
+# (immutable in practice), read back on a name clash.
 - apiGroups: [""]
   resources: ["configmaps", "services"]
-  verbs: ["get", "list", "watch", "create", "patch", "update", "delete"]
-# Ray pods: read why they are stuck (ImagePullBackOff, Unschedulable); never exec, never write.
+  verbs: ["get", "create"]
+# Ray pods: why they are stuck (ImagePullBackOff, Unschedulable); never exec, never write.
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["get", "list", "watch"]
-# Events on RLExperiments (kopf posts core events; newer clients use events.k8s.io).
+# Events on RLExperiments: one new core/v1 Event per transition (never updated).
 - apiGroups: [""]
   resources: ["events"]
-  verbs: ["create", "patch"]
-- apiGroups: ["events.k8s.io"]
-  resources: ["events"]
-  verbs: ["create", "patch"]
+  verbs: ["create"]
 {{- end }}
 
 {{/* Cluster-scoped reads kopf needs wherever it runs: it watches CRDs to find its resources. */}}

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import time
 from typing import Any
 
 import kopf
@@ -26,21 +25,33 @@ from agentrl.api.constants import (
 from agentrl.controller import config as config_mod
 from agentrl.controller.kube import Credentials, Kube
 from agentrl.controller.metrics import OperatorMetrics
-from agentrl.controller.reconcile import Controller, Retry, utcnow
+from agentrl.controller.reconcile import Controller, utcnow
 from agentrl.render import collect_bundle_files
 
 FINALIZER = f"{ANNOTATION_PREFIX}/finalizer"
 logger = logging.getLogger("agentrl.controller")
 
 
+class NoEssenceStorage(kopf.AnnotationsDiffBaseStorage):
+    """kopf builds an "essence" of every body on every watch event (a deep copy, status
+    included) to find changes for change handlers. This operator registers none (the
+    Controller compares generations; tests/controller/test_handlers.py keeps it so), so
+    the essence is empty: RayJob and pod events then cost no copies of their bodies."""
+
+    def build(self, *, body: kopf.Body, extra_fields: Any = None) -> Any:
+        return {}
+
+
 @kopf.on.startup()
 async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
-    # Bookkeeping in our own annotations; never in status (our status schema is strict).
+    # Only event handlers below, so kopf keeps no per-object state today. Should a change
+    # handler ever be added, its bookkeeping goes to our own annotations, never to status
+    # (our status schema is strict) and never under kopf's default prefix.
     settings.persistence.finalizer = FINALIZER
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(
         prefix=ANNOTATION_PREFIX
     )
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+    settings.persistence.diffbase_storage = NoEssenceStorage(
         prefix=ANNOTATION_PREFIX, key="last-handled-configuration"
     )
     # Events are posted by the Controller, exactly one per transition; kopf's would repeat
@@ -86,6 +97,7 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
     sweeper = memo.get("sweeper")
     if sweeper is not None:
         sweeper.cancel()
+    await memo.controller.close()
     await memo.controller.kube.close()
 
 
@@ -99,26 +111,10 @@ async def _sweep_forever(controller: Controller) -> None:
             logger.exception("sweep failed")
 
 
-@kopf.on.resume(GROUP, VERSION, PLURAL, backoff=15)
-@kopf.on.create(GROUP, VERSION, PLURAL, backoff=15)
-@kopf.on.update(GROUP, VERSION, PLURAL, field="spec", backoff=15)
-async def reconcile(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    controller: Controller = memo.controller
-    start = time.perf_counter()
-    result = "error"
-    try:
-        result = await controller.reconcile_spec(body)
-    except Retry as retry:
-        result = "retry"
-        raise kopf.TemporaryError(str(retry), delay=retry.delay) from None
-    finally:
-        controller.metrics.reconcile_total.labels(result).inc()
-        controller.metrics.reconcile_seconds.observe(time.perf_counter() - start)
-
-
 @kopf.on.event(GROUP, VERSION, PLURAL)
 async def experiment_event(body: kopf.Body, type: str | None, memo: kopf.Memo, **_: Any) -> None:
-    memo.controller.remember(body, deleted=type == "DELETED")
+    """The spec's only entry: the Controller reconciles when the generation is new to it."""
+    await memo.controller.on_experiment(body, deleted=type == "DELETED")
 
 
 @kopf.on.event("ray.io", "v1", "rayjobs", labels={LABEL_MANAGED_BY: MANAGED_BY})

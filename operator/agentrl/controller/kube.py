@@ -16,6 +16,7 @@ from typing import Any
 from urllib.parse import quote
 
 import aiohttp
+import orjson
 
 from agentrl import __version__
 
@@ -117,22 +118,24 @@ class Kube:
     ) -> tuple[int, Obj | None]:  # fmt: skip
         if self._session is None:
             raise RuntimeError("kube client used before login")
-        data = None if body is None else json.dumps(body)
+        # orjson: an experiment's children are ~370 KB of JSON (the bundle ConfigMap), which
+        # the standard library encodes about 7x slower.
+        data = None if body is None else orjson.dumps(body)
         headers = {"Content-Type": content_type} if data is not None else None
         async with self._session.request(
             method, path.lstrip("/"), data=data, headers=headers, params=params
         ) as resp:
+            # Read even a body we will not parse: an unread one closes the pooled connection.
+            raw = await resp.read()
             if resp.status < 300 and not parse:
-                await resp.release()
                 return resp.status, {}
-            text = await resp.text()
             if resp.status == 404 and ok404:
                 return 404, None
             if resp.status == 409 and method == "POST":
                 return 409, None
             if resp.status >= 400:
-                raise KubeError(resp.status, method, path, text)
-            return resp.status, (json.loads(text) if text else None)
+                raise KubeError(resp.status, method, path, raw.decode(errors="replace"))
+            return resp.status, (orjson.loads(raw) if raw else None)
 
     async def create(
         self, obj: Mapping[str, Any], *, want_body: bool = True
@@ -161,28 +164,22 @@ class Kube:
         )
         return obj
 
-    async def list(
-        self, api_version: str, kind: str, namespace: str | None, label_selector: str = ""
-    ) -> list[Obj]:
-        params = {"labelSelector": label_selector} if label_selector else None
-        path = object_path(api_version, kind, namespace)
-        _, obj = await self._call("GET", path, params=params)
-        return list((obj or {}).get("items") or [])
-
     async def patch(
         self, api_version: str, kind: str, namespace: str | None, name: str,
         patch: Mapping[str, Any], *, subresource: str | None = None,
-    ) -> Obj | None:  # fmt: skip
-        """JSON merge patch; None if the object is gone."""
+    ) -> bool:  # fmt: skip
+        """JSON merge patch; False if the object is gone. The patched object is not read."""
         path = object_path(api_version, kind, namespace, name)
         if subresource:
             path += f"/{subresource}"
-        _, obj = await self._call("PATCH", path, patch, content_type=MERGE_PATCH, ok404=True)
-        return obj
+        status, _ = await self._call("PATCH", path, patch, content_type=MERGE_PATCH,
+                                     ok404=True, parse=False)  # fmt: skip
+        return status != 404
 
     async def post_event(self, event: Mapping[str, Any]) -> None:
         """Create a core/v1 Event (what `kubectl describe` shows)."""
-        await self._call("POST", object_path("v1", "Event", event["metadata"]["namespace"]), event)
+        path = object_path("v1", "Event", event["metadata"]["namespace"])
+        await self._call("POST", path, event, parse=False)
 
     async def scrape(self, url: str, limit: float) -> str | None:
         """GET a Prometheus endpoint; None when it cannot be read (never raises)."""

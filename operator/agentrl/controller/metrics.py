@@ -6,9 +6,6 @@ endpoint to exactly what the dashboards and alerts use.
 
 from __future__ import annotations
 
-from collections import Counter as Tally
-from collections.abc import Iterable
-
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 from agentrl.api.constants import Phase
@@ -36,10 +33,14 @@ class OperatorMetrics:
         for result in RESULTS:
             self.reconcile_total.labels(result)
 
-    def set_phases(self, phases: Iterable[str]) -> None:
-        counts = Tally(phases)
-        for phase in Phase:
-            self.experiments.labels(str(phase)).set(counts.get(str(phase), 0))
+    def move(self, old: str | None, new: str | None) -> None:
+        """One experiment changed phase (None: not counted, i.e. new or deleted)."""
+        if old == new:
+            return
+        if old is not None:
+            self.experiments.labels(old).dec()
+        if new is not None:
+            self.experiments.labels(new).inc()
 
     def serve(self, port: int) -> None:
         """Serve /metrics on 0.0.0.0:port in a thread (prometheus_client's own server)."""

@@ -4,6 +4,13 @@ kopf handlers call into one `Controller`, which keeps what the watches showed (e
 their RayJobs' status, stuck pods, the last progress scrape) and owns the single place where
 status is written: `sync`, which computes the whole status purely (`status`), compares it
 with the last known one and PATCHes the difference, posting one event per transition.
+
+The spec is reconciled level-triggered, the way KubeRay's controllers decide: whenever the
+watch shows an experiment whose `metadata.generation` this process has not handled yet
+(which includes every experiment seen for the first time after a restart). kopf's
+create/update/resume handlers would do the same job but keep a diff-base annotation and
+progress records per object: one more write and one more watch event per change, which
+generation already answers. Failed attempts are requeued here, with a delay.
 No kopf import here: the handlers are glue, this is the behaviour the tests drive.
 """
 
@@ -13,6 +20,7 @@ import asyncio
 import logging
 import os
 import socket
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -24,7 +32,7 @@ from agentrl.controller import children, conditions, observe, status
 from agentrl.controller.config import OperatorConfig
 from agentrl.controller.kube import Kube, KubeError
 from agentrl.controller.metrics import OperatorMetrics
-from agentrl.render import render_all
+from agentrl.render import Bundle, render_all
 from agentrl.render.names import service_name
 from agentrl.render.objects import gateway_url
 
@@ -32,6 +40,9 @@ logger = logging.getLogger("agentrl.controller")
 Key = tuple[str, str]  # (namespace, name)
 Obj = dict[str, Any]
 RAY_API = "ray.io/v1"
+# Backoff of a reconcile that failed unexpectedly (API errors): 1, 2, 4 ... 60 seconds.
+RETRY_FIRST_DELAY = 1.0
+RETRY_MAX_DELAY = 60.0
 
 
 def utcnow() -> str:
@@ -54,7 +65,7 @@ class Controller:
     ) -> None:
         self.kube, self.config, self.metrics, self.now = kube, config, metrics, clock
         self.defaults = config.defaults()
-        self.bundle_files = dict(bundle_files)
+        self.bundle = Bundle.of(bundle_files)  # hashed and laid out once, not per render
         self.exps: dict[Key, Obj] = {}  # last body seen (metadata, spec, status)
         self.rayjobs: dict[Key, Obj] = {}  # the experiment's RayJob .status
         self.stuck: dict[Key, dict[str, tuple[str, str]]] = {}  # pod -> (reason, message)
@@ -66,18 +77,44 @@ class Controller:
         self.sweeps = 0  # completed sweeps (tests wait on it; never on time)
         self._gate = asyncio.Semaphore(config.reconcile_concurrency)
         self._locks: dict[Key, asyncio.Lock] = {}
+        self._handled: dict[str, int | None] = {}  # uid -> generation reconciled
+        self._running: set[Key] = set()  # a reconcile of this key is under way
+        self._dirty: set[Key] = set()  # ...and must run again when it ends
+        self._retries: dict[Key, tuple[asyncio.TimerHandle, int | None]] = {}  # +generation
+        self._failures: dict[Key, int] = {}  # consecutive failed attempts (backoff)
+        self._tasks: set[asyncio.Task[Any]] = set()
         self.instance = os.environ.get("HOSTNAME") or socket.gethostname()
 
     # ---- what the watches show -------------------------------------------------------
+
+    async def on_experiment(self, body: Mapping[str, Any], deleted: bool = False) -> None:
+        """Every watch event of an experiment: remember it, reconcile its spec if due."""
+        self.remember(body, deleted=deleted)
+        if not deleted and self._due(body):
+            await self.reconcile(key_of(body))
+
+    def _due(self, body: Mapping[str, Any]) -> bool:
+        """Not reconciled by this process yet, or its spec changed since (a new generation).
+        Status writes and metadata edits do not move the generation, so they never are; a
+        generation that failed waits for its scheduled retry, not for the next event."""
+        meta = body["metadata"]
+        uid, generation = str(meta.get("uid")), meta.get("generation")
+        if uid in self._handled and self._handled[uid] == generation:
+            return False
+        pending = self._retries.get(key_of(body))
+        return pending is None or pending[1] != generation
 
     def remember(self, body: Mapping[str, Any], deleted: bool = False) -> None:
         key = key_of(body)
         if deleted:
             for cache in (self.exps, self.rayjobs, self.stuck, self.scrapes, self.progress,
-                          self.services):  # fmt: skip
+                          self.services, self._failures):  # fmt: skip
                 cache.pop(key, None)
-            self.written.pop(str(body["metadata"].get("uid")), None)
+            uid = str(body["metadata"].get("uid"))
+            self.written.pop(uid, None)
+            self._handled.pop(uid, None)
             self._locks.pop(key, None)
+            self._cancel_retry(key)
             self._set_phase(key, None)
             return
         self.exps[key] = {k: body.get(k) for k in ("metadata", "spec", "status")}
@@ -118,6 +155,71 @@ class Controller:
 
     # ---- the spec ----------------------------------------------------------------------
 
+    async def reconcile(self, key: Key) -> None:
+        """Reconcile the latest body of `key`; never two at once for one experiment (a
+        request that arrives meanwhile runs once more, afterwards, on the newer body)."""
+        if key in self._running:
+            self._dirty.add(key)
+            return
+        self._running.add(key)
+        try:
+            while True:
+                self._dirty.discard(key)
+                await self._attempt(key)
+                if key not in self._dirty:
+                    return
+        finally:
+            self._running.discard(key)
+
+    async def _attempt(self, key: Key) -> None:
+        body = self.exps.get(key)
+        if body is None:  # deleted meanwhile
+            return
+        self._cancel_retry(key)
+        meta = body["metadata"]
+        start, result = time.perf_counter(), "error"
+        try:
+            result = await self.reconcile_spec(body)
+            self._handled[str(meta.get("uid"))] = meta.get("generation")
+            self._failures.pop(key, None)
+        except Retry as retry:
+            result = "retry"
+            logger.info("%s/%s: %s; retrying in %ss", *key, retry, retry.delay)
+            self._requeue(key, retry.delay, meta.get("generation"))
+        except Exception as err:  # the API may fail in any way; the next attempt may not
+            failures = self._failures[key] = self._failures.get(key, 0) + 1
+            delay = min(RETRY_MAX_DELAY, RETRY_FIRST_DELAY * 2 ** (failures - 1))
+            logger.warning("%s/%s: reconcile failed (%s: %s); retrying in %ss", *key,
+                           type(err).__name__, err, delay)  # fmt: skip
+            self._requeue(key, delay, meta.get("generation"))
+        finally:
+            self.metrics.reconcile_total.labels(result).inc()
+            self.metrics.reconcile_seconds.observe(time.perf_counter() - start)
+
+    def _requeue(self, key: Key, delay: float, generation: int | None) -> None:
+        self._cancel_retry(key)
+        handle = asyncio.get_running_loop().call_later(delay, self._spawn, key)
+        self._retries[key] = (handle, generation)
+
+    def _spawn(self, key: Key) -> None:
+        self._retries.pop(key, None)
+        task = asyncio.create_task(self.reconcile(key))
+        self._tasks.add(task)  # a reference, or the task may be collected mid-flight
+        task.add_done_callback(self._tasks.discard)
+
+    def _cancel_retry(self, key: Key) -> None:
+        pending = self._retries.pop(key, None)
+        if pending is not None:
+            pending[0].cancel()
+
+    async def close(self) -> None:
+        """Stop pending retries (operator shutdown); the next operator resumes them."""
+        for key in list(self._retries):
+            self._cancel_retry(key)
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
     async def reconcile_spec(self, body: Mapping[str, Any]) -> str:
         """Validate, render, create or update children, record the outcome. Returns a result."""
         # A burst of creations is CPU-bound here; finishing a few at a time (rather than all
@@ -140,7 +242,7 @@ class Controller:
         if exp is None or self._finished(key):
             await self.sync(key, outcome)
             return "invalid" if exp is None else "ok"
-        objs = render_all(exp, self.defaults, self.bundle_files)
+        objs = render_all(exp, self.defaults, self.bundle)
         job = objs[-1]
         children.annotate(job, body.get("spec") or {})
         found = await self._ensure_children(key, meta.get("uid"), objs, body.get("spec") or {})
@@ -239,11 +341,8 @@ class Controller:
             if patch is None:
                 return
             # The status subresource takes the object's shape: {"status": {...}}.
-            if (
-                await self.kube.patch(
-                    API_VERSION, KIND, key[0], key[1], {"status": patch}, subresource="status"
-                )
-                is None
+            if not await self.kube.patch(
+                API_VERSION, KIND, key[0], key[1], {"status": patch}, subresource="status"
             ):
                 return  # deleted meanwhile
             self.written[str(meta.get("uid"))] = new
@@ -255,8 +354,7 @@ class Controller:
         old = self.phases.pop(key, None)
         if phase is not None:
             self.phases[key] = phase
-        if old != phase:
-            self.metrics.set_phases(self.phases.values())
+        self.metrics.move(old, phase)  # per change: a recount would cost O(experiments)
 
     async def _post_event(self, body: Mapping[str, Any], event: conditions.Event, now: str) -> None:
         meta = body["metadata"]

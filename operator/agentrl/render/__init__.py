@@ -4,8 +4,8 @@ No clock, no environment, no network: the same inputs always give the same objec
 is what lets the operator compare desired and actual state and the tests pin golden files.
 """
 
-from agentrl.render.bundle import collect_bundle_files
+from agentrl.render.bundle import Bundle, collect_bundle_files
 from agentrl.render.defaults import OperatorDefaults
 from agentrl.render.objects import render_all, runtime_config
 
-__all__ = ["OperatorDefaults", "collect_bundle_files", "render_all", "runtime_config"]
+__all__ = ["Bundle", "OperatorDefaults", "collect_bundle_files", "render_all", "runtime_config"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from importlib import resources
 from importlib.resources.abc import Traversable
 
@@ -75,3 +76,20 @@ def bundle_data(files: Mapping[str, str]) -> tuple[dict[str, str], list[dict[str
     if size > CONFIGMAP_MAX_BYTES:
         raise ValueError(f"bundle is {size} bytes; a ConfigMap holds {CONFIGMAP_MAX_BYTES}")
     return data, items
+
+
+@dataclass(frozen=True)
+class Bundle:
+    """The bundle sources with what every experiment derives from them, computed once: the
+    ConfigMap data, the volume items restoring the tree, and the content hash naming it.
+    An operator renders thousands of experiments from one unchanging set of sources."""
+
+    files: Mapping[str, str]
+    data: Mapping[str, str]
+    items: tuple[Mapping[str, str], ...]
+    digest: str
+
+    @classmethod
+    def of(cls, files: Mapping[str, str]) -> Bundle:
+        data, items = bundle_data(files)
+        return cls(dict(files), data, tuple(items), content_hash(files))

@@ -91,20 +91,19 @@ def config_map(exp: RLExperiment, defaults: OperatorDefaults) -> Obj:
 
 
 def bundle_config_map(
-    exp: RLExperiment, defaults: OperatorDefaults, files: Mapping[str, str]
+    exp: RLExperiment, defaults: OperatorDefaults, code: bundle.Bundle
 ) -> tuple[Obj, list[Obj]]:
     """The immutable code ConfigMap and the volume items that restore its tree."""
-    data, items = bundle.bundle_data(files)
-    meta = metadata(exp, defaults, names.bundle_config_map_name(exp, bundle.content_hash(files)))
+    meta = metadata(exp, defaults, names.bundle_config_map_name(exp, code.digest))
     meta["annotations"] = {ANNOTATION_BUNDLE_VERSION: defaults.bundle_version}
     obj = {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": meta,
         "immutable": True,
-        "data": data,
+        "data": dict(code.data),  # values are str: a shallow copy is an independent one
     }
-    return obj, list(items)
+    return obj, [dict(item) for item in code.items]
 
 
 def service(exp: RLExperiment, defaults: OperatorDefaults) -> Obj:
@@ -129,18 +128,26 @@ def service(exp: RLExperiment, defaults: OperatorDefaults) -> Obj:
 
 
 def render_all(
-    exp: RLExperiment, defaults: OperatorDefaults, bundle_files: Mapping[str, str]
+    exp: RLExperiment,
+    defaults: OperatorDefaults,
+    bundle_files: bundle.Bundle | Mapping[str, str],
 ) -> list[Obj]:
     """Every child of the experiment, in apply order: ConfigMaps, Service, RayJob.
 
     Children carry a controller owner reference when `exp.metadata.uid` is known. An
     experiment with validation errors is refused (ValueError): nothing half-valid is rendered.
+    Pass a `Bundle` when rendering many experiments from the same sources (the operator).
     """
     problems = errors(validate_experiment(exp))
     if problems:
         raise ValueError("invalid experiment: " + "; ".join(str(p) for p in problems))
-    bundle_cm, items = bundle_config_map(exp, defaults, bundle_files)
+    code = (
+        bundle_files if isinstance(bundle_files, bundle.Bundle) else bundle.Bundle.of(bundle_files)
+    )
+    bundle_cm, items = bundle_config_map(exp, defaults, code)
     job_meta = metadata(exp, defaults, names.rayjob_name(exp))
     job = render_rayjob(exp, defaults, job_meta, bundle_cm["metadata"]["name"], items)
-    # Independent trees: callers (kopf.adopt, patches) may mutate one object safely.
-    return copy.deepcopy([config_map(exp, defaults), bundle_cm, service(exp, defaults), job])
+    # Independent trees: callers (kopf.adopt, patches) may mutate one object safely. The
+    # pod templates share parts, so they are copied; the bundle ConfigMap already is fresh.
+    config, svc, job = copy.deepcopy([config_map(exp, defaults), service(exp, defaults), job])
+    return [config, bundle_cm, svc, job]
