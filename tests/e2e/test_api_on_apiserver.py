@@ -87,7 +87,7 @@ def test_rendered_objects_pass_server_validation(kube: KubeHarness, name: str) -
     assert exp is not None, problems
     objects = render_all(exp, OperatorDefaults(), collect_bundle_files())
     for obj in objects:
-        # Server-side apply: the bundle ConfigMap is larger than the 256 KiB annotation that
-        # client-side `kubectl apply` would store it in (docs/render.md says the same).
+        # Server-side apply, as docs/render.md advises: client-side `kubectl apply` would copy
+        # the bundle ConfigMap into an annotation capped at 256 KiB.
         proc = kubectl_apply(kube, obj, "--server-side", "--dry-run=server")
         assert proc.returncode == 0, f"{obj['kind']} {obj['metadata']['name']}: {proc.stderr}"

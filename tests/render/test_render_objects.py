@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from agentrl.api.constants import (
-    BUNDLE_MOUNT_DIR,
+    BUNDLE_ARCHIVE_PATH,
     CONFIG_PATH,
     HEAD_RAY_RESOURCE,
     LABEL_KUEUE_QUEUE,
@@ -16,8 +16,7 @@ from agentrl.api.constants import (
 from agentrl.api.models import RLExperiment
 from agentrl.api.runtime import RuntimeConfig
 from agentrl.api.validation import parse_experiment
-from agentrl.render import OperatorDefaults, collect_bundle_files, names, render_all, runtime_config
-from agentrl.render.bundle import bundle_data, content_hash
+from agentrl.render import OperatorDefaults, names, render_all, runtime_config
 from agentrl.render.slime_args import build_slime_args
 from conftest import load_example, minimal_body
 from kube_checks import core_errors, kuberay_controller_errors, pod_templates
@@ -75,7 +74,7 @@ def test_same_runtime_env_in_every_container() -> None:
     assert all(e == envs[0] for e in envs)
     assert envs[0]["CUDA_HOME"] == "/usr/local/cuda"
     assert envs[0]["LD_LIBRARY_PATH"].startswith("/usr/local/cuda/lib64")
-    assert envs[0]["PYTHONPATH"].split(":")[0] == BUNDLE_MOUNT_DIR
+    assert envs[0]["PYTHONPATH"].split(":")[0] == BUNDLE_ARCHIVE_PATH
     assert envs[0]["AGENTRL_CONFIG"] == CONFIG_PATH
 
 
@@ -152,7 +151,8 @@ def test_extra_code_is_mounted_and_importable() -> None:
     volume = next(v for v in spec["volumes"] if v["name"] == names.extra_code_volume_name(0))
     assert volume["configMap"] == {"name": "web-agent-rewards"}
     mount = next(m for m in container["volumeMounts"] if m["name"] == volume["name"])
-    assert env_of(container)["PYTHONPATH"].split(":")[:2] == [BUNDLE_MOUNT_DIR, mount["mountPath"]]
+    path = env_of(container)["PYTHONPATH"].split(":")
+    assert path[:2] == [BUNDLE_ARCHIVE_PATH, mount["mountPath"]]
 
 
 def test_service_selects_only_the_head_pod() -> None:
@@ -213,52 +213,3 @@ def test_an_invalid_experiment_is_refused() -> None:
     broken = exp.model_copy(update={"metadata": exp.metadata.model_copy(update={"name": "X" * 60})})
     with pytest.raises(ValueError, match=r"metadata.name: name is 60 characters"):
         render_all(broken, DEFAULTS, BUNDLE)
-
-
-# ---- the bundle ConfigMap ------------------------------------------------------------
-
-
-def test_bundle_is_immutable_and_named_by_content() -> None:
-    code = objects(minimal_body())["bundle"]
-    assert code["immutable"] is True
-    assert code["metadata"]["name"] == f"demo-bundle-{content_hash(BUNDLE)[:10]}"
-    changed = {**BUNDLE, "agentrl/__init__.py": "x = 2\n"}
-    assert (
-        objects(minimal_body(), changed)["bundle"]["metadata"]["name"] != code["metadata"]["name"]
-    )
-
-
-def test_bundle_volume_restores_the_package_tree() -> None:
-    objs = objects(minimal_body())
-    data = objs["bundle"]["data"]
-    spec = objs["rayjob"]["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]
-    volume = next(v for v in spec["volumes"] if v["name"] == "agentrl-bundle")
-    restored = {item["path"]: data[item["key"]] for item in volume["configMap"]["items"]}
-    assert restored == BUNDLE
-    assert volume["configMap"]["name"] == objs["bundle"]["metadata"]["name"]
-
-
-def test_real_bundle_holds_api_and_bundle_only() -> None:
-    files = collect_bundle_files()
-    assert "agentrl/__init__.py" in files and "agentrl/api/models.py" in files
-    assert "agentrl/api/runtime.py" in files
-    assert any(p.startswith("agentrl/bundle/") for p in files)
-    assert not any(p.startswith(("agentrl/render/", "agentrl/controller/", "agentrl/cli/"))
-                   for p in files)  # fmt: skip
-    assert all(p.endswith(".py") and "__pycache__" not in p for p in files)
-    code = render_all(parse(minimal_body()), DEFAULTS, files)[1]
-    assert core_errors(code) == []
-
-
-@pytest.mark.parametrize(
-    ("files", "reason"),
-    [
-        ({"agentrl/x.txt": ""}, "expected a relative .py path"),
-        ({"../evil.py": ""}, "expected a relative .py path"),
-        ({"agentrl/a b.py": ""}, "not a valid ConfigMap key"),
-        ({"agentrl/big.py": "#" * (1024 * 1024)}, "a ConfigMap holds"),
-    ],
-)
-def test_bad_bundles_are_refused(files: dict[str, str], reason: str) -> None:
-    with pytest.raises(ValueError, match=reason):
-        bundle_data(files)

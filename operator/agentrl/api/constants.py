@@ -48,6 +48,10 @@ CONFIG_MOUNT_DIR: Final = "/etc/agentrl"
 CONFIG_FILE_NAME: Final = "config.json"
 CONFIG_PATH: Final = f"{CONFIG_MOUNT_DIR}/{CONFIG_FILE_NAME}"
 BUNDLE_MOUNT_DIR: Final = "/opt/agentrl/code"
+# The bundle is one zip archive (Python imports pure-Python packages from it): the first
+# entry of PYTHONPATH in every Ray container.
+BUNDLE_ARCHIVE_NAME: Final = "agentrl-bundle.zip"
+BUNDLE_ARCHIVE_PATH: Final = f"{BUNDLE_MOUNT_DIR}/{BUNDLE_ARCHIVE_NAME}"
 EXTRA_CODE_MOUNT_ROOT: Final = "/opt/agentrl/extra"
 SHM_MOUNT_DIR: Final = "/dev/shm"
 # The environment variable through which the launcher finds the runtime config.

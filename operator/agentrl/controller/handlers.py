@@ -65,6 +65,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     metrics = memo.get("metrics") or OperatorMetrics()
     clock = memo.get("clock") or utcnow  # tests pass a fake clock for deadlines
     memo.controller = Controller(Kube(), cfg, collect_bundle_files(), metrics, clock)
+    memo.controller.start()
     memo.sweeper = asyncio.create_task(_sweep_forever(memo.controller))
 
 

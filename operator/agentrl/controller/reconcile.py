@@ -75,7 +75,10 @@ class Controller:
         self.phases: dict[Key, str] = {}
         self.services: dict[Key, str] = {}  # the metrics Service of each valid experiment
         self.sweeps = 0  # completed sweeps (tests wait on it; never on time)
-        self._gate = asyncio.Semaphore(config.reconcile_concurrency)
+        # Reconcile queue: CPU-bound work (render, encode) a few at a time, in arrival order,
+        # gets each experiment its RayJob sooner than all of them interleaved would.
+        self._queue: asyncio.Queue[Key] = asyncio.Queue()
+        self._queued: set[Key] = set()
         self._locks: dict[Key, asyncio.Lock] = {}
         self._handled: dict[str, int | None] = {}  # uid -> generation reconciled
         self._running: set[Key] = set()  # a reconcile of this key is under way
@@ -88,10 +91,10 @@ class Controller:
     # ---- what the watches show -------------------------------------------------------
 
     async def on_experiment(self, body: Mapping[str, Any], deleted: bool = False) -> None:
-        """Every watch event of an experiment: remember it, reconcile its spec if due."""
+        """Every watch event of an experiment: remember it, queue its spec if due."""
         self.remember(body, deleted=deleted)
         if not deleted and self._due(body):
-            await self.reconcile(key_of(body))
+            self.enqueue(key_of(body))
 
     def _due(self, body: Mapping[str, Any]) -> bool:
         """Not reconciled by this process yet, or its spec changed since (a new generation).
@@ -155,6 +158,30 @@ class Controller:
 
     # ---- the spec ----------------------------------------------------------------------
 
+    # ---- the work queue: keys in, a fixed pool of workers out ----------------------------
+
+    def start(self) -> None:
+        """Start the reconcile workers (in the operator's event loop)."""
+        for _ in range(self.config.reconcile_concurrency):
+            self._track(asyncio.create_task(self._work()))
+
+    def enqueue(self, key: Key) -> None:
+        """Reconcile `key` soon, with whatever body the watch shows by then. Watch handlers
+        only queue keys: a burst of thousands of experiments then waits as a list of keys,
+        not as thousands of suspended handlers, each holding kopf's event and body."""
+        if key not in self._queued:
+            self._queued.add(key)
+            self._queue.put_nowait(key)
+
+    async def _work(self) -> None:
+        while True:
+            key = await self._queue.get()
+            self._queued.discard(key)
+            try:
+                await self.reconcile(key)
+            except Exception:  # _attempt handles failures; this is a bug, not an outage
+                logger.exception("%s/%s: reconcile worker error", *key)
+
     async def reconcile(self, key: Key) -> None:
         """Reconcile the latest body of `key`; never two at once for one experiment (a
         request that arrives meanwhile runs once more, afterwards, on the newer body)."""
@@ -198,12 +225,14 @@ class Controller:
 
     def _requeue(self, key: Key, delay: float, generation: int | None) -> None:
         self._cancel_retry(key)
-        handle = asyncio.get_running_loop().call_later(delay, self._spawn, key)
+        handle = asyncio.get_running_loop().call_later(delay, self._retry_due, key)
         self._retries[key] = (handle, generation)
 
-    def _spawn(self, key: Key) -> None:
+    def _retry_due(self, key: Key) -> None:
         self._retries.pop(key, None)
-        task = asyncio.create_task(self.reconcile(key))
+        self.enqueue(key)
+
+    def _track(self, task: asyncio.Task[Any]) -> None:
         self._tasks.add(task)  # a reference, or the task may be collected mid-flight
         task.add_done_callback(self._tasks.discard)
 
@@ -213,7 +242,8 @@ class Controller:
             pending[0].cancel()
 
     async def close(self) -> None:
-        """Stop pending retries (operator shutdown); the next operator resumes them."""
+        """Stop the workers and pending retries (shutdown); the next operator resumes them
+        (it reconciles every experiment it sees once)."""
         for key in list(self._retries):
             self._cancel_retry(key)
         for task in list(self._tasks):
@@ -222,12 +252,6 @@ class Controller:
 
     async def reconcile_spec(self, body: Mapping[str, Any]) -> str:
         """Validate, render, create or update children, record the outcome. Returns a result."""
-        # A burst of creations is CPU-bound here; finishing a few at a time (rather than all
-        # interleaved) gets each experiment its RayJob sooner, and bounds peak memory.
-        async with self._gate:
-            return await self._reconcile_spec(body)
-
-    async def _reconcile_spec(self, body: Mapping[str, Any]) -> str:
         self.remember(body)
         key, meta = key_of(body), body["metadata"]
         exp, problems = validation.parse_experiment(body)

@@ -1,26 +1,31 @@
 """The bundle-code ConfigMap: agentrl's own in-pod sources, shipped next to the GPU image.
 
 A new bundle never needs a new 20 GB image, and a running experiment never changes code under
-its feet: the ConfigMap is immutable and carries a hash of its content in its name. ConfigMap
-keys cannot contain '/', so each file is stored under a flat key and the volume's
-`items[].path` restores the package tree under `BUNDLE_MOUNT_DIR`.
+its feet: the ConfigMap is immutable and carries a hash of its content in its name. The
+sources travel as one zip archive (`binaryData`), which Python imports from directly when it
+is on PYTHONPATH: half the bytes of the plain sources, and one volume without a per-file
+item list, which would otherwise be repeated in every pod template of the RayJob (two thirds
+of its size, parsed by KubeRay and every watcher on every update).
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
-import re
+import io
+import zipfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import resources
 from importlib.resources.abc import Traversable
 
-from agentrl.api.constants import CONFIGMAP_MAX_BYTES
+from agentrl.api.constants import BUNDLE_ARCHIVE_NAME, CONFIGMAP_MAX_BYTES
 
 # What goes into the bundle: the package marker, the API (config models the bundle parses)
 # and the bundle itself. Never the operator side.
 BUNDLE_ROOTS = ("api", "bundle")
-CONFIGMAP_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
+# Zip members carry a timestamp; a fixed one keeps the archive a function of the sources.
+FIXED_TIME = (1980, 1, 1, 0, 0, 0)
 
 
 def collect_bundle_files() -> dict[str, str]:
@@ -52,44 +57,36 @@ def content_hash(files: Mapping[str, str]) -> str:
     return digest.hexdigest()
 
 
-def flat_key(path: str) -> str:
-    """'agentrl/bundle/launch.py' -> 'agentrl.bundle.launch.py' (a legal ConfigMap key)."""
-    if not path.endswith(".py") or path.startswith("/") or ".." in path.split("/"):
-        raise ValueError(f"bundle file {path!r}: expected a relative .py path")
-    key = path[: -len(".py")].replace("/", ".") + ".py"
-    if not CONFIGMAP_KEY.match(key):
-        raise ValueError(f"bundle file {path!r}: {key!r} is not a valid ConfigMap key")
-    return key
-
-
-def bundle_data(files: Mapping[str, str]) -> tuple[dict[str, str], list[dict[str, str]]]:
-    """ConfigMap `data` and the volume `items` that restore the tree."""
-    data: dict[str, str] = {}
-    items: list[dict[str, str]] = []
-    for path in sorted(files):
-        key = flat_key(path)
-        if key in data:
-            raise ValueError(f"bundle files collide on ConfigMap key {key!r}")
-        data[key] = files[path]
-        items.append({"key": key, "path": path})
-    size = sum(len(k) + len(v.encode()) for k, v in data.items())
-    if size > CONFIGMAP_MAX_BYTES:
-        raise ValueError(f"bundle is {size} bytes; a ConfigMap holds {CONFIGMAP_MAX_BYTES}")
-    return data, items
+def archive(files: Mapping[str, str]) -> bytes:
+    """A deterministic zip of the sources: sorted members, fixed times and modes, deflated."""
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as zf:
+        for path in sorted(files):
+            if not path.endswith(".py") or path.startswith("/") or ".." in path.split("/"):
+                raise ValueError(f"bundle file {path!r}: expected a relative .py path")
+            member = zipfile.ZipInfo(path, date_time=FIXED_TIME)
+            member.compress_type = zipfile.ZIP_DEFLATED
+            member.external_attr = 0o644 << 16  # rw-r--r--, whatever the umask was
+            zf.writestr(member, files[path].encode(), compresslevel=9)
+    return out.getvalue()
 
 
 @dataclass(frozen=True)
 class Bundle:
-    """The bundle sources with what every experiment derives from them, computed once: the
-    ConfigMap data, the volume items restoring the tree, and the content hash naming it.
-    An operator renders thousands of experiments from one unchanging set of sources."""
+    """The bundle sources and what every experiment derives from them, computed once: the
+    ConfigMap's `binaryData` and the content hash naming it. An operator renders thousands
+    of experiments from one unchanging set of sources."""
 
     files: Mapping[str, str]
-    data: Mapping[str, str]
-    items: tuple[Mapping[str, str], ...]
+    binary_data: Mapping[str, str]  # {BUNDLE_ARCHIVE_NAME: base64 of the zip}
     digest: str
 
     @classmethod
     def of(cls, files: Mapping[str, str]) -> Bundle:
-        data, items = bundle_data(files)
-        return cls(dict(files), data, tuple(items), content_hash(files))
+        encoded = base64.b64encode(archive(files)).decode("ascii")
+        if len(encoded) > CONFIGMAP_MAX_BYTES:
+            raise ValueError(
+                f"bundle archive is {len(encoded)} bytes in base64; a ConfigMap holds "
+                f"{CONFIGMAP_MAX_BYTES}"
+            )
+        return cls(dict(files), {BUNDLE_ARCHIVE_NAME: encoded}, content_hash(files))

@@ -90,20 +90,17 @@ def config_map(exp: RLExperiment, defaults: OperatorDefaults) -> Obj:
     }
 
 
-def bundle_config_map(
-    exp: RLExperiment, defaults: OperatorDefaults, code: bundle.Bundle
-) -> tuple[Obj, list[Obj]]:
-    """The immutable code ConfigMap and the volume items that restore its tree."""
+def bundle_config_map(exp: RLExperiment, defaults: OperatorDefaults, code: bundle.Bundle) -> Obj:
+    """The immutable code ConfigMap: one zip archive, mounted and first on PYTHONPATH."""
     meta = metadata(exp, defaults, names.bundle_config_map_name(exp, code.digest))
     meta["annotations"] = {ANNOTATION_BUNDLE_VERSION: defaults.bundle_version}
-    obj = {
+    return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": meta,
         "immutable": True,
-        "data": dict(code.data),  # values are str: a shallow copy is an independent one
+        "binaryData": dict(code.binary_data),
     }
-    return obj, [dict(item) for item in code.items]
 
 
 def service(exp: RLExperiment, defaults: OperatorDefaults) -> Obj:
@@ -144,10 +141,11 @@ def render_all(
     code = (
         bundle_files if isinstance(bundle_files, bundle.Bundle) else bundle.Bundle.of(bundle_files)
     )
-    bundle_cm, items = bundle_config_map(exp, defaults, code)
+    bundle_cm = bundle_config_map(exp, defaults, code)
     job_meta = metadata(exp, defaults, names.rayjob_name(exp))
-    job = render_rayjob(exp, defaults, job_meta, bundle_cm["metadata"]["name"], items)
+    job = render_rayjob(exp, defaults, job_meta, bundle_cm["metadata"]["name"])
     # Independent trees: callers (kopf.adopt, patches) may mutate one object safely. The
-    # pod templates share parts, so they are copied; the bundle ConfigMap already is fresh.
+    # pod templates share parts, so they are copied; the bundle ConfigMap already is fresh
+    # (its one value is a str).
     config, svc, job = copy.deepcopy([config_map(exp, defaults), service(exp, defaults), job])
     return [config, bundle_cm, svc, job]

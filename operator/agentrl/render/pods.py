@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentrl.api.constants import (
+    BUNDLE_ARCHIVE_PATH,
     BUNDLE_MOUNT_DIR,
     CONFIG_FILE_NAME,
     CONFIG_MOUNT_DIR,
@@ -83,7 +84,7 @@ def needs_ipc_lock(extra_resources: Mapping[str, int]) -> bool:
 
 def python_path(exp: RLExperiment, defaults: OperatorDefaults) -> str:
     extra = [extra_code_dir(i) for i in range(len(exp.spec.runtime.extra_code))]
-    return ":".join([BUNDLE_MOUNT_DIR, *extra, *defaults.image_pythonpath])
+    return ":".join([BUNDLE_ARCHIVE_PATH, *extra, *defaults.image_pythonpath])
 
 
 def extra_code_dir(index: int) -> str:
@@ -117,7 +118,7 @@ def _secret_env(name: str, ref: Obj) -> Obj:
     return {"name": name, "valueFrom": {"secretKeyRef": ref}}
 
 
-def volumes(exp: RLExperiment, bundle_cm: str, bundle_items: list[Obj], shm: str) -> list[Obj]:
+def volumes(exp: RLExperiment, bundle_cm: str, shm: str) -> list[Obj]:
     vols: list[Obj] = [
         {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": shm}},
         {
@@ -127,7 +128,7 @@ def volumes(exp: RLExperiment, bundle_cm: str, bundle_items: list[Obj], shm: str
                 "items": [{"key": CONFIG_FILE_NAME, "path": CONFIG_FILE_NAME}],
             },
         },
-        {"name": BUNDLE_VOLUME, "configMap": {"name": bundle_cm, "items": bundle_items}},
+        {"name": BUNDLE_VOLUME, "configMap": {"name": bundle_cm}},  # the archive, one file
     ]
     for i, code in enumerate(exp.spec.runtime.extra_code):
         vols.append(
@@ -181,20 +182,16 @@ class PodParts:
     mounts: list[Obj]
     pod: Obj
     bundle_config_map: str
-    bundle_items: list[Obj]
 
     @classmethod
-    def build(
-        cls, exp: RLExperiment, defaults: OperatorDefaults, bundle_cm: str, items: list[Obj]
-    ) -> PodParts:
+    def build(cls, exp: RLExperiment, defaults: OperatorDefaults, bundle_cm: str) -> PodParts:
         return cls(
             exp=exp,
             env=container_env(exp, defaults),
             mounts=volume_mounts(exp),
             pod=pod_spec_common(exp, defaults),
             bundle_config_map=bundle_cm,
-            bundle_items=items,
         )
 
     def volumes(self, shm_size: str) -> list[Obj]:
-        return volumes(self.exp, self.bundle_config_map, self.bundle_items, shm_size)
+        return volumes(self.exp, self.bundle_config_map, shm_size)

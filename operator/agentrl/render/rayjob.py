@@ -149,11 +149,10 @@ def render_rayjob(
     defaults: OperatorDefaults,
     metadata: Obj,
     bundle_cm: str,
-    bundle_items: list[Obj],
 ) -> Obj:
     """The RayJob; `metadata` is the children's common metadata (name, labels, owner)."""
     spec = exp.spec
-    base = pods.PodParts.build(exp, defaults, bundle_cm, bundle_items)
+    base = pods.PodParts.build(exp, defaults, bundle_cm)
     cluster: Obj = {
         "headGroupSpec": head_group(exp, defaults, base),
         "workerGroupSpecs": [worker_group(exp, defaults, base)],
