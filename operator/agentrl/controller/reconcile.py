@@ -10,7 +10,8 @@ watch shows an experiment whose `metadata.generation` this process has not handl
 (which includes every experiment seen for the first time after a restart). kopf's
 create/update/resume handlers would do the same job but keep a diff-base annotation and
 progress records per object: one more write and one more watch event per change, which
-generation already answers. Failed attempts are requeued here, with a delay.
+generation already answers. Reconciles run on a work queue (`workqueue`), and failed ones
+come back from it after a delay.
 No kopf import here: the handlers are glue, this is the behaviour the tests drive.
 """
 
@@ -32,6 +33,7 @@ from agentrl.controller import children, conditions, observe, status
 from agentrl.controller.config import OperatorConfig
 from agentrl.controller.kube import Kube, KubeError
 from agentrl.controller.metrics import OperatorMetrics
+from agentrl.controller.workqueue import WorkQueue
 from agentrl.render import Bundle, render_all
 from agentrl.render.names import service_name
 from agentrl.render.objects import gateway_url
@@ -75,17 +77,12 @@ class Controller:
         self.phases: dict[Key, str] = {}
         self.services: dict[Key, str] = {}  # the metrics Service of each valid experiment
         self.sweeps = 0  # completed sweeps (tests wait on it; never on time)
-        # Reconcile queue: CPU-bound work (render, encode) a few at a time, in arrival order,
-        # gets each experiment its RayJob sooner than all of them interleaved would.
-        self._queue: asyncio.Queue[Key] = asyncio.Queue()
-        self._queued: set[Key] = set()
+        # Spec reconciles: CPU-bound (render, encode), so a few at a time in arrival order,
+        # which gets each experiment its RayJob sooner than all of them interleaved would.
+        self.queue: WorkQueue[Key] = WorkQueue(self._attempt, config.reconcile_concurrency)
         self._locks: dict[Key, asyncio.Lock] = {}
         self._handled: dict[str, int | None] = {}  # uid -> generation reconciled
-        self._running: set[Key] = set()  # a reconcile of this key is under way
-        self._dirty: set[Key] = set()  # ...and must run again when it ends
-        self._retries: dict[Key, tuple[asyncio.TimerHandle, int | None]] = {}  # +generation
         self._failures: dict[Key, int] = {}  # consecutive failed attempts (backoff)
-        self._tasks: set[asyncio.Task[Any]] = set()
         self.instance = os.environ.get("HOSTNAME") or socket.gethostname()
 
     # ---- what the watches show -------------------------------------------------------
@@ -94,7 +91,7 @@ class Controller:
         """Every watch event of an experiment: remember it, queue its spec if due."""
         self.remember(body, deleted=deleted)
         if not deleted and self._due(body):
-            self.enqueue(key_of(body))
+            self.queue.add(key_of(body))
 
     def _due(self, body: Mapping[str, Any]) -> bool:
         """Not reconciled by this process yet, or its spec changed since (a new generation).
@@ -104,8 +101,8 @@ class Controller:
         uid, generation = str(meta.get("uid")), meta.get("generation")
         if uid in self._handled and self._handled[uid] == generation:
             return False
-        pending = self._retries.get(key_of(body))
-        return pending is None or pending[1] != generation
+        retrying, for_generation = self.queue.retrying(key_of(body))
+        return not retrying or for_generation != generation
 
     def remember(self, body: Mapping[str, Any], deleted: bool = False) -> None:
         key = key_of(body)
@@ -117,7 +114,7 @@ class Controller:
             self.written.pop(uid, None)
             self._handled.pop(uid, None)
             self._locks.pop(key, None)
-            self._cancel_retry(key)
+            self.queue.cancel(key)
             self._set_phase(key, None)
             return
         self.exps[key] = {k: body.get(k) for k in ("metadata", "spec", "status")}
@@ -158,51 +155,20 @@ class Controller:
 
     # ---- the spec ----------------------------------------------------------------------
 
-    # ---- the work queue: keys in, a fixed pool of workers out ----------------------------
-
     def start(self) -> None:
         """Start the reconcile workers (in the operator's event loop)."""
-        for _ in range(self.config.reconcile_concurrency):
-            self._track(asyncio.create_task(self._work()))
+        self.queue.start()
 
-    def enqueue(self, key: Key) -> None:
-        """Reconcile `key` soon, with whatever body the watch shows by then. Watch handlers
-        only queue keys: a burst of thousands of experiments then waits as a list of keys,
-        not as thousands of suspended handlers, each holding kopf's event and body."""
-        if key not in self._queued:
-            self._queued.add(key)
-            self._queue.put_nowait(key)
-
-    async def _work(self) -> None:
-        while True:
-            key = await self._queue.get()
-            self._queued.discard(key)
-            try:
-                await self.reconcile(key)
-            except Exception:  # _attempt handles failures; this is a bug, not an outage
-                logger.exception("%s/%s: reconcile worker error", *key)
-
-    async def reconcile(self, key: Key) -> None:
-        """Reconcile the latest body of `key`; never two at once for one experiment (a
-        request that arrives meanwhile runs once more, afterwards, on the newer body)."""
-        if key in self._running:
-            self._dirty.add(key)
-            return
-        self._running.add(key)
-        try:
-            while True:
-                self._dirty.discard(key)
-                await self._attempt(key)
-                if key not in self._dirty:
-                    return
-        finally:
-            self._running.discard(key)
+    async def close(self) -> None:
+        """Stop the workers and pending retries; the next operator resumes them (it
+        reconciles every experiment it sees once)."""
+        await self.queue.close()
 
     async def _attempt(self, key: Key) -> None:
+        """One reconcile of the latest body, its outcome counted; failures come back later."""
         body = self.exps.get(key)
         if body is None:  # deleted meanwhile
             return
-        self._cancel_retry(key)
         meta = body["metadata"]
         start, result = time.perf_counter(), "error"
         try:
@@ -212,43 +178,16 @@ class Controller:
         except Retry as retry:
             result = "retry"
             logger.info("%s/%s: %s; retrying in %ss", *key, retry, retry.delay)
-            self._requeue(key, retry.delay, meta.get("generation"))
+            self.queue.add_after(key, retry.delay, meta.get("generation"))
         except Exception as err:  # the API may fail in any way; the next attempt may not
             failures = self._failures[key] = self._failures.get(key, 0) + 1
             delay = min(RETRY_MAX_DELAY, RETRY_FIRST_DELAY * 2 ** (failures - 1))
             logger.warning("%s/%s: reconcile failed (%s: %s); retrying in %ss", *key,
                            type(err).__name__, err, delay)  # fmt: skip
-            self._requeue(key, delay, meta.get("generation"))
+            self.queue.add_after(key, delay, meta.get("generation"))
         finally:
             self.metrics.reconcile_total.labels(result).inc()
             self.metrics.reconcile_seconds.observe(time.perf_counter() - start)
-
-    def _requeue(self, key: Key, delay: float, generation: int | None) -> None:
-        self._cancel_retry(key)
-        handle = asyncio.get_running_loop().call_later(delay, self._retry_due, key)
-        self._retries[key] = (handle, generation)
-
-    def _retry_due(self, key: Key) -> None:
-        self._retries.pop(key, None)
-        self.enqueue(key)
-
-    def _track(self, task: asyncio.Task[Any]) -> None:
-        self._tasks.add(task)  # a reference, or the task may be collected mid-flight
-        task.add_done_callback(self._tasks.discard)
-
-    def _cancel_retry(self, key: Key) -> None:
-        pending = self._retries.pop(key, None)
-        if pending is not None:
-            pending[0].cancel()
-
-    async def close(self) -> None:
-        """Stop the workers and pending retries (shutdown); the next operator resumes them
-        (it reconciles every experiment it sees once)."""
-        for key in list(self._retries):
-            self._cancel_retry(key)
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
 
     async def reconcile_spec(self, body: Mapping[str, Any]) -> str:
         """Validate, render, create or update children, record the outcome. Returns a result."""
