@@ -129,6 +129,12 @@ def test_eval_sets_that_differ_use_eval_config() -> None:
         for d in doc
     ]
     assert got == [("web-dev", 1, 0.0, None), ("web-hard", 4, 0.7, 2048)]
+    # slime builds EvalDatasetConfig(**entry): a key one release lacks is a TypeError at
+    # start-up. These fields exist in every release we know (prompt_key became input_key).
+    portable = {"name", "path", "n_samples_per_eval_prompt", "temperature", "max_response_len",
+                "top_p", "top_k", "min_new_tokens", "stop", "stop_token_ids", "metadata_key",
+                "label_key", "tool_key", "rm_type", "metadata_overrides"}  # fmt: skip
+    assert all(set(entry) <= portable for entry in doc), doc
 
 
 def test_uniform_eval_sets_use_slime_eval_flags() -> None:

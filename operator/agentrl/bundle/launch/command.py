@@ -130,14 +130,18 @@ def custom_config(config: RuntimeConfig, config_path: str) -> dict[str, Any]:
 
 
 def eval_config(spec: RLExperimentSpec) -> dict[str, Any]:
-    """slime's --eval-config document: one entry per eval set with its own overrides."""
+    """slime's --eval-config document: one entry per eval set with its own overrides.
+
+    slime builds each entry as `EvalDatasetConfig(**entry)`, so a key its version lacks is a
+    TypeError after the GPUs are allocated. The row keys are left out on purpose: slime
+    renamed `prompt_key` to `input_key`, and fills both from `--input-key`/`--metadata-key`.
+    Only fields every release has are written.
+    """
     datasets = []
     for s in spec.data.eval:
         entry: dict[str, Any] = {
             "name": s.name,
             "path": s.path,
-            "prompt_key": "prompt",
-            "metadata_key": "metadata",
             "n_samples_per_eval_prompt": s.samples_per_prompt,
             "temperature": s.temperature,
         }
