@@ -33,7 +33,11 @@ MINIMAL: dict[str, Any] = {
     "kind": "RLExperiment",
     "metadata": {"name": "demo", "namespace": "rl"},
     "spec": {
-        "model": {"path": "Qwen/Qwen2.5-0.5B-Instruct", "type": "qwen2.5-0.5B"},
+        "model": {
+            "path": "Qwen/Qwen2.5-0.5B-Instruct",
+            "type": "qwen2.5-0.5B",
+            "refLoad": "/models/qwen2.5-0.5b-instruct",
+        },
         "data": {"train": "/data/train.jsonl"},
         "agent": {"http": {"url": "http://agent.rl.svc:8080"}},
         "grpo": {"numRollouts": 10},

@@ -47,6 +47,32 @@ def test_all_problems_at_once() -> None:
     }
 
 
+def test_a_typo_does_not_hide_the_cross_field_rules() -> None:
+    body = minimal_body(
+        resources={"parallelism": {"tensor": 3}}, grpo={"numRollouts": 1, "lerningRate": 1e-6}
+    )
+    exp, problems = parse_experiment(body)
+    assert exp is None
+    assert set(paths(problems)) == {"spec.grpo.lerningRate", "spec.resources.parallelism"}
+
+
+def test_snake_case_keys_are_unknown_with_the_camel_case_spelling() -> None:
+    # The CRD knows only camelCase: the API server would prune or refuse `num_rollouts`.
+    body = minimal_body(grpo={"numRollouts": 2, "global_batch_size": 8})
+    body["spec"]["agent"]["max_concurrent"] = 4
+    exp, problems = parse_experiment(body)
+    assert exp is None
+    by_path = {p.path: p for p in problems}
+    assert by_path["spec.grpo.global_batch_size"].message == "unknown field"
+    assert (
+        by_path["spec.grpo.global_batch_size"].hint
+        == "fields are camelCase: write 'globalBatchSize'"
+    )
+    assert (
+        by_path["spec.agent.max_concurrent"].hint == "fields are camelCase: write 'maxConcurrent'"
+    )
+
+
 def test_structural_errors_use_wire_paths() -> None:
     body = minimal_body(resources={"parallelism": {"tensor": 0}}, grpo={"numRollout": 3})
     exp, problems = parse_experiment(body)

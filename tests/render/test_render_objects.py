@@ -70,7 +70,11 @@ def test_http_headers_come_from_secrets_by_env_name() -> None:
 
 def test_same_runtime_env_in_every_container() -> None:
     job = objects(load_example(SWE))["rayjob"]
-    envs = [env_of(c) for c in containers(job)]
+    head, *workers = (env_of(c) for c in containers(job))
+    # The CPU head alone hides GPUs (CUDA images expose every GPU of the node by default).
+    assert head.pop("NVIDIA_VISIBLE_DEVICES") == "void"
+    assert workers and all("NVIDIA_VISIBLE_DEVICES" not in w for w in workers)
+    envs = [head, *workers]
     assert all(e == envs[0] for e in envs)
     assert envs[0]["CUDA_HOME"] == "/usr/local/cuda"
     assert envs[0]["LD_LIBRARY_PATH"].startswith("/usr/local/cuda/lib64")

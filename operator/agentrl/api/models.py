@@ -72,7 +72,12 @@ __all__ = [
 
 class ModelSpec(Model):
     path: Annotated[
-        str, Field(min_length=1, description="HF checkpoint dir inside the pods (or an HF id)")
+        str,
+        Field(
+            min_length=1,
+            description="HF checkpoint dir inside the pods, or an HF id (downloaded by every "
+            "pod at start; then refLoad must be a directory)",
+        ),
     ]
     type: Annotated[
         str,
@@ -99,7 +104,9 @@ class ModelSpec(Model):
     prompt.
     """
     ref_load: str | None = Field(
-        default=None, description="reference model checkpoint (defaults to path)"
+        default=None,
+        description="the trainer's starting checkpoint, a directory in the pods: HF or "
+        "Megatron (slime --ref-load; defaults to path, so required when path is an HF id)",
     )
 
 
@@ -257,7 +264,11 @@ class GrpoSpec(Model):
         default=None, description="defaults to rolloutBatchSize x samplesPerPrompt"
     )
     max_response_length: PositiveInt = 1024
-    """Response token budget per turn."""
+    """Response tokens of one trained sequence (slime's `--rollout-max-response-len`): every
+    completion of a multi-turn episode plus the tool output between them, clipped beyond it
+    (counted, `truncated` set); also each model call's `max_new_tokens`. Size it for a whole
+    episode.
+    """
     learning_rate: Annotated[float, Field(gt=0, le=1)] = 1e-6
     """Adam learning rate."""
     eps_clip: Annotated[float, Field(gt=0, le=1)] = 0.2

@@ -27,7 +27,9 @@ RAY_PORTS = frozenset({6379, 10001, RAY_DASHBOARD_PORT, 8080})
 # An image reference that cannot move: <image>[:<tag>]@sha256:<digest>.
 DIGEST_PINNED = re.compile(r"^[^@\s]+@sha256:[0-9a-f]{64}$")
 # Env vars the renderer sets in every container; a user value would silently fight them.
-RESERVED_ENV = frozenset({"PYTHONPATH", "CUDA_HOME", "LD_LIBRARY_PATH", ENV_CONFIG_PATH})
+RESERVED_ENV = frozenset(
+    {"PYTHONPATH", "CUDA_HOME", "LD_LIBRARY_PATH", ENV_CONFIG_PATH, "NVIDIA_VISIBLE_DEVICES"}
+)
 
 R = "resources"
 
@@ -80,6 +82,36 @@ def renderer_for_local_model(exp: RLExperiment) -> Iterator[Finding]:
             "spec.model.rendererFamily",
             f"required because model.path {model.path!r} is a local directory",
             "set the chat renderer family of the checkpoint, e.g. qwen2.5 or llama3",
+        )
+
+
+def trainer_weights_on_disk(exp: RLExperiment) -> Iterator[Finding]:
+    """slime loads the trainer's weights from `--ref-load` (refLoad, else path) and refuses
+    anything that is not an existing directory in the pods; a Hugging Face id in `path` is
+    fine for SGLang and the tokenizer only.
+    """
+    model = exp.spec.model
+    if model.ref_load is None and not is_local_path(model.path):
+        yield err(
+            "spec.model.refLoad",
+            f"required because model.path {model.path!r} is a Hugging Face id: slime loads "
+            "the trainer's weights from a directory inside the pods",
+            "mount the checkpoint (HF or Megatron) on a volume and set refLoad to its path, "
+            "or make model.path that directory",
+        )
+    for field, path in (("path", model.path), ("refLoad", model.ref_load)):
+        if path is None or not is_local_path(path) or path.startswith("/"):
+            continue
+        yield err(
+            f"spec.model.{field}",
+            f"{path!r} is not an absolute path",
+            "give the directory's absolute path inside the pods (see volumeMounts)",
+        )
+    if model.ref_load is not None and not is_local_path(model.ref_load):
+        yield err(
+            "spec.model.refLoad",
+            f"{model.ref_load!r} looks like a Hugging Face id; slime loads --ref-load from disk",
+            "mount the checkpoint (HF or Megatron) on a volume and give its absolute path",
         )
 
 
@@ -287,6 +319,8 @@ def _reserved_env_hint(name: str) -> str:
         return "set runtime.cudaHome instead"
     if name == "PYTHONPATH":
         return "put your modules in runtime.extraCode instead"
+    if name == "NVIDIA_VISIBLE_DEVICES":
+        return "remove it: the device plugin sets it on GPU workers, agentrl hides GPUs on the head"
     return "remove it"
 
 
@@ -321,6 +355,7 @@ ALL_RULES: tuple[Rule, ...] = (
     pool_covers_concurrency,
     agents_reach_gateway,
     renderer_for_local_model,
+    trainer_weights_on_disk,
     parallelism_divides,
     rollout_placement,
     engines_fit,

@@ -9,12 +9,15 @@ spec rejected by `agentrl validate` is rejected by the cluster with the same wor
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import difflib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
+from pydantic.alias_generators import to_camel
 
 from agentrl.api import kube_rules, rules
 from agentrl.api.base import QUANTITY_PATTERN
@@ -56,15 +59,39 @@ def parse_experiment(body: Mapping[str, Any]) -> tuple[RLExperiment | None, list
         return None, [problem]
     body = {k: v for k, v in body.items() if k != "status"}
     try:
-        exp = RLExperiment.model_validate(body)
+        exp = _typed(body)
     except ValidationError as err:
         # Typed rules need a typed spec; the document rules still run on what was written.
         problems = _from_pydantic(err, body)
         seen = {p.path for p in problems}
-        extra = [p for p in _document_problems(body) if p.path not in seen]
-        return None, problems + extra
+        later = _document_problems(body)
+        unknown = [e["loc"] for e in err.errors() if e["type"] == "extra_forbidden"]
+        if len(unknown) == len(err.errors()):
+            # Only unknown fields (typos): the cross-field rules can still judge the rest,
+            # so one typo does not hide every other problem until the next run.
+            with contextlib.suppress(ValidationError):
+                later = validate_experiment(_typed(_without(body, unknown)))
+        return None, problems + [p for p in later if p.path not in seen]
     problems = validate_experiment(exp)
     return (None if errors(problems) else exp), problems
+
+
+def _typed(body: Mapping[str, Any]) -> RLExperiment:
+    # The wire names only (camelCase), as the CRD has them: `num_rollouts` would pass here
+    # and then be pruned or refused by the API server.
+    return RLExperiment.model_validate(body, by_alias=True, by_name=False)
+
+
+def _without(body: Mapping[str, Any], locs: Sequence[Sequence[int | str]]) -> dict[str, Any]:
+    """A deep copy of `body` without the entries at `locs` (pydantic error locations)."""
+    out: dict[str, Any] = copy.deepcopy(dict(body))
+    for loc in locs:
+        node: Any = out
+        path = _clean_loc(loc)
+        for part in path[:-1]:
+            node = node[part]
+        node.pop(path[-1], None)
+    return out
 
 
 def validate_experiment(exp: RLExperiment) -> list[Problem]:
@@ -138,6 +165,8 @@ def _suggest(loc: list[int | str]) -> str:
     if parent is None or not isinstance(name, str):
         return "remove it"
     accepted = [f.alias or n for n, f in parent.model_fields.items()]
+    if to_camel(name) != name and to_camel(name) in accepted:
+        return f"fields are camelCase: write {to_camel(name)!r}"
     close = difflib.get_close_matches(name, accepted, n=1)
     if close:
         return f"did you mean {close[0]!r}?"

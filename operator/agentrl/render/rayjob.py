@@ -56,7 +56,9 @@ def head_group(exp: RLExperiment, defaults: OperatorDefaults, base: pods.PodPart
         "name": HEAD_CONTAINER,
         "image": pods.image(exp, defaults),
         "imagePullPolicy": exp.spec.runtime.image_pull_policy,
-        "env": base.env,
+        # CUDA images set NVIDIA_VISIBLE_DEVICES=all, so on a GPU node a container that
+        # requests no GPU still sees that node's GPUs (Ray would then count and use them).
+        "env": [*base.env, {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}],
         "ports": [{"name": n, "containerPort": p} for n, p in RAY_PORTS]
         + [
             {"name": GATEWAY_PORT_NAME, "containerPort": exp.spec.gateway.port},

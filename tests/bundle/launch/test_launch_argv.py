@@ -199,6 +199,17 @@ def test_unknown_flags_are_named_with_origin_and_suggestion() -> None:
     assert command.unknown_flags(parts[:2], known) == []
 
 
+def test_an_underscored_flag_is_not_read_as_a_known_prefix() -> None:
+    known = frozenset({"--save", "--save-interval", "--eval-interval"})
+    parts = [
+        command.Part("launcher", ["python3", "train.py"]),
+        command.Part("spec.runtime.extraArgs", ["--save_interval", "5", "--eval_interval=2"]),
+    ]
+    bad = command.unknown_flags(parts, known)
+    assert [flag for flag, _ in bad] == ["--save_interval", "--eval_interval"]
+    assert "did you mean --save-interval?" in command.unknown_flags_message(bad, known)
+
+
 def test_redact_and_flag_value() -> None:
     env = {"WANDB_API_KEY": "s3cret", "AGENTRL_HTTP_HEADER_0": "Bearer x", "CUDA_HOME": "/c"}
     shown = command.redact(env, ["AGENTRL_HTTP_HEADER_0"])

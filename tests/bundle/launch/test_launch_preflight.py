@@ -16,6 +16,7 @@ ROW = json.dumps({"prompt": "q", "metadata": {"a": 1}})
 def _spec(**over: object) -> RLExperimentSpec:
     doc = example_doc(EXAMPLE_C)
     doc["spec"]["model"]["path"] = "/models/Qwen2.5-7B-Instruct"
+    doc["spec"]["model"]["refLoad"] = "/models/Qwen2.5-7B-Instruct"
     doc["spec"]["checkpoint"] = {"path": "/ckpt/run"}
     for key, value in over.items():
         doc["spec"][key] = value
@@ -58,10 +59,31 @@ def test_every_problem_at_once(tmp_path: Path) -> None:
     assert len(problems) == 6
 
 
-def test_model_given_as_hub_id_is_refused() -> None:
-    # slime's --use-kl-loss requires --ref-load to exist on disk (slime_validate_args).
-    spec = experiment(example_doc(EXAMPLE_C)).spec
-    assert "is not a directory inside the pods" in preflight.check_model(Path("/"), spec)[0]
+def test_a_hub_id_needs_the_trainer_weights_on_disk(tmp_path: Path) -> None:
+    # slime's checkpoint loader asserts --ref-load is an existing, non-empty directory.
+    doc = example_doc(EXAMPLE_C)
+    del doc["spec"]["model"]["refLoad"]
+    alone = experiment(doc).spec  # parsed only: the validate rule would refuse it first
+    (problem,) = preflight.check_model(tmp_path, alone)
+    assert "a Hugging Face id and no refLoad is set" in problem
+    with_ref = experiment(example_doc(EXAMPLE_C)).spec
+    touch(tmp_path, "/models/qwen2.5-7b-instruct/config.json", "{}")
+    assert preflight.check_model(tmp_path, with_ref) == []
+    (warning,) = preflight.model_warnings(with_ref)
+    assert "download it in every pod at start" in warning
+
+
+def test_ref_load_takes_what_slime_loads(tmp_path: Path) -> None:
+    spec = experiment(example_doc(EXAMPLE_C)).spec  # refLoad /models/qwen2.5-7b-instruct
+    (tmp_path / "models/qwen2.5-7b-instruct").mkdir(parents=True)
+    (problem,) = preflight.check_model(tmp_path, spec)
+    assert "neither an HF checkpoint (config.json) nor a Megatron one" in problem
+    touch(tmp_path, "/models/qwen2.5-7b-instruct/latest_checkpointed_iteration.txt", "release")
+    assert preflight.check_model(tmp_path, spec) == []
+    iteration = _spec(model={**example_doc(EXAMPLE_C)["spec"]["model"],
+                             "refLoad": "/ckpt/iter_0000300"})  # fmt: skip
+    touch(tmp_path, "/ckpt/iter_0000300/common.pt")
+    assert preflight.check_model(tmp_path, iteration) == []
 
 
 def test_empty_jsonl(tmp_path: Path) -> None:

@@ -57,6 +57,9 @@ class Pod:
         doc = example_doc(EXAMPLE_C)
         spec = doc["spec"]
         spec["model"]["path"] = str(touch(root, "models/qwen/config.json", "{}").parent)
+        # The trainer starts from a Megatron checkpoint, as slime users often convert once.
+        marker = touch(root, "models/qwen-megatron/latest_checkpointed_iteration.txt", "release")
+        spec["model"]["refLoad"] = str(marker.parent)
         row = json.dumps({"prompt": "1+1?", "metadata": {"answer": "2"}}) + "\n"
         spec["data"]["train"] = str(touch(root, "data/train.jsonl", row * 3))
         for i, s in enumerate(spec["data"]["eval"]):

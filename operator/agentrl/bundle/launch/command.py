@@ -26,7 +26,9 @@ EVAL_CONFIG_FLAG: Final = "--eval-config"
 PRE_PARSED_FLAGS: Final = frozenset(
     {"--train-backend", "--debug-rollout-only", "--debug-train-only", "--load-debug-rollout-data"}
 )
-_FLAG = re.compile(r"^--[A-Za-z][A-Za-z0-9-]*")
+# A whole option name: argparse does not fold `_` into `-`, so `--save_interval` is not
+# `--save-interval` (and must not be read as the known prefix `--save`).
+_FLAG = re.compile(r"^--[A-Za-z][A-Za-z0-9_-]*")
 _SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL|AUTH)", re.IGNORECASE)
 REDACTED: Final = "<redacted>"
 

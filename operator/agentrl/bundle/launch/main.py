@@ -164,6 +164,7 @@ def build_plan(config_path: str, ambient: Mapping[str, str]) -> Plan:
     gpus, gpu_warning = probe.visible_gpus()
     warnings += [gpu_warning] if gpu_warning else []
     problems += preflight.run_all(Path("/"), spec, gpus)
+    warnings += preflight.model_warnings(spec)
     key_env = config.wandb_api_key_env or ENV_WANDB_API_KEY
     if spec.tracking.wandb is not None and not ambient.get(key_env):
         warnings.append(f"spec.tracking.wandb is set but {key_env} is empty: wandb logging is off")

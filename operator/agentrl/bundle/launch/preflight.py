@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import uuid
 from pathlib import Path
 
 from agentrl.api.models import RLExperimentSpec
+from agentrl.api.rules import is_local_path
 
 SAMPLE_ROWS = 20
 ROW_SHAPE = 'rows must be {"prompt": ..., "metadata": {...}}'
@@ -22,26 +24,54 @@ def _host(root: Path, path: str) -> Path:
 
 
 def check_model(root: Path, spec: RLExperimentSpec) -> list[str]:
-    """spec.model.path (and refLoad) must be a directory with config.json."""
-    problems = []
-    for field, path in (
-        ("spec.model.path", spec.model.path),
-        ("spec.model.refLoad", spec.model.ref_load),
-    ):
-        if path is None:
-            continue
-        if not path.startswith("/"):
+    """spec.model.path: an HF checkpoint directory (SGLang loads it), unless it is a Hugging
+    Face id; the trainer's weights (refLoad, else path): a directory slime's loader takes."""
+    model, problems = spec.model, []
+    if is_local_path(model.path):
+        if not model.path.startswith("/"):
+            problems.append(f"spec.model.path: {model.path!r} is not an absolute path")
+        elif not (_host(root, model.path) / "config.json").is_file():
             problems.append(
-                f"{field}: {path!r} is not a directory inside the pods; slime loads the Megatron "
-                "weights from --ref-load, which must exist on disk (a Hugging Face id is fetched "
-                "only by SGLang); put the model on a volume and give its absolute path"
+                f"spec.model.path: {model.path} has no config.json; mount the HF checkpoint "
+                "there (spec.runtime.volumes/volumeMounts)"
             )
-        elif not (_host(root, path) / "config.json").is_file():
+    if model.ref_load is None:
+        if not is_local_path(model.path):
             problems.append(
-                f"{field}: {path} has no config.json; mount the HF checkpoint there "
-                "(spec.runtime.volumes/volumeMounts)"
+                f"spec.model.path: {model.path!r} is a Hugging Face id and no refLoad is set: "
+                "slime loads the trainer's weights (--ref-load) from a directory in the pods; "
+                "mount the checkpoint and set spec.model.refLoad"
             )
+        return problems
+    ref = model.ref_load
+    if ref == model.path:  # one directory, already judged above
+        return problems
+    if not ref.startswith("/"):
+        problems.append(f"spec.model.refLoad: {ref!r} is not a directory path inside the pods")
+    elif not _loadable(_host(root, ref)):
+        problems.append(
+            f"spec.model.refLoad: {ref} is neither an HF checkpoint (config.json) nor a "
+            "Megatron one (latest_checkpointed_iteration.txt, or an iter_NNNNNNN directory); "
+            "mount the checkpoint there (spec.runtime.volumes/volumeMounts)"
+        )
     return problems
+
+
+def _loadable(path: Path) -> bool:
+    """What slime's checkpoint loader accepts for --ref-load: Megatron, else HF weights."""
+    megatron = (path / "latest_checkpointed_iteration.txt").is_file() or (
+        path.is_dir() and re.fullmatch(r"iter_\d{7}", path.name) is not None
+    )
+    return megatron or (path / "config.json").is_file()
+
+
+def model_warnings(spec: RLExperimentSpec) -> list[str]:
+    if is_local_path(spec.model.path):
+        return []
+    return [
+        f"spec.model.path is the Hugging Face id {spec.model.path!r}: SGLang and the gateway "
+        "download it in every pod at start (hub access and disk; HF_TOKEN for gated models)"
+    ]
 
 
 def _row_problem(line: str) -> str | None:
