@@ -105,6 +105,12 @@ def test_quantity_errors_read_well() -> None:
     assert str(problem) == "spec.resources.memory: not a Kubernetes quantity (e.g. 64Gi, 500m or 8)"
 
 
+def test_numeric_quantities_are_quantities_as_in_kubernetes() -> None:
+    exp, problems = parse_experiment(minimal_body(resources={"cpu": 95.5}))
+    assert exp is not None, problems
+    assert exp.spec.resources.cpu == "95.5"
+
+
 def test_small_pool_is_a_warning_not_an_error() -> None:
     body = minimal_body()
     body["spec"]["agent"].update(maxConcurrent=64, maxPoolConnections=10)

@@ -19,8 +19,9 @@ QUANTITY_PATTERN = (
 
 
 def _quantity_text(value: object) -> object:
-    # YAML reads `cpu: 32` as an int; Kubernetes accepts both, so do we.
-    if isinstance(value, int) and not isinstance(value, bool):
+    # YAML reads `cpu: 32` as an int and `cpu: 0.5` as a float; Kubernetes accepts numbers
+    # for quantities, so do we (the pattern below still judges the text).
+    if isinstance(value, int | float) and not isinstance(value, bool):
         return str(value)
     return value
 
