@@ -68,6 +68,41 @@ def _template(
     return run_helm(helm, *args).stdout
 
 
+class StrictLoader(yaml.SafeLoader):
+    """yaml.safe_load, except that a key twice in one mapping is an error, not "last wins"
+    (what the API server's strict decoding and `kubectl apply` make of it varies)."""
+
+
+def _no_duplicate_keys(loader: StrictLoader, node: yaml.MappingNode, deep: bool = False) -> Any:
+    seen: set[Any] = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=True)
+        if key in seen:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key {key!r}", key_node.start_mark
+            )
+        seen.add(key)
+    return loader.construct_mapping(node, deep=deep)
+
+
+StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _no_duplicate_keys)
+
+
+def load_all(text: str) -> list[dict[str, Any]]:
+    return [doc for doc in yaml.load_all(text, Loader=StrictLoader) if doc]
+
+
+def render_text(
+    helm: str = "helm3",
+    values: Path | None = None,
+    sets: tuple[str, ...] = (),
+    monitoring_api: bool = True,
+    namespace: str = NAMESPACE,
+) -> str:
+    """`helm template` output as text."""
+    return _template(helm, (str(values),) if values else (), sets, monitoring_api, namespace)
+
+
 def render(
     helm: str = "helm3",
     values: Path | None = None,
@@ -75,9 +110,22 @@ def render(
     monitoring_api: bool = True,
     namespace: str = NAMESPACE,
 ) -> list[dict[str, Any]]:
-    """`helm template` output as a list of objects (fresh copies; safe to mutate)."""
-    text = _template(helm, (str(values),) if values else (), sets, monitoring_api, namespace)
-    return [doc for doc in yaml.safe_load_all(text) if doc]
+    """`helm template` output as a list of objects (fresh copies; safe to mutate). A key that
+    appears twice in one mapping fails the render."""
+    return load_all(render_text(helm, values, sets, monitoring_api, namespace))
+
+
+def notes(helm: str, *args: str) -> str:
+    """NOTES.txt as `helm install --dry-run=client` prints it (`helm template` never renders
+    NOTES). helm 4 only: helm 3.17's client dry run still asks the cluster for its version."""
+    assert helm == "helm4", helm
+    kubeconfig = _HOME / "kubeconfig"  # no cluster, no context: nothing to connect to
+    kubeconfig.write_text("apiVersion: v1\nkind: Config\n")
+    args = ("install", RELEASE, str(CHART), "--namespace", NAMESPACE, "--dry-run=client",
+            "--kubeconfig", str(kubeconfig), *args)  # fmt: skip
+    out = run_helm(helm, *args).stdout
+    assert "\nNOTES:\n" in out, out[-2000:]
+    return out.split("\nNOTES:\n", 1)[1]
 
 
 def find(objs: list[dict[str, Any]], kind: str, name: str | None = None) -> list[dict[str, Any]]:
@@ -101,6 +149,7 @@ def metric_names(expr: str) -> set[str]:
     text = re.sub(r"\{[^}]*\}", "", text)
     text = re.sub(r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", "", text)
     text = re.sub(r"\[[^\]]*\]", "", text)
+    text = re.sub(r"\boffset\s+-?[0-9][0-9a-z]*", "", text)
     names = set()
     for name, call in re.findall(r"([a-zA-Z_:][a-zA-Z0-9_:]*)(\s*\()?", text):
         if not call and name not in PROMQL_KEYWORDS:

@@ -4,6 +4,7 @@
 `OperatorMetrics`, sets every family (both splits), serves each on 127.0.0.1 on a free port,
 prints `bundle=<port> operator=<port>` and keeps counters and histograms moving so rates are
 non-zero. The values trip every alert on purpose: the test proves each expression evaluates.
+AgentRLExperimentFailed reports new failures, so another experiment fails every few seconds.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from agentrl.bundle.traces import BREAK_REASONS
 from agentrl.controller.metrics import OperatorMetrics
 
 TICK_SECONDS = 0.25
+FAIL_EVERY_TICKS = 20  # a new Failed experiment every 5 s (the test's failure window: 10 s)
 
 
 def set_gauges(bundle: BundleMetrics, operator: OperatorMetrics) -> None:
@@ -53,6 +55,8 @@ def tick(bundle: BundleMetrics, operator: OperatorMetrics, n: int) -> None:
     bundle.samples.inc(12)
     bundle.truncated_samples.inc(1)
     bundle.trace_breaks.labels(BREAK_REASONS[n % len(BREAK_REASONS)]).inc()
+    if n % FAIL_EVERY_TICKS == FAIL_EVERY_TICKS - 1:
+        operator.move(None, "Failed")
     operator.reconcile_total.labels("ok").inc()
     operator.reconcile_seconds.observe(0.02 + (n % 5) / 100)
 

@@ -46,6 +46,19 @@ def test_promtool_check_rules(values: Path | None, tmp_path: Path) -> None:
     assert f"SUCCESS: {len(ALERTS)} rules found" in proc.stdout
 
 
+def test_promtool_check_rules_without_service_monitor_or_runbooks(tmp_path: Path) -> None:
+    sets = (
+        "monitoring.serviceMonitor.enabled=false",
+        "monitoring.prometheusRule.runbookUrl=",
+        "monitoring.prometheusRule.alertLabels.severity=page",
+    )
+    spec = one(render(sets=sets), "PrometheusRule")["spec"]
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump(spec))
+    proc = promtool("check", "rules", "rules.yaml", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"SUCCESS: {len(ALERTS) - 1} rules found" in proc.stdout  # no AgentRLOperatorDown
+
+
 def test_promtool_unit_tests_pass(tmp_path: Path) -> None:
     (tmp_path / "agentrl-rules.yaml").write_text(yaml.safe_dump(rules()))
     shutil.copy(PROMTOOL_DIR / "alerts_test.yaml", tmp_path)

@@ -98,6 +98,9 @@ def _install(kube: KubeHarness) -> Iterator[KubeHarness]:
                "--create-namespace", *common)  # fmt: skip
     # No Prometheus Operator on this API server: monitors skipped, and NOTES say so.
     assert "monitoring.coreos.com/v1 is not served" in out.stdout
+    # helm 3's NOTES too (test_chart_render checks them with helm 4's client-only dry run).
+    assert "WARNING: image.digest is still the chart's placeholder" in out.stdout
+    assert "the CRD rlexperiments.agentrl.io must already exist" in out.stdout
     helm(kube, "helm4", "install", "scoped", str(CHART), "-n", "scoped", "--create-namespace",
          "--set", "watchNamespaces={team-a}", "--set", "monitoring.dashboard.enabled=false",
          *common)  # fmt: skip

@@ -9,14 +9,16 @@ from chart_helpers import CHART, find, one, render
 from agentrl.controller.kube import PLURALS
 
 # (apiGroup, resource) -> verbs. The single source the e2e `kubectl auth can-i` test also uses.
+# The operator never GETs an RLExperiment, its status or a pod: kopf lists and watches them, and
+# the controller's client (agentrl.controller.kube) only PATCHes the status.
 NAMESPACED: dict[tuple[str, str], set[str]] = {
-    ("agentrl.io", "rlexperiments"): {"get", "list", "watch"},
-    ("agentrl.io", "rlexperiments/status"): {"get", "patch"},
+    ("agentrl.io", "rlexperiments"): {"list", "watch"},
+    ("agentrl.io", "rlexperiments/status"): {"patch"},
     ("agentrl.io", "rlexperiments/finalizers"): {"update"},
     ("ray.io", "rayjobs"): {"get", "list", "watch", "create", "patch"},
     ("", "configmaps"): {"get", "create"},
     ("", "services"): {"get", "create"},
-    ("", "pods"): {"get", "list", "watch"},
+    ("", "pods"): {"list", "watch"},
     ("", "events"): {"create"},
 }
 CLUSTER: dict[tuple[str, str], set[str]] = {

@@ -15,7 +15,19 @@ from typing import Any
 import jsonschema
 import pytest
 import yaml
-from chart_helpers import CHART, CI_VALUES, HELMS, ROOT, find, one, render, run_helm
+from chart_helpers import (
+    CHART,
+    CI_VALUES,
+    HELMS,
+    ROOT,
+    find,
+    load_all,
+    notes,
+    one,
+    render,
+    render_text,
+    run_helm,
+)
 
 from agentrl.api.constants import LABEL_EXPERIMENT, METRICS_PORT, METRICS_PORT_NAME
 from agentrl.api.validation import parse_experiment
@@ -54,6 +66,9 @@ def test_schema_rejects_unknown_keys_and_bad_values(helm: str) -> None:
         "operator.runtimeImage=agentrl/runtime:latest",  # not pinned by digest
         "watchNamespaces[0]=Team_A",
         "monitoring.prometheusRule.failedSessionRatio=2",
+        "monitoring.prometheusRule.failedSessionRatio=0.15",  # --set: a string, not a number
+        "monitoring.assumeApiAvailable=maybe",
+        "monitoring.dashboard.uid=team/a",
     ):
         proc = run_helm(helm, "lint", "--strict", str(CHART), "--set", bad, check=False)
         assert proc.returncode != 0, bad
@@ -127,6 +142,144 @@ def test_monitoring_objects_skipped_without_the_api_and_when_disabled() -> None:
     assert not kinds & MONITORING_KINDS
     off = {o["kind"] for o in render(values=CHART / "ci" / "monitoring-off-values.yaml")}
     assert not off & (MONITORING_KINDS | {"CustomResourceDefinition", "ConfigMap"})
+
+
+def test_thresholds_take_numbers_from_set_json() -> None:
+    """What the README says: `--set` gives the schema a string, `--set-json` a number."""
+    args = ["lint", "--strict", str(CHART)]
+    ok = run_helm("helm3", *args, "--set-json", "monitoring.prometheusRule.failedSessionRatio=0.15")
+    assert "0 chart(s) failed" in ok.stdout + ok.stderr
+
+
+@pytest.mark.parametrize("helm", sorted(HELMS))
+def test_monitoring_objects_render_without_the_api_when_assumed(helm: str) -> None:
+    """`helm template | kubectl apply`, or the Prometheus Operator's CRDs installed later."""
+    assumed = render(helm, sets=("monitoring.assumeApiAvailable=true",), monitoring_api=False)
+    assert {o["kind"] for o in assumed} >= MONITORING_KINDS
+    assert assumed == render(helm, sets=("monitoring.assumeApiAvailable=true",))
+    # Switching one off still wins.
+    off = ("monitoring.assumeApiAvailable=true", "monitoring.podMonitor.enabled=false")
+    kinds = {o["kind"] for o in render(helm, sets=off, monitoring_api=False)}
+    assert kinds & MONITORING_KINDS == {"ServiceMonitor", "PrometheusRule"}
+
+
+def alerts_of(objs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    rule = one(objs, "PrometheusRule")
+    return {r["alert"]: r for g in rule["spec"]["groups"] for r in g["rules"]}
+
+
+def test_operator_down_alert_only_with_the_service_monitor() -> None:
+    """absent(up{job=...}) with nothing scraping the operator would fire for ever."""
+    assert "AgentRLOperatorDown" in alerts_of(render())
+    objs = render(sets=("monitoring.serviceMonitor.enabled=false",))
+    assert not find(objs, "ServiceMonitor")
+    alerts = alerts_of(objs)
+    assert "AgentRLOperatorDown" not in alerts
+    assert "AgentRLExperimentFailed" in alerts  # the operator group keeps its other alert
+
+
+def test_alert_labels_override_the_chart_labels_once() -> None:
+    """alertLabels.severity replaces the chart's severity: one key, the user's value (render()
+    rejects duplicate keys, so a duplicate would already fail here)."""
+    sets = (
+        "monitoring.prometheusRule.alertLabels.severity=page",
+        "monitoring.prometheusRule.alertLabels.team=ml",
+    )
+    text = render_text(sets=sets)
+    alerts = alerts_of(load_all(text))
+    for alert in alerts.values():
+        assert alert["labels"]["severity"] == "page"
+        assert alert["labels"]["team"] == "ml"
+    assert alerts["AgentRLOperatorDown"]["labels"] == {
+        "severity": "page",
+        "team": "ml",
+        "namespace": "agentrl",
+    }
+    (rule_text,) = [d for d in text.split("\n---") if "kind: PrometheusRule" in d]
+    assert rule_text.count("severity:") == len(alerts)
+    assert "severity: warning" not in rule_text and "severity: critical" not in rule_text
+    # The raw text really had one key per mapping (the strict loader is what says so).
+    with pytest.raises(yaml.constructor.ConstructorError, match="duplicate key"):
+        load_all("labels:\n  severity: warning\n  severity: page\n")
+
+
+def test_common_labels_override_standard_labels_but_never_selector_labels() -> None:
+    sets = (
+        "commonLabels.app\\.kubernetes\\.io/part-of=ml-platform",
+        "commonLabels.app\\.kubernetes\\.io/name=other",
+        "podLabels.app\\.kubernetes\\.io/version=custom",
+        "monitoring.additionalLabels.app\\.kubernetes\\.io/part-of=monitoring",
+        "monitoring.dashboard.additionalLabels.grafana_dashboard=off",
+    )
+    objs = render(sets=sets)  # duplicate keys would fail to load
+    deploy = one(objs, "Deployment")
+    selector = deploy["spec"]["selector"]["matchLabels"]
+    assert selector["app.kubernetes.io/name"] == "agentrl"
+    pod_labels = deploy["spec"]["template"]["metadata"]["labels"]
+    assert selector.items() <= pod_labels.items()
+    assert pod_labels["app.kubernetes.io/version"] == "custom"
+    assert pod_labels["app.kubernetes.io/part-of"] == "ml-platform"
+    service = one(objs, "Service")
+    assert service["metadata"]["labels"]["app.kubernetes.io/part-of"] == "ml-platform"
+    assert service["spec"]["selector"].items() <= pod_labels.items()
+    monitor = one(objs, "ServiceMonitor")
+    assert (
+        monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    )
+    assert monitor["metadata"]["labels"]["app.kubernetes.io/part-of"] == "monitoring"
+    (dashboard,) = find(objs, "ConfigMap")
+    assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"  # the sidecar's label wins
+
+
+def test_runbook_urls_are_quoted_and_left_out_without_a_base() -> None:
+    text = render_text()
+    base = "https://github.com/agentrl/agentrl/blob/main/docs/monitoring.md"
+    assert text.count(f'runbook_url: "{base}#agentrl') == 6
+    custom = alerts_of(render(sets=("monitoring.prometheusRule.runbookUrl=https://wiki/a b",)))
+    assert custom["AgentRLProgressStalled"]["annotations"]["runbook_url"] == (
+        "https://wiki/a b#agentrlprogressstalled"
+    )
+    empty = render_text(sets=("monitoring.prometheusRule.runbookUrl=",))
+    assert "runbook_url" not in empty
+    for alert in alerts_of(load_all(empty)).values():
+        assert set(alert["annotations"]) == {"summary", "description"}
+
+
+@pytest.mark.parametrize(
+    ("window", "settled"), [("10m", "15m"), ("1h30m", "95m"), ("90s", "3m"), ("2s", "4s")]
+)
+def test_experiment_failed_waits_for_the_operator_series_to_settle(
+    window: str, settled: str
+) -> None:
+    """window + min(window, 5m), as a duration PromQL takes (offset has no arithmetic)."""
+    alerts = alerts_of(render(sets=(f"monitoring.prometheusRule.window={window}",)))
+    expr = alerts["AgentRLExperimentFailed"]["expr"]
+    assert f'min_over_time(agentrl_experiments{{phase="Failed"}}[{window}])' in expr
+    assert f'agentrl_experiments{{phase="Failed"}} offset {settled}' in expr
+
+
+def test_notes_warn_about_the_placeholder_digest() -> None:
+    default = notes("helm4")
+    assert "WARNING: image.digest is still the chart's placeholder" in default
+    for words in ("image.repository", "image.digest", "top-level Dockerfile", "ImagePullBackOff"):
+        assert words in default, words
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    helpers = (CHART / "templates" / "_helpers.tpl").read_text()
+    assert values["image"]["digest"] in helpers  # agentrl.placeholderDigest follows values.yaml
+    pinned = notes("helm4", "--set", "image.digest=sha256:" + "1" * 64)
+    assert "placeholder" not in pinned
+    assert "placeholder" not in notes("helm4", "--set", "image.digest=")
+
+
+def test_notes_name_the_crd_prerequisite_and_how_to_list_experiments() -> None:
+    default = notes("helm4")
+    assert "kubectl get rlx -A" in default
+    assert "must already exist" not in default
+    assert "monitoring.coreos.com/v1 is not served" in default  # a client dry run: no API
+    external = notes("helm4", "--set", "crds.install=false")
+    assert "the CRD rlexperiments.agentrl.io must already exist" in external
+    assumed = notes("helm4", "--set", "monitoring.assumeApiAvailable=true")
+    assert "is not served" not in assumed
 
 
 def test_operator_deployment_is_hardened_and_pinned() -> None:
@@ -272,6 +425,17 @@ def test_dashboard_configmap_carries_the_checked_in_json() -> None:
     assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
     source = json.loads((CHART / "files" / "dashboards" / "agentrl.json").read_text())
     assert json.loads(cm["data"]["agentrl.json"]) == source
+
+
+def test_dashboard_uid_is_configurable_for_a_second_release() -> None:
+    import json
+
+    source = json.loads((CHART / "files" / "dashboards" / "agentrl.json").read_text())
+    assert source["uid"] == "agentrl-experiments"
+    (cm,) = find(render(sets=("monitoring.dashboard.uid=team-b-agentrl",)), "ConfigMap")
+    shipped = json.loads(cm["data"]["agentrl.json"])
+    assert shipped["uid"] == "team-b-agentrl"
+    assert shipped == {**source, "uid": "team-b-agentrl"}  # nothing else changed
 
 
 def test_packaged_chart_renders_the_same(tmp_path: Path) -> None:

@@ -32,27 +32,35 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/component: operator
 {{- end }}
 
+{{/*
+Labels of an object: the chart's standard labels, then commonLabels, then each map in `extra`
+(later maps win), then the selector labels. Merged as maps, so a key set twice appears once
+with the user's value, except the selector labels: Services, the Deployment and the
+ServiceMonitor select by them, so the chart's values always win there.
+Call with (dict "root" $ "extra" (list map1 map2 ...)).
+*/}}
+{{- define "agentrl.labelsWith" -}}
+{{- $root := .root }}
+{{- $labels := dict
+  "helm.sh/chart" (include "agentrl.chart" $root)
+  "app.kubernetes.io/version" ($root.Values.image.tag | default $root.Chart.AppVersion | toString)
+  "app.kubernetes.io/managed-by" $root.Release.Service
+  "app.kubernetes.io/part-of" "agentrl" }}
+{{- range prepend (.extra | default list) $root.Values.commonLabels }}
+{{- $labels = mergeOverwrite $labels (. | default dict) }}
+{{- end }}
+{{- $labels = mergeOverwrite $labels (include "agentrl.selectorLabels" $root | fromYaml) }}
+{{- toYaml $labels }}
+{{- end }}
+
 {{/* Labels on every object of the chart. */}}
 {{- define "agentrl.labels" -}}
-helm.sh/chart: {{ include "agentrl.chart" . }}
-{{ include "agentrl.selectorLabels" . }}
-app.kubernetes.io/version: {{ .Values.image.tag | default .Chart.AppVersion | quote }}
-app.kubernetes.io/managed-by: {{ .Release.Service }}
-app.kubernetes.io/part-of: agentrl
-{{- with .Values.commonLabels }}
-{{ toYaml . }}
-{{- end }}
+{{ include "agentrl.labelsWith" (dict "root" .) }}
 {{- end }}
 
 {{/* Labels of a monitoring object: chart labels + monitoring.additionalLabels + its own. */}}
 {{- define "agentrl.monitoringLabels" -}}
-{{ include "agentrl.labels" .root }}
-{{- with .root.Values.monitoring.additionalLabels }}
-{{ toYaml . }}
-{{- end }}
-{{- with .extra }}
-{{ toYaml . }}
-{{- end }}
+{{ include "agentrl.labelsWith" (dict "root" .root "extra" (list .root.Values.monitoring.additionalLabels .extra)) }}
 {{- end }}
 
 {{/* The operator's ServiceAccount name. */}}
@@ -73,26 +81,59 @@ app.kubernetes.io/part-of: agentrl
 {{- end }}
 {{- end }}
 
-{{/* Prometheus Operator objects render only where their API is served, so a plain cluster still installs. */}}
+{{/*
+The image digest values.yaml ships until a release publishes the operator image: nothing is
+pullable under it, so NOTES.txt warns while it is still set. Keep equal to values.yaml.
+*/}}
+{{- define "agentrl.placeholderDigest" -}}
+sha256:c66580be04fac11e0f9fff6e7497c2aea6ad6f747929a81242d882bb2eb2f26d
+{{- end }}
+
+{{/*
+Prometheus Operator objects render only where their API is served, so a plain cluster still
+installs, or always with monitoring.assumeApiAvailable (`helm template | kubectl apply`, or
+installing before the Prometheus Operator's CRDs exist).
+*/}}
 {{- define "agentrl.hasMonitoringAPI" -}}
-{{- if .Capabilities.APIVersions.Has "monitoring.coreos.com/v1" }}true{{- end }}
+{{- if or .Values.monitoring.assumeApiAvailable (.Capabilities.APIVersions.Has "monitoring.coreos.com/v1") }}true{{- end }}
+{{- end }}
+
+{{/*
+A Prometheus duration (the schema's pattern: 90s, 1h30m, 500ms) plus min(itself, 5m), as a
+duration. AgentRLExperimentFailed's settling time: see prometheusrule.yaml.
+*/}}
+{{- define "agentrl.settledAfter" -}}
+{{- $ms := dict "ms" 1 "s" 1000 "m" 60000 "h" 3600000 "d" 86400000 "w" 604800000 "y" 31536000000 }}
+{{- $total := 0 }}
+{{- range regexFindAll "[0-9]+(ms|s|m|h|d|w|y)" . -1 }}
+{{- $total = add $total (mul (regexFind "^[0-9]+" . | atoi) (get $ms (regexFind "[a-z]+$" .))) }}
+{{- end }}
+{{- $total = add $total (min $total 300000) }}
+{{- $out := printf "%dms" $total }}
+{{- range list (list 3600000 "h") (list 60000 "m") (list 1000 "s") }}
+{{- if and (eq $out (printf "%dms" $total)) (eq (mod $total (index . 0)) 0) }}
+{{- $out = printf "%d%s" (div $total (index . 0)) (index . 1) }}
+{{- end }}
+{{- end }}
+{{- $out }}
 {{- end }}
 
 {{/*
 The operator's namespaced permissions (operator-anchors §5), shared by the ClusterRole and
 the per-namespace Roles. Exactly the calls the controller makes (operator/agentrl/controller:
-kopf's watches, then get/create/patch in kube.py); nothing on secrets, no wildcards, no
+kopf's list/watch, then get/create/patch in kube.py); nothing on secrets, no wildcards, no
 update or delete anywhere: children are removed by the garbage collector through their
 owner references, and users delete RLExperiments.
 */}}
 {{- define "agentrl.namespacedRules" -}}
-# The custom resource: kopf lists and watches it; the operator writes only its status.
+# The custom resource: kopf lists and watches it (the watch is the operator's only read);
+# the operator writes only its status, with PATCH.
 - apiGroups: ["agentrl.io"]
   resources: ["rlexperiments"]
-  verbs: ["get", "list", "watch"]
+  verbs: ["list", "watch"]
 - apiGroups: ["agentrl.io"]
   resources: ["rlexperiments/status"]
-  verbs: ["get", "patch"]
+  verbs: ["patch"]
 # Owner references with blockOwnerDeletion need update on the owner's finalizers
 # (OwnerReferencesPermissionEnforcement admission).
 - apiGroups: ["agentrl.io"]
@@ -108,10 +149,11 @@ owner references, and users delete RLExperiments.
 - apiGroups: [""]
   resources: ["configmaps", "services"]
   verbs: ["get", "create"]
-# Ray pods: why they are stuck (ImagePullBackOff, Unschedulable); never exec, never write.
+# Ray pods (labelled agentrl.io/experiment), watched to explain stuck ones (ImagePullBackOff,
+# Unschedulable); never read one by one, never exec, never write.
 - apiGroups: [""]
   resources: ["pods"]
-  verbs: ["get", "list", "watch"]
+  verbs: ["list", "watch"]
 # Events on RLExperiments: one new core/v1 Event per transition (never updated).
 - apiGroups: [""]
   resources: ["events"]
@@ -123,6 +165,14 @@ owner references, and users delete RLExperiments.
 - apiGroups: ["apiextensions.k8s.io"]
   resources: ["customresourcedefinitions"]
   verbs: ["list", "watch"]
+{{- end }}
+
+{{/*
+An alert's labels: the chart's (`base`) merged with monitoring.prometheusRule.alertLabels
+(`extra`), whose values win, so each key appears once.
+*/}}
+{{- define "agentrl.alertLabels" -}}
+{{- toYaml (mergeOverwrite .base (.extra | default dict)) }}
 {{- end }}
 
 {{/* A map as sorted `k=v,k2=v2` (the operator's AGENTRL_EXTRA_LABELS format). */}}
