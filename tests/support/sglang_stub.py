@@ -6,8 +6,12 @@ triples, `finish_reason` objects, `/abort_request` that finishes the targeted in
 calls with `abort` and records what it was asked to abort, plus the health/info/load
 endpoints slime polls. Tokens and logprobs are deterministic functions of the prompt, so a
 test can compare a gateway's trace with exactly what was sampled. `token_delay_s` is the
-slow mode, `fail_next`/`fail_status` the failure mode. `StubRouter` lists workers like the
-Rust router and, like it, answers 404 to `/abort_request`.
+slow mode, `fail_next`/`fail_status` the failure mode, `null_logprobs` the way SGLang
+serialises NaN/inf logprobs (JSON null), and `miss_rid_aborts` the race where an abort by
+rid reaches the engine before its request does (a no-op there; only `abort_all` helps);
+`miss_abort_all` makes `abort_all` miss too (requests still being tokenised slip through).
+`StubRouter` lists workers like the Rust router and, like it, answers 404 to
+`/abort_request`.
 """
 
 from __future__ import annotations
@@ -43,6 +47,9 @@ class StubEngine:
     fail_next: int = 0  # failure mode: this many next /generate calls fail
     fail_status: int = 500
     incremental_stream: bool = False
+    null_logprobs: bool = False  # every output logprob comes back as null (NaN/inf in SGLang)
+    miss_rid_aborts: bool = False  # aborts by rid find nothing (they "arrived too early")
+    miss_abort_all: bool = False  # abort_all finds nothing either
     decode: Callable[[list[int]], str] | None = None  # the tokenizer, for `stop` strings
     requests: list[dict[str, Any]] = field(default_factory=list)
     aborted: list[str] = field(default_factory=list)  # rids asked to abort ("*" = abort_all)
@@ -233,7 +240,8 @@ class StubEngine:
         }
         if req.get("return_logprob"):
             meta["output_token_logprobs"] = [
-                [stub_logprob(t, i), t, None] for i, t in enumerate(out)
+                [None if self.null_logprobs else stub_logprob(t, i), t, None]
+                for i, t in enumerate(out)
             ]
             meta["input_token_logprobs"] = [[None, prompt[0], None]]
         if finish is not None:
@@ -267,11 +275,11 @@ class StubEngine:
         body = orjson.loads(await request.read() or b"{}")
         if body.get("abort_all"):
             self.aborted.append("*")
-            targets = list(self._live)
+            targets = [] if self.miss_abort_all else list(self._live)
         else:
             rid = str(body.get("rid", ""))
             self.aborted.append(rid)
-            targets = [rid] if rid in self._live else []
+            targets = [rid] if rid in self._live and not self.miss_rid_aborts else []
         for rid in targets:
             self._live[rid].set()
         return web.Response(status=200)

@@ -1,7 +1,8 @@
 """The seam between the rollout function and the model gateway.
 
 An episode opens a gateway session, hands its URL and bearer token to the agent, reads the
-session's turns back once the agent is done, and closes it in every case. The rollout side
+session's turns back once the agent is done, and closes it in every case; a batch ends
+only once the model engines are idle. The rollout side
 depends only on this protocol; the gateway implements it in process and over HTTP, and
 tests use a double that speaks it.
 """
@@ -29,6 +30,16 @@ class SessionHandle:
         return f"SessionHandle(session_id={self.session_id!r}, base_url={self.base_url!r})"
 
 
+@dataclass(frozen=True)
+class QuiesceReport:
+    """The engines at a batch's end: idle means nothing of the rollout's can still run there."""
+
+    idle: bool
+    in_flight: int  # engine calls the gateway still waits for
+    engine_requests: int | None  # running + queued, summed over the engines; None: not reported
+    workers: int  # engines aborted on
+
+
 class GatewaySessions(Protocol):
     async def create_session(
         self, session_id: str, sampling_params: Mapping[str, Any]
@@ -42,4 +53,10 @@ class GatewaySessions(Protocol):
 
     async def close_session(self, session_id: str) -> None:
         """Close the session, aborting its in-flight requests; idempotent."""
+        ...
+
+    async def quiesce_engines(self, timeout_s: float) -> QuiesceReport:
+        """Batch end, no episode live: abort everything still running on the model engines
+        and wait (at most `timeout_s`) until they are idle. Closing a session only queues
+        aborts, and an abort that reaches an engine before its request is a no-op."""
         ...

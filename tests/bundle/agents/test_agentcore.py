@@ -14,14 +14,17 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from aiohttp import web
 from botocore.response import StreamingBody
 from botocore.stub import ANY, Stubber
 from moto import mock_aws
 
 from agentrl.api.models import AgentCoreAgent
-from agentrl.bundle.agents.agentcore import AgentCoreBackend, make_clients
+from agentrl.bundle.agents.agentcore import AgentCoreBackend, AgentCoreClients, make_clients
 from agentrl.bundle.agents.base import AgentError, AgentRequest
 from agentrl.bundle.agents.ratelimit import TpsLimiter
+from agentrl.bundle.rollout.episode import EpisodeInput, EpisodeSpec, run_episode
+from agentrl.bundle.session import QuiesceReport, SessionHandle
 
 ARN = "arn:aws:bedrock-agentcore:us-east-1:123456789012:runtime/math-agent-AbCdEf1234"
 SPEC = AgentCoreAgent(runtimeArn=ARN, region="us-east-1", s3Bucket="rl-results")
@@ -37,9 +40,9 @@ def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Any, Any]]:
     }.items():
         monkeypatch.setenv(var, value)
     with mock_aws():
-        agentcore, s3 = make_clients(SPEC, pool_size=4)
-        s3.create_bucket(Bucket=SPEC.s3_bucket)
-        yield agentcore, s3
+        clients = make_clients(SPEC, pool_size=4)
+        clients.s3.create_bucket(Bucket=SPEC.s3_bucket)
+        yield clients.control, clients.s3
 
 
 def body(doc: Any) -> StreamingBody:
@@ -52,8 +55,8 @@ def backend(agentcore: Any, s3: Any) -> AgentCoreBackend:
         SPEC,
         result_prefix="agentrl/ns/exp",
         pool_size=4,
-        agentcore_client=agentcore,
-        s3_client=s3,
+        # One stubbed client for invoke and stop (production makes two: see below).
+        clients=AgentCoreClients(invoke=agentcore, control=agentcore, s3=s3),
         limiter=TpsLimiter(1000.0),
     )
 
@@ -195,3 +198,120 @@ def test_fallback_model_matches_the_calls_we_make(aws: tuple[Any, Any]) -> None:
     assert {"agentRuntimeArn", "runtimeSessionId"} <= set(stop)
     assert agentcore.meta.config.max_pool_connections == 4
     assert agentcore.meta.config.retries["mode"] == "adaptive"
+
+
+@pytest.mark.looptime
+async def test_a_throttled_invoke_is_tried_again_since_it_never_ran(aws: tuple[Any, Any]) -> None:
+    agentcore, s3 = aws
+    be = backend(agentcore, s3)
+    with Stubber(agentcore) as stub:
+        stub.add_client_error(
+            "invoke_agent_runtime", "ThrottlingException", "slow down", http_status_code=429
+        )
+        expect_invoke(stub, {"rewards": 0.5})
+        expect_stop(stub)
+        assert (await be.run(REQUEST)).reward == 0.5
+        stub.assert_no_pending_responses()
+
+
+def test_invoke_is_never_retried_by_botocore_but_stop_and_s3_are(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.setenv(var, "testing")
+    spec = AgentCoreAgent(
+        runtimeArn=ARN, region="us-east-1", s3Bucket="rl-results", timeoutSeconds=600
+    )
+    clients = make_clients(spec, pool_size=3)
+    invoke = clients.invoke.meta.config
+    assert invoke.retries == {"mode": "standard", "total_max_attempts": 1}
+    assert invoke.read_timeout == 600  # an agent may answer within the episode
+    for other in (clients.control, clients.s3):
+        assert other.meta.config.retries["mode"] == "adaptive"
+        assert other.meta.config.max_pool_connections == 3
+
+
+class SlowAgentCore:
+    """AgentCore's data plane on 127.0.0.1: invoke never answers; stop does."""
+
+    def __init__(self) -> None:
+        self.invokes = 0
+        self.stops = 0
+        self.release = asyncio.Event()
+
+    async def handle(self, request: web.Request) -> web.Response:
+        if request.path.endswith("/invocations"):
+            self.invokes += 1
+            await self.release.wait()
+        else:
+            self.stops += 1
+        return web.json_response({})
+
+
+async def test_a_read_timeout_on_invoke_is_one_attempt_and_the_episodes_failure(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """botocore would retry a read timeout, running the same episode again into the same
+    gateway session; the invoke client makes exactly one attempt. Real sockets and a real
+    1 s read timeout (the spec's minimum episode timeout); nothing asserts on timing."""
+    for var, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }.items():
+        monkeypatch.setenv(var, value)
+    agent = SlowAgentCore()
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", agent.handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    spec = AgentCoreAgent(
+        runtimeArn=ARN, region="us-east-1", s3Bucket="rl-results", timeoutSeconds=1
+    )
+    be = AgentCoreBackend(
+        spec,
+        result_prefix="p",
+        pool_size=2,
+        clients=make_clients(spec, pool_size=2, endpoint_url=f"http://127.0.0.1:{port}"),
+        limiter=TpsLimiter(1000.0),
+    )
+    sessions = NoSessions()
+    try:
+        outcome = await run_episode(
+            EpisodeInput("p", {"q": 1}, None, 0, 0),
+            EpisodeSpec({"max_new_tokens": 8}, 8, 60.0, "m"),
+            0,
+            sessions,
+            be,
+        )
+    finally:
+        agent.release.set()
+        await be.aclose()
+        await runner.cleanup()
+    assert agent.invokes == 1  # not retried
+    assert agent.stops == 1  # the runtime session is still stopped
+    assert outcome.failure == "agent_error"
+    assert "ReadTimeoutError" in outcome.message and "not retried" in outcome.message
+    assert sessions.closed == [outcome.session_id]
+
+
+class NoSessions:
+    """The gateway side of an episode, reduced to what `run_episode` needs here."""
+
+    def __init__(self) -> None:
+        self.closed: list[str] = []
+
+    async def create_session(self, session_id: str, sampling_params: Any) -> SessionHandle:
+        return SessionHandle(session_id, f"http://gw.test/sessions/{session_id}/v1", "tok")
+
+    async def get_turns(self, session_id: str) -> list[Any]:
+        return []
+
+    async def close_session(self, session_id: str) -> None:
+        self.closed.append(session_id)
+
+    async def quiesce_engines(self, timeout_s: float) -> QuiesceReport:
+        return QuiesceReport(idle=True, in_flight=0, engine_requests=0, workers=0)

@@ -20,6 +20,9 @@ from aiohttp import web
 from agentrl.api.models import HttpAgent
 from agentrl.bundle.agents.base import AgentError, AgentRequest
 from agentrl.bundle.agents.http import CallbackListener, HttpAgentBackend, headers_from_env
+from agentrl.bundle.rollout.batch import RolloutContext, run_groups
+from agentrl.bundle.rollout.episode import EpisodeInput, EpisodeSpec
+from agentrl.bundle.session import QuiesceReport, SessionHandle
 
 SECRET = "sk-live-very-secret-value"
 
@@ -153,3 +156,99 @@ def test_header_values_come_from_env_and_missing_ones_are_named() -> None:
     assert headers_from_env(envs, {"AGENTRL_HTTP_HEADER_0": SECRET}) == {"X-Api-Key": SECRET}
     with pytest.raises(ValueError, match=r"X-Api-Key.*AGENTRL_HTTP_HEADER_0"):
         headers_from_env(envs, {})
+
+
+class NoSessions:
+    """The gateway side of an episode, reduced to what `run_groups` needs here."""
+
+    async def create_session(self, session_id: str, sampling_params: Any) -> SessionHandle:
+        return SessionHandle(session_id, f"http://gw.test/sessions/{session_id}/v1", "tok")
+
+    async def get_turns(self, session_id: str) -> list[Any]:
+        return []
+
+    async def close_session(self, session_id: str) -> None:
+        pass
+
+    async def quiesce_engines(self, timeout_s: float) -> QuiesceReport:
+        return QuiesceReport(idle=True, in_flight=0, engine_requests=0, workers=0)
+
+
+async def raw_agent(post_answer: bytes, get_answer: bytes) -> asyncio.Server:
+    """An 'agent' speaking raw HTTP, so it can answer what aiohttp's server never would."""
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = next(
+            (
+                int(line.split(b":")[1])
+                for line in head.split(b"\r\n")
+                if line.lower().startswith(b"content-length:")
+            ),
+            0,
+        )
+        await reader.readexactly(length)
+        writer.write(post_answer if head.startswith(b"POST") else get_answer)
+        await writer.drain()
+        writer.close()
+
+    return await asyncio.start_server(serve, "127.0.0.1", 0)
+
+
+MALFORMED = b"HTTP/1.1 200 OK\r\nContent-Length: abc\r\n\r\n{}"
+ACCEPTED = b"HTTP/1.1 202 Accepted\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}"
+
+
+@pytest.mark.looptime
+@pytest.mark.parametrize("case", ["redirect_loop", "malformed_submit", "malformed_poll"])
+async def test_failures_from_odd_responses_never_log_the_secret_header(
+    case: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """aiohttp's response errors keep the request's headers in their repr: a failure is
+    described by type, status and message only, in the error and in every log line."""
+    runner: web.AppRunner | None = None
+    server: asyncio.Server | None = None
+    if case == "redirect_loop":  # 307 to itself until aiohttp gives up (TooManyRedirects)
+        app = web.Application()
+
+        async def again(request: web.Request) -> web.Response:
+            raise web.HTTPTemporaryRedirect(str(request.url))
+
+        app.router.add_post("/episodes", again)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    else:
+        server = await raw_agent(MALFORMED if case == "malformed_submit" else ACCEPTED, MALFORMED)
+        port = server.sockets[0].getsockname()[1]
+    listener = CallbackListener("127.0.0.1", 0, "127.0.0.1")
+    await listener.start()
+    spec = HttpAgent(url=f"http://127.0.0.1:{port}/episodes", pollIntervalSeconds=0.01)
+    backend = HttpAgentBackend(spec, headers={"X-Api-Key": SECRET}, listener=listener, pool_size=2)
+    ctx = RolloutContext(NoSessions(), backend, asyncio.Semaphore(1))
+    episode = EpisodeSpec({"max_new_tokens": 8}, 8, 60.0, "m")
+    try:
+        with caplog.at_level(logging.DEBUG):
+            ((outcome,),) = await run_groups(
+                ctx, [[EpisodeInput("p", {}, None, 0, 0)]], episode, "train"
+            )
+    finally:
+        await backend.aclose()
+        if runner is not None:
+            await runner.cleanup()
+        if server is not None:
+            server.close()
+    assert outcome.failure == "agent_error"
+    expected = {
+        "redirect_loop": "TooManyRedirects after 10 redirect(s)",
+        "malformed_submit": "ClientResponseError: HTTP 400",
+        "malformed_poll": "result poll failed",
+    }[case]
+    assert expected in outcome.message
+    failure_lines = [r.getMessage() for r in caplog.records if outcome.session_id in r.getMessage()]
+    assert any(expected in line for line in failure_lines)  # the batch's one failure line
+    if case == "malformed_poll":
+        assert "ClientResponseError: HTTP 400" in caplog.text  # the debug lines, described
+    assert SECRET not in outcome.message and SECRET not in caplog.text

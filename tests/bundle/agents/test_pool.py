@@ -23,7 +23,7 @@ import pytest
 from prometheus_client import generate_latest
 
 from agentrl.api.models import AgentCoreAgent
-from agentrl.bundle.agents.agentcore import AgentCoreBackend
+from agentrl.bundle.agents.agentcore import AgentCoreBackend, AgentCoreClients
 from agentrl.bundle.agents.base import PoolStats
 from agentrl.bundle.agents.pool import POOL_FULL_MESSAGE, install_discard_counter
 from agentrl.bundle.agents.ratelimit import TpsLimiter
@@ -124,8 +124,7 @@ async def test_backend_never_runs_more_boto_calls_than_its_pool(server: str) -> 
         spec,
         result_prefix="p",
         pool_size=2,
-        agentcore_client=object(),
-        s3_client=s3_client(server, pool=2),
+        clients=AgentCoreClients(object(), object(), s3_client(server, pool=2)),
         limiter=TpsLimiter(100.0),
     )
     peaks: list[int] = []

@@ -302,3 +302,79 @@ async def test_turns_of_a_session_stay_on_one_worker(
         }
         assert len(workers) == 1
     assert len({i for i, e in enumerate(cluster.engines) if e.requests}) > 1  # yet spread out
+
+
+async def test_quiesce_aborts_everything_on_every_worker_until_idle(
+    gateway: GatewayServer, cluster: Cluster
+) -> None:
+    """Batch end: an abort by id that missed (it reached the engine before the request) is
+    caught by abort-all on every worker, and the call returns once nothing runs."""
+    cluster.set(token_delay_s=3600.0, miss_rid_aborts=True)
+    handle = await gateway.create_session("stray", {})
+    call = asyncio.create_task(chat(handle))
+    rid = await inflight_rid(cluster)
+    await gateway.close_session("stray")
+    with pytest.raises(openai.APIError):
+        await call  # the session is gone; its generation is not
+    assert any(e._live for e in cluster.engines)
+    client = admin(gateway)
+    try:
+        report = await client.quiesce_engines(30.0)
+    finally:
+        await client.aclose()
+    assert report.idle and report.in_flight == 0 and report.engine_requests == 0
+    assert report.workers == N_WORKERS
+    assert all("*" in e.aborted for e in cluster.engines)
+    assert all(rid in e.aborted for e in cluster.engines)  # the by-id abort came first
+    assert not any(e._live for e in cluster.engines)
+    assert rid in {r for e in cluster.engines for r in e.sampled}  # finished (aborted) there
+
+
+async def test_quiesce_is_bounded_and_says_what_still_runs(
+    gateway: GatewayServer, cluster: Cluster
+) -> None:
+    cluster.set(token_delay_s=3600.0, miss_rid_aborts=True, miss_abort_all=True)
+    handle = await gateway.create_session("stubborn", {})
+    call = asyncio.create_task(chat(handle))
+    await inflight_rid(cluster)
+    report = await gateway.quiesce_engines(0.5)  # a short real bound; nothing timed
+    assert not report.idle
+    assert report.in_flight == 1 and report.engine_requests == 1
+    cluster.set(miss_rid_aborts=False, miss_abort_all=False)
+    await gateway.close_session("stubborn")
+    with pytest.raises(openai.APIError):
+        await call
+    assert (await gateway.quiesce_engines(30.0)).idle
+
+
+async def test_quiesce_needs_the_admin_token_and_a_bound(gateway: GatewayServer) -> None:
+    url = f"http://127.0.0.1:{gateway.port}/admin/engines/quiesce"
+    async with aiohttp.ClientSession() as http:
+        async with http.post(url, json={"timeout_s": 1}) as resp:
+            assert resp.status == 401
+        auth = {"Authorization": "Bearer admin-secret"}
+        for bad in ({}, {"timeout_s": 0}, {"timeout_s": "5"}, {"timeout_s": 10_000}):
+            async with http.post(url, json=bad, headers=auth) as resp:
+                assert resp.status == 400, bad
+
+
+async def test_admin_client_errors_never_carry_the_admin_token() -> None:
+    """An aiohttp response error's repr lists the request headers (here the admin token)."""
+
+    async def malformed(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: abc\r\n\r\n{}")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(malformed, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    client = GatewayClient(f"http://127.0.0.1:{port}", "admin-token-secret-value")
+    try:
+        with pytest.raises(SessionError) as err:
+            await client.create_session("x", {})
+    finally:
+        await client.aclose()
+        server.close()
+    assert "ClientResponseError: HTTP 400" in str(err.value)
+    assert "admin-token-secret-value" not in str(err.value)

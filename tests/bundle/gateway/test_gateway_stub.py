@@ -5,6 +5,7 @@ drifted from SGLang would fail here rather than hide gateway bugs."""
 from __future__ import annotations
 
 import asyncio
+import math
 from typing import Any
 
 import aiohttp
@@ -13,7 +14,12 @@ import pytest
 from tests.support.sglang_stub import StubRouter, stub_logprob
 
 from agentrl.bundle.gateway.engine import EngineClient
-from agentrl.bundle.gateway.sglang import EngineError, parse_generate_response, worker_urls
+from agentrl.bundle.gateway.sglang import (
+    EngineError,
+    engine_requests,
+    parse_generate_response,
+    worker_urls,
+)
 
 from .gateway_helpers import Cluster, until
 
@@ -166,6 +172,32 @@ def test_completion_parsing_follows_slime() -> None:
         parse_generate_response({**body, "output_ids": [5, 7]})
     with pytest.raises(EngineError, match="finish_reason"):
         parse_generate_response({"meta_info": {"finish_reason": None}})
+
+
+def test_null_logprobs_are_nan_not_a_crash() -> None:
+    """SGLang serialises a NaN/inf logprob as JSON null: still a turn, masked by the merge."""
+    body = {
+        "output_ids": [5, 6, 7],
+        "meta_info": {
+            "id": "x",
+            "finish_reason": {"type": "stop", "matched": 7},
+            "output_token_logprobs": [[None, 5, None], [-0.5, 6, None], ["x", 7, None]],
+        },
+    }
+    done = parse_generate_response(body)
+    assert done.ids == [5, 6, 7] and done.logprobs is not None
+    assert math.isnan(done.logprobs[0]) and done.logprobs[1] == -0.5
+    assert math.isnan(done.logprobs[2])
+
+
+def test_engine_loads_are_read_like_slime_reads_them() -> None:
+    assert engine_requests({"loads": [{"num_running_reqs": 2, "num_waiting_reqs": 1}]}) == 3
+    assert engine_requests({"loads": [{"num_reqs": 1}, {"num_total_reqs": 4}]}) == 5
+    assert engine_requests([{"num_reqs": 0, "num_waiting_reqs": 0, "num_tokens": 9}]) == 0
+    assert engine_requests({"total_reqs": 2}) == 2
+    # A router's per-worker `load` numbers are not request counts: unknown, not idle.
+    assert engine_requests({"loads": [{"worker": "http://h:1", "load": 0}]}) is None
+    assert engine_requests("nope") is None
 
 
 def test_worker_lists_new_and_legacy() -> None:

@@ -16,7 +16,7 @@ from typing import Any
 
 from agentrl.api.runtime import RuntimeConfig
 from agentrl.bundle.agents.base import AgentError, AgentRequest, AgentResult, PoolStats
-from agentrl.bundle.session import SessionError, SessionHandle
+from agentrl.bundle.session import QuiesceReport, SessionError, SessionHandle
 from agentrl.bundle.traces import Turn
 
 
@@ -30,6 +30,9 @@ class FakeGateway:
         self.max_open = 0
         self.fail_create = fail_create
         self.fail_close = fail_close
+        self.quiesced: list[float] = []  # timeout of each quiesce_engines call
+        self.open_at_quiesce: list[int] = []  # sessions still open at each call
+        self.engines_idle = True  # what quiesce_engines reports
 
     async def create_session(
         self, session_id: str, sampling_params: Mapping[str, Any]
@@ -65,6 +68,14 @@ class FakeGateway:
         self.open.pop(session_id, None)
         self.closed.append(session_id)
 
+    async def quiesce_engines(self, timeout_s: float) -> QuiesceReport:
+        await asyncio.sleep(0)
+        self.quiesced.append(timeout_s)
+        self.open_at_quiesce.append(len(self.open))
+        if self.engines_idle:
+            return QuiesceReport(idle=True, in_flight=0, engine_requests=0, workers=2)
+        return QuiesceReport(idle=False, in_flight=1, engine_requests=3, workers=2)
+
 
 def chain_turns(n: int, base: int = 100) -> list[Turn]:
     """n turns that each extend the previous prompt + completion (one merged sequence)."""
@@ -78,7 +89,10 @@ def chain_turns(n: int, base: int = 100) -> list[Turn]:
 
 
 class StubAgent:
-    """metadata["behavior"]: ok | fanout | error | hang | no_turns | bad_result."""
+    """metadata["behavior"]: ok | fanout | error | hang | own_timeout | no_turns | bad_result.
+
+    own_timeout: a request of the backend to its agent times out on the backend's own clock
+    (an aiohttp total timeout, 5 s) long before the episode deadline."""
 
     def __init__(self, gateway: FakeGateway, yields: int = 3) -> None:
         self.gateway = gateway
@@ -110,6 +124,9 @@ class StubAgent:
             await asyncio.sleep(0)
         if behavior == "hang":
             await asyncio.Event().wait()
+        if behavior == "own_timeout":
+            async with asyncio.timeout(5):
+                await asyncio.Event().wait()
         if behavior == "error":
             raise AgentError("agent_error", "the agent crashed")
         if behavior == "bad_result":

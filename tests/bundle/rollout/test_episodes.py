@@ -90,6 +90,7 @@ async def test_agent_gets_metadata_verbatim_plus_session_block() -> None:
     ("meta", "gw", "reason"),
     [
         ({"behavior": "hang"}, {}, "timeout"),
+        ({"behavior": "own_timeout"}, {}, "agent_error"),
         ({"behavior": "error"}, {}, "agent_error"),
         ({"behavior": "bad_result"}, {}, "bad_result"),
         ({"behavior": "no_turns"}, {}, "no_turns"),
@@ -116,6 +117,19 @@ async def test_failures_become_one_zero_gradient_sample_counted_and_logged_once(
     assert delta.counters[("episodes", ("train", "failed"))] == 1
     assert delta.counters[("episodes", ("train", "succeeded"))] == 1
     assert not gateway.open  # closed even on timeout
+
+
+@pytest.mark.looptime
+async def test_the_backends_own_timeout_is_not_reported_as_the_episode_deadline() -> None:
+    ctx, _, _ = context()
+    outcomes = await run_groups(
+        ctx, inputs([[{"behavior": "own_timeout"}, {"behavior": "hang"}]]), SPEC, "train"
+    )
+    own, deadline = outcomes[0]
+    assert own.failure == "agent_error"
+    assert "request of the agent backend timed out" in own.message
+    assert "before the episode deadline of 30s" in own.message
+    assert deadline.failure == "timeout" and deadline.message == "no result within 30s"
 
 
 @pytest.mark.looptime

@@ -8,6 +8,13 @@ blocking, so calls run on a thread pool exactly as large as the connection pool:
 boto calls can then never exceed `maxPoolConnections`, which is what keeps urllib3 from
 discarding connections; `maxConcurrent` episodes share it. One `TpsLimiter` paces invoke
 and stop calls together, as AgentCore's throttle counts both.
+
+Invoking starts an episode, so botocore never retries it: a read timeout or a dropped
+connection after the request was sent would run the same episode again into the same
+gateway session. The invoke client waits up to the episode timeout for an answer (an agent
+may answer synchronously) and makes one attempt; only a throttled invoke (refused, so it
+never ran) is tried again, by us. Idempotent calls (stop, S3) keep botocore's adaptive
+retries.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ import json
 import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from agentrl.api.models import AgentCoreAgent
@@ -36,6 +44,8 @@ log = logging.getLogger("agentrl.agents.agentcore")
 T = TypeVar("T")
 
 POLL_FIRST_S, POLL_FACTOR, POLL_CAP_S = 0.5, 1.5, 30.0
+INVOKE_ATTEMPTS = 4  # tries of a throttled invoke (refused by the service: it never ran)
+THROTTLED = frozenset({"ThrottlingException", "TooManyRequestsException"})
 
 
 def _boto_session(region: str) -> Any:
@@ -57,18 +67,38 @@ def _boto_session(region: str) -> Any:
     return session
 
 
-def make_clients(spec: AgentCoreAgent, pool_size: int) -> tuple[Any, Any]:
-    """(bedrock-agentcore client, s3 client) sharing one pool size and adaptive retries."""
+@dataclass(frozen=True)
+class AgentCoreClients:
+    invoke: Any  # bedrock-agentcore for invoke_agent_runtime: one attempt, episode-long read
+    control: Any  # bedrock-agentcore for stop_runtime_session (idempotent): adaptive retries
+    s3: Any
+
+
+def make_clients(
+    spec: AgentCoreAgent, pool_size: int, endpoint_url: str | None = None
+) -> AgentCoreClients:
+    """The three clients, sharing one pool size. `endpoint_url` points the AgentCore ones
+    elsewhere (a VPC endpoint, a test server)."""
     import botocore.config
 
-    config = botocore.config.Config(
+    retried = botocore.config.Config(
         max_pool_connections=pool_size,
         retries={"mode": "adaptive", "max_attempts": 5},
         connect_timeout=10,
         read_timeout=60,
     )
+    once = botocore.config.Config(
+        max_pool_connections=pool_size,
+        retries={"mode": "standard", "total_max_attempts": 1},
+        connect_timeout=10,
+        read_timeout=spec.timeout_seconds,
+    )
     session = _boto_session(spec.region)
-    return session.client(SERVICE, config=config), session.client("s3", config=config)
+    return AgentCoreClients(
+        invoke=session.client(SERVICE, config=once, endpoint_url=endpoint_url),
+        control=session.client(SERVICE, config=retried, endpoint_url=endpoint_url),
+        s3=session.client("s3", config=retried),
+    )
 
 
 class AgentCoreBackend:
@@ -78,16 +108,15 @@ class AgentCoreBackend:
         *,
         result_prefix: str,
         pool_size: int,
-        agentcore_client: Any = None,
-        s3_client: Any = None,
+        clients: AgentCoreClients | None = None,
         limiter: TpsLimiter | None = None,
     ) -> None:
-        if agentcore_client is None or s3_client is None:
-            agentcore_client, s3_client = make_clients(spec, pool_size)
+        clients = clients or make_clients(spec, pool_size)
         self._spec = spec
         self._prefix = result_prefix.strip("/")
-        self._agentcore = agentcore_client
-        self._s3 = s3_client
+        self._invoker = clients.invoke
+        self._agentcore = clients.control
+        self._s3 = clients.s3
         self._limiter = limiter or TpsLimiter(spec.tps_limit)
         self._pool_size = pool_size
         self._executor = ThreadPoolExecutor(pool_size, thread_name_prefix="agentrl-boto")
@@ -121,19 +150,18 @@ class AgentCoreBackend:
             await asyncio.shield(self._stop(sid))
 
     async def _invoke(self, sid: str, payload: dict[str, Any]) -> dict[str, Any] | None:
-        await self._limiter.acquire()
-        try:
-            response = await self._call(
-                self._agentcore.invoke_agent_runtime,
-                agentRuntimeArn=self._spec.runtime_arn,
-                runtimeSessionId=sid,
-                payload=json.dumps(payload).encode(),
-                contentType="application/json",
-                accept="application/json",
-            )
-            body = await self._call(response["response"].read) if "response" in response else b""
-        except Exception as exc:  # botocore ClientError, connection errors
-            raise AgentError("agent_error", f"invoke_agent_runtime failed: {_brief(exc)}") from exc
+        request = json.dumps(payload).encode()
+        attempt = 0
+        while True:
+            await self._limiter.acquire()
+            try:
+                body = await self._invoke_once(sid, request)
+                break
+            except Exception as exc:  # botocore ClientError, timeouts, connection errors
+                attempt += 1
+                if _error_code(exc) not in THROTTLED or attempt >= INVOKE_ATTEMPTS:
+                    raise AgentError("agent_error", _invoke_failure(exc)) from exc
+            await asyncio.sleep(POLL_FIRST_S * 2**attempt)  # refused: it never ran
         try:
             doc = json.loads(body) if body else {}
         except ValueError:
@@ -141,6 +169,19 @@ class AgentCoreBackend:
         if isinstance(doc, dict) and ("rewards" in doc or "error" in doc):
             return doc
         return None
+
+    async def _invoke_once(self, sid: str, request: bytes) -> bytes:
+        response = await self._call(
+            self._invoker.invoke_agent_runtime,
+            agentRuntimeArn=self._spec.runtime_arn,
+            runtimeSessionId=sid,
+            payload=request,
+            contentType="application/json",
+            accept="application/json",
+        )
+        if "response" not in response:
+            return b""
+        return bytes(await self._call(response["response"].read))
 
     async def _poll(self, key: str) -> Any:
         for delay in backoff_delays(POLL_FIRST_S, POLL_FACTOR, POLL_CAP_S):
@@ -185,6 +226,22 @@ class AgentCoreBackend:
 
     async def aclose(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
+
+
+def _error_code(exc: BaseException) -> str:
+    response = getattr(exc, "response", None)
+    return str(response.get("Error", {}).get("Code", "")) if isinstance(response, dict) else ""
+
+
+def _invoke_failure(exc: BaseException) -> str:
+    import botocore.exceptions
+
+    if isinstance(exc, botocore.exceptions.ReadTimeoutError):
+        return (
+            f"invoke_agent_runtime: no answer within the read timeout ({_brief(exc)}); not "
+            "retried, since a second invoke would run the episode again"
+        )
+    return f"invoke_agent_runtime failed: {_brief(exc)}"
 
 
 def _brief(exc: BaseException) -> str:

@@ -9,7 +9,9 @@ Protocol (docs/rollout.md):
   (200 = result, 202/404 = still running), again every interval, until the episode times out.
 - stop: on timeout or cancellation, `DELETE <url>/<session_id>` (best effort).
 Header values (API keys) come from env vars named in the runtime config and are never
-logged or put in an error message.
+logged or put in an error message: errors are described by type, HTTP status and message
+(`redact.describe_error`), never by repr, which for aiohttp response errors lists the
+request headers.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from agentrl.bundle.agents.base import (
     parse_result,
 )
 from agentrl.bundle.agents.pool import InUseGauge
+from agentrl.bundle.redact import describe_error
 
 log = logging.getLogger("agentrl.agents.http")
 
@@ -167,7 +170,7 @@ class HttpAgentBackend:
             except aiohttp.ClientError as exc:
                 if attempt == SUBMIT_ATTEMPTS - 1:
                     raise AgentError(
-                        "agent_error", f"submit to agent failed: {exc!r:.200}"
+                        "agent_error", f"submit to agent failed: {describe_error(exc)}"
                     ) from exc
                 status = 0
             if status and status not in RETRY_STATUS:
@@ -196,7 +199,7 @@ class HttpAgentBackend:
                         return resp.status, None
                     return 200, await resp.json(content_type=None)
         except (TimeoutError, aiohttp.ClientError, ValueError) as exc:
-            log.debug("result poll for %s failed: %r", sid, exc)
+            log.debug("result poll for %s failed: %s", sid, describe_error(exc))
             return 0, None
 
     async def _cancel(self, sid: str) -> None:

@@ -8,11 +8,16 @@ agent can never open, read or close another episode's session.
     GET    /admin/sessions/{sid}/turns  -> {"turns": [{prompt_ids, completion_ids, logprobs,
                                                     finish_reason}]}
     DELETE /admin/sessions/{sid}        -> 204 (idempotent)
+    POST   /admin/engines/quiesce {"timeout_s"}
+                                        -> 200 {idle, in_flight, engine_requests, workers}
+                                           (batch end: abort everything, wait until idle)
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hmac
+import math
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -25,7 +30,7 @@ from agentrl.bundle.gateway.sessions import (
     SessionStore,
     UnknownSession,
 )
-from agentrl.bundle.session import SessionError
+from agentrl.bundle.session import QuiesceReport, SessionError
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -38,17 +43,28 @@ def _error(status: int, message: str) -> web.Response:
     )
 
 
+MAX_QUIESCE_S = 600.0
+
+
 class AdminApi:
-    def __init__(self, store: SessionStore, admin_token: str, session_url: Callable[[str], str]):
+    def __init__(
+        self,
+        store: SessionStore,
+        admin_token: str,
+        session_url: Callable[[str], str],
+        quiesce: Callable[[float], Awaitable[QuiesceReport]],
+    ):
         self.store = store
         self.expected = ("Bearer " + admin_token).encode()
         self.session_url = session_url
+        self.quiesce_engines = quiesce
 
     def routes(self) -> list[web.RouteDef]:
         return [
             web.post("/admin/sessions", self.guarded(self.create)),
             web.get("/admin/sessions/{sid}/turns", self.guarded(self.turns)),
             web.delete("/admin/sessions/{sid}", self.guarded(self.close)),
+            web.post("/admin/engines/quiesce", self.guarded(self.quiesce)),
         ]
 
     def guarded(self, handler: Handler) -> Handler:
@@ -98,3 +114,21 @@ class AdminApi:
     async def close(self, request: web.Request) -> web.StreamResponse:
         self.store.close(request.match_info["sid"])
         return web.Response(status=204)
+
+    async def quiesce(self, request: web.Request) -> web.StreamResponse:
+        try:
+            body: Any = orjson.loads(await request.read() or b"{}")
+        except orjson.JSONDecodeError:
+            return _error(400, "body: invalid JSON")
+        timeout = body.get("timeout_s") if isinstance(body, dict) else None
+        if (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, int | float)
+            or not 0 < timeout <= MAX_QUIESCE_S
+            or math.isnan(timeout)
+        ):
+            return _error(400, f'body must be {{"timeout_s": seconds in (0, {MAX_QUIESCE_S:g}]}}')
+        report = await self.quiesce_engines(float(timeout))
+        return web.Response(
+            body=orjson.dumps(dataclasses.asdict(report)), content_type="application/json"
+        )

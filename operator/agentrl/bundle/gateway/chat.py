@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 
 class ApiError(Exception):
     """A client-facing error; each front end renders it in its own error shape."""
@@ -75,18 +77,64 @@ def output_from_parsed(parsed: Any, parse_tools: bool) -> tuple[str, list[ToolCa
     content = parsed.content or ""
     calls: list[ToolCallOut] = []
     for tc in parsed.tool_calls:
-        if parse_tools and getattr(tc.status, "value", tc.status) == "ok" and tc.name:
-            args = tc.arguments if tc.arguments is not None else {}
+        args = tc.arguments if tc.arguments is not None else {}
+        if (
+            parse_tools
+            and getattr(tc.status, "value", tc.status) == "ok"
+            and isinstance(tc.name, str)
+            and tc.name
+            and _json_safe(args)
+        ):
             calls.append(ToolCallOut(tc.id or new_id("call_"), tc.name, args))
         else:
             content = f"{content}\n{tc.raw}" if content else tc.raw
     return content, calls
 
 
+def _json_safe(value: Any) -> bool:
+    """Whether the APIs can send it back as JSON (integers past 64 bits cannot)."""
+    try:
+        orjson.dumps(value)
+    except orjson.JSONEncodeError:
+        return False
+    return True
+
+
+# SGLang's sampling parameters that shape the distribution tokens are drawn from, with the
+# values that leave it unchanged (SamplingParams defaults; top_k 0 is "off" for many clients).
+NEUTRAL: dict[str, tuple[float, ...]] = {
+    "temperature": (1.0,),
+    "top_p": (1.0,),
+    "top_k": (-1, 0),
+    "min_p": (0.0,),
+    "frequency_penalty": (0.0,),
+    "presence_penalty": (0.0,),
+    "repetition_penalty": (1.0,),
+}
+
+
 def merge_sampling(request: Mapping[str, Any], session: Mapping[str, Any]) -> dict[str, Any]:
     """The session's params (set by the trainer: they define the behaviour policy) win over the
-    agent's, except that max_new_tokens is the smaller of the two budgets."""
-    merged = {**request, **session}
+    agent's, except that max_new_tokens is the smaller of the two budgets. A parameter that
+    would change the sampling distribution and that the session does not set is refused
+    (400) unless the agent sends its neutral value (then it is ignored): the trainer's
+    logprobs must come from the distribution it trains, as with `response_format`."""
+    merged: dict[str, Any] = {}
+    for key, value in request.items():
+        if key in session:
+            continue
+        neutral = NEUTRAL.get(key)
+        if neutral is not None:
+            if value in neutral:
+                continue
+            raise bad_request(
+                key,
+                f"{value!r} is not allowed: it would change the sampling distribution, and the "
+                f"trainer learns from the distribution its session sets, which leaves {key} at "
+                f"{neutral[0]:g}; leave it out or send {neutral[0]:g}",
+            )
+        merged[key] = value
+    merged.update(session)
     budgets = [
         int(v)
         for v in (request.get("max_new_tokens"), session.get("max_new_tokens"))
@@ -130,6 +178,15 @@ def number(body: Mapping[str, Any], key: str, lo: float, hi: float) -> float | N
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not lo <= value <= hi:
         raise bad_request(key, f"must be a number in [{lo}, {hi}], got {value!r}")
     return float(value)
+
+
+def integer(body: Mapping[str, Any], key: str, lo: int) -> int | None:
+    value = body.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < lo:
+        raise bad_request(key, f"must be an integer >= {lo}, got {value!r}")
+    return value
 
 
 def positive_int(body: Mapping[str, Any], key: str) -> int | None:

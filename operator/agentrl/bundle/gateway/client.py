@@ -13,7 +13,8 @@ from typing import Any
 import aiohttp
 import orjson
 
-from agentrl.bundle.session import SessionError, SessionHandle
+from agentrl.bundle.redact import describe_error
+from agentrl.bundle.session import QuiesceReport, SessionError, SessionHandle
 from agentrl.bundle.traces import Turn
 
 
@@ -36,22 +37,34 @@ class GatewayClient:
         return self._http
 
     async def _call(
-        self, method: str, path: str, body: Any = None, attempts: int = 1
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        attempts: int = 1,
+        client_timeout: aiohttp.ClientTimeout | None = None,  # None: the session's (30 s)
     ) -> tuple[int, Any]:
         """One admin call; idempotent ones retry connection failures (a gateway restart or a
-        dropped keep-alive connection must not fail an episode)."""
+        dropped keep-alive connection must not fail an episode). Errors are described by
+        type, status and message, never by repr: an aiohttp error's repr carries the request
+        headers, here the admin token."""
         data = None if body is None else orjson.dumps(body)
+        timeout = client_timeout or self._timeout
         for attempt in range(attempts):
             try:
-                async with self._session().request(method, self._url + path, data=data) as resp:
+                async with self._session().request(
+                    method, self._url + path, data=data, timeout=timeout
+                ) as resp:
                     raw = await resp.read()
                     return resp.status, (orjson.loads(raw) if raw else None)
             except (aiohttp.ClientConnectionError, TimeoutError) as exc:
                 if attempt + 1 >= attempts:
-                    raise SessionError(f"gateway admin API {method} {path}: {exc!r}") from exc
+                    what = describe_error(exc)
+                    raise SessionError(f"gateway admin API {method} {path}: {what}") from exc
                 await asyncio.sleep(0.2 * 2**attempt)
             except (aiohttp.ClientError, orjson.JSONDecodeError) as exc:
-                raise SessionError(f"gateway admin API {method} {path}: {exc!r}") from exc
+                what = describe_error(exc)
+                raise SessionError(f"gateway admin API {method} {path}: {what}") from exc
         raise AssertionError("unreachable")
 
     @staticmethod
@@ -86,6 +99,22 @@ class GatewayClient:
         status, body = await self._call("DELETE", f"/admin/sessions/{session_id}", attempts=3)
         if status not in (204, 404):  # closing twice, or an id never opened, is fine
             raise self._fail(f"close session {session_id}", status, body)
+
+    async def quiesce_engines(self, timeout_s: float) -> QuiesceReport:
+        status, body = await self._call(
+            "POST",
+            "/admin/engines/quiesce",
+            {"timeout_s": timeout_s},
+            client_timeout=aiohttp.ClientTimeout(total=timeout_s + 30),
+        )
+        if status != 200:
+            raise self._fail("quiesce engines", status, body)
+        return QuiesceReport(
+            idle=bool(body["idle"]),
+            in_flight=int(body["in_flight"]),
+            engine_requests=body["engine_requests"],
+            workers=int(body["workers"]),
+        )
 
     async def aclose(self) -> None:
         if self._http is not None:

@@ -5,13 +5,21 @@ session closed) or times out, the rid is aborted on every worker the router list
 the router does not forward `/abort_request` (sglang #6531, slime PR #2340). Completions
 are read from `meta_info.output_token_logprobs` exactly as slime reads them: the sampled ids
 and their logprobs, never decoded and re-encoded.
+
+An abort by rid that reaches SGLang before its request does is a no-op, and the request
+then runs on. So at the end of every rollout batch `quiesce` makes the engines idle the way
+slime's own rollout ends (`abort_servers_until_idle`): wait for the pending aborts, then
+`abort_all` on every worker until no request of ours is in flight and every engine reports
+nothing running or queued. A stray request at weight offload trips SGLang's "server is
+idle" assertion and takes the scheduler down (rollout-anchors §3).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import aiohttp
@@ -21,12 +29,16 @@ from agentrl.bundle.gateway.sglang import (
     Completion,
     EngineError,
     StreamState,
+    engine_requests,
     parse_generate_response,
     worker_urls,
 )
+from agentrl.bundle.session import QuiesceReport
 
 log = logging.getLogger("agentrl.gateway.engine")
 ROUTING_HEADER = "X-SMG-Routing-Key"  # the router's consistent-hashing key (as slime sets it)
+LOAD_PATHS = ("/v1/loads?include=core", "/get_load")  # newer SGLang, then 0.4/early 0.5
+QUIESCE_POLL_S = 1.0  # how often `quiesce` re-aborts and looks again (slime: 3 s)
 
 
 def _headers(routing_key: str | None) -> dict[str, str]:
@@ -44,6 +56,26 @@ class EngineClient:
         self._http = http
         self._aborts: set[asyncio.Task[None]] = set()
         self._rid_warned = False
+        self._running: set[str] = set()  # rids of engine calls in progress
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._loads_warned = False
+
+    @property
+    def in_flight(self) -> int:
+        """Engine calls in progress (a cancelled call leaves only after its abort is queued)."""
+        return len(self._running)
+
+    @contextlib.contextmanager
+    def _tracked(self, rid: str) -> Iterator[None]:
+        self._running.add(rid)
+        self._idle.clear()
+        try:
+            yield
+        finally:
+            self._running.discard(rid)
+            if not self._running:
+                self._idle.set()
 
     async def generate(
         self,
@@ -65,14 +97,15 @@ class EngineClient:
                 "stream": False,
             }
         )
-        try:
-            async with asyncio.timeout(timeout_s):
-                return self._check_rid(await self._post_generate(payload, routing_key), rid)
-        except EngineError:
-            raise  # the engine failed or refused it: nothing left running there
-        except BaseException:  # cancelled, timed out, or the caller failed mid-stream
-            self.abort_in_background(rid)
-            raise
+        with self._tracked(rid):
+            try:
+                async with asyncio.timeout(timeout_s):
+                    return self._check_rid(await self._post_generate(payload, routing_key), rid)
+            except EngineError:
+                raise  # the engine failed or refused it: nothing left running there
+            except BaseException:  # cancelled, timed out, or the caller failed mid-stream
+                self.abort_in_background(rid)
+                raise
 
     async def generate_stream(
         self,
@@ -94,15 +127,16 @@ class EngineClient:
                 "stream": True,
             }
         )
-        try:
-            async with asyncio.timeout(timeout_s):
-                done = await self._post_stream(payload, on_tokens, routing_key)
-                return self._check_rid(done, rid)
-        except EngineError:
-            raise  # the engine failed or refused it: nothing left running there
-        except BaseException:  # cancelled, timed out, or the caller failed mid-stream
-            self.abort_in_background(rid)
-            raise
+        with self._tracked(rid):
+            try:
+                async with asyncio.timeout(timeout_s):
+                    done = await self._post_stream(payload, on_tokens, routing_key)
+                    return self._check_rid(done, rid)
+            except EngineError:
+                raise  # the engine failed or refused it: nothing left running there
+            except BaseException:  # cancelled, timed out, or the caller failed mid-stream
+                self.abort_in_background(rid)
+                raise
 
     async def _post_stream(
         self,
@@ -194,11 +228,13 @@ class EngineClient:
 
     async def abort(self, rid: str) -> list[str]:
         """POST /abort_request {rid} to every worker; returns the workers that accepted it."""
-        workers = await self.workers()
-        if not workers:  # no router in front: the URL is an engine itself
-            workers = [self._router]
-        results = await asyncio.gather(*(self._abort_one(w, rid) for w in workers))
+        workers = await self.engines()
+        results = await asyncio.gather(*(self._abort_one(w, {"rid": rid}) for w in workers))
         return [w for w, ok in zip(workers, results, strict=True) if ok]
+
+    async def engines(self) -> list[str]:
+        """The engines behind the router (the URL itself when no router is in front)."""
+        return await self.workers() or [self._router]
 
     async def workers(self) -> list[str]:
         for path in ("/workers", "/list_workers"):
@@ -210,15 +246,74 @@ class EngineClient:
                 log.warning("gateway: listing workers via %s failed: %s", path, exc)
         return []
 
-    async def _abort_one(self, worker: str, rid: str) -> bool:
+    async def _abort_one(self, worker: str, body: dict[str, Any]) -> bool:
         try:
-            async with self._http.post(worker + "/abort_request", json={"rid": rid}) as resp:
+            async with self._http.post(worker + "/abort_request", json=body) as resp:
                 return resp.status == 200
         except aiohttp.ClientError as exc:
-            log.warning("gateway: abort of %s on %s failed: %s", rid, worker, exc)
+            what = body.get("rid") or "all requests"
+            log.warning("gateway: abort of %s on %s failed: %s", what, worker, exc)
             return False
 
     async def drain_aborts(self) -> None:
-        """Wait for pending aborts (at shutdown, so none is lost)."""
-        if self._aborts:
+        """Wait for pending aborts (at shutdown and batch end, so none is lost or late)."""
+        while self._aborts:
             await asyncio.gather(*self._aborts, return_exceptions=True)
+
+    async def quiesce(self, timeout_s: float, poll_s: float = QUIESCE_POLL_S) -> QuiesceReport:
+        """Batch end: abort everything on every engine until nothing of ours runs there.
+
+        Only for when no episode is live (the rollout calls it after a batch, and slime
+        never runs two batches at once): `abort_all` aborts every request on the engine.
+        Loops like slime's `abort_servers_until_idle`, because an abort that reaches an
+        engine before its request does is a no-op; bounded by `timeout_s`."""
+        last = QuiesceReport(idle=False, in_flight=self.in_flight, engine_requests=None, workers=0)
+        try:
+            async with asyncio.timeout(timeout_s):
+                while True:
+                    await self.drain_aborts()  # cancelled calls abort by rid first
+                    workers = await self.engines()
+                    await asyncio.gather(
+                        *(self._abort_one(w, {"abort_all": True}) for w in workers)
+                    )
+                    loads = await asyncio.gather(*(self._engine_load(w) for w in workers))
+                    known = [n for n in loads if n is not None]
+                    running = sum(known) if known else None
+                    last = QuiesceReport(
+                        idle=not self._running and not running,
+                        in_flight=self.in_flight,
+                        engine_requests=running,
+                        workers=len(workers),
+                    )
+                    if last.idle and not self._aborts:
+                        return last
+                    # Aborted calls come back at once: wait for ours, and while an engine
+                    # still reports work, wait out the poll before aborting again.
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(poll_s):
+                            await self._idle.wait()
+                            if running:
+                                await asyncio.sleep(poll_s)
+        except TimeoutError:
+            return QuiesceReport(False, self.in_flight, last.engine_requests, last.workers)
+
+    async def _engine_load(self, worker: str) -> int | None:
+        """Requests running or queued on one engine; None if it does not say."""
+        for path in LOAD_PATHS:
+            try:
+                async with self._http.get(worker + path) as resp:
+                    if resp.status == 200:
+                        found = engine_requests(orjson.loads(await resp.read()))
+                        if found is not None:
+                            return found
+            except (aiohttp.ClientError, orjson.JSONDecodeError) as exc:
+                log.debug("gateway: load of %s via %s failed: %s", worker, path, exc)
+        if not self._loads_warned:
+            self._loads_warned = True
+            log.warning(
+                "gateway: %s reports no load (%s); batch ends wait only for the gateway's own "
+                "engine calls after aborting everything",
+                worker,
+                " or ".join(LOAD_PATHS),
+            )
+        return None

@@ -19,6 +19,7 @@ from agentrl.bundle.gateway.chat import (
     ChatRequest,
     ModelOutput,
     bad_request,
+    integer,
     new_id,
     number,
     positive_int,
@@ -123,6 +124,12 @@ def _refuse_unsupported(body: Mapping[str, Any]) -> None:
         )
     if body.get("top_logprobs"):
         raise bad_request("top_logprobs", "is not supported (the sampled tokens' logprobs are)")
+    if body.get("logit_bias"):
+        raise bad_request(
+            "logit_bias",
+            "is not supported: biasing logits would change the distribution the trainer "
+            "learns from",
+        )
 
 
 def parse_request(body: Any) -> ChatRequest:
@@ -141,6 +148,10 @@ def parse_request(body: Any) -> ChatRequest:
         ("top_p", number(body, "top_p", 0, 1)),
         ("frequency_penalty", number(body, "frequency_penalty", -2, 2)),
         ("presence_penalty", number(body, "presence_penalty", -2, 2)),
+        # SGLang/vLLM extensions (the SDK's extra_body); the session policy applies to them too.
+        ("top_k", integer(body, "top_k", -1)),
+        ("min_p", number(body, "min_p", 0, 1)),
+        ("repetition_penalty", number(body, "repetition_penalty", 0, 2)),
         ("stop", stop_list(body.get("stop"), "stop")),
         ("sampling_seed", body.get("seed")),
     ):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from types import ModuleType
 from typing import Any
 
@@ -21,12 +21,13 @@ from aiohttp import web
 
 from agentrl.bundle.gateway import anthropic_api, openai_api
 from agentrl.bundle.gateway.admin import AdminApi
-from agentrl.bundle.gateway.chat import ApiError, ChatRequest, ModelOutput
+from agentrl.bundle.gateway.chat import ApiError, ChatRequest, ModelOutput, merge_sampling
 from agentrl.bundle.gateway.sessions import Session, SessionClosed, SessionStore, UnknownSession
 from agentrl.bundle.gateway.sglang import EngineError
 from agentrl.bundle.gateway.streaming import LiveStream, stream_turn
 from agentrl.bundle.gateway.turns import OnTokens, TurnRunner
 from agentrl.bundle.metrics import BundleMetrics
+from agentrl.bundle.session import QuiesceReport
 
 log = logging.getLogger("agentrl.gateway")
 FRONTS: dict[str, ModuleType] = {"openai": openai_api, "anthropic": anthropic_api}
@@ -149,6 +150,7 @@ class Frontend:
     async def serve(self, request: web.Request, front: ModuleType) -> web.StreamResponse:
         session = self.session(request)
         req: ChatRequest = front.parse_request(await read_json(request))
+        merge_sampling(req.sampling, session.sampling_params)  # refusals before any stream
         model = req.model or self.model
         task = asyncio.current_task()
         assert task is not None
@@ -186,7 +188,11 @@ class Frontend:
 
 
 def build_app(
-    frontend: Frontend, store: SessionStore, admin_token: str, session_url: Callable[[str], str]
+    frontend: Frontend,
+    store: SessionStore,
+    admin_token: str,
+    session_url: Callable[[str], str],
+    quiesce: Callable[[float], Awaitable[QuiesceReport]],
 ) -> web.Application:
     app = web.Application(client_max_size=64 * 1024 * 1024)  # long agent histories are large
     app.router.add_post("/sessions/{sid}/v1/chat/completions", frontend.openai)
@@ -200,7 +206,7 @@ def build_app(
         )
 
     app.router.add_get("/health", health)
-    app.router.add_routes(AdminApi(store, admin_token, session_url).routes())
+    app.router.add_routes(AdminApi(store, admin_token, session_url, quiesce).routes())
     return app
 
 

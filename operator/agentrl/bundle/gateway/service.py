@@ -22,7 +22,7 @@ from agentrl.bundle.gateway.settings import GatewaySettings
 from agentrl.bundle.gateway.tokenizer import build_renderer, load_tokenizer
 from agentrl.bundle.gateway.turns import TurnRunner
 from agentrl.bundle.metrics import BundleMetrics
-from agentrl.bundle.session import SessionHandle
+from agentrl.bundle.session import QuiesceReport, SessionHandle
 from agentrl.bundle.traces import Turn
 
 log = logging.getLogger("agentrl.gateway")
@@ -80,7 +80,7 @@ class GatewayServer:
             model=s.model_name,
             keepalive_s=s.stream_keepalive_s,
         )
-        app = build_app(frontend, self.store, s.admin_token, self.session_url)
+        app = build_app(frontend, self.store, s.admin_token, self.session_url, self.quiesce_engines)
         self._runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, s.host, s.port, backlog=4096)
@@ -113,3 +113,8 @@ class GatewayServer:
 
     async def close_session(self, session_id: str) -> None:
         self.store.close(session_id)
+
+    async def quiesce_engines(self, timeout_s: float) -> QuiesceReport:
+        if self._engine is None:
+            raise RuntimeError("gateway not started")
+        return await self._engine.quiesce(timeout_s)  # the rollout logs a timeout (once)

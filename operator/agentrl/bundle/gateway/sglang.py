@@ -8,6 +8,7 @@ are ignored and everything but `id` and `finish_reason` may be absent.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -32,6 +33,15 @@ class Completion:
     rid: str | None = None  # meta_info.id: the request id the engine ran it under
 
 
+def logprob_value(value: Any) -> float:
+    """One sampled token's logprob. SGLang serialises a NaN or infinite logprob as JSON `null`;
+    that (and anything else that is not a number) becomes NaN, so the turn is still recorded
+    and the merge masks it out and counts it (`traces._usable`), never trains on it."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return math.nan
+    return float(value)
+
+
 def parse_generate_response(body: Any) -> Completion:
     """A non-streaming `/generate` body (or the last stream chunk) as a `Completion`."""
     if not isinstance(body, dict) or not isinstance(body.get("meta_info"), dict):
@@ -45,7 +55,7 @@ def parse_generate_response(body: Any) -> Completion:
     output_ids = body.get("output_ids")
     if triples is not None:
         ids = [int(t[1]) for t in triples]
-        logprobs: list[float] | None = [float(t[0]) for t in triples]
+        logprobs: list[float] | None = [logprob_value(t[0]) for t in triples]
         if output_ids is not None and list(output_ids) != ids:
             raise EngineError("engine output_ids disagree with output_token_logprobs")
     else:  # an engine without logprobs, or an abort before prefill
@@ -105,6 +115,33 @@ class StreamState:
         if not self.triples:
             meta.pop("output_token_logprobs")
         return parse_generate_response({"output_ids": self.ids or None, "meta_info": meta})
+
+
+def engine_requests(body: Any) -> int | None:
+    """Requests an engine is running or queueing, from its `GET /v1/loads` (or older
+    `/get_load`) reply; None if the reply says nothing recognisable. Reads the fields slime
+    reads (`num_reqs`, `num_total_reqs`, `total_reqs`, or running + waiting), summed over
+    the data-parallel ranks, whether they come as a bare list or under `loads`."""
+    items = body.get("loads") if isinstance(body, dict) else body
+    if isinstance(items, dict):
+        items = [items]
+    if not isinstance(items, list):
+        items = [body]
+    total, seen = 0, False
+    for item in items:
+        if not isinstance(item, dict):
+            continue
+        for key in ("num_reqs", "num_total_reqs", "total_reqs"):
+            if isinstance(item.get(key), int):
+                total += item[key]
+                seen = True
+                break
+        else:
+            parts = [item.get(k) for k in ("num_running_reqs", "num_waiting_reqs")]
+            if any(isinstance(p, int) for p in parts):
+                total += sum(p for p in parts if isinstance(p, int))
+                seen = True
+    return total if seen else None
 
 
 def worker_urls(body: Any) -> list[str]:

@@ -93,9 +93,12 @@ class LiveStream:
         if n - last_n < max(8, last_n // 8) and now - last_t < PARSE_EVERY_S:
             return  # parsing is O(tokens): bound how often a long completion is re-parsed
         self.parsed_at = (n, now)
-        parsed = self.renderer.parse_response(
-            ids, tools=self.req.tools or None, prompt_ids=prompt_ids
-        )
+        try:
+            parsed = self.renderer.parse_response(
+                ids, tools=self.req.tools or None, prompt_ids=prompt_ids
+            )
+        except Exception:  # the final parse falls back to plain text; never lose the turn
+            return
         # Once the reasoning is closed (or the answer began) it cannot grow: send all of it.
         done = parsed.reasoning_complete is True or bool(parsed.content or parsed.tool_calls)
         deltas = self.tracker.update(

@@ -2,11 +2,13 @@
 
 Runs under the session's lock so a session's turns never interleave. The turn is recorded
 exactly as the engine sampled it (ids and logprobs from `/generate`) before the completion
-is parsed for the agent, so what the agent sees can never change what is trained on.
+is parsed for the agent, so what the agent sees can never change what is trained on, and a
+completion the parser chokes on is still recorded (and answered as plain text).
 """
 
 from __future__ import annotations
 
+import logging
 import secrets
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -24,6 +26,8 @@ from agentrl.bundle.gateway.sessions import Session
 from agentrl.bundle.gateway.sglang import Completion
 from agentrl.bundle.metrics import BundleMetrics
 from agentrl.bundle.traces import Turn
+
+log = logging.getLogger("agentrl.gateway")
 
 # Called with (prompt ids, completion ids so far) while a streamed turn generates.
 OnTokens = Callable[[list[int], list[int]], Awaitable[None]]
@@ -69,11 +73,15 @@ class TurnRunner:
             session.n_requests += 1
             rid = f"{session.sid}-{session.n_requests}-{secrets.token_hex(4)}"
             done = await self._generate(session, req, plan.prompt_ids, rid, on_tokens)
-            out = self.parse(done, plan.prompt_ids, req)
+            # Recorded first: nothing that happens to the reply can lose a sampled turn.
+            at = len(session.turns)
+            session.turns.append(Turn(plan.prompt_ids, done.ids, done.logprobs, done.finish_reason))
+            self.metrics.generated_tokens.inc(len(done.ids))
+            out = self.parse(done, plan.prompt_ids, req, session.sid)
             reply = reply_fingerprint(as_message(out))
             seen = record_turn(session.chains, plan, done.ids, reply)
-            session.turns.append(Turn(seen, done.ids, done.logprobs, done.finish_reason))
-        self.metrics.generated_tokens.inc(len(done.ids))
+            # The same ids, as a view on the conversation's shared history (memory).
+            session.turns[at] = Turn(seen, done.ids, done.logprobs, done.finish_reason)
         if done.finish_reason == "abort":
             raise ApiError(
                 503,
@@ -103,17 +111,31 @@ class TurnRunner:
             prompt, params, rid, self.timeout_s, on_tokens=progress, routing_key=session.sid
         )
 
-    def parse(self, done: Completion, prompt_ids: list[int], req: ChatRequest) -> ModelOutput:
-        parsed = self.renderer.parse_response(
-            done.ids, tools=req.tools or None, prompt_ids=prompt_ids
-        )
-        content, calls = output_from_parsed(parsed, req.parse_tools)
+    def parse(
+        self, done: Completion, prompt_ids: list[int], req: ChatRequest, sid: str = ""
+    ) -> ModelOutput:
+        reasoning: str | None = None
+        try:
+            parsed = self.renderer.parse_response(
+                done.ids, tools=req.tools or None, prompt_ids=prompt_ids
+            )
+            content, calls = output_from_parsed(parsed, req.parse_tools)
+            reasoning = parsed.reasoning_content or None
+        except Exception as exc:  # e.g. RecursionError on absurdly nested tool-call JSON
+            log.warning(
+                "gateway: session %s: the renderer could not parse a completion of %d "
+                "tokens (%s); answering it as plain text",
+                sid,
+                len(done.ids),
+                type(exc).__name__,
+            )
+            content, calls = self.plain_text(done.ids), []
         stop = done.matched_stop
         if isinstance(stop, str) and stop and content.endswith(stop):
             content = content[: -len(stop)]  # as the APIs promise; the trace keeps the tokens
         return ModelOutput(
             content=content,
-            reasoning=parsed.reasoning_content or None,
+            reasoning=reasoning,
             tool_calls=calls,
             finish_reason=done.finish_reason,
             matched_stop=done.matched_stop,
@@ -121,6 +143,12 @@ class TurnRunner:
             completion_tokens=len(done.ids),
             token_logprobs=self.token_logprobs(done) if req.logprobs else None,
         )
+
+    def plain_text(self, ids: list[int]) -> str:
+        """The completion as text, special tokens (stop, tags) included, as it was sampled."""
+        if self.tokenizer is None:
+            return ""
+        return str(self.tokenizer.decode(ids))
 
     def token_logprobs(self, done: Completion) -> list[tuple[str, float]] | None:
         if done.logprobs is None or self.tokenizer is None:

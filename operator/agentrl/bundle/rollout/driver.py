@@ -8,6 +8,9 @@ rollouts, which `--global-batch-size` already divides (agentrl validates that).
 Eval: every eval set of the spec, and back `{name: {"rewards", "truncated", "samples"}}`
 where rewards and truncated are per episode in prompt order (what slime's eval/<name>
 mean and pass@k expect) and samples are all merged sequences.
+Both return only once the model engines are idle (`settle_engines`): slime offloads the
+engines or updates their weights right after, and a request still running there trips
+SGLang's "server is idle" assertion and crashes the scheduler (rollout-anchors §3).
 """
 
 from __future__ import annotations
@@ -17,13 +20,46 @@ from collections.abc import Sequence
 from typing import Any
 
 from agentrl.api.runtime import RuntimeConfig
-from agentrl.bundle.rollout.batch import batch_stats, group_samples, run_groups
+from agentrl.bundle.rollout.batch import RolloutContext, batch_stats, group_samples, run_groups
 from agentrl.bundle.rollout.episode import EpisodeInput
 from agentrl.bundle.rollout.runtime import RolloutRuntime
 from agentrl.bundle.rollout.settings import eval_spec, load_eval_groups, train_spec
 from agentrl.bundle.rollout.types import SlimeTypes, Status, to_sample
+from agentrl.bundle.session import SessionError
 
 log = logging.getLogger("agentrl.rollout")
+
+QUIESCE_TIMEOUT_S = 60.0  # how long a batch end waits for the engines to go idle
+
+
+async def settle_engines(ctx: RolloutContext, kind: str, rollout_id: int) -> None:
+    """Every episode has closed its session, but closing only queues the aborts of its
+    engine requests, and an abort that reaches SGLang before the request is a no-op: abort
+    everything still running and wait (bounded) until the engines are idle. Logged once
+    (a warning) if they are not; the batch is returned either way."""
+    try:
+        report = await ctx.sessions.quiesce_engines(QUIESCE_TIMEOUT_S)
+    except SessionError as exc:
+        log.warning(
+            "%s %s: could not make the engines idle (%s); requests may still be running at "
+            "weight update",
+            kind,
+            rollout_id,
+            exc,
+        )
+        return
+    if not report.idle:
+        log.warning(
+            "%s %s: engines not idle %gs after the batch (%d gateway call(s) in flight, "
+            "engines report %s request(s) on %d worker(s)); continuing",
+            kind,
+            rollout_id,
+            QUIESCE_TIMEOUT_S,
+            report.in_flight,
+            "an unknown number of" if report.engine_requests is None else report.engine_requests,
+            report.workers,
+        )
+
 
 _eval_cache: dict[tuple[str, str, int], list[list[EpisodeInput]]] = {}
 
@@ -39,6 +75,7 @@ async def train_batch(
 ) -> Any:
     ctx = await rt.context()
     outcomes = await run_groups(ctx, groups, train_spec(config.spec, args), "train")
+    await settle_engines(ctx, "Rollout", rollout_id)
     stats = batch_stats(outcomes)
     ctx.recorder.batch_finished("train", rollout_id, stats.reward_mean)
     await rt.flush_and_drain()
@@ -87,6 +124,7 @@ async def eval_batch(
         stats = batch_stats(outcomes)
         metrics[f"eval/{eval_set.name}/failed_ratio"] = stats.failed / max(1, stats.episodes)
         metrics[f"eval/{eval_set.name}/episodes"] = stats.episodes
+    await settle_engines(ctx, "Eval", rollout_id)
     stats = batch_stats(all_outcomes)
     ctx.recorder.batch_finished("eval", rollout_id, stats.reward_mean)
     await rt.flush_and_drain()

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentrl.bundle.agents.base import AgentBackend, AgentError, AgentRequest
+from agentrl.bundle.redact import describe_error
 from agentrl.bundle.rollout.types import SampleFields, Status
 from agentrl.bundle.session import GatewaySessions, SessionError
 from agentrl.bundle.traces import MergeStats, Segment, merge_turns_with_stats
@@ -23,8 +24,9 @@ from agentrl.bundle.traces import MergeStats, Segment, merge_turns_with_stats
 log = logging.getLogger("agentrl.rollout")
 
 # Failure reasons (label values of agentrl_failed_sessions_total{reason}).
-TIMEOUT, GATEWAY_ERROR, NO_TURNS, EMPTY_MERGE, INTERNAL = (
-    "timeout",
+TIMEOUT, AGENT_ERROR, GATEWAY_ERROR, NO_TURNS, EMPTY_MERGE, INTERNAL = (
+    "timeout",  # the episode deadline (the agent's timeoutSeconds) passed
+    "agent_error",  # also: the agent backend's own request timed out before the deadline
     "gateway_error",
     "no_turns",
     "empty_merge",
@@ -157,11 +159,18 @@ async def run_episode(
     backend: AgentBackend,
 ) -> EpisodeOutcome:
     sid = new_session_id()
+    deadline = asyncio.timeout(spec.timeout_s)
     try:
-        async with asyncio.timeout(spec.timeout_s):
+        async with deadline:
             reward, segments, stats = await _play(inp, spec, sid, sessions, backend)
-    except TimeoutError:
-        return _failed(inp, sid, rollout_id, TIMEOUT, f"no result within {spec.timeout_s:g}s")
+    except TimeoutError as exc:
+        if deadline.expired():
+            msg = f"no result within {spec.timeout_s:g}s"
+            return _failed(inp, sid, rollout_id, TIMEOUT, msg)
+        # Some other clock ran out before the episode's (never reported as the deadline).
+        outcome = _failed(inp, sid, rollout_id, INTERNAL, describe_error(exc, 300))
+        outcome.error = exc
+        return outcome
     except AgentError as exc:
         return _failed(inp, sid, rollout_id, exc.reason, str(exc))
     except SessionError as exc:
@@ -171,7 +180,8 @@ async def run_episode(
         outcome.merge = exc.stats
         return outcome
     except Exception as exc:  # a bug must not take the batch down; it is counted and logged
-        outcome = _failed(inp, sid, rollout_id, INTERNAL, repr(exc)[:300])
+        # Never repr: an aiohttp response error's repr lists the request headers (API keys).
+        outcome = _failed(inp, sid, rollout_id, INTERNAL, describe_error(exc, 300))
         outcome.error = exc
         return outcome
     samples = segment_samples(inp, segments, sid, reward, rollout_id)
@@ -195,7 +205,16 @@ async def _play(
     try:
         handle = await sessions.create_session(sid, spec.sampling_params)
         payload = build_payload(inp, sid, handle.base_url, handle.token, spec)
-        result = await backend.run(AgentRequest(session_id=sid, payload=payload))
+        try:
+            result = await backend.run(AgentRequest(session_id=sid, payload=payload))
+        except TimeoutError as exc:
+            # The episode deadline reaches us as a cancellation, so this is the backend's
+            # own clock: one of its requests to the agent timed out.
+            raise AgentError(
+                AGENT_ERROR,
+                f"a request of the agent backend timed out ({describe_error(exc)}) "
+                f"before the episode deadline of {spec.timeout_s:g}s",
+            ) from exc
         turns = await sessions.get_turns(sid)
     finally:
         # Shielded so a cancelled or timed-out episode still frees its gateway session.

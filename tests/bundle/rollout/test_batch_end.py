@@ -1,0 +1,209 @@
+"""A batch ends only once the model engines are idle (slime offloads or updates them next).
+
+End to end through `generate_rollout`: the real gateway in front of the protocol-level
+SGLang stub in slow mode, reached over the admin API by `GatewayClient`, and an agent that
+makes one chat call which never finishes before the episode's 1 s deadline. The stub is set
+so that aborts by request id miss, as they do in SGLang when the abort arrives before the
+request (a no-op there): only the batch end's abort-all can stop the generation. The
+deadline is the only wall-clock wait (the episode must time out for real); nothing asserts
+on timing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import aiohttp
+import pytest
+from tests.support.sglang_stub import StubEngine, StubRouter
+from tests.support.tiny_tokenizer import write_checkpoint
+
+from agentrl.bundle.agents.base import AgentRequest, AgentResult, PoolStats
+from agentrl.bundle.gateway import GatewayClient, GatewayServer, GatewaySettings
+from agentrl.bundle.gateway.tokenizer import load_tokenizer
+from agentrl.bundle.hub import LocalSink
+from agentrl.bundle.metrics import BundleMetrics
+from agentrl.bundle.rollout import generate_rollout, install_runtime
+from agentrl.bundle.rollout.batch import RolloutContext
+from agentrl.bundle.rollout.driver import QUIESCE_TIMEOUT_S, eval_batch, train_batch
+from agentrl.bundle.rollout.runtime import RolloutRuntime
+from agentrl.bundle.rollout.settings import inputs_from_slime
+from agentrl.bundle.rollout.types import slime_types
+
+from .doubles import FakeGateway, StubAgent, runtime_config
+
+ARGS = SimpleNamespace(rollout_batch_size=1, rollout_max_response_len=64, rollout_temperature=1.0)
+
+
+class OneCallAgent:
+    """A remote agent in miniature: one OpenAI chat call through its session."""
+
+    def __init__(self) -> None:
+        self.http: aiohttp.ClientSession | None = None
+        self.calls = 0
+
+    async def run(self, request: AgentRequest) -> AgentResult:
+        info = request.payload["_rollout"]
+        self.http = self.http or aiohttp.ClientSession()
+        self.calls += 1
+        body = {"model": "m", "messages": [{"role": "user", "content": "What is 6*7?"}]}
+        async with self.http.post(
+            f"{info['base_url']}/chat/completions",
+            json=body,
+            headers={"Authorization": f"Bearer {info['api_key']}"},
+        ) as resp:
+            assert resp.status == 200, await resp.text()
+        return AgentResult(reward=1.0, document={})
+
+    def pool_stats(self) -> PoolStats:
+        return PoolStats(size=2, in_use=0)
+
+    async def aclose(self) -> None:
+        if self.http is not None:
+            await self.http.close()
+
+
+@dataclass
+class Cluster:
+    engine: StubEngine | None = None
+    router: StubRouter | None = None
+    gateway: GatewayServer | None = None
+    agent: OneCallAgent = field(default_factory=OneCallAgent)
+
+    async def stop(self) -> None:
+        if self.gateway is not None:
+            await self.gateway.stop()
+        if self.router is not None:
+            await self.router.stop()
+        if self.engine is not None:
+            await self.engine.stop()
+
+
+class Source:
+    """slime's data source reduced to what the rollout reads: one group of one sample."""
+
+    def get_samples(self, n: int) -> list[list[Any]]:
+        sample = SimpleNamespace(prompt="p", metadata={"q": 1}, group_index=0, index=0)
+        return [[sample] for _ in range(n)]
+
+
+@pytest.fixture
+def rollout(tmp_path: Path) -> Iterator[tuple[RolloutRuntime, Cluster]]:
+    checkpoint = write_checkpoint(tmp_path / "ckpt")
+    eval_file = tmp_path / "eval.jsonl"
+    eval_file.write_text(json.dumps({"prompt": "q", "metadata": {"q": 2}}) + "\n")
+    config = runtime_config(
+        timeout=1, eval_sets=[{"name": "e", "path": str(eval_file), "samplesPerPrompt": 1}]
+    )
+    cluster = Cluster()
+
+    async def build() -> RolloutContext:  # runs on the runtime's own loop, like production
+        vocab = len(load_tokenizer(str(checkpoint)).get_vocab())
+        # Slow mode: one token an hour, so the episode's request is still running at its
+        # deadline; and aborts by rid miss, so only an abort-all can stop it.
+        cluster.engine = StubEngine(vocab_size=vocab, token_delay_s=3600.0, miss_rid_aborts=True)
+        cluster.router = StubRouter([await cluster.engine.start()])
+        await cluster.router.start()
+        settings = GatewaySettings(
+            router_url=cluster.router.url,
+            tokenizer_path=str(checkpoint),
+            renderer_family="qwen3",
+            port=0,
+            admin_token="admin-secret",
+        )
+        cluster.gateway = GatewayServer(settings, BundleMetrics())
+        await cluster.gateway.start()
+        client = GatewayClient(f"http://127.0.0.1:{cluster.gateway.port}", "admin-secret")
+        return RolloutContext(client, cluster.agent, asyncio.Semaphore(4))
+
+    runtime = RolloutRuntime(build, LocalSink(BundleMetrics()))
+    install_runtime(runtime, config, slime_types(prefer_plain=True))
+    try:
+        yield runtime, cluster
+    finally:
+        install_runtime(None)
+        runtime.call(cluster.stop())
+        runtime.close()
+
+
+@pytest.mark.parametrize("evaluation", [False, True])
+def test_a_timed_out_episodes_request_is_aborted_and_drained_before_the_batch_returns(
+    rollout: tuple[RolloutRuntime, Cluster], evaluation: bool
+) -> None:
+    _, cluster = rollout
+    out = generate_rollout(ARGS, 0, Source(), evaluation=evaluation)
+
+    engine = cluster.engine
+    assert engine is not None and cluster.gateway is not None
+    failed = out.data["e"]["samples"] if evaluation else [s for g in out.samples for s in g]
+    assert [s.metadata["episode_error"] for s in failed] == ["timeout"]
+    (sent,) = engine.requests
+    rid = sent["rid"]
+    # The request was aborted, and nothing runs on the engine once the batch is back.
+    assert rid in engine.aborted and "*" in engine.aborted
+    assert engine._live == {} and rid in engine.sampled  # it finished (as aborted) there
+    assert cluster.gateway._engine is not None and cluster.gateway._engine.in_flight == 0
+
+
+async def test_train_and_eval_batches_settle_the_engines_after_every_session_closed(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Each batch asks the gateway once, after the last session closed; if the engines do
+    not go idle in time, one warning says so and the batch is still returned."""
+    gateway = FakeGateway()
+    agent = StubAgent(gateway)
+    ctx = RolloutContext(gateway, agent, asyncio.Semaphore(2))
+
+    async def build() -> RolloutContext:
+        return ctx
+
+    runtime = RolloutRuntime(build, LocalSink(BundleMetrics()))
+    config = runtime_config(eval_sets=[])
+    groups = inputs_from_slime(Source().get_samples(2))
+    types = slime_types(prefer_plain=True)
+    try:
+        await train_batch(runtime, config, ARGS, 3, groups, types=types)
+        assert gateway.quiesced == [QUIESCE_TIMEOUT_S]
+        assert gateway.open_at_quiesce == [0]  # every episode had closed its session
+        assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+        gateway.engines_idle = False
+        with caplog.at_level(logging.WARNING, logger="agentrl.rollout"):
+            await train_batch(runtime, config, ARGS, 4, groups, types=types)
+        warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+        assert len(warnings) == 1 and "Rollout 4: engines not idle" in warnings[0]
+        assert "engines report 3 request(s) on 2 worker(s)" in warnings[0]
+    finally:
+        if runtime._flusher is not None:
+            runtime._flusher.cancel()
+        runtime._thread.close()
+
+
+async def test_an_eval_batch_settles_the_engines_once_after_all_its_sets(tmp_path: Path) -> None:
+    rows = tmp_path / "eval.jsonl"
+    rows.write_text(json.dumps({"prompt": "q", "metadata": {"behavior": "ok"}}) + "\n")
+    sets = [{"name": n, "path": str(rows), "samplesPerPrompt": 2} for n in ("a", "b")]
+    gateway = FakeGateway()
+    ctx = RolloutContext(gateway, StubAgent(gateway), asyncio.Semaphore(2))
+
+    async def build() -> RolloutContext:
+        return ctx
+
+    runtime = RolloutRuntime(build, LocalSink(BundleMetrics()))
+    try:
+        out = await eval_batch(
+            runtime, runtime_config(eval_sets=sets), 5, slime_types(prefer_plain=True)
+        )
+        assert set(out.data) == {"a", "b"}
+        assert gateway.quiesced == [QUIESCE_TIMEOUT_S] and gateway.open_at_quiesce == [0]
+    finally:
+        if runtime._flusher is not None:
+            runtime._flusher.cancel()
+        runtime._thread.close()
