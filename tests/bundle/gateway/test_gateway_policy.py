@@ -18,6 +18,7 @@ import openai
 import pytest
 
 from agentrl.bundle.gateway import GatewayClient, GatewayServer
+from agentrl.bundle.gateway.tokenizer import build_renderer
 from agentrl.bundle.traces import merge_turns_with_stats
 
 from .gateway_helpers import MESSAGES, TOOLS, Cluster, metric, scripted
@@ -153,14 +154,24 @@ async def test_null_logprobs_give_a_recorded_turn_that_the_merge_masks(
 
 @pytest.mark.parametrize("stream", [False, True])
 async def test_a_completion_the_tool_call_parser_rejects_is_recorded_and_answered(
-    gateway: GatewayServer, cluster: Cluster, tok: Any, stream: bool
+    gateway: GatewayServer,
+    cluster: Cluster,
+    tok: Any,
+    stream: bool,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # JSON nested deeper than the parser's recursion limit: `json.loads` raises
-    # RecursionError inside the renderer's tool-call parser. Text follows the call, so a
-    # stream re-parses the complete call while still generating.
-    text = "<tool_call>\n" + "[" * 1500 + "\n</tool_call>" + " The answer is 42." * 40
+    # The renderer's parser raises (as json.loads does on absurdly nested tool-call JSON,
+    # depending on the interpreter's recursion limit, so the failure is injected here).
+    # Text follows the call, so a stream re-parses the complete call while still generating.
+    def choke(*_: Any, **__: Any) -> Any:
+        raise RecursionError("maximum recursion depth exceeded while decoding a JSON array")
+
+    # The gateway's renderer (qwen3, settings_for) is built at start: patch its class.
+    monkeypatch.setattr(type(build_renderer(tok, "qwen3")), "parse_response", choke)
+    call = '{"name": "get_weather", "arguments": {"city": "Paris"}}'
+    text = f"<tool_call>\n{call}\n</tool_call>" + " The answer is 42." * 40
     cluster.set(responder=scripted(tok, text), incremental_stream=True)
-    handle = await gateway.create_session(f"deep-{stream}", {"max_new_tokens": 4000})
+    handle = await gateway.create_session(f"choke-{stream}", {"max_new_tokens": 4000})
     c = oai(handle)
     args: dict[str, Any] = {"model": "m", "messages": MESSAGES, "tools": TOOLS}
     if stream:
@@ -168,10 +179,10 @@ async def test_a_completion_the_tool_call_parser_rejects_is_recorded_and_answere
         content = "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices)
     else:
         content = (await c.chat.completions.create(**args)).choices[0].message.content or ""
-    assert content.startswith("<tool_call>") and "[[[" in content  # the text, as sampled
+    assert content.startswith("<tool_call>") and "get_weather" in content  # the text, as sampled
     sampled = cluster.sampled(cluster.all_requests()[0]["rid"])
     (turn,) = await gateway.get_turns(handle.session_id)
-    assert list(turn.completion_ids) == sampled and len(sampled) > 1500
+    assert list(turn.completion_ids) == sampled and len(sampled) > 100
 
 
 async def test_a_tool_call_with_arguments_json_cannot_carry_stays_text(
