@@ -77,6 +77,8 @@ class Controller:
         self.phases: dict[Key, str] = {}
         self.services: dict[Key, str] = {}  # the metrics Service of each valid experiment
         self.sweeps = 0  # completed sweeps (tests wait on it; never on time)
+        # Experiments whose status is current: synced since anything about them was seen.
+        self._settled: set[Key] = set()
         # Spec reconciles: CPU-bound (render, encode), so a few at a time in arrival order,
         # which gets each experiment its RayJob sooner than all of them interleaved would.
         self.queue: WorkQueue[Key] = WorkQueue(self._attempt, config.reconcile_concurrency)
@@ -110,6 +112,7 @@ class Controller:
             for cache in (self.exps, self.rayjobs, self.stuck, self.scrapes, self.progress,
                           self.services, self._failures):  # fmt: skip
                 cache.pop(key, None)
+            self._settled.discard(key)
             uid = str(body["metadata"].get("uid"))
             self.written.pop(uid, None)
             self._handled.pop(uid, None)
@@ -285,6 +288,7 @@ class Controller:
     async def sync(self, key: Key, outcome: status.SpecOutcome | None = None) -> None:
         lock = self._locks.setdefault(key, asyncio.Lock())
         async with lock:
+            self._settled.discard(key)  # until this sync has written (or needed nothing)
             body = self.exps.get(key)
             if body is None:
                 return
@@ -302,6 +306,7 @@ class Controller:
                 new = status.apply_progress(new, self.progress[key], now)
             patch = status.diff(base, new)
             if patch is None:
+                self._settled.add(key)
                 return
             # The status subresource takes the object's shape: {"status": {...}}.
             if not await self.kube.patch(
@@ -309,6 +314,7 @@ class Controller:
             ):
                 return  # deleted meanwhile
             self.written[str(meta.get("uid"))] = new
+            self._settled.add(key)
             self._set_phase(key, new.get("phase"))
             for event in conditions.events_between(base, new):
                 await self._post_event(body, event, now)
@@ -340,14 +346,24 @@ class Controller:
     # ---- periodic: progress and deadlines ----------------------------------------------
 
     async def sweep(self) -> None:
-        """Scrape running experiments' metrics, then re-evaluate every live experiment."""
+        """Scrape running experiments' metrics, then re-evaluate the live experiments whose
+        status may have moved: new progress, a startup deadline running, or a failed sync.
+        The rest are current (a sync follows every watch event), so a thousand steady
+        experiments cost nothing here."""
         gate = asyncio.Semaphore(self.config.scrape_concurrency)
         running = [k for k in list(self.exps) if self._current(k).get("phase") == Phase.RUNNING]
         await asyncio.gather(*(self._scrape(k, gate) for k in running))
         for key in list(self.exps):
-            if not self._finished(key):
-                await self.sync(key)
+            if self._finished(key) or (key in self._settled and not self._clock_matters(key)):
+                continue
+            await self.sync(key)
         self.sweeps += 1
+
+    def _clock_matters(self, key: Key) -> bool:
+        """Whether the status can change with time alone: a startup deadline still running."""
+        spec = (self.exps.get(key) or {}).get("spec") or {}
+        waiting = self._current(key).get("phase") in (Phase.PENDING, Phase.INITIALIZING)
+        return waiting and spec.get("startupDeadlineSeconds") is not None
 
     async def _scrape(self, key: Key, gate: asyncio.Semaphore) -> None:
         body, service = self.exps.get(key), self.services.get(key)
@@ -366,7 +382,10 @@ class Controller:
             logger.debug("metrics of %s/%s not parseable", *key)
             return
         total = ((body.get("spec") or {}).get("grpo") or {}).get("numRollouts")
-        self.progress[key] = observe.progress_fields(raw, self.scrapes.get(key), total)
+        progress = observe.progress_fields(raw, self.scrapes.get(key), total)
+        if progress != self.progress.get(key):
+            self._settled.discard(key)
+        self.progress[key] = progress
         self.scrapes[key] = raw
 
 
