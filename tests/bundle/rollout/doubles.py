@@ -4,7 +4,7 @@
 raise SessionError, close idempotent) and lets an agent record turns only with its
 session's bearer token, as the real gateway does. `StubAgent` is an `AgentBackend` whose
 behaviour is chosen by the row's metadata, and which records what it was sent and how
-many episodes were live at once.
+many episodes were live at once. `ChatAgent` talks to a real gateway over HTTP.
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ import asyncio
 import secrets
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+import aiohttp
 
 from agentrl.api.runtime import RuntimeConfig
 from agentrl.bundle.agents.base import AgentError, AgentRequest, AgentResult, PoolStats
@@ -179,3 +181,38 @@ def runtime_config(
             },
         }
     )
+
+
+class ChatAgent:
+    """A remote agent in miniature: asks the row's `q` in `turns` OpenAI chat calls through
+    its session's endpoint, each appending the reply and a follow-up (as a tool loop does)."""
+
+    def __init__(self, turns: int = 1) -> None:
+        self.turns = turns
+        self.calls = 0
+        self.http: aiohttp.ClientSession | None = None
+
+    async def run(self, request: AgentRequest) -> AgentResult:
+        info = request.payload["_rollout"]
+        self.http = self.http or aiohttp.ClientSession()
+        headers = {"Authorization": f"Bearer {info['api_key']}"}
+        messages: list[dict[str, Any]] = [{"role": "user", "content": request.payload["q"]}]
+        for _ in range(self.turns):
+            self.calls += 1
+            body = {"model": info["model_id"], "messages": messages, "max_tokens": 16}
+            url = f"{info['base_url']}/chat/completions"
+            async with self.http.post(url, json=body, headers=headers) as resp:
+                assert resp.status == 200, await resp.text()
+                reply = (await resp.json())["choices"][0]["message"]
+            messages += [
+                {"role": "assistant", "content": reply.get("content") or ""},
+                {"role": "user", "content": "and then?"},
+            ]
+        return AgentResult(reward=1.0, document={})
+
+    def pool_stats(self) -> PoolStats:
+        return PoolStats(size=2, in_use=0)
+
+    async def aclose(self) -> None:
+        if self.http is not None:
+            await self.http.close()

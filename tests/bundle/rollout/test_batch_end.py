@@ -20,12 +20,10 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-import aiohttp
 import pytest
 from tests.support.sglang_stub import StubEngine, StubRouter
 from tests.support.tiny_tokenizer import write_checkpoint
 
-from agentrl.bundle.agents.base import AgentRequest, AgentResult, PoolStats
 from agentrl.bundle.gateway import GatewayClient, GatewayServer, GatewaySettings
 from agentrl.bundle.gateway.tokenizer import load_tokenizer
 from agentrl.bundle.hub import LocalSink
@@ -37,37 +35,9 @@ from agentrl.bundle.rollout.runtime import RolloutRuntime
 from agentrl.bundle.rollout.settings import inputs_from_slime
 from agentrl.bundle.rollout.types import slime_types
 
-from .doubles import FakeGateway, StubAgent, runtime_config
+from .doubles import ChatAgent, FakeGateway, StubAgent, runtime_config
 
 ARGS = SimpleNamespace(rollout_batch_size=1, rollout_max_response_len=64, rollout_temperature=1.0)
-
-
-class OneCallAgent:
-    """A remote agent in miniature: one OpenAI chat call through its session."""
-
-    def __init__(self) -> None:
-        self.http: aiohttp.ClientSession | None = None
-        self.calls = 0
-
-    async def run(self, request: AgentRequest) -> AgentResult:
-        info = request.payload["_rollout"]
-        self.http = self.http or aiohttp.ClientSession()
-        self.calls += 1
-        body = {"model": "m", "messages": [{"role": "user", "content": "What is 6*7?"}]}
-        async with self.http.post(
-            f"{info['base_url']}/chat/completions",
-            json=body,
-            headers={"Authorization": f"Bearer {info['api_key']}"},
-        ) as resp:
-            assert resp.status == 200, await resp.text()
-        return AgentResult(reward=1.0, document={})
-
-    def pool_stats(self) -> PoolStats:
-        return PoolStats(size=2, in_use=0)
-
-    async def aclose(self) -> None:
-        if self.http is not None:
-            await self.http.close()
 
 
 @dataclass
@@ -75,7 +45,7 @@ class Cluster:
     engine: StubEngine | None = None
     router: StubRouter | None = None
     gateway: GatewayServer | None = None
-    agent: OneCallAgent = field(default_factory=OneCallAgent)
+    agent: ChatAgent = field(default_factory=ChatAgent)
 
     async def stop(self) -> None:
         if self.gateway is not None:
@@ -90,7 +60,7 @@ class Source:
     """slime's data source reduced to what the rollout reads: one group of one sample."""
 
     def get_samples(self, n: int) -> list[list[Any]]:
-        sample = SimpleNamespace(prompt="p", metadata={"q": 1}, group_index=0, index=0)
+        sample = SimpleNamespace(prompt="p", metadata={"q": "task 1"}, group_index=0, index=0)
         return [[sample] for _ in range(n)]
 
 
@@ -98,7 +68,7 @@ class Source:
 def rollout(tmp_path: Path) -> Iterator[tuple[RolloutRuntime, Cluster]]:
     checkpoint = write_checkpoint(tmp_path / "ckpt")
     eval_file = tmp_path / "eval.jsonl"
-    eval_file.write_text(json.dumps({"prompt": "q", "metadata": {"q": 2}}) + "\n")
+    eval_file.write_text(json.dumps({"prompt": "q", "metadata": {"q": "task 2"}}) + "\n")
     config = runtime_config(
         timeout=1, eval_sets=[{"name": "e", "path": str(eval_file), "samplesPerPrompt": 1}]
     )

@@ -12,53 +12,19 @@ import asyncio
 import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
-import aiohttp
 import pytest
 from tests.support.sglang_stub import StubEngine, StubRouter
 from tests.support.tiny_tokenizer import write_checkpoint
 
 from agentrl.api.runtime import RuntimeConfig
-from agentrl.bundle.agents.base import AgentRequest, AgentResult, PoolStats
 from agentrl.bundle.gateway import GatewayClient
 from agentrl.bundle.gateway.tokenizer import load_tokenizer
 from agentrl.bundle.hub import Hub
 from agentrl.bundle.rollout.batch import RolloutContext, run_groups
 from agentrl.bundle.rollout.episode import EpisodeInput, EpisodeSpec
 
-from .doubles import runtime_config
-
-
-class ChatAgent:
-    """A remote agent in miniature: two chat turns through the session's OpenAI endpoint."""
-
-    def __init__(self) -> None:
-        self.http: aiohttp.ClientSession | None = None
-
-    async def run(self, request: AgentRequest) -> AgentResult:
-        info = request.payload["_rollout"]
-        self.http = self.http or aiohttp.ClientSession()
-        headers = {"Authorization": f"Bearer {info['api_key']}"}
-        messages: list[dict[str, Any]] = [{"role": "user", "content": request.payload["q"]}]
-        for _ in range(2):
-            body = {"model": info["model_id"], "messages": messages, "max_tokens": 16}
-            url = f"{info['base_url']}/chat/completions"
-            async with self.http.post(url, json=body, headers=headers) as resp:
-                assert resp.status == 200, await resp.text()
-                reply = (await resp.json())["choices"][0]["message"]
-            messages += [
-                {"role": "assistant", "content": reply.get("content") or ""},
-                {"role": "user", "content": "and then?"},
-            ]
-        return AgentResult(reward=1.0, document={})
-
-    def pool_stats(self) -> PoolStats:
-        return PoolStats(size=2, in_use=0)
-
-    async def aclose(self) -> None:
-        if self.http is not None:
-            await self.http.close()
+from .doubles import ChatAgent, runtime_config
 
 
 def free_port() -> int:
@@ -99,7 +65,7 @@ async def test_episodes_through_the_real_gateway(
     hub_with_gateway: tuple[Hub, GatewayClient],
 ) -> None:
     hub, client = hub_with_gateway
-    agent = ChatAgent()
+    agent = ChatAgent(turns=2)
     ctx = RolloutContext(client, agent, asyncio.Semaphore(2))
     spec = EpisodeSpec({"temperature": 1.0, "max_new_tokens": 16}, 256, 60.0, "agentrl")
     groups = [
