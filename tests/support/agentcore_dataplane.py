@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote
@@ -75,7 +76,7 @@ class AgentCoreDataPlane:
     invocations: list[Invocation] = field(default_factory=list)
     stopped: list[str] = field(default_factory=list)
     throttle_next: int = 0
-    _stop_seen: asyncio.Condition = field(default_factory=asyncio.Condition)
+    _changed: asyncio.Condition = field(default_factory=asyncio.Condition)
     _started: set[str] = field(default_factory=set)
     _runner: web.AppRunner | None = None
     _http: aiohttp.ClientSession | None = None
@@ -99,11 +100,19 @@ class AgentCoreDataPlane:
         if self._runner is not None:
             await self._runner.cleanup()
 
-    async def wait_for_stop(self, session_id: str, timeout_s: float = 30.0) -> None:
+    async def wait_until(self, predicate: Callable[[], bool], timeout_s: float = 60.0) -> None:
+        """Until `predicate()` holds after an invocation or a stop (bounded, no polling)."""
+        async with asyncio.timeout(timeout_s), self._changed:
+            await self._changed.wait_for(predicate)
+
+    async def wait_for_stop(self, session_id: str, timeout_s: float = 60.0) -> None:
         """Until StopRuntimeSession for `session_id` arrived (a shielded stop may land
         after the cancelled episode returned)."""
-        async with asyncio.timeout(timeout_s), self._stop_seen:
-            await self._stop_seen.wait_for(lambda: session_id in self.stopped)
+        await self.wait_until(lambda: session_id in self.stopped, timeout_s)
+
+    async def _changed_now(self) -> None:
+        async with self._changed:
+            self._changed.notify_all()
 
     # -- wire protocol -----------------------------------------------------------------
 
@@ -162,6 +171,7 @@ class AgentCoreDataPlane:
             f"{self.app_url}/invocations", data=payload, headers=headers
         ) as upstream:
             invocation.app_status = upstream.status
+            await self._changed_now()
             if upstream.status >= 300:
                 await upstream.read()
                 return self.error(
@@ -192,9 +202,8 @@ class AgentCoreDataPlane:
                 f"clientToken must be {low} to {high} characters",
                 reason="FieldValidationFailed",
             )
-        async with self._stop_seen:
-            self.stopped.append(sid)
-            self._stop_seen.notify_all()
+        self.stopped.append(sid)
+        await self._changed_now()
         if sid not in self._started:
             return self.error("ResourceNotFoundException", f"no runtime session {sid}")
         self._started.discard(sid)
