@@ -24,7 +24,7 @@ from agentcore_rl_toolkit import AgentCoreRLApp, RewardFunction
 from openai import AsyncOpenAI
 
 
-class FinalAnswerReward(RewardFunction):  # type: ignore[misc]
+class FinalAnswerReward(RewardFunction):
     """1.0 when the number after the last "####" equals the ground truth, else 0.0."""
 
     def __call__(self, response_text: str = "", ground_truth: str = "", **_: Any) -> float:
@@ -37,7 +37,7 @@ reward_fn = FinalAnswerReward()
 SYSTEM = 'Solve the math problem step by step and give the final answer after "####".'
 
 
-@app.rollout_entrypoint  # type: ignore[misc]
+@app.rollout_entrypoint
 async def invoke_agent(payload: dict[str, Any], context: Any) -> dict[str, Any]:
     behaviour = payload.get("behaviour", "solve")
     if behaviour == "raise":
