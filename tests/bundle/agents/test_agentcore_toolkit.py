@@ -40,6 +40,7 @@ import pytest
 import stamina
 from moto.server import ThreadedMotoServer
 from tests.support.agentcore_dataplane import AgentCoreDataPlane
+from tests.support.retries import scheduled_retries
 from tests.support.sglang_stub import StubEngine, StubRouter
 from tests.support.tiny_tokenizer import write_checkpoint
 
@@ -384,6 +385,22 @@ async def test_a_throttled_invoke_is_sent_again_and_the_episode_runs_once(
     assert outcome.failure is None and outcome.reward == 1.0
     assert [i.app_status for i in dataplane.invocations] == [None, None, 200]  # ran once
     assert {i.session_id for i in dataplane.invocations} == {outcome.session_id}
+
+
+async def test_episodes_throttled_together_come_back_spread_by_jitter(
+    gateway: GatewayClient, backend: AgentCoreBackend, dataplane: AgentCoreDataPlane
+) -> None:
+    """Real stamina waits (1 to 2 s): what is checked is the waits it drew, not time."""
+    dataplane.throttle_next = 4
+    ctx = RolloutContext(gateway, backend, asyncio.Semaphore(4))
+    spec = EpisodeSpec(SAMPLING, 256, 120.0, "m")
+    with scheduled_retries() as retries:
+        outcomes = await run_groups(ctx, groups_of(row("What is 6*7?", "42"), n=4), spec, "train")
+    assert [o.failure for o in outcomes[0]] == [None] * 4
+    waits = [r.wait_for for r in retries]
+    assert len(waits) == 4 and len(set(waits)) == 4  # no two episodes in lockstep
+    assert all(1.0 <= w <= 2.0 for w in waits)  # 1 s, plus up to 1 s of jitter
+    assert all(type(r.caused_by).__name__ == "ThrottlingException" for r in retries)
 
 
 async def test_the_released_app_refuses_the_payload_agentrl_used_to_send(
