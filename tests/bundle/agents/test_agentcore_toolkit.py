@@ -21,6 +21,7 @@ shielded stop landing) are bounded waits on a condition.
 from __future__ import annotations
 
 import asyncio
+import importlib.metadata
 import json
 import logging
 import os
@@ -252,6 +253,12 @@ def ours(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
 def payload_of(plane: AgentCoreDataPlane, sid: str) -> dict[str, Any]:
     (inv,) = [i for i in plane.invocations if i.session_id == sid and i.app_status]
     return dict(json.loads(inv.payload))
+
+
+def test_the_toolkit_release_is_the_one_the_contract_was_read_from() -> None:
+    """docs/agents.md describes agentcore-rl-toolkit 0.2.0, read from its source; a newer
+    release must be read again (and this pin moved) before agentrl claims to speak it."""
+    assert importlib.metadata.version("agentcore-rl-toolkit") == "0.2.0"
 
 
 async def test_rewards_from_the_released_toolkit_app_reach_the_samples(

@@ -63,7 +63,7 @@ POLL_FIRST_S, POLL_FACTOR, POLL_CAP_S, POLL_JITTER = 0.5, 1.5, 30.0, 0.2
 INVOKE_ATTEMPTS = 4
 INVOKE_WAIT_INITIAL_S, INVOKE_WAIT_MAX_S, INVOKE_WAIT_JITTER_S = 1.0, 8.0, 1.0
 THROTTLED: Final = frozenset({"ThrottlingException"})
-# The reply keys of the toolkit's processing answer, and the keys that make a reply a result.
+# Keys that make an invoke's answer a result document (the toolkit's "processing" has none).
 _RESULT_KEYS: Final = frozenset({"rewards", "reward", "status_code", "error"})
 
 
@@ -81,9 +81,9 @@ def input_id(row: Mapping[str, Any]) -> str:
     return "row-" + hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 
-def result_key(exp_id: str, input_id: str, session_id: str) -> str:
+def result_key(exp_id: str, row_id: str, session_id: str) -> str:
     """Where the toolkit's app writes an episode's result (`{exp_id}/{input_id}/{sid}.json`)."""
-    return f"{exp_id}/{input_id}/{session_id}.json"
+    return f"{exp_id}/{row_id}/{session_id}.json"
 
 
 @dataclass(frozen=True)
