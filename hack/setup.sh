@@ -25,6 +25,23 @@ if [[ ! -f "$stamp" ]]; then
   rm -f "$VENV"/.agentrl-deps-*; touch "$stamp"
 fi
 
+# checkov pins boto3 to one old release, which the AgentCore SDKs of the dev extra
+# (bedrock-agentcore, agentcore-rl-toolkit) outgrew; it is only a CLI, so it lives in a
+# venv of its own, linked into ours.
+CHECKOV_VERSION=3.3.30
+checkov_venv="$TOOLS/checkov-$CHECKOV_VERSION"
+(
+  exec 9>"$TOOLS/.checkov.lock"
+  flock 9
+  if [[ ! -x "$checkov_venv/bin/checkov" ]]; then
+    log "installing checkov $CHECKOV_VERSION into $checkov_venv"
+    rm -rf "$checkov_venv"
+    python3 -m venv "$checkov_venv"
+    "$checkov_venv/bin/pip" install -q "checkov==$CHECKOV_VERSION"
+  fi
+)
+ln -sf "$checkov_venv/bin/checkov" "$VENV/bin/checkov"
+
 # Debian packages: promtool/prometheus for metrics and alert tests, etcd for the real
 # apiserver tier. Installed only when missing (CI runs as root).
 need_apt=()
