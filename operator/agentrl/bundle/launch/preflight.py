@@ -14,6 +14,8 @@ from pathlib import Path
 
 from agentrl.api.models import RLExperimentSpec
 from agentrl.api.rules import is_local_path
+from agentrl.slimecmd import CheckpointDir
+from agentrl.slimecmd.checkpoint import TRACKER
 
 SAMPLE_ROWS = 20
 ROW_SHAPE = 'rows must be {"prompt": ..., "metadata": {...}}'
@@ -141,6 +143,21 @@ def check_checkpoint(root: Path, spec: RLExperimentSpec) -> list[str]:
             f"shared volume there (uid {os.getuid()})"
         ]
     return []
+
+
+def read_checkpoint(root: Path, spec: RLExperimentSpec) -> tuple[CheckpointDir | None, list[str]]:
+    """What spec.checkpoint.path holds now: the tracker's text and the entry names."""
+    path = spec.checkpoint.path
+    if not path:
+        return None, []
+    host = _host(root, path)
+    try:
+        entries = tuple(sorted(p.name for p in host.iterdir())) if host.is_dir() else ()
+        tracker = host / TRACKER
+        text = tracker.read_text(encoding="utf-8") if tracker.is_file() else None
+    except OSError as e:
+        return None, [f"spec.checkpoint.path: cannot read {path} ({e.strerror})"]
+    return CheckpointDir(tracker=text, entries=entries), []
 
 
 def run_all(root: Path, spec: RLExperimentSpec, visible_gpus: int | None) -> list[str]:

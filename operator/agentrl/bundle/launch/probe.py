@@ -1,8 +1,8 @@
 """The launcher's I/O edge: what it learns from the image by running things.
 
-Kept apart from the pure logic (`cuda`, `command`) so that logic runs on injected text and
-temporary trees in tests, while this module is exercised by the subprocess test against a
-fake slime tree.
+Kept apart from the pure logic (`cuda`, `argcheck`, `agentrl.slimecmd`) so that logic runs
+on injected text and temporary trees in tests, while this module is exercised by the
+subprocess tests against slime's and Megatron's own source.
 """
 
 from __future__ import annotations
