@@ -18,8 +18,10 @@ from agentrl.slimecmd.compose import (
     preview,
     train_env_vars,
 )
+from agentrl.slimecmd.files import FILES_DIR
 
 __all__ = [
+    "FILES_DIR",
     "CheckpointDir",
     "Command",
     "Cond",

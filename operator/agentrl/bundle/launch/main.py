@@ -179,7 +179,9 @@ def _start(spec: RLExperimentSpec, problems: list[str], warnings: list[str]) -> 
     return decision
 
 
-def build_plan(config_path: str, ambient: Mapping[str, str]) -> Plan:
+def build_plan(
+    config_path: str, ambient: Mapping[str, str], files_dir: str = slimecmd.FILES_DIR
+) -> Plan:
     config = load_config(config_path)
     spec = config.spec
     problems: list[str] = []
@@ -210,6 +212,7 @@ def build_plan(config_path: str, ambient: Mapping[str, str]) -> Plan:
             wandb_key=bool(ambient.get(key_env)),
             start=start.start,
             hf_mode_flag=known is not None and HF_MODE_FLAG in known,
+            files_dir=files_dir,
         ),
     )
     if known is not None and (bad := argcheck.unknown_flags(cmd.parts, known)):
@@ -258,6 +261,11 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         "--dry-run", action="store_true", help="print env and argv as JSON; do not exec"
     )
     parser.add_argument(
+        "--files-dir",
+        default=slimecmd.FILES_DIR,
+        help="where to write the YAML files slime reads (custom config, eval config)",
+    )
+    parser.add_argument(
         "--check-cuda",
         action="store_true",
         help="only check the image's CUDA setup (no runtime config; the image build runs this)",
@@ -299,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
     if ns.check_cuda:
         return check_cuda(ns.cuda_home, os.environ)
     try:
-        plan = build_plan(ns.config, os.environ)
+        plan = build_plan(ns.config, os.environ, ns.files_dir)
     except LaunchError as e:
         for problem in e.problems:
             print(f"{LOG_PREFIX} error: {problem}", file=sys.stderr)

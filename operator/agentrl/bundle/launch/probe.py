@@ -88,8 +88,7 @@ def model_args(slime_dir: str, model_type: str) -> list[str]:
 
 # Runs in the image's Python with the pinned env: builds the same parser slime's
 # parse_args builds (Megatron's arguments, then slime's, then SGLang's --sglang-* copies)
-# and writes its option strings to the file named by argv[1]. Megatron versions without
-# add_megatron_arguments get their parser captured from their own parse_args instead.
+# and writes its option strings to the file named by argv[1].
 _KNOWN_FLAGS = """
 import argparse, importlib.util, json, sys
 out = sys.argv[1]
@@ -97,23 +96,10 @@ if importlib.util.find_spec("slime") is None:
     json.dump({"slime": False}, open(out, "w")); sys.exit(0)
 import megatron.training.arguments as margs
 from slime.utils.arguments import get_slime_extra_args_provider
-provider = get_slime_extra_args_provider()
-if hasattr(margs, "add_megatron_arguments"):
-    p = argparse.ArgumentParser(add_help=False, allow_abbrev=False, conflict_handler="resolve")
-    provider(margs.add_megatron_arguments(p) or p)
-else:
-    class Captured(Exception):
-        pass
-    def capture(self, *args, **kwargs):
-        raise Captured(self)
-    argparse.ArgumentParser.parse_known_args = capture
-    try:
-        margs.parse_args(extra_args_provider=provider, ignore_unknown_args=True)
-        raise SystemExit("megatron.training.arguments.parse_args never parsed")
-    except Captured as e:
-        p = e.args[0]
-    p.conflict_handler = "resolve"
 from slime.backends.sglang_utils.arguments import add_sglang_arguments
+p = argparse.ArgumentParser(add_help=False, allow_abbrev=False, conflict_handler="resolve")
+p = margs.add_megatron_arguments(p) or p
+get_slime_extra_args_provider()(p)
 add_sglang_arguments(p)
 json.dump({"slime": True, "flags": sorted(p._option_string_actions)}, open(out, "w"))
 """
