@@ -22,9 +22,10 @@ from launch_trees import EXAMPLE_C, REPO, cuda_toolkit, example_doc, experiment,
 if str(REPO) not in sys.path:  # tests.support, shared with other test dirs
     sys.path.insert(0, str(REPO))
 
+from tests.support import slime_upstream
+
 from agentrl.api.runtime import RuntimeConfig
 from agentrl.bundle.launch import cuda, probe
-from tests.support import slime_upstream
 
 POD_IMAGE = Path(__file__).parent / "pod_image"
 SECRET = "wandb-secret-value-123"
@@ -72,9 +73,10 @@ def cache_major() -> int:
 
 def megatron_checkpoint(path: Path, tracker: str = "release") -> Path:
     """A directory Megatron's loader takes: the tracker file and the iteration it names."""
-    touch(path, f"{path}/latest_checkpointed_iteration.txt", tracker)
     name = "release" if tracker == "release" else f"iter_{int(tracker):07d}"
-    touch(path, f"{path}/{name}/common.pt", "")
+    (path / name).mkdir(parents=True, exist_ok=True)
+    (path / name / "common.pt").write_bytes(b"")
+    (path / "latest_checkpointed_iteration.txt").write_text(tracker)
     return path
 
 

@@ -7,11 +7,11 @@ import os
 from pathlib import Path
 
 import pytest
+from agentrl.render.slime_args import build_slime_args, preview_command
 from launch_trees import EXAMPLE_A, EXAMPLE_B, EXAMPLE_C, example_doc, example_docs, experiment
 
 from agentrl.api.runtime import RuntimeConfig
 from agentrl.bundle.launch import command
-from agentrl.render.slime_args import build_slime_args, preview_command
 
 GOLDEN = Path(__file__).parent / "golden"
 DOCS = example_docs()

@@ -8,10 +8,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from agentrl.render.slime_args import preview_command
 from launch_trees import example_docs, experiment, touch
 
 from agentrl.bundle.launch import command, cuda, probe
-from agentrl.render.slime_args import preview_command
 
 
 def test_model_args_keep_quoted_items_whole(tmp_path: Path) -> None:

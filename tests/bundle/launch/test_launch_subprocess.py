@@ -19,16 +19,16 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from launch_trees import EXAMPLE_C, cuda_toolkit, example_doc, experiment, touch
-
-from agentrl.api.runtime import RuntimeConfig
-from agentrl.bundle.launch import cuda, probe
 from agentrl.render.slime_args import (
     CUSTOM_CONFIG_PATH,
     EVAL_CONFIG_PATH,
     build_slime_args,
     preview_command,
 )
+from launch_trees import EXAMPLE_C, cuda_toolkit, example_doc, experiment, touch
+
+from agentrl.api.runtime import RuntimeConfig
+from agentrl.bundle.launch import cuda, probe
 
 FAKE = Path(__file__).parent / "fake_slime"
 SECRET = "wandb-secret-value-123"

@@ -62,7 +62,9 @@ def test_the_rows_differ_in_megatron_to_hf_mode(upstream_work: Path) -> None:
 @pytest.mark.parametrize("row", ROWS)
 @pytest.mark.parametrize("name", sorted(DOCS))
 @pytest.mark.parametrize("start", list(slimecmd.Start))
-def test_every_passed_flag_exists(row: str, name: str, start: slimecmd.Start, upstream_work: Path) -> None:
+def test_every_passed_flag_exists(
+    row: str, name: str, start: slimecmd.Start, upstream_work: Path
+) -> None:
     flags = known(row, upstream_work)
     spec = experiment(DOCS[name]).spec
     model = probe.model_args(str(slime_upstream.slime_dir(row)), spec.model.type)

@@ -67,6 +67,8 @@ def _parse(argv: list[str]) -> Any:
 def _load(args: Any) -> dict[str, Any]:
     ckpt = importlib.import_module("slime.backends.megatron_utils.checkpoint")
     training = importlib.import_module("megatron.training.checkpointing")
+    # megatron.core.msc_utils is not in the snapshot; for a local path it is plain open().
+    training.open_file = open
     record: dict[str, Any] = {}
 
     def megatron(**kwargs: Any) -> tuple[int, int]:
@@ -100,7 +102,9 @@ def _load(args: Any) -> dict[str, Any]:
         loader.load_model_hf_weights = lambda a, model, path, config, fn: hf_copy(
             path, loader=fn.__name__, model_type=config.model_type
         )
-    ckpt.load_checkpoint(None, None, None, checkpointing_context={}, skip_load_to_model_and_opt=False)
+    ckpt.load_checkpoint(
+        None, None, None, checkpointing_context={}, skip_load_to_model_and_opt=False
+    )
     return record
 
 
@@ -109,7 +113,7 @@ def run(case: dict[str, Any]) -> dict[str, Any]:
     try:
         with contextlib.redirect_stdout(io.StringIO()):
             args = _parse(case["argv"])
-    except BaseException as e:  # noqa: BLE001 - argparse exits; every failure is a result
+    except BaseException as e:
         out["parse_error"] = _error(e) if not isinstance(e, SystemExit) else f"exit {e.code}"
         out["trace"] = traceback.format_exc()[-3000:]
         return out
@@ -122,7 +126,7 @@ def run(case: dict[str, Any]) -> dict[str, Any]:
         try:
             with contextlib.redirect_stdout(io.StringIO()):
                 out["loaded"] = _load(args)
-        except BaseException as e:  # noqa: BLE001 - the loader's own assertion is a result
+        except BaseException as e:
             out["load_error"] = _error(e)
     return out
 

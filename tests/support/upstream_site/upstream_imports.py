@@ -65,9 +65,9 @@ class _Placeholder(type):
         return placeholder(f"{cls.__qualname__}.{name}")
 
     def __call__(cls, *args: Any, **kwargs: Any) -> Any:
-        if len(args) == 1 and not kwargs and callable(args[0]):
-            if not isinstance(args[0], _Placeholder):
-                return args[0]  # used as a decorator
+        decorated = args[0] if len(args) == 1 and not kwargs else None
+        if callable(decorated) and not isinstance(decorated, _Placeholder):
+            return decorated  # used as a decorator
         return cls
 
     def __getitem__(cls, item: Any) -> Any:
@@ -171,7 +171,7 @@ class UpstreamFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
             if where is None:
                 self.stood_in.add(fullname)
             return spec
-        if fullname.split(".")[0] in STAND_INS:
+        if fullname.split(".", maxsplit=1)[0] in STAND_INS:
             self.stood_in.add(fullname)
             return importlib.util.spec_from_loader(fullname, self, is_package=True)
         return None

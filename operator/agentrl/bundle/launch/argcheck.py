@@ -47,3 +47,14 @@ def unknown_flags_message(bad: Sequence[tuple[str, str]], known: frozenset[str])
         + "\n".join(lines)
         + "\nRemove or correct them (spec.runtime.extraArgs is the usual source)."
     )
+
+
+def flag_value(args: Sequence[str], flag: str) -> str | None:
+    """The value argparse ends up with for `flag`: the one after its last occurrence."""
+    value = None
+    for i, arg in enumerate(args):
+        if arg == flag and i + 1 < len(args):
+            value = args[i + 1]
+        elif arg.startswith(flag + "="):
+            value = arg.split("=", 1)[1]
+    return value

@@ -217,6 +217,8 @@ def build_plan(
     )
     if known is not None and (bad := argcheck.unknown_flags(cmd.parts, known)):
         problems.append(argcheck.unknown_flags_message(bad, known))
+    hf_mode = argcheck.flag_value(cmd.argv(), HF_MODE_FLAG)
+    problems += preflight.check_weights_for_mode(Path("/"), spec, hf_mode)
     if problems:
         raise LaunchError(problems)
     assert cuda_env is not None and known is not None  # no problems means both resolved

@@ -59,12 +59,32 @@ def check_model(root: Path, spec: RLExperimentSpec) -> list[str]:
     return problems
 
 
-def _loadable(path: Path) -> bool:
-    """What slime's checkpoint loader accepts for --ref-load: Megatron, else HF weights."""
-    megatron = (path / "latest_checkpointed_iteration.txt").is_file() or (
+def _megatron(path: Path) -> bool:
+    """A directory slime's loader reads as a Megatron checkpoint (else as HF weights)."""
+    return (path / TRACKER).is_file() or (
         path.is_dir() and re.fullmatch(r"iter_\d{7}", path.name) is not None
     )
-    return megatron or (path / "config.json").is_file()
+
+
+def _loadable(path: Path) -> bool:
+    """What slime's checkpoint loader accepts for --ref-load: Megatron, else HF weights."""
+    return _megatron(path) or (path / "config.json").is_file()
+
+
+def check_weights_for_mode(root: Path, spec: RLExperimentSpec, hf_mode: str | None) -> list[str]:
+    """slime releases with --megatron-to-hf-mode load Hugging Face weights only in bridge
+    mode (an assertion in their checkpoint loader, after the GPUs are up); `hf_mode` is the
+    value the argv leaves it at (None where the image's slime has no such flag)."""
+    weights = spec.model.ref_load or spec.model.path
+    if hf_mode != "raw" or not is_local_path(weights) or _megatron(_host(root, weights)):
+        return []
+    field = "spec.model.refLoad" if spec.model.ref_load else "spec.model.path"
+    return [
+        f"{field}: {weights} holds Hugging Face weights, which slime loads only with "
+        "--megatron-to-hf-mode bridge, but spec.runtime.extraArgs passes "
+        "--megatron-to-hf-mode raw: drop that override or point spec.model.refLoad at a "
+        "Megatron checkpoint"
+    ]
 
 
 def model_warnings(spec: RLExperimentSpec) -> list[str]:
