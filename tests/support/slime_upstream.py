@@ -12,12 +12,15 @@ Tests that need the snapshots skip, saying why, only when the folder is absent (
 
 from __future__ import annotations
 
+import atexit
+import functools
 import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +41,16 @@ def require_upstream() -> None:
         pytest.skip(
             f"the upstream snapshots are not at {UPSTREAM} (set AGENTRL_UPSTREAM); CI has them"
         )
+
+
+@functools.cache
+def work_dir() -> Path:
+    """This process's scratch directory for the rows' patched SGLang trees (made once);
+    skips the calling test without the snapshots."""
+    require_upstream()
+    path = Path(tempfile.mkdtemp(prefix="agentrl-upstream-"))
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    return path
 
 
 def slime_dir(row: str) -> Path:
@@ -62,7 +75,7 @@ def _sglang_patches(row: str) -> list[Path]:
     return [folder / n for n in named if (folder / n).is_file()]
 
 
-def sglang_source(row: str, work: Path) -> Path:
+def sglang_source(row: str) -> Path:
     """SGLang's argument modules as the row's image has them (release + slime's patches)."""
     version = sglang_version(row)
     release = CACHE / "upstream" / f"sglang-{version}"
@@ -70,7 +83,7 @@ def sglang_source(row: str, work: Path) -> Path:
         f"SGLang {version}'s source is not in {release}: run `bash hack/setup.sh` (add "
         f"{version} to SGLANG_SOURCE_VERSIONS there if slime {row} moved to it)"
     )
-    dest = work / f"sglang-{row}"
+    dest = work_dir() / f"sglang-{row}"
     if (dest / ".complete").is_file():
         return dest
     shutil.rmtree(dest, ignore_errors=True)
@@ -89,25 +102,25 @@ def sglang_source(row: str, work: Path) -> Path:
     return dest
 
 
-def roots(row: str, work: Path) -> list[Path]:
-    return [slime_dir(row), MEGATRON, sglang_source(row, work)]
+def roots(row: str) -> list[Path]:
+    return [slime_dir(row), MEGATRON, sglang_source(row)]
 
 
-def env(row: str, work: Path, base: dict[str, str] | None = None) -> dict[str, str]:
+def env(row: str, base: dict[str, str] | None = None) -> dict[str, str]:
     """A process env in which `import slime` runs the row's own code (see upstream_site)."""
     out = dict(base if base is not None else os.environ)
     path = [str(SITE), *filter(None, out.get("PYTHONPATH", "").split(os.pathsep))]
     out["PYTHONPATH"] = os.pathsep.join(path)
-    out["AGENTRL_UPSTREAM_ROOTS"] = os.pathsep.join(str(r) for r in roots(row, work))
+    out["AGENTRL_UPSTREAM_ROOTS"] = os.pathsep.join(str(r) for r in roots(row))
     return out
 
 
-def run_slime(row: str, work: Path, cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def run_slime(row: str, cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Run slime's parse_args and checkpoint loader on each case (see upstream_site/slime_run)."""
     done = subprocess.run(
         [sys.executable, str(SITE / "slime_run.py")],
         input=json.dumps(cases),
-        env=env(row, work),
+        env=env(row),
         capture_output=True,
         text=True,
         check=False,

@@ -86,14 +86,13 @@ class Pod:
     def __init__(
         self,
         root: Path,
-        work: Path,
         *,
         row: str = "fa3c990",
         extra_args: list[str] | None = None,
         megatron_ref: bool = False,
         slime_package: bool = True,
     ) -> None:
-        self.root, self.work, self.row = root, work, row
+        self.root, self.row = root, row
         self.record = root / "record.json"
         self.files_dir = root / "slime-files"
         self.image = root / "image" / "slime"
@@ -149,7 +148,7 @@ class Pod:
             "LD_LIBRARY_PATH": "/usr/local/cuda-11.8/lib64:/opt/efa/lib",
             "HOME": str(self.root),
         }
-        return {**slime_upstream.env(self.row, self.work, base), **extra}
+        return {**slime_upstream.env(self.row, base), **extra}
 
     def command(self, *flags: str) -> list[str]:
         cmd = [sys.executable, "-m", "agentrl.bundle.launch", "--config", str(self.config_path)]

@@ -9,7 +9,6 @@ flags by hand: if a release drops a flag agentrl renders, these tests fail for t
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 from launch_pod import slime_upstream
@@ -25,9 +24,9 @@ DOCS = example_docs()
 _KNOWN: dict[str, frozenset[str]] = {}
 
 
-def known(row: str, work: Path) -> frozenset[str]:
+def known(row: str) -> frozenset[str]:
     if row not in _KNOWN:
-        flags = probe.known_flags(slime_upstream.env(row, work))
+        flags = probe.known_flags(slime_upstream.env(row))
         assert flags is not None, f"slime {row} did not import"
         _KNOWN[row] = flags
     return _KNOWN[row]
@@ -43,9 +42,9 @@ def test_setup_fetches_the_sglang_release_of_every_row() -> None:
 
 
 @pytest.mark.parametrize("row", ROWS)
-def test_the_parser_is_slimes_own(row: str, upstream_work: Path) -> None:
+def test_the_parser_is_slimes_own(row: str) -> None:
     """Flags from each source: Megatron, slime, SGLang (through slime's --sglang- prefix)."""
-    flags = known(row, upstream_work)
+    flags = known(row)
     assert {"--tensor-model-parallel-size", "--no-load-optim", "--finetune"} <= flags  # Megatron
     assert {"--rollout-function-path", "--ref-load", "--custom-config-path"} <= flags  # slime
     assert {"--sglang-mem-fraction-static", "--sglang-tool-call-parser"} <= flags  # SGLang
@@ -53,19 +52,17 @@ def test_the_parser_is_slimes_own(row: str, upstream_work: Path) -> None:
     assert "--use-dynamic-global-batch-size" not in flags  # removed from slime (#1933)
 
 
-def test_the_rows_differ_in_megatron_to_hf_mode(upstream_work: Path) -> None:
+def test_the_rows_differ_in_megatron_to_hf_mode() -> None:
     """Why the launcher adapts: fa3c990 defines the flag, 624b824 dropped it."""
-    assert HF_MODE_FLAG in known("fa3c990", upstream_work)
-    assert HF_MODE_FLAG not in known("624b824", upstream_work)
+    assert HF_MODE_FLAG in known("fa3c990")
+    assert HF_MODE_FLAG not in known("624b824")
 
 
 @pytest.mark.parametrize("row", ROWS)
 @pytest.mark.parametrize("name", sorted(DOCS))
 @pytest.mark.parametrize("start", list(slimecmd.Start))
-def test_every_passed_flag_exists(
-    row: str, name: str, start: slimecmd.Start, upstream_work: Path
-) -> None:
-    flags = known(row, upstream_work)
+def test_every_passed_flag_exists(row: str, name: str, start: slimecmd.Start) -> None:
+    flags = known(row)
     spec = experiment(DOCS[name]).spec
     model = probe.model_args(str(slime_upstream.slime_dir(row)), spec.model.type)
     cmd = slimecmd.compose(
@@ -87,12 +84,10 @@ def test_every_passed_flag_exists(
 
 
 @pytest.mark.parametrize("row", ROWS)
-def test_every_flag_of_the_preview_exists_where_it_can_be_passed(
-    row: str, upstream_work: Path
-) -> None:
+def test_every_flag_of_the_preview_exists_where_it_can_be_passed(row: str) -> None:
     """The preview's flags (every condition shown) exist, but for the one the launcher drops
     where the row lacks it."""
-    flags = known(row, upstream_work)
+    flags = known(row)
     for name, doc in DOCS.items():
         cmd = slimecmd.compose(experiment(doc).spec, slimecmd.PodFacts())
         bad = [f for f, _ in argcheck.unknown_flags(cmd.parts, flags)]

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.slow  # each test launches the launcher and runs slime'
 
 def _slime(pod: Pod, *argvs: list[str]) -> list[dict[str, Any]]:
     cases = [{"argv": argv, "load": True} for argv in argvs]
-    return slime_upstream.run_slime(pod.row, pod.work, cases)
+    return slime_upstream.run_slime(pod.row, cases)
 
 
 def _launched(pod: Pod) -> list[str]:
@@ -38,10 +38,8 @@ def _starts_from_model(result: dict[str, Any], weights: str) -> None:
 
 
 @pytest.mark.parametrize("row", ROWS)
-def test_first_run_starts_from_the_hf_model_and_a_retry_resumes(
-    row: str, tmp_path: Path, upstream_work: Path
-) -> None:
-    pod = Pod(tmp_path, upstream_work, row=row)
+def test_first_run_starts_from_the_hf_model_and_a_retry_resumes(row: str, tmp_path: Path) -> None:
+    pod = Pod(tmp_path, row=row)
     first = _launched(pod)
     assert pod.checkpoint.is_dir() and not any(pod.checkpoint.iterdir())  # preflight made it
     assert "--load" not in first
@@ -69,12 +67,10 @@ def test_first_run_starts_from_the_hf_model_and_a_retry_resumes(
 
 
 @pytest.mark.parametrize("row", ROWS)
-def test_first_run_from_a_megatron_model_gets_a_fresh_optimizer(
-    row: str, tmp_path: Path, upstream_work: Path
-) -> None:
+def test_first_run_from_a_megatron_model_gets_a_fresh_optimizer(row: str, tmp_path: Path) -> None:
     """A Megatron refLoad is loaded as weights only, on every row: without agentrl's
     first-run flags, fa3c990 in bridge mode would also load its optimizer and RNG state."""
-    pod = Pod(tmp_path, upstream_work, row=row, megatron_ref=True)
+    pod = Pod(tmp_path, row=row, megatron_ref=True)
     [run] = _slime(pod, _launched(pod))
     ref = pod.exp.spec.model.ref_load
     _starts_from_model(run, ref)
@@ -84,12 +80,10 @@ def test_first_run_from_a_megatron_model_gets_a_fresh_optimizer(
 
 
 @pytest.mark.parametrize("row", ROWS)
-def test_load_of_an_empty_directory_is_what_crashed(
-    row: str, tmp_path: Path, upstream_work: Path
-) -> None:
+def test_load_of_an_empty_directory_is_what_crashed(row: str, tmp_path: Path) -> None:
     """The old argv (`--load` at the empty checkpoint dir) against slime's own loader: fa3c990
     in bridge mode keeps it and asserts; 624b824 falls back to --ref-load."""
-    pod = Pod(tmp_path, upstream_work, row=row)
+    pod = Pod(tmp_path, row=row)
     argv = [
         a for a in _launched(pod) if a not in ("--finetune", "--no-load-optim", "--no-load-rng")
     ]
@@ -102,37 +96,31 @@ def test_load_of_an_empty_directory_is_what_crashed(
         assert run["loaded"]["kind"] == "hf"
 
 
-def test_raw_mode_starts_from_a_megatron_model(tmp_path: Path, upstream_work: Path) -> None:
+def test_raw_mode_starts_from_a_megatron_model(tmp_path: Path) -> None:
     """fa3c990's raw mode (a user override) loads a Megatron refLoad on a first run."""
-    pod = Pod(
-        tmp_path, upstream_work, megatron_ref=True, extra_args=["--megatron-to-hf-mode", "raw"]
-    )
+    pod = Pod(tmp_path, megatron_ref=True, extra_args=["--megatron-to-hf-mode", "raw"])
     [run] = _slime(pod, _launched(pod))
     assert run["args"]["megatron_to_hf_mode"] == "raw"
     _starts_from_model(run, pod.exp.spec.model.ref_load)
     assert run["loaded"]["kind"] == "megatron"
 
 
-def test_raw_mode_with_hf_weights_is_refused_before_slime_would_fail(
-    tmp_path: Path, upstream_work: Path
-) -> None:
-    pod = Pod(tmp_path, upstream_work, extra_args=["--megatron-to-hf-mode", "raw"])
+def test_raw_mode_with_hf_weights_is_refused_before_slime_would_fail(tmp_path: Path) -> None:
+    pod = Pod(tmp_path, extra_args=["--megatron-to-hf-mode", "raw"])
     done = pod.launch()
     assert done.returncode == 2
     assert "spec.model.refLoad" in done.stderr and "--megatron-to-hf-mode raw" in done.stderr
     assert not pod.record.exists()
-    ok = Pod(tmp_path / "bridge", upstream_work)  # the same tree in bridge mode starts
+    ok = Pod(tmp_path / "bridge")  # the same tree in bridge mode starts
     argv = _launched(ok)
     [run] = _slime(ok, [*argv, "--megatron-to-hf-mode", "raw"])
     assert "Only bridge mode is supported for loading HF checkpoint" in run["load_error"]
 
 
 @pytest.mark.parametrize("row", ROWS)
-def test_missing_ref_load_is_refused_like_slime_refuses_it(
-    row: str, tmp_path: Path, upstream_work: Path
-) -> None:
+def test_missing_ref_load_is_refused_like_slime_refuses_it(row: str, tmp_path: Path) -> None:
     """--use-kl-loss needs --ref-load on disk: slime raises; the launcher says so first."""
-    pod = Pod(tmp_path, upstream_work, row=row, megatron_ref=True)
+    pod = Pod(tmp_path, row=row, megatron_ref=True)
     argv = _launched(pod)
     shutil.rmtree(pod.exp.spec.model.ref_load or "")
     [run] = _slime(pod, argv)
@@ -142,10 +130,8 @@ def test_missing_ref_load_is_refused_like_slime_refuses_it(
 
 
 @pytest.mark.parametrize("row", ROWS)
-def test_resume_false_starts_from_the_model_beside_a_saved_run(
-    row: str, tmp_path: Path, upstream_work: Path
-) -> None:
-    pod = Pod(tmp_path, upstream_work, row=row)
+def test_resume_false_starts_from_the_model_beside_a_saved_run(row: str, tmp_path: Path) -> None:
+    pod = Pod(tmp_path, row=row)
     megatron_checkpoint(pod.checkpoint, "10")
     pod.config_path.write_text(
         pod.config_path.read_text().replace('"resume": true', '"resume": false')
@@ -157,10 +143,8 @@ def test_resume_false_starts_from_the_model_beside_a_saved_run(
     _starts_from_model(run, pod.exp.spec.model.path)
 
 
-def test_a_tracker_naming_a_missing_iteration_stops_the_launch(
-    tmp_path: Path, upstream_work: Path
-) -> None:
-    pod = Pod(tmp_path, upstream_work)
+def test_a_tracker_naming_a_missing_iteration_stops_the_launch(tmp_path: Path) -> None:
+    pod = Pod(tmp_path)
     megatron_checkpoint(pod.checkpoint, "10")
     shutil.rmtree(pod.checkpoint / "iter_0000010")
     done = pod.launch()
@@ -172,11 +156,9 @@ def test_a_tracker_naming_a_missing_iteration_stops_the_launch(
 
 
 @pytest.mark.parametrize("row", ROWS)
-def test_eval_config_entries_are_read_by_slime(
-    row: str, tmp_path: Path, upstream_work: Path
-) -> None:
+def test_eval_config_entries_are_read_by_slime(row: str, tmp_path: Path) -> None:
     """Per-set eval settings reach slime's EvalDatasetConfig (built with **entry)."""
-    pod = Pod(tmp_path, upstream_work, row=row)
+    pod = Pod(tmp_path, row=row)
     [run] = _slime(pod, _launched(pod))
     got = [
         (d["name"], d["n_samples_per_eval_prompt"], d["temperature"], d.get("max_response_len"))

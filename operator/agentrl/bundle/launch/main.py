@@ -217,8 +217,9 @@ def build_plan(
     )
     if known is not None and (bad := argcheck.unknown_flags(cmd.parts, known)):
         problems.append(argcheck.unknown_flags_message(bad, known))
-    hf_mode = argcheck.flag_value(cmd.argv(), HF_MODE_FLAG)
-    problems += preflight.check_weights_for_mode(Path("/"), spec, hf_mode)
+    if known is not None and HF_MODE_FLAG in known:
+        hf_mode = argcheck.flag_value(cmd.argv(), HF_MODE_FLAG)
+        problems += preflight.check_weights_for_mode(Path("/"), spec, hf_mode)
     if problems:
         raise LaunchError(problems)
     assert cuda_env is not None and known is not None  # no problems means both resolved
