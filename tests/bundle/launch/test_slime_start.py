@@ -8,6 +8,7 @@ not a restatement of it.
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 from typing import Any
@@ -168,3 +169,27 @@ def test_eval_config_entries_are_read_by_slime(row: str, tmp_path: Path) -> None
     assert got == [("web-dev", 1, 0.0, rollout_len), ("web-hard", 4, 0.7, 2048)]
     assert {d["input_key"] for d in run["eval_datasets"]} == {"prompt"}
     assert {d["metadata_key"] for d in run["eval_datasets"]} == {"metadata"}
+
+
+def _as_mistral(pod: Pod) -> None:
+    config = Path(pod.exp.spec.model.path) / "config.json"
+    body = {**json.loads(config.read_text()), "model_type": "mistral"}
+    config.write_text(json.dumps({**body, "architectures": ["MistralForCausalLM"]}))
+
+
+def test_hf_weights_slimes_own_loader_cannot_take_are_refused_at_624b824(
+    tmp_path: Path,
+) -> None:
+    """slime 624b824 loads HF weights per model type; the launcher asks slime's own loader
+    in the image before the GPUs are up, instead of slime's ValueError after."""
+    pod = Pod(tmp_path, row="624b824")
+    argv = _launched(pod)  # qwen2: slime's loader takes it
+    _as_mistral(pod)
+    [run] = _slime(pod, argv)
+    assert "Unsupported HuggingFace model type: mistral" in run["load_error"]
+    done = pod.launch()
+    assert done.returncode == 2
+    assert "model_type 'mistral', which the image's slime cannot load" in done.stderr
+    bridge = Pod(tmp_path / "bridge")  # fa3c990 loads any model through Megatron-Bridge
+    _as_mistral(bridge)
+    assert bridge.launch().returncode == 0

@@ -169,6 +169,8 @@ class UpstreamFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
             if spec is not None and where is not None:
                 spec.submodule_search_locations = [str(where)]
             if where is None:
+                if self._under(fullname, ("slime",)):
+                    return None  # the slime snapshot is whole: a missing module is missing
                 self.stood_in.add(fullname)
             return spec
         if fullname.split(".", maxsplit=1)[0] in STAND_INS:

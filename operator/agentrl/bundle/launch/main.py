@@ -151,22 +151,26 @@ def _guarded(problems: list[str], fn: Callable[..., T], *args: str) -> T | None:
         return None
 
 
-def _slime_flags(
+def _slime_parser(
     config: RuntimeConfig, env: Mapping[str, str], problems: list[str]
-) -> frozenset[str] | None:
-    """The option strings of the image's slime parser (built with the pinned env)."""
+) -> probe.SlimeParser | None:
+    """What the image's slime accepts, from its own parser built with the pinned env."""
+    spec = config.spec
+    weights = preflight.hf_weights(Path("/"), spec)
     try:
-        known = probe.known_flags(env)
+        parser = probe.slime_parser(env, weights)
     except probe.ProbeError as e:
         problems.append(str(e))
         return None
-    if known is None:
-        slime_dir = config.spec.runtime.slime_dir
+    if parser is None:
         problems.append(
-            f"slime is not importable with the pinned env (PYTHONPATH ends with {slime_dir}): "
-            f"set spec.runtime.slimeDir to the slime checkout inside the image"
+            f"slime is not importable with the pinned env (PYTHONPATH ends with "
+            f"{spec.runtime.slime_dir}): set spec.runtime.slimeDir to the slime checkout "
+            "inside the image"
         )
-    return known
+    elif parser.hf_loadable is False and weights:
+        problems += preflight.unloadable_hf_weights(Path("/"), spec, weights)
+    return parser
 
 
 def _start(spec: RLExperimentSpec, problems: list[str], warnings: list[str]) -> slimecmd.Decision:
@@ -202,7 +206,8 @@ def build_plan(
     if spec.tracking.wandb is not None and not ambient.get(key_env):
         warnings.append(f"spec.tracking.wandb is set but {key_env} is empty: wandb logging is off")
     # slime's parser is built with the pinned env, like slime itself.
-    known = _slime_flags(config, env, problems) if cuda_env else None
+    parser = _slime_parser(config, env, problems) if cuda_env else None
+    known = parser.flags if parser else None
     train_env = slimecmd.train_env_vars(added)
     cmd = slimecmd.compose(
         spec,

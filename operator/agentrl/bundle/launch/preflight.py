@@ -71,6 +71,31 @@ def _loadable(path: Path) -> bool:
     return _megatron(path) or (path / "config.json").is_file()
 
 
+def hf_weights(root: Path, spec: RLExperimentSpec) -> str | None:
+    """The trainer's weights when they are a local Hugging Face checkpoint, else None."""
+    weights = spec.model.ref_load or spec.model.path
+    host = _host(root, weights)
+    if is_local_path(weights) and (host / "config.json").is_file() and not _megatron(host):
+        return weights
+    return None
+
+
+def unloadable_hf_weights(root: Path, spec: RLExperimentSpec, weights: str) -> list[str]:
+    """The problem when the image's slime has no loader for these HF weights' model type."""
+    try:
+        config = json.loads((_host(root, weights) / "config.json").read_text(encoding="utf-8"))
+        model_type = config.get("model_type") if isinstance(config, dict) else None
+    except (OSError, ValueError):
+        model_type = None
+    field = "spec.model.refLoad" if spec.model.ref_load else "spec.model.path"
+    return [
+        f"{field}: {weights} holds Hugging Face weights of model_type {model_type!r}, which "
+        "the image's slime cannot load (without Megatron-Bridge it loads HF weights per "
+        "model type): convert them to a Megatron checkpoint (slime's "
+        "tools/convert_hf_to_torch_dist.py) and point spec.model.refLoad at it"
+    ]
+
+
 def check_weights_for_mode(root: Path, spec: RLExperimentSpec, hf_mode: str | None) -> list[str]:
     """slime releases with --megatron-to-hf-mode load Hugging Face weights only in bridge
     mode (an assertion in their checkpoint loader, after the GPUs are up); `hf_mode` is the
