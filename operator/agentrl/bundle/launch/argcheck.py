@@ -3,7 +3,7 @@
 slime hands the flags it does not know to Megatron with `ignore_unknown_args=True`, so a
 typo or a flag a release removed is dropped without a word. The launcher therefore checks
 every `--flag` of the composed argv against the option strings of slime's own parser, built
-in the image (`probe.known_flags`), and names the part of the spec each bad flag came from.
+in the image (`probe.slime_parser`), and names the part of the spec each bad flag came from.
 """
 
 from __future__ import annotations
