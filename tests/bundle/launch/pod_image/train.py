@@ -1,4 +1,5 @@
-"""Stands in for slime's train.py: records the argv and env it was exec'd with."""
+"""Stands in for slime's train.py, which needs GPUs: records the argv and env it was exec'd
+with, so a test can hand that argv to slime's own parser (tests/support/slime_upstream)."""
 
 import json
 import os

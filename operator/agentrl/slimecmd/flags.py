@@ -1,28 +1,20 @@
-"""slime's command-line flags that follow from an RLExperiment spec.
+"""slime's flags that follow from the spec alone, in groups (pure).
 
-The spec is the only input, so the operator can render the flags into the runtime-config
-ConfigMap and `agentrl render --show-command` can show them without a cluster. Recipe
-defaults follow agentcore-rl-toolkit's SlimeRunner (the flags it always sets, its
+Recipe defaults follow agentcore-rl-toolkit's SlimeRunner (the flags it always sets, its
 optimizer and SGLang settings), with two deliberate differences: the removed
-`--use-dynamic-global-batch-size` is never passed (slime would ignore it silently), and
-the spec's reward-std choice is passed explicitly. The launcher in the pod adds what only
-the pod knows (MODEL_ARGS, `--train-env-vars`, wandb flags when the key is present) and
-appends `runtime.extraArgs` last; `preview_command` shows that whole command with
-placeholders.
+`--use-dynamic-global-batch-size` is never passed (slime would ignore it silently), and the
+spec's reward-std choice is passed explicitly. What depends on the pod (the checkpoint
+directory's state, the slime version in the image) is decided in `compose`, not here.
 """
 
 from __future__ import annotations
 
 from typing import Final
 
-from agentrl.api.models import EvalSet, RLExperiment, RLExperimentSpec
+from agentrl.api.models import EvalSet, RLExperimentSpec
 
 ROLLOUT_FUNCTION: Final = "agentrl.bundle.rollout.generate_rollout"
 REWARD_POST_PROCESS: Final = "agentrl.bundle.rewards.post_process_rewards"
-# The launcher writes these files before it execs slime; it finds their paths here, in
-# the rendered flags, so render and launcher never disagree on where they are.
-CUSTOM_CONFIG_PATH: Final = "/tmp/agentrl/slime-custom-config.yaml"
-EVAL_CONFIG_PATH: Final = "/tmp/agentrl/slime-eval-config.yaml"
 
 # The spec names Schulman's k1 estimator "kl"; slime's --kl-loss-type calls it "k1".
 _KL_LOSS_TYPE: Final = {"kl": "k1", "k2": "k2", "k3": "k3", "low_var_kl": "low_var_kl"}
@@ -97,22 +89,31 @@ def cluster_args(spec: RLExperimentSpec) -> list[str]:
     return args
 
 
+def trainer_weights(spec: RLExperimentSpec) -> str:
+    """The directory the trainer starts from (`--ref-load`): refLoad, else the model path."""
+    return spec.model.ref_load or spec.model.path
+
+
 def model_args(spec: RLExperimentSpec) -> list[str]:
-    """Checkpoints in, checkpoints out, and the SGLang parsers of the served model."""
-    model, ckpt = spec.model, spec.checkpoint
-    args = [
-        "--megatron-to-hf-mode", "bridge",
-        "--hf-checkpoint", model.path,
-        "--ref-load", model.ref_load or model.path,
-    ]  # fmt: skip
-    if ckpt.path:
-        args += ["--save", ckpt.path]
-        if ckpt.save_interval:
-            args += ["--save-interval", str(ckpt.save_interval)]
-        if ckpt.resume:
-            # slime loads --load when it holds a Megatron checkpoint and falls back to
-            # --ref-load otherwise, so a first run and a restarted one share this command.
-            args += ["--load", ckpt.path]
+    """The served model and the trainer's starting weights."""
+    return ["--hf-checkpoint", spec.model.path, "--ref-load", trainer_weights(spec)]
+
+
+def save_args(spec: RLExperimentSpec) -> list[str]:
+    """Where checkpoints go. Whether a start loads one is decided in the pod (`compose`)."""
+    ckpt = spec.checkpoint
+    if not ckpt.path:
+        return []
+    args = ["--save", ckpt.path]
+    if ckpt.save_interval:
+        args += ["--save-interval", str(ckpt.save_interval)]
+    return args
+
+
+def sglang_model_args(spec: RLExperimentSpec) -> list[str]:
+    """SGLang settings of the served model: context length and output parsers."""
+    model = spec.model
+    args: list[str] = []
     if model.context_length:
         args += ["--sglang-context-length", str(model.context_length)]
     if model.tool_call_parser:
@@ -163,25 +164,24 @@ def algorithm_args(spec: RLExperimentSpec) -> list[str]:
     return args
 
 
-def _uniform(sets: list[EvalSet]) -> bool:
+def eval_sets_differ(sets: list[EvalSet]) -> bool:
+    """slime's eval flags are global: sets that differ need a per-set --eval-config file."""
     first = sets[0]
-    return all(
+    return any(
         (s.samples_per_prompt, s.temperature, s.max_response_length)
-        == (first.samples_per_prompt, first.temperature, first.max_response_length)
+        != (first.samples_per_prompt, first.temperature, first.max_response_length)
         for s in sets
     )
 
 
-def eval_args(spec: RLExperimentSpec) -> list[str]:
-    """Evaluation sets: slime's global eval flags, or a per-set eval config when they differ."""
+def eval_args(spec: RLExperimentSpec, eval_config_path: str) -> list[str]:
+    """Evaluation sets: slime's global eval flags, or `--eval-config` when the sets differ."""
     sets = spec.data.eval
     if not sets:
         return []
     args = ["--eval-interval", str(spec.data.eval_interval)]
-    if not _uniform(sets):
-        # slime's eval flags are global; per-set settings need --eval-config, which the
-        # launcher writes from the same spec (agentrl.bundle.launch.command.eval_config).
-        return [*args, "--eval-config", EVAL_CONFIG_PATH]
+    if eval_sets_differ(sets):
+        return [*args, "--eval-config", eval_config_path]
     first = sets[0]
     args.append("--eval-prompt-data")
     for s in sets:
@@ -195,50 +195,10 @@ def eval_args(spec: RLExperimentSpec) -> list[str]:
     return args
 
 
-def hook_args() -> list[str]:
+def hook_args(custom_config_path: str) -> list[str]:
     """agentrl's own code inside slime: rollout, reward post-process, custom config."""
     return [
         "--rollout-function-path", ROLLOUT_FUNCTION,
         "--custom-reward-post-process-path", REWARD_POST_PROCESS,
-        "--custom-config-path", CUSTOM_CONFIG_PATH,
+        "--custom-config-path", custom_config_path,
     ]  # fmt: skip
-
-
-def build_slime_args(exp: RLExperiment) -> list[str]:
-    """The spec-derived part of slime's argv, in a stable order (golden-tested)."""
-    spec = exp.spec
-    return [
-        *cluster_args(spec),
-        *model_args(spec),
-        *data_args(spec),
-        *algorithm_args(spec),
-        *eval_args(spec),
-        *hook_args(),
-    ]
-
-
-def preview_command(exp: RLExperiment) -> list[str]:
-    """The whole command the launcher will exec, with placeholders for what only the pod knows."""
-    spec = exp.spec
-    runtime = spec.runtime
-    cmd = [
-        "python3",
-        f"{runtime.slime_dir}/train.py",
-        f"<MODEL_ARGS from {runtime.slime_dir}/scripts/models/{spec.model.type}.sh>",
-        *build_slime_args(exp),
-        "--train-env-vars",
-        "<JSON: CUDA_HOME, LD_LIBRARY_PATH, PATH, PYTHONPATH, CUDA_DEVICE_MAX_CONNECTIONS>",
-    ]
-    wandb = spec.tracking.wandb
-    if wandb is not None:
-        cmd += [
-            "<only when WANDB_API_KEY is set:>",
-            "--use-wandb",
-            "--wandb-project",
-            wandb.project,
-        ]
-        if wandb.group:
-            cmd += ["--wandb-group", wandb.group]
-        if wandb.host:
-            cmd += ["--wandb-host", wandb.host]
-    return [*cmd, *runtime.extra_args]
