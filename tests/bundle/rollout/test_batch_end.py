@@ -21,12 +21,12 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from tests.support.metrics import LocalSink
 from tests.support.sglang_stub import StubEngine, StubRouter
 from tests.support.tiny_tokenizer import write_checkpoint
 
 from agentrl.bundle.gateway import GatewayClient, GatewayServer, GatewaySettings
 from agentrl.bundle.gateway.tokenizer import load_tokenizer
-from agentrl.bundle.hub import LocalSink
 from agentrl.bundle.metrics import BundleMetrics
 from agentrl.bundle.rollout import generate_rollout, install_runtime
 from agentrl.bundle.rollout.batch import RolloutContext
@@ -149,8 +149,6 @@ async def test_train_and_eval_batches_settle_the_engines_after_every_session_clo
         assert len(warnings) == 1 and "Rollout 4: engines not idle" in warnings[0]
         assert "engines report 3 request(s) on 2 worker(s)" in warnings[0]
     finally:
-        if runtime._flusher is not None:
-            runtime._flusher.cancel()
         runtime._thread.close()
 
 
@@ -172,6 +170,4 @@ async def test_an_eval_batch_settles_the_engines_once_after_all_its_sets(tmp_pat
         assert set(out.data) == {"a", "b"}
         assert gateway.quiesced == [QUIESCE_TIMEOUT_S] and gateway.open_at_quiesce == [0]
     finally:
-        if runtime._flusher is not None:
-            runtime._flusher.cancel()
         runtime._thread.close()
