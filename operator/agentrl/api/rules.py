@@ -235,20 +235,23 @@ def grpo_groups(exp: RLExperiment) -> Iterator[Finding]:
         )
 
 
-# slime flags only slime's own rollout function reads; agentrl's rollout replaces it.
-SLIME_SAMPLING_FLAGS = {
+# slime flags read only by slime's own rollout function and reward normaliser, which
+# agentrl's rollout and reward post-process replace: in extraArgs they would do nothing.
+SLIME_REPLACED_FLAGS = {
     "--over-sampling-batch-size": "spec.grpo.overSamplingBatchSize",
     "--dynamic-sampling-filter-path": "spec.grpo.dynamicSamplingFilter",
     "--partial-rollout": "spec.grpo.stragglerPolicy",
     "--mask-offpolicy-in-partial-rollout": "spec.grpo.stragglerPolicy",
+    "--disable-rewards-normalization": "spec.grpo.rewardNormalization.mode",
+    "--disable-grpo-std-normalization": "spec.grpo.rewardNormalization.std",
 }
 
 
 def dynamic_sampling(exp: RLExperiment) -> Iterator[Finding]:
     """`grpo.overSamplingBatchSize` is at least rolloutBatchSize, and above it only with a
     stragglerPolicy that cuts (with `wait` the extra groups would run and be thrown away); a
-    dynamicSamplingFilter needs samplesPerPrompt >= 2; slime's own sampling flags are refused
-    (agentrl's rollout does not read them).
+    dynamicSamplingFilter needs samplesPerPrompt >= 2; slime's own sampling and reward
+    normalisation flags are refused in extraArgs (agentrl's rollout does not read them).
     """
     grpo = exp.spec.grpo
     path = "spec.grpo"
@@ -290,12 +293,12 @@ def dynamic_sampling(exp: RLExperiment) -> Iterator[Finding]:
             "first step and stops with the import error if it is missing)",
         )
     for i, arg in enumerate(exp.spec.runtime.extra_args):
-        field = SLIME_SAMPLING_FLAGS.get(arg.split("=", 1)[0])
+        field = SLIME_REPLACED_FLAGS.get(arg.split("=", 1)[0])
         if field is not None:
             yield err(
                 f"spec.runtime.extraArgs[{i}]",
-                f"{arg.split('=', 1)[0]} is read only by slime's default rollout, which agentrl "
-                "replaces: it would be ignored",
+                f"{arg.split('=', 1)[0]} is read only by slime's default rollout and reward "
+                "normaliser, which agentrl replaces: it would be ignored",
                 f"remove it and set {field}",
             )
 
