@@ -214,6 +214,23 @@ def at_least(args, samples, **kwargs):
     total = sum(s.get_reward_value(args) for s in samples)
     keep = total >= args.min_reward_total
     return DynamicFilterOutput(keep=keep, reason=None if keep else "too_low")
+
+
+def varied_with_fallback(args, samples, **kwargs):
+    # slime 624b824's check_reward_nonzero_std_with_fallback, without torch.
+    rewards = [s.get_reward_value(args) for s in samples]
+    keep = max(rewards) - min(rewards) > 1e-6
+    return DynamicFilterOutput(
+        keep=keep, reason=None if keep else "zero_std", keep_when_insufficient=True
+    )
+
+
+def broken(args, samples, **kwargs):
+    raise KeyError("label")
+
+
+def plain_bool(args, samples, **kwargs):
+    return samples[0].metadata["id"] != 0
 """
 
 
@@ -332,3 +349,47 @@ def test_eval_is_never_filtered_or_cut(make_rig: Any, tmp_path: Path) -> None:
     assert "agentrl_groups_total{" not in text  # eval groups are not sampled
     assert rig.metric("agentrl_rollout_step_seconds_count", split="eval") == 1
     assert rig.metric("agentrl_episode_seconds_count", split="eval") == 6
+
+
+def test_keep_when_insufficient_keeps_a_dropped_group_instead_of_starting_another(
+    make_rig: Any, tmp_path: Path, user_filter: Any
+) -> None:
+    """slime 624b824's rule: a rejected group with keep_when_insufficient stays when
+    dropping it would leave too few candidates for the batch."""
+    rig = make_rig(dynamicSamplingFilter="my_filters.varied_with_fallback")
+    rows = [{"id": 0, "sleep": 5, "reward": 1}, {"id": 1, "sleep": 10, "reward": [0, 1]}]
+    source = buffered_source("624b824", write_rows(tmp_path / "rows.jsonl", rows), 2)
+
+    out = generate_rollout(args(2), 0, source)
+
+    assert groups_of(out) == [0, 1] and len(rig.agent.requests) == 4  # no replacement
+    assert rig.metric("agentrl_groups_total", outcome="backfilled") == 1
+
+
+def test_a_bare_bool_from_a_user_filter_is_slimes_legacy_form(
+    make_rig: Any, tmp_path: Path, user_filter: Any
+) -> None:
+    make_rig(dynamicSamplingFilter="my_filters.plain_bool")
+    rows = [{"id": i, "sleep": 10 * (i + 1), "reward": [0, 1]} for i in range(3)]
+    source = buffered_source("fa3c990", write_rows(tmp_path / "rows.jsonl", rows), 2)
+    out = generate_rollout(args(2), 0, source)
+    assert groups_of(out) == [1, 2]
+    assert out.metrics["rollout/dynamic_filter/drop_filtered"] == 1
+
+
+@pytest.mark.parametrize("commit", COMMITS)
+def test_a_failing_step_stops_every_episode_and_hands_every_group_back(
+    make_rig: Any, tmp_path: Path, user_filter: Any, commit: str
+) -> None:
+    rig = make_rig(dynamicSamplingFilter="my_filters.broken")
+    rows = [{"id": 0, "sleep": 5}, {"id": 1, "sleep": 1000}]
+    source = buffered_source(commit, write_rows(tmp_path / "rows.jsonl", rows), 2)
+
+    with pytest.raises(FilterError, match=r"my_filters\.broken raised KeyError"):
+        generate_rollout(args(2), 0, source)
+
+    assert len(rig.agent.cancelled) == 2 and not rig.gateway.open
+    assert [[s.metadata["id"] for s in g] for g in source.buffer] == [[0, 0], [1, 1]]
+    # A cancelled episode is counted as such (not as aborted by the policy).
+    assert rig.metric("agentrl_failed_sessions_total", split="train", reason="cancelled") == 2
+    assert rig.metric("agentrl_sessions_in_flight", split="train") == 0

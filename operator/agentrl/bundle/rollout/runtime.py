@@ -111,6 +111,7 @@ class RolloutRuntime:
             return await coro
         finally:
             flusher.cancel()
+            self.flush()  # a failed batch's counts too (its episodes were cancelled)
 
     def flush(self) -> None:
         """Ship what was recorded so far (called at batch end and periodically)."""
