@@ -128,8 +128,8 @@ class BundleMetrics:
         )
         self.discarded_episode_seconds = Counter(
             PREFIX + "discarded_episode_seconds",
-            "Episode time that trained nothing: aborted (cut, or in a group cut by the abort "
-            "policy) or filtered.",
+            "Train episode time that trained nothing: cut (episodes stopped while running), "
+            "aborted (finished episodes of groups the abort policy handed back) or filtered.",
             ["reason"],
             registry=r,
         )

@@ -120,7 +120,8 @@ def test_a_batch_fills_from_over_sampled_groups_and_carries_the_stragglers_over(
     assert rig.metric("agentrl_failed_sessions_total", split="train", reason="cancelled") == 0
     assert rig.metric("agentrl_sessions_in_flight", split="train") == 0
     # Cut at t=20: group 2's slow episode ran 20 s, group 3's two episodes 20 s each.
-    assert rig.metric("agentrl_discarded_episode_seconds_total", reason="aborted") == 60
+    assert rig.metric("agentrl_discarded_episode_seconds_total", reason="cut") == 60
+    assert rig.metric("agentrl_discarded_episode_seconds_total", reason="aborted") == 0
     assert out.metrics["agentrl/groups_cut"] == 2 and out.metrics["agentrl/episodes_cut"] == 3
     first_step_sids = set(rig.gateway.created)
 
@@ -154,7 +155,8 @@ def test_abort_hands_the_whole_group_back_and_reruns_every_episode(
     assert groups_of(out) == [0, 1] and len(rig.agent.cancelled) == 3
     assert rig.metric("agentrl_groups_total", outcome="aborted") == 2
     # Group 2's finished episode (5 s) is thrown away with the cut ones (3 x 20 s).
-    assert rig.metric("agentrl_discarded_episode_seconds_total", reason="aborted") == 65
+    assert rig.metric("agentrl_discarded_episode_seconds_total", reason="cut") == 60
+    assert rig.metric("agentrl_discarded_episode_seconds_total", reason="aborted") == 5
     out = generate_rollout(args(2), 1, source)
     assert groups_of(out) == [2, 3]
     assert len(rig.agent.requests) == 8 + 4  # both of group 2's episodes ran again

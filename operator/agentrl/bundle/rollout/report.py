@@ -64,7 +64,7 @@ class Recorder:
         self._gauges[("sessions_in_flight", (split,))] = self._in_flight[split]
         self._inc("aborted_episodes", (split, reason))
         if seconds:
-            self._inc("discarded_episode_seconds", ("aborted",), seconds)
+            self._inc("discarded_episode_seconds", ("cut",), seconds)
 
     def groups(self, outcome: str, n: int = 1) -> None:
         if n:
