@@ -44,6 +44,8 @@ BAD: list[tuple[str, dict[str, Any], str]] = [
      "spec.grpo.overSamplingBatchSize"),
     ("over-sampling while waiting for all", grpo(overSamplingBatchSize=40),
      "spec.grpo.overSamplingBatchSize"),
+    ("over-sampling beyond twice the batch",
+     grpo(overSamplingBatchSize=65, stragglerPolicy="abort"), "spec.grpo.overSamplingBatchSize"),
     ("unknown straggler policy", grpo(stragglerPolicy="partial"), "spec.grpo.stragglerPolicy"),
     ("filter that is no function path", grpo(dynamicSamplingFilter="zero_std"),
      "spec.grpo.dynamicSamplingFilter"),

@@ -295,9 +295,9 @@ class GrpoSpec(Model):
     reward_normalization: RewardNormalization = Field(default_factory=RewardNormalization)
     """How episode rewards become advantages (episode-level, each episode weighs the same)."""
     over_sampling_batch_size: PositiveInt | None = None
-    """Prompt groups a train step keeps in flight (slime's `--over-sampling-batch-size`).
-    Above rolloutBatchSize, the step ends once rolloutBatchSize groups are kept and
-    stragglerPolicy cuts the rest. Unset: rolloutBatchSize.
+    """Prompt groups a train step keeps in flight (slime's `--over-sampling-batch-size`), up
+    to twice rolloutBatchSize. Above rolloutBatchSize, the step ends once rolloutBatchSize
+    groups are kept and stragglerPolicy cuts the rest. Unset: rolloutBatchSize.
     """
     dynamic_sampling_filter: (
         Annotated[str, Field(pattern=DYNAMIC_SAMPLING_FILTER_PATTERN, max_length=253)] | None

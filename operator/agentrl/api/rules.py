@@ -248,8 +248,8 @@ SLIME_REPLACED_FLAGS = {
 
 
 def dynamic_sampling(exp: RLExperiment) -> Iterator[Finding]:
-    """`grpo.overSamplingBatchSize` is at least rolloutBatchSize, and above it only with a
-    stragglerPolicy that cuts (with `wait` the extra groups would run and be thrown away); a
+    """`grpo.overSamplingBatchSize` is between rolloutBatchSize and twice it, and above it only
+    with a stragglerPolicy that cuts (with `wait` the extra groups would run and be thrown away); a
     dynamicSamplingFilter needs samplesPerPrompt >= 2; slime's own sampling and reward
     normalisation flags are refused in extraArgs (agentrl's rollout does not read them).
     """
@@ -261,6 +261,13 @@ def dynamic_sampling(exp: RLExperiment) -> Iterator[Finding]:
             f"{path}.overSamplingBatchSize",
             f"{over} is below rolloutBatchSize {grpo.rollout_batch_size}",
             "set at least rolloutBatchSize (e.g. 1.125 x it), or unset it",
+        )
+    elif over is not None and over > 2 * grpo.rollout_batch_size:
+        yield err(
+            f"{path}.overSamplingBatchSize",
+            f"{over} is more than twice rolloutBatchSize {grpo.rollout_batch_size}: the groups "
+            "one step cuts might not all fit the next batch, where each is waited for",
+            f"use at most {2 * grpo.rollout_batch_size} (1.125 x rolloutBatchSize is typical)",
         )
     elif over is not None and over > grpo.rollout_batch_size and grpo.straggler_policy == "wait":
         yield err(

@@ -61,8 +61,10 @@ class SamplingPlan:
     def from_spec(cls, grpo: GrpoSpec, batch_size: int) -> SamplingPlan:
         policy: Policy = grpo.straggler_policy
         over = grpo.over_sampling_batch_size or batch_size
-        # `wait` never cuts, so extra candidates would only run to be thrown away.
-        in_flight = batch_size if policy == "wait" else max(batch_size, over)
+        # `wait` never cuts, so extra candidates would only run to be thrown away; above 2 B
+        # the groups cut in one step might not all fit the next batch as reserved ones
+        # (validation refuses it; slime's args could still disagree with the spec).
+        in_flight = batch_size if policy == "wait" else min(max(batch_size, over), 2 * batch_size)
         return cls(batch_size, in_flight, grpo.max_refill_rounds, policy)
 
     @property
@@ -241,7 +243,23 @@ class _Step:
                     self.refill()
         if self.cancelled:  # every cut episode has stopped its agent and closed its session
             await asyncio.gather(*self.cancelled, return_exceptions=True)
+        self.trim()
         self.settle_cut_groups()
+
+    def trim(self) -> None:
+        """Never more than B groups: a group that completed in the same instant as the cut
+        (or came back with every episode already finished) can push the count over.
+        Backfills go first, then the latest started; they are handed back like a cut."""
+        extra = self.have - self.plan.batch_size
+        if extra <= 0:
+            return
+        by_preference = sorted(self.backfilled, key=lambda r: -r.order) + sorted(
+            self.kept, key=lambda r: -r.order
+        )
+        for run in by_preference[:extra]:
+            (self.backfilled if run in self.backfilled else self.kept).remove(run)
+            self.cut_runs.append(run)
+        log.debug("Rollout %d: %d group(s) over the batch handed back", self.step, extra)
 
     def classify(self, run: GroupRun) -> None:
         outcomes = run.done_outcomes()
