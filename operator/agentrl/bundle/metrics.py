@@ -1,8 +1,9 @@
 """Every Prometheus metric the bundle exports, defined once.
 
-Names are fixed by DESIGN §5: the Grafana dashboard, the alert rules and the operator's
-progress scrape (`kubectl get rlx`) read them. Each process builds its own `BundleMetrics`
-on its own registry, so tests and several gateways in one process never collide.
+Names are fixed (docs/monitoring.md lists them): the Grafana dashboard, the alert rules
+and the operator's progress scrape (`kubectl get rlx`) read them. Each process builds its
+own `BundleMetrics` on its own registry, so tests and several gateways in one process
+never collide.
 """
 
 from __future__ import annotations

@@ -11,7 +11,8 @@ where rewards and truncated are per episode in prompt order (what slime's eval/<
 mean and pass@k expect) and samples are all merged sequences.
 Both return only once the model engines are idle (`settle_engines`): slime offloads the
 engines or updates their weights right after, and a request still running there trips
-SGLang's "server is idle" assertion and crashes the scheduler (rollout-anchors §3).
+SGLang's "server is idle" assertion and crashes the scheduler (docs/rollout.md, "Concurrency
+and pacing").
 """
 
 from __future__ import annotations
