@@ -99,3 +99,18 @@ def test_the_calls_the_rollout_makes_exist_with_these_signatures(commit: str) ->
         }
         assert methods["get_samples"] == ["self", "num_samples"], name
         assert methods["add_samples"] == ["self", "samples"], name
+
+
+def test_groups_without_a_group_index_stay_apart_across_refills() -> None:
+    """slime always numbers groups; a source that does not still gets one number per group
+    for the whole step, so refilled groups never share a GRPO group with earlier ones."""
+    from types import SimpleNamespace
+
+    class Unnumbered:
+        def get_samples(self, n: int) -> list[list[Any]]:
+            return [[SimpleNamespace(prompt="p", metadata={})] for _ in range(n)]
+
+    source = DataSource(Unnumbered())
+    first, second = source.fetch(2), source.fetch(1)
+    assert [g.inputs[0].group_index for g in first + second] == [0, 1, 2]
+    assert first[0].key(0) is None  # nothing to carry over without slime's numbering

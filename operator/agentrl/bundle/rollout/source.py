@@ -54,12 +54,15 @@ class DataSource:
         self._source = data_source
         self._returns: bool | None = None  # does add_samples work? (probed once)
         self._refusal: Exception | None = None
+        self._fetched = 0  # groups taken so far: positions for sources without group_index
 
     def fetch(self, n: int) -> list[PromptGroup]:
         if n <= 0:
             return []
         raw = self._source.get_samples(n)
-        return [PromptGroup(list(g), i) for g, i in zip(raw, inputs_from_slime(raw), strict=True)]
+        inputs = inputs_from_slime(raw, first_group=self._fetched)
+        self._fetched += len(raw)
+        return [PromptGroup(list(g), i) for g, i in zip(raw, inputs, strict=True)]
 
     def returns_supported(self) -> bool:
         """Whether the source takes groups back. An empty hand-back is a no-op for slime's
