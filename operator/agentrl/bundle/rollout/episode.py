@@ -65,6 +65,7 @@ class EpisodeOutcome:
     message: str = ""
     error: BaseException | None = None  # an unexpected error, logged with its traceback
     merge: MergeStats | None = None  # what merging the turns counted (breaks, masking...)
+    seconds: float = 0.0  # wall time from getting a slot to the end (set by the batch)
 
 
 def new_session_id() -> str:
