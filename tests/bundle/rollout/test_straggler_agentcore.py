@@ -84,7 +84,7 @@ def test_a_cut_agentcore_episode_has_its_runtime_session_stopped(
 ) -> None:
     invoked, stopped = Capture(), Capture()
     backend = AgentCoreBackend(
-        SPEC, result_prefix="agentrl/ns/exp", pool_size=4, clients=clients, limiter=TpsLimiter(2)
+        SPEC, exp_id="agentrl/ns/exp", pool_size=4, clients=clients, limiter=TpsLimiter(2)
     )
     gateway = FakeGateway()
     config = runtime_config(
