@@ -54,6 +54,8 @@ class OperatorProcess:
             "AGENTRL_LIVENESS_ENDPOINT": f"http://127.0.0.1:{self.health_port}/healthz",
             "AGENTRL_SWEEP_INTERVAL": "1",
             "AGENTRL_LOG_LEVEL": "INFO",
+            # The Ray pods' default image (agentrl publishes none): a test value, never pulled.
+            "AGENTRL_IMAGE": "runtime@sha256:" + "1" * 64,
             **env,
         }
         self.env.pop("KUBERNETES_SERVICE_HOST", None)
