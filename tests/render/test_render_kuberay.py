@@ -90,7 +90,7 @@ def test_chart_states_the_minimum_in_its_annotation() -> None:
 
 
 def test_docs_state_the_minimum() -> None:
-    for doc in ("README.md", "docs/operator.md", "charts/agentrl/README.md"):
+    for doc in ("README.md", "docs/releases.md", "charts/agentrl/README.md"):
         assert f"KubeRay >= {KUBERAY_MIN_VERSION}" in (ROOT / doc).read_text(), doc
 
 
