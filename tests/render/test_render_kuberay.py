@@ -130,6 +130,13 @@ def test_each_lifecycle_field_is_kept(field: str, release: str | None) -> None:
     assert pruned_fields(job, rayjob_crd(release)) == []
 
 
+@needs_releases
+def test_vendored_crd_is_the_newest_releases() -> None:
+    vendored = ROOT / "tests" / "data" / "kuberay" / "ray.io_rayjobs.yaml"
+    newest = KUBERAY_SCHEMAS / RELEASES[-1] / "ray.io_rayjobs.yaml"
+    assert vendored.read_bytes() == newest.read_bytes(), f"refresh {vendored} from {newest}"
+
+
 # ---- features: which field needs which release -----------------------------------------
 
 
