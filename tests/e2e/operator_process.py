@@ -22,10 +22,11 @@ HELM = CACHE / "tools" / "helm4" / "helm" / "helm"
 
 
 def chart_rbac() -> list[dict[str, Any]]:
-    """The chart's ClusterRole + ClusterRoleBinding, rendered with default values."""
+    """The chart's ClusterRole + ClusterRoleBinding, rendered with default values (plus the
+    one the chart requires, the operator image: a test value; only the RBAC is used)."""
     proc = subprocess.run(
         [str(HELM), "template", str(ROOT / "charts" / "agentrl"), "--show-only",
-         "templates/rbac.yaml"],
+         "templates/rbac.yaml", "--set", "image.repository=agentrl-operator"],
         capture_output=True, text=True, check=True, timeout=60,
         env={**os.environ, "HELM_CACHE_HOME": "/tmp/agentrl-helm-cache",
              "HELM_CONFIG_HOME": "/tmp/agentrl-helm-config",
