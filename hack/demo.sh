@@ -6,9 +6,13 @@ source "$(dirname "$0")/lib.sh"
 cd "$ROOT"
 "$ROOT/hack/setup.sh" --core
 example="${1:-examples/qwen2.5-3b-gsm8k-agentcore.yaml}"
-log "agentrl validate -f $example"
-"$VENV/bin/agentrl" validate -f "$example"
+# agentrl publishes no Ray pod image yet: render needs one, so the demo names the image a local
+# build of images/slime/Dockerfile would be (images/README.md); validate warns that it is not
+# pinned by digest, as it would for yours until you push it and pin it.
+image="${AGENTRL_IMAGE:-agentrl-runtime:dev}"
+log "agentrl validate -f $example --image $image"
+"$VENV/bin/agentrl" validate -f "$example" --image "$image"
 log "agentrl render -f $example --show-command"
 "$VENV/bin/agentrl" render -f "$example" --show-command
-log "agentrl render -f $example"
-"$VENV/bin/agentrl" render -f "$example"
+log "agentrl render -f $example --image $image"
+"$VENV/bin/agentrl" render -f "$example" --image "$image"

@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from chart_helpers import MONITORING_API, NAMESPACE, RELEASE, ROOT, run_helm
+from chart_helpers import MONITORING_API, NAMESPACE, OPERATOR_IMAGE, RELEASE, ROOT, run_helm
 
 # check id -> why the chart cannot or should not satisfy it.
 JUSTIFIED_SKIPS = {
@@ -26,7 +26,8 @@ JUSTIFIED_SKIPS = {
 def test_checkov_finds_nothing_beyond_the_justified_skips(tmp_path: Path) -> None:
     manifest = tmp_path / "agentrl.yaml"
     args = ["template", RELEASE, str(ROOT / "charts" / "agentrl"), "-n", NAMESPACE]
-    manifest.write_text(run_helm("helm3", *args, "--api-versions", MONITORING_API).stdout)
+    args += [*OPERATOR_IMAGE, "--api-versions", MONITORING_API]
+    manifest.write_text(run_helm("helm3", *args).stdout)
     checkov = Path(sys.executable).parent / "checkov"
     # --skip-download: no calls home (there is no network here, and CI needs none).
     flags = ["--framework", "kubernetes", "--quiet", "--compact", "--skip-download"]

@@ -18,7 +18,7 @@ from kube_checks import (
     rayjob_schema_errors,
 )
 
-DEFAULTS = OperatorDefaults()
+DEFAULTS = OperatorDefaults(image="runtime@sha256:" + "1" * 64)  # the operator's default
 EXAMPLE_A = "qwen2.5-3b-gsm8k-agentcore"
 
 

@@ -2,7 +2,9 @@
 
 A user mistake (missing file, bad YAML, an invalid spec) ends with a clear message and exit
 status 1, never a traceback; exit status 2 is a wrong command line (argparse's convention).
-Operator defaults come from flags, then env, then the documented defaults.
+Operator defaults come from flags, then env, then the documented defaults. With no Ray pod
+image from anywhere (agentrl publishes none yet), `render` refuses (it has nothing to put in
+the pods) and `validate` warns (the cluster's operator may have a default of its own).
 """
 
 from __future__ import annotations
@@ -19,11 +21,12 @@ import yaml
 
 from agentrl import __version__
 from agentrl.api.crd import crd
+from agentrl.api.images import DefaultImage
 from agentrl.api.models import RLExperiment
 from agentrl.api.validation import Problem, errors, parse_experiment
 from agentrl.cli.load import LoadError, load_document
 from agentrl.render import OperatorDefaults, collect_bundle_files, render_all
-from agentrl.render.defaults import DEFAULT_IMAGE, is_digest_pinned
+from agentrl.render.defaults import DEFAULT_IMAGE
 from agentrl.slimecmd import preview
 
 ENV_IMAGE = "AGENTRL_IMAGE"
@@ -44,7 +47,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def cmd_validate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    exp, problems = _parse(args.file)
+    exp, problems = _parse(args.file, DefaultImage(args.image or None, missing="warning"))
     for problem in problems:
         print(f"{args.file}: {problem}", file=out)
     if exp is None:
@@ -60,7 +63,8 @@ def cmd_validate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def cmd_render(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    exp, problems = _parse(args.file)
+    image = DefaultImage(args.image or None, missing="warning" if args.show_command else "error")
+    exp, problems = _parse(args.file, image)
     for problem in problems:
         print(f"{args.file}: {problem}", file=err)
     if exp is None:
@@ -69,8 +73,6 @@ def cmd_render(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         out.write(_command_text(exp))
         return 0
     defaults = _defaults(args)
-    if not exp.spec.runtime.image and not is_digest_pinned(defaults.image):
-        print(f"warning: --image {defaults.image} is not pinned by digest", file=err)
     objects = render_all(exp, defaults, collect_bundle_files())
     out.write(dump_objects(objects, args.output))
     return 0
@@ -121,13 +123,13 @@ def _command_text(exp: RLExperiment) -> str:
     return " \\\n    ".join(lines) + "\n"
 
 
-def _parse(path: str) -> tuple[RLExperiment | None, list[Problem]]:
-    return parse_experiment(load_document(path))
+def _parse(path: str, image: DefaultImage) -> tuple[RLExperiment | None, list[Problem]]:
+    return parse_experiment(load_document(path), default_image=image)
 
 
 def _defaults(args: argparse.Namespace) -> OperatorDefaults:
     return OperatorDefaults(
-        image=args.image,
+        image=args.image or None,
         bundle_version=args.bundle_version,
         ray_version=args.ray_version or None,
     )
@@ -146,12 +148,7 @@ def _parser() -> argparse.ArgumentParser:
     render.add_argument(
         "--show-command", action="store_true", help="print slime's command line instead"
     )
-    render.add_argument(
-        "--image",
-        default=os.environ.get(ENV_IMAGE, DEFAULT_IMAGE),
-        help=f"Ray pod image when spec.runtime.image is unset (env {ENV_IMAGE}; "
-        f"default {DEFAULT_IMAGE})",
-    )
+    _image_arg(render)
     render.add_argument(
         "--bundle-version",
         default=os.environ.get(ENV_BUNDLE_VERSION, __version__),
@@ -166,11 +163,22 @@ def _parser() -> argparse.ArgumentParser:
 
     validate = sub.add_parser("validate", help="list every problem of a spec")
     _file_arg(validate)
+    _image_arg(validate)
     validate.set_defaults(func=cmd_validate)
 
     crd = sub.add_parser("crd", help="print the RLExperiment CustomResourceDefinition")
     crd.set_defaults(func=cmd_crd)
     return parser
+
+
+def _image_arg(parser: argparse.ArgumentParser) -> None:
+    builtin = DEFAULT_IMAGE or "none: no agentrl release has published a Ray pod image yet"
+    parser.add_argument(
+        "--image",
+        default=os.environ.get(ENV_IMAGE) or DEFAULT_IMAGE,
+        help=f"Ray pod image when spec.runtime.image is unset, as the operator's default "
+        f"(the chart's operator.runtimeImage) would be; env {ENV_IMAGE}; built-in: {builtin}",
+    )
 
 
 def _file_arg(parser: argparse.ArgumentParser) -> None:

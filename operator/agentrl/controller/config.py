@@ -22,7 +22,7 @@ class ConfigError(ValueError):
 @dataclass(frozen=True)
 class OperatorConfig:
     namespaces: tuple[str, ...] = ()  # empty: every namespace
-    image: str = DEFAULT_IMAGE
+    image: str | None = DEFAULT_IMAGE  # None: experiments must set spec.runtime.image
     ray_version: str | None = None
     image_pull_secrets: tuple[str, ...] = ()
     extra_labels: dict[str, str] = field(default_factory=dict)

@@ -170,7 +170,10 @@ def pod_spec_common(exp: RLExperiment, defaults: OperatorDefaults) -> Obj:
 
 
 def image(exp: RLExperiment, defaults: OperatorDefaults) -> str:
-    return exp.spec.runtime.image or defaults.image
+    found = exp.spec.runtime.image or defaults.image
+    if not found:  # validation with the same defaults reports it on spec.runtime.image first
+        raise ValueError("no Ray pod image: spec.runtime.image is unset and there is no default")
+    return found
 
 
 @dataclass(frozen=True)
