@@ -6,9 +6,11 @@ source "$(dirname "$0")/lib.sh"
 cd "$ROOT"
 "$ROOT/hack/setup.sh" --core
 example="${1:-examples/qwen2.5-3b-gsm8k-agentcore.yaml}"
-log "agentrl validate -f $example"
-"$VENV/bin/agentrl" validate -f "$example"
-log "agentrl render -f $example --show-command"
-"$VENV/bin/agentrl" render -f "$example" --show-command
-log "agentrl render -f $example"
-"$VENV/bin/agentrl" render -f "$example"
+# The examples run as an IRSA ServiceAccount, which the default policy does not allow.
+policy=(--policy examples/platform/policy.yaml)
+log "agentrl validate -f $example ${policy[*]}"
+"$VENV/bin/agentrl" validate -f "$example" "${policy[@]}"
+log "agentrl render -f $example ${policy[*]} --show-command"
+"$VENV/bin/agentrl" render -f "$example" "${policy[@]}" --show-command
+log "agentrl render -f $example ${policy[*]}"
+"$VENV/bin/agentrl" render -f "$example" "${policy[@]}"

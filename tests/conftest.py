@@ -21,6 +21,14 @@ def example_paths() -> list[Path]:
     return sorted(EXAMPLES_DIR.glob("*.yaml"))
 
 
+def example_policy() -> dict[str, Any]:
+    """The operator policy the examples need (examples/platform/policy.yaml): they run as an
+    IRSA ServiceAccount and one requests EFA devices, which the default policy refuses."""
+    doc = yaml.safe_load((EXAMPLES_DIR / "platform" / "policy.yaml").read_text(encoding="utf-8"))
+    policy: dict[str, Any] = doc["policy"]
+    return policy
+
+
 def load_example(name: str) -> dict[str, Any]:
     """An example's body by file name (with or without .yaml)."""
     path = EXAMPLES_DIR / (name if name.endswith(".yaml") else f"{name}.yaml")

@@ -2,8 +2,9 @@
 
 Seeded (AGENTRL_CHAOS_SEED) and bounded (a few cycles). Invariants once things settle:
 every live experiment has exactly one RayJob, one runtime ConfigMap, one bundle ConfigMap and
-one Service, all owned by its *current* uid; the RayJob carries the latest lifecycle fields;
-status has caught up with the spec generation; nothing the operator made lacks an owner.
+two Services (gateway, metrics), all owned by its *current* uid; the RayJob carries the latest
+lifecycle fields; status has caught up with the spec generation; nothing the operator made lacks
+an owner.
 The harness has no kube-controller-manager, so `collect_garbage` does what its garbage
 collector would do for the experiments this test deletes.
 """
@@ -98,7 +99,7 @@ def converged(kube: KubeHarness, expected: dict[str, int]) -> bool:
         if o["metadata"].get("ownerReferences")
     )
     for uid, name in uids.items():
-        if [kinds[(uid, k)] for k in ("ConfigMap", "RayJob", "Service")] != [2, 1, 1]:
+        if [kinds[(uid, k)] for k in ("ConfigMap", "RayJob", "Service")] != [2, 1, 2]:
             return False
         st, exp = status(kube, NS, name), kube.kubectl_json("get", "rlx", name, "-n", NS)
         if st.get("observedGeneration") != exp["metadata"]["generation"]:

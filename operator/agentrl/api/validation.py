@@ -3,7 +3,8 @@
 `parse_experiment` turns pydantic's structural errors (types, ranges, unknown fields) into
 `Problem`s with wire-form paths (`spec.resources.parallelism.tensor`); `validate_experiment`
 adds the cross-field rules a schema cannot express (GPU arithmetic, batch divisibility,
-derived name lengths). The operator, the CLI and the tests all read the same list, so a
+derived name lengths) and, given the operator's `Policy`, what the platform team does not
+allow (`agentrl.api.policy`). The operator, the CLI and the tests all read the same list, so a
 spec rejected by `agentrl validate` is rejected by the cluster with the same words.
 """
 
@@ -19,10 +20,12 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 from pydantic.alias_generators import to_camel
 
-from agentrl.api import kube_rules, rules
+from agentrl.api import kube_rules, rules, security
 from agentrl.api.base import QUANTITY_PATTERN
 from agentrl.api.findings import Severity
 from agentrl.api.models import RLExperiment
+from agentrl.api.policy import Policy
+from agentrl.api.policy import check as policy_check
 
 
 @dataclass(frozen=True)
@@ -48,8 +51,13 @@ def errors(problems: Sequence[Problem]) -> list[Problem]:
     return [p for p in problems if p.severity == "error"]
 
 
-def parse_experiment(body: Mapping[str, Any]) -> tuple[RLExperiment | None, list[Problem]]:
+def parse_experiment(
+    body: Mapping[str, Any], policy: Policy | None = None
+) -> tuple[RLExperiment | None, list[Problem]]:
     """Parse a custom resource body: the experiment (None on any error) and every problem.
+
+    With a `policy` (the operator's, or `agentrl validate --policy`), what it does not allow
+    is an error too; without one only the spec itself is judged.
 
     `status` is ignored: it is the operator's to write, not the user's to get right, and
     whatever it holds (kopf's own bookkeeping included) must never make a spec invalid.
@@ -70,9 +78,9 @@ def parse_experiment(body: Mapping[str, Any]) -> tuple[RLExperiment | None, list
             # Only unknown fields (typos): the cross-field rules can still judge the rest,
             # so one typo does not hide every other problem until the next run.
             with contextlib.suppress(ValidationError):
-                later = validate_experiment(_typed(_without(body, unknown)))
+                later = validate_experiment(_typed(_without(body, unknown)), policy)
         return None, problems + [p for p in later if p.path not in seen]
-    problems = validate_experiment(exp)
+    problems = validate_experiment(exp, policy)
     return (None if errors(problems) else exp), problems
 
 
@@ -94,12 +102,15 @@ def _without(body: Mapping[str, Any], locs: Sequence[Sequence[int | str]]) -> di
     return out
 
 
-def validate_experiment(exp: RLExperiment) -> list[Problem]:
-    """The cross-field rules, all of them; an empty list means the spec can run."""
+def validate_experiment(exp: RLExperiment, policy: Policy | None = None) -> list[Problem]:
+    """The cross-field rules, all of them, and the policy's when one is given; an empty list
+    means the spec can run."""
     found = _document_problems(exp.dump())
-    for check in rules.ALL_RULES:
+    for check in (*rules.ALL_RULES, *security.RULES):
         for path, message, hint, severity in check(exp):
             found.append(Problem(path, message, hint, severity))
+    if policy is not None:
+        found.extend(Problem(*finding) for finding in policy_check(exp, policy))
     return found
 
 
