@@ -111,6 +111,8 @@ HOSTILE: list[tuple[str, dict[str, Any], Policy, str, str]] = [
      BASELINE, "spec.resources.extraResources", "capabilities"),
     ("RDMA devices without IPC_LOCK", resources(extraResources={"rdma/hca_shared": 1}),
      Policy(capabilities=["SYS_PTRACE"]), "spec.resources.extraResources", "capabilities"),
+    ("expandable segments with IPC_LOCK allowed only", expandable(),
+     Policy(capabilities=["IPC_LOCK"]), "spec.runtime.env[0].value", "capabilities"),
     ("expandable segments in a colocated run", expandable(), BASELINE,
      "spec.runtime.env[0].value", "capabilities"),
 ]  # fmt: skip
@@ -293,7 +295,9 @@ def test_rdma_and_expandable_segments_together() -> None:
 
 def test_the_default_is_kubernetes_baseline() -> None:
     assert Policy() == BASELINE
-    assert set(BASELINE.capabilities) == BASELINE_CAPABILITIES
+    assert BASELINE.capabilities == ()  # baseline's own set, nothing beyond it
+    assert len(BASELINE_CAPABILITIES) == 13  # the Pod Security Standards' list
+    assert not {"IPC_LOCK", "SYS_PTRACE", "SYS_ADMIN", "NET_RAW"} & BASELINE_CAPABILITIES
     assert "hostPath" not in BASELINE.volume_types and "gitRepo" not in BASELINE.volume_types
     assert {"persistentVolumeClaim", "secret", "csi", "ephemeral"} <= BASELINE_VOLUME_TYPES
     assert BASELINE.host_paths == () and BASELINE.service_accounts == ()

@@ -80,9 +80,10 @@ class Policy(Model):
     """Volume types `spec.runtime.volumes` may use (core/v1 Volume source names)."""
     host_paths: tuple[HostPath, ...] = ()
     """Host directories pods may mount as hostPath volumes; empty: none (baseline)."""
-    capabilities: tuple[str, ...] = tuple(sorted(BASELINE_CAPABILITIES))
-    """Linux capabilities a container may add (agentrl drops all others); e.g. IPC_LOCK for
-    RDMA devices.
+    capabilities: tuple[str, ...] = ()
+    """Linux capabilities beyond Kubernetes' baseline set that the GPU workers may add, e.g.
+    IPC_LOCK for RDMA devices; empty: baseline's only. (agentrl drops every capability and
+    adds back only what a spec needs: `agentrl.api.security`.)
     """
     service_accounts: tuple[str, ...] = ()
     """ServiceAccounts `runtime.serviceAccountName` may name (`*` wildcards; `ns/name` for one
@@ -268,12 +269,10 @@ def _capabilities(exp: RLExperiment, policy: Policy) -> Iterator[Finding]:
         "SYS_PTRACE": "leave expandable segments off in colocated runs, or set colocate: false",
     }
     for need in capability_needs(exp):
-        if need.capability in policy.capabilities:
+        if need.capability in BASELINE_CAPABILITIES or need.capability in policy.capabilities:
             continue
-        allowed = (
-            "the default: Kubernetes' baseline level"
-            if set(policy.capabilities) == BASELINE_CAPABILITIES
-            else "allowed: " + (", ".join(policy.capabilities) or "none")
+        allowed = "Kubernetes' baseline set" + (
+            " and " + ", ".join(policy.capabilities) if policy.capabilities else ", the default"
         )
         yield _refused(
             need.path,
