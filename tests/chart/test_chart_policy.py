@@ -79,5 +79,5 @@ def test_schema_and_policy_model_agree() -> None:
 def test_schema_refuses_a_bad_policy(helm: str, bad: str) -> None:
     proc = run_helm(helm, "lint", "--strict", str(CHART), "--set", bad, check=False)
     assert proc.returncode != 0, bad
-    key = bad.split("=")[0].split(".")[1].split("[")[0]
+    key = bad.split("=", maxsplit=1)[0].split(".")[1].split("[", maxsplit=1)[0]
     assert key in proc.stdout + proc.stderr, (bad, proc.stdout)

@@ -39,8 +39,9 @@ async def test_a_violation_is_refused_before_anything_is_created(
     st = await wait_for(lambda: status_of(api).get("phase") == "Failed" and status_of(api))
     valid = conditions.get(st, ConditionType.VALID)
     assert valid is not None and valid["status"] == "False"
-    assert "spec.runtime.volumes[0].hostPath.path: host path /var/run/docker.sock" in (
-        valid["message"]
+    assert (
+        "spec.runtime.volumes[0].hostPath.path: host path /var/run/docker.sock"
+        in (valid["message"])
     )
     assert "policy.hostPaths" in valid["message"]
     assert "agentrl chart value policy.hostPaths" in valid["message"]
