@@ -1,9 +1,11 @@
 """The operator enforces its policy: a spec that exceeds it is refused before anything is
-created, and a tightened policy marks (but never stops) experiments that no longer comply."""
+created, a tightened policy marks (but never stops) experiments that no longer comply, and the
+policy is read once at start-up, where an unreadable one stops the operator."""
 
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Any
 
 import pytest
@@ -12,7 +14,7 @@ from tests.conftest import minimal_body
 from agentrl.api.constants import ConditionType
 from agentrl.api.policy import BASELINE, Policy
 from agentrl.controller import conditions
-from agentrl.controller.config import OperatorConfig
+from agentrl.controller.config import ConfigError, OperatorConfig, load
 
 from .conftest import Api, FakeClock, OperatorRun, wait_for
 from .test_operator_kmock import EXP, NS, RAYJOBS, children, status_of
@@ -73,3 +75,34 @@ async def test_a_tightened_policy_marks_a_running_experiment_without_stopping_it
     assert valid is not None and "policy.serviceAccounts" in valid["message"]
     assert [e["reason"] for e in api.events("demo")].count("InvalidSpec") == 1
     assert api.get(EXP, NS, "demo") is not None
+
+
+# ---- reading the policy at start-up (pure) ------------------------------------------
+
+
+def test_no_policy_configured_means_baseline() -> None:
+    for env in ({}, {"AGENTRL_POLICY": ""}, {"AGENTRL_POLICY": "  "}):
+        assert load(env).policy is BASELINE
+    assert OperatorConfig().policy is BASELINE
+
+
+def test_the_policy_is_read_from_json() -> None:
+    raw = '{"serviceAccounts": ["runner"], "hostPaths": [{"pathPrefix": "/mnt/nvme/"}]}'
+    policy = load({"AGENTRL_POLICY": raw}).policy
+    assert policy.service_accounts == ("runner",)
+    assert policy.host_paths[0].path_prefix == "/mnt/nvme"
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ("{not json", "AGENTRL_POLICY is not JSON"),
+        ('{"capabilities": ["CAP_SYS_PTRACE"]}', "AGENTRL_POLICY: policy.capabilities"),
+        ('{"hostPath": []}', "did you mean hostPaths?"),
+        ('["a"]', "a policy is a mapping"),
+    ],
+)
+def test_an_unreadable_policy_stops_the_operator(raw: str, message: str) -> None:
+    """Never a looser fallback: the operator does not start (exit 2 with this message)."""
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load({"AGENTRL_POLICY": raw})
