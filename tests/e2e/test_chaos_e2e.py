@@ -107,7 +107,7 @@ def converged(kube: KubeHarness, expected: dict[str, int]) -> bool:
         job = kube.kubectl_json("get", "rayjobs.ray.io", name, "-n", NS)
         if job["spec"].get("activeDeadlineSeconds") != expected[name]:
             return False
-    return len(objs) == 4 * len(uids)
+    return len(objs) == 5 * len(uids)
 
 
 def test_kill_and_restart_during_cycles(

@@ -49,9 +49,11 @@ def test_every_pod_is_hardened(example_body: dict[str, Any]) -> None:
         spec = template["spec"]
         assert spec["automountServiceAccountToken"] is False
         assert spec["securityContext"] == {"seccompProfile": {"type": "RuntimeDefault"}}
-        assert not {"hostNetwork", "hostPID", "hostIPC"} & set(spec)
+        assert not {"hostNetwork", "hostPID", "hostIPC", "hostUsers"} & set(spec)
+        assert set(spec["securityContext"]) == {"seccompProfile"}  # no sysctls, SELinux...
         for container in containers(template):
             ctx = container["securityContext"]
+            assert set(ctx) == {"allowPrivilegeEscalation", "privileged", "capabilities"}
             assert ctx["allowPrivilegeEscalation"] is False and ctx["privileged"] is False
             assert ctx["capabilities"]["drop"] == ["ALL"]
             assert all("hostPort" not in p for p in container.get("ports", []))

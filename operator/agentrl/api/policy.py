@@ -215,7 +215,7 @@ def _volumes(exp: RLExperiment, policy: Policy) -> Iterator[Finding]:
 
 def _volume_types_allowed(policy: Policy) -> str:
     if set(policy.volume_types) == BASELINE_VOLUME_TYPES:
-        return "the default: every type but hostPath and gitRepo, Kubernetes' baseline level"
+        return "the default: every type but hostPath and gitRepo"
     return "allowed: " + (", ".join(sorted(policy.volume_types)) or "none")
 
 
@@ -225,7 +225,11 @@ def _host_path(
     spec = vol.get("hostPath")
     host = spec.get("path") if isinstance(spec, Mapping) else None
     if not isinstance(host, str) or not host.startswith("/") or ".." in host.split("/"):
-        yield err(f"{path}.hostPath.path", "must be an absolute path without '..'", "")
+        yield err(
+            f"{path}.hostPath.path",
+            "must be an absolute path without '..'",
+            "write the host directory's absolute path",
+        )
         return
     rule = _host_rule(_clean(host), policy.host_paths)
     if rule is None:
