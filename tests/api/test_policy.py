@@ -70,6 +70,10 @@ HOSTILE: list[tuple[str, dict[str, Any], Policy, str, str]] = [
      "spec.runtime.volumes[0].hostPath.path", "hostPaths"),
     ("the docker socket", host_volume("/var/run/docker.sock"), BASELINE,
      "spec.runtime.volumes[0].hostPath.path", "hostPaths"),
+    ("the docker socket, spelt with //", host_volume("//var/run//docker.sock/"), NVME_RW,
+     "spec.runtime.volumes[0].hostPath.path", "hostPaths"),
+    ("a host path no container mounts", runtime(volumes=[{"name": "h", "hostPath": {
+        "path": "/etc"}}]), BASELINE, "spec.runtime.volumes[0].hostPath.path", "hostPaths"),
     ("the containerd socket", host_volume("/run/containerd/containerd.sock"), NVME_RO,
      "spec.runtime.volumes[0].hostPath.path", "hostPaths"),
     ("the kubelet's credentials", host_volume("/var/lib/kubelet/pki", read_only=True), NVME_RW,
@@ -223,7 +227,7 @@ def test_bidirectional_propagation_is_refused_whatever_the_policy() -> None:
     for policy in (None, BASELINE, anything):
         (problem,) = errors(parse_experiment(body, policy)[1])
         assert problem.path == "spec.runtime.volumeMounts[0].mountPropagation"
-        assert "privileged" in problem.message
+        assert "privileged" in problem.message and "baseline Pod Security level" in problem.message
     mount["mountPropagation"] = "HostToContainer"
     body = runtime(volumes=[PVC], volumeMounts=[mount])
     assert errors(parse_experiment(body, BASELINE)[1]) == []
