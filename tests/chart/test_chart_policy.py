@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 import yaml
-from chart_helpers import CHART, HELMS, one, render, run_helm
+from chart_helpers import CHART, HELMS, ROOT, one, render, run_helm
 
 from agentrl.api.kube_rules import VOLUME_SOURCES
-from agentrl.api.policy import BASELINE, HostPath, Policy
+from agentrl.api.policy import BASELINE, HostPath, Policy, load_policy
 from agentrl.api.validation import errors, parse_experiment
 from agentrl.controller.config import load
 from conftest import minimal_body
@@ -81,3 +81,11 @@ def test_schema_refuses_a_bad_policy(helm: str, bad: str) -> None:
     assert proc.returncode != 0, bad
     key = bad.split("=", maxsplit=1)[0].split(".")[1].split("[", maxsplit=1)[0]
     assert key in proc.stdout + proc.stderr, (bad, proc.stdout)
+
+
+def test_the_examples_policy_file_is_chart_values() -> None:
+    """examples/platform/policy.yaml works as `helm install -f` (its comment says so)."""
+    path = ROOT / "examples" / "platform" / "policy.yaml"
+    env = operator_env(render(values=path))
+    assert load(env).policy == load_policy(yaml.safe_load(path.read_text()), str(path))
+    assert load(env).policy.service_accounts == ("agentrl-runner",)
