@@ -39,7 +39,12 @@ KINDS = "configmaps,services,rayjobs.ray.io"
 def chaos_operator(
     kube_harness: KubeHarness, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[OperatorProcess]:
-    proc = OperatorProcess(install_chart_rbac(kube_harness), tmp_path_factory.mktemp("chaos"))
+    # Its own namespace only: a cluster-wide operator here would also reconcile what other
+    # test modules left in the session's API server (their experiments, under this
+    # operator's default policy) and post events those modules' tests then count.
+    proc = OperatorProcess(
+        install_chart_rbac(kube_harness), tmp_path_factory.mktemp("chaos"), AGENTRL_NAMESPACES=NS
+    )
     proc.start()
     try:
         yield proc
