@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from agentrl.cli.main import main
-from conftest import EXAMPLES_DIR, minimal_body
+from conftest import EXAMPLES_DIR, example_policy, minimal_body
 
 EXAMPLE = EXAMPLES_DIR / "qwen2.5-3b-gsm8k-agentcore.yaml"
 RUN: dict[str, Any] = {"capture_output": True, "text": True}
@@ -24,6 +24,13 @@ NO_IMAGE = "spec.runtime.image: not set, and there is no default Ray pod image"
 @pytest.fixture(autouse=True)
 def _no_image_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("AGENTRL_IMAGE", raising=False)
+
+
+@pytest.fixture(autouse=True)
+def policy_of_the_examples(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The examples run as an IRSA ServiceAccount: judge them by the policy shipped with them
+    (as the operator reads it, JSON in AGENTRL_POLICY). test_cli_policy.py covers the rest."""
+    monkeypatch.setenv("AGENTRL_POLICY", json.dumps(example_policy()))
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -96,7 +103,7 @@ def test_render_yaml_is_multi_document(capsys: pytest.CaptureFixture[str]) -> No
     code, out, _ = run(capsys, "render", "-f", str(EXAMPLE), "--image", IMAGE)
     assert code == 0
     kinds = [d["kind"] for d in yaml.safe_load_all(out)]
-    assert kinds == ["ConfigMap", "ConfigMap", "Service", "RayJob"]
+    assert kinds == ["ConfigMap", "ConfigMap", "Service", "Service", "RayJob"]
 
 
 def test_render_json_is_a_list(capsys: pytest.CaptureFixture[str]) -> None:
@@ -104,8 +111,8 @@ def test_render_json_is_a_list(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, "render", "-f", str(EXAMPLE), "-o", "json", "--image", image)
     assert code == 0
     doc = json.loads(out)
-    assert doc["kind"] == "List" and len(doc["items"]) == 4
-    head = doc["items"][3]["spec"]["rayClusterSpec"]["headGroupSpec"]
+    assert doc["kind"] == "List" and len(doc["items"]) == 5
+    head = doc["items"][-1]["spec"]["rayClusterSpec"]["headGroupSpec"]
     assert head["template"]["spec"]["containers"][0]["image"] == image
 
 

@@ -35,7 +35,7 @@ def render(body: dict[str, Any]) -> list[dict[str, Any]]:
 
 def test_apply_order(example_body: dict[str, Any]) -> None:
     kinds = [o["kind"] for o in render(example_body)]
-    assert kinds == ["ConfigMap", "ConfigMap", "Service", "RayJob"]
+    assert kinds == ["ConfigMap", "ConfigMap", "Service", "Service", "RayJob"]
 
 
 def test_rayjob_passes_kuberay_schema_and_controller(example_body: dict[str, Any]) -> None:

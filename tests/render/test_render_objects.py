@@ -32,9 +32,9 @@ def parse(body: dict[str, Any]) -> RLExperiment:
 
 
 def objects(body: dict[str, Any], bundle: dict[str, str] = BUNDLE) -> dict[str, dict[str, Any]]:
-    """Rendered objects by role: config, bundle, service, rayjob."""
-    config, code, svc, job = render_all(parse(body), DEFAULTS, bundle)
-    return {"config": config, "bundle": code, "service": svc, "rayjob": job}
+    """Rendered objects by role: config, bundle, service (the gateway's), metrics, rayjob."""
+    config, code, svc, metrics, job = render_all(parse(body), DEFAULTS, bundle)
+    return {"config": config, "bundle": code, "service": svc, "metrics": metrics, "rayjob": job}
 
 
 def containers(job: dict[str, Any]) -> list[dict[str, Any]]:
@@ -170,6 +170,7 @@ def test_service_selects_only_the_head_pod() -> None:
     assert not selector <= submitter["metadata"]["labels"].items()
     head_ports = {p["name"] for p in head["spec"]["containers"][0]["ports"]}
     assert {p["targetPort"] for p in svc["spec"]["ports"]} <= head_ports
+    assert objs["metrics"]["spec"]["selector"] == svc["spec"]["selector"]
     config = RuntimeConfig.model_validate_json(objs["config"]["data"]["config.json"])
     assert config.gateway_url == "https://agentrl-gw.example.com"
 
@@ -189,16 +190,17 @@ def test_longest_name_fits_every_derived_name() -> None:
     body["metadata"]["name"] = "a" + "b" * 46
     objs = objects(body)
     assert kuberay_controller_errors(objs["rayjob"]) == []
-    for role in ("config", "bundle", "service"):
+    for role in ("config", "bundle", "service", "metrics"):
         assert core_errors(objs[role]) == [], role
     assert len(objs["service"]["metadata"]["name"]) <= 63
+    assert len(objs["metrics"]["metadata"]["name"]) <= 63
 
 
 def test_image_pull_secrets_and_ray_version_from_defaults() -> None:
     exp = parse(minimal_body())
     defaults = OperatorDefaults(image="i@sha256:" + "2" * 64, image_pull_secrets=("regcred",),
                                 ray_version="2.49.0")  # fmt: skip
-    job = render_all(exp, defaults, BUNDLE)[3]
+    job = render_all(exp, defaults, BUNDLE)[-1]
     assert job["spec"]["rayClusterSpec"]["rayVersion"] == "2.49.0"
     for template in pod_templates(job):
         assert template["spec"]["imagePullSecrets"] == [{"name": "regcred"}]

@@ -36,7 +36,7 @@ from agentrl.controller.kube import Kube, KubeError
 from agentrl.controller.metrics import OperatorMetrics
 from agentrl.controller.workqueue import WorkQueue
 from agentrl.render import Bundle, render_all
-from agentrl.render.names import service_name
+from agentrl.render.names import metrics_service_name
 from agentrl.render.objects import gateway_url
 
 logger = logging.getLogger("agentrl.controller")
@@ -199,7 +199,9 @@ class Controller:
         """Validate, render, create or update children, record the outcome. Returns a result."""
         self.remember(body)
         key, meta = key_of(body), body["metadata"]
-        exp, problems = validation.parse_experiment(body, default_image=self.default_image)
+        exp, problems = validation.parse_experiment(
+            body, self.config.policy, default_image=self.default_image
+        )
         outcome = status.SpecOutcome(
             generation=meta.get("generation"),
             problems=[str(p) for p in validation.errors(problems)],
@@ -207,7 +209,7 @@ class Controller:
             rayjob_name=self._current(key).get("rayJobName"),
         )
         if exp is not None:
-            self.services[key] = service_name(exp)
+            self.services[key] = metrics_service_name(exp)
         if exp is None or self._finished(key):
             await self.sync(key, outcome)
             return "invalid" if exp is None else "ok"
