@@ -71,8 +71,11 @@ class AdminApi:
         """Admin token checked in constant time; session errors mapped to statuses."""
 
         async def wrapper(request: web.Request) -> web.StreamResponse:
-            presented = request.headers.get("Authorization", "").encode()
-            if not hmac.compare_digest(presented, self.expected):
+            presented = request.headers.get("Authorization", "")
+            # Undecodable header bytes arrive as surrogates: never a token, never a 500.
+            if not presented.isascii() or not hmac.compare_digest(
+                presented.encode(), self.expected
+            ):
                 return _error(401, "admin API: invalid or missing admin token")
             try:
                 return await handler(request)
