@@ -4,10 +4,11 @@ Pure logic apart from the rendering itself, which `PromptRenderer` does inline o
 worker process depending on its size. In cumulative token mode the next prompt is the
 previous prompt + the previous completion (the ids the engine sampled, verbatim) + the
 renderer's bridge for only the messages that are new since then, so a re-render can never
-drift from what the model saw. A session can hold several conversations at once (sub-agents), so each one is
-a `Chain` and a request extends the chain whose message history it continues. When a
-client rewrote its history, or the renderer cannot prove a bridge exact, the prompt falls
-back to a full render and the reason is reported as a trace break.
+drift from what the model saw. A session can hold several conversations at once
+(sub-agents), so each one is a `Chain` and a request extends the chain whose message
+history it continues. When a client rewrote its history, or the renderer cannot prove a
+bridge exact, the prompt falls back to a full render and the reason is reported as a trace
+break.
 """
 
 from __future__ import annotations
