@@ -240,7 +240,8 @@ def build_app(
         )
 
     app.router.add_get("/health", health)
-    app.router.add_routes(AdminApi(store, admin_token, session_url, quiesce).routes())
+    admin = AdminApi(store, admin_token, session_url, quiesce, frontend.max_request_bytes)
+    app.router.add_routes(admin.routes())
     return app
 
 

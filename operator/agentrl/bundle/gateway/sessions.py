@@ -55,6 +55,11 @@ def _num(lo: float, hi: float, lo_open: bool = False) -> Check:
     return check
 
 
+def _top_k(v: Any) -> str | None:
+    ok = type(v) is int and (v == -1 or v >= 1)
+    return None if ok else "must be -1 (the whole vocabulary) or an integer >= 1, as SGLang takes"
+
+
 def _bool(v: Any) -> str | None:
     return None if isinstance(v, bool) else "must be a boolean"
 
@@ -93,7 +98,7 @@ SAMPLING_PARAMS: dict[str, Check] = {
     "min_new_tokens": _int(0),
     "temperature": _num(0, 100),
     "top_p": _num(0, 1, lo_open=True),
-    "top_k": _int(-1),  # 0 is refused by SGLang ("-1 (disable), or at least 1")
+    "top_k": _top_k,
     "min_p": _num(0, 1),
     "frequency_penalty": _num(-2, 2),
     "presence_penalty": _num(-2, 2),
