@@ -87,7 +87,7 @@ class Outcome:
     victim_errors: int  # victim requests not answered 200 (429 included)
     victim_requests: int
     rss_growth_mb: float  # gateway process: peak during the attack minus before it
-    rss_settled_mb: float  # gateway process: one second after the attack minus before it
+    rss_settled_mb: float  # gateway process: a second after the hog sessions closed, minus before
     workers_peak_mb: float  # render workers (all of them), peak during the attack
     workers_settled_mb: float  # render workers one second after the attack
     default: bool = field(default=True)
@@ -137,6 +137,16 @@ async def open_sessions(url: str, n: int) -> list[tuple[str, dict[str, str]]]:
     return [
         (h.base_url + "/chat/completions", {"Authorization": f"Bearer {h.token}"}) for h in handles
     ]
+
+
+async def close_session(url: str, session_url: str) -> None:
+    from agentrl.bundle.gateway import GatewayClient
+
+    client = GatewayClient(url, ADMIN_TOKEN)
+    try:
+        await client.close_session(session_url.split("/sessions/")[1].split("/", maxsplit=1)[0])
+    finally:
+        await client.aclose()
 
 
 async def victims(
@@ -252,8 +262,7 @@ async def run_scenario(sc: Scenario, load: Load, logdir: Path, stub: str) -> Out
         procs.append(spawn([*args, "--limit", str(sc.limit)], logdir / f"gw-{port}.log"))
         await wait_healthy(url + "/health", procs[-1], "gateway")
         gw = psutil.Process(procs[-1].pid)
-        targets = await open_sessions(url, n_victims + 1)
-        mine, others = targets[0], targets[1:]
+        others = await open_sessions(url, n_victims)
         body = words_body(sc.hog_bytes)
         warm: list[float] = []
         await victims(others, deadline(min(2.0, seconds / 2)), warm)  # warm-up
@@ -266,6 +275,9 @@ async def run_scenario(sc: Scenario, load: Load, logdir: Path, stub: str) -> Out
         # Rounds of baseline then attack, so a drift in the machine's load hits both alike.
         for _ in range(rounds):
             await victims(others, deadline(seconds), base)
+            # A fresh hog session per round, closed after it (as the rollout closes every
+            # episode's): what stays in memory afterwards was not released.
+            (mine,) = await open_sessions(url, 1)
             memory.start()
             stop, answered = asyncio.Event(), asyncio.Event()
             hogging = asyncio.create_task(hog(mine, body, stop, answered))
@@ -274,6 +286,7 @@ async def run_scenario(sc: Scenario, load: Load, logdir: Path, stub: str) -> Out
             errors += await victims(others, done, attack)
             stop.set()
             hog_runs += await hogging
+            await close_session(url, mine[0])
             await memory.stop()
         await asyncio.sleep(1.0)
         settled, workers_settled = memory.sample()

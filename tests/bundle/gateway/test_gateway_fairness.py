@@ -21,6 +21,7 @@ import pytest
 from agentrl.bundle.gateway import GatewayServer, openai_api
 from agentrl.bundle.gateway.admission import Admission
 from agentrl.bundle.gateway.chat import ApiError
+from agentrl.bundle.gateway.memory import LARGE_BYTES
 from agentrl.bundle.gateway.render_pool import INLINE_RENDER_BYTES, RenderPool
 
 from .gateway_helpers import (
@@ -155,7 +156,7 @@ async def test_other_sessions_are_served_while_a_large_prompt_renders(
 ) -> None:
     hog = await gateway.create_session("hog", {})
     other = await gateway.create_session("other", {})
-    big = [{"role": "user", "content": words(1_000_000)}]  # seconds of rendering
+    big = [{"role": "user", "content": words(LARGE_BYTES + 1000)}]  # seconds of rendering
     task = asyncio.create_task(client(hog).chat.completions.create(model="m", messages=big))  # type: ignore[arg-type]
     await until(lambda: rendering(gateway), "the large prompt is in the worker", 60)
     for _ in range(3):  # the event loop is free: these finish while the worker renders
@@ -163,6 +164,10 @@ async def test_other_sessions_are_served_while_a_large_prompt_renders(
     assert not task.done()
     reply = await task
     assert reply.usage is not None and reply.usage.prompt_tokens > 100_000
+    # A large request hands its memory back to the OS afterwards (glibc keeps it otherwise).
+    releaser = gateway.frontend.releaser if gateway.frontend is not None else None
+    assert releaser is not None
+    await until(lambda: releaser.runs == 1, "memory released", 30)
 
 
 @pytest.mark.gateway(render_workers=1)

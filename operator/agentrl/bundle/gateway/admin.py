@@ -24,6 +24,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from agentrl.bundle.gateway.memory import Releaser
 from agentrl.bundle.gateway.sessions import (
     DuplicateSession,
     SessionClosed,
@@ -74,8 +75,11 @@ class AdminApi:
         admin_token: str,
         session_url: Callable[[str], str],
         quiesce: Callable[[float], Awaitable[QuiesceReport]],
+        *,
         max_body: int,
+        releaser: Releaser | None = None,
     ):
+        self.releaser = releaser
         self.store = store
         self.max_body = max_body  # the gateway's maxRequestBytes (admin bodies are small)
         self.expected = ("Bearer " + admin_token).encode()
@@ -139,7 +143,9 @@ class AdminApi:
         return web.Response(body=orjson.dumps({"turns": out}), content_type="application/json")
 
     async def close(self, request: web.Request) -> web.StreamResponse:
-        self.store.close(request.match_info["sid"])
+        session = self.store.close(request.match_info["sid"])
+        if session is not None and session.large and self.releaser is not None:
+            self.releaser.soon()  # its turns were large: give their memory back
         return web.Response(status=204)
 
     async def quiesce(self, request: web.Request) -> web.StreamResponse:

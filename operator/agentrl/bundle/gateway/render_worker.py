@@ -25,8 +25,6 @@ closes (the gateway went away).
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import gc
 import os
 import struct
 import sys
@@ -34,6 +32,8 @@ from array import array
 from typing import Any, BinaryIO
 
 import orjson
+
+from agentrl.bundle.gateway.memory import release_now
 
 FRAME = struct.Struct(">II")
 RETIRE_RSS_BYTES = 1 << 30  # after a job leaves the worker above this, it exits and is replaced
@@ -67,13 +67,6 @@ def _rss_bytes() -> int:
             return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError, IndexError):
         return 0
-
-
-def _release_memory() -> None:
-    """Freed Python objects go back to the allocator; glibc keeps them unless trimmed."""
-    gc.collect()
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
 class Worker:
@@ -115,7 +108,7 @@ class Worker:
                 reply, data = {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:500]}, b""
             tokens = len(data) // 4
             if tokens >= TRIM_AFTER_TOKENS:
-                _release_memory()
+                release_now()
             retire = _rss_bytes() > RETIRE_RSS_BYTES
             if retire:
                 reply["retire"] = True

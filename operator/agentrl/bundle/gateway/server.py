@@ -28,6 +28,7 @@ from agentrl.bundle.gateway import anthropic_api, openai_api
 from agentrl.bundle.gateway.admin import AdminApi
 from agentrl.bundle.gateway.admission import Admission, Ticket
 from agentrl.bundle.gateway.chat import ApiError, ChatRequest, ModelOutput, merge_sampling
+from agentrl.bundle.gateway.memory import LARGE_BYTES, Releaser
 from agentrl.bundle.gateway.sessions import Session, SessionClosed, SessionStore, UnknownSession
 from agentrl.bundle.gateway.sglang import EngineError
 from agentrl.bundle.gateway.streaming import LiveStream, stream_turn
@@ -94,6 +95,7 @@ class Frontend:
         self.runner = runner
         self.metrics = metrics
         self.admission = Admission(max_in_flight)
+        self.releaser = Releaser()
         self.max_request_bytes = max_request_bytes
         self.model = model
         self.keepalive_s = keepalive_s
@@ -151,6 +153,9 @@ class Frontend:
         finally:
             if ticket is not None:
                 ticket.release()
+                if (request.content_length or 0) >= LARGE_BYTES:
+                    session.large = True
+                    self.releaser.soon()
             self.metrics.gateway_requests.labels(api, str(status)).inc()
             self.metrics.gateway_request_seconds.labels(api).observe(time.perf_counter() - start)
 
@@ -240,7 +245,14 @@ def build_app(
         )
 
     app.router.add_get("/health", health)
-    admin = AdminApi(store, admin_token, session_url, quiesce, frontend.max_request_bytes)
+    admin = AdminApi(
+        store,
+        admin_token,
+        session_url,
+        quiesce,
+        max_body=frontend.max_request_bytes,
+        releaser=frontend.releaser,
+    )
     app.router.add_routes(admin.routes())
     return app
 

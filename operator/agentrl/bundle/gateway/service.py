@@ -114,6 +114,8 @@ class GatewayServer:
             await self._engine.drain_aborts()
         if self._pool is not None:
             await self._pool.close()
+        if self.frontend is not None:
+            await self.frontend.releaser.close()
         if self._http is not None:
             await self._http.close()
 
@@ -130,7 +132,9 @@ class GatewayServer:
         return self.store.turns(session_id)
 
     async def close_session(self, session_id: str) -> None:
-        self.store.close(session_id)
+        session = self.store.close(session_id)
+        if session is not None and session.large and self.frontend is not None:
+            self.frontend.releaser.soon()
 
     async def quiesce_engines(self, timeout_s: float) -> QuiesceReport:
         if self._engine is None:

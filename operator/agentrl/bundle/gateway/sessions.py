@@ -167,6 +167,7 @@ class Session:
     tasks: set[asyncio.Task[Any]] = field(default_factory=set)  # handlers running for it
     closed: bool = False
     n_requests: int = 0
+    large: bool = False  # served a large request: memory to hand back when it closes
 
     def check_token(self, presented: str | None) -> bool:
         """Constant-time comparison, so the token cannot be guessed byte by byte. Tokens are

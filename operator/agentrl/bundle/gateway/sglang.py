@@ -1,5 +1,6 @@
-"""SGLang's `/generate` and router replies, parsed (pure; the protocol reference is
-../shared/reference/sglang-protocol.md).
+"""SGLang's `/generate` and router replies, parsed (pure; the protocol is SGLang 0.5's HTTP
+server, https://github.com/sgl-project/sglang `python/sglang/srt/entrypoints/http_server.py`
+and `managers/io_struct.py`, as summarised in docs/gateway.md).
 
 Completions are read from `meta_info.output_token_logprobs` exactly as slime reads them:
 the sampled ids and their logprobs, never decoded and re-encoded. Unknown `meta_info` keys
