@@ -16,6 +16,7 @@ from typing import Any
 
 import aiohttp
 import openai
+import orjson
 import pytest
 
 from agentrl.bundle.gateway import GatewayServer, openai_api
@@ -224,6 +225,35 @@ async def test_a_prompt_over_the_model_context_is_refused_before_the_engine(
     with pytest.raises(openai.BadRequestError, match="contextLength"):
         await client(handle).chat.completions.create(model="m", messages=long)  # type: ignore[arg-type]
     assert cluster.all_requests() == [] and await gateway.get_turns("long") == []
+    # Counting answers any length: Claude Code asks before compacting what no longer fits.
+    count = {"model": "m", "messages": long}
+    status, body = await post(handle.base_url[:-3] + "/v1/messages/count_tokens", handle.token,
+                              orjson.dumps(count))  # fmt: skip
+    assert status == 200 and body["input_tokens"] > 64
+
+
+async def test_an_engine_that_reports_float_token_ids_is_a_502_and_records_nothing(
+    gateway: GatewayServer, cluster: Cluster
+) -> None:
+    handle = await gateway.create_session("floats", {})
+    cluster.set(responder=lambda prompt, params: [17, 18])
+    for e in cluster.engines:  # an engine or router bug: ids that are not integers
+        real = e._body
+        e._body = lambda *a, _real=real: float_ids(_real(*a))  # type: ignore[method-assign]
+    with pytest.raises(openai.APIStatusError) as info:
+        await client(handle).chat.completions.create(model="m", messages=MESSAGES)  # type: ignore[arg-type]
+    assert info.value.status_code == 502 and "not integers" in str(info.value.message)
+    assert await gateway.get_turns("floats") == []
+
+
+def float_ids(body: dict[str, Any]) -> dict[str, Any]:
+    meta = body["meta_info"]
+    if meta.get("output_token_logprobs"):
+        meta["output_token_logprobs"] = [
+            [lp, float(t), x] for lp, t, x in meta["output_token_logprobs"]
+        ]
+    body["output_ids"] = [float(t) for t in body["output_ids"]]
+    return body
 
 
 # ---- fair admission ---------------------------------------------------------------------

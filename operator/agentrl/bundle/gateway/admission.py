@@ -46,6 +46,9 @@ class Ticket:
         self.running = True
 
     def release(self) -> None:
+        waiter = self.waiter
+        if waiter is not None and waiter.done() and not waiter.cancelled():
+            waiter.exception()  # displaced before it waited: nothing else will look at it
         if not self.done:
             self.done = True
             self.admission._leave(self)

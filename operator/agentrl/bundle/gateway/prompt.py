@@ -178,12 +178,13 @@ class PromptBuilder:
             return PromptPlan(await full(), fps, tools_fp, extends, "bridge_mismatch")
         return PromptPlan(bridged, fps, tools_fp, extends, None)
 
-    async def render(
+    async def count(
         self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
-    ) -> list[int]:
-        """A full render with the generation prompt (what token counts use)."""
-        work = sum(sized_fingerprint(m)[1] for m in messages) + sized_fingerprint(tools or [])[1]
-        return await self.render_with.render(messages, tools, work)
+    ) -> int:
+        """Tokens of a full render with the generation prompt, of any length (Claude Code
+        asks before it compacts a conversation that no longer fits)."""
+        work = len(orjson.dumps(messages)) + len(orjson.dumps(tools or []))
+        return len(await self.render_with.render(messages, tools, work, bounded=False))
 
 
 def record_turn(

@@ -227,26 +227,29 @@ class PromptRenderer:
             return None
         return pool
 
-    def _check(self, n: int) -> None:
-        if self.max_tokens is not None and n >= self.max_tokens:
-            raise _too_long(n, self.max_tokens)
-
     async def render(
-        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, work: int
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        work: int,
+        *,
+        bounded: bool = True,
     ) -> list[int]:
-        """The full prompt with the generation prompt; `work`: bytes of text it renders."""
+        """The full prompt with the generation prompt; `work`: bytes of text it renders.
+        `bounded=False` skips the context check (a token count must answer any length)."""
+        limit = self.max_tokens if bounded else None
         pool = self._pooled(work)
         if pool is not None:
             reply = await self._call(pool, {"op": "render", "messages": messages, "tools": tools})
             if reply is not None:
-                return self._ids(*reply)
+                return self._ids(*reply, limit=limit)
         try:
             ids = list(
                 self.renderer.render_ids(messages, tools=tools or None, add_generation_prompt=True)
             )
         except Exception as exc:
             raise _refused(exc) from exc
-        self._check(len(ids))
+        _check(len(ids), limit)
         return ids
 
     async def bridge(
@@ -274,9 +277,9 @@ class PromptRenderer:
                     return None
                 if head.get("suffix"):
                     ids = [*prompt_ids, *completion_ids, *_decode(body)]
-                    self._check(len(ids))
+                    _check(len(ids), self.max_tokens)
                     return ids
-                return self._ids(head, body)
+                return self._ids(head, body, limit=self.max_tokens)
         try:
             bridged = self.renderer.bridge_to_next_turn(
                 prompt_ids, completion_ids, messages, tools=tools or None
@@ -286,11 +289,12 @@ class PromptRenderer:
         if bridged is None:
             return None
         ids = list(bridged.token_ids)
-        self._check(len(ids))
+        _check(len(ids), self.max_tokens)
         return ids
 
-    def _ids(self, head: dict[str, Any], body: bytes) -> list[int]:
-        self._check(len(body) // 4)  # before the ids become (large) Python lists
+    @staticmethod
+    def _ids(head: dict[str, Any], body: bytes, *, limit: int | None) -> list[int]:
+        _check(len(body) // 4, limit)  # before the ids become (large) Python lists
         return _decode(body)
 
     async def _call(
@@ -312,6 +316,11 @@ class PromptRenderer:
         if not head.get("ok"):
             raise _refused(str(head.get("error")))
         return head, body
+
+
+def _check(n: int, limit: int | None) -> None:
+    if limit is not None and n >= limit:
+        raise _too_long(n, limit)
 
 
 def _decode(body: bytes) -> list[int]:

@@ -178,8 +178,9 @@ class Frontend:
             body = {"max_tokens": 1, **body}  # not part of a count request
         req = anthropic_api.parse_request(body)
         await ticket.turn()
-        ids = await self.runner.builder.render(req.messages, req.tools)
-        return json_response({"input_tokens": len(ids)})
+        return json_response(
+            {"input_tokens": await self.runner.builder.count(req.messages, req.tools)}
+        )
 
     async def serve(
         self, request: web.Request, front: ModuleType, session: Session, body: Any, ticket: Ticket
