@@ -61,6 +61,7 @@ from gateway_load import (
 
 ME = str(Path(__file__).resolve())
 MB = 1_000_000
+DEBOUNCE_S = 1.0  # agentrl.bundle.gateway.memory.DEBOUNCE_S (checked at start)
 DEFAULT_LIMIT = 2 * 1024 * 1024  # spec.gateway.maxRequestBytes' default (checked at start)
 QUICK_LIMIT = 256 * 1024
 
@@ -147,6 +148,17 @@ async def close_session(url: str, session_url: str) -> None:
         await client.close_session(session_url.split("/sessions/")[1].split("/", maxsplit=1)[0])
     finally:
         await client.aclose()
+
+
+async def window(url: str, n: int, done: Callable[[], bool], latencies: list[float]) -> int:
+    """One measured window on fresh victim sessions, closed after it: their traces (kept by
+    the gateway until a session closes) do not count as the hog's memory."""
+    targets = await open_sessions(url, n)
+    try:
+        return await victims(targets, done, latencies)
+    finally:
+        for target, _ in targets:
+            await close_session(url, target)
 
 
 async def victims(
@@ -254,7 +266,8 @@ class Load:
 
 
 async def run_scenario(sc: Scenario, load: Load, logdir: Path, stub: str) -> Outcome:
-    n_victims, seconds, rounds = load.victims, load.seconds, load.rounds
+    # The raised-limit scenario is informational and minutes long per request: one round.
+    n_victims, seconds, rounds = load.victims, load.seconds, load.rounds if sc.default else 1
     with processes() as procs:
         port = free_port()
         url = f"http://127.0.0.1:{port}"
@@ -262,10 +275,9 @@ async def run_scenario(sc: Scenario, load: Load, logdir: Path, stub: str) -> Out
         procs.append(spawn([*args, "--limit", str(sc.limit)], logdir / f"gw-{port}.log"))
         await wait_healthy(url + "/health", procs[-1], "gateway")
         gw = psutil.Process(procs[-1].pid)
-        others = await open_sessions(url, n_victims)
         body = words_body(sc.hog_bytes)
         warm: list[float] = []
-        await victims(others, deadline(min(2.0, seconds / 2)), warm)  # warm-up
+        await window(url, n_victims, deadline(min(2.0, seconds / 2)), warm)  # warm-up
         memory = Memory(gw)
         rss0 = memory.sample()[0]
         base: list[float] = []
@@ -274,7 +286,7 @@ async def run_scenario(sc: Scenario, load: Load, logdir: Path, stub: str) -> Out
         errors = 0
         # Rounds of baseline then attack, so a drift in the machine's load hits both alike.
         for _ in range(rounds):
-            await victims(others, deadline(seconds), base)
+            await window(url, n_victims, deadline(seconds), base)
             # A fresh hog session per round, closed after it (as the rollout closes every
             # episode's): what stays in memory afterwards was not released.
             (mine,) = await open_sessions(url, 1)
@@ -283,12 +295,12 @@ async def run_scenario(sc: Scenario, load: Load, logdir: Path, stub: str) -> Out
             hogging = asyncio.create_task(hog(mine, body, stop, answered))
             # At least `seconds`, and until the hog's first answer.
             done = both(deadline(seconds), answered.is_set)
-            errors += await victims(others, done, attack)
+            errors += await window(url, n_victims, done, attack)
             stop.set()
             hog_runs += await hogging
             await close_session(url, mine[0])
             await memory.stop()
-        await asyncio.sleep(1.0)
+        await asyncio.sleep(1.0 + 2 * DEBOUNCE_S)  # the gateway trims a second after a close
         settled, workers_settled = memory.sample()
     base_p99, p99 = p(base, 99), p(attack, 99)
     return Outcome(
@@ -378,9 +390,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.serve == "gateway":
         asyncio.run(serve_gateway(args.port, args.engine, args.limit))
     from agentrl.api.models import GatewaySpec
+    from agentrl.bundle.gateway import memory
 
-    if GatewaySpec().max_request_bytes != DEFAULT_LIMIT:
-        raise SystemExit("DEFAULT_LIMIT is out of date with spec.gateway.maxRequestBytes")
+    if GatewaySpec().max_request_bytes != DEFAULT_LIMIT or memory.DEBOUNCE_S != DEBOUNCE_S:
+        raise SystemExit("DEFAULT_LIMIT / DEBOUNCE_S are out of date with the gateway's")
     n_victims = args.victims or (4 if args.quick else 16)
     seconds = args.seconds or (2.0 if args.quick else 5.0)
     rounds = args.rounds or (1 if args.quick else 3)
