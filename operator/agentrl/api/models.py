@@ -244,6 +244,11 @@ class GatewaySpec(Model):
     max_in_flight: PositiveInt = Field(
         default=1024, description="requests in flight before the gateway answers 429"
     )
+    max_request_bytes: Annotated[int, Field(ge=64 * 1024, le=64 * 1024 * 1024)] = 2 * 1024 * 1024
+    """Largest request body an agent may send, in bytes (larger ones get 413). The default,
+    2 MiB, holds a full 200k-token context of text or code (about 1 MB of JSON) twice over;
+    each MiB more admits up to about a million prompt tokens of work per request.
+    """
 
 
 # ---- grpo --------------------------------------------------------------------------
