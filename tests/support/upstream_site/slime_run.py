@@ -3,13 +3,15 @@
 Started by `tests/support/slime_upstream.run_slime` with this directory on PYTHONPATH and
 AGENTRL_UPSTREAM_ROOTS naming one slime row's source, so `sitecustomize` serves slime,
 Megatron-LM and SGLang from there. Reads a JSON list of cases on stdin, each
-`{"argv": [...], "load": true|false}`, and prints one JSON list of results.
+`{"argv": [...], "env": {...}, "load": true|false}`, and prints one JSON list of results.
 
-For each case, slime's real `slime.utils.arguments.parse_args()` runs on the argv: SGLang's
-and Megatron's parsers, Megatron's HF-config check (against the model's config.json, read by
-transformers), and `slime_validate_args` with its `--load`/`--ref-load` decisions. Two steps
-are left out because they need a GPU: Megatron's `validate_args` (it queries the device
-architecture) and SGLang's server checks; each is replaced by a no-op, the rest runs as
+For each case, slime's real `slime.utils.arguments.parse_args()` runs on the argv, in the
+process environment `env` describes (the driver's: what the launcher exec'd train.py with,
+and which pod it runs in, see `torch_cuda.py`): SGLang's and Megatron's parsers, Megatron's
+HF-config check (against the model's config.json, read by transformers), Megatron's
+`validate_args` (which reads the GPU's architecture when TP>1 or CP>1, and requires
+CUDA_DEVICE_MAX_CONNECTIONS=1 then), and `slime_validate_args` with its `--load`/`--ref-load`
+decisions. Only SGLang's server checks are left out (replaced by a no-op); the rest runs as
 written. With `"load": true`, slime's `load_checkpoint` (backends/megatron_utils/checkpoint.py)
 then runs on the parsed args with its own existence assertion and its own choice between a
 Megatron and a Hugging Face checkpoint; only the final weight copy into GPU tensors is
@@ -30,8 +32,10 @@ import contextlib
 import importlib
 import io
 import json
+import os
 import sys
 import traceback
+from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -57,11 +61,25 @@ def _error(e: BaseException) -> str:
 def _parse(argv: list[str]) -> Any:
     import slime.utils.arguments as slime_args
 
-    megatron_args = importlib.import_module("slime.backends.megatron_utils.arguments")
-    megatron_args.validate_args = lambda args: None  # needs a GPU (device architecture)
     slime_args.sglang_validate_args = lambda args: None  # SGLang's server checks
     sys.argv = ["train.py", *argv]
     return slime_args.parse_args()
+
+
+@contextlib.contextmanager
+def _environ(env: dict[str, str | None]) -> Iterator[None]:
+    """The driver's environment for one case (None removes a variable)."""
+    saved = dict(os.environ)
+    for key, value in env.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
 
 
 def _load(args: Any) -> dict[str, Any]:
@@ -109,6 +127,11 @@ def _load(args: Any) -> dict[str, Any]:
 
 
 def run(case: dict[str, Any]) -> dict[str, Any]:
+    with _environ(case.get("env") or {}):
+        return _run(case)
+
+
+def _run(case: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     try:
         with contextlib.redirect_stdout(io.StringIO()):

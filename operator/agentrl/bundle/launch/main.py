@@ -207,6 +207,8 @@ def build_plan(
         warnings.append(f"spec.tracking.wandb is set but {key_env} is empty: wandb logging is off")
     # slime's parser is built with the pinned env, like slime itself.
     parser = _slime_parser(config, env, problems) if cuda_env else None
+    if parser is not None:
+        problems += preflight.check_driver_device(parser.cuda_devices, gpus, env, parser.cuda_error)
     known = parser.flags if parser else None
     train_env = slimecmd.train_env_vars(added)
     cmd = slimecmd.compose(
