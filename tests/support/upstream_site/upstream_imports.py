@@ -95,6 +95,12 @@ class _Placeholder(type):
     __ror__ = __or__
     __add__ = __or__
     __radd__ = __or__
+    __sub__ = __rsub__ = __mul__ = __rmul__ = __truediv__ = __rtruediv__ = __or__
+
+    def __neg__(cls) -> Any:  # module-level constants such as `-torch.finfo(...).max`
+        return cls
+
+    __pos__ = __neg__
 
     def __mro_entries__(cls, bases: tuple[Any, ...]) -> tuple[type, ...]:
         return (object,)  # subclassing a stand-in class gives a plain class
