@@ -27,7 +27,13 @@ from agentrl.api.validation import parse_experiment
 from agentrl.render import OperatorDefaults, collect_bundle_files, render_all
 from agentrl.render.rayjob import NO_EVICTION_ANNOTATIONS, SUBMITTER_BACKOFF_LIMIT
 from conftest import ROOT
-from kube_checks import crd_version_schema, kuberay_schemas_dir, pod_templates, to_jsonschema
+from kube_checks import (
+    crd_version_schema,
+    kuberay_controller_errors,
+    kuberay_schemas_dir,
+    pod_templates,
+    to_jsonschema,
+)
 
 NOSET = "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES"
 # What this file adds to the RayJob; the per-release test checks each is kept.
@@ -92,6 +98,9 @@ def test_the_old_double_quoted_format_fails_kuberays_read_back() -> None:
 def test_the_runtime_env_yaml_is_what_kuberay_converts(example_body: dict[str, Any]) -> None:
     job = rayjob(example_body)
     assert yaml.safe_load(job["spec"]["runtimeEnvYAML"]) == {"env_vars": {NOSET: "1"}}
+    assert kuberay_controller_errors(job) == []
+    broken = {**job, "spec": {**job["spec"], "runtimeEnvYAML": "- not a mapping"}}
+    assert kuberay_controller_errors(broken) == ["failed to unmarshal RuntimeEnvYAML"]
 
 
 def test_the_submitter_and_every_pod_are_kept_through_a_long_run(

@@ -163,7 +163,7 @@ def check_data(root: Path, spec: RLExperimentSpec) -> list[str]:
 
 
 def check_gpus(spec: RLExperimentSpec, visible: int | None) -> list[str]:
-    """Visible GPUs on this node (None when nvidia-smi is absent, e.g. the CPU head)."""
+    """Visible GPUs in the driver's pod, a GPU worker (None when nvidia-smi is absent)."""
     want = spec.resources.gpus_per_node
     if visible is None or visible == want:
         return []

@@ -173,8 +173,8 @@ def known_flags(env: Mapping[str, str]) -> frozenset[str] | None:
 
 
 def visible_gpus() -> tuple[int | None, str | None]:
-    """(GPUs nvidia-smi lists on this node, warning). None where there is no nvidia-smi, or
-    where it cannot reach a driver (a CPU head whose image carries the binary)."""
+    """(GPUs nvidia-smi lists in this pod, warning). None where there is no nvidia-smi, or
+    where it cannot reach a driver (a GPU-less pod whose image carries the binary)."""
     exe = shutil.which("nvidia-smi")
     if exe is None:
         return None, None
