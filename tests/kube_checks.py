@@ -155,6 +155,13 @@ def kuberay_controller_errors(rayjob: dict[str, Any]) -> list[str]:
         out.append("activeDeadlineSeconds must be a positive integer")
     if spec.get("backoffLimit") is not None and spec["backoffLimit"] < 0:
         out.append("backoffLimit must be a positive integer")
+    if spec.get("runtimeEnvYAML"):  # dashboardclient.UnmarshalRuntimeEnvYAML: a YAML mapping
+        try:
+            runtime_env = yaml.safe_load(spec["runtimeEnvYAML"])
+        except yaml.YAMLError:
+            runtime_env = None
+        if not isinstance(runtime_env, dict):
+            out.append("failed to unmarshal RuntimeEnvYAML")
     if "rayClusterSpec" in spec:
         out.extend(_cluster_errors(spec["rayClusterSpec"]))
     return out

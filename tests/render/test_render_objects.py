@@ -100,8 +100,8 @@ def test_gpu_workers_and_cpu_head() -> None:
     cluster = job["spec"]["rayClusterSpec"]
     head = cluster["headGroupSpec"]
     assert head["rayStartParams"]["num-gpus"] == "0"
-    marker = json.loads(json.loads(head["rayStartParams"]["resources"]))
-    assert marker[HEAD_RAY_RESOURCE] >= 1
+    marker = json.loads(head["rayStartParams"]["resources"].strip("'"))
+    assert marker == {HEAD_RAY_RESOURCE: 1}
     head_limits = head["template"]["spec"]["containers"][0]["resources"]["limits"]
     assert "nvidia.com/gpu" not in head_limits
     (workers,) = cluster["workerGroupSpecs"]
@@ -133,7 +133,7 @@ def test_lifecycle_fields_reach_the_rayjob() -> None:
     spec = job["spec"]
     assert spec["shutdownAfterJobFinishes"] is True
     assert spec["submissionMode"] == "K8sJobMode"
-    assert spec["entrypoint"] == f"python -m agentrl.bundle.launch --config {CONFIG_PATH}"
+    assert spec["entrypoint"] == f"python3 -m agentrl.bundle.launch --config {CONFIG_PATH}"
     assert (spec["backoffLimit"], spec["ttlSecondsAfterFinished"]) == (1, 3600)
     assert spec["activeDeadlineSeconds"] == 604800
     assert spec["preRunningDeadlineSeconds"] == 3600

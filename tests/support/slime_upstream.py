@@ -129,3 +129,33 @@ def run_slime(row: str, cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
     assert done.returncode == 0, done.stderr[-4000:]
     results: list[dict[str, Any]] = json.loads(done.stdout.splitlines()[-1])
     return results
+
+
+_DESTS = """
+import argparse, json, sys
+import megatron.training.arguments as margs
+from slime.utils.arguments import get_slime_extra_args_provider
+from slime.backends.sglang_utils.arguments import add_sglang_arguments
+p = argparse.ArgumentParser(add_help=False, allow_abbrev=False, conflict_handler="resolve")
+p = margs.add_megatron_arguments(p) or p
+get_slime_extra_args_provider()(p)
+add_sglang_arguments(p)
+print(json.dumps({o: a.dest for o, a in p._option_string_actions.items()}))
+"""
+
+
+@functools.cache
+def parser_dests(row: str) -> dict[str, str]:
+    """Every option string of the row's own parser (as slime's parse_args builds it: Megatron's
+    arguments, slime's, SGLang's) and the attribute of `args` it sets."""
+    done = subprocess.run(
+        [sys.executable, "-c", _DESTS],
+        env=env(row),
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    dests: dict[str, str] = json.loads(done.stdout.splitlines()[-1])
+    return dests

@@ -35,6 +35,9 @@ ANNOTATION_BUNDLE_VERSION: Final = "agentrl.io/bundle-version"
 # Ray logical resource that marks the head pod, so agentrl's hub actor (metrics
 # registry, gateway) is scheduled there and nowhere else.
 HEAD_RAY_RESOURCE: Final = "agentrl_head"
+# Ray logical resource that every GPU worker pod advertises and the RayJob's entrypoint
+# asks for, so slime's driver (which needs a CUDA device) runs on a GPU worker.
+DRIVER_RAY_RESOURCE: Final = "agentrl_driver"
 
 # Ports on the head pod.
 GATEWAY_PORT_DEFAULT: Final = 9090

@@ -349,7 +349,7 @@ class Parallelism(Model):
 
 
 class HeadSpec(Model):
-    """The CPU-only Ray head: driver, gateway, metrics."""
+    """The CPU-only Ray head: gateway and metrics (slime's driver runs on a GPU worker)."""
 
     cpu: Quantity = "8"
     """CPU of the head pod."""
@@ -531,7 +531,10 @@ class RLExperimentSpec(Model):
     suspend: bool = False
     """Stop the run and release its pods; set back to false to start it again (mutable)."""
     active_deadline_seconds: PositiveInt | None = None
-    """Whole-run deadline; then the run fails with DeadlineExceeded (mutable)."""
+    """Deadline of each attempt, not of the whole run: KubeRay counts it from the start of every
+    attempt (each backoffLimit retry) and every resume, so a run can hold its GPUs for up to
+    backoffLimit + 1 times this. Past it the attempt fails with DeadlineExceeded, which is not
+    retried (mutable)."""
     startup_deadline_seconds: PositiveInt | None = Field(
         default=None, description="time to reach Running (KubeRay preRunningDeadlineSeconds)"
     )

@@ -4,7 +4,7 @@ Render's preview (`agentrl render --show-command`) and the launcher in the pod
 (`python -m agentrl.bundle.launch`) both call `compose`: the preview with the pod's facts
 unknown (shown as placeholders and conditions), the launcher with them filled in. `flags`
 holds what follows from the spec alone, `checkpoint` decides first run vs restart, `files`
-the YAML documents slime reads.
+the YAML documents slime reads, `policy` the slime flags agentrl's rollout cannot honour.
 """
 
 from agentrl.slimecmd.checkpoint import CheckpointDir, Decision, Start, decide

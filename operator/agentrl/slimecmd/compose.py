@@ -39,6 +39,8 @@ TRAIN_ENV_FLAG: Final = "--train-env-vars"
 # releases without it convert natively and take no flag for it.
 HF_MODE_FLAG: Final = "--megatron-to-hf-mode"
 HF_MODE: Final = "bridge"
+# Where the user's own flags come from (last, so they override; and named in messages).
+EXTRA_ARGS_ORIGIN: Final = "spec.runtime.extraArgs"
 
 
 class Cond(StrEnum):
@@ -201,7 +203,7 @@ def compose(spec: RLExperimentSpec, facts: PodFacts) -> Command:
             Cond.WANDB_KEY,
             f"only when {ENV_WANDB_API_KEY} is set",
         ),
-        Part("spec.runtime.extraArgs", tuple(spec.runtime.extra_args)),
+        Part(EXTRA_ARGS_ORIGIN, tuple(spec.runtime.extra_args)),
     ]
     return Command(
         parts=tuple(p for p in parts if p.args),

@@ -17,7 +17,7 @@ from typing import Any, Final
 from agentrl.api.models import RLExperimentSpec
 from agentrl.api.runtime import RuntimeConfig
 
-# A directory inside the head container only the launcher writes to.
+# A directory inside the driver's container (on a GPU worker) only the launcher writes to.
 FILES_DIR: Final = "/tmp/agentrl"
 CUSTOM_CONFIG_NAME: Final = "slime-custom-config.yaml"
 EVAL_CONFIG_NAME: Final = "slime-eval-config.yaml"

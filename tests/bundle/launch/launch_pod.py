@@ -5,8 +5,9 @@ from the upstream snapshot), Megatron-LM's snapshot as MEGATRON_DIR, SGLang's ar
 modules of the row's release (tests/support/slime_upstream), and two stand-ins for what
 needs GPUs: `pod_image/train.py` (records the argv it is exec'd with instead of training)
 and `pod_image/pylib` (torch_memory_saver's preload library, by file name). The launcher
-runs as it does in a Ray head pod: it builds slime's real parser in a subprocess, reads the
-checkpoint directory, writes slime's YAML files and execs train.py.
+runs as it does in the driver's pod: it builds slime's real parser in a subprocess, reads the
+checkpoint directory, writes slime's YAML files and execs train.py. The pod is a GPU worker,
+where agentrl's RayJob runs the driver: torch's stand-in sees `gpusPerNode` devices.
 """
 
 from __future__ import annotations
@@ -121,7 +122,7 @@ class Pod:
         spec["runtime"] = {
             "cudaHome": str(root / "cuda"),
             "slimeDir": str(self.image),
-            "extraArgs": ["--rollout-top-p", "0.95"] if extra_args is None else extra_args,
+            "extraArgs": ["--rollout-temperature", "0.9"] if extra_args is None else extra_args,
         }
         self.exp = experiment(doc)
         self.config_path = root / "config.json"
@@ -147,6 +148,9 @@ class Pod:
             "AGENTRL_HTTP_HEADER_0": f"Bearer {HEADER_SECRET}",
             "LD_LIBRARY_PATH": "/usr/local/cuda-11.8/lib64:/opt/efa/lib",
             "HOME": str(self.root),
+            # The GPU worker the RayJob places the driver on (tests/support/upstream_site/
+            # torch_cuda.py); 0 is agentrl's GPU-less head.
+            "AGENTRL_POD_GPUS": str(self.exp.spec.resources.gpus_per_node),
         }
         return {**slime_upstream.env(self.row, base), **extra}
 
@@ -167,6 +171,14 @@ class Pod:
     def recorded(self) -> dict[str, Any]:
         result: dict[str, Any] = json.loads(self.record.read_text())
         return result
+
+    def driver_env(self, pod_gpus: int | None = None) -> dict[str, str]:
+        """The env train.py was exec'd with, in the pod the driver runs in: a GPU worker
+        with `gpusPerNode` GPUs unless `pod_gpus` says otherwise (0: agentrl's GPU-less
+        head). See tests/support/upstream_site/torch_cuda.py."""
+        gpus = self.exp.spec.resources.gpus_per_node if pod_gpus is None else pod_gpus
+        env: dict[str, str] = self.recorded()["env"]
+        return {**env, "AGENTRL_POD_GPUS": str(gpus)}
 
     def slime_args(self) -> list[str]:
         """The flags slime's train.py was exec'd with (its argv after the script)."""

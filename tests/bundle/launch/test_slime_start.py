@@ -1,9 +1,10 @@
 """First run vs restart, proved with slime's own code at each supported commit.
 
-Each test launches the real launcher in a temporary pod (launch_pod), takes the argv it
-exec'd train.py with, and hands it to slime's own `parse_args` and `load_checkpoint`
-(tests/support/upstream_site/slime_run.py): what slime ends up loading is slime's answer,
-not a restatement of it.
+Each test launches the real launcher in a temporary pod (launch_pod), takes the argv and env
+it exec'd train.py with, and hands them to slime's own `parse_args` (Megatron's
+`validate_args` included, on the GPU worker the RayJob places the driver on) and
+`load_checkpoint` (tests/support/upstream_site/slime_run.py): what slime ends up loading is
+slime's answer, not a restatement of it.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ pytestmark = pytest.mark.slow  # each test launches the launcher and runs slime'
 
 
 def _slime(pod: Pod, *argvs: list[str]) -> list[dict[str, Any]]:
-    cases = [{"argv": argv, "load": True} for argv in argvs]
+    env = pod.driver_env()
+    cases = [{"argv": argv, "env": env, "load": True} for argv in argvs]
     return slime_upstream.run_slime(pod.row, cases)
 
 

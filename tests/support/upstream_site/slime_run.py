@@ -3,13 +3,16 @@
 Started by `tests/support/slime_upstream.run_slime` with this directory on PYTHONPATH and
 AGENTRL_UPSTREAM_ROOTS naming one slime row's source, so `sitecustomize` serves slime,
 Megatron-LM and SGLang from there. Reads a JSON list of cases on stdin, each
-`{"argv": [...], "load": true|false}`, and prints one JSON list of results.
+`{"argv": [...], "env": {...}, "load": true|false, "samples": true|false}`, and prints one
+JSON list of results.
 
-For each case, slime's real `slime.utils.arguments.parse_args()` runs on the argv: SGLang's
-and Megatron's parsers, Megatron's HF-config check (against the model's config.json, read by
-transformers), and `slime_validate_args` with its `--load`/`--ref-load` decisions. Two steps
-are left out because they need a GPU: Megatron's `validate_args` (it queries the device
-architecture) and SGLang's server checks; each is replaced by a no-op, the rest runs as
+For each case, slime's real `slime.utils.arguments.parse_args()` runs on the argv, in the
+process environment `env` describes (the driver's: what the launcher exec'd train.py with,
+and which pod it runs in, see `torch_cuda.py`): SGLang's and Megatron's parsers, Megatron's
+HF-config check (against the model's config.json, read by transformers), Megatron's
+`validate_args` (which reads the GPU's architecture when TP>1 or CP>1, and requires
+CUDA_DEVICE_MAX_CONNECTIONS=1 then), and `slime_validate_args` with its `--load`/`--ref-load`
+decisions. Only SGLang's server checks are left out (replaced by a no-op); the rest runs as
 written. With `"load": true`, slime's `load_checkpoint` (backends/megatron_utils/checkpoint.py)
 then runs on the parsed args with its own existence assertion and its own choice between a
 Megatron and a Hugging Face checkpoint; only the final weight copy into GPU tensors is
@@ -22,6 +25,14 @@ recorded instead of done:
   `load_hf_weights` is recorded (after slime's own bridge-mode assertion); at releases with
   their own loader, slime picks the loader by the config's model_type (raising for a type it
   cannot load) and only the copy (`load_model_hf_weights`) is recorded.
+
+With `"samples": true`, a group of samples as agentrl's rollout returns them (its own
+`to_sample`, on slime's `Sample` class, rewards from agentrl's `post_process_rewards`) goes
+through the slime code that reads them after the rollout, on the parsed args: the
+RolloutManager's conversion to train data, the zero-std reward metric slime logs each step,
+and the trainer-side readers of per-sample rollout data (the policy loss's top-p replay
+kwargs; with their flags, on-policy distillation's KL and the actor's routing replay). Each
+records "ok" or the error slime raises.
 """
 
 from __future__ import annotations
@@ -30,8 +41,10 @@ import contextlib
 import importlib
 import io
 import json
+import os
 import sys
 import traceback
+from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -57,11 +70,29 @@ def _error(e: BaseException) -> str:
 def _parse(argv: list[str]) -> Any:
     import slime.utils.arguments as slime_args
 
-    megatron_args = importlib.import_module("slime.backends.megatron_utils.arguments")
-    megatron_args.validate_args = lambda args: None  # needs a GPU (device architecture)
     slime_args.sglang_validate_args = lambda args: None  # SGLang's server checks
     sys.argv = ["train.py", *argv]
     return slime_args.parse_args()
+
+
+@contextlib.contextmanager
+def _environ(env: dict[str, str | None]) -> Iterator[None]:
+    """The driver's environment for one case (None removes a variable); its PYTHONPATH
+    entries go on sys.path as they would at the start of that process."""
+    saved, saved_path = dict(os.environ), list(sys.path)
+    for key, value in env.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+    extra = [p for p in (env.get("PYTHONPATH") or "").split(os.pathsep) if p]
+    sys.path[:0] = [p for p in extra if p not in sys.path]
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+        sys.path[:] = saved_path
 
 
 def _load(args: Any) -> dict[str, Any]:
@@ -108,7 +139,86 @@ def _load(args: Any) -> dict[str, Any]:
     return record
 
 
+def _samples(args: Any) -> dict[str, str]:
+    """agentrl's samples through slime's own readers (see the module docstring)."""
+    from agentrl.bundle.rewards import post_process_rewards
+    from agentrl.bundle.rollout.types import SampleFields, Status, slime_types, to_sample
+
+    types = slime_types()
+    assert types.real, "slime's Sample did not import"
+    samples = [
+        to_sample(
+            SampleFields(
+                group_index=0,
+                index=i,
+                prompt="1+1?",
+                tokens=[11, 12, 13, 14, 15],
+                response_length=3,
+                loss_mask=[1, 0, 1],
+                rollout_log_probs=[-0.5, 0.0, -0.25],
+                reward=float(i % 2),
+                status=Status.COMPLETED,
+                rollout_id=i,
+                session_id=f"s{i}",
+            ),
+            types,
+        )
+        for i in range(4)
+    ]
+    rollout = importlib.import_module("slime.ray.rollout")
+    manager = SimpleNamespace(
+        args=args,
+        custom_convert_samples_to_train_data_func=None,
+        _post_process_rewards=lambda batch: post_process_rewards(args, batch),
+    )
+    try:  # where later slime releases keep the metric
+        metrics = importlib.import_module("slime.observability.rollout_metrics")
+    except ModuleNotFoundError:
+        metrics = rollout
+    loss = importlib.import_module("slime.backends.megatron_utils.loss")
+    actor = importlib.import_module("slime.backends.megatron_utils.actor")
+    out: dict[str, str] = {}
+    data: dict[str, Any] = {}
+
+    def step(name: str, fn: Any) -> None:
+        try:
+            with contextlib.redirect_stdout(io.StringIO()):
+                fn()
+            out[name] = "ok"
+        except BaseException as e:
+            out[name] = _error(e)
+
+    def convert() -> None:
+        cls = rollout.RolloutManager.__ray_metadata__.modified_class
+        data.update(cls._convert_samples_to_train_data(manager, samples))
+
+    step("convert", convert)
+    step("zero_std_metric", lambda: metrics._compute_zero_std_metrics(args, samples))
+    step("top_p_replay", lambda: loss.get_rollout_top_p_logprob_kwargs(args, data))
+    if args.use_opd:  # the trainer's step, with the rollout's log-probs as the student's
+        step(
+            "opd",
+            lambda: loss.apply_opd_kl_to_advantages(
+                args=args,
+                rollout_data=data,
+                advantages=[],
+                student_log_probs=data.get("rollout_log_probs"),
+            ),
+        )
+    if args.use_rollout_routing_replay:
+        step(
+            "routing_replay",
+            lambda: actor.MegatronTrainRayActor.fill_routing_replay(None, None, None, data),
+        )
+    return out
+
+
 def run(case: dict[str, Any]) -> dict[str, Any]:
+    with _environ(case.get("env") or {}):
+        return _run(case)
+
+
+def _run(case: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     try:
         with contextlib.redirect_stdout(io.StringIO()):
@@ -122,6 +232,8 @@ def run(case: dict[str, Any]) -> dict[str, Any]:
         {k: v for k, v in vars(d).items() if v not in (None, {}, [])}
         for d in getattr(args, "eval_datasets", None) or []
     ]
+    if case.get("samples"):
+        out["samples"] = _samples(args)
     if case.get("load"):
         try:
             with contextlib.redirect_stdout(io.StringIO()):

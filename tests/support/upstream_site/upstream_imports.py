@@ -12,7 +12,10 @@ Test support: `install(roots)` puts a meta-path finder first, which serves
   kernels, the rest of SGLang, slime's own router build and Megatron-Bridge plugins, wandb,
   and the Megatron/SGLang modules the snapshots do not carry): every attribute is a
   placeholder class. Building an argparse parser and running slime's argument checks read
-  names and defaults from them, never tensors or devices.
+  names and defaults from them, never tensors.
+- `torch.cuda` is the one stand-in with behaviour (`torch_cuda.py`): the device queries
+  Megatron's `validate_args` makes answer, or fail, as they would in the pod the process
+  runs in (a GPU worker, or agentrl's GPU-less head).
 
 Everything else imports normally (transformers, omegaconf, yaml: the real packages).
 """
@@ -38,6 +41,7 @@ REAL_SGLANG = (
     "sglang.srt.function_call",
     "sglang.srt.parser",
 )
+TORCH_CUDA = Path(__file__).resolve().parent / "torch_cuda.py"
 # Its __init__ imports the whole Megatron trainer; the argument code needs none of it.
 SKIP_INIT = frozenset({"megatron.training"})
 STAND_INS = frozenset(
@@ -91,6 +95,12 @@ class _Placeholder(type):
     __ror__ = __or__
     __add__ = __or__
     __radd__ = __or__
+    __sub__ = __rsub__ = __mul__ = __rmul__ = __truediv__ = __rtruediv__ = __or__
+
+    def __neg__(cls) -> Any:  # module-level constants such as `-torch.finfo(...).max`
+        return cls
+
+    __pos__ = __neg__
 
     def __mro_entries__(cls, bases: tuple[Any, ...]) -> tuple[type, ...]:
         return (object,)  # subclassing a stand-in class gives a plain class
@@ -173,6 +183,8 @@ class UpstreamFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
                     return None  # the slime snapshot is whole: a missing module is missing
                 self.stood_in.add(fullname)
             return spec
+        if fullname == "torch.cuda":
+            return importlib.util.spec_from_file_location(fullname, TORCH_CUDA)
         if fullname.split(".", maxsplit=1)[0] in STAND_INS:
             self.stood_in.add(fullname)
             return importlib.util.spec_from_loader(fullname, self, is_package=True)
@@ -184,7 +196,8 @@ class UpstreamFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         return module
 
     def exec_module(self, module: types.ModuleType) -> None:
-        return None
+        if module.__name__ == "torch":  # torch.cuda is a submodule with behaviour
+            module.cuda = importlib.import_module("torch.cuda")  # type: ignore[attr-defined]
 
 
 def install(roots: Sequence[str | Path]) -> UpstreamFinder:

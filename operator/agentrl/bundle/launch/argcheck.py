@@ -4,6 +4,8 @@ slime hands the flags it does not know to Megatron with `ignore_unknown_args=Tru
 typo or a flag a release removed is dropped without a word. The launcher therefore checks
 every `--flag` of the composed argv against the option strings of slime's own parser, built
 in the image (`probe.slime_parser`), and names the part of the spec each bad flag came from.
+Flags slime defines but agentrl's rollout cannot honour are judged by
+`agentrl.slimecmd.policy` (pure, so render-time tools can apply it too).
 """
 
 from __future__ import annotations

@@ -34,6 +34,7 @@ from agentrl.api.constants import (
 from agentrl.api.models import RLExperimentSpec
 from agentrl.api.runtime import ENV_WANDB_API_KEY, RuntimeConfig
 from agentrl.bundle.launch import argcheck, cuda, preflight, probe
+from agentrl.slimecmd import policy
 from agentrl.slimecmd.compose import HF_MODE_FLAG
 
 T = TypeVar("T")
@@ -207,6 +208,8 @@ def build_plan(
         warnings.append(f"spec.tracking.wandb is set but {key_env} is empty: wandb logging is off")
     # slime's parser is built with the pinned env, like slime itself.
     parser = _slime_parser(config, env, problems) if cuda_env else None
+    if parser is not None:
+        problems += preflight.check_driver_device(parser.cuda_devices, gpus, env, parser.cuda_error)
     known = parser.flags if parser else None
     train_env = slimecmd.train_env_vars(added)
     cmd = slimecmd.compose(
@@ -222,6 +225,8 @@ def build_plan(
     )
     if known is not None and (bad := argcheck.unknown_flags(cmd.parts, known)):
         problems.append(argcheck.unknown_flags_message(bad, known))
+    problems += policy.refusals(cmd.parts)
+    warnings += policy.unhonoured(cmd.parts)
     if known is not None and HF_MODE_FLAG in known:
         hf_mode = argcheck.flag_value(cmd.argv(), HF_MODE_FLAG)
         problems += preflight.check_weights_for_mode(Path("/"), spec, hf_mode)

@@ -10,8 +10,10 @@ import json
 import os
 import re
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 
+from agentrl.api.constants import DRIVER_RAY_RESOURCE
 from agentrl.api.models import RLExperimentSpec
 from agentrl.api.rules import is_local_path
 from agentrl.slimecmd import CheckpointDir
@@ -161,13 +163,46 @@ def check_data(root: Path, spec: RLExperimentSpec) -> list[str]:
 
 
 def check_gpus(spec: RLExperimentSpec, visible: int | None) -> list[str]:
-    """Visible GPUs on this node (None when nvidia-smi is absent, e.g. the CPU head)."""
+    """Visible GPUs in the driver's pod, a GPU worker (None when nvidia-smi is absent)."""
     want = spec.resources.gpus_per_node
     if visible is None or visible == want:
         return []
     return [
         f"spec.resources.gpusPerNode is {want} but this node sees {visible} GPUs; match it to the "
         "node type (or the gpu resource limit)"
+    ]
+
+
+def check_driver_device(
+    devices: int | None, visible_gpus: int | None, env: Mapping[str, str], error: str | None
+) -> list[str]:
+    """slime's driver sees a CUDA device: its parse_args runs Megatron's validate_args, which
+    reads the GPU's architecture under tensor or context parallelism (and its capability for
+    grouped-GEMM MoE), so without one slime dies there, after the whole gang is up.
+
+    `devices` is torch's count in the driver's env (None: not counted), `visible_gpus` what
+    nvidia-smi lists in this pod (None: no nvidia-smi or no driver)."""
+    if devices is None or devices > 0:
+        return []
+    if env.get("CUDA_VISIBLE_DEVICES") == "":
+        why = (
+            "CUDA_VISIBLE_DEVICES is empty: Ray hid this pod's GPUs from the job's zero-GPU "
+            "driver (the RayJob's runtimeEnvYAML must set "
+            "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES: '1')"
+        )
+    elif not visible_gpus:
+        why = (
+            "this pod has no GPU: Ray ran the driver on the CPU head (the RayJob's "
+            f'entrypointResources must ask for {{"{DRIVER_RAY_RESOURCE}": 1}}, which only '
+            "the GPU workers advertise in rayStartParams.resources)"
+        )
+    else:
+        why = f"torch cannot use the {visible_gpus} GPUs nvidia-smi lists ({error or 'no error'})"
+    return [
+        f"slime's driver sees no CUDA device: {why}. slime's parse_args runs Megatron's "
+        "validate_args, which reads the GPU architecture, so slime would stop there. The "
+        "RayJob agentrl renders places the driver on a GPU worker; re-apply the RayJob the "
+        "operator renders (`agentrl render`) instead of an edited or older one"
     ]
 
 

@@ -89,7 +89,9 @@ def model_args(slime_dir: str, model_type: str) -> list[str]:
 
 # Runs in the image's Python with the pinned env: builds the same parser slime's
 # parse_args builds (Megatron's arguments, then slime's, then SGLang's --sglang-* copies)
-# and writes its option strings to the file named by argv[1]. Given Hugging Face trainer
+# and writes its option strings to the file named by argv[1]. It also counts the CUDA
+# devices torch sees in this env (importing Megatron's arguments has imported torch), which
+# is what Megatron's validate_args will query in slime's driver. Given Hugging Face trainer
 # weights (argv[2]) and a slime without Megatron-Bridge (no --megatron-to-hf-mode), it also
 # asks slime's own HF loader whether it takes them (it loads per model type).
 _SLIME_PARSER = """
@@ -105,6 +107,11 @@ p = margs.add_megatron_arguments(p) or p
 get_slime_extra_args_provider()(p)
 add_sglang_arguments(p)
 result = {"slime": True, "flags": sorted(p._option_string_actions)}
+try:
+    import torch
+    result["cudaDevices"] = int(torch.cuda.device_count())
+except Exception as e:
+    result["cudaDevices"], result["cudaError"] = 0, f"{type(e).__name__}: {e}"
 if weights and "--megatron-to-hf-mode" not in p._option_string_actions:
     try:
         from slime.backends.megatron_utils.hf_to_megatron import supports_hf_weight_loading
@@ -125,6 +132,10 @@ class SlimeParser:
     hf_loadable: bool | None = None
     """Whether its own HF loader takes the weights asked about (None: not asked, or no such
     loader)."""
+    cuda_devices: int | None = None
+    """CUDA devices torch counts in the pinned env: what slime's driver will see."""
+    cuda_error: str | None = None
+    """Why torch could not count them, when it raised."""
 
 
 def slime_parser(env: Mapping[str, str], hf_weights: str | None = None) -> SlimeParser | None:
@@ -147,7 +158,12 @@ def slime_parser(env: Mapping[str, str], hf_weights: str | None = None) -> Slime
         result = json.loads(out.read_text(encoding="utf-8"))
     if not result.get("slime"):
         return None
-    return SlimeParser(frozenset(result["flags"]), result.get("hfLoadable"))
+    return SlimeParser(
+        frozenset(result["flags"]),
+        result.get("hfLoadable"),
+        result.get("cudaDevices"),
+        result.get("cudaError"),
+    )
 
 
 def known_flags(env: Mapping[str, str]) -> frozenset[str] | None:
@@ -157,8 +173,8 @@ def known_flags(env: Mapping[str, str]) -> frozenset[str] | None:
 
 
 def visible_gpus() -> tuple[int | None, str | None]:
-    """(GPUs nvidia-smi lists on this node, warning). None where there is no nvidia-smi, or
-    where it cannot reach a driver (a CPU head whose image carries the binary)."""
+    """(GPUs nvidia-smi lists in this pod, warning). None where there is no nvidia-smi, or
+    where it cannot reach a driver (a GPU-less pod whose image carries the binary)."""
     exe = shutil.which("nvidia-smi")
     if exe is None:
         return None, None
