@@ -166,8 +166,13 @@ def test_oldest_release_drops_both_lifecycle_fields_with_a_message_naming_the_sp
     job = rayjob(minimal_body(startupDeadlineSeconds=600, backoffLimit=3))
     oldest = rayjob_crd(RELEASES[0])
     pruned = pruned_fields(job, oldest)
-    assert pruned == ["spec.backoffLimit", "spec.preRunningDeadlineSeconds"]
-    backoff, startup = explain_pruned(pruned)
+    assert pruned == [
+        "spec.backoffLimit",
+        "spec.submitterConfig",
+        "spec.preRunningDeadlineSeconds",
+    ]
+    backoff, submitter, startup = explain_pruned(pruned)
+    assert submitter.startswith("agentrl renders submitterConfig on every RayJob")
     assert startup.startswith(
         "spec.startupDeadlineSeconds needs KubeRay >= 1.6 (preRunningDeadlineSeconds); "
         "the installed rayjobs.ray.io CRD lacks it"
@@ -177,10 +182,13 @@ def test_oldest_release_drops_both_lifecycle_fields_with_a_message_naming_the_sp
 
 
 def test_features_used_names_only_what_the_spec_relies_on() -> None:
-    assert features_used(experiment(minimal_body()).spec) == []  # backoffLimit 0: KubeRay's own
+    # backoffLimit 0 is KubeRay's own default; the submitter's retry budget is always ours.
+    minimal = features_used(experiment(minimal_body()).spec)
+    assert [f.rayjob_field for f in minimal] == ["spec.submitterConfig"]
     spec = experiment(minimal_body(startupDeadlineSeconds=60, backoffLimit=1)).spec
     assert [f.spec_field for f in features_used(spec)] == [
         "spec.backoffLimit",
+        None,
         "spec.startupDeadlineSeconds",
     ]
 

@@ -48,7 +48,7 @@ class Feature:
     """A RayJob field that only some KubeRay releases declare, and the spec field behind it."""
 
     rayjob_field: str  # path in the RayJob, e.g. "spec.preRunningDeadlineSeconds"
-    spec_field: str  # the RLExperiment field rendered into it
+    spec_field: str | None  # the RLExperiment field rendered into it; None: agentrl's own
     since: str  # the first KubeRay release whose CRD declares it
     # Whether a spec relies on it: a field rendered at KubeRay's own default (`backoffLimit:
     # 0`) loses nothing when dropped.
@@ -56,6 +56,12 @@ class Feature:
 
     def message(self) -> str:
         name = self.rayjob_field.removeprefix("spec.")
+        if self.spec_field is None:
+            return (
+                f"agentrl renders {name} on every RayJob, which needs KubeRay >= "
+                f"{_short(self.since)}; the installed {RAYJOB_CRD} CRD lacks it, so the API "
+                f"server would drop it silently: upgrade KubeRay to >= {KUBERAY_MIN_VERSION}"
+            )
         return (
             f"{self.spec_field} needs KubeRay >= {_short(self.since)} ({name}); the installed "
             f"{RAYJOB_CRD} CRD lacks it, so the API server would drop it silently: upgrade "
@@ -66,6 +72,9 @@ class Feature:
 # Every rendered RayJob field that is younger than the oldest KubeRay v1 release (v1.1).
 FEATURES = (
     Feature("spec.backoffLimit", "spec.backoffLimit", "1.2.0", lambda s: s.backoff_limit > 0),
+    # The submitter's own retry budget (KubeRay's default of 2 is spent by a couple of node
+    # drains over a days-long run, and a failed submitter fails the RayJob): always rendered.
+    Feature("spec.submitterConfig", None, "1.2.0", lambda s: True),
     Feature(
         "spec.preRunningDeadlineSeconds",
         "spec.startupDeadlineSeconds",
