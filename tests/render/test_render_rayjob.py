@@ -14,10 +14,8 @@ KubeRay release agentrl supports.
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
-import jsonschema
 import pytest
 import yaml
 from tests.support import kuberay_cli
@@ -25,14 +23,16 @@ from tests.support import kuberay_cli
 from agentrl.api.constants import DRIVER_RAY_RESOURCE, HEAD_RAY_RESOURCE
 from agentrl.api.validation import parse_experiment
 from agentrl.render import OperatorDefaults, collect_bundle_files, render_all
+from agentrl.render.kuberay import KUBERAY_MIN_VERSION
 from agentrl.render.rayjob import NO_EVICTION_ANNOTATIONS, SUBMITTER_BACKOFF_LIMIT
-from conftest import ROOT
+from conftest import TEST_IMAGE
 from kube_checks import (
-    crd_version_schema,
     kuberay_controller_errors,
+    kuberay_releases,
     kuberay_schemas_dir,
     pod_templates,
-    to_jsonschema,
+    rayjob_schema_errors,
+    release_key,
 )
 
 NOSET = "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES"
@@ -49,7 +49,7 @@ def rayjob(body: dict[str, Any]) -> dict[str, Any]:
     assert exp is not None, problems
     (job,) = [
         o
-        for o in render_all(exp, OperatorDefaults(), collect_bundle_files())
+        for o in render_all(exp, OperatorDefaults(image=TEST_IMAGE), collect_bundle_files())
         if o["kind"] == "RayJob"
     ]
     return job
@@ -122,25 +122,8 @@ def test_the_submitter_and_every_pod_are_kept_through_a_long_run(
 # ---- per-release KubeRay schemas -------------------------------------------------------
 
 
-def _release_key(name: str) -> tuple[int, ...]:
-    return tuple(int(p) for p in name.lstrip("v").split("."))
-
-
-def releases() -> list[str]:
-    root = kuberay_schemas_dir()
-    found = [p.name for p in root.glob("v*") if (p / "ray.io_rayjobs.yaml").is_file()]
-    return sorted(found, key=_release_key)
-
-
-@functools.cache
-def _validator(release: str) -> jsonschema.Draft7Validator:
-    path = kuberay_schemas_dir() / release / "ray.io_rayjobs.yaml"
-    crd = yaml.load(path.read_text(encoding="utf-8"), Loader=yaml.CSafeLoader)
-    return jsonschema.Draft7Validator(to_jsonschema(crd_version_schema(crd, "v1")))
-
-
 def _accepts(release: str, job: dict[str, Any]) -> bool:
-    return not any(True for _ in _validator(release).iter_errors(job))
+    return not rayjob_schema_errors(job, release)
 
 
 def _without(job: dict[str, Any], path: tuple[str, ...]) -> dict[str, Any]:
@@ -158,20 +141,13 @@ def _without(job: dict[str, Any], path: tuple[str, ...]) -> dict[str, Any]:
 
 
 def _oldest_accepting(job: dict[str, Any]) -> str | None:
-    return next((r for r in releases() if _accepts(r, job)), None)
-
-
-def chart_minimum() -> str | None:
-    """The chart's declared minimum KubeRay (`agentrl.io/kuberay-min-version`), if declared."""
-    chart = yaml.safe_load((ROOT / "charts" / "agentrl" / "Chart.yaml").read_text())
-    value = (chart.get("annotations") or {}).get("agentrl.io/kuberay-min-version")
-    return f"v{value}" if value else None
+    return next((r for r in kuberay_releases() if _accepts(r, job)), None)
 
 
 def test_the_fields_raise_no_kuberay_minimum(example_body: dict[str, Any]) -> None:
     """Every release that keeps the rest of the RayJob keeps these fields too, the newest
-    keeps them all, and so does the chart's declared minimum when it declares one."""
-    if len(releases()) < 2:
+    keeps them all, and so does the declared minimum (the schemas are one per minor line)."""
+    if len(kuberay_releases()) < 2:
         pytest.skip(f"no per-release KubeRay schemas under {kuberay_schemas_dir()}; CI has them")
     job = rayjob(example_body)
     rest = job
@@ -180,17 +156,15 @@ def test_the_fields_raise_no_kuberay_minimum(example_body: dict[str, Any]) -> No
     oldest = _oldest_accepting(rest)
     assert oldest is not None
     assert _oldest_accepting(job) == oldest, "a field above needs a newer KubeRay than the rest"
-    assert _accepts(releases()[-1], job)
-    minimum = chart_minimum()
-    if minimum is not None:
-        assert _release_key(oldest) <= _release_key(minimum), (oldest, minimum)
+    assert _accepts(kuberay_releases()[-1], job)
+    assert release_key(oldest)[:2] <= release_key(KUBERAY_MIN_VERSION)[:2], oldest
 
 
 def test_a_release_without_submitter_config_would_prune_it() -> None:
     """The check above can fail: v1.1.1 has no submitterConfig."""
-    if "v1.1.1" not in releases():
+    if "v1.1.1" not in kuberay_releases():
         pytest.skip(f"no v1.1.1 schema under {kuberay_schemas_dir()}; CI has it")
     job = {"apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": {"name": "x"}}
     job["spec"] = {"entrypoint": "true", "submitterConfig": {"backoffLimit": 20}}
     assert not _accepts("v1.1.1", job)
-    assert _accepts(releases()[-1], job)
+    assert _accepts(kuberay_releases()[-1], job)

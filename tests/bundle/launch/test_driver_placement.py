@@ -38,6 +38,7 @@ from launch_pod import Pod, slime_upstream
 from launch_trees import EXAMPLE_C, example_doc, experiment
 from ray.cluster_utils import Cluster
 from ray.job_submission import JobStatus, JobSubmissionClient
+from tests.conftest import TEST_IMAGE
 from tests.support import kuberay_cli
 
 from agentrl.api.constants import CONFIG_PATH
@@ -130,7 +131,7 @@ class RayCluster:
 
 def rendered() -> dict[str, Any]:
     """The RayJob of the example the pod tree is built from, as agentrl renders it."""
-    objs = render_all(experiment(example_doc(EXAMPLE_C)), OperatorDefaults(), {})
+    objs = render_all(experiment(example_doc(EXAMPLE_C)), OperatorDefaults(image=TEST_IMAGE), {})
     (job,) = [o for o in objs if o["kind"] == "RayJob"]
     return job
 
