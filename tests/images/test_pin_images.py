@@ -21,6 +21,8 @@ from conftest import ROOT
 
 SCRIPT = ROOT / "hack" / "pin-images.py"
 EXAMPLE = "examples/qwen2.5-3b-gsm8k-agentcore.yaml"
+# The example runs as an IRSA ServiceAccount, which the platform policy beside it allows.
+POLICY = "examples/platform/policy.yaml"
 # Test values in the shape a registry answers with (never pulled).
 RUNTIME = "registry.test/team/agentrl-runtime:0.1.0@sha256:" + "a" * 64
 OPERATOR = "registry.test:5000/team/agentrl-operator:0.1.0@sha256:" + "b" * 64
@@ -54,9 +56,9 @@ def test_pinned_defaults_are_what_the_cli_and_operator_use(repo: Path) -> None:
     proc = pin(repo, "--runtime-image", RUNTIME, "--operator-image", OPERATOR,
                "--slime-base", BASE)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
-    validate = agentrl(repo, "validate", "-f", EXAMPLE)
+    validate = agentrl(repo, "validate", "-f", EXAMPLE, "--policy", POLICY)
     assert validate.returncode == 0 and "warning" not in validate.stdout, validate.stdout
-    render = agentrl(repo, "render", "-f", EXAMPLE)
+    render = agentrl(repo, "render", "-f", EXAMPLE, "--policy", POLICY)
     assert render.returncode == 0, render.stderr
     (job,) = [d for d in yaml.safe_load_all(render.stdout) if d["kind"] == "RayJob"]
     head = job["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]
