@@ -81,7 +81,8 @@ def test_structural_errors_use_wire_paths() -> None:
     assert "spec.resources.parallelism.tensor" in by_path
     assert by_path["spec.grpo.numRollout"].message == "unknown field"
     assert "numRollouts" in by_path["spec.grpo.numRollout"].hint
-    assert "spec.grpo.numRollouts" in by_path
+    # One mistake, one problem: the typo's hint names the required field it misspells.
+    assert "spec.grpo.numRollouts" not in by_path
 
 
 def test_document_rules_run_even_when_types_are_wrong() -> None:
@@ -102,7 +103,9 @@ def test_document_rules_run_even_when_types_are_wrong() -> None:
 def test_quantity_errors_read_well() -> None:
     _, problems = parse_experiment(minimal_body(resources={"memory": "256 GB"}))
     (problem,) = problems
-    assert str(problem) == "spec.resources.memory: not a Kubernetes quantity (e.g. 64Gi, 500m or 8)"
+    assert str(problem) == (
+        "spec.resources.memory: '256 GB' is not a Kubernetes quantity (e.g. 64Gi, 500m or 8)"
+    )
 
 
 def test_numeric_quantities_are_quantities_as_in_kubernetes() -> None:

@@ -9,18 +9,30 @@ were allocated; here it fails before anything is created.
 from __future__ import annotations
 
 import ipaddress
+import json
 import re
 from collections.abc import Iterator
+from typing import Any
 
+from agentrl.api.bounds import MAX_OBJECT_BYTES
 from agentrl.api.constants import (
+    CONFIGMAP_MAX_BYTES,
     ENV_CONFIG_PATH,
     METRICS_PORT,
     RAY_DASHBOARD_PORT,
 )
 from agentrl.api.findings import Finding, Rule, err, repeats, warn
+from agentrl.api.formats import EXTENDED_RESOURCE, FORMATS
 from agentrl.api.models import RLExperiment
+from agentrl.api.partial import require_parsed
 from agentrl.api.quantity import parse_quantity
-from agentrl.api.runtime import ENV_HTTP_HEADER_PREFIX, ENV_WANDB_API_KEY
+from agentrl.api.renderer_families import AUTO
+from agentrl.api.runtime import (
+    ENV_HTTP_HEADER_PREFIX,
+    ENV_WANDB_API_KEY,
+    RuntimeConfig,
+    config_spec,
+)
 
 # Ports Ray itself listens on in the head pod (GCS, client, dashboard, node metrics).
 RAY_PORTS = frozenset({6379, 10001, RAY_DASHBOARD_PORT, 8080})
@@ -32,6 +44,17 @@ RESERVED_ENV = frozenset(
 )
 
 R = "resources"
+_EXTENDED = re.compile(EXTENDED_RESOURCE)
+# Words of an env var name that mark a secret (`HF_TOKEN`, `AWS_SECRET_ACCESS_KEY`,
+# `DB_PASSWORD`, `OPENAI_API_KEY`); `TOKENIZERS_PARALLELISM` and `MAX_TOKENS` are not secrets.
+_SECRET_WORDS = frozenset(
+    ("SECRET", "SECRETS", "TOKEN", "PASSWORD", "PASSWD", "CREDENTIAL", "CREDENTIALS", "APIKEY")
+)
+# What the renderer adds to the runtime config besides the spec (slime flags, names, URLs);
+# generous, so the rule refuses before the ConfigMap would.
+CONFIG_HEADROOM = 64 * 1024
+# A RayJob without user content (three pod templates, ports, labels): about 6 KiB.
+RAYJOB_BASE_BYTES = 16 * 1024
 
 
 def one_agent_backend(exp: RLExperiment) -> Iterator[Finding]:
@@ -77,11 +100,13 @@ def renderer_for_local_model(exp: RLExperiment) -> Iterator[Finding]:
     inferred from a path).
     """
     model = exp.spec.model
-    if model.renderer_family is None and is_local_path(model.path):
+    if model.renderer_family in (None, AUTO) and is_local_path(model.path):
         yield err(
             "spec.model.rendererFamily",
-            f"required because model.path {model.path!r} is a local directory",
-            "set the chat renderer family of the checkpoint, e.g. qwen2.5 or llama3",
+            f"required because model.path {model.path!r} is a local directory"
+            + (" (`auto` resolves only Hugging Face ids)" if model.renderer_family else ""),
+            "set the checkpoint's `renderers` family, e.g. qwen3 or llama-3, or `default` for "
+            "its own chat template (Qwen2.5); the list is in docs/api.md",
         )
 
 
@@ -314,6 +339,36 @@ def env_vars(exp: RLExperiment) -> Iterator[Finding]:
             yield err(path, f"{env.name} comes from tracking.wandb.apiKeySecret", "remove it")
 
 
+def looks_secret(name: str) -> bool:
+    """An env var name that usually carries a secret (`*_KEY`, `*TOKEN`, `*SECRET*`...)."""
+    words = name.upper().split("_")
+    return words[-1] == "KEY" or any(w in _SECRET_WORDS or w.endswith("TOKEN") for w in words)
+
+
+def secrets_in_plain_text(exp: RLExperiment) -> Iterator[Finding]:
+    """Warning: an env var whose name looks like a secret has a plain-text `value` (it would
+    sit in the RayJob, readable by anyone who may read RayJobs); `valueFrom.secretKeyRef` keeps
+    it in a Secret. The same for a slime flag in `extraArgs` that takes a key or a password.
+    """
+    for i, env in enumerate(exp.spec.runtime.env):
+        if env.value is not None and env.value != "" and looks_secret(env.name):
+            yield warn(
+                f"spec.runtime.env[{i}].value",
+                f"{env.name} looks like a secret but its value is plain text in the spec",
+                "use valueFrom.secretKeyRef (a Secret key) instead of value",
+            )
+    for i, arg in enumerate(exp.spec.runtime.extra_args):
+        flag = arg.split("=", 1)[0]
+        if flag.startswith("--") and looks_secret(flag[2:].replace("-", "_")):
+            yield warn(
+                f"spec.runtime.extraArgs[{i}]",
+                f"{flag} takes a secret; extraArgs are stored in plain text in the runtime-config "
+                "ConfigMap",
+                "pass secrets as env from a Secret (runtime.env[].valueFrom; W&B: "
+                "tracking.wandb.apiKeySecret)",
+            )
+
+
 def _reserved_env_hint(name: str) -> str:
     if name == "CUDA_HOME":
         return "set runtime.cudaHome instead"
@@ -335,12 +390,25 @@ def extra_resources(exp: RLExperiment) -> Iterator[Finding]:
     memory.
     """
     res = exp.spec.resources
+    if _native(res.gpu_resource_name):
+        yield err(
+            f"spec.{R}.gpuResourceName",
+            f"{res.gpu_resource_name!r} is a Kubernetes resource, not a device plugin's",
+            "e.g. nvidia.com/gpu or amd.com/gpu",
+        )
     for name in res.extra_resources:
         path = f"spec.{R}.extraResources"
         if name == res.gpu_resource_name:
             yield err(path, f"{name} is the GPU resource", "GPUs come from gpusPerNode")
-        elif name in ("cpu", "memory") or "/" not in name:
-            yield err(path, f"{name!r} is not an extended resource", "e.g. vpc.amazonaws.com/efa")
+        elif not _EXTENDED.match(name) or len(name) > 253 or _native(name):
+            fmt = FORMATS[EXTENDED_RESOURCE]
+            yield err(f"{path}.{name}", f"{name!r} is {fmt.message}", "e.g. vpc.amazonaws.com/efa")
+
+
+def _native(resource: str) -> bool:
+    """In Kubernetes' own domain: no device plugin advertises it (core/v1 validation)."""
+    domain = resource.split("/", 1)[0]
+    return domain == "kubernetes.io" or domain.endswith(".kubernetes.io")
 
 
 def checkpoint(exp: RLExperiment) -> Iterator[Finding]:
@@ -348,6 +416,64 @@ def checkpoint(exp: RLExperiment) -> Iterator[Finding]:
     ckpt = exp.spec.checkpoint
     if ckpt.save_interval is not None and ckpt.path is None:
         yield err("spec.checkpoint.path", "required when saveInterval is set", "set a PVC path")
+
+
+def children_fit(exp: RLExperiment) -> Iterator[Finding]:
+    """The objects agentrl creates fit Kubernetes' limits: the runtime-config ConfigMap holds
+    at most 1 MiB (the spec, extraArgs included), the RayJob at most 1.5 MiB (env, volumes
+    and placement are copied into two pod templates).
+    """
+    require_parsed(exp)
+    spec = exp.spec
+    config = RuntimeConfig(
+        experiment=exp.metadata.name,
+        namespace=exp.metadata.namespace,
+        bundle_version="0",
+        spec=config_spec(spec),
+        gateway_url="",
+    )
+    size = len(config.to_json().encode()) + CONFIG_HEADROOM
+    if size > CONFIGMAP_MAX_BYTES:
+        parts = {f"spec.{k}": v for k, v in _sizes(config_spec(spec).dump(), depth=2).items()}
+        yield err(
+            max(parts, key=lambda p: parts[p]),
+            f"the runtime-config ConfigMap would hold about {size // 1024} KiB; Kubernetes "
+            f"allows {CONFIGMAP_MAX_BYTES // 1024} KiB",
+            "shorten this field (large data belongs on a volume)",
+        )
+    rt, res = spec.runtime.dump(), spec.resources.dump()
+    copied = {
+        "spec.runtime.env": 2 * _json_size(rt.get("env", [])),
+        "spec.runtime.volumes": 3 * _json_size(rt.get("volumes", [])),
+        "spec.runtime.volumeMounts": 2 * _json_size(rt.get("volumeMounts", [])),
+        "spec.resources.affinity": _json_size(res.get("affinity", {})),
+        "spec.resources.tolerations": _json_size(res.get("tolerations", [])),
+        "spec.resources.head.tolerations": 2 * _json_size(res["head"].get("tolerations", [])),
+    }
+    total = RAYJOB_BASE_BYTES + sum(copied.values())
+    if total > MAX_OBJECT_BYTES:
+        yield err(
+            max(copied, key=lambda p: copied[p]),
+            f"the RayJob would be about {total // 1024} KiB; Kubernetes stores objects up to "
+            f"{MAX_OBJECT_BYTES // 1024} KiB",
+            "this field is copied into every pod template; shorten it",
+        )
+
+
+def _json_size(value: Any) -> int:
+    return len(json.dumps(value, separators=(",", ":")).encode())
+
+
+def _sizes(tree: dict[str, Any], depth: int, prefix: str = "") -> dict[str, int]:
+    """Serialized size of every subtree `depth` levels down ('runtime.extraArgs': 1234)."""
+    out: dict[str, int] = {}
+    for key, value in tree.items():
+        path = f"{prefix}.{key}" if prefix else key
+        if depth > 1 and isinstance(value, dict) and value:
+            out.update(_sizes(value, depth - 1, path))
+        else:
+            out[path] = _json_size(value)
+    return out
 
 
 ALL_RULES: tuple[Rule, ...] = (
@@ -369,4 +495,6 @@ ALL_RULES: tuple[Rule, ...] = (
     extra_code,
     extra_resources,
     checkpoint,
+    secrets_in_plain_text,
+    children_fit,
 )

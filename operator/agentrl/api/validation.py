@@ -1,16 +1,19 @@
 """Every problem with an RLExperiment, at once, each with its field path and a fix.
 
-`parse_experiment` turns pydantic's structural errors (types, ranges, unknown fields) into
-`Problem`s with wire-form paths (`spec.resources.parallelism.tensor`); `validate_experiment`
-adds the cross-field rules a schema cannot express (GPU arithmetic, batch divisibility,
-derived name lengths). The operator, the CLI and the tests all read the same list, so a
-spec rejected by `agentrl validate` is rejected by the cluster with the same words.
+`parse_experiment` first checks the document's bounds (`agentrl.api.bounds`: size, depth,
+JSON values, hidden characters), so nothing hostile reaches a parser; then turns pydantic's
+structural errors (types, ranges, unknown fields) into `Problem`s with wire-form paths
+(`spec.resources.parallelism.tensor`); then runs every rule: the checks of the Kubernetes
+objects the spec passes through (`kube_rules`, on the document as written) and the
+cross-field rules a schema cannot express (`rules`: GPU arithmetic, batch divisibility,
+derived name lengths). When some fields did not parse, the cross-field rules run on what did
+(`agentrl.api.partial`), and a rule that needs a broken field is skipped, so one run reports
+every problem. The operator, the CLI and the tests all read the same list, so a spec rejected
+by `agentrl validate` is rejected by the cluster with the same words.
 """
 
 from __future__ import annotations
 
-import contextlib
-import copy
 import difflib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -19,10 +22,12 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 from pydantic.alias_generators import to_camel
 
-from agentrl.api import kube_rules, rules
-from agentrl.api.base import QUANTITY_PATTERN
+from agentrl.api import bounds, kube_rules, partial, rules
 from agentrl.api.findings import Severity
+from agentrl.api.formats import text_format
 from agentrl.api.models import RLExperiment
+
+MISSING = "required field is missing"
 
 
 @dataclass(frozen=True)
@@ -35,7 +40,7 @@ class Problem:
     severity: Severity = "error"
 
     def __str__(self) -> str:
-        text = f"{self.path}: {self.message}"
+        text = f"{self.path}: {self.message}" if self.path else self.message
         if self.hint:
             text += f" ({self.hint})"
         if self.severity == "warning":
@@ -58,20 +63,18 @@ def parse_experiment(body: Mapping[str, Any]) -> tuple[RLExperiment | None, list
         problem = Problem("", "the document is not a mapping", "write an RLExperiment object")  # type: ignore[unreachable]
         return None, [problem]
     body = {k: v for k, v in body.items() if k != "status"}
+    violations = bounds.check_document(body)
+    if violations:
+        # Nothing else reads a document outside the bounds: that is what they protect.
+        return None, [Problem(v.path, v.message, v.hint) for v in violations]
     try:
         exp = _typed(body)
     except ValidationError as err:
-        # Typed rules need a typed spec; the document rules still run on what was written.
-        problems = _from_pydantic(err, body)
-        seen = {p.path for p in problems}
-        later = _document_problems(body)
-        unknown = [e["loc"] for e in err.errors() if e["type"] == "extra_forbidden"]
-        if len(unknown) == len(err.errors()):
-            # Only unknown fields (typos): the cross-field rules can still judge the rest,
-            # so one typo does not hide every other problem until the next run.
-            with contextlib.suppress(ValidationError):
-                later = validate_experiment(_typed(_without(body, unknown)))
-        return None, problems + [p for p in later if p.path not in seen]
+        structural = _from_pydantic(err, body)
+        # Every rule whose inputs parsed still runs, on the fields that did.
+        found = _document_problems(body) + _rule_problems(partial.build(RLExperiment, body))
+        seen = {p.path for p in structural}
+        return None, structural + [p for p in found if p.path not in seen]
     problems = validate_experiment(exp)
     return (None if errors(problems) else exp), problems
 
@@ -82,25 +85,13 @@ def _typed(body: Mapping[str, Any]) -> RLExperiment:
     return RLExperiment.model_validate(body, by_alias=True, by_name=False)
 
 
-def _without(body: Mapping[str, Any], locs: Sequence[Sequence[int | str]]) -> dict[str, Any]:
-    """A deep copy of `body` without the entries at `locs` (pydantic error locations)."""
-    out: dict[str, Any] = copy.deepcopy(dict(body))
-    for loc in locs:
-        node: Any = out
-        path = _clean_loc(loc)
-        for part in path[:-1]:
-            node = node[part]
-        node.pop(path[-1], None)
-    return out
-
-
 def validate_experiment(exp: RLExperiment) -> list[Problem]:
     """The cross-field rules, all of them; an empty list means the spec can run."""
-    found = _document_problems(exp.dump())
-    for check in rules.ALL_RULES:
-        for path, message, hint, severity in check(exp):
-            found.append(Problem(path, message, hint, severity))
-    return found
+    return _document_problems(exp.dump()) + _rule_problems(exp)
+
+
+def _rule_problems(exp: RLExperiment) -> list[Problem]:
+    return [Problem(*finding) for finding in partial.run_rules(rules.ALL_RULES, exp)]
 
 
 def _document_problems(body: Mapping[str, Any]) -> list[Problem]:
@@ -129,18 +120,44 @@ def _from_pydantic(err: ValidationError, body: Mapping[str, Any]) -> list[Proble
     problems: list[Problem] = []
     seen: set[tuple[str, str]] = set()
     for item in err.errors(include_url=False):
-        loc = _clean_loc(item["loc"])
+        loc = _clean_loc(item["loc"], body)
         problem = _problem_for(item["type"], loc, item["msg"], item.get("ctx") or {})
         key = (problem.path, problem.message)
         if key not in seen:  # unions report the same miss once per branch
             seen.add(key)
             problems.append(problem)
-    return problems
+    return _typos_explain_missing(problems)
 
 
-def _clean_loc(loc: Sequence[int | str]) -> list[int | str]:
-    # pydantic inserts validator tags such as 'function-after[...]' into the location.
-    return [p for p in loc if not (isinstance(p, str) and ("[" in p or p.startswith("function")))]
+def _typos_explain_missing(problems: list[Problem]) -> list[Problem]:
+    """`numRolouts` is one mistake, not two: a required field reported missing next to an
+    unknown sibling that is its misspelling is left to the unknown field's "did you mean".
+    """
+    meant = {
+        p.path.rsplit(".", 1)[0] + "." + p.hint.split("'")[1]
+        for p in problems
+        if p.message == "unknown field" and p.hint.startswith("did you mean '")
+    }
+    return [p for p in problems if not (p.message == MISSING and p.path in meant)]
+
+
+def _clean_loc(loc: Sequence[int | str], body: Any) -> list[int | str]:
+    """The location as wire keys: pydantic can insert validator tags ('function-after[...]',
+    'constrained-str') that are not keys of the document; a user's key is always kept.
+    """
+    out: list[int | str] = []
+    node = body
+    for part in loc:
+        if isinstance(part, int):
+            out.append(part)
+            node = node[part] if isinstance(node, list) and 0 <= part < len(node) else None
+        elif isinstance(node, Mapping) and part in node:
+            out.append(part)
+            node = node[part]
+        elif not ("[" in part or part.startswith(("function-", "constrained-"))):
+            out.append(part)  # a missing field: its own name
+            node = None
+    return out
 
 
 def _problem_for(kind: str, loc: list[int | str], msg: str, ctx: Mapping[str, Any]) -> Problem:
@@ -148,13 +165,21 @@ def _problem_for(kind: str, loc: list[int | str], msg: str, ctx: Mapping[str, An
     if kind == "extra_forbidden":
         return Problem(path, "unknown field", _suggest(loc))
     if kind == "missing":
-        return Problem(path, "required field is missing", "set it; see docs/api.md")
+        return Problem(path, MISSING, "set it; see docs/api.md")
     if kind == "string_pattern_mismatch":
-        if ctx.get("pattern") == QUANTITY_PATTERN:
-            return Problem(path, "not a Kubernetes quantity", "e.g. 64Gi, 500m or 8")
+        fmt = text_format(str(ctx.get("pattern")))
+        if fmt is not None:
+            return Problem(path, fmt.message, fmt.hint)
         return Problem(path, "does not match the expected format", f"pattern {ctx.get('pattern')}")
     if kind == "value_error":
         return Problem(path, msg.removeprefix("Value error, "), "")
+    if kind == "quantity":
+        return Problem(path, msg, "e.g. 64Gi, 500m or 8")
+    if kind == "finite_number":
+        return Problem(path, "must be a finite number", "JSON and Kubernetes have no inf or NaN")
+    if kind in ("int_type", "float_type", "bool_type", "string_type", "int_from_float"):
+        return Problem(path, msg, "write the value without quotes or conversions; the API "
+                       "server refuses other types")  # fmt: skip
     return Problem(path, msg, "")
 
 
