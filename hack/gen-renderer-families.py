@@ -17,7 +17,7 @@ from pathlib import Path
 import renderers
 from renderers.configs import _CONFIG_BY_NAME
 
-OUT = Path(__file__).resolve().parent.parent / "operator" / "agentrl" / "api" / "renderer_families.py"
+OUT = Path(__file__).resolve().parent.parent / "operator/agentrl/api/renderer_families.py"
 
 
 def render() -> str:

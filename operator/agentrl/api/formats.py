@@ -66,53 +66,64 @@ TEXT_MAX: Final = 32 * 1024
 
 @dataclass(frozen=True)
 class Format:
-    """What a user reads when a value does not match `pattern`."""
+    """What a user reads when a value does not match `pattern`, and the format's name in
+    docs/api.md."""
 
     message: str
     hint: str
+    label: str
 
 
 FORMATS: Final[dict[str, Format]] = {
     DNS1123_SUBDOMAIN: Format(
         "not a valid Kubernetes object name (RFC 1123 subdomain)",
         "lower-case letters, digits, '-' and '.', starting and ending with a letter or digit",
+        "object name (RFC 1123 subdomain)",
     ),
     DNS1123_LABEL: Format(
         "not a valid Kubernetes name (RFC 1123 label)",
         "at most 63 lower-case letters, digits and '-', starting and ending with a letter or digit",
+        "RFC 1123 label",
     ),
     DNS1035_LABEL: Format(
         "not a valid RFC 1035 label",
         "lower-case letters, digits and '-', starting with a letter",
+        "RFC 1035 label",
     ),
     LABEL_VALUE: Format(
         "not a valid Kubernetes label value",
         "at most 63 letters, digits, '-', '_' and '.', starting and ending with a letter or digit",
+        "label value",
     ),
     QUALIFIED_NAME: Format(
         "not a valid Kubernetes label or annotation key",
         "an optional DNS prefix and '/', then letters, digits, '-', '_' and '.', e.g. "
         "example.com/team",
+        "label key",
     ),
-    CONFIG_KEY: Format("not a valid Secret key", "letters, digits, '-', '_' and '.'"),
+    CONFIG_KEY: Format("not a valid Secret key", "letters, digits, '-', '_' and '.'", "Secret key"),
     EXTENDED_RESOURCE: Format(
         "not an extended resource name",
         "a domain-prefixed device resource such as nvidia.com/gpu or amd.com/gpu; cpu and "
         "memory are set by their own fields",
+        "extended resource name",
     ),
     QUEUE_NAME: Format(
         "not a valid Kueue queue name (it travels as a label value)",
         "lower-case letters, digits, '-' and '.', starting and ending with a letter or digit",
+        "queue name, label value",
     ),
     ABSOLUTE_PATH: Format(
         "not an absolute path",
         "give the absolute path inside the pods, e.g. /models/qwen (see runtime.volumeMounts)",
+        "absolute path",
     ),
     HTTP_URL: Format(
         "not an http(s) URL with a host",
         "e.g. https://agents.example.com:8443/path; no user:password@ (use a Secret header)",
+        "http(s) URL",
     ),
-    WORD: Format("not a single word", "letters, digits, '.', '_' and '-'"),
+    WORD: Format("not a single word", "letters, digits, '.', '_' and '-'", "one word"),
 }
 
 

@@ -1,45 +1,294 @@
-"""Read one RLExperiment document from a file or stdin, with messages a user can act on."""
+"""Read RLExperiment documents the way `kubectl apply -f` reads manifests, within bounds.
+
+`-f` takes files, directories (their .yaml, .yml and .json files in name order; with
+`--recursive` their subdirectories too) and `-` for stdin, each holding one or more YAML
+documents; a `kind: List` is read as its items. Documents of other kinds (a Secret or a PVC
+next to the experiment) are skipped with a note, as they are not this tool's to check.
+
+YAML is parsed with a composer that enforces the limits of `agentrl.api.bounds` while it
+builds the document, so nesting 20,000 levels deep, a 5,000-digit integer or an alias bomb
+stops at the first value past a limit, with that value's field path, instead of
+exhausting the stack, the CPU or the memory. Each violation is reported with the document it
+belongs to; a problem with the file itself (missing, unreadable, not YAML) is a LoadError.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import sys
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import yaml
+from yaml.events import AliasEvent
+from yaml.nodes import Node, ScalarNode
+
+from agentrl.api import bounds
+from agentrl.api.constants import KIND
+from agentrl.api.validation import Problem
+
+# What kubectl reads from a directory (kubectl's FileExtensions).
+EXTENSIONS: Final = (".json", ".yaml", ".yml")
+# One file can hold many documents; each still has to fit one API request.
+MAX_FILE_BYTES: Final = 16 * 1024 * 1024
+INT_TAG: Final = "tag:yaml.org,2002:int"
 
 
 class LoadError(Exception):
-    """The file cannot be read as exactly one YAML/JSON mapping."""
+    """A file cannot be read as YAML/JSON documents at all."""
 
 
-def load_document(path: str) -> Any:
-    """The single document in `path` ('-' is stdin); raises LoadError with the reason."""
-    text = _read(path)
-    try:
-        docs = [d for d in yaml.safe_load_all(text) if d is not None]
-    except yaml.YAMLError as exc:
-        raise LoadError(f"{path}: not valid YAML: {_yaml_reason(exc)}") from None
-    if not docs:
-        raise LoadError(f"{path}: the file is empty")
-    if len(docs) > 1:
-        raise LoadError(f"{path}: holds {len(docs)} documents; put one RLExperiment per file")
-    return docs[0]
+@dataclass(frozen=True)
+class Document:
+    """One document of the input: where it came from, and its content or why it has none."""
+
+    source: str  # "spec.yaml", or "all.yaml#2" for the second document of a file
+    body: Any = None
+    problems: list[Problem] = field(default_factory=list)
+
+    @property
+    def kind(self) -> str:
+        return str(self.body.get("kind", KIND)) if isinstance(self.body, dict) else KIND
+
+    @property
+    def is_experiment(self) -> bool:
+        """Ours to check: kind RLExperiment, or no kind at all (the model defaults it)."""
+        return self.kind == KIND or self.problems != []
+
+    def describe(self) -> str:
+        """'v1/Secret hf-token', for the note that says a document was skipped."""
+        body = self.body if isinstance(self.body, dict) else {}
+        meta = body.get("metadata")
+        name = meta.get("name", "") if isinstance(meta, dict) else ""
+        return f"{body.get('apiVersion', '')}/{self.kind} {name}".strip()
+
+
+def load_documents(paths: Sequence[str], recursive: bool = False) -> list[Document]:
+    """Every document under `paths`, in order; raises LoadError for an unreadable input."""
+    docs: list[Document] = []
+    for path in paths:
+        for file in _expand(path, recursive):
+            docs.extend(_documents(file, _read(file)))
+    return docs
+
+
+def _expand(path: str, recursive: bool) -> list[str]:
+    if path == "-":
+        return [path]
+    target = Path(path)
+    if not target.exists():
+        raise LoadError(f"{path}: no such file or directory")
+    if not target.is_dir():
+        return [path]
+    pattern = "**/*" if recursive else "*"
+    files = sorted(str(p) for p in target.glob(pattern) if p.is_file() and p.suffix in EXTENSIONS)
+    if not files:
+        raise LoadError(
+            f"{path}: no {', '.join(EXTENSIONS)} files"
+            + ("" if recursive else " (use --recursive for subdirectories)")
+        )
+    return files
 
 
 def _read(path: str) -> str:
-    if path == "-":
-        return sys.stdin.read()
     try:
-        return Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise LoadError(f"{path}: no such file") from None
+        if path == "-":
+            stream = getattr(sys.stdin, "buffer", None)  # a text-only stdin (tests, IDEs)
+            data = (
+                stream.read(MAX_FILE_BYTES + 1)
+                if stream is not None
+                else sys.stdin.read(MAX_FILE_BYTES + 1).encode("utf-8")
+            )
+        else:
+            with open(path, "rb") as f:
+                data = f.read(MAX_FILE_BYTES + 1)
     except IsADirectoryError:
         raise LoadError(f"{path}: is a directory, not a file") from None
-    except UnicodeDecodeError:
-        raise LoadError(f"{path}: not UTF-8 text") from None
     except OSError as exc:
         raise LoadError(f"{path}: cannot read: {exc.strerror}") from None
+    if len(data) > MAX_FILE_BYTES:
+        raise LoadError(f"{path}: larger than {MAX_FILE_BYTES // 2**20} MiB")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise LoadError(f"{path}: not UTF-8 text") from None
+
+
+def _documents(path: str, text: str) -> list[Document]:
+    loader: Any = _BoundedLoader(text)
+    raw: list[tuple[Any, list[Problem]]] = []
+    try:
+        while loader.check_data():
+            body = loader.get_data()
+            raw.append((body, loader.take_problems()))
+    except _StopFile:
+        problems = loader.take_problems()
+        if "\n---" in text[loader.index :]:  # say so when documents follow unread
+            hint = problems[-1].hint + "; later documents of this file were not read"
+            problems[-1] = dataclasses.replace(problems[-1], hint=hint)
+        raw.append((None, problems))
+    except yaml.YAMLError as exc:
+        raise LoadError(f"{path}: not valid YAML: {_yaml_reason(exc)}") from None
+    finally:
+        loader.dispose()
+    raw = [(b, p) for b, p in raw if b is not None or p]  # `---` with nothing after it
+    if not raw:
+        raise LoadError(f"{path}: the file is empty")
+    label = "stdin" if path == "-" else path
+    docs: list[Document] = []
+    for i, (body, problems) in enumerate(raw, 1):
+        source = label if len(raw) == 1 else f"{label}#{i}"
+        docs.extend(_items(source, body, problems))
+    return docs
+
+
+def _items(source: str, body: Any, problems: list[Problem]) -> Iterator[Document]:
+    if problems:
+        yield Document(source, None, problems)
+        return
+    violations = bounds.check_document(body)
+    if violations:
+        yield Document(source, None, [Problem(v.path, v.message, v.hint) for v in violations])
+        return
+    # A plain JSON tree, as kubectl would send it: no YAML types, no shared references.
+    body = json.loads(json.dumps(body))
+    items = body.get("items") if isinstance(body, dict) else None
+    if isinstance(body, dict) and body.get("kind") == "List" and isinstance(items, list):
+        for i, item in enumerate(items):
+            yield Document(f"{source}[{i}]", item)
+        return
+    yield Document(source, body)
+
+
+class _StopFile(Exception):
+    """A document broke a bound; the rest of its file is not read."""
+
+
+class _OutOfBounds(Exception):
+    def __init__(self, path: str, message: str, hint: str) -> None:
+        super().__init__(message)
+        self.problem = Problem(path, message, hint)
+
+
+# PyYAML's composer internals are untyped in its stubs; the subclass is checked as Any.
+_SafeLoader: Any = yaml.SafeLoader
+
+
+class _BoundedLoader(_SafeLoader):  # type: ignore[misc]
+    """SafeLoader whose composer counts depth and values (aliases expanded) as it goes and
+    gives up on a document at the first value past a limit of `agentrl.api.bounds`."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._problems: list[Problem] = []
+        self._path: list[str | int] = []
+        self._count = 0
+        self._weights: dict[int, int] = {}
+
+    def get_data(self) -> Any:
+        """The next document, or None when it broke a bound or has a value Python cannot
+        build (a date like 2024-02-30); the reason is in take_problems()."""
+        if not self.check_node():
+            return None
+        node = self.get_node()
+        if node is None:
+            return None
+        try:
+            return self.construct_document(node)
+        except (ValueError, OverflowError) as exc:
+            self._problems.append(
+                Problem("", f"a value cannot be read: {exc}", "quote it to make it a string")
+            )
+            return None
+
+    def take_problems(self) -> list[Problem]:
+        found, self._problems = self._problems, []
+        return found
+
+    def compose_document(self) -> Node | None:
+        start = self.get_event()  # DocumentStartEvent
+        self._path, self._count, self._weights = [], 0, {}
+        try:
+            node = self.compose_node(None, None)
+        except _OutOfBounds as exc:
+            # Stop reading the file here: skipping the rest of a hostile document would cost
+            # what the bound is there to avoid (PyYAML's scanner is quadratic in nesting).
+            self._problems.append(exc.problem)
+            raise _StopFile from None
+        end = self.get_event()  # DocumentEndEvent
+        self.anchors: dict[str, Node] = {}
+        if end.end_mark.index - start.start_mark.index > bounds.MAX_REQUEST_BYTES:
+            self._problems.append(
+                Problem(
+                    "",
+                    f"the document is larger than {bounds.MAX_REQUEST_BYTES // 2**20} MiB",
+                    "the API server refuses requests over 3 MiB",
+                )
+            )
+            return None
+        return node
+
+    def compose_node(self, parent: Node | None, index: Any) -> Node:
+        where = self._where(index)
+        if self.check_event(AliasEvent):
+            alias = self.peek_event().anchor
+            node = self.anchors.get(alias)
+            if node is not None:
+                weight = self._weights.get(id(node))
+                if weight is None:
+                    raise _OutOfBounds(
+                        where, f"alias *{alias} refers to a collection that contains it",
+                        "a recursive structure has no JSON form; remove the alias",
+                    )  # fmt: skip
+                self._add(weight, where)
+            aliased: Node = super().compose_node(parent, index)
+            return aliased
+        if len(self._path) >= bounds.MAX_DEPTH:
+            raise _OutOfBounds(
+                where, f"nested deeper than {bounds.MAX_DEPTH} levels",
+                "no field of an RLExperiment is this deep; check the indentation",
+            )  # fmt: skip
+        anchor = getattr(self.peek_event(), "anchor", None)
+        before = self._count
+        self._add(1, where)
+        if isinstance(index, ScalarNode | int):
+            self._path.append(index.value if isinstance(index, ScalarNode) else index)
+            try:
+                node = super().compose_node(parent, index)
+            finally:
+                self._path.pop()
+        else:  # the root, or a mapping key
+            node = super().compose_node(parent, index)
+        if isinstance(node, ScalarNode) and node.tag == INT_TAG:
+            digits = len(node.value)
+            if digits > bounds.MAX_INT_DIGITS:
+                raise _OutOfBounds(
+                    where, f"an integer of {digits:,} digits", "Kubernetes integers are 64-bit"
+                )
+        if anchor is not None:  # what an alias to it will cost
+            self._weights[id(node)] = self._count - before
+        return node
+
+    def _add(self, count: int, where: str) -> None:
+        self._count += count
+        if self._count > bounds.MAX_NODES:
+            raise _OutOfBounds(
+                where,
+                f"the document holds more than {bounds.MAX_NODES:,} values (after expanding "
+                "YAML aliases)",
+                "an experiment holds a few hundred; remove the repeated anchors/aliases",
+            )
+
+    def _where(self, index: Any) -> str:
+        path = ""
+        for part in [*self._path, *([index.value] if isinstance(index, ScalarNode) else [])]:
+            path = bounds.join(path, part if isinstance(part, int) else str(part))
+        if isinstance(index, int):
+            path = bounds.join(path, index)
+        return path
 
 
 def _yaml_reason(exc: yaml.YAMLError) -> str:
