@@ -59,6 +59,8 @@ def check_document(doc: Any) -> list[Violation]:
     found: list[Violation] = []
     nodes = 0
     size = 0
+    # Serialized bytes per field a few levels down, to name the field that makes it too big.
+    sizes: dict[str, int] = {}
     # (value, path, depth); a stack instead of recursion, so depth costs no Python frames.
     stack: list[tuple[Any, str, int]] = [(doc, "", 1)]
     while stack:
@@ -83,14 +85,17 @@ def check_document(doc: Any) -> list[Violation]:
                 )
             )
             continue  # do not descend: the rest of this branch is the same mistake
-        size += _scalar_size(value)
+        cost = _scalar_size(value)
+        size += cost
+        bucket = _bucket(path, depth)
+        sizes[bucket] = sizes.get(bucket, 0) + cost
         if size > MAX_OBJECT_BYTES:
             found.append(
                 Violation(
-                    "",
-                    f"the object is larger than {MAX_OBJECT_BYTES // 1024} KiB",
-                    "Kubernetes (etcd) stores objects up to 1.5 MiB; move large data to a "
-                    "ConfigMap or a volume",
+                    max(sizes, key=lambda p: (sizes[p], p)),
+                    f"the object is larger than {MAX_OBJECT_BYTES // 1024} KiB; this field is "
+                    "the largest part",
+                    "Kubernetes (etcd) stores objects up to 1.5 MiB; move large data to a volume",
                 )
             )
             return found
@@ -106,7 +111,9 @@ def check_document(doc: Any) -> list[Violation]:
                     )
                     continue
                 stack.append((value[key], join(path, key), depth + 1))
-                size += _string_size(key) + 1
+                cost = _string_size(key) + 1
+                size += cost
+                sizes[bucket] = sizes.get(bucket, 0) + cost
         elif isinstance(value, list | tuple):
             items = list(enumerate(value))
             stack.extend((item, join(path, i), depth + 1) for i, item in reversed(items))
@@ -117,6 +124,24 @@ def check_document(doc: Any) -> list[Violation]:
         if len(found) >= 50:  # enough to act on; a hostile document could list millions
             return found
     return found
+
+
+# Fields this many levels down are the ones a size violation names (spec.runtime.extraArgs).
+_SIZE_DEPTH = 4
+
+
+def _bucket(path: str, depth: int) -> str:
+    """`path` cut to the field `_SIZE_DEPTH` levels down, where sizes are added up."""
+    if depth <= _SIZE_DEPTH:
+        return path
+    cut, level = 0, 1
+    for i, char in enumerate(path):
+        if char in ".[":
+            level += 1
+            if level == _SIZE_DEPTH:
+                cut = i
+                break
+    return path[:cut] if cut else path
 
 
 def _scalar_problem(value: Any) -> tuple[str, str] | None:

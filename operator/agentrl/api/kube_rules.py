@@ -49,6 +49,11 @@ RESERVED_MOUNTS = (SHM_MOUNT_DIR, CONFIG_MOUNT_DIR, BUNDLE_MOUNT_DIR, EXTRA_CODE
 RESERVED_VOLUMES = (SHM_VOLUME, CONFIG_VOLUME, BUNDLE_VOLUME)
 TOLERATION_OPERATORS = ("Exists", "Equal")
 TOLERATION_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+# Enumerations core/v1 validation enforces where the schema only says "string".
+NODE_SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
+LABEL_SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
+MOUNT_PROPAGATIONS = ("None", "HostToContainer", "Bidirectional")
+EMPTY_DIR_MEDIA = ("", "Memory", "HugePages")
 DNS1035 = re.compile(DNS1035_LABEL)
 _DNS1123_LABEL = re.compile(DNS1123_LABEL)
 _SUBDOMAIN = re.compile(DNS1123_SUBDOMAIN)
@@ -130,10 +135,23 @@ def volumes(body: Mapping[str, Any]) -> Iterator[Finding]:
             )
         for source, field, kind in NAMED_OBJECTS:
             yield from _object_name(f"{path}.{source}.{field}", _at(vol, source, field), kind)
+        medium = _at(vol, "emptyDir", "medium")
+        if isinstance(medium, str) and not (
+            medium in EMPTY_DIR_MEDIA or medium.startswith("HugePages-")
+        ):
+            yield err(f"{path}.emptyDir.medium", f"{medium!r} is not a medium", 'Memory or ""')
     for i, name in repeats(declared):
         yield err(f"spec.runtime.volumes[{i}].name", f"volume {name!r} twice", "rename one")
-    for i, mount in _dicts(_at(body, "spec", "runtime", "volumeMounts")):
+    mounts = _dicts(_at(body, "spec", "runtime", "volumeMounts"))
+    for i, mount in mounts:
         yield from _mount(i, mount, declared)
+    paths = [str(m.get("mountPath")).rstrip("/") for _, m in mounts if "mountPath" in m]
+    for i, mount_path in repeats(paths):
+        yield err(
+            f"spec.runtime.volumeMounts[{i}].mountPath",
+            f"{mount_path} is mounted twice",
+            "Kubernetes refuses two mounts at one path",
+        )
 
 
 def _volume_name(path: str, name: str) -> Iterator[Finding]:
@@ -160,6 +178,20 @@ def _mount(i: int, mount: Mapping[str, Any], declared: list[str]) -> Iterator[Fi
             f"no volume named {name!r} in runtime.volumes",
             "declare the volume or fix the name",
         )
+    propagation = mount.get("mountPropagation")
+    if propagation is not None and propagation not in MOUNT_PROPAGATIONS:
+        yield err(
+            f"{path}.mountPropagation", f"{propagation!r} is not a mount propagation",
+            " or ".join(MOUNT_PROPAGATIONS),
+        )  # fmt: skip
+    for field in ("subPath", "subPathExpr"):
+        sub = mount.get(field)
+        if isinstance(sub, str) and (sub.startswith("/") or ".." in sub.split("/")):
+            yield err(
+                f"{path}.{field}",
+                f"{sub!r} must be a relative path without '..'",
+                "a path inside the volume, e.g. models/qwen",
+            )
     mount_path = mount.get("mountPath")
     if not isinstance(mount_path, str):
         return  # missing or mistyped: the schema check said so
@@ -192,7 +224,11 @@ def placement(body: Mapping[str, Any]) -> Iterator[Finding]:
             yield from _toleration(f"{base}[{i}]", tol)
     affinity = _at(res, "affinity")
     if isinstance(affinity, Mapping):
-        yield from kube_schema.check(affinity, kube_schema.AFFINITY, "spec.resources.affinity")
+        base = "spec.resources.affinity"
+        found = kube_schema.check(affinity, kube_schema.AFFINITY, base)
+        yield from found
+        if not found:
+            yield from _selector_operators(affinity, base)
     for base, selector in (
         ("spec.resources.nodeSelector", _at(res, "nodeSelector")),
         ("spec.resources.head.nodeSelector", _at(res, "head", "nodeSelector")),
@@ -209,8 +245,36 @@ def _keys(base: str, mapping: Mapping[Any, Any], what: str) -> Iterator[Finding]
             yield err(f"{base}.{text}", f"{text!r} is not a valid {what} key", fmt.hint)
 
 
+def _selector_operators(node: Any, path: str) -> Iterator[Finding]:
+    """`operator` of every selector requirement in an affinity: node selector terms allow
+    Gt and Lt, label selectors do not (core/v1 validation; the schema says only "string").
+    """
+    stack: list[tuple[Any, str, tuple[str, ...]]] = [(node, path, ())]
+    while stack:
+        item, where, allowed = stack.pop()
+        if isinstance(item, list):
+            stack.extend((x, f"{where}[{i}]", allowed) for i, x in enumerate(item))
+        elif isinstance(item, Mapping):
+            op = item.get("operator")
+            if allowed and op is not None and op not in allowed:
+                yield err(f"{where}.operator", f"{op!r} is not an operator here", "/".join(allowed))
+            for key, value in item.items():
+                if key in ("matchExpressions", "matchFields"):
+                    ops = LABEL_SELECTOR_OPERATORS if where.endswith("Selector") else ()
+                    stack.append((value, f"{where}.{key}", ops or NODE_SELECTOR_OPERATORS))
+                else:
+                    stack.append((value, f"{where}.{key}", ()))
+
+
 def _toleration(path: str, tol: Mapping[str, Any]) -> Iterator[Finding]:
     yield from kube_schema.check(tol, kube_schema.TOLERATION, path)
+    key = tol.get("key")
+    if (
+        isinstance(key, str)
+        and key
+        and (len(key) > QUALIFIED_NAME_MAX or not _QUALIFIED.match(key))
+    ):
+        yield err(f"{path}.key", f"{key!r} is not a valid taint key", FORMATS[QUALIFIED_NAME].hint)
     op = tol.get("operator", "Equal")
     if op not in TOLERATION_OPERATORS:
         yield err(f"{path}.operator", f"{op!r} is not Exists or Equal", "")

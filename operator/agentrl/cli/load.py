@@ -32,9 +32,11 @@ from agentrl.api.validation import Problem
 
 # What kubectl reads from a directory (kubectl's FileExtensions).
 EXTENSIONS: Final = (".json", ".yaml", ".yml")
-# One file can hold many documents; each still has to fit one API request.
+# One file can hold many documents; each still has to fit one object (agentrl.api.bounds).
 MAX_FILE_BYTES: Final = 16 * 1024 * 1024
 INT_TAG: Final = "tag:yaml.org,2002:int"
+TIMESTAMP_TAG: Final = "tag:yaml.org,2002:timestamp"
+STR_TAG: Final = "tag:yaml.org,2002:str"
 
 
 class LoadError(Exception):
@@ -209,7 +211,7 @@ class _BoundedLoader(_SafeLoader):  # type: ignore[misc]
         return found
 
     def compose_document(self) -> Node | None:
-        start = self.get_event()  # DocumentStartEvent
+        self.get_event()  # DocumentStartEvent
         self._path, self._count, self._weights = [], 0, {}
         try:
             node = self.compose_node(None, None)
@@ -218,17 +220,8 @@ class _BoundedLoader(_SafeLoader):  # type: ignore[misc]
             # what the bound is there to avoid (PyYAML's scanner is quadratic in nesting).
             self._problems.append(exc.problem)
             raise _StopFile from None
-        end = self.get_event()  # DocumentEndEvent
+        self.get_event()  # DocumentEndEvent
         self.anchors: dict[str, Node] = {}
-        if end.end_mark.index - start.start_mark.index > bounds.MAX_REQUEST_BYTES:
-            self._problems.append(
-                Problem(
-                    "",
-                    f"the document is larger than {bounds.MAX_REQUEST_BYTES // 2**20} MiB",
-                    "the API server refuses requests over 3 MiB",
-                )
-            )
-            return None
         return node
 
     def compose_node(self, parent: Node | None, index: Any) -> Node:
@@ -268,6 +261,15 @@ class _BoundedLoader(_SafeLoader):  # type: ignore[misc]
                 raise _OutOfBounds(
                     where, f"an integer of {digits:,} digits", "Kubernetes integers are 64-bit"
                 )
+        elif isinstance(node, ScalarNode) and node.tag == TIMESTAMP_TAG:
+            try:
+                self.construct_yaml_timestamp(node)
+            except (ValueError, OverflowError) as exc:
+                # Reported here, where the field is known; read on as text.
+                self._problems.append(
+                    Problem(where, f"{node.value!r} is not a date: {exc}", "quote it")
+                )
+                node.tag = STR_TAG
         if anchor is not None:  # what an alias to it will cost
             self._weights[id(node)] = self._count - before
         return node
