@@ -46,10 +46,19 @@ class Violation:
 
 
 def join(path: str, key: str | int) -> str:
-    """'spec.data' + 'eval' -> 'spec.data.eval'; + 0 -> 'spec.data.eval[0]'."""
+    """'spec.data' + 'eval' -> 'spec.data.eval'; + 0 -> 'spec.data.eval[0]'. Unprintable
+    characters of a key (NUL, bidi controls) are escaped: a path is printed to terminals."""
     if isinstance(key, int):
         return f"{path}[{key}]"
+    key = printable(key)
     return f"{path}.{key}" if path else key
+
+
+def printable(text: str) -> str:
+    """`text` with every unprintable character as a Python escape ('a\\x00b')."""
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
 
 
 def check_document(doc: Any) -> list[Violation]:

@@ -21,6 +21,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from agentrl.api import kube_schema
+from agentrl.api.bounds import join
 from agentrl.api.constants import (
     ANNOTATIONS_MAX_BYTES,
     BUNDLE_MOUNT_DIR,
@@ -84,8 +85,11 @@ def _dicts(value: Any) -> list[tuple[int, Mapping[str, Any]]]:
 
 def _object_name(path: str, value: Any, kind: str) -> Iterator[Finding]:
     """`value` is a valid name of a `kind` object (RFC 1123 subdomain)."""
-    if not isinstance(value, str) or not value:
+    if not isinstance(value, str):
         return  # the schema check reports missing or mistyped names
+    if not value:
+        yield err(path, f"the {kind} name is empty", "name the object")
+        return
     if len(value) > DNS1123_SUBDOMAIN_MAX or not _SUBDOMAIN.match(value):
         fmt = FORMATS[DNS1123_SUBDOMAIN]
         yield err(path, f"{value!r} is {fmt.message} for a {kind}", fmt.hint)
@@ -242,7 +246,7 @@ def _keys(base: str, mapping: Mapping[Any, Any], what: str) -> Iterator[Finding]
     for key in mapping:
         text = str(key)
         if len(text) > QUALIFIED_NAME_MAX or not _QUALIFIED.match(text):
-            yield err(f"{base}.{text}", f"{text!r} is not a valid {what} key", fmt.hint)
+            yield err(join(base, text), f"{text!r} is not a valid {what} key", fmt.hint)
 
 
 def _selector_operators(node: Any, path: str) -> Iterator[Finding]:

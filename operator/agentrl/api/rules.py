@@ -14,7 +14,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from agentrl.api.bounds import MAX_OBJECT_BYTES
+from agentrl.api.bounds import MAX_OBJECT_BYTES, join
 from agentrl.api.constants import (
     CONFIGMAP_MAX_BYTES,
     ENV_CONFIG_PATH,
@@ -402,7 +402,7 @@ def extra_resources(exp: RLExperiment) -> Iterator[Finding]:
             yield err(path, f"{name} is the GPU resource", "GPUs come from gpusPerNode")
         elif not _EXTENDED.match(name) or len(name) > 253 or _native(name):
             fmt = FORMATS[EXTENDED_RESOURCE]
-            yield err(f"{path}.{name}", f"{name!r} is {fmt.message}", "e.g. vpc.amazonaws.com/efa")
+            yield err(join(path, name), f"{name!r} is {fmt.message}", "e.g. vpc.amazonaws.com/efa")
 
 
 def _native(resource: str) -> bool:

@@ -109,10 +109,7 @@ def format_path(loc: Sequence[int | str]) -> str:
     """('spec', 'data', 'eval', 1, 'name') -> 'spec.data.eval[1].name'."""
     out = ""
     for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        else:
-            out += f".{part}" if out else part
+        out = bounds.join(out, part)
     return out
 
 

@@ -14,6 +14,7 @@ belongs to; a problem with the file itself (missing, unreadable, not YAML) is a 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import sys
@@ -120,6 +121,10 @@ def _read(path: str) -> str:
 
 
 def _documents(path: str, text: str) -> list[Document]:
+    bad = _SafeLoader.NON_PRINTABLE.search(text)
+    if bad is not None:
+        # YAML has no raw control characters; say which field holds one, not just where.
+        return [Document(_label(path), None, [_unprintable(text, bad.start())])]
     loader: Any = _BoundedLoader(text)
     raw: list[tuple[Any, list[Problem]]] = []
     try:
@@ -139,12 +144,81 @@ def _documents(path: str, text: str) -> list[Document]:
     raw = [(b, p) for b, p in raw if b is not None or p]  # `---` with nothing after it
     if not raw:
         raise LoadError(f"{path}: the file is empty")
-    label = "stdin" if path == "-" else path
+    label = _label(path)
     docs: list[Document] = []
     for i, (body, problems) in enumerate(raw, 1):
         source = label if len(raw) == 1 else f"{label}#{i}"
         docs.extend(_items(source, body, problems))
     return docs
+
+
+def _label(path: str) -> str:
+    return "stdin" if path == "-" else path
+
+
+def _unprintable(text: str, index: int) -> Problem:
+    """The field whose text holds the character at `index` (found by parsing a copy with the
+    unprintable characters replaced), and what the character is."""
+    char = text[index]
+    what = "a NUL character" if char == "\x00" else f"the control character U+{ord(char):04X}"
+    line = text.count("\n", 0, index) + 1
+    clean = _SafeLoader.NON_PRINTABLE.sub("\ufffd", text)
+    path = ""
+    with contextlib.suppress(yaml.YAMLError):
+        path = _path_at(clean, index)
+    return Problem(
+        path,
+        f"{what} on line {line}; YAML allows none",
+        'write it as an escape in a double-quoted string ("\\0") or remove it',
+    )
+
+
+def _path_at(text: str, index: int) -> str:
+    """The wire path of the scalar that spans `index` in `text` ("" if none does)."""
+    # Each frame: [is a mapping, key expected next, path of the collection, next index/key]
+    stack: list[list[Any]] = []
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        if isinstance(event, yaml.DocumentStartEvent):
+            stack = []
+        if not isinstance(event, yaml.NodeEvent | yaml.CollectionEndEvent):
+            continue
+        if isinstance(event, yaml.CollectionEndEvent):
+            stack.pop()
+            _advance(stack)
+            continue
+        where = _child(stack)
+        if isinstance(event, yaml.ScalarEvent):
+            start, end = event.start_mark, event.end_mark
+            key_position = bool(stack) and stack[-1][0] and stack[-1][1]
+            if start is not None and end is not None and start.index <= index <= end.index:
+                return bounds.join(where, event.value) if key_position else where
+            if key_position:
+                stack[-1][3] = event.value
+            _advance(stack)
+        elif isinstance(event, yaml.CollectionStartEvent):
+            stack.append([isinstance(event, yaml.MappingStartEvent), True, where, 0])
+        else:  # an alias
+            _advance(stack)
+    return ""
+
+
+def _child(stack: list[list[Any]]) -> str:
+    if not stack:
+        return ""
+    is_map, key_next, path, slot = stack[-1]
+    if is_map:
+        return path if key_next else bounds.join(path, str(slot))
+    return bounds.join(path, slot)
+
+
+def _advance(stack: list[list[Any]]) -> None:
+    if not stack:
+        return
+    frame = stack[-1]
+    if frame[0]:
+        frame[1] = not frame[1]
+    else:
+        frame[3] += 1
 
 
 def _items(source: str, body: Any, problems: list[Problem]) -> Iterator[Document]:
