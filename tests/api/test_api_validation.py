@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from agentrl.api.validation import Problem, errors, parse_experiment
 from conftest import minimal_body
 
@@ -151,3 +153,26 @@ def test_status_and_server_metadata_never_invalidate_a_spec() -> None:
 def test_not_a_mapping() -> None:
     exp, problems = parse_experiment(["a", "list"])  # type: ignore[arg-type]
     assert exp is None and problems[0].message == "the document is not a mapping"
+
+
+@pytest.mark.parametrize(
+    ("name", "warned"),
+    [
+        ("OPENAI_API_KEY", True), ("HF_TOKEN", True), ("DB_PASSWORD", True),
+        ("AWS_SECRET_ACCESS_KEY", True), ("SSH_PRIVATE_KEY", True), ("GITHUB_AUTHTOKEN", True),
+        ("CLIENT_SECRET_ID", True), ("APP_CREDENTIALS", True),
+        ("TOKENIZERS_PARALLELISM", False), ("MAX_TOKENS", False), ("NCCL_DEBUG", False),
+        ("KEY_PATH", False), ("AWS_ACCESS_KEY_ID", False), ("PWD", False),
+    ],
+)  # fmt: skip
+def test_secret_looking_env_values_warn_naming_value_from(name: str, warned: bool) -> None:
+    exp, problems = parse_experiment(minimal_body(runtime={"env": [{"name": name, "value": "v"}]}))
+    assert exp is not None
+    if warned:
+        (problem,) = problems
+        assert problem.severity == "warning" and problem.path == "spec.runtime.env[0].value"
+        assert "valueFrom" in problem.hint and "v" not in problem.message.split()  # no value
+    else:
+        assert problems == []
+    from_secret = {"name": name, "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}
+    assert parse_experiment(minimal_body(runtime={"env": [from_secret]}))[1] == []

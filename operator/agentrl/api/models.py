@@ -231,7 +231,7 @@ class AgentCoreAgent(Model):
     """ARN of the AgentCore runtime that runs the agent."""
     region: Annotated[str, Field(max_length=32, pattern=r"^[a-z]{2}(-[a-z]+)+-\d$")]
     """AWS region of the runtime (e.g. `us-west-2`)."""
-    s3_bucket: Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")]
+    s3_bucket: Annotated[str, Field(max_length=63, pattern=r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")]
     """Bucket where the agent writes each episode's result."""
     timeout_seconds: PositiveInt = 900
     """Wait per episode for the agent's result before it counts as failed."""
