@@ -88,3 +88,11 @@ def test_limits_are_the_api_servers() -> None:
     assert bounds.MAX_REQUEST_BYTES == 3 * 2**20
     assert bounds.MAX_OBJECT_BYTES == 1.5 * 2**20
     assert bounds.INT64_MAX == 2**63 - 1
+
+
+def test_status_and_managed_fields_are_not_the_users_to_size() -> None:
+    body = minimal_body()
+    body["status"] = {"conditions": [{"message": "x" * 2_000_000}]}
+    body["metadata"]["managedFields"] = [{"fieldsV1": nested(200)}]
+    exp, problems = parse_experiment(body)
+    assert exp is not None and problems == []

@@ -56,13 +56,17 @@ def errors(problems: Sequence[Problem]) -> list[Problem]:
 def parse_experiment(body: Mapping[str, Any]) -> tuple[RLExperiment | None, list[Problem]]:
     """Parse a custom resource body: the experiment (None on any error) and every problem.
 
-    `status` is ignored: it is the operator's to write, not the user's to get right, and
-    whatever it holds (kopf's own bookkeeping included) must never make a spec invalid.
+    `status` and `metadata.managedFields` are ignored: they are the operator's and the API
+    server's to write, not the user's to get right, and must never make a spec invalid.
     """
     if not isinstance(body, Mapping):  # YAML can hold a list or a scalar
         problem = Problem("", "the document is not a mapping", "write an RLExperiment object")  # type: ignore[unreachable]
         return None, [problem]
     body = {k: v for k, v in body.items() if k != "status"}
+    meta = body.get("metadata")
+    if isinstance(meta, Mapping) and "managedFields" in meta:
+        # The API server's own bookkeeping: not the user's to size, and never read here.
+        body["metadata"] = {k: v for k, v in meta.items() if k != "managedFields"}
     violations = bounds.check_document(body)
     if violations:
         # Nothing else reads a document outside the bounds: that is what they protect.
