@@ -139,10 +139,13 @@ def test_eval_sets_that_differ_use_eval_config() -> None:
 
 def test_uniform_eval_sets_use_slime_eval_flags() -> None:
     doc = example_doc(EXAMPLE_C)
-    doc["spec"]["data"]["eval"] = [{"name": "a", "path": "/a"}, {"name": "b", "path": "/b"}]
+    doc["spec"]["data"]["eval"] = [
+        {"name": "a", "path": "/a.jsonl"},
+        {"name": "b", "path": "/b.jsonl"},
+    ]
     argv = build_slime_args(experiment(doc))
     i = argv.index("--eval-prompt-data")
-    assert argv[i + 1 : i + 5] == ["a", "/a", "b", "/b"]
+    assert argv[i + 1 : i + 5] == ["a", "/a.jsonl", "b", "/b.jsonl"]
     assert _pairs(argv)["--n-samples-per-eval-prompt"] == "1"
     doc["spec"]["data"]["eval"] = []
     assert "--eval-interval" not in build_slime_args(experiment(doc))
