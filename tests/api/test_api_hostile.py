@@ -94,7 +94,7 @@ def test_headerless_corpus_is_judged_by_the_cli_words(tmp_path: Path) -> None:
     """A held-out corpus may carry no header: refused naming a field, warned, or neither."""
     base = (hs.CORPUS / "render-kl-inf.yaml").read_text()
     (tmp_path / "a.yaml").write_text("\n".join(base.splitlines()[3:]) + "\n")
-    (tmp_path / "b.yaml").write_text("spec: [unclosed\n")
+    (tmp_path / "b.yaml").write_text("# nothing but a comment\n")
     accepted = base.replace("klLossCoef: .inf", "klLossCoef: 0.1")
     (tmp_path / "c.yaml").write_text("\n".join(accepted.splitlines()[3:]) + "\n")
     verdicts = {v.case.name: v.outcome for v in hs.judge(hs.load_corpus(tmp_path), False)}

@@ -143,6 +143,26 @@ def test_one_type_error_and_three_cross_field_mistakes_in_one_run(
     }, err
 
 
+@pytest.mark.parametrize(
+    ("text", "field", "words"),
+    [
+        ("spec:\n  grpo: [unclosed\n", "spec.grpo", "not valid YAML: line 3"),
+        ("spec:\n  runtime:\n    env:\n    - name: A\n      value: \"open\n",
+         "spec.runtime.env[0].value", "not valid YAML"),
+        ("spec:\n  resources:\n    cpu: 1\x07\n", "spec.resources.cpu", "U+0007 on line 3"),
+        ("spec:\n  model: !!python/object:os.system x\n", "spec.model", "constructor"),
+    ],
+)  # fmt: skip
+def test_yaml_that_does_not_parse_names_the_field(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, field: str, words: str
+) -> None:
+    spec = tmp_path / "broken.yaml"
+    spec.write_text(text)
+    code, out, err = run(capsys, "validate", "-f", str(spec))
+    assert code == 1 and out == ""
+    assert f"{spec}: {field}: " in err and words in err, err
+
+
 def test_the_examples_directory_renders(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, "render", "-f", str(EXAMPLES_DIR), "--show-command")
     assert code == 0 and out.count("# rl/") == len(list(EXAMPLES_DIR.glob("*.yaml")))

@@ -386,8 +386,9 @@ def extra_code(exp: RLExperiment) -> Iterator[Finding]:
 
 
 def extra_resources(exp: RLExperiment) -> Iterator[Finding]:
-    """extraResources are extended resources (like `vpc.amazonaws.com/efa`), not the GPU, CPU or
-    memory.
+    """`gpuResourceName` and `extraResources` are device-plugin resources (`nvidia.com/gpu`,
+    `vpc.amazonaws.com/efa`): never cpu, memory or a kubernetes.io name, which would overwrite
+    the pod's own limits; extraResources never repeat the GPU resource.
     """
     res = exp.spec.resources
     if _native(res.gpu_resource_name):

@@ -161,10 +161,11 @@ def rules_section() -> str:
         "path and a hint; warnings never block. Types are as strict as the API server's: a",
         'quoted number (`"10"`) or a boolean is not an integer, and numbers are finite. The',
         "document's limits come first (below); then structural problems (types, ranges,",
-        "formats, unknown or missing fields); then these rules. The first",
-        f"{len(kube_rules.DOCUMENT_RULES)} read the document as written; the others run on every",
-        "field that parsed, and a rule is skipped only when a field it reads did not parse",
-        "(that field's own problem is reported), so one run shows every mistake:",
+        "formats, unknown or missing fields); then these rules. The first "
+        f"{len(kube_rules.DOCUMENT_RULES)} read",
+        "the document as written; the others run on every field that parsed, and a rule is",
+        "skipped only when a field it reads did not parse (that field's own problem is",
+        "reported), so one run shows every mistake:",
         "",
     ]
     checks = [*kube_rules.DOCUMENT_RULES, *rules.ALL_RULES]

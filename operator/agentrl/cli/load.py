@@ -14,7 +14,6 @@ belongs to; a problem with the file itself (missing, unreadable, not YAML) is a 
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import sys
@@ -138,7 +137,15 @@ def _documents(path: str, text: str) -> list[Document]:
             problems[-1] = dataclasses.replace(problems[-1], hint=hint)
         raw.append((None, problems))
     except yaml.YAMLError as exc:
-        raise LoadError(f"{path}: not valid YAML: {_yaml_reason(exc)}") from None
+        # Name the field where the text stopped being YAML, as well as the line.
+        mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+        where = _path_at(text, mark.index) if mark is not None else ""
+        hint = (
+            "only plain YAML tags are read"
+            if isinstance(exc, yaml.constructor.ConstructorError)
+            else "check the indentation, quotes and brackets there"
+        )
+        raw.append((None, [Problem(where, f"not valid YAML: {_yaml_reason(exc)}", hint)]))
     finally:
         loader.dispose()
     raw = [(b, p) for b, p in raw if b is not None or p]  # `---` with nothing after it
@@ -163,9 +170,7 @@ def _unprintable(text: str, index: int) -> Problem:
     what = "a NUL character" if char == "\x00" else f"the control character U+{ord(char):04X}"
     line = text.count("\n", 0, index) + 1
     clean = _SafeLoader.NON_PRINTABLE.sub("\ufffd", text)
-    path = ""
-    with contextlib.suppress(yaml.YAMLError):
-        path = _path_at(clean, index)
+    path = _path_at(clean, index)
     return Problem(
         path,
         f"{what} on line {line}; YAML allows none",
@@ -174,32 +179,41 @@ def _unprintable(text: str, index: int) -> Problem:
 
 
 def _path_at(text: str, index: int) -> str:
-    """The wire path of the scalar that spans `index` in `text` ("" if none does)."""
+    """The wire path of the scalar that spans `index` in `text`, or of the collection being
+    read there (where a syntax error stopped the parser)."""
     # Each frame: [is a mapping, key expected next, path of the collection, next index/key]
     stack: list[list[Any]] = []
-    for event in yaml.parse(text, Loader=yaml.SafeLoader):
-        if isinstance(event, yaml.DocumentStartEvent):
-            stack = []
-        if not isinstance(event, yaml.NodeEvent | yaml.CollectionEndEvent):
-            continue
-        if isinstance(event, yaml.CollectionEndEvent):
-            stack.pop()
-            _advance(stack)
-            continue
-        where = _child(stack)
-        if isinstance(event, yaml.ScalarEvent):
-            start, end = event.start_mark, event.end_mark
-            key_position = bool(stack) and stack[-1][0] and stack[-1][1]
-            if start is not None and end is not None and start.index <= index <= end.index:
-                return bounds.join(where, event.value) if key_position else where
-            if key_position:
-                stack[-1][3] = event.value
-            _advance(stack)
-        elif isinstance(event, yaml.CollectionStartEvent):
-            stack.append([isinstance(event, yaml.MappingStartEvent), True, where, 0])
-        else:  # an alias
-            _advance(stack)
-    return ""
+    try:
+        for event in yaml.parse(text, Loader=yaml.SafeLoader):
+            if event.start_mark is not None and event.start_mark.index > index:
+                break
+            if isinstance(event, yaml.DocumentStartEvent):
+                stack = []
+            if not isinstance(event, yaml.NodeEvent | yaml.CollectionEndEvent):
+                continue
+            if isinstance(event, yaml.CollectionEndEvent):
+                stack.pop()
+                _advance(stack)
+                continue
+            where = _child(stack)
+            if isinstance(event, yaml.ScalarEvent):
+                start, end = event.start_mark, event.end_mark
+                key_position = bool(stack) and stack[-1][0] and stack[-1][1]
+                if start is not None and end is not None and start.index <= index <= end.index:
+                    return bounds.join(where, event.value) if key_position else where
+                if key_position:
+                    stack[-1][3] = event.value
+                _advance(stack)
+            elif isinstance(event, yaml.CollectionStartEvent):
+                stack.append([isinstance(event, yaml.MappingStartEvent), True, where, 0])
+            else:  # an alias
+                _advance(stack)
+    except yaml.YAMLError:
+        pass
+    if not stack:
+        return ""
+    is_map, key_next, path, _ = stack[-1]
+    return _child(stack) if is_map and not key_next else path
 
 
 def _child(stack: list[list[Any]]) -> str:
