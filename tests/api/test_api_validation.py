@@ -176,3 +176,54 @@ def test_secret_looking_env_values_warn_naming_value_from(name: str, warned: boo
         assert problems == []
     from_secret = {"name": name, "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}
     assert parse_experiment(minimal_body(runtime={"env": [from_secret]}))[1] == []
+
+
+@pytest.mark.parametrize(
+    ("spec", "path", "words"),
+    [
+        ({"resources": {"nodeSelector": {"country": False}}}, "spec.resources.nodeSelector.country",
+         "must be a string, not a boolean (YAML reads yes/no/on/off/true/false as booleans; "
+         "quote it)"),
+        ({"grpo": {"numRollouts": "10"}}, "spec.grpo.numRollouts",
+         "must be an integer, not a string (write the number without quotes"),
+        ({"resources": {"nodes": 2.0}}, "spec.resources.nodes",
+         "must be an integer, not a number (write it without a decimal point"),
+        ({"suspend": "no"}, "spec.suspend", "must be true or false, not a string"),
+        ({"runtime": {"volumes": ["pvc"]}}, "spec.runtime.volumes[0]",
+         "must be an object, not a string"),
+    ],
+)  # fmt: skip
+def test_type_errors_say_what_yaml_did(spec: dict[str, Any], path: str, words: str) -> None:
+    _, problems = parse_experiment(minimal_body(**spec))
+    (problem,) = problems
+    assert problem.path == path and str(problem).startswith(f"{path}: {words}")
+
+
+@pytest.mark.parametrize(
+    ("image", "ok"),
+    [
+        ("slime:latest", True), ("nvcr.io/nvidia/pytorch:24.05-py3", True),
+        ("localhost:5000/team/slime@sha256:" + "a" * 64, True), ("REG.example.com/x:1", True),
+        ("slime :latest", False), ("Team/Slime:1", False), ("https://r.example.com/s:1", False),
+        ("slime:", False), ("slime@sha256:xyz", False),
+    ],
+)  # fmt: skip
+def test_image_references_follow_the_kubelets_grammar(image: str, ok: bool) -> None:
+    exp, problems = parse_experiment(minimal_body(runtime={"image": image}))
+    assert (exp is not None) is ok, problems
+    if not ok:
+        assert [p.path for p in problems] == ["spec.runtime.image"]
+
+
+@pytest.mark.parametrize(
+    ("path", "ok"),
+    [("Qwen/Qwen2.5-0.5B-Instruct", True), ("Qwen/Qwen 2.5", False), ("a/" + "b" * 97, False),
+     ("/models/q\nx", False)],
+)  # fmt: skip
+def test_hub_ids_and_control_characters_in_model_paths(path: str, ok: bool) -> None:
+    body = minimal_body(model={"path": path, "type": "q", "refLoad": "/models/q",
+                               "rendererFamily": "default"})  # fmt: skip
+    exp, problems = parse_experiment(body)
+    assert (exp is not None) is ok, problems
+    if not ok:
+        assert [p.path for p in problems] == ["spec.model.path"]

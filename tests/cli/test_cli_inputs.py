@@ -167,3 +167,32 @@ def test_the_examples_directory_renders(capsys: pytest.CaptureFixture[str]) -> N
     code, out, _ = run(capsys, "render", "-f", str(EXAMPLES_DIR), "--show-command")
     assert code == 0 and out.count("# rl/") == len(list(EXAMPLES_DIR.glob("*.yaml")))
     assert copy.copy(out).count("python3 ") == out.count("# rl/")
+
+
+def test_a_key_written_twice_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    text = yaml.safe_dump(named("twice")).replace(
+        "numRollouts: 10", "numRollouts: 10\n    numRollouts: 99"
+    )
+    spec = tmp_path / "twice.yaml"
+    spec.write_text(text)
+    code, _, err = run(capsys, "validate", "-f", str(spec))
+    assert code == 1 and f"{spec}: spec.grpo.numRollouts: the key is written twice" in err
+
+
+def test_a_misspelt_kind_is_refused_not_skipped(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    body = named("typo")
+    body["kind"] = "RLexperiment"
+    spec = write(tmp_path / "kind.yaml", body, SECRET)
+    code, _, err = run(capsys, "validate", "-f", str(spec))
+    assert code == 1 and f"{spec}#1: kind: " in err and "skipped v1/Secret" in err
+
+
+def test_recursive_directories_do_not_follow_link_loops(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write(tmp_path / "a" / "one.yaml", named("one"))
+    (tmp_path / "a" / "loop").symlink_to(tmp_path, target_is_directory=True)
+    code, out, _ = run(capsys, "validate", "-R", "-f", str(tmp_path))
+    assert code == 0 and out.count(": OK ") == 1

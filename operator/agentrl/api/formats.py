@@ -56,6 +56,19 @@ PATH_MAX: Final = 4096
 # http(s) with a host: no user:password@ (secrets go through Secrets), no spaces.
 HTTP_URL: Final = r"^https?://[^/?#@\s]+([/?#][^\s]*)?$"
 URL_MAX: Final = 2048
+# A container image reference (the distribution/reference grammar): [domain[:port]/]path
+# [:tag][@digest]. The kubelet refuses anything else at pull time (InvalidImageName), after
+# the pods were scheduled.
+_DOMAIN_PART = r"([a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
+_PATH_PART = r"[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*"
+IMAGE_REF: Final = (
+    # A first component is a registry only with a dot, a port or as localhost (as the
+    # kubelet's ParseNormalizedNamed decides); otherwise it is a lower-case path component.
+    rf"^((localhost(:[0-9]+)?|{_DOMAIN_PART}(\.{_DOMAIN_PART})+(:[0-9]+)?|{_DOMAIN_PART}:[0-9]+)/)?"
+    rf"{_PATH_PART}(/{_PATH_PART})*"
+    r"(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?"
+    r"(@[A-Za-z][A-Za-z0-9]*([-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?$"
+)
 # A single token of a command line or a name that a program reads (parsers, families).
 WORD: Final = r"^[A-Za-z0-9._-]+$"
 WORD_MAX: Final = 128
@@ -124,6 +137,11 @@ FORMATS: Final[dict[str, Format]] = {
         "http(s) URL",
     ),
     WORD: Format("not a single word", "letters, digits, '.', '_' and '-'", "one word"),
+    IMAGE_REF: Format(
+        "not a container image reference",
+        "[registry[:port]/]repository[:tag][@sha256:digest], repository in lower case",
+        "image reference",
+    ),
 }
 
 

@@ -29,6 +29,7 @@ from agentrl.api.base import (
 from agentrl.api.constants import DEFAULT_GPU_RESOURCE, GATEWAY_PORT_DEFAULT
 from agentrl.api.formats import (
     ABSOLUTE_PATH,
+    IMAGE_REF,
     PATH_MAX,
     QUEUE_NAME,
     TEXT_MAX,
@@ -141,6 +142,8 @@ RendererFamily = Annotated[
 ]
 # A W&B project name: W&B refuses / \ # ? % : and more than 128 characters.
 WandbName = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[^/\\#?%:]+$")]
+
+ImageRef = Annotated[str, Field(min_length=1, max_length=URL_MAX, pattern=IMAGE_REF)]
 
 # ---- model -------------------------------------------------------------------------
 
@@ -494,7 +497,7 @@ class ExtraCode(Model):
 
 
 class RuntimeSpec(Model):
-    image: Annotated[str, Field(min_length=1, max_length=URL_MAX)] | None = Field(
+    image: ImageRef | None = Field(
         default=None, description="defaults to the operator's pinned image"
     )
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"

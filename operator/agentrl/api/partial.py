@@ -7,7 +7,9 @@ parsed value (defaults included), each invalid or missing one gets an `Unparsed`
 marker refuses every use (truth, comparison, arithmetic, hashing, formatting, attribute
 access) by raising `UnparsedField`, so a rule that reads it stops, and `run_rules` drops that
 rule's findings: its inputs did not parse, and the structural error already names the field.
-A rule that never touches the marker runs to the end and reports as usual.
+A rule that never touches the marker runs to the end and reports as usual. C functions
+(`re.search`) refuse the marker with a TypeError before any of its methods run, so on a
+partial experiment any failure of a rule skips it; on a complete one it propagates.
 
 The object is made with `model_construct`, so it never escapes this module's callers as a
 valid experiment: `agentrl.api.validation` only hands it to the rules.
@@ -133,12 +135,22 @@ def require_parsed(value: Any) -> None:
 
 
 def run_rules(
-    rules: Iterable[Callable[[Any], Iterator[tuple[Any, ...]]]], subject: Any
+    rules: Iterable[Callable[[Any], Iterator[tuple[Any, ...]]]], subject: Any, partial: bool
 ) -> Iterator[tuple[Any, ...]]:
-    """The findings of every rule that did not read an unparsed field."""
+    """The findings of every rule that did not read an unparsed field.
+
+    On a `partial` subject (built by `build`), a rule that fails in any other way is skipped
+    too: C functions such as `re.search` refuse the marker with a TypeError before any of its
+    methods run, and a half-built object can break an invariant a rule relies on. On a
+    complete experiment every failure propagates: it is a bug in the rule.
+    """
     for rule in rules:
         try:
             found = list(rule(subject))
         except UnparsedField:
+            continue
+        except Exception:
+            if not partial:
+                raise
             continue
         yield from found

@@ -44,6 +44,9 @@ RESERVED_ENV = frozenset(
 )
 
 R = "resources"
+# A Hugging Face repo id (huggingface_hub's validate_repo_id): owner/name, 96 characters.
+HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]{0,95}/[\w.-]{1,96}$")
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 _EXTENDED = re.compile(EXTENDED_RESOURCE)
 # Words of an env var name that mark a secret (`HF_TOKEN`, `AWS_SECRET_ACCESS_KEY`,
 # `DB_PASSWORD`, `OPENAI_API_KEY`); `TOKENIZERS_PARALLELISM` and `MAX_TOKENS` are not secrets.
@@ -116,6 +119,18 @@ def trainer_weights_on_disk(exp: RLExperiment) -> Iterator[Finding]:
     fine for SGLang and the tokenizer only.
     """
     model = exp.spec.model
+    for field, path in (("path", model.path), ("refLoad", model.ref_load)):
+        if path is not None and _CONTROL.search(path):
+            yield err(f"spec.model.{field}", "contains a control character", "remove it")
+            return
+    if not is_local_path(model.path) and not HUB_ID.match(model.path):
+        yield err(
+            "spec.model.path",
+            f"{model.path!r} is neither an absolute path nor a Hugging Face id",
+            "a hub id is owner/name in letters, digits, '-', '_' and '.' (at most 96 "
+            "characters); a local checkpoint is an absolute path in the pods",
+        )
+        return
     if model.ref_load is None and not is_local_path(model.path):
         yield err(
             "spec.model.refLoad",

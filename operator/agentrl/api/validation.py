@@ -76,7 +76,8 @@ def parse_experiment(body: Mapping[str, Any]) -> tuple[RLExperiment | None, list
     except ValidationError as err:
         structural = _from_pydantic(err, body)
         # Every rule whose inputs parsed still runs, on the fields that did.
-        found = _document_problems(body) + _rule_problems(partial.build(RLExperiment, body))
+        typed = partial.build(RLExperiment, body)
+        found = _document_problems(body) + _rule_problems(typed, complete=False)
         seen = {p.path for p in structural}
         return None, structural + [p for p in found if p.path not in seen]
     problems = validate_experiment(exp)
@@ -94,8 +95,9 @@ def validate_experiment(exp: RLExperiment) -> list[Problem]:
     return _document_problems(exp.dump()) + _rule_problems(exp)
 
 
-def _rule_problems(exp: RLExperiment) -> list[Problem]:
-    return [Problem(*finding) for finding in partial.run_rules(rules.ALL_RULES, exp)]
+def _rule_problems(exp: RLExperiment, complete: bool = True) -> list[Problem]:
+    found = partial.run_rules(rules.ALL_RULES, exp, partial=not complete)
+    return [Problem(*finding) for finding in found]
 
 
 def _document_problems(body: Mapping[str, Any]) -> list[Problem]:
@@ -123,6 +125,8 @@ def _from_pydantic(err: ValidationError, body: Mapping[str, Any]) -> list[Proble
     for item in err.errors(include_url=False):
         loc = _clean_loc(item["loc"], body)
         problem = _problem_for(item["type"], loc, item["msg"], item.get("ctx") or {})
+        if item["type"] in _EXPECTED:
+            problem = _type_problem(problem.path, item["type"], item.get("input"))
         key = (problem.path, problem.message)
         if key not in seen:  # unions report the same miss once per branch
             seen.add(key)
@@ -178,10 +182,42 @@ def _problem_for(kind: str, loc: list[int | str], msg: str, ctx: Mapping[str, An
         return Problem(path, msg, "e.g. 64Gi, 500m or 8")
     if kind == "finite_number":
         return Problem(path, "must be a finite number", "JSON and Kubernetes have no inf or NaN")
-    if kind in ("int_type", "float_type", "bool_type", "string_type", "int_from_float"):
-        return Problem(path, msg, "write the value without quotes or conversions; the API "
-                       "server refuses other types")  # fmt: skip
     return Problem(path, msg, "")
+
+
+# pydantic's type errors -> what the field must be, in the words of a YAML writer.
+_EXPECTED = {
+    "int_type": "an integer", "float_type": "a number", "bool_type": "true or false",
+    "string_type": "a string", "dict_type": "an object", "list_type": "a list",
+    "model_type": "an object", "model_attributes_type": "an object",
+}  # fmt: skip
+
+
+def _type_problem(path: str, kind: str, value: Any) -> Problem:
+    """'must be an integer, not a string' with the fix for how YAML produced the value."""
+    got = _kind_of(value)
+    hint = ""
+    if kind == "string_type" and isinstance(value, bool):
+        hint = "YAML reads yes/no/on/off/true/false as booleans; quote it"
+    elif kind == "string_type" and isinstance(value, int | float):
+        hint = "YAML reads a bare number as a number; quote it"
+    elif kind in ("int_type", "float_type") and isinstance(value, str):
+        hint = "write the number without quotes; the API server refuses a string here"
+    elif kind == "int_type" and isinstance(value, float):
+        hint = "write it without a decimal point or exponent"
+    elif kind == "bool_type":
+        hint = "write true or false without quotes"
+    return Problem(path, f"must be {_EXPECTED[kind]}, not {got}", hint)
+
+
+def _kind_of(value: Any) -> str:
+    if value is None:
+        return "null"
+    for kind, name in ((bool, "a boolean"), (int, "an integer"), (float, "a number"),
+                       (str, "a string"), (Mapping, "an object"), (list, "a list")):  # fmt: skip
+        if isinstance(value, kind):
+            return name
+    return type(value).__name__
 
 
 def _suggest(loc: list[int | str]) -> str:

@@ -15,7 +15,9 @@ belongs to; a problem with the file itself (missing, unreadable, not YAML) is a 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
+import os
 import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -24,10 +26,10 @@ from typing import Any, Final
 
 import yaml
 from yaml.events import AliasEvent
-from yaml.nodes import Node, ScalarNode
+from yaml.nodes import MappingNode, Node, ScalarNode
 
 from agentrl.api import bounds
-from agentrl.api.constants import KIND
+from agentrl.api.constants import GROUP, KIND
 from agentrl.api.validation import Problem
 
 # What kubectl reads from a directory (kubectl's FileExtensions).
@@ -57,8 +59,14 @@ class Document:
 
     @property
     def is_experiment(self) -> bool:
-        """Ours to check: kind RLExperiment, or no kind at all (the model defaults it)."""
-        return self.kind == KIND or self.problems != []
+        """Ours to check: kind RLExperiment or no kind at all (the model defaults it), our
+        API group, or a kind one typo away from ours (refused then, not skipped)."""
+        if self.kind == KIND or self.problems:
+            return True
+        api_version = self.body.get("apiVersion") if isinstance(self.body, dict) else None
+        if isinstance(api_version, str) and api_version.split("/")[0] == GROUP:
+            return True
+        return difflib.SequenceMatcher(None, self.kind.lower(), KIND.lower()).ratio() > 0.8
 
     def describe(self) -> str:
         """'v1/Secret hf-token', for the note that says a document was skipped."""
@@ -85,8 +93,14 @@ def _expand(path: str, recursive: bool) -> list[str]:
         raise LoadError(f"{path}: no such file or directory")
     if not target.is_dir():
         return [path]
-    pattern = "**/*" if recursive else "*"
-    files = sorted(str(p) for p in target.glob(pattern) if p.is_file() and p.suffix in EXTENSIONS)
+    # os.walk does not follow directory symlinks, so a link loop cannot make -R spin.
+    walked = os.walk(target) if recursive else [(str(target), [], os.listdir(target))]
+    files = sorted(
+        os.path.join(root, name)
+        for root, _, names in walked
+        for name in names
+        if Path(name).suffix in EXTENSIONS and os.path.isfile(os.path.join(root, name))
+    )
     if not files:
         raise LoadError(
             f"{path}: no {', '.join(EXTENSIONS)} files"
@@ -360,7 +374,24 @@ class _BoundedLoader(_SafeLoader):  # type: ignore[misc]
                 node.tag = STR_TAG
         if anchor is not None:  # what an alias to it will cost
             self._weights[id(node)] = self._count - before
+        if isinstance(node, MappingNode):
+            self._duplicates(node, where)
         return node
+
+    def _duplicates(self, node: MappingNode, where: str) -> None:
+        """A key written twice: YAML readers keep one silently, kubectl refuses the file."""
+        seen: set[str] = set()
+        for key, _ in node.value:
+            if isinstance(key, ScalarNode) and key.tag != "tag:yaml.org,2002:merge":
+                if key.value in seen:
+                    self._problems.append(
+                        Problem(
+                            bounds.join(where, key.value),
+                            "the key is written twice in this mapping",
+                            "keep one (YAML would silently use the last)",
+                        )
+                    )
+                seen.add(key.value)
 
     def _add(self, count: int, where: str) -> None:
         self._count += count
