@@ -127,6 +127,7 @@ REFUSED_BY_THE_SCHEMA = [
      "spec.tracking.wandb.apiKeySecret.key"),
     ("env-value-too-long", {"runtime": {"env": [{"name": "BIG", "value": "x" * 40_000}]}},
      "spec.runtime.env[0].value"),
+    ("image-reference", {"runtime": {"image": "Team/Slime :1"}}, "spec.runtime.image"),
 ]  # fmt: skip
 
 
