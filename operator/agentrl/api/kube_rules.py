@@ -42,6 +42,7 @@ from agentrl.api.formats import (
     DNS1123_SUBDOMAIN,
     DNS1123_SUBDOMAIN_MAX,
     FORMATS,
+    LABEL_VALUE,
     QUALIFIED_NAME,
     QUALIFIED_NAME_MAX,
 )
@@ -59,6 +60,7 @@ DNS1035 = re.compile(DNS1035_LABEL)
 _DNS1123_LABEL = re.compile(DNS1123_LABEL)
 _SUBDOMAIN = re.compile(DNS1123_SUBDOMAIN)
 _QUALIFIED = re.compile(QUALIFIED_NAME)
+_LABEL_VALUE = re.compile(LABEL_VALUE)
 # Object names inside volume sources: (source, field) -> the object they name.
 NAMED_OBJECTS = (
     ("persistentVolumeClaim", "claimName", "PersistentVolumeClaim"),
@@ -114,6 +116,29 @@ def name_fits(body: Mapping[str, Any]) -> Iterator[Finding]:
             f"{name!r} is not a DNS-1035 label",
             "use lower-case letters, digits and '-', starting with a letter",
         )
+
+
+def metadata_fits(body: Mapping[str, Any]) -> Iterator[Finding]:
+    """`metadata.namespace` is an RFC 1123 label; labels and annotations are what the API
+    server stores (valid keys, label values, 256 KiB of annotations); agentrl copies the
+    experiment's name into every child's labels.
+    """
+    namespace = _at(body, "metadata", "namespace")
+    if isinstance(namespace, str) and (
+        len(namespace) > DNS1123_LABEL_MAX or not _DNS1123_LABEL.match(namespace)
+    ):
+        fmt = FORMATS[DNS1123_LABEL]
+        yield err("metadata.namespace", f"{namespace!r} is {fmt.message}", fmt.hint)
+    labels = _at(body, "metadata", "labels")
+    if isinstance(labels, Mapping):
+        yield from _keys("metadata.labels", labels, "label")
+        for key, value in labels.items():
+            if not isinstance(value, str) or len(value) > 63 or not _LABEL_VALUE.match(value):
+                fmt = FORMATS[LABEL_VALUE]
+                yield err(join("metadata.labels", str(key)), fmt.message, fmt.hint)
+    annotations = _at(body, "metadata", "annotations")
+    if isinstance(annotations, Mapping):
+        yield from _annotations("metadata.annotations", annotations)
 
 
 def volumes(body: Mapping[str, Any]) -> Iterator[Finding]:
@@ -293,10 +318,12 @@ def _toleration(path: str, tol: Mapping[str, Any]) -> Iterator[Finding]:
 
 def service_annotations(body: Mapping[str, Any]) -> Iterator[Finding]:
     """The gateway Service's annotations have valid keys and fit Kubernetes' 256 KiB limit."""
-    base = "spec.gateway.service.annotations"
     annotations = _at(body, "spec", "gateway", "service", "annotations")
-    if not isinstance(annotations, Mapping):
-        return
+    if isinstance(annotations, Mapping):
+        yield from _annotations("spec.gateway.service.annotations", annotations)
+
+
+def _annotations(base: str, annotations: Mapping[Any, Any]) -> Iterator[Finding]:
     yield from _keys(base, annotations, "annotation")
     size = sum(len(str(k).encode()) + len(str(v).encode()) for k, v in annotations.items())
     if size > ANNOTATIONS_MAX_BYTES:
@@ -309,4 +336,4 @@ def service_annotations(body: Mapping[str, Any]) -> Iterator[Finding]:
 
 
 # Rules over the document as written; run whether or not the typed parse succeeded.
-DOCUMENT_RULES = (name_fits, volumes, placement, service_annotations)
+DOCUMENT_RULES = (name_fits, metadata_fits, volumes, placement, service_annotations)

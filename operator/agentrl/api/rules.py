@@ -16,10 +16,13 @@ from typing import Any
 
 from agentrl.api.bounds import MAX_OBJECT_BYTES, join
 from agentrl.api.constants import (
+    BUNDLE_MOUNT_DIR,
+    CONFIG_MOUNT_DIR,
     CONFIGMAP_MAX_BYTES,
     ENV_CONFIG_PATH,
     METRICS_PORT,
     RAY_DASHBOARD_PORT,
+    SHM_MOUNT_DIR,
 )
 from agentrl.api.findings import Finding, Rule, err, repeats, warn
 from agentrl.api.formats import EXTENDED_RESOURCE, FORMATS
@@ -428,10 +431,36 @@ def _native(resource: str) -> bool:
 
 
 def checkpoint(exp: RLExperiment) -> Iterator[Finding]:
-    """`checkpoint.saveInterval` needs `checkpoint.path`."""
+    """`checkpoint.saveInterval` needs `checkpoint.path`, which is not inside a directory
+    agentrl mounts read-only; a warning when it is on no volume (checkpoints would be written
+    into the container and lost with the pod).
+    """
     ckpt = exp.spec.checkpoint
     if ckpt.save_interval is not None and ckpt.path is None:
         yield err("spec.checkpoint.path", "required when saveInterval is set", "set a PVC path")
+    if ckpt.path is None:
+        return
+    if any(_under(ckpt.path, d) for d in (CONFIG_MOUNT_DIR, BUNDLE_MOUNT_DIR, SHM_MOUNT_DIR)):
+        yield err(
+            "spec.checkpoint.path",
+            f"{ckpt.path} is inside a directory agentrl mounts (read-only or in memory)",
+            "put checkpoints on a volume of your own (runtime.volumes/volumeMounts)",
+        )
+        return
+    mounts = [m.get("mountPath") for m in exp.spec.runtime.volume_mounts]
+    if not any(isinstance(m, str) and _under(ckpt.path, m) for m in mounts):
+        yield warn(
+            "spec.checkpoint.path",
+            f"{ckpt.path} is on no volume of runtime.volumeMounts: checkpoints would be "
+            "written into the container and lost with the pod (and each node would keep "
+            "its own shards)",
+            "mount a shared PVC there",
+        )
+
+
+def _under(path: str, directory: str) -> bool:
+    directory = directory.rstrip("/") + "/"
+    return (path.rstrip("/") + "/").startswith(directory)
 
 
 def children_fit(exp: RLExperiment) -> Iterator[Finding]:
