@@ -12,7 +12,6 @@ nor expands more than `MAX_NODES` values, and reports each violation at its fiel
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -70,10 +69,11 @@ def check_document(doc: Any) -> list[Violation]:
     size = 0
     # Serialized bytes per field a few levels down, to name the field that makes it too big.
     sizes: dict[str, int] = {}
-    # (value, path, depth); a stack instead of recursion, so depth costs no Python frames.
-    stack: list[tuple[Any, str, int]] = [(doc, "", 1)]
+    # (value, path, depth, the field its size counts for); a stack instead of recursion, so
+    # depth costs no Python frames.
+    stack: list[tuple[Any, str, int, str]] = [(doc, "", 1, "")]
     while stack:
-        value, path, depth = stack.pop()
+        value, path, depth, bucket = stack.pop()
         nodes += 1
         if nodes > MAX_NODES:
             found.append(
@@ -94,9 +94,42 @@ def check_document(doc: Any) -> list[Violation]:
                 )
             )
             continue  # do not descend: the rest of this branch is the same mistake
-        cost = _scalar_size(value)
+        kind = type(value)
+        # Exact types first: this walk runs on every reconcile of every experiment.
+        if kind is str:
+            cost = len(value) + 2 if value.isascii() else _string_size(value)
+            if not value.isprintable() or not value.isascii():
+                problem = _scalar_problem(value)
+                if problem is not None:
+                    found.append(Violation(path, *problem))
+        elif kind is dict or (kind is not list and isinstance(value, Mapping)):
+            cost = 2
+            deeper = depth < _SIZE_DEPTH
+            for key in reversed(list(value)):
+                if type(key) is not str:
+                    found.append(
+                        Violation(
+                            join(path, str(key)),
+                            f"map key {key!r} is not a string",
+                            "quote the key",
+                        )
+                    )
+                    continue
+                child = f"{path}.{key}" if path and key.isprintable() else join(path, key)
+                stack.append((value[key], child, depth + 1, child if deeper else bucket))
+                cost += len(key) + 3
+        elif kind is list or kind is tuple:
+            cost = 2
+            deeper = depth < _SIZE_DEPTH
+            for i in range(len(value) - 1, -1, -1):
+                child = f"{path}[{i}]"
+                stack.append((value[i], child, depth + 1, child if deeper else bucket))
+        else:
+            cost = _scalar_size(value)
+            problem = _scalar_problem(value)
+            if problem is not None:
+                found.append(Violation(path, *problem))
         size += cost
-        bucket = _bucket(path, depth)
         sizes[bucket] = sizes.get(bucket, 0) + cost
         if size > MAX_OBJECT_BYTES:
             found.append(
@@ -108,28 +141,6 @@ def check_document(doc: Any) -> list[Violation]:
                 )
             )
             return found
-        if isinstance(value, Mapping):
-            for key in reversed(list(value)):
-                if not isinstance(key, str):
-                    found.append(
-                        Violation(
-                            join(path, str(key)),
-                            f"map key {key!r} is not a string",
-                            "quote the key",
-                        )
-                    )
-                    continue
-                stack.append((value[key], join(path, key), depth + 1))
-                cost = _string_size(key) + 1
-                size += cost
-                sizes[bucket] = sizes.get(bucket, 0) + cost
-        elif isinstance(value, list | tuple):
-            items = list(enumerate(value))
-            stack.extend((item, join(path, i), depth + 1) for i, item in reversed(items))
-        else:
-            problem = _scalar_problem(value)
-            if problem is not None:
-                found.append(Violation(path, *problem))
         if len(found) >= 50:  # enough to act on; a hostile document could list millions
             return found
     return found
@@ -137,20 +148,6 @@ def check_document(doc: Any) -> list[Violation]:
 
 # Fields this many levels down are the ones a size violation names (spec.runtime.extraArgs).
 _SIZE_DEPTH = 4
-
-
-def _bucket(path: str, depth: int) -> str:
-    """`path` cut to the field `_SIZE_DEPTH` levels down, where sizes are added up."""
-    if depth <= _SIZE_DEPTH:
-        return path
-    cut, level = 0, 1
-    for i, char in enumerate(path):
-        if char in ".[":
-            level += 1
-            if level == _SIZE_DEPTH:
-                cut = i
-                break
-    return path[:cut] if cut else path
 
 
 def _scalar_problem(value: Any) -> tuple[str, str] | None:
@@ -195,4 +192,5 @@ def _scalar_size(value: Any) -> int:
 
 
 def _string_size(value: str) -> int:
-    return len(json.dumps(value, ensure_ascii=False).encode("utf-8", "surrogatepass"))
+    # Quotes and UTF-8; escapes are ignored (a few bytes where a limit is 1.5 MiB).
+    return len(value.encode("utf-8", "surrogatepass")) + 2

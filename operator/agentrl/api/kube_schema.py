@@ -51,59 +51,69 @@ def definition(name: str) -> dict[str, Any]:
 def check(value: Any, kind: str, path: str) -> list[Finding]:
     """Every way `value` breaks the core/v1 definition `kind`, at wire paths under `path`."""
     found: list[Finding] = []
-    for finding in _check(value, {"$ref": kind}, path):
-        found.append(finding)
-        if len(found) >= _MAX_FINDINGS:
-            break
-    return found
+    _check(value, {"$ref": kind}, path, found)
+    return found[:_MAX_FINDINGS]
 
 
-def _check(value: Any, node: Mapping[str, Any], path: str) -> Iterator[Finding]:
-    ref = node.get("$ref")
-    if ref == QUANTITY:
-        yield from _quantity(value, path)
+def _check(value: Any, node: Mapping[str, Any], path: str, out: list[Finding]) -> None:
+    # Appends to `out` rather than yielding: it runs for every value of every pass-through
+    # object on every validation, and generators cost a frame object per value.
+    if len(out) >= _MAX_FINDINGS:
         return
+    ref = node.get("$ref")
     if ref is not None:
-        yield from _check(value, definition(ref), path)
+        if ref == QUANTITY:
+            out.extend(_quantity(value, path))
+        else:
+            _check(value, definition(ref), path, out)
         return
     types = node.get("type")
-    allowed = [types] if isinstance(types, str) else list(types or [])
+    allowed = (types,) if isinstance(types, str) else tuple(types or ())
     if value is None:
         if allowed and "null" not in allowed:
-            yield err(path, "must not be null", "remove the field or give it a value")
+            out.append(err(path, "must not be null", "remove the field or give it a value"))
         return
     kind = _kind(value)
     if allowed and kind not in allowed and not (kind == "integer" and "number" in allowed):
         wanted = " or ".join(t for t in allowed if t != "null")
-        yield err(path, f"must be {_article(wanted)}, not {_article(kind)}", "")
+        out.append(err(path, f"must be {_article(wanted)}, not {_article(kind)}", ""))
         return
-    if kind == "integer" and node.get("format") in _INT_RANGES:
+    if kind == "object":
+        _object(value, node, path, out)
+    elif kind == "array":
+        items = node.get("items")
+        if items is not None:
+            for i, item in enumerate(value):
+                _check(item, items, f"{path}[{i}]", out)
+    elif kind == "integer" and node.get("format") in _INT_RANGES:
         low, high = _INT_RANGES[node["format"]]
         if not low <= value <= high:
-            yield err(path, f"out of the {node['format']} range Kubernetes accepts", "")
-    elif kind == "object":
-        yield from _object(value, node, path)
-    elif kind == "array" and "items" in node:
-        for i, item in enumerate(value):
-            yield from _check(item, node["items"], join(path, i))
+            out.append(err(path, f"out of the {node['format']} range Kubernetes accepts", ""))
 
 
-def _object(value: Mapping[str, Any], node: Mapping[str, Any], path: str) -> Iterator[Finding]:
+def _object(
+    value: Mapping[str, Any], node: Mapping[str, Any], path: str, out: list[Finding]
+) -> None:
     props: Mapping[str, Any] = node.get("properties") or {}
     extra = node.get("additionalProperties", True)
-    unknown = [k for k in value if k not in props] if extra is False else []
-    # A misspelt required field is one mistake: its "unknown field" finding names it.
-    meant = {m for k in unknown for m in difflib.get_close_matches(k, list(props), n=1)}
-    for name in node.get("required") or ():
+    required = node.get("required") or ()
+    if extra is False and any(k not in props for k in value):
+        unknown = [k for k in value if k not in props]
+        # A misspelt required field is one mistake: its "unknown field" finding names it.
+        meant = {m for k in unknown for m in difflib.get_close_matches(k, list(props), n=1)}
+    else:
+        meant = set()
+    for name in required:
         if name not in value and name not in meant:
-            yield err(join(path, name), "required field is missing", "")
+            out.append(err(join(path, name), "required field is missing", ""))
     for key, item in value.items():
-        if key in props:
-            yield from _check(item, props[key], join(path, key))
+        child = props.get(key)
+        if child is not None:
+            _check(item, child, join(path, key), out)
         elif extra is False:
-            yield err(join(path, key), "unknown field", _did_you_mean(key, props))
+            out.append(err(join(path, key), "unknown field", _did_you_mean(key, props)))
         elif isinstance(extra, Mapping):
-            yield from _check(item, extra, join(path, key))
+            _check(item, extra, join(path, key), out)
 
 
 def _quantity(value: Any, path: str) -> Iterator[Finding]:
@@ -123,7 +133,14 @@ def _did_you_mean(key: str, props: Mapping[str, Any]) -> str:
     return "accepted: " + ", ".join(sorted(props))
 
 
+_KINDS: Final = {bool: "boolean", int: "integer", float: "number", str: "string", dict: "object",
+                 list: "array"}  # fmt: skip
+
+
 def _kind(value: Any) -> str:
+    exact = _KINDS.get(type(value))
+    if exact is not None:
+        return exact
     if isinstance(value, bool):
         return "boolean"
     if isinstance(value, int):

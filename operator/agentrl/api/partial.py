@@ -21,6 +21,7 @@ import functools
 import types
 import typing
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextvars import ContextVar
 from typing import Any, NoReturn
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
@@ -28,6 +29,8 @@ from pydantic.fields import FieldInfo
 
 from agentrl.api.bounds import join
 
+# Whether the rules now running read a partial experiment (require_parsed looks only then).
+_PARTIAL_RUN: ContextVar[bool] = ContextVar("agentrl_partial_run", default=False)
 # The leaf validators use the models' own strictness (agentrl.api.base.Model).
 _LEAF_CONFIG = ConfigDict(strict=True, allow_inf_nan=False)
 
@@ -121,6 +124,8 @@ def _model_class(annotation: Any) -> type[BaseModel] | None:
 def require_parsed(value: Any) -> None:
     """Raise UnparsedField if anything in `value` (a model tree) did not parse: for rules that
     read a whole subtree at once (its serialized size, say)."""
+    if not _PARTIAL_RUN.get():
+        return  # a validated experiment: nothing to look for
     stack = [value]
     while stack:
         item = stack.pop()
@@ -136,7 +141,7 @@ def require_parsed(value: Any) -> None:
 
 def run_rules(
     rules: Iterable[Callable[[Any], Iterator[tuple[Any, ...]]]], subject: Any, partial: bool
-) -> Iterator[tuple[Any, ...]]:
+) -> list[tuple[Any, ...]]:
     """The findings of every rule that did not read an unparsed field.
 
     On a `partial` subject (built by `build`), a rule that fails in any other way is skipped
@@ -144,13 +149,19 @@ def run_rules(
     methods run, and a half-built object can break an invariant a rule relies on. On a
     complete experiment every failure propagates: it is a bug in the rule.
     """
-    for rule in rules:
-        try:
-            found = list(rule(subject))
-        except UnparsedField:
-            continue
-        except Exception:
-            if not partial:
-                raise
-            continue
-        yield from found
+    found: list[tuple[Any, ...]] = []
+    token = _PARTIAL_RUN.set(partial)
+    try:
+        for rule in rules:
+            try:
+                findings = list(rule(subject))
+            except UnparsedField:
+                continue
+            except Exception:
+                if not partial:
+                    raise
+                continue
+            found += findings
+    finally:
+        _PARTIAL_RUN.reset(token)
+    return found

@@ -470,6 +470,11 @@ def children_fit(exp: RLExperiment) -> Iterator[Finding]:
     """
     require_parsed(exp)
     spec = exp.spec
+    # Neither child copies more than three times the spec; most specs are a few KiB, so
+    # one serialization settles it.
+    compact = len(spec.model_dump_json(by_alias=True, exclude_none=True))
+    if 3 * compact + CONFIG_HEADROOM + RAYJOB_BASE_BYTES < CONFIGMAP_MAX_BYTES:
+        return
     config = RuntimeConfig(
         experiment=exp.metadata.name,
         namespace=exp.metadata.namespace,
