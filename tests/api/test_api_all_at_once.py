@@ -5,6 +5,7 @@ words never rest on a value the user did not write."""
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -103,5 +104,11 @@ def test_partial_experiment_keeps_parsed_values_and_defaults() -> None:
     assert exp.spec.resources.cpu == "4"  # parsed (numbers are quantities)
     assert exp.spec.resources.gpus_per_node == 8  # default
     assert isinstance(exp.spec.resources.nodes, partial.Unparsed)
-    with pytest.raises(partial.UnparsedField):
-        partial.require_parsed(exp)
+
+    def whole(subject: Any) -> Iterator[tuple[str, str, str, str]]:
+        partial.require_parsed(subject)  # reads every field at once
+        yield ("spec", "read", "", "error")
+
+    assert partial.run_rules([whole], exp, partial=True) == []
+    complete = parse_experiment(minimal_body())[0]
+    assert partial.run_rules([whole], complete, partial=False) == [("spec", "read", "", "error")]
