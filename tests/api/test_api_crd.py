@@ -175,6 +175,10 @@ BAD_CEL = [
         "only used by a LoadBalancer",
     ),
     ("save without path", {"checkpoint": {"saveInterval": 5}}, "checkpoint.path is required"),
+    ("checkpoint in a mount", {"checkpoint": {"path": "/etc/agentrl/ckpt"}},
+     "must not be inside a directory agentrl mounts"),
+    ("gpu resource in kubernetes.io", {"resources": {"gpuResourceName": "kubernetes.io/gpu"}},
+     "device plugin's resource"),
     (
         "env with both sources",
         {"runtime": {"env": [{"name": "A", "value": "1",
