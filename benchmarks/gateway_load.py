@@ -60,6 +60,7 @@ async def serve_stub(port: int) -> None:
 async def serve_gateway(port: int, engine_url: str) -> None:
     from tests.support.tiny_tokenizer import write_checkpoint
 
+    from agentrl.api.models import GatewaySpec
     from agentrl.bundle.gateway import GatewayServer, GatewaySettings
     from agentrl.bundle.metrics import BundleMetrics
 
@@ -70,7 +71,7 @@ async def serve_gateway(port: int, engine_url: str) -> None:
         renderer_family="qwen3",
         port=port,
         admin_token=ADMIN_TOKEN,
-        max_in_flight=4096,
+        spec=GatewaySpec(max_in_flight=4096),
     )
     server = GatewayServer(settings, BundleMetrics())
     await server.start()

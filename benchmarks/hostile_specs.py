@@ -134,7 +134,7 @@ def run_here(file: str) -> Run:
     """Both commands in this process (a Python exception is a crash)."""
     run = Run()
     try:
-        run.validate = _cli(["validate", "-f", file])
+        run.validate = _cli(["validate", "-f", file, "--image", IMAGE])
         run.render = _cli(["render", "-f", file, "--image", IMAGE])
     except BaseException as exc:  # any escape, SystemExit included, is what this counts
         run.crash = f"{type(exc).__name__}: {exc}"[:300]

@@ -18,7 +18,13 @@ Goal: ours >= 100M prompt tokens/s, and per-token cost at 64 chains <= 1.5x that
 `io_cost_vs_1` is the same cost per prompt + output token: with 64 sub-agents every
 segment repeats the shared system prompt, so the lists handed to slime grow tenfold.
 
-    python benchmarks/merge.py            # 512 episodes per shape
+Retries: one episode of n identical retries of a turn (an agent retrying a call, or n
+samples of one state), each its own segment. The cost per turn is compared with the same
+turn merged alone (n one-turn episodes): linear merging keeps the ratio near 1 at any n
+(the quadratic index this replaced took 28 s for 100k retries, ~1,000x the per-turn cost).
+Aborted retries (empty completions) mark the same node; sampled ones share one leaf.
+
+    python benchmarks/merge.py            # 512 episodes per shape, 100k retries
     python benchmarks/merge.py --quick    # a few seconds (run by the test suite)
 """
 
@@ -27,6 +33,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import math
 import random
 import time
 from collections.abc import Callable, Sequence
@@ -34,7 +41,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from agentrl.bundle.traces import Turn, merge_turns
+from agentrl.bundle.traces import Turn, merge_turns, merge_turns_with_stats
 
 TURNS_ONE_CHAIN = 32
 CONTEXT = 16_384
@@ -175,15 +182,74 @@ def run(episodes: int, naive_episodes: int, scale: float) -> None:
     print(f"per-token cost, worst vs 1 chain: {worst:.2f}x (goal <= 1.5x)")
 
 
+RETRY_PROMPT = 64  # tokens of the retried turn's prompt
+RETRY_COMPLETION = 4
+
+
+def retry_episode(n: int, aborted: bool) -> list[Turn]:
+    prompt = list(range(1000, 1000 + RETRY_PROMPT))
+    completion = [] if aborted else list(range(5000, 5000 + RETRY_COMPLETION))
+    lps = [-0.25] * len(completion)
+    raw = json.loads(json.dumps([[prompt, completion]] * n))  # fresh ints, as from JSON
+    return [Turn(p, c, lps, "abort" if aborted else "stop") for p, c in raw]
+
+
+def per_turn_seconds(fn: Callable[[], object], turns: int, rounds: int = 3) -> float:
+    """CPU seconds per turn of `fn` (best of `rounds`, fixtures frozen out of the GC)."""
+    best = math.inf
+    for _ in range(rounds):
+        gc.collect()
+        gc.freeze()
+        start = time.process_time()
+        fn()
+        best = min(best, time.process_time() - start)
+        gc.unfreeze()
+    return best / turns
+
+
+def run_retries(n: int) -> None:
+    """n identical retries in one episode against the same turns merged one per episode."""
+    print(f"\nidentical retries of one turn ({RETRY_PROMPT}-token prompt), CPU us per turn")
+    print(f"{'retries':>8} {'kind':>8} {'episode_s':>9} {'us/turn':>8} {'alone':>8} {'ratio':>7}")
+    worst = 0.0
+    for aborted in (False, True):
+        kind = "aborted" if aborted else "sampled"
+        turns = retry_episode(n, aborted)
+        alone = [[t] for t in turns]
+
+        expected = 0 if aborted else n
+
+        def together(turns: list[Turn] = turns, expected: int = expected) -> None:
+            if len(merge_turns_with_stats(turns)[0]) != expected:
+                raise AssertionError("every sampled retry must be its own segment")
+
+        def separately(alone: list[list[Turn]] = alone) -> None:
+            for episode_turns in alone:
+                merge_turns(episode_turns)
+
+        ours = per_turn_seconds(together, n, rounds=1 if n > 10_000 else 3)
+        base = per_turn_seconds(separately, n)
+        worst = max(worst, ours / base)
+        print(f"{n:>8} {kind:>8} {ours * n:>9.2f} {ours * 1e6:>8.2f} {base * 1e6:>8.2f} "
+              f"{ours / base:>6.2f}x")  # fmt: skip
+    print(
+        f"retries: {n} in one episode cost {worst:.2f}x per turn of one-turn episodes "
+        "(linear: about 1x at any n)"
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--quick", action="store_true", help="small run for the test suite")
     parser.add_argument("--episodes", type=int, default=512, help="episodes per shape")
+    parser.add_argument("--retries", type=int, default=100_000, help="identical retries")
     opts = parser.parse_args(argv)
     if opts.quick:
         run(episodes=8, naive_episodes=4, scale=0.125)
+        run_retries(2_000)
     else:
         run(episodes=opts.episodes, naive_episodes=max(8, opts.episodes // 16), scale=1.0)
+        run_retries(opts.retries)
 
 
 if __name__ == "__main__":

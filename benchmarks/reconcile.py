@@ -115,7 +115,9 @@ async def run_one(name: str, n: int, steady: float, workdir: Path) -> Figures:
         env = {**os.environ, "KUBECONFIG": str(write_kubeconfig(
             workdir / f"kubeconfig-{name}-{n}", str(server.url).rstrip("/"))),
             "AGENTRL_METRICS_PORT": "0", "AGENTRL_LOG_LEVEL": "WARNING",
-            "AGENTRL_LIVENESS_ENDPOINT": "http://127.0.0.1:0/healthz"}  # fmt: skip
+            "AGENTRL_LIVENESS_ENDPOINT": "http://127.0.0.1:0/healthz",
+            # The Ray pods' default image (agentrl publishes none): never pulled here.
+            "AGENTRL_IMAGE": "runtime@sha256:" + "1" * 64}  # fmt: skip
         env.pop("KUBERNETES_SERVICE_HOST", None)
         with (workdir / f"operator-{name}-{n}.log").open("wb") as log:
             proc = await asyncio.create_subprocess_exec(

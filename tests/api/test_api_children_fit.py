@@ -23,7 +23,9 @@ def sizes(body: dict[str, object]) -> tuple[int, int] | None:
     exp, _ = parse_experiment(body)
     if exp is None:
         return None
-    config, _, _, job = render_all(exp, DEFAULTS, BUNDLE)
+    objects = render_all(exp, DEFAULTS, BUNDLE)
+    config = next(o for o in objects if o["metadata"]["name"].endswith("-config"))
+    job = next(o for o in objects if o["kind"] == "RayJob")
     return len(json.dumps(config["data"]).encode()), len(json.dumps(job).encode())
 
 

@@ -15,11 +15,13 @@ import yaml
 from agentrl.cli.main import EXIT_CODES, main
 from conftest import EXAMPLES_DIR, minimal_body
 
+IMAGE = "runtime@sha256:" + "1" * 64
 SECRET = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "hf"}, "stringData": {}}
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
+    """The CLI with an operator default image (these tests are about inputs, not images)."""
+    code = main([*argv, "--image", IMAGE] if argv[0] in ("validate", "render") else list(argv))
     out, err = capsys.readouterr()
     return code, out, err
 
@@ -42,7 +44,7 @@ def test_multi_document_file_checks_each_experiment_and_skips_other_kinds(
     spec = write(tmp_path / "all.yaml", SECRET, named("one"), named("two", agent={}))
     code, out, err = run(capsys, "validate", "-f", str(spec))
     assert code == 1
-    assert out == f"{spec}#2: OK (RLExperiment rl/one: 1 node(s) x 8 GPUs)\n"
+    assert out.startswith(f"{spec}#2: OK (RLExperiment rl/one: 1 node(s) x 8 GPUs; policy: ")
     assert f"{spec}#1: skipped v1/Secret hf (not an RLExperiment)" in err
     assert f"{spec}#3: spec.agent: no agent backend is set" in err
     assert f"{spec}#3: 1 error(s); nothing would be created" in err
@@ -164,7 +166,10 @@ def test_yaml_that_does_not_parse_names_the_field(
 
 
 def test_the_examples_directory_renders(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = run(capsys, "render", "-f", str(EXAMPLES_DIR), "--show-command")
+    policy = str(EXAMPLES_DIR / "platform" / "policy.yaml")  # the SWE example needs one
+    code, out, _ = run(
+        capsys, "render", "-f", str(EXAMPLES_DIR), "--show-command", "--policy", policy
+    )
     assert code == 0 and out.count("# rl/") == len(list(EXAMPLES_DIR.glob("*.yaml")))
     assert copy.copy(out).count("python3 ") == out.count("# rl/")
 

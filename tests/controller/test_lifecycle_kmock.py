@@ -311,6 +311,7 @@ def op_config(metrics_server: tuple[MetricsServer, int]) -> OperatorConfig:
         sweep_interval=0.1,
         scrape_timeout=1.0,
         metrics_url=url,
+        image="runtime@sha256:" + "1" * 64,  # the Ray pods' default: a test value
     )
 
 

@@ -39,7 +39,7 @@ async def created(api: Api, body: dict[str, Any] | None = None) -> dict[str, Any
 async def test_create_renders_owned_children_and_status(api: Api, operator: OperatorRun) -> None:
     exp = await created(api)
     kids = children(api)
-    assert sorted(k["kind"] for k in kids) == ["ConfigMap", "ConfigMap", "RayJob", "Service"]
+    assert sorted(k["kind"] for k in kids) == ["ConfigMap"] * 2 + ["RayJob"] + ["Service"] * 2
     for kid in kids:
         (ref,) = kid["metadata"]["ownerReferences"]
         assert ref["uid"] == exp["metadata"]["uid"] and ref["controller"] is True

@@ -17,7 +17,6 @@ from agentrl.api.models import RLExperiment
 from agentrl.api.runtime import RuntimeConfig, config_spec
 from agentrl.api.validation import parse_experiment
 from agentrl.render import OperatorDefaults, names, render_all, runtime_config
-from agentrl.render.slime_args import build_slime_args
 from conftest import load_example, minimal_body
 from kube_checks import core_errors, kuberay_controller_errors, pod_templates
 
@@ -33,9 +32,9 @@ def parse(body: dict[str, Any]) -> RLExperiment:
 
 
 def objects(body: dict[str, Any], bundle: dict[str, str] = BUNDLE) -> dict[str, dict[str, Any]]:
-    """Rendered objects by role: config, bundle, service, rayjob."""
-    config, code, svc, job = render_all(parse(body), DEFAULTS, bundle)
-    return {"config": config, "bundle": code, "service": svc, "rayjob": job}
+    """Rendered objects by role: config, bundle, service (the gateway's), metrics, rayjob."""
+    config, code, svc, metrics, job = render_all(parse(body), DEFAULTS, bundle)
+    return {"config": config, "bundle": code, "service": svc, "metrics": metrics, "rayjob": job}
 
 
 def containers(job: dict[str, Any]) -> list[dict[str, Any]]:
@@ -87,7 +86,6 @@ def test_runtime_config_round_trips() -> None:
     text = objects(load_example(SWE))["config"]["data"]["config.json"]
     assert RuntimeConfig.model_validate_json(text) == runtime_config(exp, DEFAULTS)
     loaded = RuntimeConfig.model_validate_json(text)
-    assert loaded.slime_args == build_slime_args(exp)
     assert loaded.spec == config_spec(exp.spec) and loaded.bundle_version == "1.2.3"
     assert loaded.gateway_url == "http://qwen3-32b-swe-gw.rl.example.internal:9090"
 
@@ -112,8 +110,8 @@ def test_gpu_workers_and_cpu_head() -> None:
     cluster = job["spec"]["rayClusterSpec"]
     head = cluster["headGroupSpec"]
     assert head["rayStartParams"]["num-gpus"] == "0"
-    marker = json.loads(json.loads(head["rayStartParams"]["resources"]))
-    assert marker[HEAD_RAY_RESOURCE] >= 1
+    marker = json.loads(head["rayStartParams"]["resources"].strip("'"))
+    assert marker == {HEAD_RAY_RESOURCE: 1}
     head_limits = head["template"]["spec"]["containers"][0]["resources"]["limits"]
     assert "nvidia.com/gpu" not in head_limits
     (workers,) = cluster["workerGroupSpecs"]
@@ -145,7 +143,7 @@ def test_lifecycle_fields_reach_the_rayjob() -> None:
     spec = job["spec"]
     assert spec["shutdownAfterJobFinishes"] is True
     assert spec["submissionMode"] == "K8sJobMode"
-    assert spec["entrypoint"] == f"python -m agentrl.bundle.launch --config {CONFIG_PATH}"
+    assert spec["entrypoint"] == f"python3 -m agentrl.bundle.launch --config {CONFIG_PATH}"
     assert (spec["backoffLimit"], spec["ttlSecondsAfterFinished"]) == (1, 3600)
     assert spec["activeDeadlineSeconds"] == 604800
     assert spec["preRunningDeadlineSeconds"] == 3600
@@ -182,6 +180,7 @@ def test_service_selects_only_the_head_pod() -> None:
     assert not selector <= submitter["metadata"]["labels"].items()
     head_ports = {p["name"] for p in head["spec"]["containers"][0]["ports"]}
     assert {p["targetPort"] for p in svc["spec"]["ports"]} <= head_ports
+    assert objs["metrics"]["spec"]["selector"] == svc["spec"]["selector"]
     config = RuntimeConfig.model_validate_json(objs["config"]["data"]["config.json"])
     assert config.gateway_url == "https://agentrl-gw.example.com"
 
@@ -201,16 +200,17 @@ def test_longest_name_fits_every_derived_name() -> None:
     body["metadata"]["name"] = "a" + "b" * 46
     objs = objects(body)
     assert kuberay_controller_errors(objs["rayjob"]) == []
-    for role in ("config", "bundle", "service"):
+    for role in ("config", "bundle", "service", "metrics"):
         assert core_errors(objs[role]) == [], role
     assert len(objs["service"]["metadata"]["name"]) <= 63
+    assert len(objs["metrics"]["metadata"]["name"]) <= 63
 
 
 def test_image_pull_secrets_and_ray_version_from_defaults() -> None:
     exp = parse(minimal_body())
     defaults = OperatorDefaults(image="i@sha256:" + "2" * 64, image_pull_secrets=("regcred",),
                                 ray_version="2.49.0")  # fmt: skip
-    job = render_all(exp, defaults, BUNDLE)[3]
+    job = render_all(exp, defaults, BUNDLE)[-1]
     assert job["spec"]["rayClusterSpec"]["rayVersion"] == "2.49.0"
     for template in pod_templates(job):
         assert template["spec"]["imagePullSecrets"] == [{"name": "regcred"}]

@@ -34,7 +34,7 @@ class StubRouter:
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
         self._http = aiohttp.ClientSession()
-        app = web.Application()
+        app = web.Application(client_max_size=1 << 30)  # the Rust router relays any size
         app.router.add_get("/workers", self._list)
         app.router.add_post("/generate", self._relay)
         app.router.add_get("/health", lambda _: web.Response(text="OK"))

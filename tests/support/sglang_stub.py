@@ -1,6 +1,7 @@
 """A stub SGLang engine and router speaking the real HTTP protocol (no GPU).
 
-Follows ../shared/reference/sglang-protocol.md: `/generate` on `input_ids` (single and
+Follows SGLang 0.5's HTTP server (https://github.com/sgl-project/sglang, `http_server.py`,
+`io_struct.GenerateReqInput`): `/generate` on `input_ids` (single and
 batch, JSON and SSE, cumulative or incremental streaming) with `output_token_logprobs`
 triples, `finish_reason` objects, `/abort_request` that finishes the targeted in-flight
 calls with `abort` and records what it was asked to abort, plus the health/info/load
@@ -10,6 +11,8 @@ slow mode, `fail_next`/`fail_status` the failure mode, `null_logprobs` the way S
 serialises NaN/inf logprobs (JSON null), and `miss_rid_aborts` the race where an abort by
 rid reaches the engine before its request does (a no-op there; only `abort_all` helps);
 `miss_abort_all` makes `abort_all` miss too (requests still being tokenised slip through).
+`gate`, when set, holds every generation until the event is set (requests stay in flight
+for as long as a test needs). Bodies of any size are accepted, as by SGLang's server.
 `StubRouter` lists workers like the Rust router and, like it, answers 404 to
 `/abort_request`.
 """
@@ -51,6 +54,7 @@ class StubEngine:
     miss_rid_aborts: bool = False  # aborts by rid find nothing (they "arrived too early")
     miss_abort_all: bool = False  # abort_all finds nothing either
     decode: Callable[[list[int]], str] | None = None  # the tokenizer, for `stop` strings
+    gate: asyncio.Event | None = None  # generations wait for it (None: never held)
     requests: list[dict[str, Any]] = field(default_factory=list)
     aborted: list[str] = field(default_factory=list)  # rids asked to abort ("*" = abort_all)
     sampled: dict[str, list[int]] = field(default_factory=dict)  # rid -> ids returned
@@ -73,7 +77,7 @@ class StubEngine:
         return next((s for s in ([stop] if isinstance(stop, str) else stop) if s in text), None)
 
     def app(self) -> web.Application:
-        app = web.Application()
+        app = web.Application(client_max_size=1 << 30)  # uvicorn sets no body limit
         app.router.add_post("/generate", self._generate)
         app.router.add_put("/generate", self._generate)
         app.router.add_post("/abort_request", self._abort)
@@ -123,7 +127,9 @@ class StubEngine:
         if not ids:
             return "input_ids cannot be empty."
         flat = ids if isinstance(ids[0], int) else list(itertools.chain.from_iterable(ids))
-        if any(not 0 <= i < self.vocab_size for i in flat):
+        # min/max in C: a prompt of millions of ids must not stall the stub's event loop
+        # (it serves every session, like the engine's own front end).
+        if min(flat) < 0 or max(flat) >= self.vocab_size:
             return f"Token id out of range (vocab size {self.vocab_size})."
         top_p = (body.get("sampling_params") or {}).get("top_p")
         if top_p is not None and not 0 < top_p <= 1:
@@ -181,6 +187,8 @@ class StubEngine:
         abort = self._live[rid] = asyncio.Event()
         out: list[int] = []
         try:
+            if self.gate is not None:
+                await self.gate.wait()
             finish = await self._sample(
                 wanted, budget, params, abort, out, emit=emit, rid=rid, body=body, prompt=prompt
             )

@@ -35,6 +35,9 @@ ANNOTATION_BUNDLE_VERSION: Final = "agentrl.io/bundle-version"
 # Ray logical resource that marks the head pod, so agentrl's hub actor (metrics
 # registry, gateway) is scheduled there and nowhere else.
 HEAD_RAY_RESOURCE: Final = "agentrl_head"
+# Ray logical resource that every GPU worker pod advertises and the RayJob's entrypoint
+# asks for, so slime's driver (which needs a CUDA device) runs on a GPU worker.
+DRIVER_RAY_RESOURCE: Final = "agentrl_driver"
 
 # Ports on the head pod.
 GATEWAY_PORT_DEFAULT: Final = 9090
@@ -75,6 +78,12 @@ CONFIGMAP_MAX_BYTES: Final = 1024 * 1024
 ANNOTATIONS_MAX_BYTES: Final = 256 * 1024
 
 DEFAULT_GPU_RESOURCE: Final = "nvidia.com/gpu"
+
+# Where the slime runtime image keeps things: the CUDA toolkit (spec.runtime.cudaHome's
+# default) and the Megatron-LM checkout, which is not pip-installed there, so the pods'
+# PYTHONPATH carries it (render) and the launcher hands it to slime's actors.
+IMAGE_CUDA_HOME: Final = "/usr/local/cuda"
+IMAGE_MEGATRON_DIR: Final = "/root/Megatron-LM"
 
 
 class Phase(StrEnum):

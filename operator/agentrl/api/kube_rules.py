@@ -48,6 +48,8 @@ from agentrl.api.formats import (
 )
 
 RESERVED_MOUNTS = (SHM_MOUNT_DIR, CONFIG_MOUNT_DIR, BUNDLE_MOUNT_DIR, EXTRA_CODE_MOUNT_ROOT)
+# core/v1 Volume sources (from the vendored schema); a volume has exactly one.
+VOLUME_SOURCES = frozenset(kube_schema.definition(kube_schema.VOLUME)["properties"]) - {"name"}
 RESERVED_VOLUMES = (SHM_VOLUME, CONFIG_VOLUME, BUNDLE_VOLUME)
 TOLERATION_OPERATORS = ("Exists", "Equal")
 TOLERATION_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
@@ -145,7 +147,6 @@ def volumes(body: Mapping[str, Any]) -> Iterator[Finding]:
     """Volumes are core/v1 Volumes with exactly one source, a unique RFC 1123 name that is not
     one of agentrl's own (`dshm`, `agentrl-*`), and valid names of the objects they mount.
     """
-    sources = set(kube_schema.definition(kube_schema.VOLUME)["properties"]) - {"name"}
     declared: list[str] = []
     for i, vol in _dicts(_at(body, "spec", "runtime", "volumes")):
         path = f"spec.runtime.volumes[{i}]"
@@ -155,7 +156,7 @@ def volumes(body: Mapping[str, Any]) -> Iterator[Finding]:
         if isinstance(name, str) and name:
             declared.append(name)
             yield from _volume_name(f"{path}.name", name)
-        given = set(vol) & sources
+        given = set(vol) & VOLUME_SOURCES
         if len(given) != 1 and not any(f[1] == "unknown field" for f in schema_findings):
             yield err(
                 path,

@@ -11,7 +11,7 @@ unknown fields) live here; cross-field rules live in `agentrl.api.validation`.
 from __future__ import annotations
 
 import difflib
-from typing import Annotated, Literal
+from typing import Annotated, Final, Literal
 
 from pydantic import AfterValidator, ConfigDict, Field, WithJsonSchema, model_validator
 from pydantic.alias_generators import to_camel
@@ -26,7 +26,7 @@ from agentrl.api.base import (
     Quantity,
     SecretKeyRef,
 )
-from agentrl.api.constants import DEFAULT_GPU_RESOURCE, GATEWAY_PORT_DEFAULT
+from agentrl.api.constants import DEFAULT_GPU_RESOURCE, GATEWAY_PORT_DEFAULT, IMAGE_CUDA_HOME
 from agentrl.api.formats import (
     ABSOLUTE_PATH,
     IMAGE_REF,
@@ -48,7 +48,9 @@ from agentrl.api.status import Condition, Progress, RayJobMirror, RLExperimentSt
 
 # Every API model and field type, so users of the API need this one module.
 __all__ = [
+    "DYNAMIC_SAMPLING_FILTER_PATTERN",
     "QUANTITY_PATTERN",
+    "ZERO_REWARD_VARIANCE",
     "AgentCoreAgent",
     "AgentSpec",
     "CheckpointSpec",
@@ -327,9 +329,21 @@ class GatewaySpec(Model):
     max_in_flight: PositiveInt = Field(
         default=1024, description="requests in flight before the gateway answers 429"
     )
+    max_request_bytes: Annotated[int, Field(ge=64 * 1024, le=64 * 1024 * 1024)] = 2 * 1024 * 1024
+    """Largest request body an agent may send, in bytes (larger ones get 413). The default,
+    2 MiB, holds a full 200k-token context of text or code (about 1 MB of JSON) twice over;
+    each MiB more admits up to about a million prompt tokens of work per request.
+    """
 
 
 # ---- grpo --------------------------------------------------------------------------
+
+
+# spec.grpo.dynamicSamplingFilter: the built-in filter's name, or a Python `module.function`.
+ZERO_REWARD_VARIANCE: Final = "zeroRewardVariance"
+DYNAMIC_SAMPLING_FILTER_PATTERN: Final = (
+    rf"^({ZERO_REWARD_VARIANCE}|[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+)$"
+)
 
 
 class RewardNormalization(Model):
@@ -370,10 +384,35 @@ class GrpoSpec(Model):
     """Token budget per GPU for dynamic batching."""
     reward_normalization: RewardNormalization = Field(default_factory=RewardNormalization)
     """How episode rewards become advantages (episode-level, each episode weighs the same)."""
+    over_sampling_batch_size: PositiveInt | None = None
+    """Prompt groups a train step keeps in flight (slime's `--over-sampling-batch-size`), up
+    to twice rolloutBatchSize. Above rolloutBatchSize, the step ends once rolloutBatchSize
+    groups are kept and stragglerPolicy cuts the rest. Unset: rolloutBatchSize.
+    """
+    dynamic_sampling_filter: (
+        Annotated[str, Field(pattern=DYNAMIC_SAMPLING_FILTER_PATTERN, max_length=253)] | None
+    ) = None
+    """Drop finished groups that carry no GRPO signal and start replacements (DAPO dynamic
+    sampling): `zeroRewardVariance`, or `module.function` with the signature of slime's
+    `--dynamic-sampling-filter-path` (e.g. from runtime.extraCode). Unset: keep every group.
+    """
+    max_refill_rounds: Annotated[int, Field(ge=0, le=100)] = 3
+    """Cap on replacements for filtered groups: a step starts at most (1 + this) x
+    overSamplingBatchSize groups, then fills the batch with filtered groups (no gradient).
+    """
+    straggler_policy: Literal["wait", "abort", "carryOver"] = "wait"
+    """Once the batch is full: `wait` for every started group; `abort` the rest and return
+    their prompts to slime's data source; `carryOver`: as abort, but keep their finished
+    episodes, so the group resumes in the next step. A group is cut at most once.
+    """
 
     @property
     def effective_global_batch_size(self) -> int:
         return self.global_batch_size or self.rollout_batch_size * self.samples_per_prompt
+
+    @property
+    def effective_over_sampling_batch_size(self) -> int:
+        return self.over_sampling_batch_size or self.rollout_batch_size
 
 
 # ---- resources ---------------------------------------------------------------------
@@ -395,7 +434,7 @@ class Parallelism(Model):
 
 
 class HeadSpec(Model):
-    """The CPU-only Ray head: driver, gateway, metrics."""
+    """The CPU-only Ray head: gateway and metrics (slime's driver runs on a GPU worker)."""
 
     cpu: Quantity = "8"
     """CPU of the head pod."""
@@ -502,7 +541,7 @@ class RuntimeSpec(Model):
     )
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
     """Pull policy of every Ray container."""
-    cuda_home: AbsolutePath = "/usr/local/cuda"
+    cuda_home: AbsolutePath = IMAGE_CUDA_HOME
     """CUDA toolkit inside the image; sets CUDA_HOME and LD_LIBRARY_PATH everywhere."""
     slime_dir: AbsolutePath = Field(
         default="/root/slime", description="slime checkout inside the image"
@@ -584,7 +623,10 @@ class RLExperimentSpec(Model):
     suspend: bool = False
     """Stop the run and release its pods; set back to false to start it again (mutable)."""
     active_deadline_seconds: PositiveInt | None = None
-    """Whole-run deadline; then the run fails with DeadlineExceeded (mutable)."""
+    """Deadline of each attempt, not of the whole run: KubeRay counts it from the start of every
+    attempt (each backoffLimit retry) and every resume, so a run can hold its GPUs for up to
+    backoffLimit + 1 times this. Past it the attempt fails with DeadlineExceeded, which is not
+    retried (mutable)."""
     startup_deadline_seconds: PositiveInt | None = Field(
         default=None, description="time to reach Running (KubeRay preRunningDeadlineSeconds)"
     )

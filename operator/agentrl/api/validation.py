@@ -6,26 +6,31 @@ structural errors (types, ranges, unknown fields) into `Problem`s with wire-form
 (`spec.resources.parallelism.tensor`); then runs every rule: the checks of the Kubernetes
 objects the spec passes through (`kube_rules`, on the document as written) and the
 cross-field rules a schema cannot express (`rules`: GPU arithmetic, batch divisibility,
-derived name lengths). When some fields did not parse, the cross-field rules run on what did
-(`agentrl.api.partial`), and a rule that needs a broken field is skipped, so one run reports
-every problem. The operator, the CLI and the tests all read the same list, so a spec rejected
-by `agentrl validate` is rejected by the cluster with the same words.
+derived name lengths), and, given the operator's `Policy`, what the platform team does not
+allow (`agentrl.api.policy`), and given the caller's `DefaultImage`, that the pods will have
+an image (`agentrl.api.images`). When some fields did not parse, the cross-field rules run on
+what did (`agentrl.api.partial`), and a rule that needs a broken field is skipped, so one run
+reports every problem. The operator, the CLI and the tests all read the same list, so a spec
+rejected by `agentrl validate` is rejected by the cluster with the same words.
 """
 
 from __future__ import annotations
 
 import difflib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
 from pydantic.alias_generators import to_camel
 
-from agentrl.api import bounds, kube_rules, partial, rules
-from agentrl.api.findings import Severity
+from agentrl.api import bounds, kube_rules, partial, rules, security
+from agentrl.api.findings import Finding, Rule, Severity
 from agentrl.api.formats import text_format
+from agentrl.api.images import DefaultImage, image_findings
 from agentrl.api.models import RLExperiment
+from agentrl.api.policy import Policy
+from agentrl.api.policy import check as policy_check
 
 MISSING = "required field is missing"
 
@@ -53,8 +58,18 @@ def errors(problems: Sequence[Problem]) -> list[Problem]:
     return [p for p in problems if p.severity == "error"]
 
 
-def parse_experiment(body: Mapping[str, Any]) -> tuple[RLExperiment | None, list[Problem]]:
+def parse_experiment(
+    body: Mapping[str, Any],
+    policy: Policy | None = None,
+    *,
+    default_image: DefaultImage | None = None,
+) -> tuple[RLExperiment | None, list[Problem]]:
     """Parse a custom resource body: the experiment (None on any error) and every problem.
+
+    With a `policy` (the operator's, or `agentrl validate --policy`), what it does not allow
+    is an error too; without one only the spec itself is judged. With `default_image` (the
+    operator's, or the CLI's `--image`), a spec the pods would get no image for is a problem
+    on `spec.runtime.image`; without it, images are not judged.
 
     `status` and `metadata.managedFields` are ignored: they are the operator's and the API
     server's to write, not the user's to get right, and must never make a spec invalid.
@@ -77,10 +92,11 @@ def parse_experiment(body: Mapping[str, Any]) -> tuple[RLExperiment | None, list
         structural = _from_pydantic(err, body)
         # Every rule whose inputs parsed still runs, on the fields that did.
         typed = partial.build(RLExperiment, body)
-        found = _document_problems(body) + _rule_problems(typed, complete=False)
+        checks = _checks(policy, default_image)
+        found = _document_problems(body) + _rule_problems(typed, checks, complete=False)
         seen = {p.path for p in structural}
         return None, structural + [p for p in found if p.path not in seen]
-    problems = validate_experiment(exp)
+    problems = validate_experiment(exp, policy, default_image=default_image)
     return (None if errors(problems) else exp), problems
 
 
@@ -90,13 +106,30 @@ def _typed(body: Mapping[str, Any]) -> RLExperiment:
     return RLExperiment.model_validate(body, by_alias=True, by_name=False)
 
 
-def validate_experiment(exp: RLExperiment) -> list[Problem]:
-    """The cross-field rules, all of them; an empty list means the spec can run."""
-    return _document_problems(exp.dump()) + _rule_problems(exp)
+def validate_experiment(
+    exp: RLExperiment, policy: Policy | None = None, *, default_image: DefaultImage | None = None
+) -> list[Problem]:
+    """The cross-field rules, all of them, the policy's when one is given and the image check
+    when the caller's default image is given; an empty list means the spec can run."""
+    checks = _checks(policy, default_image)
+    return _document_problems(exp.dump()) + _rule_problems(exp, checks)
 
 
-def _rule_problems(exp: RLExperiment, complete: bool = True) -> list[Problem]:
-    found = partial.run_rules(rules.ALL_RULES, exp, partial=not complete)
+def _checks(policy: Policy | None, default_image: DefaultImage | None) -> list[Rule]:
+    checks: list[Rule] = [*rules.ALL_RULES, *security.RULES]
+    if policy is not None:
+        checks.append(lambda exp: _findings(policy_check(exp, policy)))
+    if default_image is not None:
+        checks.append(lambda exp: _findings(image_findings(exp, default_image)))
+    return checks
+
+
+def _findings(found: Iterator[Finding]) -> Iterator[Finding]:
+    yield from found
+
+
+def _rule_problems(exp: RLExperiment, checks: list[Rule], complete: bool = True) -> list[Problem]:
+    found = partial.run_rules(checks, exp, partial=not complete)
     return [Problem(*finding) for finding in found]
 
 

@@ -9,26 +9,46 @@ path (one C-level list compare per edge; a mismatch inside an edge costs one mor
 that edge to find where) and branches with a dict lookup: cost linear in the prompt, flat
 in the number of chains.
 
-Nodes carry two kinds of marks: `ends` (chains whose full sequence ends there) and `tips`
-(chains whose latest prompt ends there). The marks tell why a prompt extends no chain.
+Nodes carry marks: `ends` (chains whose full sequence ends there, after a non-empty
+completion), `bare` (chains whose latest completion was empty, so their full sequence ends
+at their tip) and `tips` (chains whose latest prompt ends there). The marks tell why a
+prompt extends no chain. They are insertion-ordered dicts (add, remove and "most recent"
+in O(1)), so n identical retries of one turn, which all mark the same node, cost O(n) in
+total, not O(n^2).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+Marks = dict[int, None]  # chain ids in the order they were marked (a dict is an ordered set)
+_UNMARKED: Marks = {}  # shared by unmarked nodes; never mutated (see `_mark`)
+
 
 class _Node:
-    __slots__ = ("children", "depth", "ends", "label", "parent", "tips")
+    __slots__ = ("bare", "children", "depth", "ends", "label", "parent", "tips")
 
     def __init__(self, label: list[int], depth: int, parent: _Node | None) -> None:
         self.label = label  # tokens on the edge from the parent (owned, never aliased)
         self.depth = depth  # tokens from the root to the end of `label`
         self.parent = parent
         self.children: dict[int, _Node] = {}  # first token of the child's label -> child
-        # Tuples: the empty one is shared, so unmarked nodes cost no extra allocation.
-        self.ends: tuple[int, ...] = ()
-        self.tips: tuple[int, ...] = ()
+        # Most nodes carry no mark: they share one empty dict until marked.
+        self.ends = _UNMARKED
+        self.bare = _UNMARKED
+        self.tips = _UNMARKED
+
+
+def _mark(marks: Marks, chain: int) -> Marks:
+    """`marks` with `chain` added last (a fresh dict when `marks` is the shared empty one)."""
+    if marks is _UNMARKED:
+        return {chain: None}
+    marks[chain] = None
+    return marks
+
+
+def _last(marks: Marks) -> int:
+    return next(reversed(marks)) if marks else -1
 
 
 @dataclass(slots=True)
@@ -77,6 +97,8 @@ class PrefixIndex:
         self._end: list[_Node] = []
         self._tip: list[_Node] = []
         self.tip_len: list[int] = []
+        self._stamp: list[int] = []  # when each chain was last recorded (ties: newest wins)
+        self._clock = 0
 
     def lookup(self, prompt: list[int]) -> Match:
         """The chain `prompt` extends: the longest whose full sequence prefixes it, among
@@ -84,11 +106,10 @@ class PrefixIndex:
         node, pos, n = self.root, 0, len(prompt)
         best, passed_tip = -1, False
         while True:
-            if node.ends:
-                for c in reversed(node.ends):  # the most recently extended wins a tie
-                    if self.tip_len[c] < n:
-                        best = c
-                        break
+            if node.ends or node.bare:
+                c = self._newest_end(node, n)
+                if c >= 0:
+                    best = c
             if node.tips and node.depth < n:
                 passed_tip = True
             if pos == n:
@@ -108,14 +129,29 @@ class PrefixIndex:
             j = _lcp(prompt, pos, label)
             return Match(best, node, child, j, pos + j, passed_tip, pos + j == n)
 
+    def _newest_end(self, node: _Node, n: int) -> int:
+        """The most recently recorded chain whose full sequence ends at `node` and whose
+        latest prompt is shorter than `n` (the walk only reaches nodes with depth <= n).
+        A chain in `ends` has a non-empty completion below its tip, so its prompt is shorter
+        than `node.depth`; a `bare` one's prompt is `node.depth` long."""
+        end = _last(node.ends)
+        if node.bare and node.depth < n:
+            bare = _last(node.bare)
+            if end < 0 or self._stamp[bare] > self._stamp[end]:
+                return bare
+        return end
+
     def record(self, chain: int, prompt: list[int], completion: list[int], at: Match) -> None:
         """`chain`'s tip is now (prompt, completion); `at` is prompt's lookup, just made."""
+        self._clock += 1
         old = (self._end[chain], self._tip[chain]) if chain < len(self._end) else None
         if old is not None and self._extend_in_place(chain, prompt, completion, at):
+            self._stamp[chain] = self._clock
             return
         if old is not None:
-            old[0].ends = tuple(c for c in old[0].ends if c != chain)
-            old[1].tips = tuple(c for c in old[1].tips if c != chain)
+            old[0].ends.pop(chain, None)
+            old[0].bare.pop(chain, None)
+            old[1].tips.pop(chain, None)
         node = self._split(at.node, at.child, at.offset)
         if at.pos < len(prompt):
             tip = self._leaf(node, prompt[at.pos :])
@@ -125,14 +161,19 @@ class PrefixIndex:
             walk = self._walk(tip, completion)
             node = self._split(walk.node, walk.child, walk.offset)
             end = self._leaf(node, completion[walk.pos :]) if walk.pos < len(completion) else node
-        tip.tips += (chain,)
-        end.ends += (chain,)
+        tip.tips = _mark(tip.tips, chain)
+        if completion:
+            end.ends = _mark(end.ends, chain)
+        else:
+            end.bare = _mark(end.bare, chain)
         if old is None:
             self._end.append(end)
             self._tip.append(tip)
             self.tip_len.append(len(prompt))
+            self._stamp.append(self._clock)
         else:
             self._end[chain], self._tip[chain], self.tip_len[chain] = end, tip, len(prompt)
+            self._stamp[chain] = self._clock
             self._compact(old[0])
             if old[1] is not old[0]:
                 self._compact(old[1])
@@ -179,9 +220,11 @@ class PrefixIndex:
             and tip.parent is not None  # never grow the root's (empty) label
             and not end.children
             and len(end.ends) == 1
+            and not end.bare
             and not end.tips
             and len(tip.tips) == 1
             and not tip.ends
+            and not tip.bare
             and len(tip.children) == 1
         ):
             return False
@@ -229,7 +272,7 @@ class PrefixIndex:
 
     def _compact(self, node: _Node) -> None:
         """Fold a node that lost its marks into its only child, keeping paths compressed."""
-        if node.ends or node.tips or node.parent is None or len(node.children) != 1:
+        if node.ends or node.bare or node.tips or node.parent is None or len(node.children) != 1:
             return
         (child,) = node.children.values()
         node.label.extend(child.label)  # grows in place: amortised O(new tokens)
@@ -237,8 +280,8 @@ class PrefixIndex:
         node.children = child.children
         for grandchild in node.children.values():
             grandchild.parent = node
-        node.ends, node.tips = child.ends, child.tips
-        for c in node.ends:
+        node.ends, node.bare, node.tips = child.ends, child.bare, child.tips
+        for c in (*node.ends, *node.bare):
             self._end[c] = node
         for c in node.tips:
             self._tip[c] = node

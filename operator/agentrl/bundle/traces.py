@@ -2,17 +2,24 @@
 
 The gateway records every model call of an episode as a `Turn` holding the exact token ids
 the engine saw and sampled; `merge_turns` folds an episode's turns into `Segment`s, the
-sequences slime trains on. The contract (names and fields) is fixed by DESIGN §5; the
-rules are in docs/traces.md.
+sequences slime trains on. The contract (names, fields and rules) is docs/traces.md.
+
+Nothing that cannot be a sampled token is trained on: a turn whose logprobs are missing,
+misaligned, non-finite, positive or not numbers (booleans included) is kept with mask 0 and
+counted; ids that are not non-negative integers (floats, booleans) make the whole trace
+invalid (`InvalidTrace`): there is no sequence to put them in.
 """
 
 from __future__ import annotations
 
 import math
+import operator
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+import orjson
 
 from agentrl.bundle.trace_index import Match, PrefixIndex
 
@@ -47,6 +54,20 @@ DIVERGED_PREFIX = "diverged_prefix"  # a new conversation (sub-agent) or context
 BREAK_REASONS = (IDENTICAL_PROMPT, REWOUND, EDITED_COMPLETION, DIVERGED_PREFIX)
 
 
+# Why a turn's completion was kept but not trained (MergeStats.mask_reasons).
+NO_LOGPROBS = "no_logprobs"  # the engine returned none
+MISALIGNED = "misaligned"  # not one logprob per completion token
+NOT_A_NUMBER = "not_a_number"  # a None, a boolean, a string... where a logprob belongs
+NON_FINITE = "non_finite"  # NaN or an infinity (SGLang's JSON null reads as NaN)
+POSITIVE = "positive"  # a log-probability above 0: the probability would exceed 1
+MASK_REASONS = (NO_LOGPROBS, MISALIGNED, NOT_A_NUMBER, NON_FINITE, POSITIVE)
+
+
+class InvalidTrace(ValueError):
+    """A turn holds something that cannot be a token id (a float, a boolean, a negative
+    number such as a -100 "ignore" label): the episode's trace is refused as a whole."""
+
+
 @dataclass
 class MergeStats:
     """What a merge did besides producing segments; the rollout turns it into metrics."""
@@ -54,8 +75,9 @@ class MergeStats:
     turns: int = 0
     segments: int = 0
     breaks: Counter[str] = field(default_factory=Counter)  # reason -> new segments
-    masked_turns: int = 0  # logprobs missing, misaligned or non-finite: kept with mask 0
+    masked_turns: int = 0  # logprobs unusable (see MASK_REASONS): kept with mask 0
     masked_tokens: int = 0
+    mask_reasons: Counter[str] = field(default_factory=Counter)  # reason -> masked turns
     clipped_segments: int = 0  # response tail cut to the budget
     clipped_tokens: int = 0
     dropped_over_budget: int = 0  # the prompt alone leaves no room for a response token
@@ -85,7 +107,7 @@ class _Chain:
         self.prompt_len = len(prompt)
         self.full_len = len(prompt)  # tip prompt + tip completion
         # (bridge tokens, completion tokens, their logprobs or None when masked)
-        self.spans: list[tuple[int, int, Sequence[float] | None]] = []
+        self.spans: list[tuple[int, int, list[float] | None]] = []
         self.sampled = 0  # completion tokens, trainable or not
         self.finish = ""
 
@@ -95,12 +117,14 @@ class _Chain:
         """Bridge (observed, mask 0) then the sampled completion (mask 1 iff logprobs align)."""
         bridge = len(prompt) - self.full_len if self.spans else 0
         n = len(completion)
-        lps = turn.logprobs
-        if n and not _usable(lps, n):
-            # Never train on invented logprobs: TIS/off-policy correction would be biased.
-            stats.masked_turns += 1
-            stats.masked_tokens += n
-            lps = None
+        lps: list[float] | None = None
+        if n:
+            lps, why = _logprobs(turn.logprobs, n)
+            if why is not None:
+                # Never train on invented logprobs: TIS/off-policy correction would be biased.
+                stats.masked_turns += 1
+                stats.masked_tokens += n
+                stats.mask_reasons[why] += 1
         self.spans.append((bridge, n, lps))
         self.sampled += n
         self.full_len = len(prompt) + n
@@ -142,22 +166,84 @@ class _Chain:
             if lps is not None:
                 end = min(pos + n, length)
                 mask[pos:end] = [1] * (end - pos)
-                # JSON gives lists of floats already; anything else (numpy...) is converted.
-                logprobs[pos:end] = (
-                    lps[: end - pos] if type(lps) is list else map(float, lps[: end - pos])
-                )
+                logprobs[pos:end] = lps[: end - pos]
             pos += n
         return mask, logprobs
 
 
-def _usable(logprobs: Sequence[float] | None, n: int) -> bool:
-    """One finite number per completion token (a None, NaN or inf anywhere poisons TIS)."""
-    if logprobs is None or len(logprobs) != n:
-        return False
+def _logprobs(given: Sequence[float] | None, n: int) -> tuple[list[float] | None, str | None]:
+    """The completion's logprobs as a plain list of floats, or None and why they are unusable:
+    one finite number <= 0 per completion token (a None, NaN, inf, positive value or boolean
+    anywhere poisons TIS)."""
+    if given is None:
+        return None, NO_LOGPROBS
+    if len(given) != n:
+        return None, MISALIGNED
+    if type(given) is list:
+        values: list[Any] = given
+    else:  # numpy gives Python scalars (its booleans stay booleans), array/tuple as they are
+        tolist: Any = getattr(given, "tolist", None)
+        values = list(tolist()) if tolist is not None else list(given)
+    kinds = set(map(type, values))  # C-speed; `bool` is its own type here, never `int`
+    if not kinds <= {float, int}:
+        return None, NOT_A_NUMBER
+    total = sum(values)  # NaN and inf propagate through a sum
+    if not math.isfinite(total):
+        return None, NON_FINITE
+    if max(values) > 0:
+        return None, POSITIVE
+    if kinds != {float}:
+        values = [float(v) for v in values]
+    return values, None  # `_layout` copies what it uses: the caller's list is never aliased
+
+
+INT64_MAX = 2**63 - 1  # torch.long, which slime's token tensors are
+_DIGITS = b"0123456789,[]"
+
+
+def _check_ids(ids: list[Any], turn: int, what: str, offset: int = 0) -> None:
+    """Refuse anything in `ids` that is not a token id (a plain non-negative int64).
+
+    One C-level pass: serialised by orjson, a list of such ints is digits and commas only;
+    a boolean reads `true`/`false`, a float has a `.` or an `e`, a negative number a `-`,
+    None and NaN read `null`, and other types (or ints past 64 bits) do not serialise.
+    That is ~4x cheaper than checking each element's type in Python; the loop below runs
+    only to name the culprit."""
+    if not ids:
+        return
     try:
-        return math.isfinite(sum(logprobs))  # C-speed; NaN and inf propagate through a sum
-    except TypeError:  # a None or a non-number inside
-        return False
+        if not orjson.dumps(ids).translate(None, _DIGITS):
+            return
+    except TypeError:
+        pass
+    j, t = next(
+        ((j, t) for j, t in enumerate(ids) if type(t) is not int or not 0 <= t <= INT64_MAX),
+        (0, ids[0]),  # not reached: only non-ints and out-of-range ints fail above
+    )
+    raise InvalidTrace(
+        f"turn {turn}: {what}[{offset + j}] = {t!r} is not a token id (a non-negative "
+        "integer); the gateway records only the ids the engine saw and sampled, so this "
+        "trace did not come from it unaltered"
+    )
+
+
+def _budget(name: str, value: Any) -> int | None:
+    """A token budget: None, or a positive integer (never a float, NaN or boolean)."""
+    if value is None:
+        return None
+    if isinstance(value, bool | float):
+        raise ValueError(
+            f"{name} must be a positive token count (an integer) or None, got {value!r}"
+        )
+    try:
+        count = operator.index(value)  # int and numpy integers; refuses str, Decimal, ...
+    except TypeError:
+        raise ValueError(
+            f"{name} must be a positive token count (an integer) or None, got {value!r}"
+        ) from None
+    if count < 1:
+        raise ValueError(f"{name} must be a positive token count or None, got {value!r}")
+    return count
 
 
 def merge_turns_with_stats(
@@ -165,20 +251,23 @@ def merge_turns_with_stats(
     max_response_len: int | None = None,
     max_context_len: int | None = None,
 ) -> tuple[list[Segment], MergeStats]:
-    """`merge_turns`, plus what it counted; `max_context_len` also bounds prompt + response."""
-    for name, value in (
-        ("max_response_len", max_response_len),
-        ("max_context_len", max_context_len),
-    ):
-        if value is not None and value < 1:
-            raise ValueError(f"{name} must be a positive token count or None, got {value}")
+    """`merge_turns`, plus what it counted; `max_context_len` also bounds prompt + response.
+    Raises `InvalidTrace` if a token id is not a non-negative integer, ValueError for a
+    budget that is not a positive integer."""
+    max_response_len = _budget("max_response_len", max_response_len)
+    max_context_len = _budget("max_context_len", max_context_len)
     stats = MergeStats(turns=len(turns))
     chains: list[_Chain] = []
     index = PrefixIndex()
-    for turn in turns:
+    for i, turn in enumerate(turns):
         prompt = _as_list(turn.prompt_ids)
         completion = _as_list(turn.completion_ids)
         match = index.lookup(prompt)
+        # Only tokens new to the index are checked (linear in the output, not in the
+        # prompts): the rest compared equal to checked ids, and every output sequence is
+        # spelled from the index's own (checked) lists, never from a later prompt.
+        _check_ids(prompt[match.pos :] if match.pos else prompt, i, "prompt_ids", match.pos)
+        _check_ids(completion, i, "completion_ids")
         if match.chain >= 0:
             chain = match.chain
         else:
@@ -217,5 +306,5 @@ def _response_budget(
 
 
 def merge_turns(turns: Sequence[Turn], max_response_len: int | None = None) -> list[Segment]:
-    """Fold an episode's turns into training sequences (DESIGN §5; see docs/traces.md)."""
+    """Fold an episode's turns into training sequences (the rules: docs/traces.md)."""
     return merge_turns_with_stats(turns, max_response_len)[0]

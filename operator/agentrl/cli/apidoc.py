@@ -18,7 +18,7 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
 from agentrl.api import bounds as limits
-from agentrl.api import kube_rules, kube_schema, rules
+from agentrl.api import kube_rules, kube_schema, rules, security
 from agentrl.api.base import _quantity_text
 from agentrl.api.crd import CEL_RULES, IMMUTABLE_SPEC_FIELDS, MUTABLE_SPEC_FIELDS, ROOT_RULES
 from agentrl.api.formats import FORMATS
@@ -168,9 +168,15 @@ def rules_section() -> str:
         "reported), so one run shows every mistake:",
         "",
     ]
-    checks = [*kube_rules.DOCUMENT_RULES, *rules.ALL_RULES]
+    checks = [*kube_rules.DOCUMENT_RULES, *rules.ALL_RULES, *security.RULES]
     lines += [f"- {' '.join((rule.__doc__ or '').split())}" for rule in checks]
     lines += [
+        "",
+        "The operator also checks every spec against its policy: the volume types and host",
+        "paths, added capabilities, ServiceAccount, image registry and PriorityClass the platform",
+        "team allows (the chart's `policy` value; the default is Kubernetes' baseline Pod",
+        "Security level). `agentrl validate --policy FILE` applies the same check; see",
+        "[operator.md](operator.md#policy).",
         "",
         "The API server enforces the most important of them itself (CEL rules in the CRD), so",
         "`kubectl apply` refuses a broken spec even without the operator:",

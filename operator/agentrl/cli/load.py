@@ -85,6 +85,17 @@ def load_documents(paths: Sequence[str], recursive: bool = False) -> list[Docume
     return docs
 
 
+def load_document(path: str) -> Any:
+    """The one document in `path` (a policy or chart values file), within the same bounds."""
+    docs = load_documents([path])
+    if len(docs) != 1:
+        raise LoadError(f"{path}: holds {len(docs)} documents; expected one")
+    (doc,) = docs
+    if doc.problems:
+        raise LoadError("; ".join(f"{doc.source}: {p}" for p in doc.problems))
+    return doc.body
+
+
 def _expand(path: str, recursive: bool) -> list[str]:
     if path == "-":
         return [path]

@@ -5,7 +5,11 @@
 the document it is about; stdout carries only results (the OK lines of `validate`, the
 objects of `render`). A user mistake (missing file, bad YAML, an invalid spec) ends with
 exit status 1, never a traceback; exit status 2 is a wrong command line (argparse's
-convention). Operator defaults come from flags, then env, then the documented defaults.
+convention). Operator defaults come from flags, then env, then the documented defaults. So does
+the policy the spec is judged by (`--policy FILE`, then `AGENTRL_POLICY`, then the operator's
+own default, baseline), so `validate` refuses what the cluster's operator would refuse. With no
+Ray pod image from anywhere (agentrl publishes none yet), `render` refuses (it has nothing to
+put in the pods) and `validate` warns (the cluster's operator may have a default of its own).
 """
 
 from __future__ import annotations
@@ -22,16 +26,19 @@ import yaml
 
 from agentrl import __version__
 from agentrl.api.crd import crd
+from agentrl.api.images import DefaultImage
 from agentrl.api.models import RLExperiment
+from agentrl.api.policy import BASELINE, Policy, PolicyError, load_policy
 from agentrl.api.validation import Problem, errors, parse_experiment
-from agentrl.cli.load import Document, LoadError, load_documents
+from agentrl.cli.load import Document, LoadError, load_document, load_documents
 from agentrl.render import OperatorDefaults, collect_bundle_files, render_all
-from agentrl.render.defaults import DEFAULT_IMAGE, is_digest_pinned
-from agentrl.render.slime_args import preview_command
+from agentrl.render.defaults import DEFAULT_IMAGE
+from agentrl.slimecmd import preview
 
 ENV_IMAGE = "AGENTRL_IMAGE"
 ENV_BUNDLE_VERSION = "AGENTRL_BUNDLE_VERSION"
 ENV_RAY_VERSION = "AGENTRL_RAY_VERSION"
+ENV_POLICY = "AGENTRL_POLICY"  # JSON, as the operator reads it
 EXIT_OK = 0
 EXIT_INVALID = 1  # an invalid spec, or an input that cannot be read
 EXIT_USAGE = 2  # argparse: a wrong command line
@@ -47,7 +54,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         code: int = args.func(args, sys.stdout, sys.stderr)
-    except LoadError as exc:
+    except (LoadError, PolicyError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_INVALID
     except BrokenPipeError:  # `agentrl render | head`
@@ -57,7 +64,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def cmd_validate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     code = EXIT_OK
-    for source, exp, problems in _parse(args, err):
+    image = DefaultImage(args.image or None, missing="warning")
+    for source, exp, problems in _parse(args, err, image):
         for problem in problems:
             print(f"{source}: {problem}", file=err)
         if exp is None:
@@ -68,14 +76,15 @@ def cmd_validate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         res = exp.spec.resources
         print(
             f"{source}: OK (RLExperiment {exp.metadata.namespace}/{exp.metadata.name}: "
-            f"{res.nodes} node(s) x {res.gpus_per_node} GPUs)",
+            f"{res.nodes} node(s) x {res.gpus_per_node} GPUs; policy: {_policy_name(args)})",
             file=out,
         )
     return code
 
 
 def cmd_render(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    parsed = _parse(args, err)
+    image = DefaultImage(args.image or None, missing="warning" if args.show_command else "error")
+    parsed = _parse(args, err, image)
     for source, _, problems in parsed:
         for problem in problems:
             print(f"{source}: {problem}", file=err)
@@ -92,8 +101,6 @@ def cmd_render(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             out.write(_command_text(exp))
         return EXIT_OK
     defaults = _defaults(args)
-    if not all(e.spec.runtime.image for e in experiments) and not is_digest_pinned(defaults.image):
-        print(f"warning: --image {defaults.image} is not pinned by digest", file=err)
     bundle_files = collect_bundle_files()
     objects = [obj for exp in experiments for obj in render_all(exp, defaults, bundle_files)]
     out.write(dump_objects(objects, args.output))
@@ -134,7 +141,7 @@ _BlockDumper.add_representer(str, _str_presenter)
 
 def _command_text(exp: RLExperiment) -> str:
     """slime's command line as the launcher will run it (pod-only values shown as <...>)."""
-    argv = preview_command(exp)
+    argv = preview(exp.spec)
     lines, i = [], 0
     while i < len(argv):  # one flag and its values per line; "<...:>" notes start a line too
         j = i + 1
@@ -148,28 +155,52 @@ def _command_text(exp: RLExperiment) -> str:
 Parsed = list[tuple[str, RLExperiment | None, list[Problem]]]
 
 
-def _parse(args: argparse.Namespace, err: TextIO) -> Parsed:
+def _parse(args: argparse.Namespace, err: TextIO, image: DefaultImage) -> Parsed:
     """Every RLExperiment of the inputs, parsed; other kinds are skipped with a note."""
+    policy = _policy(args)
     parsed: Parsed = []
     for doc in load_documents(args.file, recursive=args.recursive):
         if not doc.is_experiment:
             print(f"{doc.source}: skipped {doc.describe()} (not an RLExperiment)", file=err)
             continue
-        parsed.append((doc.source, *_parse_one(doc)))
+        parsed.append((doc.source, *_parse_one(doc, policy, image)))
     if not parsed:
         raise LoadError(f"{', '.join(args.file)}: no RLExperiment found")
     return parsed
 
 
-def _parse_one(doc: Document) -> tuple[RLExperiment | None, list[Problem]]:
+def _parse_one(
+    doc: Document, policy: Policy, image: DefaultImage
+) -> tuple[RLExperiment | None, list[Problem]]:
     if doc.problems:
         return None, doc.problems
-    return parse_experiment(doc.body)
+    return parse_experiment(doc.body, policy, default_image=image)
+
+
+def _policy_name(args: argparse.Namespace) -> str:
+    if args.policy:
+        return str(args.policy)
+    return ENV_POLICY if os.environ.get(ENV_POLICY, "").strip() else "the default, baseline"
+
+
+def _policy(args: argparse.Namespace) -> Policy:
+    """--policy FILE (a policy, or chart values holding one), else AGENTRL_POLICY, else the
+    operator's default."""
+    if args.policy:
+        return load_policy(load_document(args.policy), args.policy)
+    raw = os.environ.get(ENV_POLICY, "")
+    if raw.strip():
+        try:
+            doc = json.loads(raw)
+        except ValueError as exc:
+            raise PolicyError(f"{ENV_POLICY} is not JSON ({exc})") from None
+        return load_policy(doc, ENV_POLICY)
+    return BASELINE
 
 
 def _defaults(args: argparse.Namespace) -> OperatorDefaults:
     return OperatorDefaults(
-        image=args.image,
+        image=args.image or None,
         bundle_version=args.bundle_version,
         ray_version=args.ray_version or None,
     )
@@ -198,12 +229,8 @@ def _parser() -> argparse.ArgumentParser:
     render.add_argument(
         "--show-command", action="store_true", help="print slime's command line instead"
     )
-    render.add_argument(
-        "--image",
-        default=os.environ.get(ENV_IMAGE, DEFAULT_IMAGE),
-        help=f"Ray pod image when spec.runtime.image is unset (env {ENV_IMAGE}; "
-        f"default {DEFAULT_IMAGE})",
-    )
+    _policy_arg(render)
+    _image_arg(render)
     render.add_argument(
         "--bundle-version",
         default=os.environ.get(ENV_BUNDLE_VERSION, __version__),
@@ -225,11 +252,33 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _file_arg(validate)
+    _image_arg(validate)
+    _policy_arg(validate)
     validate.set_defaults(func=cmd_validate)
 
     crd = sub.add_parser("crd", help="print the RLExperiment CustomResourceDefinition")
     crd.set_defaults(func=cmd_crd)
     return parser
+
+
+def _image_arg(parser: argparse.ArgumentParser) -> None:
+    builtin = DEFAULT_IMAGE or "none: no agentrl release has published a Ray pod image yet"
+    parser.add_argument(
+        "--image",
+        default=os.environ.get(ENV_IMAGE) or DEFAULT_IMAGE,
+        help=f"Ray pod image when spec.runtime.image is unset, as the operator's default "
+        f"(the chart's operator.runtimeImage) would be; env {ENV_IMAGE}; built-in: {builtin}",
+    )
+
+
+def _policy_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--policy",
+        metavar="FILE",
+        help="the operator's policy to judge the spec by: YAML/JSON like the chart's `policy` "
+        f"value, or a chart values file (env {ENV_POLICY} as JSON; default: the operator's "
+        "default, Kubernetes' baseline level)",
+    )
 
 
 def _file_arg(parser: argparse.ArgumentParser) -> None:

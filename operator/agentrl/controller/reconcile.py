@@ -29,13 +29,14 @@ from typing import Any
 
 from agentrl.api import validation
 from agentrl.api.constants import API_VERSION, KIND, LABEL_EXPERIMENT, METRICS_PORT, Phase
+from agentrl.api.images import DefaultImage
 from agentrl.controller import children, conditions, observe, status
 from agentrl.controller.config import OperatorConfig
 from agentrl.controller.kube import Kube, KubeError
 from agentrl.controller.metrics import OperatorMetrics
 from agentrl.controller.workqueue import WorkQueue
 from agentrl.render import Bundle, render_all
-from agentrl.render.names import service_name
+from agentrl.render.names import metrics_service_name
 from agentrl.render.objects import gateway_url
 
 logger = logging.getLogger("agentrl.controller")
@@ -67,6 +68,8 @@ class Controller:
     ) -> None:
         self.kube, self.config, self.metrics, self.now = kube, config, metrics, clock
         self.defaults = config.defaults()
+        # Validation judges the pods' image with the operator's own default (None: none set).
+        self.default_image = DefaultImage(self.defaults.image)
         self.bundle = Bundle.of(bundle_files)  # hashed and laid out once, not per render
         self.exps: dict[Key, Obj] = {}  # last body seen (metadata, spec, status)
         self.rayjobs: dict[Key, Obj] = {}  # the experiment's RayJob .status
@@ -196,7 +199,9 @@ class Controller:
         """Validate, render, create or update children, record the outcome. Returns a result."""
         self.remember(body)
         key, meta = key_of(body), body["metadata"]
-        exp, problems = validation.parse_experiment(body)
+        exp, problems = validation.parse_experiment(
+            body, self.config.policy, default_image=self.default_image
+        )
         outcome = status.SpecOutcome(
             generation=meta.get("generation"),
             problems=[str(p) for p in validation.errors(problems)],
@@ -204,7 +209,7 @@ class Controller:
             rayjob_name=self._current(key).get("rayJobName"),
         )
         if exp is not None:
-            self.services[key] = service_name(exp)
+            self.services[key] = metrics_service_name(exp)
         if exp is None or self._finished(key):
             await self.sync(key, outcome)
             return "invalid" if exp is None else "ok"

@@ -1,6 +1,6 @@
-"""The ConfigMaps and the Service of an experiment, and `render_all` in apply order.
+"""The ConfigMaps and the Services of an experiment, and `render_all` in apply order.
 
-ConfigMaps come first (the pods mount them), then the Service, then the RayJob, so KubeRay
+ConfigMaps come first (the pods mount them), then the Services, then the RayJob, so KubeRay
 never starts a pod whose volumes do not exist yet.
 """
 
@@ -14,12 +14,7 @@ from agentrl.api.constants import (
     ANNOTATION_BUNDLE_VERSION,
     API_VERSION,
     CONFIG_FILE_NAME,
-    GATEWAY_PORT_NAME,
     KIND,
-    LABEL_COMPONENT,
-    LABEL_EXPERIMENT,
-    METRICS_PORT,
-    METRICS_PORT_NAME,
 )
 from agentrl.api.models import RLExperiment
 from agentrl.api.runtime import (
@@ -29,10 +24,9 @@ from agentrl.api.runtime import (
     http_header_env_name,
 )
 from agentrl.api.validation import errors, validate_experiment
-from agentrl.render import bundle, names, pods
+from agentrl.render import bundle, names, network, pods
 from agentrl.render.defaults import OperatorDefaults
-from agentrl.render.rayjob import COMPONENT_HEAD, render_rayjob
-from agentrl.render.slime_args import build_slime_args
+from agentrl.render.rayjob import render_rayjob
 
 Obj = dict[str, Any]
 
@@ -57,7 +51,6 @@ def runtime_config(exp: RLExperiment, defaults: OperatorDefaults) -> RuntimeConf
         bundle_version=defaults.bundle_version,
         spec=config_spec(spec),
         gateway_url=gateway_url(exp),
-        slime_args=build_slime_args(exp),
         wandb_api_key_env=ENV_WANDB_API_KEY if spec.tracking.wandb is not None else None,
         http_header_envs=headers,
     )
@@ -108,25 +101,13 @@ def bundle_config_map(exp: RLExperiment, defaults: OperatorDefaults, code: bundl
     }
 
 
-def service(exp: RLExperiment, defaults: OperatorDefaults) -> Obj:
-    gw = exp.spec.gateway
-    meta = metadata(exp, defaults, names.service_name(exp))
-    if gw.service.annotations:
-        meta["annotations"] = dict(gw.service.annotations)
-    spec: Obj = {
-        "type": gw.service.type,
-        # Our own pod labels: KubeRay names the RayCluster itself (and renames it on retry).
-        "selector": {LABEL_EXPERIMENT: exp.metadata.name, LABEL_COMPONENT: COMPONENT_HEAD},
-        "ports": [
-            {"name": GATEWAY_PORT_NAME, "port": gw.port, "targetPort": GATEWAY_PORT_NAME,
-             "protocol": "TCP"},
-            {"name": METRICS_PORT_NAME, "port": METRICS_PORT, "targetPort": METRICS_PORT_NAME,
-             "protocol": "TCP"},
-        ],
-    }  # fmt: skip
-    if gw.service.load_balancer_source_ranges:
-        spec["loadBalancerSourceRanges"] = list(gw.service.load_balancer_source_ranges)
-    return {"apiVersion": "v1", "kind": "Service", "metadata": meta, "spec": spec}
+def services(exp: RLExperiment, defaults: OperatorDefaults) -> list[Obj]:
+    """The gateway's Service (agent API; ClusterIP or LoadBalancer) and the metrics Service
+    (always ClusterIP): see `agentrl.render.network`."""
+    return [
+        network.gateway_service(exp, metadata(exp, defaults, names.service_name(exp))),
+        network.metrics_service(exp, metadata(exp, defaults, names.metrics_service_name(exp))),
+    ]
 
 
 def render_all(
@@ -134,7 +115,7 @@ def render_all(
     defaults: OperatorDefaults,
     bundle_files: bundle.Bundle | Mapping[str, str],
 ) -> list[Obj]:
-    """Every child of the experiment, in apply order: ConfigMaps, Service, RayJob.
+    """Every child of the experiment, in apply order: ConfigMaps, Services, RayJob.
 
     Children carry a controller owner reference when `exp.metadata.uid` is known. An
     experiment with validation errors is refused (ValueError): nothing half-valid is rendered.
@@ -152,5 +133,7 @@ def render_all(
     # Independent trees: callers (kopf.adopt, patches) may mutate one object safely. The
     # pod templates share parts, so they are copied; the bundle ConfigMap already is fresh
     # (its one value is a str).
-    config, svc, job = copy.deepcopy([config_map(exp, defaults), service(exp, defaults), job])
-    return [config, bundle_cm, svc, job]
+    config, gateway_svc, metrics_svc, job = copy.deepcopy(
+        [config_map(exp, defaults), *services(exp, defaults), job]
+    )
+    return [config, bundle_cm, gateway_svc, metrics_svc, job]

@@ -1,10 +1,17 @@
 """The KubeRay RayJob of an experiment (ray.io/v1, K8sJobMode).
 
-A CPU head runs slime's driver, agentrl's gateway and metrics; the Ray custom resource
-`agentrl_head` on it is how agentrl's hub actors find it. One GPU worker group holds every
-training and rollout GPU (slime places Megatron actors and SGLang engines itself through Ray
-placement groups). The cluster always shuts down when the job ends: KubeRay only allows
-`suspend` and a TTL with `shutdownAfterJobFinishes: true`, and idle GPUs cost money.
+A CPU head runs agentrl's gateway and metrics (the hub actor); the Ray custom resource
+`agentrl_head` on it is how the hub finds it. One GPU worker group holds every training and
+rollout GPU (slime places Megatron actors and SGLang engines itself through Ray placement
+groups). slime's driver (the launcher, then slime's train.py) runs on a GPU worker: its
+`parse_args` runs Megatron's `validate_args`, which reads the GPU's architecture whenever
+tensor or context parallelism is on
+(https://github.com/NVIDIA/Megatron-LM/blob/1dcf0dafa884ad52ffb243625717a3471643e087/megatron/training/arguments.py#L926-L927),
+so on the GPU-less head it would die after the whole gang is up. Ray runs the driver on the
+head unless the job asks for resources; the entrypoint asks for the `agentrl_driver` resource
+only GPU workers advertise, and the job's runtime env keeps Ray from hiding the GPUs from it.
+The cluster always shuts down when the job ends: KubeRay only allows `suspend` and a TTL with
+`shutdownAfterJobFinishes: true`, and idle GPUs cost money.
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ from typing import Any
 from agentrl.api.constants import (
     ANNOTATION_BUNDLE_VERSION,
     CONFIG_PATH,
+    DRIVER_RAY_RESOURCE,
     GATEWAY_PORT_NAME,
     HEAD_RAY_RESOURCE,
     LABEL_KUEUE_QUEUE,
@@ -28,7 +36,8 @@ from agentrl.render.defaults import OperatorDefaults
 
 Obj = dict[str, Any]
 
-ENTRYPOINT = f"python -m agentrl.bundle.launch --config {CONFIG_PATH}"
+# python3 like the launcher's own exec of train.py: images need not have a `python`.
+ENTRYPOINT = f"python3 -m agentrl.bundle.launch --config {CONFIG_PATH}"
 SUBMISSION_MODE = "K8sJobMode"
 HEAD_CONTAINER = "ray-head"
 WORKER_CONTAINER = "ray-worker"
@@ -40,13 +49,58 @@ COMPONENT_SUBMITTER = "submitter"
 # Capacity of the head's marker resource: one unit; agentrl's head-only actors (the hub:
 # gateway + metrics) each ask for a small fraction of it, so any number fit.
 HEAD_RAY_RESOURCE_UNITS = 1
+# One unit per GPU worker; the entrypoint asks for one, so the driver lands on exactly one
+# GPU worker (any: Megatron's checks only need a device to read).
+DRIVER_RAY_RESOURCE_UNITS = 1
+# Ray sets CUDA_VISIBLE_DEVICES in each worker process from its GPU share, and the job's
+# supervisor asks for no GPU (taking one would starve slime's placement groups, which want
+# every GPU). Ray releases before ray-project/ray#62492 set it to "" for a zero-GPU process,
+# which hides every GPU from the driver. Ray sets this variable itself for a driver it pins
+# to the head, and leaves it out once the job asks for resources, so agentrl sets it in the
+# job's runtime env. That env reaches every actor of the job: slime's GPU actors set the
+# same variable themselves, and its GPU-less ones (RolloutManager, agentrl's hub) create no
+# CUDA context.
+RAY_NOSET_CUDA_VISIBLE_DEVICES = "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES"
+# The submitter pod only submits the job and follows its log; KubeRay fails the RayJob (and
+# deletes the cluster) once the submitter Job fails, and its default of 2 retries is spent
+# by a node drain or a broken log stream on a days-long run. Pod failures of a Job back off
+# exponentially (10 s doubling, capped at 6 min), so 20 retries give up after about 1.8 h
+# of a submitter that cannot reach the cluster at all.
+SUBMITTER_BACKOFF_LIMIT = 20
+# Evicting any pod of the gang kills the run (slime does not survive a lost worker, the
+# head holds the gateway, the submitter's end fails the RayJob): tell the cluster
+# autoscaler and Karpenter not to move them voluntarily.
+NO_EVICTION_ANNOTATIONS = {
+    "cluster-autoscaler.kubernetes.io/safe-to-evict": "false",
+    "karpenter.sh/do-not-disrupt": "true",
+}
 RAY_PORTS = (("gcs-server", 6379), ("dashboard", RAY_DASHBOARD_PORT), ("client", 10001),
              ("metrics", 8080))  # fmt: skip
 
 
 def ray_resources_param(resources: dict[str, int]) -> str:
-    """KubeRay's rayStartParams `resources` format: a JSON object inside double quotes."""
-    return '"' + json.dumps(resources, sort_keys=True).replace('"', '\\"') + '"'
+    """rayStartParams `resources` as KubeRay writes it itself: compact JSON in single quotes.
+
+    KubeRay pastes the value into the `ray start` shell command (bash removes the quotes)
+    and also reads it back, trimming the quotes, to add accelerator resources.
+    """
+    return "'" + resources_json(resources) + "'"
+
+
+def resources_json(resources: dict[str, int]) -> str:
+    return json.dumps(resources, sort_keys=True, separators=(",", ":"))
+
+
+def driver_runtime_env() -> str:
+    """The job's Ray runtime env (KubeRay's runtimeEnvYAML; JSON is YAML)."""
+    return json.dumps({"env_vars": {RAY_NOSET_CUDA_VISIBLE_DEVICES: "1"}}, sort_keys=True)
+
+
+def pod_metadata(exp: RLExperiment, defaults: OperatorDefaults, component: str) -> Obj:
+    return {
+        "labels": pods.labels(exp, defaults, component),
+        "annotations": dict(NO_EVICTION_ANNOTATIONS),
+    }
 
 
 def head_group(exp: RLExperiment, defaults: OperatorDefaults, base: pods.PodParts) -> Obj:
@@ -66,6 +120,7 @@ def head_group(exp: RLExperiment, defaults: OperatorDefaults, base: pods.PodPart
         ],
         "resources": {"requests": dict(compute), "limits": dict(compute)},
         "volumeMounts": base.mounts,
+        "securityContext": base.security,
     }
     spec: Obj = {**base.pod, "containers": [container], "volumes": base.volumes(head.shm_size)}
     if head.node_selector:
@@ -79,10 +134,7 @@ def head_group(exp: RLExperiment, defaults: OperatorDefaults, base: pods.PodPart
             "num-gpus": "0",
             "resources": ray_resources_param({HEAD_RAY_RESOURCE: HEAD_RAY_RESOURCE_UNITS}),
         },
-        "template": {
-            "metadata": {"labels": pods.labels(exp, defaults, COMPONENT_HEAD)},
-            "spec": spec,
-        },
+        "template": {"metadata": pod_metadata(exp, defaults, COMPONENT_HEAD), "spec": spec},
     }
 
 
@@ -97,9 +149,8 @@ def worker_group(exp: RLExperiment, defaults: OperatorDefaults, base: pods.PodPa
         "env": base.env,
         "resources": {"requests": dict(limits), "limits": limits},
         "volumeMounts": base.mounts,
+        "securityContext": base.worker_security,
     }
-    if pods.needs_ipc_lock(res.extra_resources):
-        container["securityContext"] = {"capabilities": {"add": ["IPC_LOCK"]}}
     spec: Obj = {**base.pod, "containers": [container], "volumes": base.volumes(res.shm_size)}
     if res.node_selector:
         spec["nodeSelector"] = dict(res.node_selector)
@@ -113,11 +164,10 @@ def worker_group(exp: RLExperiment, defaults: OperatorDefaults, base: pods.PodPa
         "replicas": res.nodes,
         "minReplicas": res.nodes,
         "maxReplicas": res.nodes,
-        "rayStartParams": {},
-        "template": {
-            "metadata": {"labels": pods.labels(exp, defaults, COMPONENT_WORKER)},
-            "spec": spec,
+        "rayStartParams": {
+            "resources": ray_resources_param({DRIVER_RAY_RESOURCE: DRIVER_RAY_RESOURCE_UNITS}),
         },
+        "template": {"metadata": pod_metadata(exp, defaults, COMPONENT_WORKER), "spec": spec},
     }
 
 
@@ -136,6 +186,7 @@ def submitter_template(exp: RLExperiment, defaults: OperatorDefaults, base: pods
                     "requests": {"cpu": "500m", "memory": "512Mi"},
                     "limits": {"cpu": "1", "memory": "1Gi"},
                 },
+                "securityContext": base.security,
             }
         ],
     }
@@ -143,7 +194,7 @@ def submitter_template(exp: RLExperiment, defaults: OperatorDefaults, base: pods
         spec["nodeSelector"] = dict(head.node_selector)
     if head.tolerations:
         spec["tolerations"] = list(head.tolerations)
-    return {"metadata": {"labels": pods.labels(exp, defaults, COMPONENT_SUBMITTER)}, "spec": spec}
+    return {"metadata": pod_metadata(exp, defaults, COMPONENT_SUBMITTER), "spec": spec}
 
 
 def render_rayjob(
@@ -163,6 +214,8 @@ def render_rayjob(
         cluster["rayVersion"] = defaults.ray_version
     job: Obj = {
         "entrypoint": ENTRYPOINT,
+        "entrypointResources": resources_json({DRIVER_RAY_RESOURCE: DRIVER_RAY_RESOURCE_UNITS}),
+        "runtimeEnvYAML": driver_runtime_env(),
         "submissionMode": SUBMISSION_MODE,
         "shutdownAfterJobFinishes": True,
         "ttlSecondsAfterFinished": spec.ttl_seconds_after_finished,
@@ -170,6 +223,7 @@ def render_rayjob(
         "suspend": spec.suspend,
         "rayClusterSpec": cluster,
         "submitterPodTemplate": submitter_template(exp, defaults, base),
+        "submitterConfig": {"backoffLimit": SUBMITTER_BACKOFF_LIMIT},
     }
     if spec.active_deadline_seconds is not None:
         job["activeDeadlineSeconds"] = spec.active_deadline_seconds

@@ -10,6 +10,7 @@ from typing import Any
 
 from tests.support.sglang_stub import StubEngine, StubRouter
 
+from agentrl.api.models import GatewaySpec
 from agentrl.bundle.gateway import GatewaySettings
 from agentrl.bundle.metrics import BundleMetrics
 
@@ -62,6 +63,8 @@ class Cluster:
 
 
 def settings_for(cluster: Cluster, checkpoint: Path, **overrides: Any) -> GatewaySettings:
+    """Settings for a test gateway; overrides named like `spec.gateway` fields (snake_case)
+    go into the spec, the rest are GatewaySettings fields."""
     base: dict[str, Any] = {
         "router_url": cluster.router.url,
         "tokenizer_path": str(checkpoint),
@@ -69,7 +72,8 @@ def settings_for(cluster: Cluster, checkpoint: Path, **overrides: Any) -> Gatewa
         "port": 0,
         "admin_token": "admin-secret",
     }
-    return GatewaySettings(**{**base, **overrides})
+    spec = {k: overrides.pop(k) for k in list(overrides) if k in GatewaySpec.model_fields}
+    return GatewaySettings(**{**base, **overrides}, spec=GatewaySpec(**spec))
 
 
 def metric(cluster: Cluster, name: str, **labels: str) -> float:

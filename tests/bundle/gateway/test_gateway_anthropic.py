@@ -165,10 +165,19 @@ async def test_count_tokens_is_the_rendered_prompt_length(
 async def test_models_lists_the_served_model(gateway: GatewayServer) -> None:
     handle = await gateway.create_session("a-models", {})
     c = openai.AsyncOpenAI(base_url=handle.base_url, api_key=handle.token, max_retries=0)
-    assert [m.id async for m in c.models.list()] == ["agentrl"]
+    assert [m.id async for m in c.models.list()] == ["default"]  # spec.agent.modelId's default
     bad = openai.AsyncOpenAI(base_url=handle.base_url, api_key="nope", max_retries=0)
     with pytest.raises(openai.AuthenticationError):
         await bad.models.list()
+
+
+@pytest.mark.gateway(model_id="qwen3-agent")
+async def test_models_lists_the_model_id_the_agent_is_told(gateway: GatewayServer) -> None:
+    handle = await gateway.create_session("a-models-id", {})
+    c = openai.AsyncOpenAI(base_url=handle.base_url, api_key=handle.token, max_retries=0)
+    assert [m.id async for m in c.models.list()] == ["qwen3-agent"]
+    reply = await c.chat.completions.create(model="", messages=[{"role": "user", "content": "hi"}])
+    assert reply.model == "qwen3-agent"  # echoed when the agent names no model
 
 
 async def test_stop_sequence_and_tool_choice_none(

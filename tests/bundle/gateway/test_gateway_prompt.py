@@ -28,18 +28,20 @@ def sample(tok: Any, text: str) -> list[int]:
     return [*tok.encode(text), tok.convert_tokens_to_ids("<|im_end|>")]
 
 
-def turn(
+async def turn(
     builder: PromptBuilder, chains: list[Chain], messages: list[Any], reply: str, tok: Any
 ) -> Any:
-    plan = builder.build(chains, messages, None)
+    plan = await builder.build(chains, messages, None)
     record_turn(chains, plan, sample(tok, reply), reply_fingerprint({"content": reply}))
     return plan
 
 
-def test_siblings_with_one_prompt_are_told_apart_by_their_reply(renderer: Any, tok: Any) -> None:
+async def test_siblings_with_one_prompt_are_told_apart_by_their_reply(
+    renderer: Any, tok: Any
+) -> None:
     builder, chains = PromptBuilder(renderer, cumulative=True), []
-    first = turn(builder, chains, [SYSTEM, USER], "Sunny.", tok)
-    turn(builder, chains, [SYSTEM, USER], "Rainy.", tok)  # an n>1 sibling / retry
+    first = await turn(builder, chains, [SYSTEM, USER], "Sunny.", tok)
+    await turn(builder, chains, [SYSTEM, USER], "Rainy.", tok)  # an n>1 sibling / retry
     assert len(chains) == 2
     follow = [
         SYSTEM,
@@ -47,46 +49,46 @@ def test_siblings_with_one_prompt_are_told_apart_by_their_reply(renderer: Any, t
         {"role": "assistant", "content": "Rainy. "},
         TOOL,
     ]
-    plan = builder.build(chains, follow, None)
+    plan = await builder.build(chains, follow, None)
     assert plan.break_reason is None and plan.extends == 1
     prev = first.prompt_ids + sample(tok, "Rainy.")
     assert plan.prompt_ids[: len(prev)] == prev
 
 
-def test_unknown_reply_among_siblings_is_an_ambiguous_fork(renderer: Any, tok: Any) -> None:
+async def test_unknown_reply_among_siblings_is_an_ambiguous_fork(renderer: Any, tok: Any) -> None:
     builder, chains = PromptBuilder(renderer, cumulative=True), []
-    turn(builder, chains, [SYSTEM, USER], "Sunny.", tok)
-    turn(builder, chains, [SYSTEM, USER], "Rainy.", tok)
+    await turn(builder, chains, [SYSTEM, USER], "Sunny.", tok)
+    await turn(builder, chains, [SYSTEM, USER], "Rainy.", tok)
     follow = [
         SYSTEM,
         USER,
         {"role": "assistant", "content": "Snowy."},
         TOOL,
     ]
-    plan = builder.build(chains, follow, None)
+    plan = await builder.build(chains, follow, None)
     assert plan.break_reason == "ambiguous_fork" and plan.extends is None
     assert plan.prompt_ids == renderer.render_ids(follow, add_generation_prompt=True)
 
 
-def test_a_single_chain_keeps_the_sampled_tokens_even_if_the_echo_differs(
+async def test_a_single_chain_keeps_the_sampled_tokens_even_if_the_echo_differs(
     renderer: Any, tok: Any
 ) -> None:
     builder, chains = PromptBuilder(renderer, cumulative=True), []
-    first = turn(builder, chains, [SYSTEM, USER], "Sunny.", tok)
+    first = await turn(builder, chains, [SYSTEM, USER], "Sunny.", tok)
     follow = [
         SYSTEM,
         USER,
         {"role": "assistant", "content": "(trimmed)"},
         TOOL,
     ]
-    plan = builder.build(chains, follow, None)
+    plan = await builder.build(chains, follow, None)
     assert plan.break_reason is None
     assert plan.prompt_ids[: len(first.prompt_ids)] == first.prompt_ids
 
 
-def test_changed_tools_are_a_break(renderer: Any, tok: Any) -> None:
+async def test_changed_tools_are_a_break(renderer: Any, tok: Any) -> None:
     builder, chains = PromptBuilder(renderer, cumulative=True), []
-    turn(builder, chains, [SYSTEM, USER], "Sunny.", tok)
+    await turn(builder, chains, [SYSTEM, USER], "Sunny.", tok)
     tools = [{"type": "function", "function": {"name": "f", "description": "", "parameters": {}}}]
     follow = [
         SYSTEM,
@@ -94,7 +96,7 @@ def test_changed_tools_are_a_break(renderer: Any, tok: Any) -> None:
         {"role": "assistant", "content": "Sunny."},
         TOOL,
     ]
-    assert builder.build(chains, follow, tools).break_reason == "tools_changed"
+    assert (await builder.build(chains, follow, tools)).break_reason == "tools_changed"
 
 
 class LyingRenderer:
@@ -115,16 +117,16 @@ class LyingRenderer:
         return Out()
 
 
-def test_a_bridge_that_drifts_is_refused(renderer: Any, tok: Any) -> None:
+async def test_a_bridge_that_drifts_is_refused(renderer: Any, tok: Any) -> None:
     builder, chains = PromptBuilder(LyingRenderer(renderer), cumulative=True), []
-    turn(builder, chains, [SYSTEM, USER], "Sunny.", tok)
+    await turn(builder, chains, [SYSTEM, USER], "Sunny.", tok)
     follow = [
         SYSTEM,
         USER,
         {"role": "assistant", "content": "Sunny."},
         TOOL,
     ]
-    plan = builder.build(chains, follow, None)
+    plan = await builder.build(chains, follow, None)
     assert plan.break_reason == "bridge_mismatch"
     assert plan.prompt_ids == renderer.render_ids(follow, add_generation_prompt=True)
 
@@ -136,17 +138,17 @@ def test_fingerprints_ignore_key_order_and_reply_json_spacing() -> None:
     assert reply_fingerprint(one) == reply_fingerprint(two)
 
 
-def test_a_new_user_query_with_thinking_on_is_rerendered(renderer: Any, tok: Any) -> None:
+async def test_a_new_user_query_with_thinking_on_is_rerendered(renderer: Any, tok: Any) -> None:
     """qwen3 drops old reasoning at a new user query, so the bridge is refused (and counted)."""
     builder, chains = PromptBuilder(renderer, cumulative=True), []
-    turn(builder, chains, [SYSTEM, USER], "Sunny.", tok)
+    await turn(builder, chains, [SYSTEM, USER], "Sunny.", tok)
     follow = [
         SYSTEM,
         USER,
         {"role": "assistant", "content": "Sunny."},
         {"role": "user", "content": "Why?"},
     ]
-    plan = builder.build(chains, follow, None)
+    plan = await builder.build(chains, follow, None)
     assert plan.break_reason == "bridge_refused"
     assert plan.prompt_ids == renderer.render_ids(follow, add_generation_prompt=True)
 
@@ -171,12 +173,12 @@ def test_token_view_is_a_read_only_int_sequence() -> None:
         TokenView(ids, 6)
 
 
-def test_turns_of_a_conversation_share_one_growing_list(renderer: Any, tok: Any) -> None:
+async def test_turns_of_a_conversation_share_one_growing_list(renderer: Any, tok: Any) -> None:
     builder, chains = PromptBuilder(renderer, cumulative=True), []
     msgs: list[Any] = [SYSTEM, USER]
     views = []
     for i in range(4):
-        plan = builder.build(chains, msgs, None)
+        plan = await builder.build(chains, msgs, None)
         views.append(
             record_turn(
                 chains,
@@ -191,13 +193,13 @@ def test_turns_of_a_conversation_share_one_growing_list(renderer: Any, tok: Any)
         assert b[: len(a)] == list(a)  # each prompt extends the previous one
 
 
-def test_a_retried_turn_bridges_from_the_same_tip(renderer: Any, tok: Any) -> None:
+async def test_a_retried_turn_bridges_from_the_same_tip(renderer: Any, tok: Any) -> None:
     builder, chains = PromptBuilder(renderer, cumulative=True), []
-    turn(builder, chains, [SYSTEM, USER], "Sunny.", tok)
+    await turn(builder, chains, [SYSTEM, USER], "Sunny.", tok)
     second = [SYSTEM, USER, {"role": "assistant", "content": "Sunny."}, TOOL]
-    first_try = builder.build(chains, second, None)
+    first_try = await builder.build(chains, second, None)
     record_turn(chains, first_try, sample(tok, "Done."), reply_fingerprint({"content": "Done."}))
-    retry = builder.build(chains, second, None)  # the agent resends turn two
+    retry = await builder.build(chains, second, None)  # the agent resends turn two
     assert retry.break_reason is None and retry.prompt_ids == first_try.prompt_ids
     view = record_turn(
         chains, retry, sample(tok, "Again."), reply_fingerprint({"content": "Again."})
@@ -223,15 +225,17 @@ def test_token_view_slices_like_a_list(
         assert view[i] == ids[i]
 
 
-def test_a_truncated_turn_is_closed_by_the_bridge_not_rewritten(renderer: Any, tok: Any) -> None:
+async def test_a_truncated_turn_is_closed_by_the_bridge_not_rewritten(
+    renderer: Any, tok: Any
+) -> None:
     """A completion cut by max_new_tokens has no end-of-turn token; the next prompt keeps the
     sampled ids verbatim and the renderer adds the close as (untrained) prompt context."""
     builder, chains = PromptBuilder(renderer, cumulative=True), []
-    first = builder.build(chains, [SYSTEM, USER], None)
+    first = await builder.build(chains, [SYSTEM, USER], None)
     cut = tok.encode("Let me look that")  # no <|im_end|>: finish_reason "length"
     record_turn(chains, first, cut, reply_fingerprint({"content": "Let me look that"}))
     follow = [SYSTEM, USER, {"role": "assistant", "content": "Let me look that"}, TOOL]
-    plan = builder.build(chains, follow, None)
+    plan = await builder.build(chains, follow, None)
     prev = first.prompt_ids + cut
     assert plan.break_reason is None and plan.prompt_ids[: len(prev)] == prev
     assert plan.prompt_ids[len(prev)] == tok.convert_tokens_to_ids("<|im_end|>")

@@ -378,3 +378,61 @@ async def test_admin_client_errors_never_carry_the_admin_token() -> None:
         server.close()
     assert "ClientResponseError: HTTP 400" in str(err.value)
     assert "admin-token-secret-value" not in str(err.value)
+
+
+class FlakyAdmin:
+    """An admin API that hangs up on its first `drops` connections, then answers."""
+
+    def __init__(self, drops: int) -> None:
+        self.drops = drops
+        self.connections = 0
+        self.server: asyncio.Server | None = None
+
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        await reader.readuntil(b"\r\n\r\n")
+        if self.connections <= self.drops:
+            writer.close()  # no answer: a gateway restarting, a dropped keep-alive
+            return
+        body = b'{"turns": []}'
+        writer.write(
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n"
+            b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+        )
+        await writer.drain()
+        writer.close()
+
+    async def __aenter__(self) -> GatewayClient:
+        self.server = await asyncio.start_server(self.serve, "127.0.0.1", 0)
+        port = self.server.sockets[0].getsockname()[1]
+        self.client = GatewayClient(f"http://127.0.0.1:{port}", "admin-token-secret-value")
+        return self.client
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.client.aclose()
+        assert self.server is not None
+        self.server.close()
+
+
+async def test_idempotent_admin_calls_retry_with_stamina(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    flaky = FlakyAdmin(drops=3)
+    async with flaky as client:
+        assert await client.get_turns("s") == []  # dropped, then served
+    retries = [r for r in caplog.records if r.name == "stamina"]
+    assert retries  # stamina retried (aiohttp also reconnects once itself for GET/DELETE)
+    logged = " ".join(repr(vars(r)) for r in retries)
+    assert "admin-token-secret-value" not in logged  # what it retried was described safely
+    flaky = FlakyAdmin(drops=100)
+    async with flaky as client:
+        with pytest.raises(SessionError, match="admin API DELETE"):
+            await client.close_session("s")
+    assert flaky.connections <= 2 * 3  # bounded: three attempts (each reconnected once)
+
+
+async def test_opening_a_session_is_never_retried() -> None:
+    flaky = FlakyAdmin(drops=1)
+    async with flaky as client:
+        with pytest.raises(SessionError, match="admin API POST /admin/sessions"):
+            await client.create_session("s", {})
+    assert flaky.connections == 1  # a retry could find its own id taken (409)

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 from pathlib import Path
 from typing import Any
 
+import pydantic
 import pytest
 
-from agentrl.api.models import RLExperimentSpec
+from agentrl.api.models import AgentSpec, GatewaySpec, RLExperimentSpec
 from agentrl.api.runtime import RuntimeConfig
 from agentrl.bundle.gateway import GatewaySettings
 from agentrl.bundle.gateway.tokenizer import EncodeCache, build_renderer, load_tokenizer
@@ -19,20 +21,28 @@ SPEC: dict[str, Any] = {
         "type": "qwen3-4B",
         "rendererFamily": "qwen3",
         "toolCallParser": "qwen25",
+        "contextLength": 32768,
     },
     "data": {"train": "/data/train.jsonl"},
-    "agent": {"http": {"url": "http://agent.rl.svc:8080"}},
+    "agent": {"http": {"url": "http://agent.rl.svc:8080"}, "modelId": "qwen3-agent"},
     "grpo": {"numRollouts": 10},
-    "gateway": {"cumulativeTokenMode": True, "logLevel": "error", "maxInFlight": 64, "port": 9191},
+    "gateway": {
+        "cumulativeTokenMode": True,
+        "logLevel": "error",
+        "maxInFlight": 64,
+        "port": 9191,
+        "maxRequestBytes": 131072,
+    },
 }
 
 
 def test_from_runtime_config_maps_the_spec() -> None:
+    spec = RLExperimentSpec.model_validate(copy.deepcopy(SPEC))
     config = RuntimeConfig(
         experiment="demo",
         namespace="rl",
         bundle_version="0.1.0",
-        spec=RLExperimentSpec.model_validate(copy.deepcopy(SPEC)),
+        spec=spec,
         gateway_url="http://demo-gw.rl.svc:9191/",
     )
     s = GatewaySettings.from_runtime_config(config, "http://10.0.0.5:30000/")
@@ -42,22 +52,38 @@ def test_from_runtime_config_maps_the_spec() -> None:
         "qwen3",
         "qwen25",
     )
-    assert (s.cumulative_token_mode, s.log_level, s.max_in_flight, s.port, s.host) == (
-        True,
-        "error",
-        64,
+    assert s.spec == spec.gateway  # every spec.gateway knob, as the spec has it
+    assert (s.bind_port, s.host, s.model_id, s.context_length) == (
         9191,
         "0.0.0.0",
+        "qwen3-agent",
+        32768,
     )
     assert s.base_url == "http://demo-gw.rl.svc:9191" and len(s.admin_token) >= 32
     assert s.admin_token not in repr(s)
 
 
+def test_spec_owned_knobs_have_one_default_the_api_models() -> None:
+    s = GatewaySettings(router_url="http://r", tokenizer_path="/m")
+    assert s.spec == GatewaySpec()  # max_in_flight, log_level, ... only from the API model
+    assert s.model_id == AgentSpec.model_fields["model_id"].default
+    assert s.bind_port == GatewaySpec().port
+    assert GatewaySettings(router_url="http://r", tokenizer_path="/m", port=0).bind_port == 0
+    spec_fields = {f.name for f in dataclasses.fields(GatewaySettings)} & set(
+        GatewaySpec.model_fields
+    )
+    assert spec_fields == {"port"}  # the bind port override (tests use 0); nothing else
+
+
 def test_settings_refuse_nonsense() -> None:
-    with pytest.raises(ValueError, match="max_in_flight"):
-        GatewaySettings(router_url="http://r", tokenizer_path="/m", max_in_flight=0)
+    with pytest.raises(pydantic.ValidationError, match="max_in_flight"):
+        GatewaySpec(max_in_flight=0)
+    with pytest.raises(pydantic.ValidationError, match="max_request_bytes"):
+        GatewaySpec(max_request_bytes=1024)  # below what one tool list needs
     with pytest.raises(ValueError, match="router_url"):
         GatewaySettings(router_url="10.0.0.1:30000", tokenizer_path="/m")
+    with pytest.raises(ValueError, match="render_workers"):
+        GatewaySettings(router_url="http://r", tokenizer_path="/m", render_workers=0)
 
 
 def test_unknown_family_and_auto_on_a_local_path_name_the_fix(checkpoint: Path) -> None:

@@ -174,6 +174,29 @@ def test_completion_parsing_follows_slime() -> None:
         parse_generate_response({"meta_info": {"finish_reason": None}})
 
 
+@pytest.mark.parametrize(
+    "meta",
+    [
+        {"output_token_logprobs": [[-0.5, 5.0, None]]},  # int(5.7) would be silent
+        {"output_token_logprobs": [[-0.5, 5.7, None]]},
+        {"output_token_logprobs": [[-0.5, True, None]]},
+        {"output_token_logprobs": [[-0.5, -1, None]]},
+        {"output_token_logprobs": [[-0.5, 2**40, None]]},
+        {"output_token_logprobs": [[-0.5, "5", None]]},
+        {"output_token_logprobs": [5]},
+        {"output_token_logprobs": "x"},
+    ],
+)
+def test_token_ids_the_engine_reports_are_integers_never_coerced(meta: dict[str, Any]) -> None:
+    body = {"meta_info": {"id": "x", "finish_reason": {"type": "length", "length": 1}, **meta}}
+    with pytest.raises(EngineError, match=r"token ids|output_token_logprobs"):
+        parse_generate_response(body)
+    with pytest.raises(EngineError, match="token ids"):
+        parse_generate_response(
+            {"output_ids": [1.5], "meta_info": body["meta_info"] | {"output_token_logprobs": None}}
+        )
+
+
 def test_null_logprobs_are_nan_not_a_crash() -> None:
     """SGLang serialises a NaN/inf logprob as JSON null: still a turn, masked by the merge."""
     body = {

@@ -10,13 +10,18 @@ headers) stay below `COMPLETION_BASE`.
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass, field
+from typing import Any
 
 from hypothesis import strategies as st
 
 from agentrl.bundle.traces import Turn
 
 COMPLETION_BASE = 1_000_000
+# Values that cannot be a sampled token's logprob: a probability above 1, booleans, None,
+# non-finite numbers, a string.
+BAD_LOGPROBS: tuple[Any, ...] = (0.25, 1e-9, True, False, None, math.nan, -math.inf, "-0.5")
 EDIT_TOKEN = 0  # never drawn otherwise, so an edit always changes the prompt
 DRIFT_TOKEN = 99_999
 
@@ -58,13 +63,17 @@ def episodes(draw: st.DrawFn, *, perturb: bool = True, max_steps: int = 14) -> E
 
 
 def _turn(draw: st.DrawFn, prompt: list[int], completion: list[int], perturb: bool) -> Turn:
-    lps: list[float] | None = [logprob_of(t) for t in completion]
+    lps: list[Any] | None = [logprob_of(t) for t in completion]
     if perturb:
-        kind = draw(st.sampled_from(["ok", "ok", "ok", "none", "short"]))
+        kind = draw(st.sampled_from(["ok", "ok", "ok", "ok", "none", "short", "bad_value"]))
         if kind == "none":
             lps = None
         elif kind == "short" and completion:
             lps = lps[:-1] if lps else lps
+        elif kind == "bad_value" and lps:
+            # One value that cannot be a sampled token's logprob (see BAD_LOGPROBS).
+            at = draw(st.integers(0, len(lps) - 1))
+            lps[at] = draw(st.sampled_from(BAD_LOGPROBS))
     finish = draw(st.sampled_from(["stop", "stop", "length"]))
     return Turn(prompt, completion, lps, finish)
 

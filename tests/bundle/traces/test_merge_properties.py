@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 
 from hypothesis import given, settings
@@ -15,7 +16,13 @@ PROPS = settings(max_examples=150, deadline=None)
 
 
 def _valid(turn: Turn) -> bool:
-    return turn.logprobs is not None and len(turn.logprobs) == len(turn.completion_ids)
+    """Trainable: one finite float <= 0 per completion token (the rule in docs/traces.md)."""
+    lps = turn.logprobs
+    return (
+        lps is not None
+        and len(lps) == len(turn.completion_ids)
+        and all(type(x) is float and math.isfinite(x) and x <= 0 for x in lps)
+    )
 
 
 def _trained(segments: list[Segment]) -> Counter[int]:

@@ -18,7 +18,7 @@ from .episodes import Episode, episodes
 
 
 class BruteForce:
-    """The rule as written in DESIGN §5, scanning every chain."""
+    """The rule as written in docs/traces.md, scanning every chain."""
 
     def __init__(self) -> None:
         self.tips: list[tuple[list[int], list[int]]] = []
@@ -65,7 +65,7 @@ def _check_tree(index: PrefixIndex, oracle: BruteForce) -> None:
             assert child.parent is node and child.label and child.label[0] == key
             assert child.depth == node.depth + len(child.label)
             # Compressed: an unmarked inner node branches.
-            assert child.ends or child.tips or len(child.children) != 1
+            assert child.ends or child.bare or child.tips or len(child.children) != 1
             stack.append(child)
     for c, (tip, comp) in enumerate(oracle.tips):
         assert spell(index._end[c]) == tip + comp

@@ -24,6 +24,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from agentrl.bundle.gateway.memory import Releaser
 from agentrl.bundle.gateway.sessions import (
     DuplicateSession,
     SessionClosed,
@@ -46,6 +47,27 @@ def _error(status: int, message: str) -> web.Response:
 MAX_QUIESCE_S = 600.0
 
 
+class _TooLarge(Exception):
+    pass
+
+
+async def _body(request: web.Request, limit: int) -> Any:
+    """The JSON body (_INVALID when it is not JSON); _TooLarge past `limit` bytes."""
+    if request.content_length is not None and request.content_length > limit:
+        raise _TooLarge
+    try:
+        raw = await request.read()
+    except web.HTTPRequestEntityTooLarge as exc:
+        raise _TooLarge from exc
+    try:
+        return orjson.loads(raw or b"{}")
+    except orjson.JSONDecodeError:
+        return _INVALID
+
+
+_INVALID = object()
+
+
 class AdminApi:
     def __init__(
         self,
@@ -53,8 +75,13 @@ class AdminApi:
         admin_token: str,
         session_url: Callable[[str], str],
         quiesce: Callable[[float], Awaitable[QuiesceReport]],
+        *,
+        max_body: int,
+        releaser: Releaser | None = None,
     ):
+        self.releaser = releaser
         self.store = store
+        self.max_body = max_body  # the gateway's maxRequestBytes (admin bodies are small)
         self.expected = ("Bearer " + admin_token).encode()
         self.session_url = session_url
         self.quiesce_engines = quiesce
@@ -71,11 +98,16 @@ class AdminApi:
         """Admin token checked in constant time; session errors mapped to statuses."""
 
         async def wrapper(request: web.Request) -> web.StreamResponse:
-            presented = request.headers.get("Authorization", "").encode()
-            if not hmac.compare_digest(presented, self.expected):
+            presented = request.headers.get("Authorization", "")
+            # Undecodable header bytes arrive as surrogates: never a token, never a 500.
+            if not presented.isascii() or not hmac.compare_digest(
+                presented.encode(), self.expected
+            ):
                 return _error(401, "admin API: invalid or missing admin token")
             try:
                 return await handler(request)
+            except _TooLarge:
+                return _error(413, "body: over the gateway's limit (spec.gateway.maxRequestBytes)")
             except SessionClosed as exc:
                 return _error(410, str(exc))
             except UnknownSession as exc:
@@ -84,9 +116,8 @@ class AdminApi:
         return wrapper
 
     async def create(self, request: web.Request) -> web.StreamResponse:
-        try:
-            body: Any = orjson.loads(await request.read())
-        except orjson.JSONDecodeError:
+        body = await _body(request, self.max_body)
+        if body is _INVALID:
             return _error(400, "body: invalid JSON")
         sid = body.get("session_id") if isinstance(body, dict) else None
         params = body.get("sampling_params", {}) if isinstance(body, dict) else None
@@ -112,13 +143,14 @@ class AdminApi:
         return web.Response(body=orjson.dumps({"turns": out}), content_type="application/json")
 
     async def close(self, request: web.Request) -> web.StreamResponse:
-        self.store.close(request.match_info["sid"])
+        session = self.store.close(request.match_info["sid"])
+        if session is not None and session.large and self.releaser is not None:
+            self.releaser.soon()  # its turns were large: give their memory back
         return web.Response(status=204)
 
     async def quiesce(self, request: web.Request) -> web.StreamResponse:
-        try:
-            body: Any = orjson.loads(await request.read() or b"{}")
-        except orjson.JSONDecodeError:
+        body = await _body(request, self.max_body)
+        if body is _INVALID:
             return _error(400, "body: invalid JSON")
         timeout = body.get("timeout_s") if isinstance(body, dict) else None
         if (

@@ -16,11 +16,24 @@ from agentrl.bundle.gateway.anthropic_out import StreamWriter, error_body, respo
 from agentrl.bundle.gateway.chat import (
     ChatRequest,
     bad_request,
+    boolean,
     number,
+    obj,
     positive_int,
     stop_list,
+    string,
     text_of,
 )
+
+
+def _str(block: Mapping[str, Any], key: str, p: str, required: bool = False) -> str:
+    """A string field of a content block (absent: empty, unless required)."""
+    value = block.get(key)
+    if value is None and not required:
+        return ""
+    if not isinstance(value, str):
+        raise bad_request(f"{p}.{key}", "must be a string" + (" (required)" if required else ""))
+    return value
 
 
 def _tool_result_text(block: Mapping[str, Any], p: str) -> str:
@@ -32,17 +45,22 @@ def _assistant(blocks: list[Any], p: str) -> dict[str, Any]:
     for j, b in enumerate(blocks):
         kind = b.get("type") if isinstance(b, dict) else None
         if kind == "text":
-            text.append(str(b.get("text", "")))
-        elif kind in ("thinking", "redacted_thinking"):
-            thinking.append(str(b.get("thinking", "")))
+            text.append(_str(b, "text", f"{p}[{j}]"))
+        elif kind == "thinking":
+            thinking.append(_str(b, "thinking", f"{p}[{j}]"))
+        elif kind == "redacted_thinking":
+            _str(b, "data", f"{p}[{j}]")  # opaque: nothing the model can be shown
         elif kind == "tool_use":
             if not isinstance(b.get("name"), str):
                 raise bad_request(f"{p}[{j}].name", "is required for tool_use blocks")
             calls.append(
                 {
                     "type": "function",
-                    "id": str(b.get("id") or ""),
-                    "function": {"name": b["name"], "arguments": b.get("input") or {}},
+                    "id": _str(b, "id", f"{p}[{j}]"),
+                    "function": {
+                        "name": b["name"],
+                        "arguments": obj(b.get("input"), f"{p}[{j}].input") or {},
+                    },
                 }
             )
         else:
@@ -68,11 +86,11 @@ def _user(blocks: list[Any], p: str) -> list[dict[str, Any]]:
                 {
                     "role": "tool",
                     "content": _tool_result_text(b, f"{p}[{j}]"),
-                    "tool_call_id": str(b.get("tool_use_id") or ""),
+                    "tool_call_id": _str(b, "tool_use_id", f"{p}[{j}]"),
                 }
             )
         elif kind == "text":
-            text.append(str(b.get("text", "")))
+            text.append(_str(b, "text", f"{p}[{j}]"))
         else:
             raise bad_request(
                 f"{p}[{j}].type",
@@ -123,8 +141,9 @@ def _tools(body: Mapping[str, Any]) -> list[dict[str, Any]] | None:
                 "type": "function",
                 "function": {
                     "name": t["name"],
-                    "description": t.get("description", ""),
-                    "parameters": t.get("input_schema") or {"type": "object"},
+                    "description": _str(t, "description", f"tools[{i}]"),
+                    "parameters": obj(t.get("input_schema"), f"tools[{i}].input_schema")
+                    or {"type": "object"},
                 },
             }
         )
@@ -138,8 +157,11 @@ def _parse_tools(body: Mapping[str, Any], tools: list[dict[str, Any]] | None) ->
     kind = choice.get("type") if isinstance(choice, dict) else None
     if kind not in ("auto", "any", "tool", "none"):
         raise bad_request("tool_choice.type", 'must be "auto", "any", "tool" or "none"')
-    if kind == "tool" and not any(t["function"]["name"] == choice.get("name") for t in tools or []):
-        raise bad_request("tool_choice.name", f"{choice.get('name')!r} is not in tools")
+    name = choice.get("name") if isinstance(choice, dict) else None
+    if kind == "tool" and (
+        not isinstance(name, str) or not any(t["function"]["name"] == name for t in tools or [])
+    ):
+        raise bad_request("tool_choice.name", f"{name!r} is not in tools")
     return kind != "none" and tools is not None
 
 
@@ -164,8 +186,8 @@ def parse_request(body: Any) -> ChatRequest:
         tools=tools,
         parse_tools=_parse_tools(body, tools),
         sampling=sampling,
-        stream=bool(body.get("stream")),
-        model=str(body.get("model") or ""),
+        stream=boolean(body, "stream"),
+        model=string(body, "model"),
     )
 
 

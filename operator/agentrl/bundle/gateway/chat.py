@@ -33,7 +33,9 @@ class ApiError(Exception):
 
 
 def bad_request(param: str, message: str) -> ApiError:
-    return ApiError(400, f"{param}: {message}", param=param)
+    """400 naming the parameter; the message is cut short (it may quote the agent's value)."""
+    text = f"{param}: {message}"
+    return ApiError(400, text if len(text) <= 300 else text[:297] + "...", param=param)
 
 
 @dataclass
@@ -169,6 +171,57 @@ def text_of(content: Any, param: str) -> str:
                 f"{param}[{i}]", f"content part type {kind!r} is not supported (text only)"
             )
     return "".join(parts)
+
+
+def boolean(body: Mapping[str, Any], key: str) -> bool:
+    """An optional JSON boolean (absent or null: false); a string "true" is not one."""
+    value = body.get(key)
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise bad_request(key, f"must be a boolean, got {value!r}")
+    return value
+
+
+def string(body: Mapping[str, Any], key: str) -> str:
+    """An optional JSON string (absent or null: empty)."""
+    value = body.get(key)
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise bad_request(key, f"must be a string, got {type(value).__name__}")
+    return value
+
+
+def obj(value: Any, param: str) -> dict[str, Any] | None:
+    """An optional JSON object (null: None)."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise bad_request(param, f"must be an object, got {type(value).__name__}")
+    return value
+
+
+def array_of(value: Any, param: str) -> list[Any]:
+    """An optional JSON array (null: empty)."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise bad_request(param, f"must be a list, got {type(value).__name__}")
+    return value
+
+
+INT64 = (-(2**63), 2**63 - 1)
+
+
+def seed(body: Mapping[str, Any], key: str) -> int | None:
+    """An optional 64-bit integer seed."""
+    value = body.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not INT64[0] <= value <= INT64[1]:
+        raise bad_request(key, f"must be a 64-bit integer, got {value!r}")
+    return value
 
 
 def number(body: Mapping[str, Any], key: str, lo: float, hi: float) -> float | None:

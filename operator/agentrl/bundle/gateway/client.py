@@ -2,20 +2,34 @@
 
 The rollout function runs in slime's rollout process, not in the hub actor that hosts the
 gateway, so it opens, reads and closes sessions over HTTP with the admin token.
+
+Idempotent calls (reading turns, closing) retry connection failures and timeouts with
+`stamina` (exponential backoff with jitter, so a hundred episodes that lost the gateway
+at once do not come back in lockstep). Opening a session is not retried: if the answer
+was lost, a retry would find the id taken. The quiesce call has its own long deadline.
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import aiohttp
 import orjson
+import stamina
 
 from agentrl.bundle.redact import describe_error
 from agentrl.bundle.session import QuiesceReport, SessionError, SessionHandle
 from agentrl.bundle.traces import Turn
+
+RETRY_ATTEMPTS = 3  # idempotent admin calls: the first try and two retries
+RETRY_WAIT = {"wait_initial": 0.2, "wait_exp_base": 2.0, "wait_max": 2.0, "wait_jitter": 0.2}
+
+
+class _Transient(Exception):
+    """A connection failure or a timeout, described by type and message only: stamina logs
+    the repr of what it retries, and an aiohttp error's repr can carry the request headers
+    (here the admin token)."""
 
 
 class GatewayClient:
@@ -41,31 +55,39 @@ class GatewayClient:
         method: str,
         path: str,
         body: Any = None,
-        attempts: int = 1,
+        retry: bool = False,
         client_timeout: aiohttp.ClientTimeout | None = None,  # None: the session's (30 s)
     ) -> tuple[int, Any]:
-        """One admin call; idempotent ones retry connection failures (a gateway restart or a
-        dropped keep-alive connection must not fail an episode). Errors are described by
-        type, status and message, never by repr: an aiohttp error's repr carries the request
-        headers, here the admin token."""
+        """One admin call; with `retry` (idempotent calls only), connection failures and
+        timeouts are retried (a gateway restart or a dropped keep-alive connection must
+        not fail an episode). Errors are described by type, status and message, never by
+        repr: an aiohttp error's repr carries the request headers, here the admin token."""
         data = None if body is None else orjson.dumps(body)
-        timeout = client_timeout or self._timeout
-        for attempt in range(attempts):
-            try:
-                async with self._session().request(
-                    method, self._url + path, data=data, timeout=timeout
-                ) as resp:
-                    raw = await resp.read()
-                    return resp.status, (orjson.loads(raw) if raw else None)
-            except (aiohttp.ClientConnectionError, TimeoutError) as exc:
-                if attempt + 1 >= attempts:
-                    what = describe_error(exc)
-                    raise SessionError(f"gateway admin API {method} {path}: {what}") from exc
-                await asyncio.sleep(0.2 * 2**attempt)
-            except (aiohttp.ClientError, orjson.JSONDecodeError) as exc:
-                what = describe_error(exc)
-                raise SessionError(f"gateway admin API {method} {path}: {what}") from exc
-        raise AssertionError("unreachable")
+        limits = client_timeout or self._timeout
+        try:
+            async for attempt in stamina.retry_context(
+                on=_Transient, attempts=RETRY_ATTEMPTS if retry else 1, timeout=None, **RETRY_WAIT
+            ):
+                with attempt:
+                    return await self._once(method, path, data, limits)
+        except _Transient as exc:
+            raise SessionError(f"gateway admin API {method} {path}: {exc}") from exc
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    async def _once(
+        self, method: str, path: str, data: bytes | None, limits: aiohttp.ClientTimeout
+    ) -> tuple[int, Any]:
+        try:
+            async with self._session().request(
+                method, self._url + path, data=data, timeout=limits
+            ) as resp:
+                raw = await resp.read()
+                return resp.status, (orjson.loads(raw) if raw else None)
+        except (aiohttp.ClientConnectionError, TimeoutError) as exc:
+            raise _Transient(describe_error(exc)) from None
+        except (aiohttp.ClientError, orjson.JSONDecodeError) as exc:
+            what = describe_error(exc)
+            raise SessionError(f"gateway admin API {method} {path}: {what}") from exc
 
     @staticmethod
     def _fail(what: str, status: int, body: Any) -> SessionError:
@@ -87,7 +109,7 @@ class GatewayClient:
         )
 
     async def get_turns(self, session_id: str) -> Sequence[Turn]:
-        status, body = await self._call("GET", f"/admin/sessions/{session_id}/turns", attempts=3)
+        status, body = await self._call("GET", f"/admin/sessions/{session_id}/turns", retry=True)
         if status != 200:
             raise self._fail(f"turns of {session_id}", status, body)
         return [
@@ -96,7 +118,7 @@ class GatewayClient:
         ]
 
     async def close_session(self, session_id: str) -> None:
-        status, body = await self._call("DELETE", f"/admin/sessions/{session_id}", attempts=3)
+        status, body = await self._call("DELETE", f"/admin/sessions/{session_id}", retry=True)
         if status not in (204, 404):  # closing twice, or an id never opened, is fine
             raise self._fail(f"close session {session_id}", status, body)
 

@@ -11,7 +11,9 @@ then runs on. So at the end of every rollout batch `quiesce` makes the engines i
 slime's own rollout ends (`abort_servers_until_idle`): wait for the pending aborts, then
 `abort_all` on every worker until no request of ours is in flight and every engine reports
 nothing running or queued. A stray request at weight offload trips SGLang's "server is
-idle" assertion and takes the scheduler down (rollout-anchors §3).
+idle" assertion and takes the scheduler down (slime's `abort_servers_until_idle` in
+https://github.com/THUDM/slime/blob/fa3c990af6f18efd3fd9922698bf4bf4048d1263/slime/backends/sglang_utils/server_control.py
+exists for that reason).
 """
 
 from __future__ import annotations

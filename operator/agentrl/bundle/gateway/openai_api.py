@@ -18,12 +18,17 @@ from agentrl.bundle.gateway.chat import (
     ApiError,
     ChatRequest,
     ModelOutput,
+    array_of,
     bad_request,
+    boolean,
     integer,
     new_id,
     number,
+    obj,
     positive_int,
+    seed,
     stop_list,
+    string,
     text_of,
 )
 
@@ -46,9 +51,10 @@ def _message(m: Any, i: int) -> dict[str, Any]:
         reasoning = m.get("reasoning_content") or m.get("reasoning")
         if isinstance(reasoning, str) and reasoning:
             out["reasoning_content"] = reasoning
-        if m.get("tool_calls"):
+        calls = array_of(m.get("tool_calls"), f"{p}.tool_calls")
+        if calls:
             out["tool_calls"] = [
-                _tool_call(tc, f"{p}.tool_calls[{j}]") for j, tc in enumerate(m["tool_calls"])
+                _tool_call(tc, f"{p}.tool_calls[{j}]") for j, tc in enumerate(calls)
             ]
     if role == "tool":
         if not isinstance(m.get("tool_call_id"), str):
@@ -67,9 +73,14 @@ def _tool_call(tc: Any, p: str) -> dict[str, Any]:
     if isinstance(args, str):  # keep the agent's own JSON text: it is what the model emitted
         with contextlib.suppress(orjson.JSONDecodeError):
             args = orjson.loads(args) if args.strip() else {}
+    elif not isinstance(args, dict):
+        raise bad_request(f"{p}.function.arguments", "must be a JSON string or an object")
+    call_id = tc.get("id")
+    if call_id is not None and not isinstance(call_id, str):
+        raise bad_request(f"{p}.id", "must be a string")
     return {
         "type": "function",
-        "id": str(tc.get("id") or ""),
+        "id": call_id or "",
         "function": {"name": fn["name"], "arguments": args},
     }
 
@@ -91,6 +102,9 @@ def _tools(body: Mapping[str, Any]) -> list[dict[str, Any]] | None:
             raise bad_request(
                 f"tools[{i}]", 'must be {"type": "function", "function": {"name": ..., ...}}'
             )
+        obj(fn.get("parameters"), f"tools[{i}].function.parameters")
+        if fn.get("description") is not None and not isinstance(fn["description"], str):
+            raise bad_request(f"tools[{i}].function.description", "must be a string")
     return tools or None
 
 
@@ -103,8 +117,9 @@ def _tool_choice(body: Mapping[str, Any], tools: list[dict[str, Any]] | None) ->
     if choice == "none":
         return False
     if isinstance(choice, dict) and choice.get("type") == "function":
-        name = (choice.get("function") or {}).get("name")
-        if not any(t["function"]["name"] == name for t in tools or []):
+        fn = obj(choice.get("function"), "tool_choice.function") or {}
+        name = fn.get("name")
+        if not isinstance(name, str) or not any(t["function"]["name"] == name for t in tools or []):
             raise bad_request("tool_choice.function.name", f"{name!r} is not in tools")
         return True
     raise bad_request(
@@ -114,17 +129,19 @@ def _tool_choice(body: Mapping[str, Any], tools: list[dict[str, Any]] | None) ->
 
 def _refuse_unsupported(body: Mapping[str, Any]) -> None:
     """Options we cannot honour exactly are refused, never silently ignored."""
-    if body.get("n") not in (None, 1):
+    n = body.get("n")
+    if n is not None and (type(n) is not int or n != 1):
         raise bad_request("n", "only n=1 is supported; send one request per sample")
-    if (body.get("response_format") or {}).get("type", "text") != "text":
+    response_format = obj(body.get("response_format"), "response_format") or {}
+    if response_format.get("type", "text") != "text":
         raise bad_request(
             "response_format",
             "structured output is not supported: constrained decoding would change the "
             "distribution the trainer learns from; ask for JSON in the prompt instead",
         )
-    if body.get("top_logprobs"):
+    if integer(body, "top_logprobs", 0):
         raise bad_request("top_logprobs", "is not supported (the sampled tokens' logprobs are)")
-    if body.get("logit_bias"):
+    if obj(body.get("logit_bias"), "logit_bias"):
         raise bad_request(
             "logit_bias",
             "is not supported: biasing logits would change the distribution the trainer "
@@ -153,20 +170,20 @@ def parse_request(body: Any) -> ChatRequest:
         ("min_p", number(body, "min_p", 0, 1)),
         ("repetition_penalty", number(body, "repetition_penalty", 0, 2)),
         ("stop", stop_list(body.get("stop"), "stop")),
-        ("sampling_seed", body.get("seed")),
+        ("sampling_seed", seed(body, "seed")),
     ):
         if value is not None:
             sampling[key] = value
-    opts = body.get("stream_options")
+    opts = obj(body.get("stream_options"), "stream_options") or {}
     return ChatRequest(
         messages=[_message(m, i) for i, m in enumerate(msgs)],
         tools=tools,
         parse_tools=_tool_choice(body, tools),
         sampling=sampling,
-        stream=bool(body.get("stream")),
-        model=str(body.get("model") or ""),
-        include_usage=bool(isinstance(opts, dict) and opts.get("include_usage")),
-        logprobs=bool(body.get("logprobs")),
+        stream=boolean(body, "stream"),
+        model=string(body, "model"),
+        include_usage=boolean(opts, "include_usage"),
+        logprobs=boolean(body, "logprobs"),
     )
 
 

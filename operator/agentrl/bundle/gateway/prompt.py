@@ -1,12 +1,14 @@
 """Prompt token ids for a session's next turn: cumulative extension or a full render.
 
-Pure logic, no I/O. In cumulative token mode the next prompt is the previous prompt + the
-previous completion (the ids the engine sampled, verbatim) + the renderer's bridge for
-only the messages that are new since then, so a re-render can never drift from what the
-model saw. A session can hold several conversations at once (sub-agents), so each one is
-a `Chain` and a request extends the chain whose message history it continues. When a
-client rewrote its history, or the renderer cannot prove a bridge exact, the prompt falls
-back to a full render and the reason is reported as a trace break.
+Pure logic apart from the rendering itself, which `PromptRenderer` does inline or in a
+worker process depending on its size. In cumulative token mode the next prompt is the
+previous prompt + the previous completion (the ids the engine sampled, verbatim) + the
+renderer's bridge for only the messages that are new since then, so a re-render can never
+drift from what the model saw. A session can hold several conversations at once
+(sub-agents), so each one is a `Chain` and a request extends the chain whose message
+history it continues. When a client rewrote its history, or the renderer cannot prove a
+bridge exact, the prompt falls back to a full render and the reason is reported as a trace
+break.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 
 import orjson
 
+from agentrl.bundle.gateway.render_pool import PromptRenderer
 from agentrl.bundle.gateway.token_view import TokenView
 
 MAX_CHAINS = 32  # conversations remembered per session (sub-agents, forks)
@@ -26,7 +29,13 @@ MAX_CHAINS = 32  # conversations remembered per session (sub-agents, forks)
 
 def fingerprint(value: Any) -> bytes:
     """Stable digest of a JSON-able value (keys sorted, so client key order does not matter)."""
-    return hashlib.sha256(orjson.dumps(value, option=orjson.OPT_SORT_KEYS)).digest()
+    return sized_fingerprint(value)[0]
+
+
+def sized_fingerprint(value: Any) -> tuple[bytes, int]:
+    """The digest and the size of the JSON it was taken of (a measure of rendering work)."""
+    data = orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+    return hashlib.sha256(data).digest(), len(data)
 
 
 def reply_fingerprint(message: Mapping[str, Any]) -> bytes:
@@ -119,59 +128,63 @@ def _rewrite(chains: Sequence[Chain], fps: Sequence[bytes]) -> bool:
 
 
 class PromptBuilder:
-    """Builds the next prompt with a `renderers` Renderer."""
+    """Builds the next prompt with a `renderers` Renderer (wrapped in a `PromptRenderer`,
+    which decides where the rendering runs)."""
 
-    def __init__(self, renderer: Any, cumulative: bool) -> None:
-        self.renderer = renderer
+    def __init__(self, render: PromptRenderer | Any, cumulative: bool) -> None:
+        self.render_with = render if isinstance(render, PromptRenderer) else PromptRenderer(render)
+        self.renderer = self.render_with.renderer
         self.cumulative = cumulative
 
-    def build(
+    async def build(
         self,
         chains: Sequence[Chain],
         messages: list[dict[str, Any]],
         tools: list[dict[str, Any]] | None,
     ) -> PromptPlan:
-        fps = [fingerprint(m) for m in messages]
-        tools_fp = fingerprint(tools or [])
+        sized = [sized_fingerprint(m) for m in messages]
+        fps = [fp for fp, _ in sized]
+        tools_fp, tools_size = sized_fingerprint(tools or [])
+        work = sum(n for _, n in sized) + tools_size
+
+        async def full() -> list[int]:
+            return await self.render_with.render(messages, tools, work)
+
         live = [c for c in chains if c.tools_fp == tools_fp]
         idx = _continuation(live, messages, fps)
         if not isinstance(idx, int):
             reason = idx or ("history_rewrite" if _rewrite(live, fps) else None)
             if reason is None and len(live) < len(chains) and _rewrite(chains, fps):
                 reason = "tools_changed"
-            return PromptPlan(self._full(messages, tools), fps, tools_fp, None, reason)
+            return PromptPlan(await full(), fps, tools_fp, None, reason)
         extends = chains.index(live[idx])
         chain = live[idx]
         prev = chain.history[: chain.end]
         if not self.cumulative:
-            ids = self._full(messages, tools)
+            ids = await full()
             drift = None if ids[: len(prev)] == prev else "retokenize_drift"
             return PromptPlan(ids, fps, tools_fp, extends, drift)
-        new = messages[len(chain.message_fps) + 1 :]
-        bridged = self.renderer.bridge_to_next_turn(
-            chain.prompt_ids(), chain.completion_ids(), new, tools=tools or None
+        first_new = len(chain.message_fps) + 1
+        bridged = await self.render_with.bridge(
+            chain.prompt_ids(),
+            chain.completion_ids(),
+            messages[first_new:],
+            tools,
+            sum(n for _, n in sized[first_new:]),
         )
         if bridged is None:
-            return PromptPlan(self._full(messages, tools), fps, tools_fp, extends, "bridge_refused")
-        ids = list(bridged.token_ids)
-        if ids[: len(prev)] != prev:  # the renderer's contract, checked: never train on drift
-            return PromptPlan(
-                self._full(messages, tools), fps, tools_fp, extends, "bridge_mismatch"
-            )
-        return PromptPlan(ids, fps, tools_fp, extends, None)
+            return PromptPlan(await full(), fps, tools_fp, extends, "bridge_refused")
+        if bridged[: len(prev)] != prev:  # the renderer's contract, checked: never train on drift
+            return PromptPlan(await full(), fps, tools_fp, extends, "bridge_mismatch")
+        return PromptPlan(bridged, fps, tools_fp, extends, None)
 
-    def render(
+    async def count(
         self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
-    ) -> list[int]:
-        """A full render with the generation prompt (also what token counts use)."""
-        return self._full(messages, tools)
-
-    def _full(
-        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
-    ) -> list[int]:
-        return list(
-            self.renderer.render_ids(messages, tools=tools or None, add_generation_prompt=True)
-        )
+    ) -> int:
+        """Tokens of a full render with the generation prompt, of any length (Claude Code
+        asks before it compacts a conversation that no longer fits)."""
+        work = len(orjson.dumps(messages)) + len(orjson.dumps(tools or []))
+        return len(await self.render_with.render(messages, tools, work, bounded=False))
 
 
 def record_turn(

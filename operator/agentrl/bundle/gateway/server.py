@@ -1,9 +1,14 @@
 """The gateway's HTTP service: per-session OpenAI and Anthropic endpoints, admin API, /health.
 
 aiohttp with `handler_cancellation=True`, so a client that disconnects cancels its handler,
-which aborts the engine request on every worker. Admission is bounded (`max_in_flight`):
-past it, requests get 429 at once instead of queueing without limit. No access log; the
-bearer tokens never reach a log line.
+which aborts the engine request on every worker. One agent cannot stall the others:
+- a request body is bounded (`spec.gateway.maxRequestBytes`; 413 past it, refused from its
+  Content-Length before a byte is read);
+- admission is bounded (`maxInFlight`) and fair per session (`admission`): past the bound
+  requests get 429 at once, and a flood only ever pushes back its own session;
+- large prompts are rendered off the event loop (`render_pool`).
+Malformed input gets a 4xx in the API's error shape, never a 500. No access log; the bearer
+tokens never reach a log line.
 """
 
 from __future__ import annotations
@@ -21,7 +26,9 @@ from aiohttp import web
 
 from agentrl.bundle.gateway import anthropic_api, openai_api
 from agentrl.bundle.gateway.admin import AdminApi
+from agentrl.bundle.gateway.admission import Admission, Ticket
 from agentrl.bundle.gateway.chat import ApiError, ChatRequest, ModelOutput, merge_sampling
+from agentrl.bundle.gateway.memory import LARGE_BYTES, Releaser
 from agentrl.bundle.gateway.sessions import Session, SessionClosed, SessionStore, UnknownSession
 from agentrl.bundle.gateway.sglang import EngineError
 from agentrl.bundle.gateway.streaming import LiveStream, stream_turn
@@ -41,11 +48,29 @@ def bearer(request: web.Request) -> str | None:
     return request.headers.get("x-api-key")
 
 
-async def read_json(request: web.Request) -> Any:
+def too_large(size: int | None, limit: int) -> ApiError:
+    what = f"{size} bytes" if size is not None else "the body"
+    return ApiError(
+        413,
+        f"body: {what} is over the gateway's limit of {limit} bytes (spec.gateway."
+        "maxRequestBytes); shorten the conversation or raise the limit",
+        param="body",
+    )
+
+
+async def read_json(request: web.Request, limit: int) -> Any:
+    """The request's JSON body, at most `limit` bytes (413 past it, 400 if not JSON)."""
+    size = request.content_length
+    if size is not None and size > limit:
+        raise too_large(size, limit)  # refused unread: a huge body costs nothing
+    try:  # without a Content-Length (chunked), aiohttp stops reading at client_max_size
+        raw = await request.read()
+    except web.HTTPRequestEntityTooLarge as exc:
+        raise too_large(None, limit) from exc
     try:
-        return orjson.loads(await request.read())
+        return orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
-        raise ApiError(400, f"body: invalid JSON ({exc})", param="body") from exc
+        raise ApiError(400, f"body: invalid JSON ({exc})"[:300], param="body") from exc
 
 
 def json_response(body: Any, status: int = 200) -> web.Response:
@@ -53,7 +78,7 @@ def json_response(body: Any, status: int = 200) -> web.Response:
 
 
 class Frontend:
-    """The request path shared by both APIs: admission, auth, parse, run, respond, count."""
+    """The request path shared by both APIs: auth, admission, parse, run, respond, count."""
 
     def __init__(
         self,
@@ -62,25 +87,35 @@ class Frontend:
         metrics: BundleMetrics,
         *,
         max_in_flight: int,
+        max_request_bytes: int,
         model: str,
         keepalive_s: float = 10.0,
     ) -> None:
         self.store = store
         self.runner = runner
         self.metrics = metrics
-        self.max_in_flight = max_in_flight
+        self.admission = Admission(max_in_flight)
+        self.releaser = Releaser()
+        self.max_request_bytes = max_request_bytes
         self.model = model
-        self.in_flight = 0
         self.keepalive_s = keepalive_s
 
+    @property
+    def in_flight(self) -> int:
+        return self.admission.total
+
     async def openai(self, request: web.Request) -> web.StreamResponse:
-        return await self.handle(request, "openai")
+        return await self.handle(request, "openai", self.serve)
 
     async def anthropic(self, request: web.Request) -> web.StreamResponse:
-        return await self.handle(request, "anthropic")
+        return await self.handle(request, "anthropic", self.serve)
+
+    async def count_tokens(self, request: web.Request) -> web.StreamResponse:
+        """`POST .../v1/messages/count_tokens` (Claude Code sizes its context with it)."""
+        return await self.handle(request, "anthropic", self.count)
 
     async def models(self, request: web.Request) -> web.Response:
-        """`GET .../v1/models`: some SDK programs look the model up before calling it."""
+        """`GET .../v1/models`: the model id the agent was told (spec.agent.modelId)."""
         try:
             self.session(request)
         except ApiError as err:
@@ -88,35 +123,19 @@ class Frontend:
         model = {"id": self.model, "object": "model", "created": 0, "owned_by": "agentrl"}
         return json_response({"object": "list", "data": [model]})
 
-    async def count_tokens(self, request: web.Request) -> web.Response:
-        """`POST .../v1/messages/count_tokens` (Claude Code sizes its context with it)."""
-        try:
-            self.session(request)
-            body = await read_json(request)
-            if isinstance(body, dict):
-                body = {"max_tokens": 1, **body}  # not part of a count request
-            req = anthropic_api.parse_request(body)
-        except ApiError as err:
-            return json_response(anthropic_api.error_body(err), err.status)
-        ids = self.runner.builder.render(req.messages, req.tools)
-        return json_response({"input_tokens": len(ids)})
-
-    async def handle(self, request: web.Request, api: str) -> web.StreamResponse:
+    async def handle(self, request: web.Request, api: str, serve: Serve) -> web.StreamResponse:
         front = FRONTS[api]
         start = time.perf_counter()
         status = 500
+        ticket: Ticket | None = None
         try:
-            if self.in_flight >= self.max_in_flight:
-                raise ApiError(
-                    429,
-                    f"gateway busy: {self.in_flight} requests in flight; retry later",
-                    kind="rate_limit_error",
-                )
-            self.in_flight += 1
-            try:
-                resp = await self.serve(request, front)
-            finally:
-                self.in_flight -= 1
+            session = self.session(request)  # before admission: strangers take no slot
+            size = request.content_length
+            if size is not None and size > self.max_request_bytes:
+                raise too_large(size, self.max_request_bytes)  # nor do oversized bodies
+            ticket = self.admission.admit(session.sid)
+            body = await read_json(request, self.max_request_bytes)
+            resp = await serve(request, front, session, body, ticket)
             status = request.get("status", resp.status)  # in-band stream errors count as such
             return resp
         except ApiError as err:
@@ -132,6 +151,11 @@ class Frontend:
             status = 499  # the client went away (or the session was closed); nothing to answer
             raise
         finally:
+            if ticket is not None:
+                ticket.release()
+                if (request.content_length or 0) >= LARGE_BYTES:
+                    session.large = True
+                    self.releaser.soon()
             self.metrics.gateway_requests.labels(api, str(status)).inc()
             self.metrics.gateway_request_seconds.labels(api).observe(time.perf_counter() - start)
 
@@ -147,15 +171,28 @@ class Frontend:
             raise ApiError(401, "invalid or missing session token", kind="authentication_error")
         return session
 
-    async def serve(self, request: web.Request, front: ModuleType) -> web.StreamResponse:
-        session = self.session(request)
-        req: ChatRequest = front.parse_request(await read_json(request))
+    async def count(
+        self, request: web.Request, front: ModuleType, session: Session, body: Any, ticket: Ticket
+    ) -> web.StreamResponse:
+        if isinstance(body, dict):
+            body = {"max_tokens": 1, **body}  # not part of a count request
+        req = anthropic_api.parse_request(body)
+        await ticket.turn()
+        return json_response(
+            {"input_tokens": await self.runner.builder.count(req.messages, req.tools)}
+        )
+
+    async def serve(
+        self, request: web.Request, front: ModuleType, session: Session, body: Any, ticket: Ticket
+    ) -> web.StreamResponse:
+        req: ChatRequest = front.parse_request(body)
         merge_sampling(req.sampling, session.sampling_params)  # refusals before any stream
         model = req.model or self.model
         task = asyncio.current_task()
         assert task is not None
         session.tasks.add(task)  # close_session cancels it, which aborts the generation
         try:
+            await ticket.turn()  # the session's earlier requests first
             if req.stream:
                 writer = front.StreamWriter(model, req.include_usage)
                 live = LiveStream(request, writer, self.runner.renderer, req)
@@ -187,6 +224,9 @@ class Frontend:
             ) from exc
 
 
+Serve = Callable[[web.Request, ModuleType, Session, Any, Ticket], Awaitable[web.StreamResponse]]
+
+
 def build_app(
     frontend: Frontend,
     store: SessionStore,
@@ -194,7 +234,7 @@ def build_app(
     session_url: Callable[[str], str],
     quiesce: Callable[[float], Awaitable[QuiesceReport]],
 ) -> web.Application:
-    app = web.Application(client_max_size=64 * 1024 * 1024)  # long agent histories are large
+    app = web.Application(client_max_size=frontend.max_request_bytes)
     app.router.add_post("/sessions/{sid}/v1/chat/completions", frontend.openai)
     app.router.add_post("/sessions/{sid}/v1/messages", frontend.anthropic)
     app.router.add_post("/sessions/{sid}/v1/messages/count_tokens", frontend.count_tokens)
@@ -206,7 +246,15 @@ def build_app(
         )
 
     app.router.add_get("/health", health)
-    app.router.add_routes(AdminApi(store, admin_token, session_url, quiesce).routes())
+    admin = AdminApi(
+        store,
+        admin_token,
+        session_url,
+        quiesce,
+        max_body=frontend.max_request_bytes,
+        releaser=frontend.releaser,
+    )
+    app.router.add_routes(admin.routes())
     return app
 
 

@@ -16,6 +16,7 @@ from aiohttp import web
 
 from agentrl.bundle.gateway.engine import EngineClient
 from agentrl.bundle.gateway.prompt import PromptBuilder
+from agentrl.bundle.gateway.render_pool import PromptRenderer, RenderPool, WorkerConfig
 from agentrl.bundle.gateway.server import Frontend, build_app, new_http_session
 from agentrl.bundle.gateway.sessions import SessionStore
 from agentrl.bundle.gateway.settings import GatewaySettings
@@ -44,7 +45,9 @@ class GatewayServer:
         self._runner: web.AppRunner | None = None
         self._http: aiohttp.ClientSession | None = None
         self._engine: EngineClient | None = None
-        self.port = settings.port
+        self._pool: RenderPool | None = None
+        self.frontend: Frontend | None = None
+        self.port = settings.bind_port
 
     @property
     def url(self) -> str:
@@ -58,15 +61,26 @@ class GatewayServer:
 
     async def start(self) -> None:
         s = self.settings
-        configure_logging(s.log_level)
+        spec = s.spec
+        configure_logging(spec.log_level)
         tokenizer = await asyncio.to_thread(load_tokenizer, s.tokenizer_path)
         renderer = build_renderer(
             tokenizer, s.renderer_family, s.tool_call_parser, s.reasoning_parser
         )
-        self._http = new_http_session(s.max_in_flight)
+        # Workers start on the first large prompt (most test gateways never see one).
+        self._pool = RenderPool(
+            WorkerConfig(
+                s.tokenizer_path, s.renderer_family, s.tool_call_parser, s.reasoning_parser
+            ),
+            s.render_workers,
+        )
+        self._http = new_http_session(spec.max_in_flight)
         self._engine = EngineClient(s.router_url, self._http)
         turns = TurnRunner(
-            PromptBuilder(renderer, s.cumulative_token_mode),
+            PromptBuilder(
+                PromptRenderer(renderer, self._pool, max_tokens=s.context_length),
+                spec.cumulative_token_mode,
+            ),
             self._engine,
             self.metrics,
             s.request_timeout_s,
@@ -76,14 +90,16 @@ class GatewayServer:
             self.store,
             turns,
             self.metrics,
-            max_in_flight=s.max_in_flight,
-            model=s.model_name,
+            max_in_flight=spec.max_in_flight,
+            max_request_bytes=spec.max_request_bytes,
+            model=s.model_id,
             keepalive_s=s.stream_keepalive_s,
         )
+        self.frontend = frontend
         app = build_app(frontend, self.store, s.admin_token, self.session_url, self.quiesce_engines)
         self._runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, s.host, s.port, backlog=4096)
+        site = web.TCPSite(self._runner, s.host, s.bind_port, backlog=4096)
         await site.start()
         sockets = getattr(site._server, "sockets", None)
         if sockets:  # port 0 (tests): learn the port the OS picked
@@ -96,6 +112,10 @@ class GatewayServer:
             await self._runner.cleanup()
         if self._engine is not None:
             await self._engine.drain_aborts()
+        if self._pool is not None:
+            await self._pool.close()
+        if self.frontend is not None:
+            await self.frontend.releaser.close()
         if self._http is not None:
             await self._http.close()
 
@@ -112,7 +132,9 @@ class GatewayServer:
         return self.store.turns(session_id)
 
     async def close_session(self, session_id: str) -> None:
-        self.store.close(session_id)
+        session = self.store.close(session_id)
+        if session is not None and session.large and self.frontend is not None:
+            self.frontend.releaser.soon()
 
     async def quiesce_engines(self, timeout_s: float) -> QuiesceReport:
         if self._engine is None:

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import math
 import re
 import secrets
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,47 +24,124 @@ from agentrl.bundle.traces import Turn
 
 SESSION_ID = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
 MAX_TOMBSTONES = 200_000  # closed ids remembered to refuse reuse; old ones age out
-# SGLang's sampling_params (SamplingParams); anything else is a typo the engine or the router
-# would drop without a word, so it is refused when the session is opened.
-SAMPLING_KEYS = frozenset(
-    [
-        "max_new_tokens",
-        "temperature",
-        "top_p",
-        "top_k",
-        "min_p",
-        "frequency_penalty",
-        "presence_penalty",
-        "repetition_penalty",
-        "stop",
-        "stop_token_ids",
-        "stop_regex",
-        "min_new_tokens",
-        "ignore_eos",
-        "skip_special_tokens",
-        "spaces_between_special_tokens",
-        "no_stop_trim",
-        "json_schema",
-        "regex",
-        "ebnf",
-        "logit_bias",
-        "sampling_seed",
-        "custom_params",
-        "stream_interval",
-        "n",
-    ]
-)
+Check = Callable[[Any], str | None]  # None, or what is wrong with the value
 
 
-def check_sampling_params(params: Mapping[str, Any]) -> None:
-    unknown = sorted(set(params) - SAMPLING_KEYS)
+def _int(lo: int | None = None, hi: int | None = None) -> Check:
+    def check(v: Any) -> str | None:
+        ok = type(v) is int and (lo is None or v >= lo) and (hi is None or v <= hi)
+        if ok:
+            return None
+        if lo is not None and lo == hi:
+            return f"must be {lo}"
+        bounds = " and ".join(
+            b
+            for b in (f">= {lo}" if lo is not None else "", f"<= {hi}" if hi is not None else "")
+            if b
+        )
+        return f"must be an integer{' ' + bounds if bounds else ''}"
+
+    return check
+
+
+def _num(lo: float, hi: float, lo_open: bool = False) -> Check:
+    def check(v: Any) -> str | None:
+        if isinstance(v, bool) or not isinstance(v, int | float) or math.isnan(v):
+            return f"must be a number in {'(' if lo_open else '['}{lo:g}, {hi:g}]"
+        if v < lo or v > hi or (lo_open and v == lo):
+            return f"must be a number in {'(' if lo_open else '['}{lo:g}, {hi:g}]"
+        return None
+
+    return check
+
+
+def _top_k(v: Any) -> str | None:
+    ok = type(v) is int and (v == -1 or v >= 1)
+    return None if ok else "must be -1 (the whole vocabulary) or an integer >= 1, as SGLang takes"
+
+
+def _bool(v: Any) -> str | None:
+    return None if isinstance(v, bool) else "must be a boolean"
+
+
+def _str(v: Any) -> str | None:
+    return None if isinstance(v, str) else "must be a string"
+
+
+def _strs(v: Any) -> str | None:
+    ok = isinstance(v, str) or (isinstance(v, list) and all(isinstance(x, str) for x in v))
+    return None if ok else "must be a string or a list of strings"
+
+
+def _ids(v: Any) -> str | None:
+    ok = isinstance(v, list) and all(type(x) is int and x >= 0 for x in v)
+    return None if ok else "must be a list of token ids (non-negative integers)"
+
+
+def _object(v: Any) -> str | None:
+    return None if isinstance(v, dict) else "must be an object"
+
+
+def _bias(v: Any) -> str | None:
+    ok = isinstance(v, dict) and all(
+        isinstance(x, int | float) and not isinstance(x, bool) for x in v.values()
+    )
+    return None if ok else "must be an object of token id -> number"
+
+
+INT64_MAX = 2**63 - 1
+# SGLang's sampling_params (SamplingParams) and the types and ranges it accepts. Anything
+# else is a typo the engine or the router would drop without a word, and a wrong type would
+# fail every turn of the episode, so both are refused when the session is opened.
+SAMPLING_PARAMS: dict[str, Check] = {
+    "max_new_tokens": _int(1),
+    "min_new_tokens": _int(0),
+    "temperature": _num(0, 100),
+    "top_p": _num(0, 1, lo_open=True),
+    "top_k": _top_k,
+    "min_p": _num(0, 1),
+    "frequency_penalty": _num(-2, 2),
+    "presence_penalty": _num(-2, 2),
+    "repetition_penalty": _num(0, 2, lo_open=True),
+    "stop": _strs,
+    "stop_token_ids": _ids,
+    "stop_regex": _strs,
+    "ignore_eos": _bool,
+    "skip_special_tokens": _bool,
+    "spaces_between_special_tokens": _bool,
+    "no_stop_trim": _bool,
+    "json_schema": _str,
+    "regex": _str,
+    "ebnf": _str,
+    "logit_bias": _bias,
+    "sampling_seed": _int(-INT64_MAX - 1, INT64_MAX),
+    "custom_params": _object,
+    "stream_interval": _int(1),
+    "n": _int(1, 1),
+}
+SAMPLING_KEYS = frozenset(SAMPLING_PARAMS)
+
+
+def check_sampling_params(params: Mapping[str, Any]) -> dict[str, Any]:
+    """The session's sampling params, checked; a null value means the engine's default."""
+    unknown = sorted(str(k) for k in set(params) - SAMPLING_KEYS)
     if unknown:
         raise SessionError(
             f"sampling_params: unknown key(s) {', '.join(unknown)}; SGLang accepts "
             f"{', '.join(sorted(SAMPLING_KEYS))}"
         )
-    if params.get("n", 1) != 1:
-        raise SessionError("sampling_params.n must be 1: open one session per sample")
+    out: dict[str, Any] = {}
+    for key, value in params.items():
+        if value is None:
+            continue
+        problem = SAMPLING_PARAMS[key](value)
+        if problem is not None:
+            shown = repr(value)
+            shown = shown if len(shown) <= 60 else shown[:57] + "..."
+            hint = ": open one session per sample" if key == "n" else ""
+            raise SessionError(f"sampling_params.{key} {problem}, got {shown}{hint}")
+        out[key] = value
+    return out
 
 
 class DuplicateSession(SessionError):
@@ -89,11 +167,15 @@ class Session:
     tasks: set[asyncio.Task[Any]] = field(default_factory=set)  # handlers running for it
     closed: bool = False
     n_requests: int = 0
+    large: bool = False  # served a large request: memory to hand back when it closes
 
     def check_token(self, presented: str | None) -> bool:
-        """Constant-time comparison, so the token cannot be guessed byte by byte."""
-        return presented is not None and hmac.compare_digest(
-            presented.encode(), self.token.encode()
+        """Constant-time comparison, so the token cannot be guessed byte by byte. Tokens are
+        ASCII; a header with other bytes (undecodable ones arrive as surrogates) is wrong."""
+        return (
+            presented is not None
+            and presented.isascii()
+            and hmac.compare_digest(presented.encode(), self.token.encode())
         )
 
 
@@ -112,10 +194,8 @@ class SessionStore:
             raise DuplicateSession(
                 f"session id {sid!r} is already in use; session ids must be unique"
             )
-        check_sampling_params(sampling_params)
-        session = Session(
-            sid=sid, token=secrets.token_urlsafe(32), sampling_params=dict(sampling_params)
-        )
+        params = check_sampling_params(sampling_params)
+        session = Session(sid=sid, token=secrets.token_urlsafe(32), sampling_params=params)
         self._open[sid] = session
         return session
 

@@ -2,19 +2,28 @@
 
 The hub on the head pod builds `GatewaySettings` from the `RuntimeConfig` the operator wrote
 plus the address of slime's router (known only once slime has started its engines); tests
-and the benchmark build it directly.
+and the benchmarks build it directly. Knobs the experiment spec owns (`spec.gateway`, the
+model id agents are told) are carried as the spec's own objects, so their defaults live in
+one place, the API models; the rest are the gateway's own.
 """
 
 from __future__ import annotations
 
+import os
 import secrets
 from dataclasses import dataclass, field
-from typing import Literal
 
-from agentrl.api.constants import GATEWAY_PORT_DEFAULT
+from agentrl.api.models import AgentSpec, GatewaySpec
 from agentrl.api.runtime import RuntimeConfig
 
-LogLevel = Literal["debug", "info", "warning", "error"]
+# The model id agents are told when the spec does not say (spec.agent.modelId's default).
+DEFAULT_MODEL_ID: str = AgentSpec.model_fields["model_id"].default
+
+
+def default_render_workers() -> int:
+    """Processes rendering large prompts: half the CPUs, 1 to 4 (the head pod has 8 by
+    default; the event loop, the hub and the driver need the rest)."""
+    return max(1, min(4, (os.cpu_count() or 2) // 2))
 
 
 @dataclass(frozen=True)
@@ -23,27 +32,33 @@ class GatewaySettings:
     tokenizer_path: str  # HF checkpoint dir (tokenizer.json) or hub id
     renderer_family: str = "auto"  # a `renderers` family name ("qwen3", "glm-4.5", ...)
     host: str = "127.0.0.1"
-    port: int = GATEWAY_PORT_DEFAULT  # 0 picks a free port (tests)
+    port: int | None = None  # bind port; None: spec.port (0 picks a free port, for tests)
     tool_call_parser: str | None = None  # only used by the "default" (chat-template) family
     reasoning_parser: str | None = None  # idem
-    cumulative_token_mode: bool = False
-    log_level: LogLevel = "warning"
-    max_in_flight: int = 1024  # model requests in flight before new ones get 429
+    spec: GatewaySpec = field(default_factory=GatewaySpec)  # spec.gateway, defaults included
+    model_id: str = DEFAULT_MODEL_ID  # spec.agent.modelId: what /v1/models lists and echoes
+    context_length: int | None = None  # spec.model.contextLength: longer prompts get 400
     public_base_url: str | None = None  # how agents reach us; defaults to http://host:port
     admin_token: str = field(default_factory=lambda: secrets.token_urlsafe(32), repr=False)
     request_timeout_s: float = 900.0  # one engine call; on expiry it is aborted on every worker
-    model_name: str = "agentrl"  # the model id echoed to agents
     stream_keepalive_s: float = 10.0  # SSE comment interval while a streamed turn runs
+    render_workers: int = field(default_factory=default_render_workers)
 
     def __post_init__(self) -> None:
-        if self.max_in_flight < 1:
-            raise ValueError("GatewaySettings.max_in_flight must be >= 1")
         if self.request_timeout_s <= 0:
             raise ValueError("GatewaySettings.request_timeout_s must be > 0")
+        if self.render_workers < 1:
+            raise ValueError("GatewaySettings.render_workers must be >= 1")
+        if self.context_length is not None and self.context_length < 2:
+            raise ValueError("GatewaySettings.context_length must be >= 2 or None")
         if not self.router_url.startswith(("http://", "https://")):
             raise ValueError(
                 f"GatewaySettings.router_url must be an http(s) URL: {self.router_url!r}"
             )
+
+    @property
+    def bind_port(self) -> int:
+        return self.spec.port if self.port is None else self.port
 
     @classmethod
     def from_runtime_config(
@@ -55,19 +70,17 @@ class GatewaySettings:
         admin_token: str | None = None,
     ) -> GatewaySettings:
         model = config.spec.model
-        gw = config.spec.gateway
         token = admin_token if admin_token is not None else secrets.token_urlsafe(32)
         return cls(
             router_url=router_url.rstrip("/"),
             tokenizer_path=model.path,
             renderer_family=model.renderer_family or "auto",
             host=host,
-            port=gw.port,
             tool_call_parser=model.tool_call_parser,
             reasoning_parser=model.reasoning_parser,
-            cumulative_token_mode=gw.cumulative_token_mode,
-            log_level=gw.log_level,
-            max_in_flight=gw.max_in_flight,
+            spec=config.spec.gateway,
+            model_id=config.spec.agent.model_id,
+            context_length=model.context_length,
             public_base_url=config.gateway_url.rstrip("/"),
             admin_token=token,
         )
@@ -77,4 +90,4 @@ class GatewaySettings:
         """Where agents reach the gateway (no trailing slash)."""
         if self.public_base_url:
             return self.public_base_url.rstrip("/")
-        return f"http://{self.host}:{self.port}"
+        return f"http://{self.host}:{self.bind_port}"

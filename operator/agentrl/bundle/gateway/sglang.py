@@ -1,5 +1,6 @@
-"""SGLang's `/generate` and router replies, parsed (pure; the protocol reference is
-../shared/reference/sglang-protocol.md).
+"""SGLang's `/generate` and router replies, parsed (pure; the protocol is SGLang 0.5's HTTP
+server, https://github.com/sgl-project/sglang `python/sglang/srt/entrypoints/http_server.py`
+and `managers/io_struct.py`, as summarised in docs/gateway.md).
 
 Completions are read from `meta_info.output_token_logprobs` exactly as slime reads them:
 the sampled ids and their logprobs, never decoded and re-encoded. Unknown `meta_info` keys
@@ -42,6 +43,19 @@ def logprob_value(value: Any) -> float:
     return float(value)
 
 
+MAX_TOKEN_ID = 2**31 - 1  # no vocabulary comes near; ids travel as int32 to render workers
+
+
+def token_ids(values: Any) -> list[int]:
+    """Sampled token ids as the engine reports them: integers, never coerced (a float or a
+    boolean is an engine or router bug, and training on `int(5.7)` would be silent)."""
+    if not isinstance(values, list) or not all(
+        type(v) is int and 0 <= v <= MAX_TOKEN_ID for v in values
+    ):
+        raise EngineError(f"engine returned token ids that are not integers: {str(values)[:200]}")
+    return values
+
+
 def parse_generate_response(body: Any) -> Completion:
     """A non-streaming `/generate` body (or the last stream chunk) as a `Completion`."""
     if not isinstance(body, dict) or not isinstance(body.get("meta_info"), dict):
@@ -54,12 +68,18 @@ def parse_generate_response(body: Any) -> Completion:
     triples = meta.get("output_token_logprobs")
     output_ids = body.get("output_ids")
     if triples is not None:
-        ids = [int(t[1]) for t in triples]
+        if not isinstance(triples, list) or not all(
+            isinstance(t, list) and len(t) >= 2 for t in triples
+        ):
+            raise EngineError(
+                f"engine returned malformed output_token_logprobs: {str(triples)[:200]}"
+            )
+        ids = token_ids([t[1] for t in triples])
         logprobs: list[float] | None = [logprob_value(t[0]) for t in triples]
         if output_ids is not None and list(output_ids) != ids:
             raise EngineError("engine output_ids disagree with output_token_logprobs")
     else:  # an engine without logprobs, or an abort before prefill
-        ids = [int(i) for i in output_ids or []]
+        ids = token_ids(output_ids or [])
         logprobs = None if ids else []
     version = meta.get("weight_version")
     return Completion(
@@ -106,7 +126,12 @@ class StreamState:
         return meta.get("finish_reason") is not None
 
     def token_ids(self) -> list[int]:
-        return [int(t[1]) for t in self.triples] if self.triples else list(self.ids)
+        """The ids so far (for streaming progress; the final completion is checked)."""
+        if not self.triples:
+            return list(self.ids)
+        return [
+            t[1] for t in self.triples if isinstance(t, list) and len(t) >= 2 and type(t[1]) is int
+        ]
 
     def completion(self) -> Completion:
         if self.last is None:

@@ -67,7 +67,7 @@ class TurnRunner:
                 raise ApiError(
                     410, f"session {session.sid} is closed", kind="invalid_request_error"
                 )
-            plan = self.builder.build(session.chains, req.messages, req.tools)
+            plan = await self.builder.build(session.chains, req.messages, req.tools)
             if plan.break_reason is not None:
                 self.metrics.trace_breaks.labels(plan.break_reason).inc()
             session.n_requests += 1

@@ -10,10 +10,14 @@ import json
 import os
 import re
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 
+from agentrl.api.constants import DRIVER_RAY_RESOURCE
 from agentrl.api.models import RLExperimentSpec
 from agentrl.api.rules import is_local_path
+from agentrl.slimecmd import CheckpointDir
+from agentrl.slimecmd.checkpoint import TRACKER
 
 SAMPLE_ROWS = 20
 ROW_SHAPE = 'rows must be {"prompt": ..., "metadata": {...}}'
@@ -57,12 +61,57 @@ def check_model(root: Path, spec: RLExperimentSpec) -> list[str]:
     return problems
 
 
-def _loadable(path: Path) -> bool:
-    """What slime's checkpoint loader accepts for --ref-load: Megatron, else HF weights."""
-    megatron = (path / "latest_checkpointed_iteration.txt").is_file() or (
+def _megatron(path: Path) -> bool:
+    """A directory slime's loader reads as a Megatron checkpoint (else as HF weights)."""
+    return (path / TRACKER).is_file() or (
         path.is_dir() and re.fullmatch(r"iter_\d{7}", path.name) is not None
     )
-    return megatron or (path / "config.json").is_file()
+
+
+def _loadable(path: Path) -> bool:
+    """What slime's checkpoint loader accepts for --ref-load: Megatron, else HF weights."""
+    return _megatron(path) or (path / "config.json").is_file()
+
+
+def hf_weights(root: Path, spec: RLExperimentSpec) -> str | None:
+    """The trainer's weights when they are a local Hugging Face checkpoint, else None."""
+    weights = spec.model.ref_load or spec.model.path
+    host = _host(root, weights)
+    if is_local_path(weights) and (host / "config.json").is_file() and not _megatron(host):
+        return weights
+    return None
+
+
+def unloadable_hf_weights(root: Path, spec: RLExperimentSpec, weights: str) -> list[str]:
+    """The problem when the image's slime has no loader for these HF weights' model type."""
+    try:
+        config = json.loads((_host(root, weights) / "config.json").read_text(encoding="utf-8"))
+        model_type = config.get("model_type") if isinstance(config, dict) else None
+    except (OSError, ValueError):
+        model_type = None
+    field = "spec.model.refLoad" if spec.model.ref_load else "spec.model.path"
+    return [
+        f"{field}: {weights} holds Hugging Face weights of model_type {model_type!r}, which "
+        "the image's slime cannot load (without Megatron-Bridge it loads HF weights per "
+        "model type): convert them to a Megatron checkpoint (slime's "
+        "tools/convert_hf_to_torch_dist.py) and point spec.model.refLoad at it"
+    ]
+
+
+def check_weights_for_mode(root: Path, spec: RLExperimentSpec, hf_mode: str | None) -> list[str]:
+    """slime releases with --megatron-to-hf-mode load Hugging Face weights only in bridge
+    mode (an assertion in their checkpoint loader, after the GPUs are up); `hf_mode` is the
+    value the argv leaves it at (None where the image's slime has no such flag)."""
+    weights = spec.model.ref_load or spec.model.path
+    if hf_mode != "raw" or not is_local_path(weights) or _megatron(_host(root, weights)):
+        return []
+    field = "spec.model.refLoad" if spec.model.ref_load else "spec.model.path"
+    return [
+        f"{field}: {weights} holds Hugging Face weights, which slime loads only with "
+        "--megatron-to-hf-mode bridge, but spec.runtime.extraArgs passes "
+        "--megatron-to-hf-mode raw: drop that override or point spec.model.refLoad at a "
+        "Megatron checkpoint"
+    ]
 
 
 def model_warnings(spec: RLExperimentSpec) -> list[str]:
@@ -114,13 +163,46 @@ def check_data(root: Path, spec: RLExperimentSpec) -> list[str]:
 
 
 def check_gpus(spec: RLExperimentSpec, visible: int | None) -> list[str]:
-    """Visible GPUs on this node (None when nvidia-smi is absent, e.g. the CPU head)."""
+    """Visible GPUs in the driver's pod, a GPU worker (None when nvidia-smi is absent)."""
     want = spec.resources.gpus_per_node
     if visible is None or visible == want:
         return []
     return [
         f"spec.resources.gpusPerNode is {want} but this node sees {visible} GPUs; match it to the "
         "node type (or the gpu resource limit)"
+    ]
+
+
+def check_driver_device(
+    devices: int | None, visible_gpus: int | None, env: Mapping[str, str], error: str | None
+) -> list[str]:
+    """slime's driver sees a CUDA device: its parse_args runs Megatron's validate_args, which
+    reads the GPU's architecture under tensor or context parallelism (and its capability for
+    grouped-GEMM MoE), so without one slime dies there, after the whole gang is up.
+
+    `devices` is torch's count in the driver's env (None: not counted), `visible_gpus` what
+    nvidia-smi lists in this pod (None: no nvidia-smi or no driver)."""
+    if devices is None or devices > 0:
+        return []
+    if env.get("CUDA_VISIBLE_DEVICES") == "":
+        why = (
+            "CUDA_VISIBLE_DEVICES is empty: Ray hid this pod's GPUs from the job's zero-GPU "
+            "driver (the RayJob's runtimeEnvYAML must set "
+            "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES: '1')"
+        )
+    elif not visible_gpus:
+        why = (
+            "this pod has no GPU: Ray ran the driver on the CPU head (the RayJob's "
+            f'entrypointResources must ask for {{"{DRIVER_RAY_RESOURCE}": 1}}, which only '
+            "the GPU workers advertise in rayStartParams.resources)"
+        )
+    else:
+        why = f"torch cannot use the {visible_gpus} GPUs nvidia-smi lists ({error or 'no error'})"
+    return [
+        f"slime's driver sees no CUDA device: {why}. slime's parse_args runs Megatron's "
+        "validate_args, which reads the GPU architecture, so slime would stop there. The "
+        "RayJob agentrl renders places the driver on a GPU worker; re-apply the RayJob the "
+        "operator renders (`agentrl render`) instead of an edited or older one"
     ]
 
 
@@ -141,6 +223,21 @@ def check_checkpoint(root: Path, spec: RLExperimentSpec) -> list[str]:
             f"shared volume there (uid {os.getuid()})"
         ]
     return []
+
+
+def read_checkpoint(root: Path, spec: RLExperimentSpec) -> tuple[CheckpointDir | None, list[str]]:
+    """What spec.checkpoint.path holds now: the tracker's text and the entry names."""
+    path = spec.checkpoint.path
+    if not path:
+        return None, []
+    host = _host(root, path)
+    try:
+        entries = tuple(sorted(p.name for p in host.iterdir())) if host.is_dir() else ()
+        tracker = host / TRACKER
+        text = tracker.read_text(encoding="utf-8") if tracker.is_file() else None
+    except OSError as e:
+        return None, [f"spec.checkpoint.path: cannot read {path} ({e.strerror})"]
+    return CheckpointDir(tracker=text, entries=entries), []
 
 
 def run_all(root: Path, spec: RLExperimentSpec, visible_gpus: int | None) -> list[str]:

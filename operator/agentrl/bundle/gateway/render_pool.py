@@ -1,0 +1,329 @@
+"""Where prompts are rendered: small ones on the event loop, large ones in worker processes.
+
+Rendering costs about a microsecond of Python per token (the `renderers` package walks every
+token) plus a tokenizer call that holds the GIL: a 10 MB prompt stalled every session of
+the gateway for 12.7 s when it ran on the event loop, and a thread would stall it the same
+way through the GIL. So work above `INLINE_RENDER_BYTES` of message text goes to a bounded
+pool of worker processes (`render_worker`) running at lower CPU priority, while the event
+loop keeps serving everyone else; a session's turns are serialised, so one session holds at
+most one worker. Small prompts (the common short call) stay inline, where a round trip to
+another process would cost more than the render.
+
+Workers start on first use, are replaced when they exit (a crash, or retiring after a job
+left them large), and are killed when the request they serve is cancelled (an agent that
+hangs up stops costing CPU). If workers cannot start at all, prompts are rendered inline and
+a warning is logged once: slower for everyone under load, never wrong.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import sys
+from array import array
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from agentrl.bundle.gateway.chat import ApiError
+from agentrl.bundle.gateway.render_worker import FRAME, ids_bytes
+
+log = logging.getLogger("agentrl.gateway")
+
+INLINE_RENDER_BYTES = 16 * 1024  # message text rendered on the event loop (~ms of work)
+WORKER_START_TIMEOUT_S = 120.0  # loading a large tokenizer.json takes seconds
+
+
+class RenderFailed(ApiError):
+    """The renderer refused the agent's messages (400), or a worker died on them (503)."""
+
+
+def _refused(exc: BaseException | str) -> RenderFailed:
+    what = exc if isinstance(exc, str) else f"{type(exc).__name__}: {exc}"
+    return RenderFailed(400, f"messages: the prompt could not be rendered ({what})"[:600])
+
+
+def _too_long(n: int, limit: int) -> ApiError:
+    return ApiError(
+        400,
+        f"messages: the prompt is {n} tokens, the model's context is {limit} "
+        "(spec.model.contextLength); shorten the conversation",
+        param="messages",
+    )
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    tokenizer_path: str
+    renderer_family: str
+    tool_call_parser: str | None
+    reasoning_parser: str | None
+
+
+class _Worker:
+    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+        self.proc = proc
+        assert proc.stdin is not None and proc.stdout is not None
+        self.stdin = proc.stdin
+        self.stdout = proc.stdout
+
+    async def call(self, header: bytes, payload: bytes = b"") -> tuple[dict[str, Any], bytes]:
+        self.stdin.write(FRAME.pack(len(header), len(payload)) + header + payload)
+        await self.stdin.drain()
+        n_header, n_payload = FRAME.unpack(await self.stdout.readexactly(FRAME.size))
+        reply = orjson.loads(await self.stdout.readexactly(n_header))
+        body = await self.stdout.readexactly(n_payload) if n_payload else b""
+        return reply, body
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            self.proc.kill()
+
+
+class RenderPool:
+    """Up to `size` worker processes, each rendering one prompt at a time."""
+
+    def __init__(self, config: WorkerConfig, size: int) -> None:
+        self.config = config
+        self.size = size
+        self._idle: list[_Worker] = []
+        self._live = 0  # started or starting
+        self._freed = asyncio.Condition()
+        self._reaped: set[asyncio.Task[None]] = set()
+        self.workers: set[_Worker] = set()  # live processes, idle or busy
+        self.started = 0  # processes started so far (a replaced one counts again)
+        self.jobs = 0  # prompts rendered here
+        self.broken: str | None = None  # why workers cannot start (then render inline)
+
+    @property
+    def busy(self) -> int:
+        return self._live - len(self._idle)
+
+    async def call(
+        self, header: dict[str, Any], payload: bytes = b""
+    ) -> tuple[dict[str, Any], bytes]:
+        """One job on an idle worker (waiting for one if all are busy). Raises
+        orjson.JSONEncodeError if `header` cannot travel as JSON, before taking a worker."""
+        data = orjson.dumps(header)
+        worker = await self._acquire()
+        keep = False
+        try:
+            reply, body = await worker.call(data, payload)
+            self.jobs += 1
+            keep = not reply.get("retire")
+        except (asyncio.IncompleteReadError, ConnectionError, BrokenPipeError) as exc:
+            code = worker.proc.returncode
+            raise RenderFailed(
+                503,
+                f"the prompt renderer exited (code {code}) on this request; retry",
+                kind="api_error",
+            ) from exc
+        finally:  # cancelled (the agent hung up), failed or retiring: replace the process
+            await self._release(worker, keep)
+        return reply, body
+
+    async def _acquire(self) -> _Worker:
+        async with self._freed:
+            while not self._idle and self._live >= self.size:
+                await self._freed.wait()
+            if self._idle:
+                return self._idle.pop()
+            self._live += 1
+        try:
+            return await self._start()
+        except BaseException:
+            async with self._freed:
+                self._live -= 1
+                self._freed.notify()
+            raise
+
+    async def _release(self, worker: _Worker, keep: bool) -> None:
+        if not keep:
+            self.workers.discard(worker)
+            worker.kill()
+            task = asyncio.get_running_loop().create_task(self._reap(worker))
+            self._reaped.add(task)
+            task.add_done_callback(self._reaped.discard)
+        async with self._freed:
+            if keep:
+                self._idle.append(worker)
+            else:
+                self._live -= 1
+            self._freed.notify()
+
+    @staticmethod
+    async def _reap(worker: _Worker) -> None:
+        with contextlib.suppress(ProcessLookupError, OSError):
+            await worker.proc.wait()
+
+    async def _start(self) -> _Worker:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "agentrl.bundle.gateway.render_worker",
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            limit=1 << 20,
+        )
+        worker = _Worker(proc)
+        try:
+            async with asyncio.timeout(WORKER_START_TIMEOUT_S):
+                reply, _ = await worker.call(orjson.dumps(vars(self.config)))
+        except BaseException:
+            worker.kill()
+            await self._reap(worker)
+            raise
+        if not reply.get("ok"):
+            worker.kill()
+            await self._reap(worker)
+            raise RuntimeError(f"render worker failed to start: {reply.get('error')}")
+        self.started += 1
+        self.workers.add(worker)
+        return worker
+
+    async def close(self) -> None:
+        async with self._freed:
+            idle, self._idle = self._idle, []
+            self._live -= len(idle)
+        for worker in idle:
+            self.workers.discard(worker)
+            worker.stdin.close()  # the worker exits on EOF
+        for worker in idle:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(5):
+                    await self._reap(worker)
+            worker.kill()
+        for worker in list(self.workers):  # still busy: nothing will want its answer
+            worker.kill()
+            await self._reap(worker)
+        self.workers.clear()
+        if self._reaped:
+            await asyncio.gather(*self._reaped, return_exceptions=True)
+
+
+class PromptRenderer:
+    """Renders and bridges with a `renderers` Renderer: inline below `inline_bytes` of work,
+    in the pool above (if there is one). `max_tokens` (the model's context) refuses a longer
+    prompt with 400 before the gateway keeps it or sends it to the engine."""
+
+    def __init__(
+        self,
+        renderer: Any,
+        pool: RenderPool | None = None,
+        *,
+        inline_bytes: int = INLINE_RENDER_BYTES,
+        max_tokens: int | None = None,
+    ) -> None:
+        self.renderer = renderer
+        self.pool = pool
+        self.inline_bytes = inline_bytes
+        self.max_tokens = max_tokens
+
+    def _pooled(self, work: int) -> RenderPool | None:
+        pool = self.pool
+        if pool is None or work <= self.inline_bytes or pool.broken is not None:
+            return None
+        return pool
+
+    async def render(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        work: int,
+        *,
+        bounded: bool = True,
+    ) -> list[int]:
+        """The full prompt with the generation prompt; `work`: bytes of text it renders.
+        `bounded=False` skips the context check (a token count must answer any length)."""
+        limit = self.max_tokens if bounded else None
+        pool = self._pooled(work)
+        if pool is not None:
+            reply = await self._call(pool, {"op": "render", "messages": messages, "tools": tools})
+            if reply is not None:
+                return self._ids(*reply, limit=limit)
+        try:
+            ids = list(
+                self.renderer.render_ids(messages, tools=tools or None, add_generation_prompt=True)
+            )
+        except Exception as exc:
+            raise _refused(exc) from exc
+        _check(len(ids), limit)
+        return ids
+
+    async def bridge(
+        self,
+        prompt_ids: list[int],
+        completion_ids: list[int],
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        work: int,
+    ) -> list[int] | None:
+        """prompt + completion + the renderer's bridge for `messages` (None: it refused);
+        the result may fail to extend prompt + completion (the caller checks)."""
+        pool = self._pooled(work)
+        if pool is not None:
+            header = {
+                "op": "bridge",
+                "prompt_len": len(prompt_ids),
+                "messages": messages,
+                "tools": tools,
+            }
+            reply = await self._call(pool, header, ids_bytes([*prompt_ids, *completion_ids]))
+            if reply is not None:
+                head, body = reply
+                if head.get("refused"):
+                    return None
+                if head.get("suffix"):
+                    ids = [*prompt_ids, *completion_ids, *_decode(body)]
+                    _check(len(ids), self.max_tokens)
+                    return ids
+                return self._ids(head, body, limit=self.max_tokens)
+        try:
+            bridged = self.renderer.bridge_to_next_turn(
+                prompt_ids, completion_ids, messages, tools=tools or None
+            )
+        except Exception as exc:
+            raise _refused(exc) from exc
+        if bridged is None:
+            return None
+        ids = list(bridged.token_ids)
+        _check(len(ids), self.max_tokens)
+        return ids
+
+    @staticmethod
+    def _ids(head: dict[str, Any], body: bytes, *, limit: int | None) -> list[int]:
+        _check(len(body) // 4, limit)  # before the ids become (large) Python lists
+        return _decode(body)
+
+    async def _call(
+        self, pool: RenderPool, header: dict[str, Any], payload: bytes = b""
+    ) -> tuple[dict[str, Any], bytes] | None:
+        """The worker's reply; None when workers cannot run here (render inline instead)."""
+        try:
+            head, body = await pool.call(header, payload)
+        except orjson.JSONEncodeError:
+            return None  # e.g. an integer past 64 bits in tool arguments: render it here
+        except (OSError, RuntimeError, TimeoutError) as exc:
+            pool.broken = f"{type(exc).__name__}: {exc}"
+            log.warning(
+                "gateway: render workers cannot start (%s); rendering every prompt on the "
+                "event loop, so large prompts will delay other sessions",
+                pool.broken,
+            )
+            return None
+        if not head.get("ok"):
+            raise _refused(str(head.get("error")))
+        return head, body
+
+
+def _check(n: int, limit: int | None) -> None:
+    if limit is not None and n >= limit:
+        raise _too_long(n, limit)
+
+
+def _decode(body: bytes) -> list[int]:
+    ids = array("i")
+    ids.frombytes(body)
+    return ids.tolist()

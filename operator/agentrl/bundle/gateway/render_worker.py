@@ -1,0 +1,147 @@
+"""A render worker process: renders prompts to token ids for the gateway, off its event loop.
+
+Rendering is CPU-bound Python (the `renderers` package walks every token) plus a tokenizer
+call that holds the GIL, so a thread would stall the event loop that serves every other
+session; a separate process at lower CPU priority does not. The gateway
+(`render_pool.RenderPool`) starts these with `python -m agentrl.bundle.gateway.render_worker`
+and talks to each over its stdin/stdout, one job at a time:
+
+    frame   = u32 header length, u32 payload length (big-endian), header (JSON), payload
+    config  = {"tokenizer_path", "renderer_family", "tool_call_parser", "reasoning_parser"}
+              -> {"ok": true} once loaded, or {"ok": false, "error"}
+    render  = {"op": "render", "messages", "tools"}
+              -> {"ok": true, "n"} + ids (int32, native order)
+    bridge  = {"op": "bridge", "prompt_len", "messages", "tools"} + prompt + completion ids
+              -> {"ok": true, "refused": true} (the renderer cannot bridge) or
+                 {"ok": true, "suffix": true, "n"} + the ids after prompt + completion, or
+                 {"ok": true, "n"} + all ids when they do not extend prompt + completion
+    failure = {"ok": false, "error": "<type>: <message>"} (the input could not be rendered)
+
+A reply may carry "retire": true: the worker grew past its memory budget and exits after
+replying; the pool starts a fresh one when it needs it. The worker exits when its stdin
+closes (the gateway went away).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import struct
+import sys
+from array import array
+from typing import Any, BinaryIO
+
+import orjson
+
+from agentrl.bundle.gateway.memory import release_now
+
+FRAME = struct.Struct(">II")
+RETIRE_RSS_BYTES = 1 << 30  # after a job leaves the worker above this, it exits and is replaced
+TRIM_AFTER_TOKENS = 1 << 18  # after a job this large, hand freed memory back to the OS
+NICE = 10  # below the event loop's priority: a huge prompt never takes its CPU
+
+
+def write_frame(out: BinaryIO, header: dict[str, Any], payload: bytes = b"") -> None:
+    data = orjson.dumps(header)
+    out.write(FRAME.pack(len(data), len(payload)) + data + payload)
+    out.flush()
+
+
+def read_frame(inp: BinaryIO) -> tuple[dict[str, Any], bytes] | None:
+    head = inp.read(FRAME.size)
+    if len(head) < FRAME.size:
+        return None
+    n_header, n_payload = FRAME.unpack(head)
+    header = orjson.loads(inp.read(n_header))
+    payload = inp.read(n_payload) if n_payload else b""
+    return header, payload
+
+
+def ids_bytes(ids: list[int]) -> bytes:
+    return array("i", ids).tobytes()
+
+
+def _rss_bytes() -> int:
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+class Worker:
+    def __init__(self, renderer: Any) -> None:
+        self.renderer = renderer
+
+    def handle(self, header: dict[str, Any], payload: bytes) -> tuple[dict[str, Any], bytes]:
+        op = header.get("op")
+        tools = header.get("tools") or None
+        if op == "render":
+            ids = list(
+                self.renderer.render_ids(
+                    header["messages"], tools=tools, add_generation_prompt=True
+                )
+            )
+            return {"ok": True, "n": len(ids)}, ids_bytes(ids)
+        if op == "bridge":
+            prev = array("i")
+            prev.frombytes(payload)
+            previous = prev.tolist()
+            split = int(header["prompt_len"])
+            bridged = self.renderer.bridge_to_next_turn(
+                previous[:split], previous[split:], header["messages"], tools=tools
+            )
+            if bridged is None:
+                return {"ok": True, "refused": True}, b""
+            ids = list(bridged.token_ids)
+            if ids[: len(previous)] == previous:
+                suffix = ids[len(previous) :]
+                return {"ok": True, "suffix": True, "n": len(suffix)}, ids_bytes(suffix)
+            return {"ok": True, "n": len(ids)}, ids_bytes(ids)
+        return {"ok": False, "error": f"unknown op {op!r}"}, b""
+
+    def serve(self, inp: BinaryIO, out: BinaryIO) -> None:
+        while (frame := read_frame(inp)) is not None:
+            try:
+                reply, data = self.handle(*frame)
+            except Exception as exc:  # the agent's input; the gateway answers 400
+                reply, data = {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:500]}, b""
+            tokens = len(data) // 4
+            if tokens >= TRIM_AFTER_TOKENS:
+                release_now()
+            retire = _rss_bytes() > RETIRE_RSS_BYTES
+            if retire:
+                reply["retire"] = True
+            write_frame(out, reply, data)
+            if retire:
+                return
+
+
+def main() -> None:
+    with contextlib.suppress(OSError):
+        os.nice(NICE)
+    inp, out = sys.stdin.buffer, sys.stdout.buffer
+    sys.stdout = sys.stderr  # nothing but frames on the pipe, whatever a library prints
+    frame = read_frame(inp)
+    if frame is None:
+        return
+    config, _ = frame
+    try:
+        from agentrl.bundle.gateway.tokenizer import build_renderer, load_tokenizer
+
+        tokenizer = load_tokenizer(config["tokenizer_path"])
+        renderer = build_renderer(
+            tokenizer,
+            config["renderer_family"],
+            config.get("tool_call_parser"),
+            config.get("reasoning_parser"),
+        )
+    except Exception as exc:
+        write_frame(out, {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:500]})
+        return
+    write_frame(out, {"ok": True})
+    Worker(renderer).serve(inp, out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,32 @@
+"""`benchmarks/gateway_fairness.py --quick --json` runs end to end and reports the fixed keys.
+
+No timing is asserted; what is checked is what the run did: the 10 MB request was refused
+with 413, the one at the limit was served, and no victim request failed.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def test_fairness_benchmark_quick_json() -> None:
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "gateway_fairness.py"), "--quick", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    result = json.loads(proc.stdout)
+    assert isinstance(result["p99_ratio"], float) and result["p99_ratio"] > 0
+    assert isinstance(result["rss_growth_mb"], float) and result["rss_growth_mb"] >= 0
+    refused, served = result["scenarios"]
+    assert refused["hog_status"] == [413] and served["hog_status"] == [200]
+    assert result["victim_errors"] == 0  # nobody else was pushed into 429 or worse

@@ -1,1 +1,0 @@
-"""Stands in for torch_memory_saver: slime looks for the preload library beside it."""

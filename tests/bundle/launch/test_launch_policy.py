@@ -1,0 +1,153 @@
+"""The flags agentrl's rollout cannot honour, judged with slime's own code at each row.
+
+- Every flag the policy names is one the row's own parser defines (so no rule is stale), and
+  the value the policy reads is the one slime's parse_args ends up with.
+- Refused flags: a group of samples exactly as agentrl's rollout returns them goes through
+  the slime code that reads them after the rollout (tests/support/upstream_site/slime_run.py,
+  `"samples": true`), and with each refused flag slime raises there; without it, it does not.
+- Unhonoured flags: nothing on agentrl's path through slime reads them; only slime's own
+  rollout, reward-model and eval-dataset code does (read from the row's source).
+- The launcher refuses, and warns, naming the flag, its origin and the fix.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import cache
+from pathlib import Path
+
+import pytest
+from launch_pod import Pod, slime_upstream
+
+from agentrl.slimecmd import Part, policy
+
+ROWS = slime_upstream.ROWS
+# slime's own rollout, reward-model and eval-dataset code: what agentrl's rollout replaces.
+# Everything else under slime/ is on agentrl's path (the RolloutManager, the data source, the
+# trainer, the SGLang engines, metrics), apart from arguments.py, which defines and checks.
+SLIMES_OWN = (
+    "slime/rollout/sglang_rollout.py",
+    "slime/rollout/sglang_streaming_rollout.py",
+    "slime/rollout/fully_async_rollout.py",
+    "slime/rollout/sft_rollout.py",
+    "slime/rollout/sleep_rollout.py",
+    "slime/rollout/forge_load.py",
+    "slime/rollout/on_policy_distillation.py",
+    "slime/rollout/rm_hub/",
+    "slime/rollout/filter_hub/",
+    "slime/utils/eval_config.py",  # defaults of slime's own eval datasets
+)
+DEFINES = "slime/utils/arguments.py"
+# Read on agentrl's path, but only to log: slime groups eval rewards by it for pass@k, while
+# agentrl's eval uses spec.data.eval[].samplesPerPrompt (which it also renders as this flag).
+# (slime/ray/rollout.py at fa3c990; its own metrics module at 624b824.)
+LOGGED_ONLY = {
+    "--n-samples-per-eval-prompt": {
+        "slime/ray/rollout.py",
+        "slime/observability/rollout_metrics.py",
+    }
+}
+# The step of slime's own code each refused flag fails (slime_run's sample readers).
+FAILS_AT = {
+    "--rollout-top-p": (["--rollout-top-p", "0.9"], "top_p_replay", "ValueError: rollout_top_p"),
+    "--use-rollout-routing-replay": (
+        ["--use-rollout-routing-replay"],
+        "routing_replay",
+        "ValueError: rollout_routed_experts is required",
+    ),
+    "--reward-key": (["--reward-key", "score"], "zero_std_metric", "TypeError: 'float' object"),
+    "--opd-type": (
+        ["--use-opd", "--opd-type", "sglang"],
+        "opd",
+        "ValueError: OPD with opd_type='sglang' requires teacher_log_probs",
+    ),
+}
+MENTIONED = ("--use-routing-replay", "--use-opd", "--opd-teacher-load")
+
+
+@cache
+def _sources(row: str) -> dict[str, str]:
+    root = slime_upstream.slime_dir(row)
+    return {
+        str(p.relative_to(root)): p.read_text(encoding="utf-8", errors="replace")
+        for p in sorted((root / "slime").rglob("*.py"))
+    }
+
+
+def readers(row: str, flag: str) -> set[str]:
+    """The modules of the row's slime that read the attribute the flag sets."""
+    dest = slime_upstream.parser_dests(row)[flag]
+    pattern = re.compile(rf"\.{dest}\b|[\"']{dest}[\"']")
+    return {path for path, text in _sources(row).items() if pattern.search(text)} - {DEFINES}
+
+
+def _slimes_own(path: str) -> bool:
+    return any(path == p or (p.endswith("/") and path.startswith(p)) for p in SLIMES_OWN)
+
+
+def test_the_policy_covers_every_refused_flag_here() -> None:
+    assert set(FAILS_AT) == {r.flag for r in policy.REFUSALS}
+
+
+@pytest.mark.parametrize("row", ROWS)
+def test_every_flag_the_policy_names_is_slimes(row: str) -> None:
+    dests = slime_upstream.parser_dests(row)
+    named = [r.flag for r in policy.REFUSALS] + [u.flag for u in policy.UNHONOURED]
+    assert [f for f in [*named, *MENTIONED] if f not in dests] == []
+
+
+@pytest.mark.parametrize("row", ROWS)
+def test_refused_flags_are_read_on_agentrls_path(row: str) -> None:
+    for rule in policy.REFUSALS:
+        on_path = {p for p in readers(row, rule.flag) if not _slimes_own(p)}
+        assert on_path, f"{rule.flag}: nothing on agentrl's path reads it at {row}"
+
+
+@pytest.mark.parametrize("row", ROWS)
+def test_unhonoured_flags_are_read_only_by_slimes_own_rollout(row: str) -> None:
+    for rule in policy.UNHONOURED:
+        on_path = {p for p in readers(row, rule.flag) if not _slimes_own(p)}
+        assert on_path <= LOGGED_ONLY.get(rule.flag, set()), (rule.flag, on_path)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("row", ROWS)
+def test_slime_fails_on_agentrls_samples_with_each_refused_flag(row: str, tmp_path: Path) -> None:
+    pod = Pod(tmp_path, row=row)
+    done = pod.launch()
+    assert done.returncode == 0, done.stderr
+    argv, env = pod.slime_args(), pod.driver_env()
+    extras = [[], *(flags for flags, _, _ in FAILS_AT.values())]
+    extras.append(["--rollout-top-p", "0.9", "--rollout-top-p=1.0"])  # argparse keeps 1.0
+    cases = [{"argv": [*argv, *extra], "env": env, "samples": True} for extra in extras]
+    base, *refused, last_value = slime_upstream.run_slime(row, cases)
+
+    assert set(base["samples"].values()) == {"ok"}, base
+    assert set(last_value["samples"].values()) == {"ok"}, last_value
+    for (flag, (extra, step, error)), result in zip(FAILS_AT.items(), refused, strict=True):
+        assert "parse_error" not in result, (flag, result.get("trace"))
+        assert result["samples"][step].startswith(error), (flag, result["samples"])
+        messages = policy.refusals([Part("spec.runtime.extraArgs", tuple(extra))])
+        assert [m.split(" (from ")[0].split()[0] for m in messages] == [flag]
+    assert policy.refusals([]) == []
+
+
+@pytest.mark.slow
+def test_the_launcher_refuses_before_slime_starts(tmp_path: Path) -> None:
+    pod = Pod(tmp_path, extra_args=["--rollout-top-p", "0.9", "--reward-key", "score"])
+    done = pod.launch()
+    assert done.returncode == 2
+    assert "--rollout-top-p 0.9 (from spec.runtime.extraArgs) cannot work" in done.stderr
+    assert "--reward-key score (from spec.runtime.extraArgs) cannot work" in done.stderr
+    assert not pod.record.exists()
+
+
+@pytest.mark.slow
+def test_the_launcher_warns_about_flags_only_slimes_rollout_reads(tmp_path: Path) -> None:
+    pod = Pod(tmp_path, extra_args=["--over-sampling-batch-size", "64", "--eval-top-p", "0.9"])
+    done = pod.launch()
+    assert done.returncode == 0, done.stderr
+    warnings = [line for line in done.stderr.splitlines() if "has no effect" in line]
+    assert len(warnings) == 2
+    assert "--over-sampling-batch-size" in warnings[0] and "spec.grpo" in warnings[0]
+    assert "--eval-top-p" in warnings[1] and "spec.data.eval" in warnings[1]

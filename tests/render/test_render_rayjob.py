@@ -1,0 +1,170 @@
+"""The RayJob's Ray-facing fields, read by Ray's and KubeRay's own parsing, and kept by every
+KubeRay release agentrl supports.
+
+- Where the driver runs: the entrypoint asks for a resource only the GPU workers advertise,
+  and the job's runtime env keeps Ray from hiding their GPUs (tests/bundle/launch/
+  test_driver_placement.py runs it on a two-node Ray).
+- `rayStartParams.resources` in the format KubeRay itself writes: bash and Ray's `ray start`
+  parser read it, and so does KubeRay's own read-back (which the old double-quoted format
+  failed).
+- The submitter survives a long run: its Job's backoffLimit, and no voluntary eviction of any
+  pod of the gang.
+- Per-release schemas: none of these fields is one a supported KubeRay's API server prunes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import yaml
+from tests.support import kuberay_cli
+
+from agentrl.api.constants import DRIVER_RAY_RESOURCE, HEAD_RAY_RESOURCE
+from agentrl.api.validation import parse_experiment
+from agentrl.render import OperatorDefaults, collect_bundle_files, render_all
+from agentrl.render.kuberay import KUBERAY_MIN_VERSION
+from agentrl.render.rayjob import NO_EVICTION_ANNOTATIONS, SUBMITTER_BACKOFF_LIMIT
+from conftest import TEST_IMAGE
+from kube_checks import (
+    kuberay_controller_errors,
+    kuberay_releases,
+    kuberay_schemas_dir,
+    pod_templates,
+    rayjob_schema_errors,
+    release_key,
+)
+
+NOSET = "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES"
+# What this file adds to the RayJob; the per-release test checks each is kept.
+FIELDS = (
+    ("spec", "entrypointResources"),
+    ("spec", "runtimeEnvYAML"),
+    ("spec", "submitterConfig", "backoffLimit"),
+)
+
+
+def rayjob(body: dict[str, Any]) -> dict[str, Any]:
+    exp, problems = parse_experiment(body)
+    assert exp is not None, problems
+    (job,) = [
+        o
+        for o in render_all(exp, OperatorDefaults(image=TEST_IMAGE), collect_bundle_files())
+        if o["kind"] == "RayJob"
+    ]
+    return job
+
+
+def groups(job: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    cluster = job["spec"]["rayClusterSpec"]
+    return cluster["headGroupSpec"], cluster["workerGroupSpecs"]
+
+
+def test_the_entrypoint_asks_for_what_only_gpu_workers_have(example_body: dict[str, Any]) -> None:
+    job = rayjob(example_body)
+    head, workers = groups(job)
+    submit = kuberay_cli.submit_options(job["spec"])
+    wanted = submit["entrypoint_resources"]
+    assert wanted == {DRIVER_RAY_RESOURCE: 1}
+    assert (submit["entrypoint_num_cpus"], submit["entrypoint_num_gpus"]) == (None, None)
+    on_head = kuberay_cli.ray_start_options(head["rayStartParams"])["resources"]
+    assert on_head == {HEAD_RAY_RESOURCE: 1}  # the hub's marker, and no driver marker
+    for group in workers:
+        offered = kuberay_cli.ray_start_options(group["rayStartParams"])["resources"]
+        assert offered[DRIVER_RAY_RESOURCE] >= wanted[DRIVER_RAY_RESOURCE]
+        limits = group["template"]["spec"]["containers"][0]["resources"]["limits"]
+        assert any(k.endswith("gpu") and v > 0 for k, v in limits.items())
+    # Ray runs it as given: the driver keeps the GPUs its pod exposes.
+    assert submit["runtime_env"] == {"env_vars": {NOSET: "1"}}
+
+
+def test_resources_are_in_kuberays_own_format(example_body: dict[str, Any]) -> None:
+    head, workers = groups(rayjob(example_body))
+    for params in [head["rayStartParams"], *(w["rayStartParams"] for w in workers)]:
+        value = params["resources"]
+        assert value.startswith("'") and value.endswith("'"), value  # as KubeRay writes it
+        read_back = kuberay_cli.kuberay_resources_map(params)
+        assert read_back == kuberay_cli.ray_start_options(params)["resources"]
+
+
+def test_the_old_double_quoted_format_fails_kuberays_read_back() -> None:
+    """What the head used to carry: bash and `ray start` took it, KubeRay's read-back did not."""
+    old = {"resources": '"{\\"agentrl_head\\": 1}"'}
+    assert kuberay_cli.ray_start_options(old)["resources"] == {HEAD_RAY_RESOURCE: 1}
+    with pytest.raises(ValueError):
+        kuberay_cli.kuberay_resources_map(old)
+
+
+def test_the_runtime_env_yaml_is_what_kuberay_converts(example_body: dict[str, Any]) -> None:
+    job = rayjob(example_body)
+    assert yaml.safe_load(job["spec"]["runtimeEnvYAML"]) == {"env_vars": {NOSET: "1"}}
+    assert kuberay_controller_errors(job) == []
+    broken = {**job, "spec": {**job["spec"], "runtimeEnvYAML": "- not a mapping"}}
+    assert kuberay_controller_errors(broken) == ["failed to unmarshal RuntimeEnvYAML"]
+
+
+def test_the_submitter_and_every_pod_are_kept_through_a_long_run(
+    example_body: dict[str, Any],
+) -> None:
+    job = rayjob(example_body)
+    assert job["spec"]["submitterConfig"] == {"backoffLimit": SUBMITTER_BACKOFF_LIMIT}
+    assert SUBMITTER_BACKOFF_LIMIT > 2  # KubeRay's default
+    templates = pod_templates(job)
+    assert len(templates) == 3  # head, GPU workers, submitter
+    for template in templates:
+        assert template["metadata"]["annotations"] == NO_EVICTION_ANNOTATIONS
+    assert NO_EVICTION_ANNOTATIONS == {
+        "cluster-autoscaler.kubernetes.io/safe-to-evict": "false",
+        "karpenter.sh/do-not-disrupt": "true",
+    }
+
+
+# ---- per-release KubeRay schemas -------------------------------------------------------
+
+
+def _accepts(release: str, job: dict[str, Any]) -> bool:
+    return not rayjob_schema_errors(job, release)
+
+
+def _without(job: dict[str, Any], path: tuple[str, ...]) -> dict[str, Any]:
+    out = yaml.safe_load(yaml.safe_dump(job))
+    node = out
+    for key in path[:-1]:
+        node = node[key]
+    del node[path[-1]]
+    if path[:-1] and not node:  # an emptied parent object goes too
+        parent = out
+        for key in path[:-2]:
+            parent = parent[key]
+        del parent[path[-2]]
+    return dict(out)
+
+
+def _oldest_accepting(job: dict[str, Any]) -> str | None:
+    return next((r for r in kuberay_releases() if _accepts(r, job)), None)
+
+
+def test_the_fields_raise_no_kuberay_minimum(example_body: dict[str, Any]) -> None:
+    """Every release that keeps the rest of the RayJob keeps these fields too, the newest
+    keeps them all, and so does the declared minimum (the schemas are one per minor line)."""
+    if len(kuberay_releases()) < 2:
+        pytest.skip(f"no per-release KubeRay schemas under {kuberay_schemas_dir()}; CI has them")
+    job = rayjob(example_body)
+    rest = job
+    for path in FIELDS:
+        rest = _without(rest, path)
+    oldest = _oldest_accepting(rest)
+    assert oldest is not None
+    assert _oldest_accepting(job) == oldest, "a field above needs a newer KubeRay than the rest"
+    assert _accepts(kuberay_releases()[-1], job)
+    assert release_key(oldest)[:2] <= release_key(KUBERAY_MIN_VERSION)[:2], oldest
+
+
+def test_a_release_without_submitter_config_would_prune_it() -> None:
+    """The check above can fail: v1.1.1 has no submitterConfig."""
+    if "v1.1.1" not in kuberay_releases():
+        pytest.skip(f"no v1.1.1 schema under {kuberay_schemas_dir()}; CI has it")
+    job = {"apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": {"name": "x"}}
+    job["spec"] = {"entrypoint": "true", "submitterConfig": {"backoffLimit": 20}}
+    assert not _accepts("v1.1.1", job)
+    assert _accepts(kuberay_releases()[-1], job)

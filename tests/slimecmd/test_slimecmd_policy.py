@@ -1,0 +1,102 @@
+"""The flag policy's own rules: argparse's last value, the part a flag came from, and which
+flags are judged where (tests/bundle/launch/test_launch_policy.py checks the rules against
+slime's own parser and code at each row)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from agentrl import slimecmd
+from agentrl.api.validation import parse_experiment
+from agentrl.slimecmd import Part, policy
+from agentrl.slimecmd.compose import EXTRA_ARGS_ORIGIN
+from conftest import load_example, minimal_body
+
+LAUNCHER = Part("launcher", ("python3", "train.py"))
+
+
+def extra(*args: str) -> list[Part]:
+    return [LAUNCHER, Part(EXTRA_ARGS_ORIGIN, args)]
+
+
+@pytest.mark.parametrize(
+    ("args", "refused"),
+    [
+        (("--rollout-top-p", "0.95"), "--rollout-top-p 0.95"),
+        (("--rollout-top-p=0.9",), "--rollout-top-p 0.9"),
+        (("--rollout-top-p", "0.9", "--rollout-top-p", "1.0"), None),  # argparse keeps 1.0
+        (("--rollout-top-p", "1"), None),
+        (("--rollout-top-p", "one"), None),  # slime's own parser reports it
+        (("--use-rollout-routing-replay",), "--use-rollout-routing-replay"),
+        (("--use-routing-replay",), None),
+        (("--reward-key", "score"), "--reward-key score"),
+        (("--reward-key=score",), "--reward-key score"),
+        (("--use-opd", "--opd-type", "sglang"), "--opd-type sglang"),
+        (("--opd-type", "sglang", "--use-opd"), "--opd-type sglang"),
+        (("--use-opd", "--opd-type", "megatron"), None),
+        (("--opd-type", "sglang"), None),  # slime ignores the type without --use-opd
+        (("--rollout-top-p_x", "0.5"), None),  # not the flag (argparse does not fold names)
+    ],
+)
+def test_refusals_follow_argparse(args: tuple[str, ...], refused: str | None) -> None:
+    messages = policy.refusals(extra(*args))
+    if refused is None:
+        assert messages == []
+    else:
+        (message,) = messages
+        assert message.startswith(f"{refused} (from {EXTRA_ARGS_ORIGIN}) cannot work")
+        assert "Fix: " in message
+
+
+def test_a_refusal_names_the_part_the_last_value_came_from() -> None:
+    parts = [
+        LAUNCHER,
+        Part("slime's scripts/models/x.sh", ("--rollout-top-p", "0.8")),
+        Part(EXTRA_ARGS_ORIGIN, ("--lr", "1e-6")),
+    ]
+    (message,) = policy.refusals(parts)
+    assert message.startswith("--rollout-top-p 0.8 (from slime's scripts/models/x.sh)")
+    parts.append(Part(EXTRA_ARGS_ORIGIN, ("--rollout-top-p", "1.0")))
+    assert policy.refusals(parts) == []
+
+
+def test_unhonoured_flags_are_judged_only_in_extra_args() -> None:
+    rendered = Part("spec", ("--eval-temperature", "0.0", "--n-samples-per-eval-prompt", "4"))
+    assert policy.unhonoured([LAUNCHER, rendered]) == []
+    parts = [
+        LAUNCHER,
+        rendered,
+        Part(EXTRA_ARGS_ORIGIN, ("--eval-temperature=0.6", "--over-sampling-batch-size", "64")),
+    ]
+    warnings = policy.unhonoured(parts)
+    assert [w.split()[0] for w in warnings] == ["--over-sampling-batch-size", "--eval-temperature"]
+    assert "spec.grpo" in warnings[0] and "spec.data.eval" in warnings[1]
+    assert all(f"in {EXTRA_ARGS_ORIGIN} has no effect" in w for w in warnings)
+
+
+def test_every_flag_is_judged_once() -> None:
+    refused = [r.flag for r in policy.REFUSALS]
+    warned = [u.flag for u in policy.UNHONOURED]
+    assert len(set(refused)) == len(refused) and len(set(warned)) == len(warned)
+    assert not set(refused) & set(warned)
+
+
+@pytest.mark.parametrize("name", ["qwen2.5-3b-gsm8k-agentcore", "qwen2.5-7b-http-agent-two-evals",
+                                  "qwen3-32b-swe-4node-tp-pp"])  # fmt: skip
+def test_the_examples_pass(name: str) -> None:
+    exp, problems = parse_experiment(load_example(name))
+    assert exp is not None, problems
+    parts = slimecmd.compose(exp.spec, slimecmd.PodFacts()).parts
+    assert policy.refusals(parts) == []
+    assert policy.unhonoured(parts) == []
+
+
+def test_extra_args_of_a_spec_reach_the_policy() -> None:
+    body: dict[str, Any] = minimal_body()
+    body["spec"].setdefault("runtime", {})["extraArgs"] = ["--use-rollout-routing-replay"]
+    exp, problems = parse_experiment(body)
+    assert exp is not None, problems
+    (message,) = policy.refusals(slimecmd.compose(exp.spec, slimecmd.PodFacts()).parts)
+    assert message.startswith(f"--use-rollout-routing-replay (from {EXTRA_ARGS_ORIGIN})")

@@ -1,0 +1,248 @@
+"""Runs slime's own argument parsing and checkpoint loading on given argvs (test support).
+
+Started by `tests/support/slime_upstream.run_slime` with this directory on PYTHONPATH and
+AGENTRL_UPSTREAM_ROOTS naming one slime row's source, so `sitecustomize` serves slime,
+Megatron-LM and SGLang from there. Reads a JSON list of cases on stdin, each
+`{"argv": [...], "env": {...}, "load": true|false, "samples": true|false}`, and prints one
+JSON list of results.
+
+For each case, slime's real `slime.utils.arguments.parse_args()` runs on the argv, in the
+process environment `env` describes (the driver's: what the launcher exec'd train.py with,
+and which pod it runs in, see `torch_cuda.py`): SGLang's and Megatron's parsers, Megatron's
+HF-config check (against the model's config.json, read by transformers), Megatron's
+`validate_args` (which reads the GPU's architecture when TP>1 or CP>1, and requires
+CUDA_DEVICE_MAX_CONNECTIONS=1 then), and `slime_validate_args` with its `--load`/`--ref-load`
+decisions. Only SGLang's server checks are left out (replaced by a no-op); the rest runs as
+written. With `"load": true`, slime's `load_checkpoint` (backends/megatron_utils/checkpoint.py)
+then runs on the parsed args with its own existence assertion and its own choice between a
+Megatron and a Hugging Face checkpoint; only the final weight copy into GPU tensors is
+recorded instead of done:
+
+- Megatron checkpoint: Megatron's `load_checkpoint` is recorded with the flags it would
+  honour (finetune, no_load_optim, no_load_rng) and the iteration Megatron's own
+  `read_metadata` reads from the tracker file;
+- Hugging Face checkpoint: at slime releases with Megatron-Bridge, the bridge's
+  `load_hf_weights` is recorded (after slime's own bridge-mode assertion); at releases with
+  their own loader, slime picks the loader by the config's model_type (raising for a type it
+  cannot load) and only the copy (`load_model_hf_weights`) is recorded.
+
+With `"samples": true`, a group of samples as agentrl's rollout returns them (its own
+`to_sample`, on slime's `Sample` class, rewards from agentrl's `post_process_rewards`) goes
+through the slime code that reads them after the rollout, on the parsed args: the
+RolloutManager's conversion to train data, the zero-std reward metric slime logs each step,
+and the trainer-side readers of per-sample rollout data (the policy loss's top-p replay
+kwargs; with their flags, on-policy distillation's KL and the actor's routing replay). Each
+records "ok" or the error slime raises.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import io
+import json
+import os
+import sys
+import traceback
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+FIELDS = (
+    "load",
+    "ref_load",
+    "hf_checkpoint",
+    "save",
+    "no_load_optim",
+    "no_load_rng",
+    "finetune",
+    "start_rollout_id",
+    "megatron_to_hf_mode",
+    "use_kl_loss",
+)
+
+
+def _error(e: BaseException) -> str:
+    return f"{type(e).__name__}: {e}"
+
+
+def _parse(argv: list[str]) -> Any:
+    import slime.utils.arguments as slime_args
+
+    slime_args.sglang_validate_args = lambda args: None  # SGLang's server checks
+    sys.argv = ["train.py", *argv]
+    return slime_args.parse_args()
+
+
+@contextlib.contextmanager
+def _environ(env: dict[str, str | None]) -> Iterator[None]:
+    """The driver's environment for one case (None removes a variable); its PYTHONPATH
+    entries go on sys.path as they would at the start of that process."""
+    saved, saved_path = dict(os.environ), list(sys.path)
+    for key, value in env.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+    extra = [p for p in (env.get("PYTHONPATH") or "").split(os.pathsep) if p]
+    sys.path[:0] = [p for p in extra if p not in sys.path]
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+        sys.path[:] = saved_path
+
+
+def _load(args: Any) -> dict[str, Any]:
+    ckpt = importlib.import_module("slime.backends.megatron_utils.checkpoint")
+    training = importlib.import_module("megatron.training.checkpointing")
+    # megatron.core.msc_utils is not in the snapshot; for a local path it is plain open().
+    training.open_file = open
+    record: dict[str, Any] = {}
+
+    def megatron(**kwargs: Any) -> tuple[int, int]:
+        tracker = Path(args.load) / "latest_checkpointed_iteration.txt"
+        iteration, release = training.read_metadata(str(tracker))
+        record.update(
+            kind="megatron",
+            path=args.load,
+            iteration="release" if release else iteration,
+            finetune=bool(args.finetune),
+            no_load_optim=bool(args.no_load_optim),
+            no_load_rng=bool(args.no_load_rng),
+        )
+        return iteration, 0
+
+    def hf_copy(path: Any, **extra: Any) -> None:
+        record.update(kind="hf", path=str(path), **extra)
+
+    ckpt.get_args = lambda: args
+    ckpt._load_checkpoint_megatron = megatron
+    if hasattr(ckpt, "megatron_bridge_utils"):  # slime with Megatron-Bridge
+        ckpt.megatron_bridge_utils = SimpleNamespace(
+            patch_megatron_model=lambda model: contextlib.nullcontext(),
+            patch_auto_bridge_hf_config=lambda bridge: SimpleNamespace(
+                load_hf_weights=lambda model: hf_copy(args.load, loader="megatron-bridge")
+            ),
+        )
+    else:  # slime with its own HF loader
+        loader = importlib.import_module("slime.backends.megatron_utils.hf_to_megatron")
+        assert callable(loader.load_hf_weights)  # runs the package's __init__ before patching
+        loader.load_model_hf_weights = lambda a, model, path, config, fn: hf_copy(
+            path, loader=fn.__name__, model_type=config.model_type
+        )
+    ckpt.load_checkpoint(
+        None, None, None, checkpointing_context={}, skip_load_to_model_and_opt=False
+    )
+    return record
+
+
+def _samples(args: Any) -> dict[str, str]:
+    """agentrl's samples through slime's own readers (see the module docstring)."""
+    from agentrl.bundle.rewards import post_process_rewards
+    from agentrl.bundle.rollout.types import SampleFields, Status, slime_types, to_sample
+
+    types = slime_types()
+    assert types.real, "slime's Sample did not import"
+    samples = [
+        to_sample(
+            SampleFields(
+                group_index=0,
+                index=i,
+                prompt="1+1?",
+                tokens=[11, 12, 13, 14, 15],
+                response_length=3,
+                loss_mask=[1, 0, 1],
+                rollout_log_probs=[-0.5, 0.0, -0.25],
+                reward=float(i % 2),
+                status=Status.COMPLETED,
+                rollout_id=i,
+                session_id=f"s{i}",
+            ),
+            types,
+        )
+        for i in range(4)
+    ]
+    rollout = importlib.import_module("slime.ray.rollout")
+    manager = SimpleNamespace(
+        args=args,
+        custom_convert_samples_to_train_data_func=None,
+        _post_process_rewards=lambda batch: post_process_rewards(args, batch),
+    )
+    try:  # where later slime releases keep the metric
+        metrics = importlib.import_module("slime.observability.rollout_metrics")
+    except ModuleNotFoundError:
+        metrics = rollout
+    loss = importlib.import_module("slime.backends.megatron_utils.loss")
+    actor = importlib.import_module("slime.backends.megatron_utils.actor")
+    out: dict[str, str] = {}
+    data: dict[str, Any] = {}
+
+    def step(name: str, fn: Any) -> None:
+        try:
+            with contextlib.redirect_stdout(io.StringIO()):
+                fn()
+            out[name] = "ok"
+        except BaseException as e:
+            out[name] = _error(e)
+
+    def convert() -> None:
+        cls = rollout.RolloutManager.__ray_metadata__.modified_class
+        data.update(cls._convert_samples_to_train_data(manager, samples))
+
+    step("convert", convert)
+    step("zero_std_metric", lambda: metrics._compute_zero_std_metrics(args, samples))
+    step("top_p_replay", lambda: loss.get_rollout_top_p_logprob_kwargs(args, data))
+    if args.use_opd:  # the trainer's step, with the rollout's log-probs as the student's
+        step(
+            "opd",
+            lambda: loss.apply_opd_kl_to_advantages(
+                args=args,
+                rollout_data=data,
+                advantages=[],
+                student_log_probs=data.get("rollout_log_probs"),
+            ),
+        )
+    if args.use_rollout_routing_replay:
+        step(
+            "routing_replay",
+            lambda: actor.MegatronTrainRayActor.fill_routing_replay(None, None, None, data),
+        )
+    return out
+
+
+def run(case: dict[str, Any]) -> dict[str, Any]:
+    with _environ(case.get("env") or {}):
+        return _run(case)
+
+
+def _run(case: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            args = _parse(case["argv"])
+    except BaseException as e:
+        out["parse_error"] = _error(e) if not isinstance(e, SystemExit) else f"exit {e.code}"
+        out["trace"] = traceback.format_exc()[-3000:]
+        return out
+    out["args"] = {f: getattr(args, f, None) for f in FIELDS}
+    out["eval_datasets"] = [
+        {k: v for k, v in vars(d).items() if v not in (None, {}, [])}
+        for d in getattr(args, "eval_datasets", None) or []
+    ]
+    if case.get("samples"):
+        out["samples"] = _samples(args)
+    if case.get("load"):
+        try:
+            with contextlib.redirect_stdout(io.StringIO()):
+                out["loaded"] = _load(args)
+        except BaseException as e:
+            out["load_error"] = _error(e)
+    return out
+
+
+if __name__ == "__main__":
+    results = [run(case) for case in json.loads(sys.stdin.read())]
+    print(json.dumps(results, default=str))
