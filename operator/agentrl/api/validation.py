@@ -17,7 +17,7 @@ rejected by `agentrl validate` is rejected by the cluster with the same words.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,7 +25,7 @@ from pydantic import BaseModel, ValidationError
 from pydantic.alias_generators import to_camel
 
 from agentrl.api import bounds, kube_rules, partial, rules, security
-from agentrl.api.findings import Finding, Rule, Severity
+from agentrl.api.findings import Rule, Severity
 from agentrl.api.formats import text_format
 from agentrl.api.images import DefaultImage, image_findings
 from agentrl.api.models import RLExperiment
@@ -118,14 +118,10 @@ def validate_experiment(
 def _checks(policy: Policy | None, default_image: DefaultImage | None) -> list[Rule]:
     checks: list[Rule] = [*rules.ALL_RULES, *security.RULES]
     if policy is not None:
-        checks.append(lambda exp: _findings(policy_check(exp, policy)))
+        checks.append(lambda exp: policy_check(exp, policy))
     if default_image is not None:
-        checks.append(lambda exp: _findings(image_findings(exp, default_image)))
+        checks.append(lambda exp: image_findings(exp, default_image))
     return checks
-
-
-def _findings(found: Iterator[Finding]) -> Iterator[Finding]:
-    yield from found
 
 
 def _rule_problems(exp: RLExperiment, checks: list[Rule], complete: bool = True) -> list[Problem]:
