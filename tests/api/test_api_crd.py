@@ -109,13 +109,45 @@ BAD_SCHEMA = [
     ("enum", {"grpo": {"numRollouts": 1, "klLossType": "l2"}}, "spec.grpo.klLossType"),
     ("exclusive minimum", {"grpo": {"numRollouts": 1, "learningRate": 0}}, "learningRate"),
     ("bad quantity", {"resources": {"memory": "lots"}}, "spec.resources.memory"),
-]
+    ("negative quantity", {"resources": {"cpu": "-1"}}, "spec.resources.cpu"),
+    ("negative numeric quantity", {"resources": {"cpu": -1}}, "spec.resources.cpu"),
+    ("fractional exponent", {"resources": {"memory": "1e2.5"}}, "spec.resources.memory"),
+    ("int32", {"activeDeadlineSeconds": 3_000_000_000}, "spec.activeDeadlineSeconds"),
+    ("quoted integer", {"grpo": {"numRollouts": "10"}}, "spec.grpo.numRollouts"),
+    ("quoted boolean", {"suspend": "false"}, "spec.suspend"),
+    ("queue name", {"scheduling": {"queueName": "Not A Label!"}}, "spec.scheduling.queueName"),
+    ("service account", {"runtime": {"serviceAccountName": "a_b"}}, "serviceAccountName"),
+    ("gpu resource", {"resources": {"gpuResourceName": "memory"}}, "gpuResourceName"),
+    ("relative checkpoint", {"checkpoint": {"path": "ckpt"}}, "spec.checkpoint.path"),
+    ("url without host", {"gateway": {"publicUrl": "http://"}}, "spec.gateway.publicUrl"),
+    ("s3 data", {"data": {"train": "s3://b/t.jsonl"}}, "spec.data.train"),
+    ("renderer family", {"model": {"path": "/m", "type": "t", "rendererFamily": "qwen2.5"}},
+     "rendererFamily"),
+    ("long env value", {"runtime": {"env": [{"name": "A", "value": "x" * 40_000}]}}, "value"),
+]  # fmt: skip
 
 
 @pytest.mark.parametrize(("case", "spec", "needle"), BAD_SCHEMA, ids=[b[0] for b in BAD_SCHEMA])
 def test_schema_rejects(case: str, spec: dict[str, Any], needle: str) -> None:
     errs = admitted(minimal_body(**spec))
     assert errs and any(needle in e for e in errs), errs
+
+
+def test_every_value_the_api_server_stores_is_bounded() -> None:
+    """Integers carry a maximum (int32 unless said otherwise), strings a length or an enum:
+    the API server refuses what KubeRay would, and CEL cost estimates stay finite."""
+    spec = SCHEMA["properties"]["spec"]
+    unbounded = []
+    for path, node in _nodes(spec, "spec"):
+        kind = node.get("type")
+        if node.get("x-kubernetes-int-or-string"):
+            assert "pattern" in node and "maxLength" in node and node.get("minimum") == 0, path
+            continue
+        big_int = kind == "integer" and not node.get("maximum", 2**31) <= 2**31 - 1
+        long_str = kind == "string" and "maxLength" not in node and "enum" not in node
+        if big_int or long_str:
+            unbounded.append(path)
+    assert unbounded == [], "give these fields bounds (see docs/adding-a-field.md)"
 
 
 def test_quantities_accept_integers() -> None:
@@ -143,6 +175,10 @@ BAD_CEL = [
         "only used by a LoadBalancer",
     ),
     ("save without path", {"checkpoint": {"saveInterval": 5}}, "checkpoint.path is required"),
+    ("checkpoint in a mount", {"checkpoint": {"path": "/etc/agentrl/ckpt"}},
+     "must not be inside a directory agentrl mounts"),
+    ("gpu resource in kubernetes.io", {"resources": {"gpuResourceName": "kubernetes.io/gpu"}},
+     "device plugin's resource"),
     (
         "env with both sources",
         {"runtime": {"env": [{"name": "A", "value": "1",
@@ -222,6 +258,27 @@ def test_cel_and_validation_agree(case: str, spec: dict[str, Any], needle: str) 
     exp, problems = parse_experiment(minimal_body(**spec))
     assert exp is None, f"{case}: the CRD refuses it but validation accepts it"
     assert any(p.severity == "error" for p in problems)
+
+
+def test_what_the_schema_refuses_in_the_hostile_corpus_validation_refuses() -> None:
+    from agentrl.cli.load import LoadError, load_documents
+
+    checked = 0
+    for path in sorted((ROOT / "tests" / "api" / "hostile").glob("*.yaml")):
+        text = path.read_text()
+        if "{{repeat" in text:
+            continue
+        try:
+            docs = load_documents([str(path)])
+        except LoadError:
+            continue
+        body = docs[0].body
+        if not isinstance(body, dict) or docs[0].problems or not isinstance(body.get("spec"), dict):
+            continue
+        if admitted(body):
+            checked += 1
+            assert parse_experiment(body)[0] is None, path.name
+    assert checked >= 50
 
 
 @st.composite

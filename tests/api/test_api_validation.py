@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from agentrl.api.validation import Problem, errors, parse_experiment
 from conftest import minimal_body
 
@@ -81,7 +83,8 @@ def test_structural_errors_use_wire_paths() -> None:
     assert "spec.resources.parallelism.tensor" in by_path
     assert by_path["spec.grpo.numRollout"].message == "unknown field"
     assert "numRollouts" in by_path["spec.grpo.numRollout"].hint
-    assert "spec.grpo.numRollouts" in by_path
+    # One mistake, one problem: the typo's hint names the required field it misspells.
+    assert "spec.grpo.numRollouts" not in by_path
 
 
 def test_document_rules_run_even_when_types_are_wrong() -> None:
@@ -102,7 +105,9 @@ def test_document_rules_run_even_when_types_are_wrong() -> None:
 def test_quantity_errors_read_well() -> None:
     _, problems = parse_experiment(minimal_body(resources={"memory": "256 GB"}))
     (problem,) = problems
-    assert str(problem) == "spec.resources.memory: not a Kubernetes quantity (e.g. 64Gi, 500m or 8)"
+    assert str(problem) == (
+        "spec.resources.memory: '256 GB' is not a Kubernetes quantity (e.g. 64Gi, 500m or 8)"
+    )
 
 
 def test_numeric_quantities_are_quantities_as_in_kubernetes() -> None:
@@ -148,3 +153,77 @@ def test_status_and_server_metadata_never_invalidate_a_spec() -> None:
 def test_not_a_mapping() -> None:
     exp, problems = parse_experiment(["a", "list"])  # type: ignore[arg-type]
     assert exp is None and problems[0].message == "the document is not a mapping"
+
+
+@pytest.mark.parametrize(
+    ("name", "warned"),
+    [
+        ("OPENAI_API_KEY", True), ("HF_TOKEN", True), ("DB_PASSWORD", True),
+        ("AWS_SECRET_ACCESS_KEY", True), ("SSH_PRIVATE_KEY", True), ("GITHUB_AUTHTOKEN", True),
+        ("CLIENT_SECRET_ID", True), ("APP_CREDENTIALS", True),
+        ("TOKENIZERS_PARALLELISM", False), ("MAX_TOKENS", False), ("NCCL_DEBUG", False),
+        ("KEY_PATH", False), ("AWS_ACCESS_KEY_ID", False), ("PWD", False),
+    ],
+)  # fmt: skip
+def test_secret_looking_env_values_warn_naming_value_from(name: str, warned: bool) -> None:
+    exp, problems = parse_experiment(minimal_body(runtime={"env": [{"name": name, "value": "v"}]}))
+    assert exp is not None
+    if warned:
+        (problem,) = problems
+        assert problem.severity == "warning" and problem.path == "spec.runtime.env[0].value"
+        assert "valueFrom" in problem.hint and "v" not in problem.message.split()  # no value
+    else:
+        assert problems == []
+    from_secret = {"name": name, "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}
+    assert parse_experiment(minimal_body(runtime={"env": [from_secret]}))[1] == []
+
+
+@pytest.mark.parametrize(
+    ("spec", "path", "words"),
+    [
+        ({"resources": {"nodeSelector": {"country": False}}}, "spec.resources.nodeSelector.country",
+         "must be a string, not a boolean (YAML reads yes/no/on/off/true/false as booleans; "
+         "quote it)"),
+        ({"grpo": {"numRollouts": "10"}}, "spec.grpo.numRollouts",
+         "must be an integer, not a string (write the number without quotes"),
+        ({"resources": {"nodes": 2.0}}, "spec.resources.nodes",
+         "must be an integer, not a number (write it without a decimal point"),
+        ({"suspend": "no"}, "spec.suspend", "must be true or false, not a string"),
+        ({"runtime": {"volumes": ["pvc"]}}, "spec.runtime.volumes[0]",
+         "must be an object, not a string"),
+    ],
+)  # fmt: skip
+def test_type_errors_say_what_yaml_did(spec: dict[str, Any], path: str, words: str) -> None:
+    _, problems = parse_experiment(minimal_body(**spec))
+    (problem,) = problems
+    assert problem.path == path and str(problem).startswith(f"{path}: {words}")
+
+
+@pytest.mark.parametrize(
+    ("image", "ok"),
+    [
+        ("slime:latest", True), ("nvcr.io/nvidia/pytorch:24.05-py3", True),
+        ("localhost:5000/team/slime@sha256:" + "a" * 64, True), ("REG.example.com/x:1", True),
+        ("slime :latest", False), ("Team/Slime:1", False), ("https://r.example.com/s:1", False),
+        ("slime:", False), ("slime@sha256:xyz", False),
+    ],
+)  # fmt: skip
+def test_image_references_follow_the_kubelets_grammar(image: str, ok: bool) -> None:
+    exp, problems = parse_experiment(minimal_body(runtime={"image": image}))
+    assert (exp is not None) is ok, problems
+    if not ok:
+        assert [p.path for p in problems] == ["spec.runtime.image"]
+
+
+@pytest.mark.parametrize(
+    ("path", "ok"),
+    [("Qwen/Qwen2.5-0.5B-Instruct", True), ("Qwen/Qwen 2.5", False), ("a/" + "b" * 97, False),
+     ("/models/q\nx", False)],
+)  # fmt: skip
+def test_hub_ids_and_control_characters_in_model_paths(path: str, ok: bool) -> None:
+    body = minimal_body(model={"path": path, "type": "q", "refLoad": "/models/q",
+                               "rendererFamily": "default"})  # fmt: skip
+    exp, problems = parse_experiment(body)
+    assert (exp is not None) is ok, problems
+    if not ok:
+        assert [p.path for p in problems] == ["spec.model.path"]

@@ -33,9 +33,9 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
 def test_the_default_is_baseline_and_names_each_violation(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    code, out, _ = run(capsys, "validate", "-f", str(EXAMPLE))
-    assert code == 1
-    lines = out.splitlines()
+    code, out, err = run(capsys, "validate", "-f", str(EXAMPLE))
+    assert code == 1 and out == ""  # problems go to stderr
+    lines = err.splitlines()
     assert lines[-1].endswith("2 error(s); nothing would be created")
     sa = next(line for line in lines if "spec.runtime.serviceAccountName:" in line)
     assert "policy.serviceAccounts" in sa and "agentrl chart value policy.serviceAccounts" in sa
@@ -106,7 +106,7 @@ def test_missing_policy_file_and_bad_env(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     code, _, err = run(capsys, "validate", "-f", str(EXAMPLE), "--policy", "nope.yaml")
-    assert code == 1 and err.strip() == "error: nope.yaml: no such file"
+    assert code == 1 and err.strip() == "error: nope.yaml: no such file or directory"
     monkeypatch.setenv("AGENTRL_POLICY", "{not json")
     code, _, err = run(capsys, "validate", "-f", str(EXAMPLE))
     assert code == 1 and err.startswith("error: AGENTRL_POLICY is not JSON")

@@ -9,6 +9,7 @@ examples passes the server's own validation (server-side dry run), KubeRay's CRD
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
@@ -92,3 +93,56 @@ def test_rendered_objects_pass_server_validation(kube: KubeHarness, name: str) -
         # the bundle ConfigMap into an annotation capped at 256 KiB.
         proc = kubectl_apply(kube, obj, "--server-side", "--dry-run=server")
         assert proc.returncode == 0, f"{obj['kind']} {obj['metadata']['name']}: {proc.stderr}"
+
+
+# What the CRD's schema (patterns, lengths, bounds, enums; no CEL on 1.20) makes the API
+# server itself refuse, each at its field, with `agentrl validate` refusing the same field.
+REFUSED_BY_THE_SCHEMA = [
+    ("queue-label", {"scheduling": {"queueName": "Not A Label!"}}, "spec.scheduling.queueName"),
+    ("deadline-int32", {"activeDeadlineSeconds": 3_000_000_000}, "spec.activeDeadlineSeconds"),
+    ("sa-name", {"runtime": {"serviceAccountName": "agent_sa"}},
+     "spec.runtime.serviceAccountName"),
+    ("cpu-negative", {"resources": {"cpu": "-1"}}, "spec.resources.cpu"),
+    ("memory-negative-int", {"resources": {"memory": -5}}, "spec.resources.memory"),
+    ("memory-fractional-exponent", {"resources": {"memory": "1e2.5"}}, "spec.resources.memory"),
+    ("gpu-resource-memory", {"resources": {"gpuResourceName": "memory"}},
+     "spec.resources.gpuResourceName"),
+    ("checkpoint-relative", {"checkpoint": {"path": "ckpt"}}, "spec.checkpoint.path"),
+    ("public-url-no-host", {"gateway": {"publicUrl": "http://"}}, "spec.gateway.publicUrl"),
+    ("train-s3", {"data": {"train": "s3://bucket/train.jsonl"}}, "spec.data.train"),
+    ("int-as-string", {"grpo": {"numRollouts": "10"}}, "spec.grpo.numRollouts"),
+    ("bool-as-string", {"suspend": "false"}, "spec.suspend"),
+    ("renderer-family", {"model": {"path": "/models/q", "type": "q", "rendererFamily": "qwen2.5"}},
+     "spec.model.rendererFamily"),
+    ("configmap-name", {"runtime": {"extraCode": [{"configMap": "My Tools"}]}},
+     "spec.runtime.extraCode[0].configMap"),
+    ("node-selector-value", {"resources": {"nodeSelector": {"pool": "gpu nodes"}}},
+     "spec.resources.nodeSelector.pool"),
+    ("priority-class", {"resources": {"priorityClassName": "High Priority"}},
+     "spec.resources.priorityClassName"),
+    ("wandb-host", {"tracking": {"wandb": {"project": "p", "host": "wandb.example.com",
+                                           "apiKeySecret": {"name": "w", "key": "k"}}}},
+     "spec.tracking.wandb.host"),
+    ("secret-key", {"tracking": {"wandb": {"project": "p",
+                                           "apiKeySecret": {"name": "w", "key": "bad key"}}}},
+     "spec.tracking.wandb.apiKeySecret.key"),
+    ("env-value-too-long", {"runtime": {"env": [{"name": "BIG", "value": "x" * 40_000}]}},
+     "spec.runtime.env[0].value"),
+    ("image-reference", {"runtime": {"image": "Team/Slime :1"}}, "spec.runtime.image"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("case", "spec", "field"), REFUSED_BY_THE_SCHEMA, ids=[c[0] for c in REFUSED_BY_THE_SCHEMA]
+)
+def test_the_api_server_refuses_what_validation_refuses(
+    kube: KubeHarness, case: str, spec: dict[str, Any], field: str
+) -> None:
+    body = minimal_body(**spec)
+    body["metadata"]["name"] = f"refused-{case}"
+    proc = kubectl_apply(kube, body)
+    assert proc.returncode != 0, f"{case}: the API server stored it"
+    # The 1.20 API server names list items without their index (spec.runtime.env.value).
+    assert re.sub(r"\[\d+\]", "", field) in proc.stderr, proc.stderr
+    exp, problems = parse_experiment(body)
+    assert exp is None and field in {p.path for p in problems}, problems

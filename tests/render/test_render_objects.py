@@ -14,7 +14,7 @@ from agentrl.api.constants import (
     LABEL_KUEUE_QUEUE,
 )
 from agentrl.api.models import RLExperiment
-from agentrl.api.runtime import RuntimeConfig
+from agentrl.api.runtime import RuntimeConfig, config_spec
 from agentrl.api.validation import parse_experiment
 from agentrl.render import OperatorDefaults, names, render_all, runtime_config
 from conftest import load_example, minimal_body
@@ -86,8 +86,18 @@ def test_runtime_config_round_trips() -> None:
     text = objects(load_example(SWE))["config"]["data"]["config.json"]
     assert RuntimeConfig.model_validate_json(text) == runtime_config(exp, DEFAULTS)
     loaded = RuntimeConfig.model_validate_json(text)
-    assert loaded.spec == exp.spec and loaded.bundle_version == "1.2.3"
+    assert loaded.spec == config_spec(exp.spec) and loaded.bundle_version == "1.2.3"
     assert loaded.gateway_url == "http://qwen3-32b-swe-gw.rl.example.internal:9090"
+
+
+def test_env_values_never_reach_the_runtime_config() -> None:
+    """The docs promise the ConfigMap holds no env value: the containers get them, it does not."""
+    body = load_example(SWE)
+    body["spec"]["runtime"]["env"].append({"name": "PLAIN_MARKER", "value": "v-3141592653"})
+    rendered = objects(body)
+    assert "v-3141592653" not in json.dumps(rendered["config"])
+    assert "NCCL_DEBUG" not in json.dumps(rendered["config"])
+    assert all(env_of(c)["PLAIN_MARKER"] == "v-3141592653" for c in containers(rendered["rayjob"]))
 
 
 def test_gateway_url_defaults_to_the_in_cluster_service() -> None:

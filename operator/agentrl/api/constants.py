@@ -57,6 +57,13 @@ BUNDLE_ARCHIVE_NAME: Final = "agentrl-bundle.zip"
 BUNDLE_ARCHIVE_PATH: Final = f"{BUNDLE_MOUNT_DIR}/{BUNDLE_ARCHIVE_NAME}"
 EXTRA_CODE_MOUNT_ROOT: Final = "/opt/agentrl/extra"
 SHM_MOUNT_DIR: Final = "/dev/shm"
+# Volumes agentrl adds to every Ray pod. A user volume may not take these names, nor any name
+# starting with the reserved prefix (agentrl adds one volume per extraCode entry).
+SHM_VOLUME: Final = "dshm"
+CONFIG_VOLUME: Final = "agentrl-config"
+BUNDLE_VOLUME: Final = "agentrl-bundle"
+EXTRA_CODE_VOLUME_PREFIX: Final = "agentrl-extra-"
+RESERVED_VOLUME_PREFIX: Final = "agentrl-"
 # The environment variable through which the launcher finds the runtime config.
 ENV_CONFIG_PATH: Final = "AGENTRL_CONFIG"
 
@@ -64,8 +71,11 @@ ENV_CONFIG_PATH: Final = "AGENTRL_CONFIG"
 RAYJOB_NAME_MAX: Final = 47
 # Kubernetes object names that must be DNS-1035 labels (Services, RayJobs).
 DNS1035_MAX: Final = 63
-# ConfigMaps hold at most 1 MiB of data.
+# ConfigMaps hold at most 1 MiB of data (core/v1 validation, MaxSecretSize).
 CONFIGMAP_MAX_BYTES: Final = 1024 * 1024
+# The annotations of one object hold at most 256 KiB, keys and values together
+# (apimachinery's TotalAnnotationSizeLimitB).
+ANNOTATIONS_MAX_BYTES: Final = 256 * 1024
 
 DEFAULT_GPU_RESOURCE: Final = "nvidia.com/gpu"
 

@@ -33,6 +33,8 @@ MUTABLE_SPEC_FIELDS = (
     "ttlSecondsAfterFinished", "scheduling",
 )  # fmt: skip
 
+# Directories agentrl mounts read-only or in memory (a CEL regex alternation).
+AGENTRL_MOUNTS = "|".join((c.CONFIG_MOUNT_DIR, c.BUNDLE_MOUNT_DIR, c.SHM_MOUNT_DIR))
 TRAIN_GPUS = "(self.nodes * self.gpusPerNode - (has(self.rolloutGpus) ? self.rolloutGpus : 0))"
 MODEL_PARALLEL = "(self.parallelism.tensor * self.parallelism.pipeline * self.parallelism.context)"
 
@@ -56,6 +58,10 @@ CEL_RULES: tuple[tuple[str, str, str], ...] = (
      "loadBalancerSourceRanges is only used by a LoadBalancer service"),
     ("checkpoint", "!has(self.saveInterval) || has(self.path)",
      "checkpoint.path is required when saveInterval is set"),
+    ("checkpoint", f"!has(self.path) || !self.path.matches('^({AGENTRL_MOUNTS})(/|$)')",
+     "checkpoint.path must not be inside a directory agentrl mounts (read-only or in memory)"),
+    ("resources", "!self.gpuResourceName.matches('^([^/]*[.])?kubernetes[.]io/')",
+     "gpuResourceName must be a device plugin's resource, not a kubernetes.io one"),
 )  # fmt: skip
 ENV_ITEM_RULE = ("has(self.value) != has(self.valueFrom)", "set exactly one of value or valueFrom")
 ROOT_RULES = (

@@ -1,9 +1,13 @@
-"""Checks of the Kubernetes objects a spec passes through (volumes, mounts, tolerations...).
+"""Checks of the Kubernetes objects a spec passes through (volumes, mounts, tolerations...)
+and of the names that end up in Kubernetes objects.
 
-These are typed `KubeObject` in the models and copied verbatim into the RayJob's pod
-templates. The API server *prunes* unknown fields there instead of refusing them, so a typo
-(`claimNme`, `operater`) would vanish silently and surface hours later as an unschedulable
-pod or a missing volume. The most common mistakes are caught here, with the field's path.
+Volumes, mounts, tolerations and affinity are typed `KubeObject` in the models and copied
+verbatim into the RayJob's pod templates. The API server *prunes* unknown fields there
+instead of refusing them, so a typo (`claimNme`, `operater`) would vanish silently and
+surface hours later as an unschedulable pod or a missing volume. They are checked against
+Kubernetes' own core/v1 schema (`agentrl.api.kube_schema`), then for what the schema cannot
+say: one source per volume, names Kubernetes accepts, no clash with agentrl's own volumes
+and mounts.
 
 These rules read the document as written (wire form), defensively, so they also run when
 the typed parse failed: `agentrl validate` then still reports a bad name or a misspelt
@@ -16,46 +20,55 @@ import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from agentrl.api import kube_schema
+from agentrl.api.bounds import join
 from agentrl.api.constants import (
+    ANNOTATIONS_MAX_BYTES,
     BUNDLE_MOUNT_DIR,
+    BUNDLE_VOLUME,
     CONFIG_MOUNT_DIR,
+    CONFIG_VOLUME,
     EXTRA_CODE_MOUNT_ROOT,
     RAYJOB_NAME_MAX,
+    RESERVED_VOLUME_PREFIX,
     SHM_MOUNT_DIR,
+    SHM_VOLUME,
 )
 from agentrl.api.findings import Finding, err, repeats
+from agentrl.api.formats import (
+    DNS1035_LABEL,
+    DNS1123_LABEL,
+    DNS1123_LABEL_MAX,
+    DNS1123_SUBDOMAIN,
+    DNS1123_SUBDOMAIN_MAX,
+    FORMATS,
+    LABEL_VALUE,
+    QUALIFIED_NAME,
+    QUALIFIED_NAME_MAX,
+)
 
 RESERVED_MOUNTS = (SHM_MOUNT_DIR, CONFIG_MOUNT_DIR, BUNDLE_MOUNT_DIR, EXTRA_CODE_MOUNT_ROOT)
-# core/v1 Volume sources (Kubernetes 1.30+); a volume has exactly one.
-VOLUME_SOURCES = frozenset(
-    (
-        "awsElasticBlockStore", "azureDisk", "azureFile", "cephfs", "cinder", "configMap",
-        "csi", "downwardAPI", "emptyDir", "ephemeral", "fc", "flexVolume", "flocker",
-        "gcePersistentDisk", "gitRepo", "glusterfs", "hostPath", "image", "iscsi", "nfs",
-        "persistentVolumeClaim", "photonPersistentDisk", "portworxVolume", "projected",
-        "quobyte", "rbd", "scaleIO", "secret", "storageos", "vsphereVolume",
-    )
-)  # fmt: skip
-MOUNT_KEYS = frozenset(
-    (
-        "name", "mountPath", "subPath", "subPathExpr", "readOnly", "recursiveReadOnly",
-        "mountPropagation",
-    )
-)  # fmt: skip
-TOLERATION_KEYS = frozenset(("key", "operator", "value", "effect", "tolerationSeconds"))
+# core/v1 Volume sources (from the vendored schema); a volume has exactly one.
+VOLUME_SOURCES = frozenset(kube_schema.definition(kube_schema.VOLUME)["properties"]) - {"name"}
+RESERVED_VOLUMES = (SHM_VOLUME, CONFIG_VOLUME, BUNDLE_VOLUME)
 TOLERATION_OPERATORS = ("Exists", "Equal")
 TOLERATION_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
-AFFINITY_KEYS = frozenset(("nodeAffinity", "podAffinity", "podAntiAffinity"))
-LABEL_KEY = re.compile(
-    r"^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+# Enumerations core/v1 validation enforces where the schema only says "string".
+NODE_SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
+LABEL_SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
+MOUNT_PROPAGATIONS = ("None", "HostToContainer", "Bidirectional")
+EMPTY_DIR_MEDIA = ("", "Memory", "HugePages")
+DNS1035 = re.compile(DNS1035_LABEL)
+_DNS1123_LABEL = re.compile(DNS1123_LABEL)
+_SUBDOMAIN = re.compile(DNS1123_SUBDOMAIN)
+_QUALIFIED = re.compile(QUALIFIED_NAME)
+_LABEL_VALUE = re.compile(LABEL_VALUE)
+# Object names inside volume sources: (source, field) -> the object they name.
+NAMED_OBJECTS = (
+    ("persistentVolumeClaim", "claimName", "PersistentVolumeClaim"),
+    ("configMap", "name", "ConfigMap"),
+    ("secret", "secretName", "Secret"),
 )
-DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
-LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$")
-
-
-def unknown_keys(obj: Mapping[str, Any], known: frozenset[str], path: str) -> Iterator[Finding]:
-    for key in sorted(set(obj) - known):
-        yield err(f"{path}.{key}", "unknown field", "accepted: " + ", ".join(sorted(known)))
 
 
 def _at(doc: Any, *keys: str) -> Any:
@@ -72,6 +85,18 @@ def _dicts(value: Any) -> list[tuple[int, Mapping[str, Any]]]:
     if not isinstance(value, list):
         return []
     return [(i, item) for i, item in enumerate(value) if isinstance(item, Mapping)]
+
+
+def _object_name(path: str, value: Any, kind: str) -> Iterator[Finding]:
+    """`value` is a valid name of a `kind` object (RFC 1123 subdomain)."""
+    if not isinstance(value, str):
+        return  # the schema check reports missing or mistyped names
+    if not value:
+        yield err(path, f"the {kind} name is empty", "name the object")
+        return
+    if len(value) > DNS1123_SUBDOMAIN_MAX or not _SUBDOMAIN.match(value):
+        fmt = FORMATS[DNS1123_SUBDOMAIN]
+        yield err(path, f"{value!r} is {fmt.message} for a {kind}", fmt.hint)
 
 
 def name_fits(body: Mapping[str, Any]) -> Iterator[Finding]:
@@ -95,42 +120,112 @@ def name_fits(body: Mapping[str, Any]) -> Iterator[Finding]:
         )
 
 
+def metadata_fits(body: Mapping[str, Any]) -> Iterator[Finding]:
+    """`metadata.namespace` is an RFC 1123 label; labels and annotations are what the API
+    server stores (valid keys, label values, 256 KiB of annotations); agentrl copies the
+    experiment's name into every child's labels.
+    """
+    namespace = _at(body, "metadata", "namespace")
+    if isinstance(namespace, str) and (
+        len(namespace) > DNS1123_LABEL_MAX or not _DNS1123_LABEL.match(namespace)
+    ):
+        fmt = FORMATS[DNS1123_LABEL]
+        yield err("metadata.namespace", f"{namespace!r} is {fmt.message}", fmt.hint)
+    labels = _at(body, "metadata", "labels")
+    if isinstance(labels, Mapping):
+        yield from _keys("metadata.labels", labels, "label")
+        for key, value in labels.items():
+            if not isinstance(value, str) or len(value) > 63 or not _LABEL_VALUE.match(value):
+                fmt = FORMATS[LABEL_VALUE]
+                yield err(join("metadata.labels", str(key)), fmt.message, fmt.hint)
+    annotations = _at(body, "metadata", "annotations")
+    if isinstance(annotations, Mapping):
+        yield from _annotations("metadata.annotations", annotations)
+
+
 def volumes(body: Mapping[str, Any]) -> Iterator[Finding]:
-    """Volumes are named, unique and have exactly one known source; every mount names a
-    declared volume at an absolute path clear of agentrl's own mounts.
+    """Volumes are core/v1 Volumes with exactly one source, a unique RFC 1123 name that is not
+    one of agentrl's own (`dshm`, `agentrl-*`), and valid names of the objects they mount.
     """
     declared: list[str] = []
     for i, vol in _dicts(_at(body, "spec", "runtime", "volumes")):
         path = f"spec.runtime.volumes[{i}]"
+        schema_findings = kube_schema.check(vol, kube_schema.VOLUME, path)
+        yield from schema_findings
         name = vol.get("name")
-        if not isinstance(name, str) or not name:
-            yield err(f"{path}.name", "required field is missing", "name the volume")
-        else:
+        if isinstance(name, str) and name:
             declared.append(name)
-        yield from unknown_keys(vol, VOLUME_SOURCES | {"name"}, path)
-        if len(set(vol) & VOLUME_SOURCES) != 1 and not set(vol) - VOLUME_SOURCES - {"name"}:
-            yield err(path, "needs exactly one volume source", "e.g. persistentVolumeClaim")
+            yield from _volume_name(f"{path}.name", name)
+        given = set(vol) & VOLUME_SOURCES
+        if len(given) != 1 and not any(f[1] == "unknown field" for f in schema_findings):
+            yield err(
+                path,
+                "needs exactly one volume source" + (f", has {len(given)}" if given else ""),
+                "e.g. persistentVolumeClaim: {claimName: models}",
+            )
+        for source, field, kind in NAMED_OBJECTS:
+            yield from _object_name(f"{path}.{source}.{field}", _at(vol, source, field), kind)
+        medium = _at(vol, "emptyDir", "medium")
+        if isinstance(medium, str) and not (
+            medium in EMPTY_DIR_MEDIA or medium.startswith("HugePages-")
+        ):
+            yield err(f"{path}.emptyDir.medium", f"{medium!r} is not a medium", 'Memory or ""')
     for i, name in repeats(declared):
         yield err(f"spec.runtime.volumes[{i}].name", f"volume {name!r} twice", "rename one")
-    for i, mount in _dicts(_at(body, "spec", "runtime", "volumeMounts")):
+    mounts = _dicts(_at(body, "spec", "runtime", "volumeMounts"))
+    for i, mount in mounts:
         yield from _mount(i, mount, declared)
+    paths = [str(m.get("mountPath")).rstrip("/") for _, m in mounts if "mountPath" in m]
+    for i, mount_path in repeats(paths):
+        yield err(
+            f"spec.runtime.volumeMounts[{i}].mountPath",
+            f"{mount_path} is mounted twice",
+            "Kubernetes refuses two mounts at one path",
+        )
+
+
+def _volume_name(path: str, name: str) -> Iterator[Finding]:
+    if name in RESERVED_VOLUMES or name.startswith(RESERVED_VOLUME_PREFIX):
+        yield err(
+            path,
+            f"{name!r} is a volume agentrl adds to every pod",
+            f"rename it: {', '.join(RESERVED_VOLUMES)} and names starting with "
+            f"{RESERVED_VOLUME_PREFIX!r} are reserved",
+        )
+    elif len(name) > DNS1123_LABEL_MAX or not _DNS1123_LABEL.match(name):
+        fmt = FORMATS[DNS1123_LABEL]
+        yield err(path, f"{name!r} is {fmt.message}", fmt.hint)
 
 
 def _mount(i: int, mount: Mapping[str, Any], declared: list[str]) -> Iterator[Finding]:
     path = f"spec.runtime.volumeMounts[{i}]"
-    unknown = list(unknown_keys(mount, MOUNT_KEYS, path))
-    yield from unknown
-    if mount.get("name") not in declared:
+    schema_findings = kube_schema.check(mount, kube_schema.VOLUME_MOUNT, path)
+    yield from schema_findings
+    name = mount.get("name")
+    if isinstance(name, str) and name not in declared:
         yield err(
             f"{path}.name",
-            f"no volume named {mount.get('name')!r} in runtime.volumes",
+            f"no volume named {name!r} in runtime.volumes",
             "declare the volume or fix the name",
         )
-    mount_path = str(mount.get("mountPath", ""))
-    if "mountPath" not in mount:
-        if not unknown:  # a misspelt mountPath is already reported once
-            yield err(f"{path}.mountPath", "required field is missing", "e.g. /models")
-    elif not mount_path.startswith("/"):
+    propagation = mount.get("mountPropagation")
+    if propagation is not None and propagation not in MOUNT_PROPAGATIONS:
+        yield err(
+            f"{path}.mountPropagation", f"{propagation!r} is not a mount propagation",
+            " or ".join(MOUNT_PROPAGATIONS),
+        )  # fmt: skip
+    for field in ("subPath", "subPathExpr"):
+        sub = mount.get(field)
+        if isinstance(sub, str) and (sub.startswith("/") or ".." in sub.split("/")):
+            yield err(
+                f"{path}.{field}",
+                f"{sub!r} must be a relative path without '..'",
+                "a path inside the volume, e.g. models/qwen",
+            )
+    mount_path = mount.get("mountPath")
+    if not isinstance(mount_path, str):
+        return  # missing or mistyped: the schema check said so
+    if not mount_path.startswith("/"):
         yield err(f"{path}.mountPath", "must be an absolute path", "e.g. /models")
     elif any(_overlaps(mount_path, r) for r in RESERVED_MOUNTS):
         yield err(
@@ -147,8 +242,8 @@ def _overlaps(a: str, b: str) -> bool:
 
 
 def placement(body: Mapping[str, Any]) -> Iterator[Finding]:
-    """Tolerations, affinity and node selectors are well-formed (unknown keys would be
-    dropped by the API server, leaving pods unschedulable).
+    """Tolerations and affinity are core/v1 objects (unknown keys would be dropped by the API
+    server, leaving pods unschedulable); node selector keys are label keys.
     """
     res = _at(body, "spec", "resources")
     for base, tolerations in (
@@ -159,18 +254,57 @@ def placement(body: Mapping[str, Any]) -> Iterator[Finding]:
             yield from _toleration(f"{base}[{i}]", tol)
     affinity = _at(res, "affinity")
     if isinstance(affinity, Mapping):
-        yield from unknown_keys(affinity, AFFINITY_KEYS, "spec.resources.affinity")
+        base = "spec.resources.affinity"
+        found = kube_schema.check(affinity, kube_schema.AFFINITY, base)
+        yield from found
+        if not found:
+            yield from _selector_operators(affinity, base)
     for base, selector in (
         ("spec.resources.nodeSelector", _at(res, "nodeSelector")),
         ("spec.resources.head.nodeSelector", _at(res, "head", "nodeSelector")),
     ):
-        for key, value in (selector or {}).items() if isinstance(selector, Mapping) else ():
-            if not LABEL_KEY.match(str(key)) or not LABEL_VALUE.match(str(value)):
-                yield err(f"{base}.{key}", f"{key}={value} is not a valid label", "")
+        if isinstance(selector, Mapping):
+            yield from _keys(base, selector, "label")
+
+
+def _keys(base: str, mapping: Mapping[Any, Any], what: str) -> Iterator[Finding]:
+    fmt = FORMATS[QUALIFIED_NAME]
+    for key in mapping:
+        text = str(key)
+        if len(text) > QUALIFIED_NAME_MAX or not _QUALIFIED.match(text):
+            yield err(join(base, text), f"{text!r} is not a valid {what} key", fmt.hint)
+
+
+def _selector_operators(node: Any, path: str) -> Iterator[Finding]:
+    """`operator` of every selector requirement in an affinity: node selector terms allow
+    Gt and Lt, label selectors do not (core/v1 validation; the schema says only "string").
+    """
+    stack: list[tuple[Any, str, tuple[str, ...]]] = [(node, path, ())]
+    while stack:
+        item, where, allowed = stack.pop()
+        if isinstance(item, list):
+            stack.extend((x, f"{where}[{i}]", allowed) for i, x in enumerate(item))
+        elif isinstance(item, Mapping):
+            op = item.get("operator")
+            if allowed and op is not None and op not in allowed:
+                yield err(f"{where}.operator", f"{op!r} is not an operator here", "/".join(allowed))
+            for key, value in item.items():
+                if key in ("matchExpressions", "matchFields"):
+                    ops = LABEL_SELECTOR_OPERATORS if where.endswith("Selector") else ()
+                    stack.append((value, f"{where}.{key}", ops or NODE_SELECTOR_OPERATORS))
+                else:
+                    stack.append((value, f"{where}.{key}", ()))
 
 
 def _toleration(path: str, tol: Mapping[str, Any]) -> Iterator[Finding]:
-    yield from unknown_keys(tol, TOLERATION_KEYS, path)
+    yield from kube_schema.check(tol, kube_schema.TOLERATION, path)
+    key = tol.get("key")
+    if (
+        isinstance(key, str)
+        and key
+        and (len(key) > QUALIFIED_NAME_MAX or not _QUALIFIED.match(key))
+    ):
+        yield err(f"{path}.key", f"{key!r} is not a valid taint key", FORMATS[QUALIFIED_NAME].hint)
     op = tol.get("operator", "Equal")
     if op not in TOLERATION_OPERATORS:
         yield err(f"{path}.operator", f"{op!r} is not Exists or Equal", "")
@@ -183,5 +317,24 @@ def _toleration(path: str, tol: Mapping[str, Any]) -> Iterator[Finding]:
         )
 
 
+def service_annotations(body: Mapping[str, Any]) -> Iterator[Finding]:
+    """The gateway Service's annotations have valid keys and fit Kubernetes' 256 KiB limit."""
+    annotations = _at(body, "spec", "gateway", "service", "annotations")
+    if isinstance(annotations, Mapping):
+        yield from _annotations("spec.gateway.service.annotations", annotations)
+
+
+def _annotations(base: str, annotations: Mapping[Any, Any]) -> Iterator[Finding]:
+    yield from _keys(base, annotations, "annotation")
+    size = sum(len(str(k).encode()) + len(str(v).encode()) for k, v in annotations.items())
+    if size > ANNOTATIONS_MAX_BYTES:
+        yield err(
+            base,
+            f"{size:,} bytes of annotations; Kubernetes allows {ANNOTATIONS_MAX_BYTES // 1024} KiB "
+            "per object",
+            "keep annotations short; put data in a ConfigMap",
+        )
+
+
 # Rules over the document as written; run whether or not the typed parse succeeded.
-DOCUMENT_RULES = (name_fits, volumes, placement)
+DOCUMENT_RULES = (name_fits, metadata_fits, volumes, placement, service_annotations)

@@ -10,12 +10,14 @@ unknown fields) live here; cross-field rules live in `agentrl.api.validation`.
 
 from __future__ import annotations
 
+import difflib
 from typing import Annotated, Final, Literal
 
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import AfterValidator, ConfigDict, Field, WithJsonSchema, model_validator
 from pydantic.alias_generators import to_camel
 
 from agentrl.api.base import (
+    INT32_MAX,
     QUANTITY_PATTERN,
     KubeObject,
     Model,
@@ -25,6 +27,23 @@ from agentrl.api.base import (
     SecretKeyRef,
 )
 from agentrl.api.constants import DEFAULT_GPU_RESOURCE, GATEWAY_PORT_DEFAULT, IMAGE_CUDA_HOME
+from agentrl.api.formats import (
+    ABSOLUTE_PATH,
+    IMAGE_REF,
+    PATH_MAX,
+    QUEUE_NAME,
+    TEXT_MAX,
+    URL_MAX,
+    WORD_MAX,
+    AbsolutePath,
+    ExtendedResource,
+    HttpUrl,
+    LabelValue,
+    ObjectName,
+    Text,
+    Word,
+)
+from agentrl.api.renderer_families import AUTO, FAMILIES, RENDERERS_VERSION
 from agentrl.api.status import Condition, Progress, RayJobMirror, RLExperimentStatus
 
 # Every API model and field type, so users of the API need this one module.
@@ -69,6 +88,65 @@ __all__ = [
     "WandbSpec",
 ]
 
+# ---- field types of this module ------------------------------------------------------
+
+# The files slime's Dataset reads (slime/utils/data.py `read_file`): local paths only, and the
+# rollout and the launcher's preflight read them as JSON lines.
+DATA_SUFFIX = ".jsonl"
+
+
+def _data_path(value: str) -> str:
+    if "://" in value:
+        scheme = value.split("://", 1)[0]
+        raise ValueError(
+            f"{scheme}:// URIs are not read: slime and the rollout open local files in the pods. "
+            "Copy the data onto a volume (e.g. a PVC in runtime.volumes, mounted by "
+            "runtime.volumeMounts) and give its absolute path"
+        )
+    if not value.startswith("/"):
+        raise ValueError(
+            f"{value!r} is not an absolute path; give the file's absolute path inside the pods"
+        )
+    if len(value) > PATH_MAX:
+        raise ValueError(f"longer than {PATH_MAX} characters")
+    if not value.endswith(DATA_SUFFIX):
+        raise ValueError(
+            f"{value!r} is not a {DATA_SUFFIX} file (slime refuses other formats at start)"
+        )
+    return value
+
+
+DataPath = Annotated[
+    str,
+    AfterValidator(_data_path),
+    WithJsonSchema(
+        {"type": "string", "minLength": 1, "maxLength": PATH_MAX, "pattern": ABSOLUTE_PATH}
+    ),
+]
+
+
+def _renderer_family(value: str) -> str:
+    if value == AUTO or value in FAMILIES:
+        return value
+    close = difflib.get_close_matches(value, FAMILIES, n=1, cutoff=0.5)
+    nearest = f"did you mean {close[0]!r}? " if close else ""
+    raise ValueError(
+        f"{value!r} is not a chat renderer family of renderers {RENDERERS_VERSION}; {nearest}"
+        "use `default` for the checkpoint's own chat template (e.g. Qwen2.5), or one of "
+        "the families listed in docs/api.md"
+    )
+
+
+RendererFamily = Annotated[
+    str,
+    AfterValidator(_renderer_family),
+    WithJsonSchema({"type": "string", "enum": [*FAMILIES, AUTO]}),
+]
+# A W&B project name: W&B refuses / \ # ? % : and more than 128 characters.
+WandbName = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[^/\\#?%:]+$")]
+
+ImageRef = Annotated[str, Field(min_length=1, max_length=URL_MAX, pattern=IMAGE_REF)]
+
 # ---- model -------------------------------------------------------------------------
 
 
@@ -77,6 +155,7 @@ class ModelSpec(Model):
         str,
         Field(
             min_length=1,
+            max_length=PATH_MAX,
             description="HF checkpoint dir inside the pods, or an HF id (downloaded by every "
             "pod at start; then refLoad must be a directory)",
         ),
@@ -85,19 +164,21 @@ class ModelSpec(Model):
         str,
         Field(
             min_length=1,
+            max_length=WORD_MAX,
             pattern=r"^[A-Za-z0-9._-]+$",
             description="slime model-args name: scripts/models/<type>.sh (e.g. qwen2.5-3B)",
         ),
     ]
-    renderer_family: str | None = Field(
+    renderer_family: RendererFamily | None = Field(
         default=None,
-        description="chat renderer family for the gateway; required when path is a local directory",
+        description="chat renderer family of the gateway (a `renderers` family, see below); "
+        "required when path is a local directory",
     )
-    tool_call_parser: str | None = None
+    tool_call_parser: Word | None = None
     """SGLang tool-call parser (e.g. `qwen25`); the gateway parses tool calls with the same
     parser.
     """
-    reasoning_parser: str | None = None
+    reasoning_parser: Word | None = None
     """SGLang reasoning parser (e.g. `qwen3`, `deepseek-r1`) for models that think before
     answering.
     """
@@ -105,7 +186,7 @@ class ModelSpec(Model):
     """Maximum tokens per sequence; when set, `grpo.maxResponseLength` must leave room for the
     prompt.
     """
-    ref_load: str | None = Field(
+    ref_load: Annotated[str, Field(min_length=1, max_length=PATH_MAX)] | None = Field(
         default=None,
         description="the trainer's starting checkpoint, a directory in the pods: HF or "
         "Megatron (slime --ref-load; defaults to path, so required when path is an HF id)",
@@ -120,8 +201,8 @@ class EvalSet(Model):
         str, Field(min_length=1, max_length=63, pattern=r"^[a-z0-9]([-_a-z0-9]*[a-z0-9])?$")
     ]
     """Name of the eval set in metrics and W&B (unique within `data.eval`)."""
-    path: Annotated[str, Field(min_length=1)]
-    """JSONL file inside the pods, same row format as `data.train`."""
+    path: DataPath
+    """JSONL file inside the pods (absolute path), same row format as `data.train`."""
     samples_per_prompt: PositiveInt = 1
     """Samples generated per eval prompt."""
     temperature: Annotated[float, Field(ge=0.0, le=2.0)] = 0.0
@@ -131,10 +212,10 @@ class EvalSet(Model):
 
 
 class DataSpec(Model):
-    train: Annotated[
-        str,
-        Field(min_length=1, description='JSONL; each row {"prompt": ..., "metadata": {...}}'),
-    ]
+    train: DataPath = Field(
+        description='JSONL file inside the pods (absolute path); each row {"prompt": ..., '
+        '"metadata": {...}}'
+    )
     eval: list[EvalSet] = Field(default_factory=list, max_length=16)
     """Eval sets, run every `evalInterval` rollouts."""
     eval_interval: PositiveInt = 10
@@ -149,11 +230,13 @@ class DataSpec(Model):
 class AgentCoreAgent(Model):
     """An AWS Bedrock AgentCore runtime invoked through boto3; results land in S3."""
 
-    runtime_arn: Annotated[str, Field(pattern=r"^arn:aws[a-z-]*:bedrock-agentcore:")]
+    runtime_arn: Annotated[
+        str, Field(max_length=2048, pattern=r"^arn:aws[a-z-]*:bedrock-agentcore:[^\s]*$")
+    ]
     """ARN of the AgentCore runtime that runs the agent."""
-    region: Annotated[str, Field(pattern=r"^[a-z]{2}(-[a-z]+)+-\d$")]
+    region: Annotated[str, Field(max_length=32, pattern=r"^[a-z]{2}(-[a-z]+)+-\d$")]
     """AWS region of the runtime (e.g. `us-west-2`)."""
-    s3_bucket: Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")]
+    s3_bucket: Annotated[str, Field(max_length=63, pattern=r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")]
     """Bucket where the agent writes each episode's result."""
     timeout_seconds: PositiveInt = 900
     """Wait per episode for the agent's result before it counts as failed."""
@@ -162,7 +245,7 @@ class AgentCoreAgent(Model):
 
 
 class HeaderFromSecret(Model):
-    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9-]+$")]
+    name: Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[A-Za-z0-9-]+$")]
     """HTTP header name (e.g. `Authorization`)."""
     secret_key_ref: SecretKeyRef
     """Secret key holding the header value; it reaches the pods as an env var, never a ConfigMap."""
@@ -171,7 +254,7 @@ class HeaderFromSecret(Model):
 class HttpAgent(Model):
     """Any agent behind HTTP: episodes are submitted, results come back by callback."""
 
-    url: Annotated[str, Field(pattern=r"^https?://")]
+    url: HttpUrl
     """Endpoint that starts an episode."""
     timeout_seconds: PositiveInt = 900
     """Wait per episode for the agent's result before it counts as failed."""
@@ -196,7 +279,7 @@ class AgentSpec(Model):
         default=None,
         description="boto3/HTTP pool size; derived from maxConcurrent when unset",
     )
-    model_id: str = "default"
+    model_id: Annotated[str, Field(min_length=1, max_length=256)] = "default"
     """Model name the agent sees in its OpenAI/Anthropic requests."""
 
     @property
@@ -219,9 +302,11 @@ class AgentSpec(Model):
 class GatewayServiceSpec(Model):
     type: Literal["ClusterIP", "LoadBalancer"] = "ClusterIP"
     """How agents reach the gateway: `ClusterIP` (in-cluster) or `LoadBalancer`."""
-    annotations: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, Text] = Field(default_factory=dict, max_length=64)
     """Annotations on the Service (e.g. cloud load-balancer settings)."""
-    load_balancer_source_ranges: list[str] = Field(default_factory=list, max_length=64)
+    load_balancer_source_ranges: list[Annotated[str, Field(max_length=64)]] = Field(
+        default_factory=list, max_length=64
+    )
     """CIDRs allowed to reach a LoadBalancer Service."""
 
 
@@ -236,7 +321,7 @@ class GatewaySpec(Model):
     """Gateway port on the head pod and the Service."""
     service: GatewayServiceSpec = Field(default_factory=GatewayServiceSpec)
     """The Service in front of the gateway and the metrics port."""
-    public_url: Annotated[str, Field(pattern=r"^https?://")] | None = Field(
+    public_url: HttpUrl | None = Field(
         default=None,
         description="URL remote agents use to reach the gateway (e.g. the LoadBalancer's DNS "
         "name); defaults to the in-cluster Service URL",
@@ -356,8 +441,8 @@ class HeadSpec(Model):
     memory: Quantity = "32Gi"
     """Memory of the head pod."""
     shm_size: Quantity = Field(default="8Gi", description="memory-backed /dev/shm of the head pod")
-    node_selector: dict[str, str] = Field(
-        default_factory=dict, description="placement of the head pod (CPU nodes)"
+    node_selector: dict[str, LabelValue] = Field(
+        default_factory=dict, max_length=64, description="placement of the head pod (CPU nodes)"
     )
     tolerations: list[KubeObject] = Field(default_factory=list, max_length=32)
     """Tolerations of the head pod."""
@@ -368,8 +453,8 @@ class ResourcesSpec(Model):
     """GPU nodes (one Ray worker pod each)."""
     gpus_per_node: PositiveInt = 8
     """GPUs per node."""
-    gpu_resource_name: str = DEFAULT_GPU_RESOURCE
-    """Extended resource that requests GPUs."""
+    gpu_resource_name: ExtendedResource = DEFAULT_GPU_RESOURCE
+    """Extended resource that requests GPUs (e.g. `nvidia.com/gpu`, `amd.com/gpu`)."""
     parallelism: Parallelism = Field(default_factory=Parallelism)
     """Megatron parallelism; tensor x pipeline x context must divide the training GPUs."""
     rollout_gpus_per_engine: PositiveInt = 2
@@ -387,19 +472,20 @@ class ResourcesSpec(Model):
     """Memory per GPU pod (includes `/dev/shm`)."""
     shm_size: Quantity = "64Gi"
     """Size of the memory-backed `/dev/shm` of each GPU pod."""
-    extra_resources: dict[str, Annotated[int, Field(ge=1)]] = Field(
+    extra_resources: dict[str, Annotated[int, Field(ge=1, le=INT32_MAX)]] = Field(
         default_factory=dict,
+        max_length=16,
         description="extra device resources per GPU pod, e.g. vpc.amazonaws.com/efa: 32",
     )
     head: HeadSpec = Field(default_factory=HeadSpec)
     """The CPU head pod."""
-    node_selector: dict[str, str] = Field(default_factory=dict)
+    node_selector: dict[str, LabelValue] = Field(default_factory=dict, max_length=64)
     """Node selector of the GPU pods."""
     tolerations: list[KubeObject] = Field(default_factory=list, max_length=32)
     """Tolerations of the GPU pods."""
     affinity: KubeObject | None = None
     """Affinity of the GPU pods (a Kubernetes Affinity object)."""
-    priority_class_name: str | None = None
+    priority_class_name: ObjectName | None = None
     """PriorityClass of every pod."""
 
     @property
@@ -428,9 +514,9 @@ class EnvVarSource(Model):
 
 
 class EnvVar(Model):
-    name: Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+    name: Annotated[str, Field(max_length=253, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
     """Variable name."""
-    value: str | None = None
+    value: Text | None = None
     """Literal value (no secrets: use `valueFrom`)."""
     value_from: EnvVarSource | None = None
     """Value from a Secret key."""
@@ -445,20 +531,24 @@ class EnvVar(Model):
 class ExtraCode(Model):
     """A ConfigMap of the user's own Python modules, mounted and put on PYTHONPATH."""
 
-    config_map: Annotated[str, Field(min_length=1, max_length=253)]
+    config_map: ObjectName
     """ConfigMap name; its keys become files under `/opt/agentrl/extra/<index>`."""
 
 
 class RuntimeSpec(Model):
-    image: str | None = Field(default=None, description="defaults to the operator's pinned image")
+    image: ImageRef | None = Field(
+        default=None, description="defaults to the operator's pinned image"
+    )
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
     """Pull policy of every Ray container."""
-    cuda_home: str = IMAGE_CUDA_HOME
+    cuda_home: AbsolutePath = IMAGE_CUDA_HOME
     """CUDA toolkit inside the image; sets CUDA_HOME and LD_LIBRARY_PATH everywhere."""
-    slime_dir: str = Field(default="/root/slime", description="slime checkout inside the image")
+    slime_dir: AbsolutePath = Field(
+        default="/root/slime", description="slime checkout inside the image"
+    )
     env: list[EnvVar] = Field(default_factory=list, max_length=128)
     """Extra env vars of every Ray container."""
-    service_account_name: str | None = None
+    service_account_name: ObjectName | None = None
     """ServiceAccount of every pod (IRSA / workload identity for S3 and AgentCore)."""
     volumes: list[KubeObject] = Field(default_factory=list, max_length=32)
     """Extra pod volumes (Kubernetes Volume objects: model, data, checkpoint PVCs)."""
@@ -466,7 +556,7 @@ class RuntimeSpec(Model):
     """Mounts of those volumes in every Ray container."""
     extra_code: list[ExtraCode] = Field(default_factory=list, max_length=16)
     """ConfigMaps of your own Python modules, mounted and put on PYTHONPATH."""
-    extra_args: list[str] = Field(
+    extra_args: list[Annotated[str, Field(max_length=TEXT_MAX)]] = Field(
         default_factory=list, max_length=256, description="passed to slime verbatim, last"
     )
 
@@ -475,8 +565,8 @@ class RuntimeSpec(Model):
 
 
 class CheckpointSpec(Model):
-    path: str | None = None
-    """Checkpoint directory inside the pods (on a shared volume)."""
+    path: AbsolutePath | None = None
+    """Checkpoint directory inside the pods (absolute, on a shared volume)."""
     save_interval: PositiveInt | None = None
     """Rollouts between checkpoints (needs `path`)."""
     resume: bool = True
@@ -484,11 +574,11 @@ class CheckpointSpec(Model):
 
 
 class WandbSpec(Model):
-    project: Annotated[str, Field(min_length=1)]
+    project: WandbName
     """W&B project."""
-    group: str | None = None
+    group: WandbName | None = None
     """W&B group."""
-    host: str | None = None
+    host: HttpUrl | None = None
     """W&B server URL (self-hosted)."""
     api_key_secret: SecretKeyRef
     """Secret key with the W&B API key (reaches the pods as WANDB_API_KEY)."""
@@ -500,7 +590,9 @@ class TrackingSpec(Model):
 
 
 class SchedulingSpec(Model):
-    queue_name: str | None = Field(default=None, description="Kueue LocalQueue name")
+    queue_name: Annotated[str, Field(min_length=1, max_length=63, pattern=QUEUE_NAME)] | None = (
+        Field(default=None, description="Kueue LocalQueue name (also a label value on the RayJob)")
+    )
 
 
 # ---- the experiment ----------------------------------------------------------------

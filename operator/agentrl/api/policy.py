@@ -50,7 +50,8 @@ class PolicyError(ValueError):
 class HostPath(Model):
     """A host directory pods may mount, with everything beneath it."""
 
-    model_config = ConfigDict(frozen=True)
+    # Not strict like the spec models: chart values arrive as lists for these tuples.
+    model_config = ConfigDict(frozen=True, strict=False)
 
     path_prefix: Annotated[str, Field(min_length=1)]
     """Absolute path on the node; `/data` allows `/data` and `/data/x`, not `/database`."""
@@ -74,7 +75,8 @@ class Policy(Model):
     Immutable (tuples, frozen), so one instance can be shared by every reconcile.
     """
 
-    model_config = ConfigDict(frozen=True)
+    # Not strict like the spec models: chart values arrive as lists for these tuples.
+    model_config = ConfigDict(frozen=True, strict=False)
 
     volume_types: tuple[str, ...] = tuple(sorted(BASELINE_VOLUME_TYPES))
     """Volume types `spec.runtime.volumes` may use (core/v1 Volume source names)."""

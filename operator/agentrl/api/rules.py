@@ -9,18 +9,33 @@ were allocated; here it fails before anything is created.
 from __future__ import annotations
 
 import ipaddress
+import json
 import re
 from collections.abc import Iterator
+from typing import Any
 
+from agentrl.api.bounds import MAX_OBJECT_BYTES, join
 from agentrl.api.constants import (
+    BUNDLE_MOUNT_DIR,
+    CONFIG_MOUNT_DIR,
+    CONFIGMAP_MAX_BYTES,
     ENV_CONFIG_PATH,
     METRICS_PORT,
     RAY_DASHBOARD_PORT,
+    SHM_MOUNT_DIR,
 )
 from agentrl.api.findings import Finding, Rule, err, repeats, warn
+from agentrl.api.formats import EXTENDED_RESOURCE, FORMATS
 from agentrl.api.models import ZERO_REWARD_VARIANCE, RLExperiment
+from agentrl.api.partial import require_parsed
 from agentrl.api.quantity import parse_quantity
-from agentrl.api.runtime import ENV_HTTP_HEADER_PREFIX, ENV_WANDB_API_KEY
+from agentrl.api.renderer_families import AUTO
+from agentrl.api.runtime import (
+    ENV_HTTP_HEADER_PREFIX,
+    ENV_WANDB_API_KEY,
+    RuntimeConfig,
+    config_spec,
+)
 
 # Ports Ray itself listens on in the head pod (GCS, client, dashboard, node metrics).
 RAY_PORTS = frozenset({6379, 10001, RAY_DASHBOARD_PORT, 8080})
@@ -32,6 +47,20 @@ RESERVED_ENV = frozenset(
 )
 
 R = "resources"
+# A Hugging Face repo id (huggingface_hub's validate_repo_id): owner/name, 96 characters.
+HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]{0,95}/[\w.-]{1,96}$")
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+_EXTENDED = re.compile(EXTENDED_RESOURCE)
+# Words of an env var name that mark a secret (`HF_TOKEN`, `AWS_SECRET_ACCESS_KEY`,
+# `DB_PASSWORD`, `OPENAI_API_KEY`); `TOKENIZERS_PARALLELISM` and `MAX_TOKENS` are not secrets.
+_SECRET_WORDS = frozenset(
+    ("SECRET", "SECRETS", "TOKEN", "PASSWORD", "PASSWD", "CREDENTIAL", "CREDENTIALS", "APIKEY")
+)
+# What the renderer adds to the runtime config besides the spec (slime flags, names, URLs);
+# generous, so the rule refuses before the ConfigMap would.
+CONFIG_HEADROOM = 64 * 1024
+# A RayJob without user content (three pod templates, ports, labels): about 6 KiB.
+RAYJOB_BASE_BYTES = 16 * 1024
 
 
 def one_agent_backend(exp: RLExperiment) -> Iterator[Finding]:
@@ -77,11 +106,13 @@ def renderer_for_local_model(exp: RLExperiment) -> Iterator[Finding]:
     inferred from a path).
     """
     model = exp.spec.model
-    if model.renderer_family is None and is_local_path(model.path):
+    if model.renderer_family in (None, AUTO) and is_local_path(model.path):
         yield err(
             "spec.model.rendererFamily",
-            f"required because model.path {model.path!r} is a local directory",
-            "set the chat renderer family of the checkpoint, e.g. qwen2.5 or llama3",
+            f"required because model.path {model.path!r} is a local directory"
+            + (" (`auto` resolves only Hugging Face ids)" if model.renderer_family else ""),
+            "set the checkpoint's `renderers` family, e.g. qwen3 or llama-3, or `default` for "
+            "its own chat template (Qwen2.5); the list is in docs/api.md",
         )
 
 
@@ -91,6 +122,18 @@ def trainer_weights_on_disk(exp: RLExperiment) -> Iterator[Finding]:
     fine for SGLang and the tokenizer only.
     """
     model = exp.spec.model
+    for field, path in (("path", model.path), ("refLoad", model.ref_load)):
+        if path is not None and _CONTROL.search(path):
+            yield err(f"spec.model.{field}", "contains a control character", "remove it")
+            return
+    if not is_local_path(model.path) and not HUB_ID.match(model.path):
+        yield err(
+            "spec.model.path",
+            f"{model.path!r} is neither an absolute path nor a Hugging Face id",
+            "a hub id is owner/name in letters, digits, '-', '_' and '.' (at most 96 "
+            "characters); a local checkpoint is an absolute path in the pods",
+        )
+        return
     if model.ref_load is None and not is_local_path(model.path):
         yield err(
             "spec.model.refLoad",
@@ -389,6 +432,36 @@ def env_vars(exp: RLExperiment) -> Iterator[Finding]:
             yield err(path, f"{env.name} comes from tracking.wandb.apiKeySecret", "remove it")
 
 
+def looks_secret(name: str) -> bool:
+    """An env var name that usually carries a secret (`*_KEY`, `*TOKEN`, `*SECRET*`...)."""
+    words = name.upper().split("_")
+    return words[-1] == "KEY" or any(w in _SECRET_WORDS or w.endswith("TOKEN") for w in words)
+
+
+def secrets_in_plain_text(exp: RLExperiment) -> Iterator[Finding]:
+    """Warning: an env var whose name looks like a secret has a plain-text `value` (it would
+    sit in the RayJob, readable by anyone who may read RayJobs); `valueFrom.secretKeyRef` keeps
+    it in a Secret. The same for a slime flag in `extraArgs` that takes a key or a password.
+    """
+    for i, env in enumerate(exp.spec.runtime.env):
+        if env.value is not None and env.value != "" and looks_secret(env.name):
+            yield warn(
+                f"spec.runtime.env[{i}].value",
+                f"{env.name} looks like a secret but its value is plain text in the spec",
+                "use valueFrom.secretKeyRef (a Secret key) instead of value",
+            )
+    for i, arg in enumerate(exp.spec.runtime.extra_args):
+        flag = arg.split("=", 1)[0]
+        if flag.startswith("--") and looks_secret(flag[2:].replace("-", "_")):
+            yield warn(
+                f"spec.runtime.extraArgs[{i}]",
+                f"{flag} takes a secret; extraArgs are stored in plain text in the runtime-config "
+                "ConfigMap",
+                "pass secrets as env from a Secret (runtime.env[].valueFrom; W&B: "
+                "tracking.wandb.apiKeySecret)",
+            )
+
+
 def _reserved_env_hint(name: str) -> str:
     if name == "CUDA_HOME":
         return "set runtime.cudaHome instead"
@@ -406,23 +479,126 @@ def extra_code(exp: RLExperiment) -> Iterator[Finding]:
 
 
 def extra_resources(exp: RLExperiment) -> Iterator[Finding]:
-    """extraResources are extended resources (like `vpc.amazonaws.com/efa`), not the GPU, CPU or
-    memory.
+    """`gpuResourceName` and `extraResources` are device-plugin resources (`nvidia.com/gpu`,
+    `vpc.amazonaws.com/efa`): never cpu, memory or a kubernetes.io name, which would overwrite
+    the pod's own limits; extraResources never repeat the GPU resource.
     """
     res = exp.spec.resources
+    if _native(res.gpu_resource_name):
+        yield err(
+            f"spec.{R}.gpuResourceName",
+            f"{res.gpu_resource_name!r} is a Kubernetes resource, not a device plugin's",
+            "e.g. nvidia.com/gpu or amd.com/gpu",
+        )
     for name in res.extra_resources:
         path = f"spec.{R}.extraResources"
         if name == res.gpu_resource_name:
             yield err(path, f"{name} is the GPU resource", "GPUs come from gpusPerNode")
-        elif name in ("cpu", "memory") or "/" not in name:
-            yield err(path, f"{name!r} is not an extended resource", "e.g. vpc.amazonaws.com/efa")
+        elif not _EXTENDED.match(name) or len(name) > 253 or _native(name):
+            fmt = FORMATS[EXTENDED_RESOURCE]
+            yield err(join(path, name), f"{name!r} is {fmt.message}", "e.g. vpc.amazonaws.com/efa")
+
+
+def _native(resource: str) -> bool:
+    """In Kubernetes' own domain: no device plugin advertises it (core/v1 validation)."""
+    domain = resource.split("/", 1)[0]
+    return domain == "kubernetes.io" or domain.endswith(".kubernetes.io")
 
 
 def checkpoint(exp: RLExperiment) -> Iterator[Finding]:
-    """`checkpoint.saveInterval` needs `checkpoint.path`."""
+    """`checkpoint.saveInterval` needs `checkpoint.path`, which is not inside a directory
+    agentrl mounts read-only; a warning when it is on no volume (checkpoints would be written
+    into the container and lost with the pod).
+    """
     ckpt = exp.spec.checkpoint
     if ckpt.save_interval is not None and ckpt.path is None:
         yield err("spec.checkpoint.path", "required when saveInterval is set", "set a PVC path")
+    if ckpt.path is None:
+        return
+    if any(_under(ckpt.path, d) for d in (CONFIG_MOUNT_DIR, BUNDLE_MOUNT_DIR, SHM_MOUNT_DIR)):
+        yield err(
+            "spec.checkpoint.path",
+            f"{ckpt.path} is inside a directory agentrl mounts (read-only or in memory)",
+            "put checkpoints on a volume of your own (runtime.volumes/volumeMounts)",
+        )
+        return
+    mounts = [m.get("mountPath") for m in exp.spec.runtime.volume_mounts]
+    if not any(isinstance(m, str) and _under(ckpt.path, m) for m in mounts):
+        yield warn(
+            "spec.checkpoint.path",
+            f"{ckpt.path} is on no volume of runtime.volumeMounts: checkpoints would be "
+            "written into the container and lost with the pod (and each node would keep "
+            "its own shards)",
+            "mount a shared PVC there",
+        )
+
+
+def _under(path: str, directory: str) -> bool:
+    directory = directory.rstrip("/") + "/"
+    return (path.rstrip("/") + "/").startswith(directory)
+
+
+def children_fit(exp: RLExperiment) -> Iterator[Finding]:
+    """The objects agentrl creates fit Kubernetes' limits: the runtime-config ConfigMap holds
+    at most 1 MiB (the spec, extraArgs included), the RayJob at most 1.5 MiB (env, volumes
+    and placement are copied into two pod templates).
+    """
+    require_parsed(exp)
+    spec = exp.spec
+    # Neither child copies more than three times the spec; most specs are a few KiB, so
+    # one serialization settles it.
+    compact = len(spec.model_dump_json(by_alias=True, exclude_none=True))
+    if 3 * compact + CONFIG_HEADROOM + RAYJOB_BASE_BYTES < CONFIGMAP_MAX_BYTES:
+        return
+    config = RuntimeConfig(
+        experiment=exp.metadata.name,
+        namespace=exp.metadata.namespace,
+        bundle_version="0",
+        spec=config_spec(spec),
+        gateway_url="",
+    )
+    size = len(config.to_json().encode()) + CONFIG_HEADROOM
+    if size > CONFIGMAP_MAX_BYTES:
+        parts = {f"spec.{k}": v for k, v in _sizes(config_spec(spec).dump(), depth=2).items()}
+        yield err(
+            max(parts, key=lambda p: parts[p]),
+            f"the runtime-config ConfigMap would hold about {size // 1024} KiB; Kubernetes "
+            f"allows {CONFIGMAP_MAX_BYTES // 1024} KiB",
+            "shorten this field (large data belongs on a volume)",
+        )
+    rt, res = spec.runtime.dump(), spec.resources.dump()
+    copied = {
+        "spec.runtime.env": 2 * _json_size(rt.get("env", [])),
+        "spec.runtime.volumes": 3 * _json_size(rt.get("volumes", [])),
+        "spec.runtime.volumeMounts": 2 * _json_size(rt.get("volumeMounts", [])),
+        "spec.resources.affinity": _json_size(res.get("affinity", {})),
+        "spec.resources.tolerations": _json_size(res.get("tolerations", [])),
+        "spec.resources.head.tolerations": 2 * _json_size(res["head"].get("tolerations", [])),
+    }
+    total = RAYJOB_BASE_BYTES + sum(copied.values())
+    if total > MAX_OBJECT_BYTES:
+        yield err(
+            max(copied, key=lambda p: copied[p]),
+            f"the RayJob would be about {total // 1024} KiB; Kubernetes stores objects up to "
+            f"{MAX_OBJECT_BYTES // 1024} KiB",
+            "this field is copied into every pod template; shorten it",
+        )
+
+
+def _json_size(value: Any) -> int:
+    return len(json.dumps(value, separators=(",", ":")).encode())
+
+
+def _sizes(tree: dict[str, Any], depth: int, prefix: str = "") -> dict[str, int]:
+    """Serialized size of every subtree `depth` levels down ('runtime.extraArgs': 1234)."""
+    out: dict[str, int] = {}
+    for key, value in tree.items():
+        path = f"{prefix}.{key}" if prefix else key
+        if depth > 1 and isinstance(value, dict) and value:
+            out.update(_sizes(value, depth - 1, path))
+        else:
+            out[path] = _json_size(value)
+    return out
 
 
 ALL_RULES: tuple[Rule, ...] = (
@@ -445,4 +621,6 @@ ALL_RULES: tuple[Rule, ...] = (
     extra_code,
     extra_resources,
     checkpoint,
+    secrets_in_plain_text,
+    children_fit,
 )

@@ -3,7 +3,9 @@
 The renderer serialises a `RuntimeConfig` into the runtime-config ConfigMap; the launcher
 and the rollout function parse it back with the same model. It never holds a secret value:
 secrets reach the pods as environment variables from `secretKeyRef`, and the config only
-names those variables.
+names those variables. Nor does it hold `runtime.env` (`config_spec`): those values reach
+the pods as container env, and a ConfigMap is readable by anyone who may read ConfigMaps in
+the namespace, so a plain-text value that should have been a Secret stays out of it.
 """
 
 from __future__ import annotations
@@ -25,6 +27,12 @@ ENV_HTTP_HEADER_PREFIX: Final = "AGENTRL_HTTP_HEADER_"
 def http_header_env_name(index: int) -> str:
     """The env var that holds the value of `agent.http.headers[index]`."""
     return f"{ENV_HTTP_HEADER_PREFIX}{index}"
+
+
+def config_spec(spec: RLExperimentSpec) -> RLExperimentSpec:
+    """The spec as the runtime config carries it: without `runtime.env` (no code in the pods
+    reads it from the config; the containers get it as env)."""
+    return spec.model_copy(update={"runtime": spec.runtime.model_copy(update={"env": []})})
 
 
 class RuntimeConfig(Model):

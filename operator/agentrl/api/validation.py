@@ -1,18 +1,21 @@
 """Every problem with an RLExperiment, at once, each with its field path and a fix.
 
-`parse_experiment` turns pydantic's structural errors (types, ranges, unknown fields) into
-`Problem`s with wire-form paths (`spec.resources.parallelism.tensor`); `validate_experiment`
-adds the cross-field rules a schema cannot express (GPU arithmetic, batch divisibility,
-derived name lengths), given the operator's `Policy`, what the platform team does not allow
-(`agentrl.api.policy`), and given the caller's `DefaultImage`, that the pods will have an image
-(`agentrl.api.images`). The operator, the CLI and the tests all read the same list, so a spec
+`parse_experiment` first checks the document's bounds (`agentrl.api.bounds`: size, depth,
+JSON values, hidden characters), so nothing hostile reaches a parser; then turns pydantic's
+structural errors (types, ranges, unknown fields) into `Problem`s with wire-form paths
+(`spec.resources.parallelism.tensor`); then runs every rule: the checks of the Kubernetes
+objects the spec passes through (`kube_rules`, on the document as written) and the
+cross-field rules a schema cannot express (`rules`: GPU arithmetic, batch divisibility,
+derived name lengths), and, given the operator's `Policy`, what the platform team does not
+allow (`agentrl.api.policy`), and given the caller's `DefaultImage`, that the pods will have
+an image (`agentrl.api.images`). When some fields did not parse, the cross-field rules run on
+what did (`agentrl.api.partial`), and a rule that needs a broken field is skipped, so one run
+reports every problem. The operator, the CLI and the tests all read the same list, so a spec
 rejected by `agentrl validate` is rejected by the cluster with the same words.
 """
 
 from __future__ import annotations
 
-import contextlib
-import copy
 import difflib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -21,13 +24,15 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 from pydantic.alias_generators import to_camel
 
-from agentrl.api import kube_rules, rules, security
-from agentrl.api.base import QUANTITY_PATTERN
-from agentrl.api.findings import Severity
+from agentrl.api import bounds, kube_rules, partial, rules, security
+from agentrl.api.findings import Rule, Severity
+from agentrl.api.formats import text_format
 from agentrl.api.images import DefaultImage, image_findings
 from agentrl.api.models import RLExperiment
 from agentrl.api.policy import Policy
 from agentrl.api.policy import check as policy_check
+
+MISSING = "required field is missing"
 
 
 @dataclass(frozen=True)
@@ -40,7 +45,7 @@ class Problem:
     severity: Severity = "error"
 
     def __str__(self) -> str:
-        text = f"{self.path}: {self.message}"
+        text = f"{self.path}: {self.message}" if self.path else self.message
         if self.hint:
             text += f" ({self.hint})"
         if self.severity == "warning":
@@ -66,28 +71,31 @@ def parse_experiment(
     operator's, or the CLI's `--image`), a spec the pods would get no image for is a problem
     on `spec.runtime.image`; without it, images are not judged.
 
-    `status` is ignored: it is the operator's to write, not the user's to get right, and
-    whatever it holds (kopf's own bookkeeping included) must never make a spec invalid.
+    `status` and `metadata.managedFields` are ignored: they are the operator's and the API
+    server's to write, not the user's to get right, and must never make a spec invalid.
     """
     if not isinstance(body, Mapping):  # YAML can hold a list or a scalar
         problem = Problem("", "the document is not a mapping", "write an RLExperiment object")  # type: ignore[unreachable]
         return None, [problem]
     body = {k: v for k, v in body.items() if k != "status"}
+    meta = body.get("metadata")
+    if isinstance(meta, Mapping) and "managedFields" in meta:
+        # The API server's own bookkeeping: not the user's to size, and never read here.
+        body["metadata"] = {k: v for k, v in meta.items() if k != "managedFields"}
+    violations = bounds.check_document(body)
+    if violations:
+        # Nothing else reads a document outside the bounds: that is what they protect.
+        return None, [Problem(v.path, v.message, v.hint) for v in violations]
     try:
         exp = _typed(body)
     except ValidationError as err:
-        # Typed rules need a typed spec; the document rules still run on what was written.
-        problems = _from_pydantic(err, body)
-        seen = {p.path for p in problems}
-        later = _document_problems(body)
-        unknown = [e["loc"] for e in err.errors() if e["type"] == "extra_forbidden"]
-        if len(unknown) == len(err.errors()):
-            # Only unknown fields (typos): the cross-field rules can still judge the rest,
-            # so one typo does not hide every other problem until the next run.
-            with contextlib.suppress(ValidationError):
-                typed = _typed(_without(body, unknown))
-                later = validate_experiment(typed, policy, default_image=default_image)
-        return None, problems + [p for p in later if p.path not in seen]
+        structural = _from_pydantic(err, body)
+        # Every rule whose inputs parsed still runs, on the fields that did.
+        typed = partial.build(RLExperiment, body)
+        checks = _checks(policy, default_image)
+        found = _document_problems(body) + _rule_problems(typed, checks, complete=False)
+        seen = {p.path for p in structural}
+        return None, structural + [p for p in found if p.path not in seen]
     problems = validate_experiment(exp, policy, default_image=default_image)
     return (None if errors(problems) else exp), problems
 
@@ -98,32 +106,27 @@ def _typed(body: Mapping[str, Any]) -> RLExperiment:
     return RLExperiment.model_validate(body, by_alias=True, by_name=False)
 
 
-def _without(body: Mapping[str, Any], locs: Sequence[Sequence[int | str]]) -> dict[str, Any]:
-    """A deep copy of `body` without the entries at `locs` (pydantic error locations)."""
-    out: dict[str, Any] = copy.deepcopy(dict(body))
-    for loc in locs:
-        node: Any = out
-        path = _clean_loc(loc)
-        for part in path[:-1]:
-            node = node[part]
-        node.pop(path[-1], None)
-    return out
-
-
 def validate_experiment(
     exp: RLExperiment, policy: Policy | None = None, *, default_image: DefaultImage | None = None
 ) -> list[Problem]:
     """The cross-field rules, all of them, the policy's when one is given and the image check
     when the caller's default image is given; an empty list means the spec can run."""
-    found = _document_problems(exp.dump())
-    for check in (*rules.ALL_RULES, *security.RULES):
-        for path, message, hint, severity in check(exp):
-            found.append(Problem(path, message, hint, severity))
+    checks = _checks(policy, default_image)
+    return _document_problems(exp.dump()) + _rule_problems(exp, checks)
+
+
+def _checks(policy: Policy | None, default_image: DefaultImage | None) -> list[Rule]:
+    checks: list[Rule] = [*rules.ALL_RULES, *security.RULES]
     if policy is not None:
-        found.extend(Problem(*finding) for finding in policy_check(exp, policy))
+        checks.append(lambda exp: policy_check(exp, policy))
     if default_image is not None:
-        found.extend(Problem(*finding) for finding in image_findings(exp, default_image))
-    return found
+        checks.append(lambda exp: image_findings(exp, default_image))
+    return checks
+
+
+def _rule_problems(exp: RLExperiment, checks: list[Rule], complete: bool = True) -> list[Problem]:
+    found = partial.run_rules(checks, exp, partial=not complete)
+    return [Problem(*finding) for finding in found]
 
 
 def _document_problems(body: Mapping[str, Any]) -> list[Problem]:
@@ -141,10 +144,7 @@ def format_path(loc: Sequence[int | str]) -> str:
     """('spec', 'data', 'eval', 1, 'name') -> 'spec.data.eval[1].name'."""
     out = ""
     for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        else:
-            out += f".{part}" if out else part
+        out = bounds.join(out, part)
     return out
 
 
@@ -152,18 +152,46 @@ def _from_pydantic(err: ValidationError, body: Mapping[str, Any]) -> list[Proble
     problems: list[Problem] = []
     seen: set[tuple[str, str]] = set()
     for item in err.errors(include_url=False):
-        loc = _clean_loc(item["loc"])
+        loc = _clean_loc(item["loc"], body)
         problem = _problem_for(item["type"], loc, item["msg"], item.get("ctx") or {})
+        if item["type"] in _EXPECTED:
+            problem = _type_problem(problem.path, item["type"], item.get("input"))
         key = (problem.path, problem.message)
         if key not in seen:  # unions report the same miss once per branch
             seen.add(key)
             problems.append(problem)
-    return problems
+    return _typos_explain_missing(problems)
 
 
-def _clean_loc(loc: Sequence[int | str]) -> list[int | str]:
-    # pydantic inserts validator tags such as 'function-after[...]' into the location.
-    return [p for p in loc if not (isinstance(p, str) and ("[" in p or p.startswith("function")))]
+def _typos_explain_missing(problems: list[Problem]) -> list[Problem]:
+    """`numRolouts` is one mistake, not two: a required field reported missing next to an
+    unknown sibling that is its misspelling is left to the unknown field's "did you mean".
+    """
+    meant = {
+        p.path.rsplit(".", 1)[0] + "." + p.hint.split("'")[1]
+        for p in problems
+        if p.message == "unknown field" and p.hint.startswith("did you mean '")
+    }
+    return [p for p in problems if not (p.message == MISSING and p.path in meant)]
+
+
+def _clean_loc(loc: Sequence[int | str], body: Any) -> list[int | str]:
+    """The location as wire keys: pydantic can insert validator tags ('function-after[...]',
+    'constrained-str') that are not keys of the document; a user's key is always kept.
+    """
+    out: list[int | str] = []
+    node = body
+    for part in loc:
+        if isinstance(part, int):
+            out.append(part)
+            node = node[part] if isinstance(node, list) and 0 <= part < len(node) else None
+        elif isinstance(node, Mapping) and part in node:
+            out.append(part)
+            node = node[part]
+        elif not ("[" in part or part.startswith(("function-", "constrained-"))):
+            out.append(part)  # a missing field: its own name
+            node = None
+    return out
 
 
 def _problem_for(kind: str, loc: list[int | str], msg: str, ctx: Mapping[str, Any]) -> Problem:
@@ -171,14 +199,54 @@ def _problem_for(kind: str, loc: list[int | str], msg: str, ctx: Mapping[str, An
     if kind == "extra_forbidden":
         return Problem(path, "unknown field", _suggest(loc))
     if kind == "missing":
-        return Problem(path, "required field is missing", "set it; see docs/api.md")
+        return Problem(path, MISSING, "set it; see docs/api.md")
     if kind == "string_pattern_mismatch":
-        if ctx.get("pattern") == QUANTITY_PATTERN:
-            return Problem(path, "not a Kubernetes quantity", "e.g. 64Gi, 500m or 8")
+        fmt = text_format(str(ctx.get("pattern")))
+        if fmt is not None:
+            return Problem(path, fmt.message, fmt.hint)
         return Problem(path, "does not match the expected format", f"pattern {ctx.get('pattern')}")
     if kind == "value_error":
         return Problem(path, msg.removeprefix("Value error, "), "")
+    if kind == "quantity":
+        return Problem(path, msg, "e.g. 64Gi, 500m or 8")
+    if kind == "finite_number":
+        return Problem(path, "must be a finite number", "JSON and Kubernetes have no inf or NaN")
     return Problem(path, msg, "")
+
+
+# pydantic's type errors -> what the field must be, in the words of a YAML writer.
+_EXPECTED = {
+    "int_type": "an integer", "float_type": "a number", "bool_type": "true or false",
+    "string_type": "a string", "dict_type": "an object", "list_type": "a list",
+    "model_type": "an object", "model_attributes_type": "an object",
+}  # fmt: skip
+
+
+def _type_problem(path: str, kind: str, value: Any) -> Problem:
+    """'must be an integer, not a string' with the fix for how YAML produced the value."""
+    got = _kind_of(value)
+    hint = ""
+    if kind == "string_type" and isinstance(value, bool):
+        hint = "YAML reads yes/no/on/off/true/false as booleans; quote it"
+    elif kind == "string_type" and isinstance(value, int | float):
+        hint = "YAML reads a bare number as a number; quote it"
+    elif kind in ("int_type", "float_type") and isinstance(value, str):
+        hint = "write the number without quotes; the API server refuses a string here"
+    elif kind == "int_type" and isinstance(value, float):
+        hint = "write it without a decimal point or exponent"
+    elif kind == "bool_type":
+        hint = "write true or false without quotes"
+    return Problem(path, f"must be {_EXPECTED[kind]}, not {got}", hint)
+
+
+def _kind_of(value: Any) -> str:
+    if value is None:
+        return "null"
+    for kind, name in ((bool, "a boolean"), (int, "an integer"), (float, "a number"),
+                       (str, "a string"), (Mapping, "an object"), (list, "a list")):  # fmt: skip
+        if isinstance(value, kind):
+            return name
+    return type(value).__name__
 
 
 def _suggest(loc: list[int | str]) -> str:

@@ -17,10 +17,20 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
-from agentrl.api import kube_rules, rules, security
+from agentrl.api import bounds as limits
+from agentrl.api import kube_rules, kube_schema, rules, security
 from agentrl.api.base import _quantity_text
 from agentrl.api.crd import CEL_RULES, IMMUTABLE_SPEC_FIELDS, MUTABLE_SPEC_FIELDS, ROOT_RULES
-from agentrl.api.models import RLExperimentSpec, RLExperimentStatus
+from agentrl.api.formats import FORMATS
+from agentrl.api.models import (
+    DATA_SUFFIX,
+    RLExperimentSpec,
+    RLExperimentStatus,
+    _data_path,
+    _renderer_family,
+)
+from agentrl.api.renderer_families import AUTO, FAMILIES, RENDERERS_VERSION
+from agentrl.cli.main import EXIT_CODES
 
 HEADER = """\
 # RLExperiment API reference (`agentrl.io/v1alpha1`)
@@ -79,6 +89,14 @@ def _bound_parts(metadata: typing.Iterable[Any], unit: str) -> list[str]:
                 parts.append(f"{sign} {value}")
         if getattr(item, "max_length", None) is not None and type(item).__name__ == "MaxLen":
             parts.append(f"at most {item.max_length}{unit}")
+        pattern = getattr(item, "pattern", None)
+        if isinstance(pattern, str) and pattern in FORMATS:
+            parts.append(FORMATS[pattern].label)
+        func = getattr(item, "func", None)
+        if func is _data_path:
+            parts.append(f"absolute path of a `{DATA_SUFFIX}` file")
+        elif func is _renderer_family:
+            parts.append("a family listed under [Renderer families](#renderer-families)")
     return parts
 
 
@@ -140,9 +158,14 @@ def rules_section() -> str:
         "## Validation",
         "",
         "`agentrl validate` and the operator report every problem at once, each with its field",
-        "path and a hint; warnings never block. Structural problems (types, ranges, unknown or",
-        "missing fields) come first, then these rules (the first three read the document as",
-        "written and run even when a type is wrong; the others need a well-typed spec):",
+        "path and a hint; warnings never block. Types are as strict as the API server's: a",
+        'quoted number (`"10"`) or a boolean is not an integer, and numbers are finite. The',
+        "document's limits come first (below); then structural problems (types, ranges,",
+        "formats, unknown or missing fields); then these rules. The first "
+        f"{len(kube_rules.DOCUMENT_RULES)} read",
+        "the document as written; the others run on every field that parsed, and a rule is",
+        "skipped only when a field it reads did not parse (that field's own problem is",
+        "reported), so one run shows every mistake:",
         "",
     ]
     checks = [*kube_rules.DOCUMENT_RULES, *rules.ALL_RULES, *security.RULES]
@@ -175,10 +198,88 @@ def rules_section() -> str:
     return "\n".join(lines)
 
 
+def families_section() -> str:
+    names = ", ".join(f"`{n}`" for n in FAMILIES)
+    return f"""## Renderer families
+
+`spec.model.rendererFamily` names the chat renderer the gateway builds with the `renderers`
+package (version {RENDERERS_VERSION}, pinned in agentrl's `bundle` extra). Valid values:
+{names}; and `{AUTO}`, which resolves the family from a Hugging Face id in `model.path` (not
+from a local directory). `default` uses the checkpoint's own chat template; use it for
+models without a family of their own (Qwen2.5, for example). The API server refuses any
+other name, and `agentrl validate` suggests the nearest one.
+"""
+
+
+LIMITS = (
+    ("a document (one request)", f"{limits.MAX_REQUEST_BYTES // 2**20} MiB",
+     "the API server's request limit"),
+    ("an object, as JSON", f"{limits.MAX_OBJECT_BYTES // 1024} KiB",
+     "etcd's default; larger objects are never stored"),
+    ("nesting", f"{limits.MAX_DEPTH} levels",
+     "the deepest field of an experiment is about 15 levels down"),
+    ("values, after expanding YAML aliases", f"{limits.MAX_NODES:,}",
+     "an experiment holds a few hundred; stops alias bombs"),
+    ("integers", "64-bit", "what Kubernetes stores; counts, seconds and sizes of the spec are "
+     "32-bit"),
+    ("numbers", "finite", "JSON has no inf or NaN"),
+    ("characters", "no NUL, no bidirectional controls",
+     "NUL ends strings in the container runtime; bidi controls hide what runs"),
+    ("values", "JSON only", "YAML dates and `!!binary` must be quoted"),
+)  # fmt: skip
+
+
+def _limit_rows() -> str:
+    rows = ["| limit | value | why |", "| --- | --- | --- |"]
+    rows += [f"| {what} | {value} | {why} |" for what, value, why in LIMITS]
+    return "\n".join(rows)
+
+
+def limits_section() -> str:
+    version = kube_schema.schemas()["kubernetesVersion"]
+    return f"""## Limits
+
+Checked before anything else reads a document, so no input can exhaust the CLI or the
+operator; each violation is reported at its field path.
+
+{_limit_rows()}
+
+The objects agentrl creates are held to Kubernetes' limits too: the runtime-config
+ConfigMap to 1 MiB, the RayJob to 1.5 MiB, the gateway Service's annotations to 256 KiB.
+Volumes, volume mounts, tolerations and affinity are checked against Kubernetes'
+core/v1 schema (v{version}): the API server would silently drop a misspelt field there.
+`python benchmarks/validate.py` prints what validation costs against pydantic's bare parse
+and `json.loads`, and how long the worst hostile body takes to be refused;
+`python benchmarks/hostile_specs.py` runs the hostile-spec corpus (`tests/api/hostile/`).
+"""
+
+
+def command_section() -> str:
+    codes = [line.strip().split("  ", 1) for line in EXIT_CODES.splitlines()[1:]]
+    rows = "\n".join(f"| {code} | {meaning} |" for code, meaning in codes)
+    return f"""## The `agentrl` command
+
+`agentrl validate -f PATH` and `agentrl render -f PATH` read what `kubectl apply -f` reads:
+files with one or more YAML documents (or JSON, or a `kind: List`), directories (their
+`.yaml`, `.yml` and `.json` files; `-R` for subdirectories), `-` for stdin, and `-f` more
+than once. Documents of other kinds are skipped with a note. Errors and warnings go to
+stderr, each prefixed with the file (and `#N` for the Nth document of a file); stdout
+carries only the OK lines of `validate` and the objects of `render`, which renders nothing
+when any experiment is invalid.
+
+| exit status | meaning |
+| --- | --- |
+{rows}
+"""
+
+
 def render_markdown() -> str:
     parts = [HEADER, "## Spec\n"]
     parts += list(sections(RLExperimentSpec, "spec"))
+    parts.append(families_section())
     parts.append(rules_section())
+    parts.append(limits_section())
+    parts.append(command_section())
     parts.append("## Status\n\nWritten by the operator; `kubectl get rlx` shows phase, rollout, ")
     parts[-1] += "reward and failed-session ratio.\n"
     parts += list(sections(RLExperimentStatus, "status"))

@@ -1,12 +1,15 @@
 """`agentrl render | validate | crd`: what the operator would do, without a cluster.
 
-A user mistake (missing file, bad YAML, an invalid spec) ends with a clear message and exit
-status 1, never a traceback; exit status 2 is a wrong command line (argparse's convention).
-Operator defaults come from flags, then env, then the documented defaults. So does the
-policy the spec is judged by (`--policy FILE`, then `AGENTRL_POLICY`, then the operator's own
-default, baseline), so `validate` refuses what the cluster's operator would refuse. With no Ray
-pod image from anywhere (agentrl publishes none yet), `render` refuses (it has nothing to put in
-the pods) and `validate` warns (the cluster's operator may have a default of its own).
+`-f` reads files, directories and stdin as `kubectl apply -f` does (multi-document YAML,
+`kind: List`, `--recursive`). Everything that is wrong goes to stderr, each line starting with
+the document it is about; stdout carries only results (the OK lines of `validate`, the
+objects of `render`). A user mistake (missing file, bad YAML, an invalid spec) ends with
+exit status 1, never a traceback; exit status 2 is a wrong command line (argparse's
+convention). Operator defaults come from flags, then env, then the documented defaults. So does
+the policy the spec is judged by (`--policy FILE`, then `AGENTRL_POLICY`, then the operator's
+own default, baseline), so `validate` refuses what the cluster's operator would refuse. With no
+Ray pod image from anywhere (agentrl publishes none yet), `render` refuses (it has nothing to
+put in the pods) and `validate` warns (the cluster's operator may have a default of its own).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from agentrl.api.images import DefaultImage
 from agentrl.api.models import RLExperiment
 from agentrl.api.policy import BASELINE, Policy, PolicyError, load_policy
 from agentrl.api.validation import Problem, errors, parse_experiment
-from agentrl.cli.load import LoadError, load_document
+from agentrl.cli.load import Document, LoadError, load_document, load_documents
 from agentrl.render import OperatorDefaults, collect_bundle_files, render_all
 from agentrl.render.defaults import DEFAULT_IMAGE
 from agentrl.slimecmd import preview
@@ -36,6 +39,15 @@ ENV_IMAGE = "AGENTRL_IMAGE"
 ENV_BUNDLE_VERSION = "AGENTRL_BUNDLE_VERSION"
 ENV_RAY_VERSION = "AGENTRL_RAY_VERSION"
 ENV_POLICY = "AGENTRL_POLICY"  # JSON, as the operator reads it
+EXIT_OK = 0
+EXIT_INVALID = 1  # an invalid spec, or an input that cannot be read
+EXIT_USAGE = 2  # argparse: a wrong command line
+EXIT_CODES = f"""\
+exit status:
+  {EXIT_OK}  every RLExperiment is valid (warnings do not fail)
+  {EXIT_INVALID}  a spec is invalid, or an input cannot be read; the reasons are on stderr
+  {EXIT_USAGE}  the command line is wrong
+"""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -44,43 +56,55 @@ def main(argv: Sequence[str] | None = None) -> int:
         code: int = args.func(args, sys.stdout, sys.stderr)
     except (LoadError, PolicyError) as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 1
+        return EXIT_INVALID
     except BrokenPipeError:  # `agentrl render | head`
         return 0
     return code
 
 
 def cmd_validate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    code = EXIT_OK
     image = DefaultImage(args.image or None, missing="warning")
-    exp, problems = _parse(args.file, _policy(args), image)
-    for problem in problems:
-        print(f"{args.file}: {problem}", file=out)
-    if exp is None:
-        print(f"{args.file}: {len(errors(problems))} error(s); nothing would be created", file=out)
-        return 1
-    res = exp.spec.resources
-    print(
-        f"{args.file}: OK (RLExperiment {exp.metadata.namespace}/{exp.metadata.name}: "
-        f"{res.nodes} node(s) x {res.gpus_per_node} GPUs; policy: {_policy_name(args)})",
-        file=out,
-    )
-    return 0
+    for source, exp, problems in _parse(args, err, image):
+        for problem in problems:
+            print(f"{source}: {problem}", file=err)
+        if exp is None:
+            count = len(errors(problems))
+            print(f"{source}: {count} error(s); nothing would be created", file=err)
+            code = EXIT_INVALID
+            continue
+        res = exp.spec.resources
+        print(
+            f"{source}: OK (RLExperiment {exp.metadata.namespace}/{exp.metadata.name}: "
+            f"{res.nodes} node(s) x {res.gpus_per_node} GPUs; policy: {_policy_name(args)})",
+            file=out,
+        )
+    return code
 
 
 def cmd_render(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     image = DefaultImage(args.image or None, missing="warning" if args.show_command else "error")
-    exp, problems = _parse(args.file, _policy(args), image)
-    for problem in problems:
-        print(f"{args.file}: {problem}", file=err)
-    if exp is None:
-        return 1
+    parsed = _parse(args, err, image)
+    for source, _, problems in parsed:
+        for problem in problems:
+            print(f"{source}: {problem}", file=err)
+    experiments = [exp for _, exp, _ in parsed if exp is not None]
+    if len(experiments) != len(parsed):
+        # All or nothing: the output is meant for `kubectl apply`, and half an input
+        # applied is harder to clean up than none.
+        print("error: invalid RLExperiment(s); nothing rendered", file=err)
+        return EXIT_INVALID
     if args.show_command:
-        out.write(_command_text(exp))
-        return 0
+        for exp in experiments:
+            if len(experiments) > 1:
+                out.write(f"# {exp.metadata.namespace}/{exp.metadata.name}\n")
+            out.write(_command_text(exp))
+        return EXIT_OK
     defaults = _defaults(args)
-    objects = render_all(exp, defaults, collect_bundle_files())
+    bundle_files = collect_bundle_files()
+    objects = [obj for exp in experiments for obj in render_all(exp, defaults, bundle_files)]
     out.write(dump_objects(objects, args.output))
-    return 0
+    return EXIT_OK
 
 
 def cmd_crd(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -128,10 +152,29 @@ def _command_text(exp: RLExperiment) -> str:
     return " \\\n    ".join(lines) + "\n"
 
 
-def _parse(
-    path: str, policy: Policy, image: DefaultImage
+Parsed = list[tuple[str, RLExperiment | None, list[Problem]]]
+
+
+def _parse(args: argparse.Namespace, err: TextIO, image: DefaultImage) -> Parsed:
+    """Every RLExperiment of the inputs, parsed; other kinds are skipped with a note."""
+    policy = _policy(args)
+    parsed: Parsed = []
+    for doc in load_documents(args.file, recursive=args.recursive):
+        if not doc.is_experiment:
+            print(f"{doc.source}: skipped {doc.describe()} (not an RLExperiment)", file=err)
+            continue
+        parsed.append((doc.source, *_parse_one(doc, policy, image)))
+    if not parsed:
+        raise LoadError(f"{', '.join(args.file)}: no RLExperiment found")
+    return parsed
+
+
+def _parse_one(
+    doc: Document, policy: Policy, image: DefaultImage
 ) -> tuple[RLExperiment | None, list[Problem]]:
-    return parse_experiment(load_document(path), policy, default_image=image)
+    if doc.problems:
+        return None, doc.problems
+    return parse_experiment(doc.body, policy, default_image=image)
 
 
 def _policy_name(args: argparse.Namespace) -> str:
@@ -165,12 +208,22 @@ def _defaults(args: argparse.Namespace) -> OperatorDefaults:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="agentrl", description="RLExperiment tools that need no cluster."
+        prog="agentrl",
+        description="RLExperiment tools that need no cluster.",
+        epilog=EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"agentrl {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    render = sub.add_parser("render", help="print every object the operator would create")
+    render = sub.add_parser(
+        "render",
+        help="print every object the operator would create",
+        description="Print every object the operator would create for each RLExperiment "
+        "(nothing when any input is invalid).",
+        epilog=EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     _file_arg(render)
     render.add_argument("-o", "--output", choices=("yaml", "json"), default="yaml")
     render.add_argument(
@@ -190,7 +243,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     render.set_defaults(func=cmd_render)
 
-    validate = sub.add_parser("validate", help="list every problem of a spec")
+    validate = sub.add_parser(
+        "validate",
+        help="list every problem of a spec",
+        description="List every problem of each RLExperiment: errors and warnings on "
+        "stderr, one OK line per valid experiment on stdout.",
+        epilog=EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     _file_arg(validate)
     _image_arg(validate)
     _policy_arg(validate)
@@ -211,12 +271,6 @@ def _image_arg(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _file_arg(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "-f", "--file", required=True, help="RLExperiment YAML or JSON ('-' for stdin)"
-    )
-
-
 def _policy_arg(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--policy",
@@ -224,6 +278,24 @@ def _policy_arg(parser: argparse.ArgumentParser) -> None:
         help="the operator's policy to judge the spec by: YAML/JSON like the chart's `policy` "
         f"value, or a chart values file (env {ENV_POLICY} as JSON; default: the operator's "
         "default, Kubernetes' baseline level)",
+    )
+
+
+def _file_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "-f",
+        "--file",
+        required=True,
+        action="append",
+        metavar="PATH",
+        help="YAML or JSON file (multi-document and kind: List too), directory of .yaml, "
+        ".yml and .json files, or '-' for stdin; repeat for more (as kubectl apply -f)",
+    )
+    parser.add_argument(
+        "-R",
+        "--recursive",
+        action="store_true",
+        help="read the directories given with -f recursively",
     )
 
 

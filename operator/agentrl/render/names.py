@@ -8,6 +8,7 @@ The RayJob carries the experiment's own name, so `kubectl get rayjob NAME` finds
 
 from __future__ import annotations
 
+from agentrl.api.constants import EXTRA_CODE_VOLUME_PREFIX
 from agentrl.api.models import RLExperiment
 
 CONFIG_SUFFIX = "-config"
@@ -42,4 +43,4 @@ def metrics_service_name(exp: RLExperiment) -> str:
 
 
 def extra_code_volume_name(index: int) -> str:
-    return f"agentrl-extra-{index}"
+    return f"{EXTRA_CODE_VOLUME_PREFIX}{index}"

@@ -17,7 +17,12 @@ from agentrl.api.constants import (
     KIND,
 )
 from agentrl.api.models import RLExperiment
-from agentrl.api.runtime import ENV_WANDB_API_KEY, RuntimeConfig, http_header_env_name
+from agentrl.api.runtime import (
+    ENV_WANDB_API_KEY,
+    RuntimeConfig,
+    config_spec,
+    http_header_env_name,
+)
 from agentrl.api.validation import errors, validate_experiment
 from agentrl.render import bundle, names, network, pods
 from agentrl.render.defaults import OperatorDefaults
@@ -44,7 +49,7 @@ def runtime_config(exp: RLExperiment, defaults: OperatorDefaults) -> RuntimeConf
         namespace=exp.metadata.namespace,
         uid=exp.metadata.uid,
         bundle_version=defaults.bundle_version,
-        spec=spec,
+        spec=config_spec(spec),
         gateway_url=gateway_url(exp),
         wandb_api_key_env=ENV_WANDB_API_KEY if spec.tracking.wandb is not None else None,
         http_header_envs=headers,

@@ -21,9 +21,11 @@ from typing import Any
 from agentrl.api.constants import (
     BUNDLE_ARCHIVE_PATH,
     BUNDLE_MOUNT_DIR,
+    BUNDLE_VOLUME,
     CONFIG_FILE_NAME,
     CONFIG_MOUNT_DIR,
     CONFIG_PATH,
+    CONFIG_VOLUME,
     ENV_CONFIG_PATH,
     EXTRA_CODE_MOUNT_ROOT,
     LABEL_COMPONENT,
@@ -32,6 +34,7 @@ from agentrl.api.constants import (
     LABEL_PART_OF,
     MANAGED_BY,
     SHM_MOUNT_DIR,
+    SHM_VOLUME,
 )
 from agentrl.api.models import RLExperiment
 from agentrl.api.runtime import ENV_WANDB_API_KEY, http_header_env_name
@@ -41,9 +44,6 @@ from agentrl.render.defaults import OperatorDefaults
 
 Obj = dict[str, Any]
 
-CONFIG_VOLUME = "agentrl-config"
-BUNDLE_VOLUME = "agentrl-bundle"
-SHM_VOLUME = "dshm"
 # Driver libraries the NVIDIA device plugin mounts on some clouds (GKE); they hold
 # libcuda, never a libcudart, so they cannot cause a CUDA-major clash.
 NVIDIA_DRIVER_LIBS = "/usr/local/nvidia/lib64"
