@@ -362,7 +362,7 @@ def test_pod_monitor_selects_the_rendered_head_pod_and_its_metrics_port() -> Non
     body = yaml.safe_load(EXAMPLES[0].read_text())
     exp, problems = parse_experiment(body)
     assert exp is not None, problems
-    rayjob = next(o for o in render_all(exp, OperatorDefaults(), {}) if o["kind"] == "RayJob")
+    rayjob = render_all(exp, OperatorDefaults(), {}).rayjob
     head = rayjob["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]
     workers = rayjob["spec"]["rayClusterSpec"]["workerGroupSpecs"]
     monitor = one(render(), "PodMonitor")

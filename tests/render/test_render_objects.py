@@ -34,8 +34,9 @@ def parse(body: dict[str, Any]) -> RLExperiment:
 
 def objects(body: dict[str, Any], bundle: dict[str, str] = BUNDLE) -> dict[str, dict[str, Any]]:
     """Rendered objects by role: config, bundle, service, rayjob."""
-    config, code, svc, job = render_all(parse(body), DEFAULTS, bundle)
-    return {"config": config, "bundle": code, "service": svc, "rayjob": job}
+    kids = render_all(parse(body), DEFAULTS, bundle)
+    return {"config": kids.config, "bundle": kids.bundle, "service": kids.service,
+            "rayjob": kids.rayjob}  # fmt: skip
 
 
 def containers(job: dict[str, Any]) -> list[dict[str, Any]]:
@@ -200,7 +201,7 @@ def test_image_pull_secrets_and_ray_version_from_defaults() -> None:
     exp = parse(minimal_body())
     defaults = OperatorDefaults(image="i@sha256:" + "2" * 64, image_pull_secrets=("regcred",),
                                 ray_version="2.49.0")  # fmt: skip
-    job = render_all(exp, defaults, BUNDLE)[3]
+    job = render_all(exp, defaults, BUNDLE).rayjob
     assert job["spec"]["rayClusterSpec"]["rayVersion"] == "2.49.0"
     for template in pod_templates(job):
         assert template["spec"]["imagePullSecrets"] == [{"name": "regcred"}]

@@ -94,3 +94,4 @@ class ConditionType(StrEnum):
     NAME_CONFLICT = "NameConflict"
     IMMUTABLE_FIELD_CHANGED = "ImmutableFieldChanged"
     CONFIG_WARNING = "ConfigWarning"
+    CHILD_REJECTED = "ChildRejected"

@@ -71,8 +71,8 @@ def cmd_render(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     defaults = _defaults(args)
     if not exp.spec.runtime.image and not is_digest_pinned(defaults.image):
         print(f"warning: --image {defaults.image} is not pinned by digest", file=err)
-    objects = render_all(exp, defaults, collect_bundle_files())
-    out.write(dump_objects(objects, args.output))
+    children = render_all(exp, defaults, collect_bundle_files())
+    out.write(dump_objects(list(children), args.output))
     return 0
 
 

@@ -7,7 +7,6 @@ Handlers register on import (kopf's model). Each one is a line or two: the behav
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 from typing import Any
 
@@ -23,13 +22,13 @@ from agentrl.api.constants import (
     VERSION,
 )
 from agentrl.controller import config as config_mod
+from agentrl.controller import sweep
 from agentrl.controller.kube import Credentials, Kube
 from agentrl.controller.metrics import OperatorMetrics
 from agentrl.controller.reconcile import Controller, utcnow
 from agentrl.render import collect_bundle_files
 
 FINALIZER = f"{ANNOTATION_PREFIX}/finalizer"
-logger = logging.getLogger("agentrl.controller")
 
 
 class NoEssenceStorage(kopf.AnnotationsDiffBaseStorage):
@@ -64,9 +63,9 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     cfg = memo.get("config") or config_mod.load(os.environ)
     metrics = memo.get("metrics") or OperatorMetrics()
     clock = memo.get("clock") or utcnow  # tests pass a fake clock for deadlines
-    memo.controller = Controller(Kube(), cfg, collect_bundle_files(), metrics, clock)
+    memo.controller = Controller(Kube(), cfg, collect_bundle_files(), metrics, clock=clock)
     memo.controller.start()
-    memo.sweeper = asyncio.create_task(_sweep_forever(memo.controller))
+    memo.sweeper = asyncio.create_task(sweep.forever(memo.controller))
 
 
 @kopf.on.login()
@@ -102,16 +101,6 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
     await memo.controller.kube.close()
 
 
-async def _sweep_forever(controller: Controller) -> None:
-    """One task for all experiments (no per-object timers: they would add finalizers)."""
-    while True:
-        await asyncio.sleep(controller.config.sweep_interval)
-        try:
-            await controller.sweep()
-        except Exception:  # the next sweep is the retry; one bad round must not end them
-            logger.exception("sweep failed")
-
-
 @kopf.on.event(GROUP, VERSION, PLURAL)
 async def experiment_event(body: kopf.Body, type: str | None, memo: kopf.Memo, **_: Any) -> None:
     """The spec's only entry: the Controller reconciles when the generation is new to it."""
@@ -130,4 +119,4 @@ async def pod_event(body: kopf.Body, type: str | None, memo: kopf.Memo, **_: Any
 
 @kopf.on.probe(id="experiments")
 def experiments_probe(memo: kopf.Memo, **_: Any) -> int:
-    return len(memo.controller.exps)
+    return len(memo.controller.experiments)

@@ -1,4 +1,4 @@
-"""The ConfigMaps and the Service of an experiment, and `render_all` in apply order.
+"""The ConfigMaps and the Service of an experiment, and `render_all`: every child, by role.
 
 ConfigMaps come first (the pods mount them), then the Service, then the RayJob, so KubeRay
 never starts a pod whose volumes do not exist yet.
@@ -7,7 +7,8 @@ never starts a pod whose volumes do not exist yet.
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from agentrl.api.constants import (
@@ -24,7 +25,7 @@ from agentrl.api.constants import (
 from agentrl.api.models import RLExperiment
 from agentrl.api.runtime import ENV_WANDB_API_KEY, RuntimeConfig, http_header_env_name
 from agentrl.api.validation import errors, validate_experiment
-from agentrl.render import bundle, names, pods
+from agentrl.render import bundle, names, pods, provenance
 from agentrl.render.defaults import OperatorDefaults
 from agentrl.render.rayjob import COMPONENT_HEAD, render_rayjob
 from agentrl.render.slime_args import build_slime_args
@@ -124,14 +125,33 @@ def service(exp: RLExperiment, defaults: OperatorDefaults) -> Obj:
     return {"apiVersion": "v1", "kind": "Service", "metadata": meta, "spec": spec}
 
 
+@dataclass(frozen=True)
+class Children:
+    """Every object an experiment owns, by role. Iterating gives them in apply order."""
+
+    config: Obj  # the runtime-config ConfigMap
+    bundle: Obj  # the bundle-code ConfigMap (immutable, named by content)
+    service: Obj  # the gateway and metrics Service
+    rayjob: Obj
+
+    @property
+    def prerequisites(self) -> tuple[Obj, Obj, Obj]:
+        """What the RayJob's pods mount or are selected by: created before the RayJob."""
+        return (self.config, self.bundle, self.service)
+
+    def __iter__(self) -> Iterator[Obj]:
+        return iter((*self.prerequisites, self.rayjob))
+
+
 def render_all(
     exp: RLExperiment,
     defaults: OperatorDefaults,
     bundle_files: bundle.Bundle | Mapping[str, str],
-) -> list[Obj]:
-    """Every child of the experiment, in apply order: ConfigMaps, Service, RayJob.
+) -> Children:
+    """Every child of the experiment, exactly as the operator applies it.
 
-    Children carry a controller owner reference when `exp.metadata.uid` is known. An
+    Children carry a controller owner reference when `exp.metadata.uid` is known, and the
+    RayJob the annotations later reconciles compare against (`provenance.stamp`). An
     experiment with validation errors is refused (ValueError): nothing half-valid is rendered.
     Pass a `Bundle` when rendering many experiments from the same sources (the operator).
     """
@@ -144,8 +164,9 @@ def render_all(
     bundle_cm = bundle_config_map(exp, defaults, code)
     job_meta = metadata(exp, defaults, names.rayjob_name(exp))
     job = render_rayjob(exp, defaults, job_meta, bundle_cm["metadata"]["name"])
-    # Independent trees: callers (kopf.adopt, patches) may mutate one object safely. The
-    # pod templates share parts, so they are copied; the bundle ConfigMap already is fresh
-    # (its one value is a str).
+    # Independent trees: callers (patches) may mutate one object safely. The pod templates
+    # share parts, so they are copied; the bundle ConfigMap already is fresh (its one value
+    # is a str).
     config, svc, job = copy.deepcopy([config_map(exp, defaults), service(exp, defaults), job])
-    return [config, bundle_cm, svc, job]
+    provenance.stamp(job, exp.spec)
+    return Children(config=config, bundle=bundle_cm, service=svc, rayjob=job)
