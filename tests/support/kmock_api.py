@@ -13,8 +13,12 @@ benchmark measure kmock instead of the operator (reconcile-anchor.md):
 3. It has no garbage collector. Deleting an owner deletes its dependents here, the way the
    kube-controller-manager would, so "nothing left behind" can be asserted.
 
+It can also answer chosen requests the way an API server refuses them (`refuse`): a Status
+object with the code, reason and message a real one sends (422 Invalid, 403 Forbidden,
+503 ServiceUnavailable...), for tests of how the operator takes refusals.
+
     async with running_emulator() as api:      # api.url, api.objects, api.log
-        ...
+        api.refuse("POST", "v1/configmaps", 422, "Invalid", "too long", times=None)
 """
 
 from __future__ import annotations
@@ -67,6 +71,31 @@ _VIEW_CONTAINS = kmock.View.__contains__
 kmock.Filter.__contains__ = _filter_contains  # type: ignore[method-assign,assignment]
 
 
+@dataclass
+class Refusal:
+    """Answer matching requests with an API server's error Status, `times` times (None: always)."""
+
+    method: str
+    resource: str
+    code: int
+    reason: str
+    message: str
+    name: str | None = None  # only requests about this object (None: any)
+    times: int | None = None
+    answered: int = 0
+
+    def matches(self, logged: Logged) -> bool:
+        return (logged.method == self.method and logged.resource == self.resource
+                and self.name in (None, logged.name)
+                and (self.times is None or self.answered < self.times))  # fmt: skip
+
+    def response(self) -> aiohttp.web.Response:
+        self.answered += 1
+        status = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                  "message": self.message, "reason": self.reason, "code": self.code}  # fmt: skip
+        return aiohttp.web.json_response(status, status=self.code)
+
+
 @dataclass(frozen=True)
 class Logged:
     """One request as the emulator saw it."""
@@ -91,6 +120,7 @@ class OperatorEmulator(kmock.KubernetesEmulator):  # type: ignore[misc]
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
         self.log: list[Logged] = []
+        self.refusals: list[Refusal] = []
         self._inflight: set[int] = set()
         self._rv = itertools.count(1000)
         for key, info in RESOURCES.items():
@@ -103,6 +133,9 @@ class OperatorEmulator(kmock.KubernetesEmulator):  # type: ignore[misc]
         self._requests[:] = [r for r in self._requests if id(r) in self._inflight]
         self._record(request)
         try:
+            refusal = next((r for r in self.refusals if r.matches(self.log[-1])), None)
+            if refusal is not None:
+                return refusal.response()
             self._stamp(request)
             response = await super()._handle(request)
             if _value(request.method) == "DELETE" and request.name:
@@ -192,6 +225,15 @@ class OperatorEmulator(kmock.KubernetesEmulator):  # type: ignore[misc]
         return [o for _, o in self._live_items()]
 
     # ---- conveniences for tests -------------------------------------------------------
+
+    def refuse(
+        self, method: str, resource: str, code: int, reason: str, message: str, *,
+        name: str | None = None, times: int | None = None,
+    ) -> Refusal:  # fmt: skip
+        """Refuse matching requests from now on (`times` of them; None: until removed)."""
+        refusal = Refusal(method, resource, code, reason, message, name, times)
+        self.refusals.append(refusal)
+        return refusal
 
     def live(self, resource: str, namespace: str | None = None) -> list[dict[str, Any]]:
         """Live objects of a resource ("v1/configmaps"), optionally in one namespace."""

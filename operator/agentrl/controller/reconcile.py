@@ -102,9 +102,10 @@ class Controller:
 
     def _due(self, exp: Experiment) -> bool:
         """Not reconciled by this process yet, or its spec changed since (a new generation).
-        Status writes and metadata edits do not move the generation, so they never are; a
-        generation that failed waits for its scheduled retry, not for the next event."""
-        if exp.reconciled is not None and exp.reconciled == exp.generation:
+        Status writes (our own included, while the reconcile that wrote them runs) and
+        metadata edits do not move the generation, so they never are; a generation that
+        failed waits for its scheduled retry, not for the next event."""
+        if exp.generation in (exp.reconciled, exp.reconciling):
             return False
         retrying, for_generation = self.queue.retrying(exp.key)
         return not retrying or for_generation != exp.generation
@@ -151,7 +152,7 @@ class Controller:
         exp = self.experiments.get(key)
         if exp is None:  # deleted meanwhile
             return
-        generation = exp.generation
+        generation = exp.reconciling = exp.generation
         start, result = time.perf_counter(), "error"
         try:
             result = await self.reconcile_spec(exp)
@@ -168,6 +169,7 @@ class Controller:
                            type(err).__name__, err, delay)  # fmt: skip
             self.queue.add_after(key, delay, generation)
         finally:
+            exp.reconciling = None
             self.metrics.reconcile_total.labels(result).inc()
             self.metrics.reconcile_seconds.observe(time.perf_counter() - start)
 
@@ -175,7 +177,7 @@ class Controller:
         """Validate, render, create or update children, record the outcome. Returns a result."""
         parsed, problems = validation.parse_experiment(exp.body)
         outcome = status.SpecOutcome(
-            generation=exp.generation,
+            generation=exp.generation or None,
             problems=[str(p) for p in validation.errors(problems)],
             warnings=[str(p) for p in problems if p.severity == "warning"],
             rayjob_name=exp.status.get("rayJobName"),

@@ -43,6 +43,7 @@ class Experiment:
     written: Obj | None = None  # the status this process last wrote
     counted: str | None = None  # the phase agentrl_experiments counts it under
     reconciled: int | None = None  # the generation reconciled (None: not yet)
+    reconciling: int | None = None  # the generation a reconcile is working on now
     failures: int = 0  # consecutive failed reconciles, for the retry delay
     settled: bool = False  # status current: synced since anything about it was seen
     metrics_service: str | None = None  # known once the spec is valid
@@ -62,9 +63,8 @@ class Experiment:
         self.body = {k: body.get(k) for k in ("metadata", "spec", "status")}
 
     @property
-    def generation(self) -> int | None:
-        generation = self.body["metadata"].get("generation")
-        return int(generation) if generation is not None else None
+    def generation(self) -> int:
+        return int(self.body["metadata"].get("generation") or 0)
 
     @property
     def spec(self) -> Mapping[str, Any]:
