@@ -218,3 +218,21 @@ def test_an_invalid_experiment_is_refused() -> None:
     broken = exp.model_copy(update={"metadata": exp.metadata.model_copy(update={"name": "X" * 60})})
     with pytest.raises(ValueError, match=r"metadata.name: name is 60 characters"):
         render_all(broken, DEFAULTS, BUNDLE)
+
+
+def test_children_share_no_mutable_parts() -> None:
+    """Callers may edit one rendered object (or one pod template) without touching another."""
+    kids = render_all(parse(load_example(SWE)), DEFAULTS, BUNDLE)
+    seen: dict[int, str] = {}
+
+    def walk(node: Any, where: str) -> None:
+        if isinstance(node, dict | list):
+            assert id(node) not in seen, f"{where} is the same object as {seen[id(node)]}"
+            seen[id(node)] = where
+            items = node.items() if isinstance(node, dict) else enumerate(node)
+            for key, value in items:
+                walk(value, f"{where}.{key}")
+
+    for role in ("config", "bundle", "service", "rayjob"):
+        walk(getattr(kids, role), role)
+    assert [o["kind"] for o in kids] == ["ConfigMap", "ConfigMap", "Service", "RayJob"]
