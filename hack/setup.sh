@@ -25,6 +25,50 @@ if [[ ! -f "$stamp" ]]; then
   rm -f "$VENV"/.agentrl-deps-*; touch "$stamp"
 fi
 
+# checkov pins boto3 to one old release, which the AgentCore SDKs of the dev extra
+# (bedrock-agentcore, agentcore-rl-toolkit) outgrew; it is only a CLI, so it lives in a
+# venv of its own, linked into ours.
+CHECKOV_VERSION=3.3.30
+checkov_venv="$TOOLS/checkov-$CHECKOV_VERSION"
+(
+  exec 9>"$TOOLS/.checkov.lock"
+  flock 9
+  if [[ ! -x "$checkov_venv/bin/checkov" ]]; then
+    log "installing checkov $CHECKOV_VERSION into $checkov_venv"
+    rm -rf "$checkov_venv"
+    python3 -m venv "$checkov_venv"
+    "$checkov_venv/bin/pip" install -q "checkov==$CHECKOV_VERSION"
+  fi
+)
+ln -sf "$checkov_venv/bin/checkov" "$VENV/bin/checkov"
+# SGLang's server-argument modules, from the PyPI release each supported slime image builds
+# on (slime's docker/Dockerfile names it): slime turns SGLang's server arguments into its
+# --sglang-* flags, and the launcher tests build slime's real parser from this source.
+SGLANG_SOURCE_VERSIONS=(0.5.13 0.5.15.post1)
+mkdir -p "$CACHE/upstream"
+for version in "${SGLANG_SOURCE_VERSIONS[@]}"; do
+  dest="$CACHE/upstream/sglang-$version"
+  [[ -f "$dest/.complete" ]] && continue
+  (
+    flock 9
+    [[ -f "$dest/.complete" ]] && exit 0
+    log "fetching SGLang $version's argument modules"
+    tmp="$(mktemp -d)"
+    "$VENV/bin/pip" download -q --no-deps "sglang==$version" -d "$tmp"
+    rm -rf "$dest"
+    "$VENV/bin/python" - "$tmp" "$dest" <<'PY'
+import pathlib, sys, zipfile
+wheel = next(pathlib.Path(sys.argv[1]).glob("sglang-*.whl"))
+keep = ("sglang/srt/server_args", "sglang/srt/arg_groups/", "sglang/srt/function_call/",
+        "sglang/srt/parser/")
+with zipfile.ZipFile(wheel) as z:
+    z.extractall(sys.argv[2], [n for n in z.namelist() if n.startswith(keep) and n.endswith(".py")])
+PY
+    touch "$dest/.complete"
+    rm -rf "$tmp"
+  ) 9>"$CACHE/upstream/.lock"
+done
+
 # Debian packages: promtool/prometheus for metrics and alert tests, etcd for the real
 # apiserver tier. Installed only when missing (CI runs as root).
 need_apt=()

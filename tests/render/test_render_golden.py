@@ -1,8 +1,8 @@
 """Golden files: the exact objects each example renders to, reviewed like code.
 
-A change in the renderer (or in slime_args) shows up as a diff of
-`tests/render/golden/<example>.yaml`; regenerate with
-`AGENTRL_UPDATE_GOLDEN=1 pytest tests/render/test_render_golden.py` and review the diff.
+A change in the renderer shows up as a diff of `tests/render/golden/<example>.yaml`;
+regenerate with `AGENTRL_UPDATE_GOLDEN=1 pytest tests/render/test_render_golden.py` and
+review the diff (slime's command line has its own goldens in tests/slimecmd/golden/).
 The bundle is a fixed two-file stand-in so edits of agentrl.bundle never churn the goldens
 (the real bundle is covered by test_render_bundle.py).
 """

@@ -17,7 +17,6 @@ from agentrl.api.models import RLExperiment
 from agentrl.api.runtime import RuntimeConfig
 from agentrl.api.validation import parse_experiment
 from agentrl.render import OperatorDefaults, names, render_all, runtime_config
-from agentrl.render.slime_args import build_slime_args
 from conftest import load_example, minimal_body
 from kube_checks import core_errors, kuberay_controller_errors, pod_templates
 
@@ -88,7 +87,6 @@ def test_runtime_config_round_trips() -> None:
     text = objects(load_example(SWE))["config"]["data"]["config.json"]
     assert RuntimeConfig.model_validate_json(text) == runtime_config(exp, DEFAULTS)
     loaded = RuntimeConfig.model_validate_json(text)
-    assert loaded.slime_args == build_slime_args(exp)
     assert loaded.spec == exp.spec and loaded.bundle_version == "1.2.3"
     assert loaded.gateway_url == "http://qwen3-32b-swe-gw.rl.example.internal:9090"
 

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from agentrl.api.validation import parse_experiment
 from agentrl.render import OperatorDefaults, render_all
-from agentrl.render.slime_args import build_slime_args
+from agentrl.slimecmd import preview
 from conftest import minimal_body
 from kube_checks import kuberay_controller_errors, rayjob_schema_errors
 
@@ -57,7 +57,7 @@ def test_accepted_specs_render_and_pass_kuberay(body: dict[str, Any]) -> None:
     if exp is None:
         assert any(p.severity == "error" and p.path for p in problems)
         return
-    build_slime_args(exp)  # raises on a GPU layout slime cannot express
+    preview(exp.spec)  # raises on a GPU layout slime cannot express
     job = render_all(exp, OperatorDefaults(), BUNDLE).rayjob
     assert kuberay_controller_errors(job) == []
     assert rayjob_schema_errors(job) == []

@@ -66,6 +66,12 @@ CONFIGMAP_MAX_BYTES: Final = 1024 * 1024
 
 DEFAULT_GPU_RESOURCE: Final = "nvidia.com/gpu"
 
+# Where the slime runtime image keeps things: the CUDA toolkit (spec.runtime.cudaHome's
+# default) and the Megatron-LM checkout, which is not pip-installed there, so the pods'
+# PYTHONPATH carries it (render) and the launcher hands it to slime's actors.
+IMAGE_CUDA_HOME: Final = "/usr/local/cuda"
+IMAGE_MEGATRON_DIR: Final = "/root/Megatron-LM"
+
 
 class Phase(StrEnum):
     """What `kubectl get rlx` shows; Succeeded and Failed are sticky."""

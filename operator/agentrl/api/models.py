@@ -24,7 +24,7 @@ from agentrl.api.base import (
     Quantity,
     SecretKeyRef,
 )
-from agentrl.api.constants import DEFAULT_GPU_RESOURCE, GATEWAY_PORT_DEFAULT
+from agentrl.api.constants import DEFAULT_GPU_RESOURCE, GATEWAY_PORT_DEFAULT, IMAGE_CUDA_HOME
 from agentrl.api.status import Condition, Progress, RayJobMirror, RLExperimentStatus
 
 # Every API model and field type, so users of the API need this one module.
@@ -414,7 +414,7 @@ class RuntimeSpec(Model):
     image: str | None = Field(default=None, description="defaults to the operator's pinned image")
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
     """Pull policy of every Ray container."""
-    cuda_home: str = "/usr/local/cuda"
+    cuda_home: str = IMAGE_CUDA_HOME
     """CUDA toolkit inside the image; sets CUDA_HOME and LD_LIBRARY_PATH everywhere."""
     slime_dir: str = Field(default="/root/slime", description="slime checkout inside the image")
     env: list[EnvVar] = Field(default_factory=list, max_length=128)

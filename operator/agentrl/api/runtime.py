@@ -34,11 +34,6 @@ class RuntimeConfig(Model):
     bundle_version: str
     spec: RLExperimentSpec
     gateway_url: str = Field(description="how agents outside the head pod reach the gateway")
-    slime_args: list[str] = Field(
-        default_factory=list,
-        description="slime flags that follow from the spec (render.slime_args); the launcher "
-        "adds MODEL_ARGS, --train-env-vars and extraArgs in the pod",
-    )
     metrics_port: int = METRICS_PORT
     # Env var names (not values) the bundle reads secrets from.
     wandb_api_key_env: str | None = None

@@ -24,7 +24,7 @@ from agentrl.api.validation import Problem, errors, parse_experiment
 from agentrl.cli.load import LoadError, load_document
 from agentrl.render import OperatorDefaults, collect_bundle_files, render_all
 from agentrl.render.defaults import DEFAULT_IMAGE, is_digest_pinned
-from agentrl.render.slime_args import preview_command
+from agentrl.slimecmd import preview
 
 ENV_IMAGE = "AGENTRL_IMAGE"
 ENV_BUNDLE_VERSION = "AGENTRL_BUNDLE_VERSION"
@@ -110,7 +110,7 @@ _BlockDumper.add_representer(str, _str_presenter)
 
 def _command_text(exp: RLExperiment) -> str:
     """slime's command line as the launcher will run it (pod-only values shown as <...>)."""
-    argv = preview_command(exp)
+    argv = preview(exp.spec)
     lines, i = [], 0
     while i < len(argv):  # one flag and its values per line; "<...:>" notes start a line too
         j = i + 1

@@ -21,9 +21,10 @@ from importlib.resources.abc import Traversable
 
 from agentrl.api.constants import BUNDLE_ARCHIVE_NAME, CONFIGMAP_MAX_BYTES
 
-# What goes into the bundle: the package marker, the API (config models the bundle parses)
-# and the bundle itself. Never the operator side.
-BUNDLE_ROOTS = ("api", "bundle")
+# What goes into the bundle: the package marker, the API (config models the bundle parses),
+# slime's command line (the launcher composes it) and the bundle itself. Never the operator
+# side.
+BUNDLE_ROOTS = ("api", "slimecmd", "bundle")
 # Zip members carry a timestamp; a fixed one keeps the archive a function of the sources.
 FIXED_TIME = (1980, 1, 1, 0, 0, 0)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from agentrl import __version__
+from agentrl.api.constants import IMAGE_MEGATRON_DIR
 from agentrl.api.rules import DIGEST_PINNED
 
 # The Ray pod image of this agentrl release (images/slime/Dockerfile): slime + SGLang +
@@ -22,7 +23,7 @@ DEFAULT_IMAGE = (
 )
 # Python paths the slime image puts on PYTHONPATH itself (Megatron-LM is not pip-installed
 # there); the renderer sets PYTHONPATH, so it must carry them on after agentrl's own code.
-DEFAULT_IMAGE_PYTHONPATH = ("/root/Megatron-LM",)
+DEFAULT_IMAGE_PYTHONPATH = (IMAGE_MEGATRON_DIR,)
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,6 @@ from agentrl.api.validation import errors, validate_experiment
 from agentrl.render import bundle, names, pods, provenance
 from agentrl.render.defaults import OperatorDefaults
 from agentrl.render.rayjob import COMPONENT_HEAD, render_rayjob
-from agentrl.render.slime_args import build_slime_args
 
 Obj = dict[str, Any]
 
@@ -52,7 +51,6 @@ def runtime_config(exp: RLExperiment, defaults: OperatorDefaults) -> RuntimeConf
         bundle_version=defaults.bundle_version,
         spec=spec,
         gateway_url=gateway_url(exp),
-        slime_args=build_slime_args(exp),
         wandb_api_key_env=ENV_WANDB_API_KEY if spec.tracking.wandb is not None else None,
         http_header_envs=headers,
     )

@@ -1,8 +1,11 @@
-"""The AgentCore backend against real botocore clients: Stubber for AgentCore, moto for S3.
+"""The AgentCore backend's own logic, on real botocore clients: Stubber for AgentCore, moto
+for S3, a fake clock for the waits.
 
-AgentCore itself cannot run here, so its two calls are answered by botocore's Stubber,
-which still validates every parameter against the service model; S3 is moto's in-process
-emulation, so the result really is written, HEADed and read back.
+Stubber validates every call against botocore's service model for bedrock-agentcore;
+moto's in-process S3 really stores, lists and returns objects. The released toolkit app
+behind a wire-level stand-in of the data plane is exercised in test_agentcore_toolkit.py;
+this file covers what is quicker to pin down one call at a time (retries, the reply
+forms, S3 errors).
 """
 
 from __future__ import annotations
@@ -13,14 +16,27 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+import botocore.exceptions
 import pytest
+import stamina
 from aiohttp import web
 from botocore.response import StreamingBody
 from botocore.stub import ANY, Stubber
 from moto import mock_aws
 
 from agentrl.api.models import AgentCoreAgent
-from agentrl.bundle.agents.agentcore import AgentCoreBackend, AgentCoreClients, make_clients
+from agentrl.bundle.agents.agentcore import (
+    INVOKE_ATTEMPTS,
+    AgentCoreBackend,
+    AgentCoreClients,
+    ResultLocation,
+    _cannot_have_run,
+    input_id,
+    make_clients,
+    read_reply,
+    result_key,
+    with_rollout_fields,
+)
 from agentrl.bundle.agents.base import AgentError, AgentRequest
 from agentrl.bundle.agents.ratelimit import TpsLimiter
 from agentrl.bundle.rollout.episode import EpisodeInput, EpisodeSpec, run_episode
@@ -29,6 +45,10 @@ from agentrl.bundle.session import QuiesceReport, SessionHandle
 ARN = "arn:aws:bedrock-agentcore:us-east-1:123456789012:runtime/math-agent-AbCdEf1234"
 SPEC = AgentCoreAgent(runtimeArn=ARN, region="us-east-1", s3Bucket="rl-results")
 SID = "s" * 43
+EXP = "agentrl/ns/exp"
+ROW = {"prompt": "2+2", "answer": "4"}
+REQUEST = AgentRequest(SID, {**ROW, "_rollout": {"base_url": "http://gw/v1", "api_key": "t"}})
+KEY = result_key(EXP, input_id(ROW), SID)
 
 
 @pytest.fixture
@@ -53,7 +73,7 @@ def body(doc: Any) -> StreamingBody:
 def backend(agentcore: Any, s3: Any) -> AgentCoreBackend:
     return AgentCoreBackend(
         SPEC,
-        result_prefix="agentrl/ns/exp",
+        exp_id=EXP,
         pool_size=4,
         # One stubbed client for invoke and stop (production makes two: see below).
         clients=AgentCoreClients(invoke=agentcore, control=agentcore, s3=s3),
@@ -94,47 +114,115 @@ def expect_stop(stub: Stubber) -> None:
     stub.add_response("stop_runtime_session", {"runtimeSessionId": SID, "statusCode": 200}, params)
 
 
-REQUEST = AgentRequest(SID, {"question": "2+2", "_rollout": {"base_url": "http://gw/v1"}})
+def processing(key: str = KEY, bucket: str = SPEC.s3_bucket) -> dict[str, str]:
+    """The toolkit app's immediate answer."""
+    return {"status": "processing", "s3_bucket": bucket, "result_key": key}
+
+
+def test_the_payload_carries_the_toolkit_fields_and_the_key_it_derives() -> None:
+    payload, where = with_rollout_fields(REQUEST.payload, EXP, "rl-results", SID)
+    rollout = payload["_rollout"]
+    assert rollout["exp_id"] == EXP and rollout["s3_bucket"] == "rl-results"
+    assert rollout["input_id"] == input_id(ROW)
+    # The toolkit writes to {exp_id}/{input_id}/{session id}.json; we say so too.
+    assert where == ResultLocation("rl-results", f"{EXP}/{input_id(ROW)}/{SID}.json")
+    assert rollout["result_key"] == where.key
+    assert rollout["base_url"] == "http://gw/v1" and payload["prompt"] == "2+2"  # kept
+    assert "_rollout" not in REQUEST.payload["_rollout"]  # the request is not mutated
+
+
+def test_input_id_names_the_row_not_the_episode() -> None:
+    same_row_other_episode = {**ROW, "_rollout": {"session_id": "other", "api_key": "x"}}
+    assert (
+        input_id(ROW) == input_id(same_row_other_episode) == input_id(dict(reversed(ROW.items())))
+    )
+    assert input_id(ROW) != input_id({**ROW, "answer": "5"})
+    assert input_id(ROW).startswith("row-") and len(input_id(ROW)) == 20
+
+
+@pytest.mark.parametrize(
+    ("answer", "inline", "key"),
+    [
+        (processing("elsewhere/k.json"), None, "elsewhere/k.json"),  # the reply's key wins
+        ({"status": "processing"}, None, KEY),
+        ({"rewards": 1.0}, {"rewards": 1.0}, KEY),  # answered synchronously
+        ({"status_code": 500, "stop_reason": "x"}, {"status_code": 500, "stop_reason": "x"}, KEY),
+        ("data: not json\n\n", None, KEY),
+        ([1, 2], None, KEY),
+    ],
+)
+def test_reading_the_invoke_reply(answer: Any, inline: Any, key: str) -> None:
+    raw = answer.encode() if isinstance(answer, str) else json.dumps(answer).encode()
+    got_inline, where = read_reply(raw, ResultLocation("rl-results", KEY))
+    assert got_inline == inline and where == ResultLocation("rl-results", key)
 
 
 @pytest.mark.looptime
 async def test_invoke_then_result_from_s3_then_stop(aws: tuple[Any, Any]) -> None:
     agentcore, s3 = aws
     be = backend(agentcore, s3)
-    key = be.result_key(SID)
+    sent = Capture()
     with Stubber(agentcore) as stub:
-        expect_invoke(stub, {"status": "processing", "result_key": key})
+        expect_invoke(stub, processing(), payload=sent)
         expect_stop(stub)
 
         async def agent_writes_result_later() -> None:
             await asyncio.sleep(3)  # fake time: a few polls find nothing first
-            s3.put_object(Bucket=SPEC.s3_bucket, Key=key, Body=b'{"rewards": [0.0, 0.75]}')
+            doc = {"rewards": [0.0, 0.75], "status_code": 200, "stop_reason": "end_turn"}
+            s3.put_object(Bucket=SPEC.s3_bucket, Key=KEY, Body=json.dumps(doc).encode())
 
         writer = asyncio.create_task(agent_writes_result_later())
         result = await be.run(REQUEST)
         await writer
         stub.assert_no_pending_responses()
     assert result.reward == 0.75  # the last of the per-step rewards
+    assert json.loads(sent.seen[0])["_rollout"]["exp_id"] == EXP
     await be.aclose()
 
 
 @pytest.mark.looptime
-async def test_payload_is_the_row_plus_the_result_location(aws: tuple[Any, Any]) -> None:
+async def test_failures_reported_in_the_result_say_where_it_is(aws: tuple[Any, Any]) -> None:
     agentcore, s3 = aws
     be = backend(agentcore, s3)
-    sent = Capture()
+    saved = {"status_code": 500, "stop_reason": "boom", "traceback": "T\nValueError: boom\n"}
+    s3.put_object(Bucket=SPEC.s3_bucket, Key=KEY, Body=json.dumps(saved).encode())
     with Stubber(agentcore) as stub:
-        expect_invoke(stub, {"rewards": 1.0}, payload=sent)  # answers synchronously
+        expect_invoke(stub, processing())
         expect_stop(stub)
-        assert (await be.run(REQUEST)).reward == 1.0
-    payload = json.loads(sent.seen[0])
-    assert payload["question"] == "2+2"
-    assert payload["_rollout"] == {
-        "base_url": "http://gw/v1",
-        "s3_bucket": "rl-results",
-        "result_key": f"agentrl/ns/exp/{SID}.json",
-        "input_id": SID,
-    }
+        with pytest.raises(AgentError) as err:
+            await be.run(REQUEST)
+    assert err.value.reason == "agent_error"
+    assert "ValueError: boom" in str(err.value) and f"s3://rl-results/{KEY}" in str(err.value)
+
+    s3.put_object(Bucket=SPEC.s3_bucket, Key=KEY, Body=b"not json")
+    with Stubber(agentcore) as stub:
+        expect_invoke(stub, processing())
+        expect_stop(stub)
+        with pytest.raises(AgentError) as err:
+            await be.run(REQUEST)
+    assert err.value.reason == "bad_result" and "not JSON" in str(err.value)
+
+    with Stubber(agentcore) as stub:  # an inline failure has no S3 location to name
+        expect_invoke(stub, {"error": "tool crashed", "status_code": 500})
+        expect_stop(stub)
+        with pytest.raises(AgentError) as err:
+            await be.run(REQUEST)
+    assert err.value.reason == "agent_error" and "s3://" not in str(err.value)
+
+
+@pytest.mark.looptime
+async def test_an_unreadable_result_is_result_unreadable_with_a_hint(
+    aws: tuple[Any, Any],
+) -> None:
+    agentcore, s3 = aws
+    be = backend(agentcore, s3)
+    with Stubber(agentcore) as stub, Stubber(s3) as s3_stub:
+        expect_invoke(stub, processing())
+        s3_stub.add_client_error("get_object", "AccessDenied", "Forbidden", http_status_code=403)
+        expect_stop(stub)
+        with pytest.raises(AgentError) as err:
+            await be.run(REQUEST)
+    assert err.value.reason == "result_unreadable" and "s3:ListBucket" in str(err.value)
 
 
 @pytest.mark.looptime
@@ -153,32 +241,11 @@ async def test_invoke_failure_is_an_agent_error_and_still_stops(aws: tuple[Any, 
 
 
 @pytest.mark.looptime
-async def test_agent_reported_error_and_garbage_results(aws: tuple[Any, Any]) -> None:
-    agentcore, s3 = aws
-    be = backend(agentcore, s3)
-    key = be.result_key(SID)
-    s3.put_object(Bucket=SPEC.s3_bucket, Key=key, Body=b"not json")
-    with Stubber(agentcore) as stub:
-        expect_invoke(stub, {"status": "processing"})
-        expect_stop(stub)
-        with pytest.raises(AgentError) as err:
-            await be.run(REQUEST)
-    assert err.value.reason == "bad_result"
-
-    with Stubber(agentcore) as stub:
-        expect_invoke(stub, {"error": "tool crashed", "status_code": 500})
-        expect_stop(stub)
-        with pytest.raises(AgentError) as err:
-            await be.run(REQUEST)
-    assert err.value.reason == "agent_error"
-
-
-@pytest.mark.looptime
 async def test_cancelled_while_polling_stops_the_runtime_session(aws: tuple[Any, Any]) -> None:
     agentcore, s3 = aws
     be = backend(agentcore, s3)
     with Stubber(agentcore) as stub:
-        expect_invoke(stub, {"status": "processing"})
+        expect_invoke(stub, processing())
         expect_stop(stub)
         task = asyncio.create_task(be.run(REQUEST))
         await asyncio.sleep(120)  # fake time: many empty polls, backoff capped at 30 s
@@ -189,22 +256,11 @@ async def test_cancelled_while_polling_stops_the_runtime_session(aws: tuple[Any,
         stub.assert_no_pending_responses()  # stop_runtime_session was called
 
 
-def test_fallback_model_matches_the_calls_we_make(aws: tuple[Any, Any]) -> None:
-    agentcore, _ = aws
-    model = agentcore.meta.service_model
-    invoke = model.operation_model("InvokeAgentRuntime").input_shape.members
-    stop = model.operation_model("StopRuntimeSession").input_shape.members
-    assert {"agentRuntimeArn", "runtimeSessionId", "payload"} <= set(invoke)
-    assert {"agentRuntimeArn", "runtimeSessionId"} <= set(stop)
-    assert agentcore.meta.config.max_pool_connections == 4
-    assert agentcore.meta.config.retries["mode"] == "adaptive"
-
-
 @pytest.mark.looptime
 async def test_a_throttled_invoke_is_tried_again_since_it_never_ran(aws: tuple[Any, Any]) -> None:
     agentcore, s3 = aws
     be = backend(agentcore, s3)
-    with Stubber(agentcore) as stub:
+    with stamina.set_testing(True, attempts=INVOKE_ATTEMPTS), Stubber(agentcore) as stub:
         stub.add_client_error(
             "invoke_agent_runtime", "ThrottlingException", "slow down", http_status_code=429
         )
@@ -212,6 +268,46 @@ async def test_a_throttled_invoke_is_tried_again_since_it_never_ran(aws: tuple[A
         expect_stop(stub)
         assert (await be.run(REQUEST)).reward == 0.5
         stub.assert_no_pending_responses()
+
+
+@pytest.mark.looptime
+async def test_throttled_every_time_is_an_agent_error_after_the_attempts(
+    aws: tuple[Any, Any],
+) -> None:
+    agentcore, s3 = aws
+    be = backend(agentcore, s3)
+    with stamina.set_testing(True, attempts=INVOKE_ATTEMPTS), Stubber(agentcore) as stub:
+        for _ in range(INVOKE_ATTEMPTS):
+            stub.add_client_error(
+                "invoke_agent_runtime", "ThrottlingException", "slow down", http_status_code=429
+            )
+        expect_stop(stub)
+        with pytest.raises(AgentError) as err:
+            await be.run(REQUEST)
+        stub.assert_no_pending_responses()  # exactly INVOKE_ATTEMPTS invokes, then the stop
+    assert f"throttled {INVOKE_ATTEMPTS} times" in str(err.value)
+
+
+def test_only_an_invoke_that_cannot_have_run_is_tried_again() -> None:
+    def client_error(code: str) -> botocore.exceptions.ClientError:
+        return botocore.exceptions.ClientError(
+            {"Error": {"Code": code, "Message": "m"}}, "InvokeAgentRuntime"
+        )
+
+    never_ran = [
+        client_error("ThrottlingException"),
+        botocore.exceptions.EndpointConnectionError(endpoint_url="https://x"),
+        botocore.exceptions.ConnectTimeoutError(endpoint_url="https://x"),
+    ]
+    may_have_run = [
+        client_error("RuntimeClientError"),
+        client_error("InternalServerException"),
+        botocore.exceptions.ReadTimeoutError(endpoint_url="https://x"),
+        botocore.exceptions.ConnectionClosedError(endpoint_url="https://x"),
+        ValueError("x"),
+    ]
+    assert all(_cannot_have_run(e) for e in never_ran)
+    assert not any(_cannot_have_run(e) for e in may_have_run)
 
 
 def test_invoke_is_never_retried_by_botocore_but_stop_and_s3_are(
@@ -273,7 +369,7 @@ async def test_a_read_timeout_on_invoke_is_one_attempt_and_the_episodes_failure(
     )
     be = AgentCoreBackend(
         spec,
-        result_prefix="p",
+        exp_id="p",
         pool_size=2,
         clients=make_clients(spec, pool_size=2, endpoint_url=f"http://127.0.0.1:{port}"),
         limiter=TpsLimiter(1000.0),

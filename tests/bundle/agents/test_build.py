@@ -42,7 +42,7 @@ async def test_agentcore_backend_with_the_pool_derived_from_max_concurrent(
     backend = await build_backend(config(agent))
     assert isinstance(backend, AgentCoreBackend)
     assert backend.pool_stats().size == 32
-    assert backend.result_key("abc") == "agentrl/ns/exp/abc.json"
+    assert backend.exp_id == "agentrl/ns/exp"  # the toolkit's exp_id: namespace/name
     await backend.aclose()
 
 

@@ -9,17 +9,28 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
 import pytest
+import stamina
 from aiohttp import web
+from tests.support.retries import scheduled_retries
 
 from agentrl.api.models import HttpAgent
 from agentrl.bundle.agents.base import AgentError, AgentRequest
-from agentrl.bundle.agents.http import CallbackListener, HttpAgentBackend, headers_from_env
+from agentrl.bundle.agents.http import (
+    SUBMIT_ATTEMPTS,
+    CallbackListener,
+    HttpAgentBackend,
+    _retry_wait,
+    _TryAgain,
+    headers_from_env,
+    retry_after_seconds,
+)
 from agentrl.bundle.rollout.batch import RolloutContext, run_groups
 from agentrl.bundle.rollout.episode import EpisodeInput, EpisodeSpec
 from agentrl.bundle.session import QuiesceReport, SessionHandle
@@ -34,11 +45,17 @@ class Agent:
     api_keys: list[str | None] = field(default_factory=list)
     deleted: list[str] = field(default_factory=list)
     tasks: set[asyncio.Task[Any]] = field(default_factory=set)
+    # Scripted answers (status, headers) to the next submits / deletes, before the mode's.
+    submit_answers: list[tuple[int, dict[str, str]]] = field(default_factory=list)
+    delete_answers: list[int] = field(default_factory=list)
 
     async def submit(self, request: web.Request) -> web.Response:
         body = await request.json()
         self.submitted.append(body)
         self.api_keys.append(request.headers.get("X-Api-Key"))
+        if self.submit_answers:
+            status, headers = self.submit_answers.pop(0)
+            return web.json_response({"error": "scripted"}, status=status, headers=headers)
         if self.mode == "refuse":
             return web.json_response({"error": "bad payload"}, status=400)
         if self.mode == "callback":
@@ -64,7 +81,8 @@ class Agent:
 
     async def delete(self, request: web.Request) -> web.Response:
         self.deleted.append(request.match_info["sid"])
-        return web.json_response({})
+        status = self.delete_answers.pop(0) if self.delete_answers else 200
+        return web.json_response({}, status=status)
 
 
 @dataclass
@@ -125,6 +143,109 @@ async def test_refused_episode_is_an_agent_error_without_secrets(
     assert err.value.reason == "agent_error" and "HTTP 400" in str(err.value)
     assert SECRET not in str(err.value) and SECRET not in caplog.text
     assert rig.agent.deleted == [REQUEST.session_id]
+
+
+async def test_a_submit_the_agent_did_not_process_is_sent_again(rig: Rig) -> None:
+    rig.agent.submit_answers = [(503, {}), (429, {"Retry-After": "1"})]
+    with stamina.set_testing(True, attempts=SUBMIT_ATTEMPTS), scheduled_retries() as retries:
+        assert (await rig.backend.run(REQUEST)).reward == 0.5
+    assert len(rig.agent.submitted) == 3
+    assert [str(r.caused_by) for r in retries] == ["HTTP 503", "HTTP 429"]
+
+
+@pytest.mark.parametrize("status", [500, 502, 504, 400])
+async def test_a_submit_that_may_have_started_the_episode_is_not_sent_again(
+    rig: Rig, status: int
+) -> None:
+    rig.agent.submit_answers = [(status, {})]
+    with stamina.set_testing(True, attempts=SUBMIT_ATTEMPTS), pytest.raises(AgentError) as err:
+        await rig.backend.run(REQUEST)
+    assert len(rig.agent.submitted) == 1 and f"HTTP {status}" in str(err.value)
+    assert rig.agent.deleted == [REQUEST.session_id]  # and its agent is told to stop
+
+
+async def test_an_agent_refusing_every_time_fails_after_the_attempts(rig: Rig) -> None:
+    rig.agent.submit_answers = [(503, {})] * SUBMIT_ATTEMPTS
+    with stamina.set_testing(True, attempts=SUBMIT_ATTEMPTS), pytest.raises(AgentError) as err:
+        await rig.backend.run(REQUEST)
+    assert len(rig.agent.submitted) == SUBMIT_ATTEMPTS
+    assert f"refused the episode {SUBMIT_ATTEMPTS} times: HTTP 503" in str(err.value)
+
+
+async def test_a_refused_connection_is_tried_again_a_dropped_one_is_not() -> None:
+    """Connection refused: nothing was sent. Dropped after the request: it may have run."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed_port = s.getsockname()[1]
+    dropped = 0
+
+    async def drop(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal dropped
+        await reader.readuntil(b"\r\n\r\n")
+        dropped += 1
+        writer.close()
+
+    server = await asyncio.start_server(drop, "127.0.0.1", 0)
+    dropping_port = server.sockets[0].getsockname()[1]
+    listener = CallbackListener("127.0.0.1", 0, "127.0.0.1")
+    await listener.start()
+    try:
+        for port, attempts in ((closed_port, SUBMIT_ATTEMPTS), (dropping_port, 1)):
+            spec = HttpAgent(url=f"http://127.0.0.1:{port}/episodes")
+            be = HttpAgentBackend(spec, headers={}, listener=listener, pool_size=2)
+            with (
+                stamina.set_testing(True, attempts=SUBMIT_ATTEMPTS),
+                scheduled_retries() as r,
+                pytest.raises(AgentError),
+            ):
+                await be._submit({"_rollout": {}})
+            assert len(r) == attempts - 1
+            if be._session is not None:
+                await be._session.close()
+        assert dropped == 1
+    finally:
+        server.close()
+        await listener.stop()
+
+
+async def test_retries_of_many_episodes_are_spread_by_jitter(rig: Rig) -> None:
+    """Five episodes refused together come back at different times (real stamina waits,
+    under a second; what is checked is the waits it drew, not how long anything took)."""
+    rig.agent.submit_answers = [(503, {})] * 5
+    requests = [AgentRequest(f"sid-{i}-" + "x" * 40, REQUEST.payload) for i in range(5)]
+    with scheduled_retries() as retries:
+        results = await asyncio.gather(*(rig.backend.run(r) for r in requests))
+    assert [r.reward for r in results] == [0.5] * 5
+    waits = [r.wait_for for r in retries]
+    assert len(waits) == 5 and len(set(waits)) == 5
+    assert all(0.5 <= w <= 1.0 for w in waits)  # wait_initial + up to wait_jitter
+
+
+def test_retry_after_is_honoured_within_a_cap() -> None:
+    assert retry_after_seconds("3") == 3.0
+    assert retry_after_seconds("3600") == 30.0
+    assert retry_after_seconds("Wed, 21 Oct 2026 07:28:00 GMT") is None  # backoff instead
+    assert retry_after_seconds(None) is None and retry_after_seconds("-1") is None
+    assert _retry_wait(_TryAgain("HTTP 429", 3.0)) == 3.0
+    assert _retry_wait(_TryAgain("HTTP 503")) is True
+    assert _retry_wait(AgentError("agent_error", "HTTP 500")) is False
+
+
+async def test_stop_is_retried_while_the_agent_is_unavailable_and_never_raises(rig: Rig) -> None:
+    rig.agent.delete_answers = [503, 200]
+    with stamina.set_testing(True, attempts=3):
+        await rig.backend.stop("abc")
+    assert rig.agent.deleted == ["abc", "abc"]
+    rig.agent.deleted.clear()
+    rig.agent.delete_answers = [405]  # an agent that cannot stop episodes: fine, once
+    with stamina.set_testing(True, attempts=3):
+        await rig.backend.stop("abc")
+    assert rig.agent.deleted == ["abc"]
+    rig.agent.deleted.clear()
+    rig.agent.delete_answers = [503, 503, 503]
+    with stamina.set_testing(True, attempts=3):
+        await rig.backend.stop("abc")  # gives up quietly
+    assert rig.agent.deleted == ["abc"] * 3
 
 
 async def test_timeout_stops_the_agent_and_late_callbacks_are_refused(rig: Rig) -> None:

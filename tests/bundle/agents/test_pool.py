@@ -1,6 +1,6 @@
 """Connection-pool churn, provoked for real: a local HTTP server behind botocore's urllib3 pool.
 
-The server answers S3 HEAD requests, but holds each one until N requests are in flight at
+The server answers S3 HEAD and GET requests, but holds each one until N requests are in flight at
 once (a barrier, not a sleep), so N connections are open together; with a pool of 2, the
 surplus N-2 are discarded when they come back, urllib3 says "Connection pool is full",
 and the counter and `agentrl_connection_pool_discarded_total` must move by exactly that.
@@ -23,7 +23,7 @@ import pytest
 from prometheus_client import generate_latest
 
 from agentrl.api.models import AgentCoreAgent
-from agentrl.bundle.agents.agentcore import AgentCoreBackend, AgentCoreClients
+from agentrl.bundle.agents.agentcore import AgentCoreBackend, AgentCoreClients, ResultLocation
 from agentrl.bundle.agents.base import PoolStats
 from agentrl.bundle.agents.pool import POOL_FULL_MESSAGE, install_discard_counter
 from agentrl.bundle.agents.ratelimit import TpsLimiter
@@ -41,6 +41,12 @@ class S3Head(BaseHTTPRequestHandler):
     lock = threading.Lock()
 
     def do_HEAD(self) -> None:
+        self._answer(b"")
+
+    def do_GET(self) -> None:  # the backend reads a result object with one GET
+        self._answer(b'{"rewards": 1.0}')
+
+    def _answer(self, body: bytes) -> None:
         cls = type(self)
         with cls.lock:
             cls.live += 1
@@ -50,9 +56,11 @@ class S3Head(BaseHTTPRequestHandler):
         with cls.lock:
             cls.live -= 1
         self.send_response(200)
-        self.send_header("Content-Length", "0")
+        self.send_header("Content-Length", str(len(body)))
         self.send_header("ETag", '"abc"')
         self.end_headers()
+        if self.command == "GET":
+            self.wfile.write(body)
 
     def log_message(self, *args: Any) -> None:
         pass
@@ -122,7 +130,7 @@ async def test_backend_never_runs_more_boto_calls_than_its_pool(server: str) -> 
     )
     be = AgentCoreBackend(
         spec,
-        result_prefix="p",
+        exp_id="p",
         pool_size=2,
         clients=AgentCoreClients(object(), object(), s3_client(server, pool=2)),
         limiter=TpsLimiter(100.0),
@@ -130,7 +138,7 @@ async def test_backend_never_runs_more_boto_calls_than_its_pool(server: str) -> 
     peaks: list[int] = []
 
     async def probe(i: int) -> bool:
-        found = await be._exists(f"k{i}")
+        found = await be._read(ResultLocation("bkt", f"k{i}")) is not None
         peaks.append(be.pool_stats().in_use)
         return found
 

@@ -9,6 +9,7 @@ from launch_trees import EXAMPLE_C, example_doc, experiment, touch
 
 from agentrl.api.models import RLExperimentSpec
 from agentrl.bundle.launch import preflight
+from agentrl.slimecmd import CheckpointDir
 
 ROW = json.dumps({"prompt": "q", "metadata": {"a": 1}})
 
@@ -97,3 +98,25 @@ def test_checkpoint_path_under_a_file_is_not_writable(tmp_path: Path) -> None:
     touch(tmp_path, "/ckpt", "a file where the directory should be")
     problems = preflight.check_checkpoint(tmp_path, _spec())
     assert problems and "spec.checkpoint.path: /ckpt/run is not writable" in problems[0]
+
+
+def test_read_checkpoint_reports_the_tracker_and_entries(tmp_path: Path) -> None:
+    spec = _spec()
+    assert preflight.read_checkpoint(tmp_path, spec) == (CheckpointDir(None, ()), [])
+    touch(tmp_path, "/ckpt/run/iter_0000010/common.pt")
+    touch(tmp_path, "/ckpt/run/latest_checkpointed_iteration.txt", "10\n")
+    found, problems = preflight.read_checkpoint(tmp_path, spec)
+    assert problems == []
+    assert found == CheckpointDir("10\n", ("iter_0000010", "latest_checkpointed_iteration.txt"))
+    assert preflight.read_checkpoint(tmp_path, _spec(checkpoint={})) == (None, [])
+
+
+def test_raw_mode_needs_megatron_weights(tmp_path: Path) -> None:
+    _good_tree(tmp_path)
+    spec = _spec()  # refLoad is the HF checkpoint
+    assert preflight.check_weights_for_mode(tmp_path, spec, "bridge") == []
+    assert preflight.check_weights_for_mode(tmp_path, spec, None) == []
+    (problem,) = preflight.check_weights_for_mode(tmp_path, spec, "raw")
+    assert problem.startswith("spec.model.refLoad: /models/Qwen2.5-7B-Instruct holds Hugging")
+    touch(tmp_path, "/models/Qwen2.5-7B-Instruct/latest_checkpointed_iteration.txt", "release")
+    assert preflight.check_weights_for_mode(tmp_path, spec, "raw") == []

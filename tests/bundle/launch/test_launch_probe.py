@@ -3,15 +3,13 @@ torch_memory_saver listing (with the libcudart major each preload build links)."
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
 import pytest
-from launch_trees import example_docs, experiment, touch
+from launch_trees import touch
 
-from agentrl.bundle.launch import command, cuda, probe
-from agentrl.render.slime_args import preview_command
+from agentrl.bundle.launch import cuda, probe
 
 
 def test_model_args_keep_quoted_items_whole(tmp_path: Path) -> None:
@@ -46,21 +44,3 @@ def test_tms_listing_reads_the_linked_cudart_major(
     # slime 624b824 picks _cu13 first, but fa3c990 picks the unsuffixed cu12 build
     problem = cuda.choose_tms(site_dir, libs, 13).problem
     assert problem is not None and f"{stem}.abi3.so (built for CUDA 12)" in problem
-
-
-FAKE = Path(__file__).parent / "fake_slime"
-
-
-def test_every_example_renders_only_flags_slime_defines() -> None:
-    """The fake parser copies slime's, Megatron's and SGLang's real option strings."""
-    env = {
-        "PATH": os.environ["PATH"],
-        "PYTHONPATH": f"{FAKE}:{FAKE / 'Megatron-LM'}",
-    }
-    known = probe.known_flags(env)
-    assert known is not None and "--rollout-function-path" in known
-    for name, doc in example_docs().items():
-        parts = [command.Part("launcher", ["python3", "train.py"])]
-        parts.append(command.Part(name, preview_command(experiment(doc))[3:]))
-        flags = [f for f, _ in command.unknown_flags(parts, known)]
-        assert flags == [], (name, flags)

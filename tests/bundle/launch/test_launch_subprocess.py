@@ -1,145 +1,50 @@
-"""The real launcher in a subprocess against a fake slime tree (fake_slime/).
+"""The real launcher in a subprocess, in a pod whose image holds slime's own source.
 
-The fake has slime's shape: train.py (records the argv and env it was exec'd with),
-scripts/models/qwen2.5-3B.sh (MODEL_ARGS as a bash array), slime.utils.arguments /
-megatron.training.arguments / slime.backends.sglang_utils.arguments (tiny argparse
-providers with slime's API), and torch_memory_saver's preload library. The CUDA toolkit is
-a temporary directory whose major matches this machine's ldconfig cache, so the real
-`ldconfig -p` is consulted and must agree.
+See launch_pod: slime at a supported commit, Megatron-LM, SGLang's argument modules, and
+two stand-ins (train.py records its argv; torch_memory_saver by file name). The CUDA
+toolkit is a temporary directory whose major matches this machine's ldconfig cache, so the
+real `ldconfig -p` is consulted and must agree.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
+import pytest
 import yaml
-from launch_trees import EXAMPLE_C, cuda_toolkit, example_doc, experiment, touch
-
-from agentrl.api.runtime import RuntimeConfig
-from agentrl.bundle.launch import cuda, probe
-from agentrl.render.slime_args import (
-    CUSTOM_CONFIG_PATH,
-    EVAL_CONFIG_PATH,
-    build_slime_args,
-    preview_command,
+from launch_pod import (
+    BASE_PATH,
+    HEADER_SECRET,
+    POD_IMAGE,
+    SECRET,
+    Pod,
+    cache_major,
+    slime_upstream,
 )
+from launch_trees import touch
 
-FAKE = Path(__file__).parent / "fake_slime"
-SECRET = "wandb-secret-value-123"
-HEADER_SECRET = "tok-xyz"
-BASE_PATH = f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin"
-
-
-def _cache_major() -> int:
-    """The libcudart major this machine's ldconfig cache holds (12 when it holds none)."""
-    out = probe.ldconfig_text()  # "" where there is no ldconfig
-    majors = {c.major for c in cuda.parse_ldconfig(out)}
-    assert len(majors) <= 1, f"this machine's ldconfig cache already mixes majors: {majors}"
-    return majors.pop() if majors else 12
-
-
-class Pod:
-    """A temporary pod filesystem: models, data, checkpoints, CUDA toolkit, runtime config."""
-
-    def __init__(
-        self, root: Path, extra_args: list[str] | None = None, slime_dir: Path = FAKE
-    ) -> None:
-        self.root = root
-        self.record = root / "record.json"
-        self.custom_config = root / "slime-custom-config.yaml"
-        self.eval_config = root / "slime-eval-config.yaml"
-        doc = example_doc(EXAMPLE_C)
-        spec = doc["spec"]
-        spec["model"]["path"] = str(touch(root, "models/qwen/config.json", "{}").parent)
-        # The trainer starts from a Megatron checkpoint, as slime users often convert once.
-        marker = touch(root, "models/qwen-megatron/latest_checkpointed_iteration.txt", "release")
-        spec["model"]["refLoad"] = str(marker.parent)
-        row = json.dumps({"prompt": "1+1?", "metadata": {"answer": "2"}}) + "\n"
-        spec["data"]["train"] = str(touch(root, "data/train.jsonl", row * 3))
-        for i, s in enumerate(spec["data"]["eval"]):
-            s["path"] = str(touch(root, f"data/eval{i}.jsonl", row))
-        spec["checkpoint"] = {"path": str(root / "ckpt" / "run1"), "saveInterval": 5}
-        spec["tracking"] = {"wandb": {"project": "p", "apiKeySecret": {"name": "w", "key": "k"}}}
-        cuda_toolkit(root, "/cuda", _cache_major())
-        spec["runtime"] = {
-            "cudaHome": str(root / "cuda"),
-            "slimeDir": str(slime_dir),
-            "extraArgs": ["--rollout-top-p", "0.95"] if extra_args is None else extra_args,
-        }
-        exp = experiment(doc)
-        args = build_slime_args(exp)
-        args[args.index(CUSTOM_CONFIG_PATH)] = str(self.custom_config)
-        args[args.index(EVAL_CONFIG_PATH)] = str(self.eval_config)
-        self.exp = exp
-        self.config_path = root / "config.json"
-        self.config_path.write_text(
-            RuntimeConfig(
-                experiment="http-agent",
-                namespace="rl",
-                bundle_version="t",
-                spec=exp.spec,
-                gateway_url="http://gw:9090",
-                slime_args=args,
-                wandb_api_key_env="WANDB_API_KEY",
-                http_header_envs={"Authorization": "AGENTRL_HTTP_HEADER_0"},
-            ).to_json()
-        )
-
-    def env(self, **extra: str) -> dict[str, str]:
-        return {
-            "PATH": BASE_PATH,
-            "PYTHONPATH": str(FAKE / "pylib"),
-            "MEGATRON_DIR": str(FAKE / "Megatron-LM"),
-            "AGENTRL_TEST_RECORD": str(self.record),
-            "WANDB_API_KEY": SECRET,
-            "AGENTRL_HTTP_HEADER_0": f"Bearer {HEADER_SECRET}",
-            "LD_LIBRARY_PATH": "/usr/local/cuda-11.8/lib64:/opt/efa/lib",
-            **extra,
-        }
-
-    def launch(self, *flags: str, **env: str) -> subprocess.CompletedProcess[str]:
-        cmd = [sys.executable, "-m", "agentrl.bundle.launch", "--config", str(self.config_path)]
-        return subprocess.run(
-            [*cmd, *flags],
-            check=False,
-            env=self.env(**env),
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-
-
-def _recorded(pod: Pod) -> dict[str, Any]:
-    return json.loads(pod.record.read_text())
+from agentrl import slimecmd
+from agentrl.slimecmd.checkpoint import FIRST_RUN_FLAGS
+from agentrl.slimecmd.compose import HF_MODE_FLAG
 
 
 def test_exec_replaces_the_launcher_with_train_py_and_propagates_env(tmp_path: Path) -> None:
     pod = Pod(tmp_path)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "agentrl.bundle.launch", "--config", str(pod.config_path)],
-        env=pod.env(),
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    _, err = proc.communicate(timeout=120)
+    proc = subprocess.Popen(pod.command(), env=pod.env(), stderr=subprocess.PIPE, text=True)
+    _, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err
-    rec = _recorded(pod)
+    rec = pod.recorded()
     assert rec["pid"] == proc.pid  # exec, not a child process
     argv = rec["argv"]
-    assert argv[0] == str(FAKE / "train.py")
+    assert argv[0] == str(pod.image / "train.py")
     assert argv[1:4] == ["--swiglu", "--num-layers", "28"]  # MODEL_ARGS first, from bash
     assert argv[-2:] == ["--rollout-top-p", "0.95"]  # extraArgs last
-    assert argv[argv.index("--use-wandb") : argv.index("--use-wandb") + 3] == [
-        "--use-wandb",
-        "--wandb-project",
-        "p",
-    ]
+    i = argv.index("--use-wandb")
+    assert argv[i : i + 3] == ["--use-wandb", "--wandb-project", "p"]
     assert SECRET not in " ".join(argv)
     env = rec["env"]
     cuda_home = str(tmp_path / "cuda")
@@ -148,18 +53,34 @@ def test_exec_replaces_the_launcher_with_train_py_and_propagates_env(tmp_path: P
     assert env["PATH"].startswith(f"{cuda_home}/bin:")
     assert env["WANDB_API_KEY"] == SECRET and env["CUDA_DEVICE_MAX_CONNECTIONS"] == "1"
     assert env["AGENTRL_HTTP_HEADER_0"] == f"Bearer {HEADER_SECRET}"
-    assert str(FAKE) in env["PYTHONPATH"].split(":")
+    assert str(pod.image) in env["PYTHONPATH"].split(":")
+    assert str(slime_upstream.MEGATRON) in env["PYTHONPATH"].split(":")
     train_env = json.loads(argv[argv.index("--train-env-vars") + 1])
     assert {k: env[k] for k in train_env} == train_env  # actors get the driver's pinned env
     assert set(train_env) >= {"CUDA_HOME", "LD_LIBRARY_PATH", "PYTHONPATH"}
-    assert "agentrl_config_path" in pod.custom_config.read_text()
-    assert argv[argv.index("--eval-config") + 1] == str(pod.eval_config)
-    sets = yaml.safe_load(pod.eval_config.read_text())["eval"]["datasets"]
+    custom = pod.files_dir / "slime-custom-config.yaml"
+    assert "agentrl_config_path" in custom.read_text()
+    eval_config = pod.files_dir / "slime-eval-config.yaml"
+    assert argv[argv.index("--eval-config") + 1] == str(eval_config)
+    sets = yaml.safe_load(eval_config.read_text())["eval"]["datasets"]
     assert [(d["name"], d["n_samples_per_eval_prompt"]) for d in sets] == [
         ("web-dev", 1),
         ("web-hard", 4),
     ]
-    assert "exec" in err
+    assert "first run, from the model; exec [" in err  # the job log shows the whole argv
+
+
+@pytest.mark.parametrize("row", slime_upstream.ROWS)
+def test_the_launcher_adapts_to_the_slime_in_the_image(row: str, tmp_path: Path) -> None:
+    pod = Pod(tmp_path, row=row)
+    done = pod.launch()
+    assert done.returncode == 0, done.stderr
+    argv = pod.slime_args()
+    if row == "fa3c990":
+        assert argv[argv.index(HF_MODE_FLAG) + 1] == "bridge"
+    else:
+        assert HF_MODE_FLAG not in argv  # slime 624b824 has no such flag
+    assert set(FIRST_RUN_FLAGS) <= set(argv)
 
 
 def test_unknown_flag_is_refused_before_exec(tmp_path: Path) -> None:
@@ -171,22 +92,33 @@ def test_unknown_flag_is_refused_before_exec(tmp_path: Path) -> None:
     assert not pod.record.exists()
 
 
+def test_a_flag_the_row_dropped_is_refused_there(tmp_path: Path) -> None:
+    pod = Pod(tmp_path, row="624b824", extra_args=[HF_MODE_FLAG, "raw"])
+    done = pod.launch()
+    assert done.returncode == 2
+    line = next(x for x in done.stderr.splitlines() if x.strip().startswith(HF_MODE_FLAG))
+    assert line.endswith("from spec.runtime.extraArgs")
+    assert "1 problem(s)" in done.stderr
+
+
 def test_dry_run_prints_json_with_secrets_redacted(tmp_path: Path) -> None:
     pod = Pod(tmp_path)
     done = pod.launch("--dry-run")
     assert done.returncode == 0, done.stderr
     assert not pod.record.exists()
     out = json.loads(done.stdout)
-    assert out["argv"][:2] == ["python3", str(FAKE / "train.py")]
+    assert out["argv"][:2] == ["python3", str(pod.image / "train.py")]
+    assert out["start"] == {"decision": "first-run", "iteration": None}
+    assert out["slime"] == {"definesMegatronToHfMode": True}
     assert out["env"]["CUDA_HOME"] == str(tmp_path / "cuda")
     assert SECRET not in done.stdout and HEADER_SECRET not in done.stdout
     assert out["secretsPresent"] == ["AGENTRL_HTTP_HEADER_0", "WANDB_API_KEY"]
-    assert str(pod.custom_config) in out["files"]
+    assert str(pod.files_dir / "slime-custom-config.yaml") in out["files"]
 
 
 def test_two_cuda_majors_and_preflight_problems_are_reported_together(tmp_path: Path) -> None:
     pod = Pod(tmp_path)
-    other = 13 if _cache_major() == 12 else 12
+    other = 13 if cache_major() == 12 else 12
     stray = touch(tmp_path, f"opt/lib/libcudart.so.{other}").parent
     (tmp_path / "models/qwen/config.json").unlink()
     (tmp_path / "data/train.jsonl").write_text('{"prompt": "x"}\n')
@@ -219,11 +151,11 @@ def test_check_cuda_mode_for_the_image_build(tmp_path: Path) -> None:
     ok = subprocess.run(cmd, check=False, env=pod.env(), capture_output=True, text=True)
     assert ok.returncode == 0, ok.stderr
     report = json.loads(ok.stdout)
-    assert report["major"] == _cache_major()
+    assert report["major"] == cache_major()
     assert report["torchMemorySaver"] == str(
-        FAKE / "pylib" / "torch_memory_saver_hook_mode_preload.abi3.so"
+        POD_IMAGE / "pylib" / "torch_memory_saver_hook_mode_preload.abi3.so"
     )
-    other = 13 if _cache_major() == 12 else 12
+    other = 13 if cache_major() == 12 else 12
     stray = touch(tmp_path, f"opt/lib/libcudart.so.{other}").parent
     bad = subprocess.run(
         cmd, check=False, env=pod.env(LD_LIBRARY_PATH=str(stray)), capture_output=True, text=True
@@ -232,62 +164,69 @@ def test_check_cuda_mode_for_the_image_build(tmp_path: Path) -> None:
     assert f"libcudart.so.{other}: {stray}/libcudart.so.{other} (LD_LIBRARY_PATH)" in bad.stderr
 
 
-def test_without_slime_importable_flags_are_not_checked_but_said_so(tmp_path: Path) -> None:
-    tree = tmp_path / "slime-tree"
-    shutil.copytree(FAKE, tree, ignore=shutil.ignore_patterns("slime", "__pycache__"))
-    pod = Pod(tmp_path, extra_args=["--no-such-flag"], slime_dir=tree)
-    done = pod.launch()
-    assert done.returncode == 0, done.stderr
-    assert "slime is not importable here: flags were not checked" in done.stderr
-    assert _recorded(pod)["argv"][-1] == "--no-such-flag"
+def test_an_image_without_slime_stops_the_launch(tmp_path: Path) -> None:
+    pod = Pod(tmp_path, slime_package=False)
+    env = pod.env()
+    env.pop("AGENTRL_UPSTREAM_ROOTS")  # nothing serves `import slime` either
+    done = subprocess.run(
+        pod.command(), check=False, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 2
+    assert "slime is not importable with the pinned env" in done.stderr
+    assert "spec.runtime.slimeDir" in done.stderr
+    assert not pod.record.exists()
 
 
 def test_slime_that_cannot_build_its_parser_stops_the_launch(tmp_path: Path) -> None:
+    """slime imports, but Megatron needs torch, which this Python lacks (no stand-ins here)."""
     pod = Pod(tmp_path)
-    done = pod.launch(MEGATRON_DIR=str(tmp_path / "no-megatron"))
+    env = pod.env()
+    env.pop("AGENTRL_UPSTREAM_ROOTS")
+    done = subprocess.run(
+        pod.command(), check=False, env=env, capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 2
     assert "could not build slime's argument parser" in done.stderr
-    assert "No module named 'megatron'" in done.stderr
+    assert "No module named 'torch'" in done.stderr
     assert not pod.record.exists()
 
 
 def test_render_preview_is_the_command_the_launcher_execs(tmp_path: Path) -> None:
+    """`agentrl render --show-command` and the exec'd argv agree on everything they share:
+    the preview's conditions, resolved as the pod resolved them, give the same argv."""
     pod = Pod(tmp_path)
     done = pod.launch()
     assert done.returncode == 0, done.stderr
-    argv = ["python3", *_recorded(pod)["argv"]]
-    paths = {CUSTOM_CONFIG_PATH: str(pod.custom_config), EVAL_CONFIG_PATH: str(pod.eval_config)}
+    argv = ["python3", *pod.recorded()["argv"]]
+    holds = {
+        slimecmd.Cond.HF_MODE_FLAG: True,
+        slimecmd.Cond.FIRST_RUN: True,
+        slimecmd.Cond.RESTART: False,
+        slimecmd.Cond.WANDB_KEY: True,
+    }
+    preview = slimecmd.compose(pod.exp.spec, slimecmd.PodFacts(files_dir=str(pod.files_dir)))
     model_args = argv[2 : argv.index("--actor-num-nodes")]
     expected: list[str] = []
-    for arg in preview_command(pod.exp):
-        if arg.startswith("<MODEL_ARGS"):
+    for part in preview.parts:
+        if part.cond is not None and not holds[part.cond]:
+            continue
+        if part.placeholder and part.args[0].startswith("<MODEL_ARGS"):
             expected += model_args
-        elif arg.startswith("<JSON:"):
-            expected.append(argv[argv.index("--train-env-vars") + 1])
-        elif not arg.startswith("<only when"):
-            expected.append(paths.get(arg, arg))
-    expected[1] = str(FAKE / "train.py")
+        elif part.placeholder:
+            expected += [part.args[0], argv[argv.index("--train-env-vars") + 1]]
+        else:
+            expected += part.args
+    expected[1] = str(pod.image / "train.py")
     assert argv == expected
-    assert len(model_args) == 23  # the 14 MODEL_ARGS entries of the fake script, 9 valued
-
-
-def test_megatron_without_add_megatron_arguments_is_still_checked(tmp_path: Path) -> None:
-    legacy = str(FAKE / "Megatron-LM-legacy")
-    ok = Pod(tmp_path / "ok").launch(MEGATRON_DIR=legacy)
-    assert ok.returncode == 0, ok.stderr
-    bad = Pod(tmp_path / "bad", extra_args=["--tensor-parallel-size", "2"]).launch(
-        MEGATRON_DIR=legacy
-    )
-    assert bad.returncode == 2
-    assert "--tensor-parallel-size (did you mean --tensor-model-parallel-size?)" in bad.stderr
+    assert len(model_args) == 24  # qwen2.5-7B.sh: 15 entries, 9 of them valued
 
 
 def test_unwritable_slime_config_file_stops_the_launch(tmp_path: Path) -> None:
     pod = Pod(tmp_path)
-    pod.custom_config.mkdir()  # a directory where the YAML must go
+    (pod.files_dir / "slime-custom-config.yaml").mkdir(parents=True)  # a dir where YAML goes
     done = pod.launch()
     assert done.returncode == 2
-    assert f"cannot write {pod.custom_config}: Is a directory" in done.stderr
+    assert "slime-custom-config.yaml: Is a directory" in done.stderr
     assert not pod.record.exists()
 
 
@@ -301,8 +240,7 @@ def _fake_nvidia_smi(tmp_path: Path, body: str) -> str:
 def test_visible_gpu_count_must_match_the_spec(tmp_path: Path) -> None:
     pod = Pod(tmp_path)
     lines = "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-0)\nGPU 1: NVIDIA H100 80GB HBM3 (UUID: GPU-1)"
-    path = _fake_nvidia_smi(tmp_path, f"printf '{lines}\\n'")
-    done = pod.launch(PATH=path)
+    done = pod.launch(PATH=_fake_nvidia_smi(tmp_path, f"printf '{lines}\\n'"))
     assert done.returncode == 2
     assert "spec.resources.gpusPerNode is 8 but this node sees 2 GPUs" in done.stderr
 

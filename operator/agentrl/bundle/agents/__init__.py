@@ -34,11 +34,11 @@ async def build_backend(
     agent = config.spec.agent
     pool_size = agent.effective_max_pool_connections
     if agent.agent_core is not None and agent.http is None:
-        from agentrl.bundle.agents.agentcore import AgentCoreBackend
+        from agentrl.bundle.agents.agentcore import AgentCoreBackend, experiment_id
 
         return AgentCoreBackend(
             agent.agent_core,
-            result_prefix=f"agentrl/{config.namespace}/{config.experiment}",
+            exp_id=experiment_id(config.namespace, config.experiment),
             pool_size=pool_size,
         )
     if agent.http is not None and agent.agent_core is None:

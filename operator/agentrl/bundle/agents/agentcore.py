@@ -1,31 +1,43 @@
-"""AWS Bedrock AgentCore runtime backend: invoke, poll S3 for the result, stop.
+"""AWS Bedrock AgentCore runtime backend, speaking agentcore-rl-toolkit's agent contract.
 
-The agent app (agentcore-rl-toolkit's contract) answers `invoke_agent_runtime` at once
-with `{"status": "processing"}` and later writes `{"rewards": ..}` to
-`s3://<bucket>/<result_key>`; we HEAD that key with a bounded backoff (0.5 s x1.5, capped)
-and call `stop_runtime_session` on result, error, timeout or cancellation. boto3 is
-blocking, so calls run on a thread pool exactly as large as the connection pool: parallel
-boto calls can then never exceed `maxPoolConnections`, which is what keeps urllib3 from
-discarding connections; `maxConcurrent` episodes share it. One `TpsLimiter` paces invoke
-and stop calls together, as AgentCore's throttle counts both.
+An agent built with the toolkit (`AgentCoreRLApp` + `@app.rollout_entrypoint`, release
+0.2.0: https://github.com/awslabs/agentcore-rl-toolkit/blob/7bdd4159b505d8fc3571027b1a9c5f817011cceb/src/agentcore_rl_toolkit/app.py,
+identical in the 0.2.0 wheel) reads `exp_id`, `input_id` and `s3_bucket` from the
+payload's `_rollout` (all three, or it answers HTTP 500), answers the invoke at once with
+`{"status": "processing", "s3_bucket", "result_key"}`, runs the episode in the background
+and writes its result document to `s3://<s3_bucket>/<exp_id>/<input_id>/<session id>.json`,
+the session id being the runtime session id the invoke carried. We send those fields,
+read the object the reply names (GET, jittered backoff 0.5 s x1.5 capped at 30 s, until
+the episode deadline), and call `stop_runtime_session` on result, error, timeout or
+cancellation. docs/agents.md has the whole contract, ours next to the toolkit's.
+
+boto3 is blocking, so calls run on a thread pool exactly as large as the connection pool:
+parallel boto calls can then never exceed `maxPoolConnections`, which is what keeps
+urllib3 from discarding connections; `maxConcurrent` episodes share it. One `TpsLimiter`
+paces invoke and stop calls together, as AgentCore's throttle counts both.
 
 Invoking starts an episode, so botocore never retries it: a read timeout or a dropped
 connection after the request was sent would run the same episode again into the same
 gateway session. The invoke client waits up to the episode timeout for an answer (an agent
-may answer synchronously) and makes one attempt; only a throttled invoke (refused, so it
-never ran) is tried again, by us. Idempotent calls (stop, S3) keep botocore's adaptive
-retries.
+may answer synchronously) and makes one attempt; only an invoke that cannot have run (the
+service throttled it, or the connection never opened) is tried again, by stamina with
+jitter, so a hundred throttled episodes do not come back in lockstep. Idempotent calls
+(stop, S3) keep botocore's adaptive retries, which are jittered too.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
+
+import botocore.exceptions
+import stamina
 
 from agentrl.api.models import AgentCoreAgent
 from agentrl.bundle.agents.agentcore_model import SERVICE, model_dir
@@ -34,8 +46,8 @@ from agentrl.bundle.agents.base import (
     AgentRequest,
     AgentResult,
     PoolStats,
-    backoff_delays,
     parse_result,
+    poll_delays,
 )
 from agentrl.bundle.agents.pool import InUseGauge, install_discard_counter
 from agentrl.bundle.agents.ratelimit import TpsLimiter
@@ -43,9 +55,89 @@ from agentrl.bundle.agents.ratelimit import TpsLimiter
 log = logging.getLogger("agentrl.agents.agentcore")
 T = TypeVar("T")
 
-POLL_FIRST_S, POLL_FACTOR, POLL_CAP_S = 0.5, 1.5, 30.0
-INVOKE_ATTEMPTS = 4  # tries of a throttled invoke (refused by the service: it never ran)
-THROTTLED = frozenset({"ThrottlingException", "TooManyRequestsException"})
+# Looking for the result object (the toolkit's RolloutFuture uses the same 0.5 s x1.5,
+# capped at 30 s); +/-20% jitter spreads episodes that started together.
+POLL_FIRST_S, POLL_FACTOR, POLL_CAP_S, POLL_JITTER = 0.5, 1.5, 30.0, 0.2
+# An invoke that cannot have run: tries, and stamina's backoff between them (1 s, 2 s,
+# 4 s, each plus up to 1 s of jitter).
+INVOKE_ATTEMPTS = 4
+INVOKE_WAIT_INITIAL_S, INVOKE_WAIT_MAX_S, INVOKE_WAIT_JITTER_S = 1.0, 8.0, 1.0
+THROTTLED: Final = frozenset({"ThrottlingException"})
+# Keys that make an invoke's answer a result document (the toolkit's "processing" has none).
+_RESULT_KEYS: Final = frozenset({"rewards", "reward", "status_code", "error"})
+
+
+def experiment_id(namespace: str, experiment: str) -> str:
+    """The toolkit's `exp_id`: the first part of every result key of one experiment."""
+    return f"agentrl/{namespace}/{experiment}"
+
+
+def input_id(row: Mapping[str, Any]) -> str:
+    """The toolkit's `input_id` ("which input example"): a digest of the dataset row, so
+    every attempt at one prompt (its GRPO group, later epochs, evals) shares one prefix."""
+    canonical = json.dumps(
+        {k: v for k, v in row.items() if k != "_rollout"}, sort_keys=True, separators=(",", ":")
+    )
+    return "row-" + hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+def result_key(exp_id: str, row_id: str, session_id: str) -> str:
+    """Where the toolkit's app writes an episode's result (`{exp_id}/{input_id}/{sid}.json`)."""
+    return f"{exp_id}/{row_id}/{session_id}.json"
+
+
+@dataclass(frozen=True)
+class ResultLocation:
+    bucket: str
+    key: str
+
+    def __str__(self) -> str:
+        return f"s3://{self.bucket}/{self.key}"
+
+
+def with_rollout_fields(
+    payload: Mapping[str, Any], exp_id: str, bucket: str, session_id: str
+) -> tuple[dict[str, Any], ResultLocation]:
+    """The payload the toolkit's app expects, and where it will write the result.
+
+    `exp_id`, `input_id` and `s3_bucket` are the toolkit's; `result_key` is the same key
+    spelled out for agents not built on the toolkit (the toolkit ignores it)."""
+    out = dict(payload)
+    iid = input_id(payload)
+    where = ResultLocation(bucket, result_key(exp_id, iid, session_id))
+    out["_rollout"] = {
+        **dict(payload.get("_rollout") or {}),
+        "exp_id": exp_id,
+        "input_id": iid,
+        "s3_bucket": bucket,
+        "result_key": where.key,
+    }
+    return out, where
+
+
+def read_reply(
+    body: bytes, expected: ResultLocation
+) -> tuple[Mapping[str, Any] | None, ResultLocation]:
+    """The invoke's answer -> (a result given inline, or None; where to look otherwise).
+
+    The toolkit answers `{"status": "processing", "s3_bucket", "result_key"}` and the key it
+    names wins over ours (it differs only if the runtime did not pass the session id on,
+    and the app then made one up). An agent may also answer with its result document; any
+    other answer (text, an event stream) leaves the result to S3 at the expected key."""
+    try:
+        doc = json.loads(body) if body else None
+    except ValueError:
+        return None, expected
+    if not isinstance(doc, dict):
+        return None, expected
+    if _RESULT_KEYS & doc.keys():
+        return doc, expected
+    key, bucket = doc.get("result_key"), doc.get("s3_bucket")
+    if isinstance(key, str) and key:
+        return None, ResultLocation(
+            bucket if isinstance(bucket, str) and bucket else expected.bucket, key
+        )
+    return None, expected
 
 
 def _boto_session(region: str) -> Any:
@@ -78,7 +170,8 @@ def make_clients(
     spec: AgentCoreAgent, pool_size: int, endpoint_url: str | None = None
 ) -> AgentCoreClients:
     """The three clients, sharing one pool size. `endpoint_url` points the AgentCore ones
-    elsewhere (a VPC endpoint, a test server)."""
+    elsewhere (a VPC endpoint); boto3's `AWS_ENDPOINT_URL_BEDROCK_AGENTCORE` and
+    `AWS_ENDPOINT_URL_S3` environment variables work too."""
     import botocore.config
 
     retried = botocore.config.Config(
@@ -106,14 +199,14 @@ class AgentCoreBackend:
         self,
         spec: AgentCoreAgent,
         *,
-        result_prefix: str,
+        exp_id: str,
         pool_size: int,
         clients: AgentCoreClients | None = None,
         limiter: TpsLimiter | None = None,
     ) -> None:
         clients = clients or make_clients(spec, pool_size)
         self._spec = spec
-        self._prefix = result_prefix.strip("/")
+        self._exp_id = exp_id.strip("/")
         self._invoker = clients.invoke
         self._agentcore = clients.control
         self._s3 = clients.s3
@@ -121,10 +214,13 @@ class AgentCoreBackend:
         self._pool_size = pool_size
         self._executor = ThreadPoolExecutor(pool_size, thread_name_prefix="agentrl-boto")
         self._in_use = InUseGauge()
+        self._stop_failures = 0
         install_discard_counter()
 
-    def result_key(self, session_id: str) -> str:
-        return f"{self._prefix}/{session_id}.json"
+    @property
+    def exp_id(self) -> str:
+        """The first part of every result key this backend's episodes get."""
+        return self._exp_id
 
     async def _call(self, fn: Callable[..., T], **kwargs: Any) -> T:
         def held() -> T:
@@ -135,91 +231,110 @@ class AgentCoreBackend:
 
     async def run(self, request: AgentRequest) -> AgentResult:
         sid = request.session_id
-        key = self.result_key(sid)
-        payload = dict(request.payload)
-        rollout = dict(payload.get("_rollout") or {})
-        rollout.update(s3_bucket=self._spec.s3_bucket, result_key=key, input_id=sid)
-        payload["_rollout"] = rollout
+        payload, expected = with_rollout_fields(
+            request.payload, self._exp_id, self._spec.s3_bucket, sid
+        )
         try:
-            inline = await self._invoke(sid, payload)
+            body = await self._invoke(sid, json.dumps(payload).encode())
+            inline, where = read_reply(body, expected)
             if inline is not None:  # the agent answered synchronously
                 return parse_result(inline)
-            return parse_result(await self._poll(key))
+            try:
+                return parse_result(await self._await_document(where))
+            except AgentError as exc:  # say where the document is, for whoever debugs it
+                raise AgentError(exc.reason, f"{exc} (result {where})") from None
         finally:
             # Shielded: a cancelled episode must still free its AgentCore session.
-            await asyncio.shield(self._stop(sid))
+            await asyncio.shield(self.stop(sid))
 
-    async def _invoke(self, sid: str, payload: dict[str, Any]) -> dict[str, Any] | None:
-        request = json.dumps(payload).encode()
-        attempt = 0
-        while True:
-            await self._limiter.acquire()
-            try:
-                body = await self._invoke_once(sid, request)
-                break
-            except Exception as exc:  # botocore ClientError, timeouts, connection errors
-                attempt += 1
-                if _error_code(exc) not in THROTTLED or attempt >= INVOKE_ATTEMPTS:
-                    raise AgentError("agent_error", _invoke_failure(exc)) from exc
-            await asyncio.sleep(POLL_FIRST_S * 2**attempt)  # refused: it never ran
+    async def _invoke(self, sid: str, request: bytes) -> bytes:
         try:
-            doc = json.loads(body) if body else {}
-        except ValueError:
-            return None  # a streaming or text answer: the result still comes through S3
-        if isinstance(doc, dict) and ("rewards" in doc or "error" in doc):
-            return doc
-        return None
+            async for attempt in stamina.retry_context(
+                on=_cannot_have_run,
+                attempts=INVOKE_ATTEMPTS,
+                timeout=None,  # the episode deadline bounds it
+                wait_initial=INVOKE_WAIT_INITIAL_S,
+                wait_max=INVOKE_WAIT_MAX_S,
+                wait_jitter=INVOKE_WAIT_JITTER_S,
+            ):
+                with attempt:
+                    await self._limiter.acquire()
+                    return await self._invoke_once(sid, request)
+        except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as exc:
+            raise AgentError("agent_error", _invoke_failure(exc)) from exc
+        raise AssertionError("unreachable: stamina re-raises the last failure")
 
     async def _invoke_once(self, sid: str, request: bytes) -> bytes:
-        response = await self._call(
-            self._invoker.invoke_agent_runtime,
+        return await self._call(self._invoke_and_read, sid=sid, request=request)
+
+    def _invoke_and_read(self, sid: str, request: bytes) -> bytes:
+        # One call for both: the connection stays checked out until the body is read.
+        response = self._invoker.invoke_agent_runtime(
             agentRuntimeArn=self._spec.runtime_arn,
             runtimeSessionId=sid,
             payload=request,
             contentType="application/json",
             accept="application/json",
         )
-        if "response" not in response:
-            return b""
-        return bytes(await self._call(response["response"].read))
+        return bytes(response["response"].read()) if "response" in response else b""
 
-    async def _poll(self, key: str) -> Any:
-        for delay in backoff_delays(POLL_FIRST_S, POLL_FACTOR, POLL_CAP_S):
+    async def _await_document(self, where: ResultLocation) -> Any:
+        """The result document, once the agent wrote it; the episode deadline ends the wait."""
+        for delay in poll_delays(POLL_FIRST_S, POLL_FACTOR, POLL_CAP_S, POLL_JITTER):
             await asyncio.sleep(delay)
-            if await self._exists(key):
+            raw = await self._read(where)
+            if raw is not None:
                 try:
-                    obj = await self._call(
-                        self._s3.get_object, Bucket=self._spec.s3_bucket, Key=key
-                    )
-                    return json.loads(await self._call(obj["Body"].read))
+                    return json.loads(raw)
                 except ValueError as exc:
-                    raise AgentError(
-                        "bad_result", f"result {key} in bucket {self._spec.s3_bucket} is not JSON"
-                    ) from exc
-        raise AssertionError("unreachable")  # the delays never end; the episode timeout does
+                    raise AgentError("bad_result", "the result is not JSON") from exc
+        raise AssertionError("unreachable: the delays never end")
 
-    async def _exists(self, key: str) -> bool:
-        import botocore.exceptions
-
+    async def _read(self, where: ResultLocation) -> bytes | None:
+        """The object's bytes, or None while it does not exist."""
         try:
-            await self._call(self._s3.head_object, Bucket=self._spec.s3_bucket, Key=key)
-        except botocore.exceptions.ClientError as exc:
-            code = str(exc.response.get("Error", {}).get("Code", ""))
-            if code in ("404", "NoSuchKey", "NotFound"):
-                return False
-            raise AgentError("result_unreadable", f"head_object {key}: {_brief(exc)}") from exc
-        return True
+            # One call for both: the connection stays checked out until the body is read.
+            return await self._call(self._get_bytes, bucket=where.bucket, key=where.key)
+        except (botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError) as exc:
+            code = _error_code(exc)
+            if code in ("NoSuchKey", "404", "NotFound"):
+                return None
+            hint = (
+                " (S3 answers 403 for a key that does not exist yet when the pod's role "
+                "lacks s3:ListBucket on the bucket; grant it with s3:GetObject)"
+                if code in ("AccessDenied", "403")
+                else ""
+            )
+            raise AgentError(
+                "result_unreadable", f"reading the result failed: {_brief(exc)}{hint}"
+            ) from exc
 
-    async def _stop(self, sid: str) -> None:
+    def _get_bytes(self, bucket: str, key: str) -> bytes:
+        return bytes(self._s3.get_object(Bucket=bucket, Key=key)["Body"].read())
+
+    async def stop(self, session_id: str) -> None:
+        """StopRuntimeSession for the episode; idempotent, never raises."""
         await self._limiter.acquire()
         try:
             await self._call(
                 self._agentcore.stop_runtime_session,
                 agentRuntimeArn=self._spec.runtime_arn,
-                runtimeSessionId=sid,
+                runtimeSessionId=session_id,
             )
-        except Exception as exc:  # already ended sessions answer 404; nothing to free
-            log.debug("stop_runtime_session %s: %s", sid, _brief(exc))
+        except Exception as exc:
+            if _error_code(exc) == "ResourceNotFoundException":
+                return  # never started, or already ended: nothing to free
+            # Anything else (a missing IAM permission...) leaves the session running until
+            # AgentCore's idle timeout: worth one warning, then debug (it repeats).
+            self._stop_failures += 1
+            level = logging.WARNING if self._stop_failures == 1 else logging.DEBUG
+            log.log(
+                level,
+                "stop_runtime_session %s failed: %s (the runtime session stays up until "
+                "AgentCore's idle timeout; further stop failures are logged at debug level)",
+                session_id,
+                _brief(exc),
+            )
 
     def pool_stats(self) -> PoolStats:
         return PoolStats(size=self._pool_size, in_use=self._in_use.value)
@@ -228,19 +343,34 @@ class AgentCoreBackend:
         self._executor.shutdown(wait=False, cancel_futures=True)
 
 
+def _cannot_have_run(exc: Exception) -> bool:
+    """An invoke that AgentCore refused, or whose connection never opened: it never ran."""
+    if isinstance(
+        exc, botocore.exceptions.EndpointConnectionError | botocore.exceptions.ConnectTimeoutError
+    ):
+        return True
+    return _error_code(exc) in THROTTLED
+
+
 def _error_code(exc: BaseException) -> str:
     response = getattr(exc, "response", None)
     return str(response.get("Error", {}).get("Code", "")) if isinstance(response, dict) else ""
 
 
 def _invoke_failure(exc: BaseException) -> str:
-    import botocore.exceptions
-
     if isinstance(exc, botocore.exceptions.ReadTimeoutError):
         return (
             f"invoke_agent_runtime: no answer within the read timeout ({_brief(exc)}); not "
             "retried, since a second invoke would run the episode again"
         )
+    if _error_code(exc) == "RuntimeClientError":
+        return (
+            f"invoke_agent_runtime: the agent app answered with an error ({_brief(exc)}); "
+            "its log (CloudWatch, for a deployed runtime) says why; an app built with "
+            "agentcore-rl-toolkit answers 500 when _rollout lacks exp_id, input_id or s3_bucket"
+        )
+    if _error_code(exc) in THROTTLED:
+        return f"invoke_agent_runtime throttled {INVOKE_ATTEMPTS} times: {_brief(exc)}"
     return f"invoke_agent_runtime failed: {_brief(exc)}"
 
 

@@ -1,12 +1,13 @@
 """A minimal botocore model of the two AgentCore data-plane calls the backend makes.
 
 botocore learned `bedrock-agentcore` in 1.39.8 (July 2025). Images and environments pinned
-to an older botocore (checkov pins boto3 1.35.x in agentrl's own dev tools) would fail at
-client creation with UnknownServiceError; with this model the backend still builds a real
+to an older botocore (checkov, for one, pins boto3 1.35.x) would fail at client creation
+with UnknownServiceError; with this model the backend still builds a real
 botocore client (real serialisation, SigV4 signing, retries, connection pool) for exactly
 `InvokeAgentRuntime` and `StopRuntimeSession`. It is used only when the installed botocore
 does not know the service, and the backend logs once that it did so. Shapes follow the
-public API reference of Amazon Bedrock AgentCore (data plane, version 2024-02-28).
+public API reference of Amazon Bedrock AgentCore (data plane, version 2024-02-28); a test
+checks them member by member against botocore's own model of the service.
 """
 
 from __future__ import annotations

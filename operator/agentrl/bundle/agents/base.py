@@ -3,12 +3,19 @@
 The rollout never talks to AgentCore or an HTTP agent directly; it hands an `AgentRequest`
 to an `AgentBackend` and gets an `AgentResult` or an `AgentError` naming a failure reason
 (the label of `agentrl_failed_sessions_total`). Parsing the agent's result document is pure
-and shared by both backends, so they agree on what a valid result is.
+and shared by both backends, so they agree on what a valid result is: the document that
+agentcore-rl-toolkit's `@rollout_entrypoint` saves (docs/agents.md).
+
+`poll_delays` is hand-written on purpose, next to stamina's retries elsewhere: waiting for
+a result nobody pushes to us is a poll, not a retry of a failure, and stamina would log a
+WARNING and count `stamina_retries_total` for every look (a thousand lines per step at 100
+episodes). It follows the same rule as stamina's backoff: exponential, capped, jittered.
 """
 
 from __future__ import annotations
 
 import math
+import random
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -42,7 +49,13 @@ class PoolStats:
 
 class AgentBackend(Protocol):
     async def run(self, request: AgentRequest) -> AgentResult:
-        """Start the agent, wait for its result, stop it (in every case). Cancellable."""
+        """Start the agent, wait for its result, stop it. Cancelling the task stops the
+        agent too (the stop is shielded, so it completes after the cancellation)."""
+        ...
+
+    async def stop(self, session_id: str) -> None:
+        """Stop the episode's agent (AgentCore: StopRuntimeSession; HTTP: DELETE).
+        Idempotent, best effort, never raises: an unknown or finished session is fine."""
         ...
 
     def pool_stats(self) -> PoolStats:
@@ -52,19 +65,30 @@ class AgentBackend(Protocol):
     async def aclose(self) -> None: ...
 
 
+# The part of a failed agent's own report that goes into the failure log line.
+_DETAIL_CHARS = 300
+
+
 def parse_result(document: Any) -> AgentResult:
     """An agent's result document -> reward, or AgentError.
 
-    Accepted shape (agentcore-rl-toolkit's): `{"rewards": float | [float, ...],
-    "status_code": int?, "error": str?}`; a list means per-step rewards and the last counts.
+    The shape agentcore-rl-toolkit's `@rollout_entrypoint` saves: the handler's dict plus
+    `status_code` (200 unless the handler set another) and `stop_reason`; a handler that
+    raised is saved as `{"status_code": 500, "stop_reason": str(exc), "traceback": ...}`.
+    The reward is `rewards` (a number, or per-step numbers whose last one counts) or
+    `reward`. A `status_code` other than 200, or a non-empty `error` (agentrl's HTTP
+    agents), is the agent reporting failure, and any reward next to it describes nothing.
     """
     if not isinstance(document, Mapping):
         raise AgentError("bad_result", f"result is not a JSON object: {type(document).__name__}")
-    status = document.get("status_code", 200)
-    if document.get("error") or (isinstance(status, int) and status >= 400):
-        detail = str(document.get("error") or "")[:200]
-        raise AgentError("agent_error", f"agent reported failure (status {status}): {detail}")
-    rewards = document.get("rewards", document.get("reward"))
+    failure = reported_failure(document)
+    if failure is not None:
+        raise AgentError("agent_error", failure)
+    rewards = document["rewards"] if "rewards" in document else document.get("reward")
+    if rewards is None:
+        raise AgentError(
+            "bad_result", "result has no 'rewards' (return {'rewards': <number>} from the agent)"
+        )
     if isinstance(rewards, list):
         if not rewards:
             raise AgentError("bad_result", "result has an empty 'rewards' list")
@@ -77,9 +101,30 @@ def parse_result(document: Any) -> AgentResult:
     return AgentResult(reward=reward, document=document)
 
 
-def backoff_delays(first: float, factor: float, cap: float) -> Iterator[float]:
-    """0.5, 0.75, 1.125, ... capped: how often to look for a result nobody pushed to us."""
-    delay = first
+def reported_failure(document: Mapping[str, Any]) -> str | None:
+    """The failure an agent reports in its result document, described in one line."""
+    status = document.get("status_code")
+    failed_status = status is not None and (isinstance(status, bool) or status != 200)
+    error = document.get("error")
+    if not failed_status and not error:
+        return None
+    # The traceback's last line names the exception type, which stop_reason lacks.
+    trace = document.get("traceback")
+    last = trace.strip().splitlines()[-1] if isinstance(trace, str) and trace.strip() else ""
+    detail = last or str(error or document.get("stop_reason") or "no detail")
+    where = f"status_code {status}" if failed_status else "error"
+    return f"the agent reported a failure ({where}): {detail[:_DETAIL_CHARS]}"
+
+
+def poll_delays(
+    first: float, factor: float, cap: float, jitter: float, rng: random.Random | None = None
+) -> Iterator[float]:
+    """first, first*factor, ... capped at `cap`, each scaled by 1 +/- `jitter` (a fraction),
+    so episodes started together do not look for their results in lockstep."""
+    if not 0 <= jitter < 1:
+        raise ValueError(f"jitter is a fraction in [0, 1), got {jitter}")
+    draw = rng or random.Random()
+    base = first
     while True:
-        yield delay
-        delay = min(cap, delay * factor)
+        yield base * draw.uniform(1 - jitter, 1 + jitter)
+        base = min(cap, base * factor)

@@ -1,23 +1,32 @@
 """HTTP agent backend: submit an episode, get its result by callback, poll as a backstop.
 
-Protocol (docs/rollout.md):
+Protocol (docs/agents.md):
 - submit: `POST <url>` with the episode payload (row metadata + `_rollout`, which carries
   the gateway URL and token, `callback_url` and `callback_token`); any 2xx accepts it.
 - result: the agent `POST`s its result document to `callback_url` with
   `Authorization: Bearer <callback_token>`; the listener runs in the rollout process.
 - backstop: if no callback arrived after `pollIntervalSeconds`, `GET <url>/<session_id>`
   (200 = result, 202/404 = still running), again every interval, until the episode times out.
-- stop: on timeout or cancellation, `DELETE <url>/<session_id>` (best effort).
+- stop: on failure, timeout or cancellation, `DELETE <url>/<session_id>` (best effort).
+
+A submit starts an episode, so it is tried again only when the agent cannot have started
+it: an answer that says "not processed" (408, 425, 429, 503; `Retry-After` honoured up to
+30 s) or a connection that never opened. A 500, a dropped connection or a timeout after
+the request went out fails the episode instead of running it twice into one gateway
+session. Retries (submit, stop) go through stamina, with jitter, so a hundred episodes
+refused together do not come back together. The status poll is a fixed cadence, not a
+retry: nothing failed, the result is just not there yet.
+
 Header values (API keys) come from env vars named in the runtime config and are never
 logged or put in an error message: errors are described by type, HTTP status and message
 (`redact.describe_error`), never by repr, which for aiohttp response errors lists the
-request headers.
+request headers. Only our own exceptions, described that way, reach stamina (whose retry
+log line carries the failure's repr).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hmac
 import logging
 import os
@@ -26,6 +35,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import aiohttp
+import stamina
 from aiohttp import web
 
 from agentrl.api.models import HttpAgent
@@ -41,9 +51,42 @@ from agentrl.bundle.redact import describe_error
 
 log = logging.getLogger("agentrl.agents.http")
 
-RETRY_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
+# Answers meaning the request was not processed (RFC 9110 s15.5.9, RFC 8470, RFC 6585,
+# RFC 9110 s15.6.4): the episode did not start, so submitting again is safe.
+NOT_STARTED_STATUS = frozenset({408, 425, 429, 503})
 SUBMIT_ATTEMPTS = 3
+SUBMIT_WAIT_INITIAL_S, SUBMIT_WAIT_MAX_S, SUBMIT_WAIT_JITTER_S = 0.5, 5.0, 0.5
+RETRY_AFTER_CAP_S = 30.0
+# DELETE is idempotent: any transient failure is tried again, within a bound (it runs
+# while a cancelled batch waits).
+STOP_ATTEMPTS, STOP_TIMEOUT_S, STOP_REQUEST_TIMEOUT_S = 3, 15.0, 5.0
 MAX_POLL_ERRORS = 5  # consecutive failed status GETs before the episode fails
+
+
+class _TryAgain(Exception):
+    """A request that may be sent again; carries only a redacted description."""
+
+    def __init__(self, what: str, retry_after: float | None = None) -> None:
+        super().__init__(what)
+        self.retry_after = retry_after
+
+
+def _retry_wait(exc: Exception) -> bool | float:
+    """stamina's hook: retry `_TryAgain`, after its `Retry-After` when the agent gave one."""
+    if not isinstance(exc, _TryAgain):
+        return False
+    return exc.retry_after if exc.retry_after is not None else True
+
+
+def retry_after_seconds(value: str | None) -> float | None:
+    """A `Retry-After` in seconds, capped; None for absent or HTTP-date forms."""
+    try:
+        seconds = float(value) if value is not None else None
+    except ValueError:
+        return None
+    if seconds is None or seconds < 0:
+        return None
+    return min(seconds, RETRY_AFTER_CAP_S)
 
 
 def headers_from_env(header_envs: Mapping[str, str], env: Mapping[str, str]) -> dict[str, str]:
@@ -156,27 +199,44 @@ class HttpAgentBackend:
         finally:
             self._listener.forget(sid)
             if not finished:
-                await asyncio.shield(self._cancel(sid))
+                await asyncio.shield(self.stop(sid))
 
     async def _submit(self, payload: Mapping[str, Any]) -> None:
-        status = 0
-        for attempt in range(SUBMIT_ATTEMPTS):
-            try:
-                with self._in_use.hold():
-                    async with self._client().post(self._url, json=payload) as resp:
-                        status = resp.status
-                        if status < 300:
-                            return
-            except aiohttp.ClientError as exc:
-                if attempt == SUBMIT_ATTEMPTS - 1:
-                    raise AgentError(
-                        "agent_error", f"submit to agent failed: {describe_error(exc)}"
-                    ) from exc
-                status = 0
-            if status and status not in RETRY_STATUS:
-                break
-            await asyncio.sleep(0.5 * 2**attempt)
-        raise AgentError("agent_error", f"agent refused the episode: HTTP {status}")
+        try:
+            async for attempt in stamina.retry_context(
+                on=_retry_wait,
+                attempts=SUBMIT_ATTEMPTS,
+                timeout=None,  # the episode deadline bounds it
+                wait_initial=SUBMIT_WAIT_INITIAL_S,
+                wait_max=SUBMIT_WAIT_MAX_S,
+                wait_jitter=SUBMIT_WAIT_JITTER_S,
+            ):
+                with attempt:
+                    await self._submit_once(payload)
+                    return
+        except _TryAgain as exc:
+            raise AgentError(
+                "agent_error", f"agent refused the episode {SUBMIT_ATTEMPTS} times: {exc}"
+            ) from None
+
+    async def _submit_once(self, payload: Mapping[str, Any]) -> None:
+        try:
+            with self._in_use.hold():
+                async with self._client().post(self._url, json=payload) as resp:
+                    if resp.status < 300:
+                        return
+                    if resp.status in NOT_STARTED_STATUS:
+                        wait = retry_after_seconds(resp.headers.get("Retry-After"))
+                        raise _TryAgain(f"HTTP {resp.status}", wait)
+        except aiohttp.ClientConnectorError as exc:  # never connected: nothing was sent
+            raise _TryAgain(describe_error(exc)) from None
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise AgentError(
+                "agent_error",
+                f"submit to agent failed: {describe_error(exc)} (not retried: the agent may "
+                "have started the episode)",
+            ) from None
+        raise AgentError("agent_error", f"agent refused the episode: HTTP {resp.status}")
 
     async def _await_result(self, sid: str, fut: asyncio.Future[Any]) -> Any:
         errors = 0
@@ -202,12 +262,31 @@ class HttpAgentBackend:
             log.debug("result poll for %s failed: %s", sid, describe_error(exc))
             return 0, None
 
-    async def _cancel(self, sid: str) -> None:
-        with contextlib.suppress(aiohttp.ClientError, asyncio.TimeoutError):
-            async with self._client().delete(
-                f"{self._url}/{sid}", timeout=aiohttp.ClientTimeout(total=10)
+    async def stop(self, session_id: str) -> None:
+        """`DELETE <url>/<session_id>`; idempotent, never raises (an agent that cannot stop
+        episodes answers 404 or 405, which is fine)."""
+        try:
+            async for attempt in stamina.retry_context(
+                on=_retry_wait,
+                attempts=STOP_ATTEMPTS,
+                timeout=STOP_TIMEOUT_S,
+                wait_initial=SUBMIT_WAIT_INITIAL_S,
+                wait_max=SUBMIT_WAIT_MAX_S,
+                wait_jitter=SUBMIT_WAIT_JITTER_S,
             ):
-                pass
+                with attempt:
+                    await self._delete_once(session_id)
+        except _TryAgain as exc:
+            log.debug("stopping agent session %s failed: %s", session_id, exc)
+
+    async def _delete_once(self, sid: str) -> None:
+        timeout = aiohttp.ClientTimeout(total=STOP_REQUEST_TIMEOUT_S)
+        try:
+            async with self._client().delete(f"{self._url}/{sid}", timeout=timeout) as resp:
+                if resp.status == 429 or resp.status >= 500:
+                    raise _TryAgain(f"HTTP {resp.status}")
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise _TryAgain(describe_error(exc)) from None
 
     def pool_stats(self) -> PoolStats:
         return PoolStats(size=self._pool_size, in_use=self._in_use.value)

@@ -2,8 +2,11 @@
 
 `python -m agentrl.bundle.launch --config /etc/agentrl/config.json` resolves everything
 first and reports every problem at once (exit 2), because a wrong path found after the
-cluster is up costs GPU hours. `--dry-run` prints the resolved env (secrets redacted) and
-argv as JSON instead of exec'ing.
+cluster is up costs GPU hours. What only the pod knows (MODEL_ARGS, the pinned env, the
+flags the image's slime defines, whether the checkpoint directory holds a saved run) is
+gathered here and handed to `agentrl.slimecmd.compose`, the one place that knows slime's
+command line. `--dry-run` prints the resolved env (secrets redacted) and argv as JSON
+instead of exec'ing.
 """
 
 from __future__ import annotations
@@ -11,8 +14,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
@@ -20,13 +24,22 @@ from typing import Any, NoReturn, TypeVar
 import yaml
 from pydantic import ValidationError
 
-from agentrl.api.constants import CONFIG_PATH, ENV_CONFIG_PATH
+from agentrl import slimecmd
+from agentrl.api.constants import (
+    CONFIG_PATH,
+    ENV_CONFIG_PATH,
+    IMAGE_CUDA_HOME,
+    IMAGE_MEGATRON_DIR,
+)
+from agentrl.api.models import RLExperimentSpec
 from agentrl.api.runtime import ENV_WANDB_API_KEY, RuntimeConfig
-from agentrl.bundle.launch import command, cuda, preflight, probe
+from agentrl.bundle.launch import argcheck, cuda, preflight, probe
+from agentrl.slimecmd.compose import HF_MODE_FLAG
 
-DEFAULT_MEGATRON_DIR = "/root/Megatron-LM"
 T = TypeVar("T")
 LOG_PREFIX = "agentrl-launch:"
+_SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL|AUTH)", re.IGNORECASE)
+REDACTED = "<redacted>"
 
 
 class LaunchError(Exception):
@@ -48,13 +61,17 @@ class Plan:
     cudarts: list[str]
     tms: str | None
     secret_names: list[str]
+    start: slimecmd.Decision
+    hf_mode_flag: bool
     warnings: list[str] = field(default_factory=list)
 
     def describe(self) -> dict[str, Any]:
         return {
             "argv": self.argv,
-            "env": command.redact(self.changed_env, self.secret_names),
-            "trainEnvVars": command.redact(self.train_env, self.secret_names),
+            "start": {"decision": str(self.start.start), "iteration": self.start.iteration},
+            "slime": {"definesMegatronToHfMode": self.hf_mode_flag},
+            "env": redact(self.changed_env, self.secret_names),
+            "trainEnvVars": redact(self.train_env, self.secret_names),
             # Names only: shows the Secret reached the pod without showing its value.
             "secretsPresent": sorted(n for n in self.secret_names if self.env.get(n)),
             "files": self.files,
@@ -80,7 +97,7 @@ def pinned_env(
 ) -> dict[str, str]:
     """The env the launcher adds for slime's driver (and, via --train-env-vars, its actors)."""
     runtime = config.spec.runtime
-    megatron = ambient.get("MEGATRON_DIR", DEFAULT_MEGATRON_DIR)
+    megatron = ambient.get("MEGATRON_DIR", IMAGE_MEGATRON_DIR)
     # Ambient first (agentrl's code, the user's extra code), then Megatron and slime, last so
     # the slime checkout's top-level dirs (tools, examples, tests) shadow nothing.
     python_path = [
@@ -134,22 +151,41 @@ def _guarded(problems: list[str], fn: Callable[..., T], *args: str) -> T | None:
         return None
 
 
-def _check_flags(
-    parts: list[command.Part], env: Mapping[str, str], problems: list[str], warnings: list[str]
-) -> None:
-    """Refuse flags slime's own parser does not define (slime would drop them silently)."""
+def _slime_parser(
+    config: RuntimeConfig, env: Mapping[str, str], problems: list[str]
+) -> probe.SlimeParser | None:
+    """What the image's slime accepts, from its own parser built with the pinned env."""
+    spec = config.spec
+    weights = preflight.hf_weights(Path("/"), spec)
     try:
-        known = probe.known_flags(env)
+        parser = probe.slime_parser(env, weights)
     except probe.ProbeError as e:
         problems.append(str(e))
-        return
-    if known is None:
-        warnings.append("slime is not importable here: flags were not checked against its parser")
-    elif bad := command.unknown_flags(parts, known):
-        problems.append(command.unknown_flags_message(bad, known))
+        return None
+    if parser is None:
+        problems.append(
+            f"slime is not importable with the pinned env (PYTHONPATH ends with "
+            f"{spec.runtime.slime_dir}): set spec.runtime.slimeDir to the slime checkout "
+            "inside the image"
+        )
+    elif parser.hf_loadable is False and weights:
+        problems += preflight.unloadable_hf_weights(Path("/"), spec, weights)
+    return parser
 
 
-def build_plan(config_path: str, ambient: Mapping[str, str]) -> Plan:
+def _start(spec: RLExperimentSpec, problems: list[str], warnings: list[str]) -> slimecmd.Decision:
+    """First run or restart, judged from what spec.checkpoint.path holds now."""
+    found, read_problems = preflight.read_checkpoint(Path("/"), spec)
+    problems += read_problems
+    decision = slimecmd.decide(spec, found)
+    problems += [decision.problem] if decision.problem else []
+    warnings += [decision.warning] if decision.warning else []
+    return decision
+
+
+def build_plan(
+    config_path: str, ambient: Mapping[str, str], files_dir: str = slimecmd.FILES_DIR
+) -> Plan:
     config = load_config(config_path)
     spec = config.spec
     problems: list[str] = []
@@ -163,42 +199,58 @@ def build_plan(config_path: str, ambient: Mapping[str, str]) -> Plan:
     model_args = _guarded(problems, probe.model_args, slime_dir, model_type) or []
     gpus, gpu_warning = probe.visible_gpus()
     warnings += [gpu_warning] if gpu_warning else []
-    problems += preflight.run_all(Path("/"), spec, gpus)
+    problems += preflight.run_all(Path("/"), spec, gpus)  # creates the checkpoint dir
     warnings += preflight.model_warnings(spec)
+    start = _start(spec, problems, warnings)
     key_env = config.wandb_api_key_env or ENV_WANDB_API_KEY
     if spec.tracking.wandb is not None and not ambient.get(key_env):
         warnings.append(f"spec.tracking.wandb is set but {key_env} is empty: wandb logging is off")
-    train_env = command.train_env_vars(added)
-    parts = command.compose(
-        config, model_args, train_env, command.wandb_args(spec, ambient, key_env)
+    # slime's parser is built with the pinned env, like slime itself.
+    parser = _slime_parser(config, env, problems) if cuda_env else None
+    known = parser.flags if parser else None
+    train_env = slimecmd.train_env_vars(added)
+    cmd = slimecmd.compose(
+        spec,
+        slimecmd.PodFacts(
+            model_args=model_args,
+            train_env=train_env,
+            wandb_key=bool(ambient.get(key_env)),
+            start=start.start,
+            hf_mode_flag=known is not None and HF_MODE_FLAG in known,
+            files_dir=files_dir,
+        ),
     )
-    if cuda_env:  # the parser is built with the pinned env, like slime itself
-        _check_flags(parts, env, problems, warnings)
+    if known is not None and (bad := argcheck.unknown_flags(cmd.parts, known)):
+        problems.append(argcheck.unknown_flags_message(bad, known))
+    if known is not None and HF_MODE_FLAG in known:
+        hf_mode = argcheck.flag_value(cmd.argv(), HF_MODE_FLAG)
+        problems += preflight.check_weights_for_mode(Path("/"), spec, hf_mode)
     if problems:
         raise LaunchError(problems)
-    assert cuda_env is not None  # no problems means CUDA resolved
+    assert cuda_env is not None and known is not None  # no problems means both resolved
+    assert cmd.resolved  # every pod fact was given
     return Plan(
-        argv=command.flatten(parts),
+        argv=cmd.argv(),
         env=env,
         changed_env={k: v for k, v in added.items() if ambient.get(k) != v},
         train_env=train_env,
-        files=_files(config, config_path),
+        files=slimecmd.file_docs(config, cmd, os.path.abspath(config_path)),
         cuda_major=major,
         cudarts=[f"{c.path} ({c.source})" for c in cuda_env.cudarts],
         tms=tms,
         secret_names=[key_env, *config.http_header_envs.values()],
+        start=start,
+        hf_mode_flag=HF_MODE_FLAG in known,
         warnings=warnings,
     )
 
 
-def _files(config: RuntimeConfig, config_path: str) -> dict[str, dict[str, Any]]:
-    """The YAML files slime reads, keyed by the paths the rendered flags name."""
-    files = {}
-    if path := command.flag_value(config.slime_args, command.CUSTOM_CONFIG_FLAG):
-        files[path] = command.custom_config(config, os.path.abspath(config_path))
-    if path := command.flag_value(config.slime_args, command.EVAL_CONFIG_FLAG):
-        files[path] = command.eval_config(config.spec)
-    return files
+def redact(env: Mapping[str, str], secret_names: Sequence[str]) -> dict[str, str]:
+    """Env for printing: values of secret-bearing variables replaced."""
+    names = set(secret_names)
+    return {
+        k: (REDACTED if k in names or _SECRET_NAME.search(k) else v) for k, v in sorted(env.items())
+    }
 
 
 def write_files(files: Mapping[str, Mapping[str, Any]]) -> None:
@@ -217,13 +269,18 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         "--dry-run", action="store_true", help="print env and argv as JSON; do not exec"
     )
     parser.add_argument(
+        "--files-dir",
+        default=slimecmd.FILES_DIR,
+        help="where to write the YAML files slime reads (custom config, eval config)",
+    )
+    parser.add_argument(
         "--check-cuda",
         action="store_true",
         help="only check the image's CUDA setup (no runtime config; the image build runs this)",
     )
     parser.add_argument(
         "--cuda-home",
-        default=os.environ.get("CUDA_HOME", "/usr/local/cuda"),
+        default=os.environ.get("CUDA_HOME", IMAGE_CUDA_HOME),
         help="for --check-cuda",
     )
     return parser.parse_args(argv)
@@ -258,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
     if ns.check_cuda:
         return check_cuda(ns.cuda_home, os.environ)
     try:
-        plan = build_plan(ns.config, os.environ)
+        plan = build_plan(ns.config, os.environ, ns.files_dir)
     except LaunchError as e:
         for problem in e.problems:
             print(f"{LOG_PREFIX} error: {problem}", file=sys.stderr)
@@ -278,9 +335,13 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _exec(plan: Plan) -> NoReturn:
-    print(
-        f"{LOG_PREFIX} exec {' '.join(plan.argv[:2])} ({len(plan.argv) - 2} args)",
-        file=sys.stderr,
-        flush=True,
+    start = plan.start
+    how = (
+        f"restart from saved iteration {start.iteration}"
+        if start.start is slimecmd.Start.RESUME
+        else "first run, from the model"
     )
+    # The argv carries no secret (wandb and header values travel in the env), so the job
+    # log records exactly what ran.
+    print(f"{LOG_PREFIX} {how}; exec {json.dumps(plan.argv)}", file=sys.stderr, flush=True)
     os.execvpe(plan.argv[0], plan.argv, plan.env)  # replaces this process; never returns

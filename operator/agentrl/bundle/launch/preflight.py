@@ -14,6 +14,8 @@ from pathlib import Path
 
 from agentrl.api.models import RLExperimentSpec
 from agentrl.api.rules import is_local_path
+from agentrl.slimecmd import CheckpointDir
+from agentrl.slimecmd.checkpoint import TRACKER
 
 SAMPLE_ROWS = 20
 ROW_SHAPE = 'rows must be {"prompt": ..., "metadata": {...}}'
@@ -57,12 +59,57 @@ def check_model(root: Path, spec: RLExperimentSpec) -> list[str]:
     return problems
 
 
-def _loadable(path: Path) -> bool:
-    """What slime's checkpoint loader accepts for --ref-load: Megatron, else HF weights."""
-    megatron = (path / "latest_checkpointed_iteration.txt").is_file() or (
+def _megatron(path: Path) -> bool:
+    """A directory slime's loader reads as a Megatron checkpoint (else as HF weights)."""
+    return (path / TRACKER).is_file() or (
         path.is_dir() and re.fullmatch(r"iter_\d{7}", path.name) is not None
     )
-    return megatron or (path / "config.json").is_file()
+
+
+def _loadable(path: Path) -> bool:
+    """What slime's checkpoint loader accepts for --ref-load: Megatron, else HF weights."""
+    return _megatron(path) or (path / "config.json").is_file()
+
+
+def hf_weights(root: Path, spec: RLExperimentSpec) -> str | None:
+    """The trainer's weights when they are a local Hugging Face checkpoint, else None."""
+    weights = spec.model.ref_load or spec.model.path
+    host = _host(root, weights)
+    if is_local_path(weights) and (host / "config.json").is_file() and not _megatron(host):
+        return weights
+    return None
+
+
+def unloadable_hf_weights(root: Path, spec: RLExperimentSpec, weights: str) -> list[str]:
+    """The problem when the image's slime has no loader for these HF weights' model type."""
+    try:
+        config = json.loads((_host(root, weights) / "config.json").read_text(encoding="utf-8"))
+        model_type = config.get("model_type") if isinstance(config, dict) else None
+    except (OSError, ValueError):
+        model_type = None
+    field = "spec.model.refLoad" if spec.model.ref_load else "spec.model.path"
+    return [
+        f"{field}: {weights} holds Hugging Face weights of model_type {model_type!r}, which "
+        "the image's slime cannot load (without Megatron-Bridge it loads HF weights per "
+        "model type): convert them to a Megatron checkpoint (slime's "
+        "tools/convert_hf_to_torch_dist.py) and point spec.model.refLoad at it"
+    ]
+
+
+def check_weights_for_mode(root: Path, spec: RLExperimentSpec, hf_mode: str | None) -> list[str]:
+    """slime releases with --megatron-to-hf-mode load Hugging Face weights only in bridge
+    mode (an assertion in their checkpoint loader, after the GPUs are up); `hf_mode` is the
+    value the argv leaves it at (None where the image's slime has no such flag)."""
+    weights = spec.model.ref_load or spec.model.path
+    if hf_mode != "raw" or not is_local_path(weights) or _megatron(_host(root, weights)):
+        return []
+    field = "spec.model.refLoad" if spec.model.ref_load else "spec.model.path"
+    return [
+        f"{field}: {weights} holds Hugging Face weights, which slime loads only with "
+        "--megatron-to-hf-mode bridge, but spec.runtime.extraArgs passes "
+        "--megatron-to-hf-mode raw: drop that override or point spec.model.refLoad at a "
+        "Megatron checkpoint"
+    ]
 
 
 def model_warnings(spec: RLExperimentSpec) -> list[str]:
@@ -141,6 +188,21 @@ def check_checkpoint(root: Path, spec: RLExperimentSpec) -> list[str]:
             f"shared volume there (uid {os.getuid()})"
         ]
     return []
+
+
+def read_checkpoint(root: Path, spec: RLExperimentSpec) -> tuple[CheckpointDir | None, list[str]]:
+    """What spec.checkpoint.path holds now: the tracker's text and the entry names."""
+    path = spec.checkpoint.path
+    if not path:
+        return None, []
+    host = _host(root, path)
+    try:
+        entries = tuple(sorted(p.name for p in host.iterdir())) if host.is_dir() else ()
+        tracker = host / TRACKER
+        text = tracker.read_text(encoding="utf-8") if tracker.is_file() else None
+    except OSError as e:
+        return None, [f"spec.checkpoint.path: cannot read {path} ({e.strerror})"]
+    return CheckpointDir(tracker=text, entries=entries), []
 
 
 def run_all(root: Path, spec: RLExperimentSpec, visible_gpus: int | None) -> list[str]:

@@ -1,8 +1,8 @@
 """The launcher's I/O edge: what it learns from the image by running things.
 
-Kept apart from the pure logic (`cuda`, `command`) so that logic runs on injected text and
-temporary trees in tests, while this module is exercised by the subprocess test against a
-fake slime tree.
+Kept apart from the pure logic (`cuda`, `argcheck`, `agentrl.slimecmd`) so that logic runs
+on injected text and temporary trees in tests, while this module is exercised by the
+subprocess tests against slime's and Megatron's own source.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import subprocess
 import sysconfig
 import tempfile
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 _CUDART_NEEDED = re.compile(rb"libcudart\.so\.(\d+)")
@@ -88,43 +89,50 @@ def model_args(slime_dir: str, model_type: str) -> list[str]:
 
 # Runs in the image's Python with the pinned env: builds the same parser slime's
 # parse_args builds (Megatron's arguments, then slime's, then SGLang's --sglang-* copies)
-# and writes its option strings to the file named by argv[1]. Megatron versions without
-# add_megatron_arguments get their parser captured from their own parse_args instead.
-_KNOWN_FLAGS = """
+# and writes its option strings to the file named by argv[1]. Given Hugging Face trainer
+# weights (argv[2]) and a slime without Megatron-Bridge (no --megatron-to-hf-mode), it also
+# asks slime's own HF loader whether it takes them (it loads per model type).
+_SLIME_PARSER = """
 import argparse, importlib.util, json, sys
-out = sys.argv[1]
+out, weights = sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else ""
 if importlib.util.find_spec("slime") is None:
     json.dump({"slime": False}, open(out, "w")); sys.exit(0)
 import megatron.training.arguments as margs
 from slime.utils.arguments import get_slime_extra_args_provider
-provider = get_slime_extra_args_provider()
-if hasattr(margs, "add_megatron_arguments"):
-    p = argparse.ArgumentParser(add_help=False, allow_abbrev=False, conflict_handler="resolve")
-    provider(margs.add_megatron_arguments(p) or p)
-else:
-    class Captured(Exception):
-        pass
-    def capture(self, *args, **kwargs):
-        raise Captured(self)
-    argparse.ArgumentParser.parse_known_args = capture
-    try:
-        margs.parse_args(extra_args_provider=provider, ignore_unknown_args=True)
-        raise SystemExit("megatron.training.arguments.parse_args never parsed")
-    except Captured as e:
-        p = e.args[0]
-    p.conflict_handler = "resolve"
 from slime.backends.sglang_utils.arguments import add_sglang_arguments
+p = argparse.ArgumentParser(add_help=False, allow_abbrev=False, conflict_handler="resolve")
+p = margs.add_megatron_arguments(p) or p
+get_slime_extra_args_provider()(p)
 add_sglang_arguments(p)
-json.dump({"slime": True, "flags": sorted(p._option_string_actions)}, open(out, "w"))
+result = {"slime": True, "flags": sorted(p._option_string_actions)}
+if weights and "--megatron-to-hf-mode" not in p._option_string_actions:
+    try:
+        from slime.backends.megatron_utils.hf_to_megatron import supports_hf_weight_loading
+    except ImportError:
+        pass
+    else:
+        result["hfLoadable"] = bool(supports_hf_weight_loading(weights))
+json.dump(result, open(out, "w"))
 """
 
 
-def known_flags(env: Mapping[str, str]) -> frozenset[str] | None:
-    """Every option string slime's parser defines, or None when slime is not importable."""
+@dataclass(frozen=True)
+class SlimeParser:
+    """What the image's slime accepts."""
+
+    flags: frozenset[str]
+    """Every option string its parser defines."""
+    hf_loadable: bool | None = None
+    """Whether its own HF loader takes the weights asked about (None: not asked, or no such
+    loader)."""
+
+
+def slime_parser(env: Mapping[str, str], hf_weights: str | None = None) -> SlimeParser | None:
+    """slime's parser built in the image's Python, or None when slime is not importable."""
     with tempfile.TemporaryDirectory(prefix="agentrl-flags-") as tmp:
         out = Path(tmp) / "flags.json"
         done = subprocess.run(
-            ["python3", "-c", _KNOWN_FLAGS, str(out)],
+            ["python3", "-c", _SLIME_PARSER, str(out), *([hf_weights] if hf_weights else [])],
             env=dict(env),
             capture_output=True,
             text=True,
@@ -137,7 +145,15 @@ def known_flags(env: Mapping[str, str]) -> frozenset[str] | None:
                 f"SGLang must import with the pinned CUDA env):\n{done.stderr.strip()[-1500:]}"
             )
         result = json.loads(out.read_text(encoding="utf-8"))
-    return frozenset(result["flags"]) if result.get("slime") else None
+    if not result.get("slime"):
+        return None
+    return SlimeParser(frozenset(result["flags"]), result.get("hfLoadable"))
+
+
+def known_flags(env: Mapping[str, str]) -> frozenset[str] | None:
+    """Every option string slime's parser defines, or None when slime is not importable."""
+    parser = slime_parser(env)
+    return parser.flags if parser else None
 
 
 def visible_gpus() -> tuple[int | None, str | None]:

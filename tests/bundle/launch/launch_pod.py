@@ -1,0 +1,174 @@
+"""A temporary pod whose image holds a supported slime row's own source, for launcher tests.
+
+The image tree is slime at the row's commit (its `slime/` package and `scripts/models/`
+from the upstream snapshot), Megatron-LM's snapshot as MEGATRON_DIR, SGLang's argument
+modules of the row's release (tests/support/slime_upstream), and two stand-ins for what
+needs GPUs: `pod_image/train.py` (records the argv it is exec'd with instead of training)
+and `pod_image/pylib` (torch_memory_saver's preload library, by file name). The launcher
+runs as it does in a Ray head pod: it builds slime's real parser in a subprocess, reads the
+checkpoint directory, writes slime's YAML files and execs train.py.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from launch_trees import EXAMPLE_C, REPO, cuda_toolkit, example_doc, experiment, touch
+
+if str(REPO) not in sys.path:  # tests.support, shared with other test dirs
+    sys.path.insert(0, str(REPO))
+
+from tests.support import slime_upstream
+
+from agentrl.api.runtime import RuntimeConfig
+from agentrl.bundle.launch import cuda, probe
+
+POD_IMAGE = Path(__file__).parent / "pod_image"
+SECRET = "wandb-secret-value-123"
+HEADER_SECRET = "tok-xyz"
+BASE_PATH = f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin"
+
+# config.json of the released checkpoints the examples name (the fields slime compares with
+# MODEL_ARGS before training: a mismatch is an error in slime's own parse).
+HF_CONFIGS: dict[str, dict[str, Any]] = {
+    "qwen2.5-7B": {
+        "model_type": "qwen2",
+        "architectures": ["Qwen2ForCausalLM"],
+        "hidden_size": 3584,
+        "intermediate_size": 18944,
+        "num_attention_heads": 28,
+        "num_hidden_layers": 28,
+        "num_key_value_heads": 4,
+        "rms_norm_eps": 1e-06,
+        "rope_theta": 1000000.0,
+        "tie_word_embeddings": False,
+        "vocab_size": 152064,
+    },
+    "qwen2.5-3B": {
+        "model_type": "qwen2",
+        "architectures": ["Qwen2ForCausalLM"],
+        "hidden_size": 2048,
+        "intermediate_size": 11008,
+        "num_attention_heads": 16,
+        "num_hidden_layers": 36,
+        "num_key_value_heads": 2,
+        "rms_norm_eps": 1e-06,
+        "rope_theta": 1000000.0,
+        "tie_word_embeddings": True,
+        "vocab_size": 151936,
+    },
+}
+
+
+def cache_major() -> int:
+    """The libcudart major this machine's ldconfig cache holds (12 when it holds none)."""
+    majors = {c.major for c in cuda.parse_ldconfig(probe.ldconfig_text())}
+    assert len(majors) <= 1, f"this machine's ldconfig cache already mixes majors: {majors}"
+    return majors.pop() if majors else 12
+
+
+def megatron_checkpoint(path: Path, tracker: str = "release") -> Path:
+    """A directory Megatron's loader takes: the tracker file and the iteration it names."""
+    name = "release" if tracker == "release" else f"iter_{int(tracker):07d}"
+    (path / name).mkdir(parents=True, exist_ok=True)
+    (path / name / "common.pt").write_bytes(b"")
+    (path / "latest_checkpointed_iteration.txt").write_text(tracker)
+    return path
+
+
+class Pod:
+    """A temporary pod filesystem: image, models, data, checkpoints, CUDA, runtime config."""
+
+    def __init__(
+        self,
+        root: Path,
+        *,
+        row: str = "fa3c990",
+        extra_args: list[str] | None = None,
+        megatron_ref: bool = False,
+        slime_package: bool = True,
+    ) -> None:
+        self.root, self.row = root, row
+        self.record = root / "record.json"
+        self.files_dir = root / "slime-files"
+        self.image = root / "image" / "slime"
+        self.image.mkdir(parents=True)
+        upstream = slime_upstream.slime_dir(row)
+        if slime_package:
+            (self.image / "slime").symlink_to(upstream / "slime")
+        (self.image / "scripts").symlink_to(upstream / "scripts")
+        (self.image / "train.py").write_text((POD_IMAGE / "train.py").read_text())
+        doc = example_doc(EXAMPLE_C)
+        spec = doc["spec"]
+        model_type = spec["model"]["type"]
+        hf = touch(root, "models/qwen/config.json", json.dumps(HF_CONFIGS[model_type])).parent
+        spec["model"]["path"] = str(hf)
+        spec["model"]["refLoad"] = str(
+            megatron_checkpoint(root / "models" / "qwen-megatron") if megatron_ref else hf
+        )
+        row_text = json.dumps({"prompt": "1+1?", "metadata": {"answer": "2"}}) + "\n"
+        spec["data"]["train"] = str(touch(root, "data/train.jsonl", row_text * 3))
+        for i, s in enumerate(spec["data"]["eval"]):
+            s["path"] = str(touch(root, f"data/eval{i}.jsonl", row_text))
+        self.checkpoint = root / "ckpt" / "run1"
+        spec["checkpoint"] = {"path": str(self.checkpoint), "saveInterval": 5}
+        spec["tracking"] = {"wandb": {"project": "p", "apiKeySecret": {"name": "w", "key": "k"}}}
+        cuda_toolkit(root, "/cuda", cache_major())
+        spec["runtime"] = {
+            "cudaHome": str(root / "cuda"),
+            "slimeDir": str(self.image),
+            "extraArgs": ["--rollout-top-p", "0.95"] if extra_args is None else extra_args,
+        }
+        self.exp = experiment(doc)
+        self.config_path = root / "config.json"
+        self.config_path.write_text(
+            RuntimeConfig(
+                experiment="http-agent",
+                namespace="rl",
+                bundle_version="t",
+                spec=self.exp.spec,
+                gateway_url="http://gw:9090",
+                wandb_api_key_env="WANDB_API_KEY",
+                http_header_envs={"Authorization": "AGENTRL_HTTP_HEADER_0"},
+            ).to_json()
+        )
+
+    def env(self, **extra: str) -> dict[str, str]:
+        base = {
+            "PATH": BASE_PATH,
+            "PYTHONPATH": str(POD_IMAGE / "pylib"),
+            "MEGATRON_DIR": str(slime_upstream.MEGATRON),
+            "AGENTRL_TEST_RECORD": str(self.record),
+            "WANDB_API_KEY": SECRET,
+            "AGENTRL_HTTP_HEADER_0": f"Bearer {HEADER_SECRET}",
+            "LD_LIBRARY_PATH": "/usr/local/cuda-11.8/lib64:/opt/efa/lib",
+            "HOME": str(self.root),
+        }
+        return {**slime_upstream.env(self.row, base), **extra}
+
+    def command(self, *flags: str) -> list[str]:
+        cmd = [sys.executable, "-m", "agentrl.bundle.launch", "--config", str(self.config_path)]
+        return [*cmd, "--files-dir", str(self.files_dir), *flags]
+
+    def launch(self, *flags: str, **env: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            self.command(*flags),
+            check=False,
+            env=self.env(**env),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+
+    def recorded(self) -> dict[str, Any]:
+        result: dict[str, Any] = json.loads(self.record.read_text())
+        return result
+
+    def slime_args(self) -> list[str]:
+        """The flags slime's train.py was exec'd with (its argv after the script)."""
+        argv: list[str] = self.recorded()["argv"]
+        return argv[1:]

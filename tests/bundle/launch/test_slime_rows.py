@@ -1,0 +1,94 @@
+"""Every flag agentrl passes exists in each supported slime row, by slime's own parser.
+
+The parser is the one the launcher builds in the pod (`probe.known_flags`), built here from
+slime's source at each supported commit, Megatron-LM's at the commit both build with, and
+SGLang's release with slime's patches (tests/support/slime_upstream). Nothing here lists
+flags by hand: if a release drops a flag agentrl renders, these tests fail for that row.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from launch_pod import slime_upstream
+from launch_trees import REPO, example_docs, experiment
+
+from agentrl import slimecmd
+from agentrl.bundle.launch import argcheck, probe
+from agentrl.slimecmd.checkpoint import FIRST_RUN_FLAGS
+from agentrl.slimecmd.compose import HF_MODE_FLAG
+
+ROWS = slime_upstream.ROWS
+DOCS = example_docs()
+_KNOWN: dict[str, frozenset[str]] = {}
+
+
+def known(row: str) -> frozenset[str]:
+    if row not in _KNOWN:
+        flags = probe.known_flags(slime_upstream.env(row))
+        assert flags is not None, f"slime {row} did not import"
+        _KNOWN[row] = flags
+    return _KNOWN[row]
+
+
+def test_setup_fetches_the_sglang_release_of_every_row() -> None:
+    slime_upstream.require_upstream()
+    text = (REPO / "hack" / "setup.sh").read_text()
+    m = re.search(r"SGLANG_SOURCE_VERSIONS=\(([^)]*)\)", text)
+    assert m, "hack/setup.sh lists SGLANG_SOURCE_VERSIONS"
+    for row in ROWS:
+        assert slime_upstream.sglang_version(row) in m.group(1).split(), row
+
+
+@pytest.mark.parametrize("row", ROWS)
+def test_the_parser_is_slimes_own(row: str) -> None:
+    """Flags from each source: Megatron, slime, SGLang (through slime's --sglang- prefix)."""
+    flags = known(row)
+    assert {"--tensor-model-parallel-size", "--no-load-optim", "--finetune"} <= flags  # Megatron
+    assert {"--rollout-function-path", "--ref-load", "--custom-config-path"} <= flags  # slime
+    assert {"--sglang-mem-fraction-static", "--sglang-tool-call-parser"} <= flags  # SGLang
+    assert "--sglang-model-path" not in flags  # slime skips the server args it sets itself
+    assert "--use-dynamic-global-batch-size" not in flags  # removed from slime (#1933)
+
+
+def test_the_rows_differ_in_megatron_to_hf_mode() -> None:
+    """Why the launcher adapts: fa3c990 defines the flag, 624b824 dropped it."""
+    assert HF_MODE_FLAG in known("fa3c990")
+    assert HF_MODE_FLAG not in known("624b824")
+
+
+@pytest.mark.parametrize("row", ROWS)
+@pytest.mark.parametrize("name", sorted(DOCS))
+@pytest.mark.parametrize("start", list(slimecmd.Start))
+def test_every_passed_flag_exists(row: str, name: str, start: slimecmd.Start) -> None:
+    flags = known(row)
+    spec = experiment(DOCS[name]).spec
+    model = probe.model_args(str(slime_upstream.slime_dir(row)), spec.model.type)
+    cmd = slimecmd.compose(
+        spec,
+        slimecmd.PodFacts(
+            model_args=model,
+            train_env={"CUDA_HOME": "/usr/local/cuda"},
+            wandb_key=True,
+            start=start if spec.checkpoint.path else slimecmd.Start.FIRST_RUN,
+            hf_mode_flag=HF_MODE_FLAG in flags,
+        ),
+    )
+    assert cmd.resolved
+    assert argcheck.unknown_flags(cmd.parts, flags) == []
+    argv = cmd.argv()
+    assert (HF_MODE_FLAG in argv) == (row == "fa3c990")
+    if start is slimecmd.Start.FIRST_RUN:
+        assert set(FIRST_RUN_FLAGS) <= set(argv) and "--load" not in argv
+
+
+@pytest.mark.parametrize("row", ROWS)
+def test_every_flag_of_the_preview_exists_where_it_can_be_passed(row: str) -> None:
+    """The preview's flags (every condition shown) exist, but for the one the launcher drops
+    where the row lacks it."""
+    flags = known(row)
+    for name, doc in DOCS.items():
+        cmd = slimecmd.compose(experiment(doc).spec, slimecmd.PodFacts())
+        bad = [f for f, _ in argcheck.unknown_flags(cmd.parts, flags)]
+        assert bad == ([] if row == "fa3c990" else [HF_MODE_FLAG]), (name, bad)

@@ -1,0 +1,195 @@
+"""First run vs restart, proved with slime's own code at each supported commit.
+
+Each test launches the real launcher in a temporary pod (launch_pod), takes the argv it
+exec'd train.py with, and hands it to slime's own `parse_args` and `load_checkpoint`
+(tests/support/upstream_site/slime_run.py): what slime ends up loading is slime's answer,
+not a restatement of it.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from launch_pod import Pod, megatron_checkpoint, slime_upstream
+
+ROWS = slime_upstream.ROWS
+pytestmark = pytest.mark.slow  # each test launches the launcher and runs slime's parser
+
+
+def _slime(pod: Pod, *argvs: list[str]) -> list[dict[str, Any]]:
+    cases = [{"argv": argv, "load": True} for argv in argvs]
+    return slime_upstream.run_slime(pod.row, cases)
+
+
+def _launched(pod: Pod) -> list[str]:
+    done = pod.launch()
+    assert done.returncode == 0, done.stderr
+    return pod.slime_args()
+
+
+def _starts_from_model(result: dict[str, Any], weights: str) -> None:
+    args = result["args"]
+    assert args["load"] == weights  # slime loads --ref-load
+    assert (args["finetune"], args["no_load_optim"], args["no_load_rng"]) == (True, True, True)
+    assert args["start_rollout_id"] == 0
+
+
+@pytest.mark.parametrize("row", ROWS)
+def test_first_run_starts_from_the_hf_model_and_a_retry_resumes(row: str, tmp_path: Path) -> None:
+    pod = Pod(tmp_path, row=row)
+    first = _launched(pod)
+    assert pod.checkpoint.is_dir() and not any(pod.checkpoint.iterdir())  # preflight made it
+    assert "--load" not in first
+    # Attempt 1 saved iteration 10 before the pod died; KubeRay's attempt 2 starts a new pod.
+    megatron_checkpoint(pod.checkpoint, "10")
+    second = _launched(pod)
+    assert second[second.index("--load") + 1] == str(pod.checkpoint)
+
+    run1, run2 = _slime(pod, first, second)
+    hf = pod.exp.spec.model.path
+    _starts_from_model(run1, hf)
+    assert run1["loaded"]["kind"] == "hf" and run1["loaded"]["path"] == hf
+    args = run2["args"]
+    assert args["load"] == str(pod.checkpoint)
+    assert not (args["finetune"] or args["no_load_optim"] or args["no_load_rng"])
+    assert args["start_rollout_id"] is None  # slime takes it from the checkpoint
+    assert run2["loaded"] == {
+        "kind": "megatron",
+        "path": str(pod.checkpoint),
+        "iteration": 10,
+        "finetune": False,
+        "no_load_optim": False,
+        "no_load_rng": False,
+    }
+
+
+@pytest.mark.parametrize("row", ROWS)
+def test_first_run_from_a_megatron_model_gets_a_fresh_optimizer(row: str, tmp_path: Path) -> None:
+    """A Megatron refLoad is loaded as weights only, on every row: without agentrl's
+    first-run flags, fa3c990 in bridge mode would also load its optimizer and RNG state."""
+    pod = Pod(tmp_path, row=row, megatron_ref=True)
+    [run] = _slime(pod, _launched(pod))
+    ref = pod.exp.spec.model.ref_load
+    _starts_from_model(run, ref)
+    loaded = run["loaded"]
+    assert (loaded["kind"], loaded["path"], loaded["iteration"]) == ("megatron", ref, "release")
+    assert loaded["finetune"] and loaded["no_load_optim"] and loaded["no_load_rng"]
+
+
+@pytest.mark.parametrize("row", ROWS)
+def test_load_of_an_empty_directory_is_what_crashed(row: str, tmp_path: Path) -> None:
+    """The old argv (`--load` at the empty checkpoint dir) against slime's own loader: fa3c990
+    in bridge mode keeps it and asserts; 624b824 falls back to --ref-load."""
+    pod = Pod(tmp_path, row=row)
+    argv = [
+        a for a in _launched(pod) if a not in ("--finetune", "--no-load-optim", "--no-load-rng")
+    ]
+    [run] = _slime(pod, [*argv, "--load", str(pod.checkpoint)])
+    if row == "fa3c990":
+        assert run["args"]["load"] == str(pod.checkpoint)
+        assert "does not exist or is an empty directory" in run["load_error"]
+    else:
+        assert run["args"]["load"] == pod.exp.spec.model.path
+        assert run["loaded"]["kind"] == "hf"
+
+
+def test_raw_mode_starts_from_a_megatron_model(tmp_path: Path) -> None:
+    """fa3c990's raw mode (a user override) loads a Megatron refLoad on a first run."""
+    pod = Pod(tmp_path, megatron_ref=True, extra_args=["--megatron-to-hf-mode", "raw"])
+    [run] = _slime(pod, _launched(pod))
+    assert run["args"]["megatron_to_hf_mode"] == "raw"
+    _starts_from_model(run, pod.exp.spec.model.ref_load)
+    assert run["loaded"]["kind"] == "megatron"
+
+
+def test_raw_mode_with_hf_weights_is_refused_before_slime_would_fail(tmp_path: Path) -> None:
+    pod = Pod(tmp_path, extra_args=["--megatron-to-hf-mode", "raw"])
+    done = pod.launch()
+    assert done.returncode == 2
+    assert "spec.model.refLoad" in done.stderr and "--megatron-to-hf-mode raw" in done.stderr
+    assert not pod.record.exists()
+    ok = Pod(tmp_path / "bridge")  # the same tree in bridge mode starts
+    argv = _launched(ok)
+    [run] = _slime(ok, [*argv, "--megatron-to-hf-mode", "raw"])
+    assert "Only bridge mode is supported for loading HF checkpoint" in run["load_error"]
+
+
+@pytest.mark.parametrize("row", ROWS)
+def test_missing_ref_load_is_refused_like_slime_refuses_it(row: str, tmp_path: Path) -> None:
+    """--use-kl-loss needs --ref-load on disk: slime raises; the launcher says so first."""
+    pod = Pod(tmp_path, row=row, megatron_ref=True)
+    argv = _launched(pod)
+    shutil.rmtree(pod.exp.spec.model.ref_load or "")
+    [run] = _slime(pod, argv)
+    assert "does not exist, please check the path" in run["parse_error"]
+    done = pod.launch()
+    assert done.returncode == 2 and "spec.model.refLoad" in done.stderr
+
+
+@pytest.mark.parametrize("row", ROWS)
+def test_resume_false_starts_from_the_model_beside_a_saved_run(row: str, tmp_path: Path) -> None:
+    pod = Pod(tmp_path, row=row)
+    megatron_checkpoint(pod.checkpoint, "10")
+    pod.config_path.write_text(
+        pod.config_path.read_text().replace('"resume": true', '"resume": false')
+    )
+    done = pod.launch()
+    assert done.returncode == 0, done.stderr
+    assert "spec.checkpoint.resume is false" in done.stderr
+    [run] = _slime(pod, pod.slime_args())
+    _starts_from_model(run, pod.exp.spec.model.path)
+
+
+def test_a_tracker_naming_a_missing_iteration_stops_the_launch(tmp_path: Path) -> None:
+    pod = Pod(tmp_path)
+    megatron_checkpoint(pod.checkpoint, "10")
+    shutil.rmtree(pod.checkpoint / "iter_0000010")
+    done = pod.launch()
+    assert done.returncode == 2
+    assert "latest_checkpointed_iteration.txt ('10') names iter_0000010, which is missing" in (
+        done.stderr
+    )
+    assert not pod.record.exists()
+
+
+@pytest.mark.parametrize("row", ROWS)
+def test_eval_config_entries_are_read_by_slime(row: str, tmp_path: Path) -> None:
+    """Per-set eval settings reach slime's EvalDatasetConfig (built with **entry)."""
+    pod = Pod(tmp_path, row=row)
+    [run] = _slime(pod, _launched(pod))
+    got = [
+        (d["name"], d["n_samples_per_eval_prompt"], d["temperature"], d.get("max_response_len"))
+        for d in run["eval_datasets"]
+    ]
+    rollout_len = pod.exp.spec.grpo.max_response_length  # a set without its own length
+    assert got == [("web-dev", 1, 0.0, rollout_len), ("web-hard", 4, 0.7, 2048)]
+    assert {d["input_key"] for d in run["eval_datasets"]} == {"prompt"}
+    assert {d["metadata_key"] for d in run["eval_datasets"]} == {"metadata"}
+
+
+def _as_mistral(pod: Pod) -> None:
+    config = Path(pod.exp.spec.model.path) / "config.json"
+    body = {**json.loads(config.read_text()), "model_type": "mistral"}
+    config.write_text(json.dumps({**body, "architectures": ["MistralForCausalLM"]}))
+
+
+def test_hf_weights_slimes_own_loader_cannot_take_are_refused_at_624b824(
+    tmp_path: Path,
+) -> None:
+    """slime 624b824 loads HF weights per model type; the launcher asks slime's own loader
+    in the image before the GPUs are up, instead of slime's ValueError after."""
+    pod = Pod(tmp_path, row="624b824")
+    argv = _launched(pod)  # qwen2: slime's loader takes it
+    _as_mistral(pod)
+    [run] = _slime(pod, argv)
+    assert "Unsupported HuggingFace model type: mistral" in run["load_error"]
+    done = pod.launch()
+    assert done.returncode == 2
+    assert "model_type 'mistral', which the image's slime cannot load" in done.stderr
+    bridge = Pod(tmp_path / "bridge")  # fa3c990 loads any model through Megatron-Bridge
+    _as_mistral(bridge)
+    assert bridge.launch().returncode == 0

@@ -1,0 +1,113 @@
+"""compose(): one argv for the preview and the pod, with the pod's facts in place."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from test_slimecmd_flags import EXAMPLE_A, EXAMPLE_C, spec_of
+
+from agentrl import slimecmd
+from agentrl.api.runtime import RuntimeConfig
+from agentrl.slimecmd import Cond, PodFacts, Start
+from agentrl.slimecmd.compose import wandb_args
+from conftest import load_example
+
+FACTS = PodFacts(
+    model_args=["--num-layers", "36"],
+    train_env={"CUDA_HOME": "/usr/local/cuda"},
+    wandb_key=True,
+    start=Start.FIRST_RUN,
+    hf_mode_flag=True,
+)
+
+
+def _spec(name: str = EXAMPLE_C, **runtime: Any) -> Any:
+    body = load_example(name)
+    body["spec"].setdefault("runtime", {}).update(runtime)
+    return spec_of(body)
+
+
+def test_order_train_env_wandb_and_extra_args_last() -> None:
+    spec = _spec(extraArgs=["--rollout-top-p", "0.95"])
+    cmd = slimecmd.compose(spec, FACTS)
+    argv = cmd.argv()
+    assert cmd.resolved
+    assert argv[:4] == ["python3", "/root/slime/train.py", "--num-layers", "36"]
+    assert argv[-2:] == ["--rollout-top-p", "0.95"]
+    i = argv.index("--train-env-vars")
+    assert json.loads(argv[i + 1]) == {"CUDA_HOME": "/usr/local/cuda"}
+    origins = [p.origin for p in cmd.parts]
+    assert origins[1] == "/root/slime/scripts/models/qwen2.5-7B.sh"
+    assert origins[-1] == "spec.runtime.extraArgs"
+
+
+def test_wandb_flags_only_with_the_key() -> None:
+    spec = _spec(EXAMPLE_A)
+    assert spec.tracking.wandb is not None  # example (a) configures wandb
+    off = slimecmd.compose(spec, PodFacts(**{**FACTS.__dict__, "wandb_key": False})).argv()
+    assert "--use-wandb" not in off
+    on = slimecmd.compose(spec, FACTS).argv()
+    i = on.index("--use-wandb")
+    assert on[i : i + 3] == ["--use-wandb", "--wandb-project", spec.tracking.wandb.project]
+    assert i > on.index("--train-env-vars")  # after the env, before extraArgs
+
+
+def test_the_preview_marks_what_the_pod_decides() -> None:
+    spec = _spec(EXAMPLE_A)  # checkpoint.path set, resume true
+    cmd = slimecmd.compose(spec, PodFacts())
+    assert not cmd.resolved
+    conds = {p.cond: p.args for p in cmd.parts if p.cond}
+    ckpt = spec.checkpoint.path
+    assert conds == {
+        Cond.HF_MODE_FLAG: ("--megatron-to-hf-mode", "bridge"),
+        Cond.RESTART: ("--load", ckpt),
+        Cond.FIRST_RUN: ("--finetune", "--no-load-optim", "--no-load-rng"),
+        Cond.WANDB_KEY: tuple(wandb_args(spec)),
+    }
+    argv = cmd.argv()
+    assert f"<restart, only when {ckpt}/latest_checkpointed_iteration.txt exists:>" in argv
+    assert "<first run, otherwise:>" in argv
+    assert any(a.startswith("<MODEL_ARGS from /root/slime/scripts/models/") for a in argv)
+
+
+def test_without_a_checkpoint_to_resume_the_preview_knows_it_is_a_first_run() -> None:
+    body = load_example(EXAMPLE_C)
+    body["spec"]["checkpoint"] = {"path": "/ckpt", "resume": False}
+    parts = slimecmd.compose(spec_of(body), PodFacts()).parts
+    assert Cond.RESTART not in {p.cond for p in parts}
+    assert any(p.args == ("--finetune", "--no-load-optim", "--no-load-rng") for p in parts)
+    body["spec"]["checkpoint"] = {}
+    argv = slimecmd.compose(spec_of(body), PodFacts()).argv()
+    assert "--save" not in argv and "--finetune" in argv
+
+
+def test_a_restart_loads_the_checkpoint() -> None:
+    spec = _spec(EXAMPLE_A)
+    argv = slimecmd.compose(spec, PodFacts(**{**FACTS.__dict__, "start": Start.RESUME})).argv()
+    assert argv[argv.index("--load") + 1] == spec.checkpoint.path
+    assert "--finetune" not in argv and "--no-load-optim" not in argv
+
+
+def test_extra_args_that_set_the_start_take_it_over() -> None:
+    for extra in (["--load", "/elsewhere"], ["--no-load-optim"], ["--load=/x"]):
+        argv = slimecmd.compose(_spec(EXAMPLE_A, extraArgs=extra), FACTS).argv()
+        assert "--finetune" not in argv and argv[-len(extra) :] == extra
+
+
+def test_file_docs_follow_the_paths_in_the_argv() -> None:
+    spec = _spec()
+    cmd = slimecmd.compose(spec, PodFacts(files_dir="/run/x"))
+    config = RuntimeConfig(
+        experiment="e", namespace="n", bundle_version="v", spec=spec, gateway_url="http://g"
+    )
+    docs = slimecmd.file_docs(config, cmd, "/etc/agentrl/config.json")
+    assert set(docs) == {"/run/x/slime-custom-config.yaml", "/run/x/slime-eval-config.yaml"}
+    assert docs["/run/x/slime-custom-config.yaml"] == {
+        "agentrl_config_path": "/etc/agentrl/config.json",
+        "agentrl_experiment": "n/e",
+        "agentrl_bundle_version": "v",
+    }
+    argv = cmd.argv()
+    for path in docs:
+        assert path in argv

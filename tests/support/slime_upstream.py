@@ -1,0 +1,131 @@
+"""slime's own code at each supported commit, runnable here: the launcher tests' ground truth.
+
+Reads the upstream snapshots as data (`../shared/upstream`: slime at each supported commit,
+Megatron-LM at the commit both build with) and SGLang's released source of the version each
+slime row's `docker/Dockerfile` builds on (fetched from PyPI by hack/setup.sh), with the
+row's own `docker/patch/latest/sglang*.patch` applied to it as slime's image does. Code from
+these trees runs in subprocesses (`upstream_site/`), where an import hook serves it with
+stand-ins for the GPU stack.
+
+Tests that need the snapshots skip, saying why, only when the folder is absent (CI has it).
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+UPSTREAM = Path(os.environ.get("AGENTRL_UPSTREAM", ROOT.parent / "shared" / "upstream"))
+CACHE = Path(os.environ.get("AGENTRL_CACHE", Path.home() / ".cache" / "agentrl"))
+SITE = Path(__file__).resolve().parent / "upstream_site"
+# The slime rows agentrl supports, by commit (the folder names of the snapshots).
+ROWS = ("fa3c990", "624b824")
+MEGATRON = UPSTREAM / "megatron-lm" / "1dcf0daf"
+_SGLANG_PREFIXES = ("server_args", "arg_groups", "function_call", "parser")
+
+
+def require_upstream() -> None:
+    if not UPSTREAM.is_dir():
+        pytest.skip(
+            f"the upstream snapshots are not at {UPSTREAM} (set AGENTRL_UPSTREAM); CI has them"
+        )
+
+
+@functools.cache
+def work_dir() -> Path:
+    """This process's scratch directory for the rows' patched SGLang trees (made once);
+    skips the calling test without the snapshots."""
+    require_upstream()
+    path = Path(tempfile.mkdtemp(prefix="agentrl-upstream-"))
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    return path
+
+
+def slime_dir(row: str) -> Path:
+    return UPSTREAM / "slime" / row
+
+
+def sglang_version(row: str) -> str:
+    """The SGLang release the row's image builds on: `ARG SGLANG_IMAGE_TAG=v0.5.13-cu129`."""
+    text = (slime_dir(row) / "docker" / "Dockerfile").read_text(encoding="utf-8")
+    m = re.search(r"^ARG SGLANG_IMAGE_TAG=v([0-9][^\s-]*)", text, re.MULTILINE)
+    assert m, f"no SGLANG_IMAGE_TAG in slime {row}'s docker/Dockerfile"
+    return m.group(1)
+
+
+def _sglang_patches(row: str) -> list[Path]:
+    """The row's sglang*.patch files, in the order its Dockerfile applies them."""
+    docker = slime_dir(row) / "docker"
+    text = (docker / "Dockerfile").read_text(encoding="utf-8")
+    version = re.search(r"^ARG PATCH_VERSION=(\S+)", text, re.MULTILINE)
+    folder = docker / "patch" / (version.group(1) if version else "latest")
+    named = dict.fromkeys(re.findall(r"\b(sglang[\w-]*\.patch)\b", text))
+    return [folder / n for n in named if (folder / n).is_file()]
+
+
+def sglang_source(row: str) -> Path:
+    """SGLang's argument modules as the row's image has them (release + slime's patches)."""
+    version = sglang_version(row)
+    release = CACHE / "upstream" / f"sglang-{version}"
+    assert (release / ".complete").is_file(), (
+        f"SGLang {version}'s source is not in {release}: run `bash hack/setup.sh` (add "
+        f"{version} to SGLANG_SOURCE_VERSIONS there if slime {row} moved to it)"
+    )
+    dest = work_dir() / f"sglang-{row}"
+    if (dest / ".complete").is_file():
+        return dest
+    shutil.rmtree(dest, ignore_errors=True)
+    shutil.copytree(release / "sglang", dest / "sglang")
+    include = [f"--include=sglang/srt/{p}*" for p in _SGLANG_PREFIXES]
+    for patch in _sglang_patches(row):
+        done = subprocess.run(
+            ["git", "apply", "-p2", *include, str(patch)],
+            cwd=dest,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert done.returncode == 0, f"{patch} does not apply to SGLang {version}: {done.stderr}"
+    (dest / ".complete").touch()
+    return dest
+
+
+def roots(row: str) -> list[Path]:
+    return [slime_dir(row), MEGATRON, sglang_source(row)]
+
+
+def env(row: str, base: dict[str, str] | None = None) -> dict[str, str]:
+    """A process env in which `import slime` runs the row's own code (see upstream_site)."""
+    out = dict(base if base is not None else os.environ)
+    path = [str(SITE), *filter(None, out.get("PYTHONPATH", "").split(os.pathsep))]
+    out["PYTHONPATH"] = os.pathsep.join(path)
+    out["AGENTRL_UPSTREAM_ROOTS"] = os.pathsep.join(str(r) for r in roots(row))
+    return out
+
+
+def run_slime(row: str, cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Run slime's parse_args and checkpoint loader on each case (see upstream_site/slime_run)."""
+    done = subprocess.run(
+        [sys.executable, str(SITE / "slime_run.py")],
+        input=json.dumps(cases),
+        env=env(row),
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    results: list[dict[str, Any]] = json.loads(done.stdout.splitlines()[-1])
+    return results
