@@ -124,7 +124,7 @@ class Controller:
             exp.rayjob = dict(rayjob.get("status") or {})
         else:  # the status mirror keeps the last phase
             exp.rayjob = None
-        await self.sync(exp)
+        await self._observed(exp)
 
     async def on_pod(self, pod: Mapping[str, Any], deleted: bool = False) -> None:
         exp = self._owner(pod)
@@ -138,6 +138,14 @@ class Controller:
             exp.stuck.pop(name, None)
         else:
             exp.stuck[name] = found
+        await self._observed(exp)
+
+    async def _observed(self, exp: Experiment) -> None:
+        """Something the status shows changed: sync now, or when the reconcile under way
+        ends (its own sync reads the latest; one status write instead of two)."""
+        if exp.reconciling is not None:
+            exp.changed = True
+            return
         await self.sync(exp)
 
     def _owner(self, child: Mapping[str, Any]) -> Experiment | None:
@@ -172,6 +180,12 @@ class Controller:
             exp.reconciling = None
             self.metrics.reconcile_total.labels(result).inc()
             self.metrics.reconcile_seconds.observe(time.perf_counter() - start)
+        if exp.changed:  # seen while it ran, maybe after its own sync
+            exp.changed = False
+            try:
+                await self.sync(exp)
+            except Exception as err:  # the sweep syncs what is not settled
+                logger.info("%s/%s: status sync failed (%s); the sweep retries", *key, err)
 
     async def reconcile_spec(self, exp: Experiment) -> str:
         """Validate, render, create or update children, record the outcome. Returns a result."""
@@ -190,8 +204,8 @@ class Controller:
         kids = render_all(parsed, self.defaults, self.bundle)
         known = bool(exp.status.get("rayJobName"))
         applied = await apply_children(self.kube, exp.uid, kids, parsed.spec, known)
-        if applied.rayjob_status is not None:
-            exp.rayjob = applied.rayjob_status
+        if applied.rayjob_status is not None and exp.rayjob is None:
+            exp.rayjob = applied.rayjob_status  # the watch, when it has shown one, is newer
         await self.sync(exp, status.SpecOutcome(
             generation=outcome.generation, warnings=outcome.warnings,
             conflict=applied.conflict, immutable=applied.immutable,

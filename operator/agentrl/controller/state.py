@@ -44,6 +44,7 @@ class Experiment:
     counted: str | None = None  # the phase agentrl_experiments counts it under
     reconciled: int | None = None  # the generation reconciled (None: not yet)
     reconciling: int | None = None  # the generation a reconcile is working on now
+    changed: bool = False  # its RayJob or pods changed while that reconcile ran
     failures: int = 0  # consecutive failed reconciles, for the retry delay
     settled: bool = False  # status current: synced since anything about it was seen
     metrics_service: str | None = None  # known once the spec is valid
