@@ -51,7 +51,13 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from tests.conftest import minimal_body  # noqa: E402
-from tests.support.kmock_api import VERBS, Logged, OperatorEmulator, write_kubeconfig  # noqa: E402
+from tests.support.kmock_api import (  # noqa: E402
+    VERBS,
+    Logged,
+    OperatorEmulator,
+    install_kuberay_crd,
+    write_kubeconfig,
+)
 from tests.support.kube import free_port  # noqa: E402
 
 LOADGEN = "agentrl-bench-loadgen"
@@ -141,9 +147,18 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-async def until(probe: Callable[[], bool], limit: float, what: str) -> None:
+async def until(
+    probe: Callable[[], bool], limit: float, what: str, tasks: list[asyncio.Task[None]] = ()
+) -> None:  # type: ignore[assignment]
+    """Wait for `probe`; a failed helper task (a watch) is an error, not a silent stall."""
     deadline = time.monotonic() + limit
     while not probe():
+        for task in tasks:
+            if task.done():
+                raise SystemExit(
+                    f"benchmark: a watch ended while waiting for {what}: "
+                    f"{task.exception() if not task.cancelled() else 'cancelled'}"
+                )
         if time.monotonic() > deadline:
             raise SystemExit(f"benchmark: timed out waiting for {what}")
         await asyncio.sleep(0.05)
@@ -205,6 +220,7 @@ async def run_kmock(name: str, n: int, steady: float, workdir: Path) -> Figures:
     async with OperatorEmulator() as api, kmock.Server(api) as server:
         api.resources[BARE_API] = kmock.ResourceInfo(kind="Exp", namespaced=True,
                                                      verbs=set(VERBS))  # fmt: skip
+        install_kuberay_crd(api)  # agentrl reads it at start-up, as on a real cluster
         base = str(server.url).rstrip("/")
         kubeconfig = write_kubeconfig(workdir / f"kubeconfig-kmock-{name}-{n}", base)
         async with (
@@ -264,18 +280,34 @@ class Watch:
 
 
 async def watch(http: aiohttp.ClientSession, base: str, resource: str, into: Watch) -> None:
-    url = f"{base}/{collection(resource)}?watch=1&timeoutSeconds=3600"
-    async with http.get(url, timeout=aiohttp.ClientTimeout(total=None)) as resp:
-        async for line in resp.content:
-            at = time.monotonic()
-            event = json.loads(line)
-            obj = event.get("object") or {}
-            name = (obj.get("metadata") or {}).get("name", "")
-            into.events += 1
-            if event.get("type") == "ADDED":
-                into.added.setdefault(name, at)
-            elif event.get("type") == "MODIFIED" and (obj.get("status") or {}).get("phase"):
-                into.modified.setdefault(name, at)
+    """Follow a resource's events. The API server closes a watch whose reader falls behind
+    (this process is busy during a burst), so the watch resumes from the last
+    resourceVersion it saw: nothing is missed, nothing is counted twice."""
+    version = ""
+    while True:
+        query = "watch=1&allowWatchBookmarks=true&timeoutSeconds=3600"
+        if version:
+            query += f"&resourceVersion={version}"
+        url = f"{base}/{collection(resource)}?{query}"
+        async with http.get(url, timeout=aiohttp.ClientTimeout(total=None)) as resp:
+            if resp.status != 200:
+                raise RuntimeError(f"watch {resource}: HTTP {resp.status}: {await resp.text()}")
+            async for line in resp.content:
+                at = time.monotonic()
+                event = json.loads(line)
+                kind, obj = event.get("type"), event.get("object") or {}
+                if kind == "ERROR":  # e.g. 410 Gone: too far behind to resume
+                    raise RuntimeError(f"watch {resource}: {obj.get('message')}")
+                meta = obj.get("metadata") or {}
+                version = meta.get("resourceVersion") or version
+                if kind == "BOOKMARK":
+                    continue
+                name = meta.get("name", "")
+                into.events += 1
+                if kind == "ADDED":
+                    into.added.setdefault(name, at)
+                elif kind == "MODIFIED" and (obj.get("status") or {}).get("phase"):
+                    into.modified.setdefault(name, at)
 
 
 async def run_apiserver(name: str, n: int, steady: float, workdir: Path) -> Figures:
@@ -307,12 +339,14 @@ async def run_apiserver(name: str, n: int, steady: float, workdir: Path) -> Figu
                     return len(kids.added) >= count and len(crs.modified) >= count
 
                 await post_all(http, kube.server, op.cr, [CANARY])
-                await until(lambda: done(1), 180, f"{name}: the canary's reconcile")
+                await until(lambda: done(1), 180, f"{name}: the canary's reconcile", watchers)
                 await asyncio.sleep(0.5)
                 rss_idle, cpu0 = ps.memory_info().rss, cpu(ps)
                 back0 = sum(cpu(p) for p in backend)
                 await post_all(http, kube.server, op.cr, names(n))
-                await until(lambda: done(n + 1), 1200, f"{name}: {n} reconciles")
+                await until(lambda: done(n + 1), 1200,
+                            f"{name}: {n} reconciles (children {len(kids.added)}, statuses "
+                            f"{len(crs.modified)})", watchers)  # fmt: skip
                 await asyncio.sleep(1.0)
                 events = crs.events + kids.events
                 await asyncio.sleep(steady)

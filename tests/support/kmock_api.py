@@ -24,7 +24,9 @@ object with the code, reason and message a real one sends (422 Invalid, 403 Forb
 from __future__ import annotations
 
 import contextlib
+import copy
 import datetime
+import functools
 import itertools
 import time
 import uuid
@@ -266,12 +268,32 @@ def _now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+CRDS = "apiextensions.k8s.io/v1/customresourcedefinitions"
+KUBERAY_CRD = Path(__file__).resolve().parents[1] / "data" / "kuberay" / "ray.io_rayjobs.yaml"
+
+
+@functools.cache
+def _kuberay_crd(path: Path) -> dict[str, Any]:
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # ~1 MB of YAML: parse it once
+    crd: dict[str, Any] = yaml.load(path.read_text(encoding="utf-8"), Loader=loader)
+    return crd
+
+
+def install_kuberay_crd(api: OperatorEmulator, path: Path = KUBERAY_CRD) -> None:
+    """Store KubeRay's rayjobs.ray.io CRD (the operator reads it at start-up)."""
+    crd = copy.deepcopy(_kuberay_crd(path))
+    crd["metadata"].setdefault("resourceVersion", "1")
+    api.objects[CRDS, None, crd["metadata"]["name"]] = crd
+
+
 @contextlib.asynccontextmanager
 async def running_emulator() -> AsyncIterator[tuple[OperatorEmulator, str]]:
-    """(emulator, base URL) served on 127.0.0.1, with the standard namespaces."""
+    """(emulator, base URL) served on 127.0.0.1, with the standard namespaces and the
+    current KubeRay's RayJob CRD, as a cluster with KubeRay installed has."""
     async with OperatorEmulator() as api, kmock.Server(api) as server:
         for ns in ("default",):
             api.objects["v1/namespaces", None, ns] = {"metadata": {"name": ns}}
+        install_kuberay_crd(api)
         yield api, str(server.url).rstrip("/")
 
 

@@ -85,14 +85,16 @@ def kuberay_crds_for_1_20() -> list[dict[str, Any]]:
     directory = next((d for d in KUBERAY_DIRS if (d / "ray.io_rayjobs.yaml").is_file()), None)
     if directory is None:
         raise RuntimeError("KubeRay CRDs not found in " + ", ".join(map(str, KUBERAY_DIRS)))
-    crds = []
-    for path in sorted(directory.glob("ray.io_*.yaml")):
-        crd = yaml.safe_load(path.read_text(encoding="utf-8"))
-        crd["spec"]["versions"] = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
-        crd["spec"]["versions"][0]["storage"] = True
-        _strip_for_1_20(crd)
-        crds.append(crd)
-    return crds
+    return [kuberay_crd_for_1_20(path) for path in sorted(directory.glob("ray.io_*.yaml"))]
+
+
+def kuberay_crd_for_1_20(path: Path) -> dict[str, Any]:
+    """One KubeRay CRD file (any release), v1 only, transformed for a 1.20 apiserver."""
+    crd: dict[str, Any] = yaml.safe_load(path.read_text(encoding="utf-8"))
+    crd["spec"]["versions"] = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
+    crd["spec"]["versions"][0]["storage"] = True
+    _strip_for_1_20(crd)
+    return crd
 
 
 def _strip_for_1_20(node: Any) -> None:

@@ -101,3 +101,4 @@ class ConditionType(StrEnum):
     IMMUTABLE_FIELD_CHANGED = "ImmutableFieldChanged"
     CONFIG_WARNING = "ConfigWarning"
     CHILD_REJECTED = "ChildRejected"
+    KUBERAY_INCOMPATIBLE = "KubeRayIncompatible"

@@ -7,6 +7,10 @@ operator restart); one that is not stops the experiment with a name conflict; on
 deleted experiment of the same name is waited for while the garbage collector removes it.
 Once the RayJob exists, only the lifecycle values the experiment changed are patched onto it.
 
+Before the RayJob is created or patched, `check` (the installed KubeRay's CRD, see
+`compat`) may find fields the API server would silently drop; then nothing is created or
+patched for this generation, and the reasons come back as `incompatible`.
+
 The API server's answers are sorted here. A refusal (a 4xx other than throttling, conflicts
 and the like: `KubeError.transient`) is final for this generation and comes back as a
 `Rejection` the status reports; anything transient propagates and the reconcile is retried.
@@ -15,18 +19,19 @@ and the like: `KubeError.transient`) is final for this generation and comes back
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 
 from agentrl.api.models import RLExperimentSpec
-from agentrl.controller import children
+from agentrl.controller import children, compat
 from agentrl.controller.kube import Kube, KubeError
 from agentrl.controller.status import FAILED_CREATE, FAILED_UPDATE, Rejection
 from agentrl.render import Children
 
 Obj = dict[str, Any]
 T = TypeVar("T")
+Check = Callable[[Mapping[str, Any]], Awaitable[list[str]]]
 RAY_API = "ray.io/v1"
 # How long to wait for the garbage collector to remove a deleted predecessor's child.
 PREDECESSOR_WAIT = 5.0
@@ -49,6 +54,7 @@ class Applied:
     conflict: str | None = None
     immutable: Sequence[str] = field(default_factory=list)
     rejection: Rejection | None = None
+    incompatible: Sequence[str] = field(default_factory=list)
 
     @property
     def result(self) -> str:
@@ -57,6 +63,8 @@ class Applied:
             return "conflict"
         if self.rejection:
             return "rejected"
+        if self.incompatible:
+            return "incompatible"
         return "refused" if self.immutable else "ok"
 
 
@@ -66,29 +74,37 @@ class _Rejected(Exception):
         self.rejection = rejection
 
 
+async def _nothing_lost(_: Mapping[str, Any]) -> list[str]:
+    return []
+
+
 async def apply_children(
-    kube: Kube, uid: str | None, kids: Children, spec: RLExperimentSpec, known: bool
-) -> Applied:
+    kube: Kube, uid: str | None, kids: Children, spec: RLExperimentSpec, *, known: bool,
+    check: Check = _nothing_lost,
+) -> Applied:  # fmt: skip
     """Create (or adopt) every child, or update the existing RayJob's lifecycle values.
 
     `known`: the status already names the RayJob, so it is read first rather than created.
     """
     try:
-        return await _apply(kube, uid, kids, spec, known)
+        return await _apply(kube, uid, kids, spec, known=known, check=check)
     except _Rejected as refused:
         return Applied(rejection=refused.rejection)
 
 
 async def _apply(
-    kube: Kube, uid: str | None, kids: Children, spec: RLExperimentSpec, known: bool
-) -> Applied:
+    kube: Kube, uid: str | None, kids: Children, spec: RLExperimentSpec, *, known: bool,
+    check: Check,
+) -> Applied:  # fmt: skip
     job = kids.rayjob
     meta = job["metadata"]
     if known:
         read = kube.get(RAY_API, "RayJob", meta["namespace"], meta["name"])
         existing = await _call(FAILED_UPDATE, "reading", job, read)
         if existing is not None:
-            return await _update(kube, uid, existing, job, spec)
+            return await _update(kube, uid, existing, job, spec, check=check)
+    if lost := await check(job):
+        return Applied(incompatible=lost)
     results = await asyncio.gather(
         *(_call(FAILED_CREATE, "creating", obj, kube.create(obj, want_body=False))
           for obj in kids.prerequisites),
@@ -105,7 +121,7 @@ async def _apply(
     if found is not None:
         if problem := _foreign(found, meta["name"], uid):
             return Applied(conflict=problem)
-        return await _update(kube, uid, found, job, spec)
+        return await _update(kube, uid, found, job, spec, check=check)
     return Applied(
         rayjob_name=meta["name"], rayjob_status=dict((created or {}).get("status") or {})
     )
@@ -137,14 +153,18 @@ def _foreign(existing: Obj, experiment: str, uid: str | None) -> str | None:
 
 
 async def _update(
-    kube: Kube, uid: str | None, existing: Obj, job: Obj, spec: RLExperimentSpec
-) -> Applied:
+    kube: Kube, uid: str | None, existing: Obj, job: Obj, spec: RLExperimentSpec, *,
+    check: Check,
+) -> Applied:  # fmt: skip
     meta = existing["metadata"]
     if not children.owned_by(existing, uid):
         return Applied(conflict=children.conflict_message(existing))
     found = dict(existing.get("status") or {})
     refused = children.changed_immutable(existing, spec)
     patch = children.lifecycle_patch(existing, job)
+    if patch is not None and (lost := await check(compat.patched(patch))):
+        return Applied(rayjob_name=meta["name"], rayjob_status=found, immutable=refused,
+                       incompatible=lost)  # fmt: skip
     rejection = None
     if patch is not None:
         try:

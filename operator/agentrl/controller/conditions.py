@@ -22,6 +22,7 @@ WARNING_CONDITIONS: dict[str, str | None] = {
     ConditionType.NAME_CONFLICT: "NameConflict",
     ConditionType.IMMUTABLE_FIELD_CHANGED: "ImmutableFieldChanged",
     ConditionType.CHILD_REJECTED: None,
+    ConditionType.KUBERAY_INCOMPATIBLE: "KubeRayIncompatible",
 }
 
 

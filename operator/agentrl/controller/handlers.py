@@ -83,6 +83,9 @@ async def login(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any)
                     certificate_path=_str(info.certificate_path),
                     private_key_path=_str(info.private_key_path))
     )  # fmt: skip
+    # Which KubeRay is installed: read once the client can (a failure is logged and retried
+    # by the first reconcile that needs it).
+    await memo.controller.kuberay.read()
     return info
 
 

@@ -30,6 +30,7 @@ PLURALS = {
     "Event": "events",
     "RayJob": "rayjobs",
     "RLExperiment": "rlexperiments",
+    "CustomResourceDefinition": "customresourcedefinitions",
 }
 MERGE_PATCH = "application/merge-patch+json"
 

@@ -10,7 +10,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 
 from agentrl.api.constants import Phase
 
-RESULTS = ("ok", "invalid", "conflict", "refused", "rejected", "retry", "error")
+RESULTS = ("ok", "invalid", "conflict", "refused", "rejected", "incompatible", "retry", "error")
 
 
 class OperatorMetrics:

@@ -36,6 +36,7 @@ from agentrl.api import validation
 from agentrl.api.constants import API_VERSION, KIND, LABEL_EXPERIMENT
 from agentrl.controller import children, conditions, observe, status
 from agentrl.controller.apply import Retry, apply_children
+from agentrl.controller.compat import InstalledKubeRay
 from agentrl.controller.config import OperatorConfig
 from agentrl.controller.kube import Kube, KubeError
 from agentrl.controller.metrics import OperatorMetrics
@@ -68,6 +69,7 @@ class Controller:
         self.defaults = config.defaults()
         self.bundle = Bundle.of(bundle_files)  # hashed and laid out once, not per render
         self.experiments: dict[Key, Experiment] = {}
+        self.kuberay = InstalledKubeRay(kube)  # read after login (handlers), and on demand
         self.sweeps = 0  # completed sweeps (tests wait on it; never on time)
         # Spec reconciles: CPU-bound (render, encode), so a few at a time in arrival order,
         # which gets each experiment its RayJob sooner than all of them interleaved would.
@@ -203,14 +205,15 @@ class Controller:
             return "invalid" if parsed is None else "ok"
         kids = render_all(parsed, self.defaults, self.bundle)
         known = bool(exp.status.get("rayJobName"))
-        applied = await apply_children(self.kube, exp.uid, kids, parsed.spec, known)
+        applied = await apply_children(self.kube, exp.uid, kids, parsed.spec, known=known,
+                                       check=self.kuberay.losses)  # fmt: skip
         if applied.rayjob_status is not None and exp.rayjob is None:
             exp.rayjob = applied.rayjob_status  # the watch, when it has shown one, is newer
         await self.sync(exp, status.SpecOutcome(
             generation=outcome.generation, warnings=outcome.warnings,
             conflict=applied.conflict, immutable=applied.immutable,
             rayjob_name=applied.rayjob_name, gateway_url=gateway_url(parsed),
-            rejection=applied.rejection,
+            rejection=applied.rejection, incompatible=applied.incompatible,
         ))  # fmt: skip
         if applied.rejection is not None:
             logger.warning("%s/%s: %s", *exp.key, applied.rejection.message)

@@ -47,6 +47,7 @@ SPEC_FAILURES: Mapping[str, str] = {
     "InvalidSpec": C.VALID,
     "NameConflict": C.NAME_CONFLICT,
     FAILED_CREATE: C.CHILD_REJECTED,
+    C.KUBERAY_INCOMPATIBLE: C.KUBERAY_INCOMPATIBLE,
 }
 SPEC_FAILURE_REASONS = tuple(SPEC_FAILURES)
 
@@ -71,6 +72,8 @@ class SpecOutcome:
     rayjob_name: str | None = None  # set once the RayJob exists and is ours
     gateway_url: str | None = None
     rejection: Rejection | None = None
+    # Fields the installed KubeRay would drop (nothing was created or patched for them).
+    incompatible: Sequence[str] = ()
 
 
 @dataclass(frozen=True)
@@ -110,6 +113,11 @@ def apply_spec(old: Mapping[str, Any], out: SpecOutcome, now: str) -> Status:
     conditions.put_if_relevant(st, C.CHILD_REJECTED, rejected is not None,
                                reason=rejected.reason if rejected else "Accepted",
                                message=_rejection_message(rejected, gen), now=now)  # fmt: skip
+    conditions.put_if_relevant(st, C.KUBERAY_INCOMPATIBLE, bool(out.incompatible),
+                               reason="FieldsWouldBeDropped" if out.incompatible
+                               else "Compatible",
+                               message=_incompatible_message(out.incompatible, gen),
+                               now=now)  # fmt: skip
     if out.rayjob_name:
         st["rayJobName"] = out.rayjob_name
         conditions.put(st, C.RAYJOB_CREATED, True, reason="Created",
@@ -136,6 +144,15 @@ def _rejection_message(rejected: Rejection | None, generation: int | None) -> st
             else "the RayJob keeps its previous values")  # fmt: skip
     return (f"{rejected.message}; {then} for {which} and it is not retried: fix the spec "
             "(a new generation is tried again)")  # fmt: skip
+
+
+def _incompatible_message(problems: Sequence[str], generation: int | None) -> str:
+    if not problems:
+        return ""
+    which = f"generation {generation}" if generation is not None else "this generation"
+    return (f"{'; '.join(problems)}. Nothing was created or changed for {which}: change the "
+            "spec, or upgrade KubeRay (the operator reads its CRD again on the next "
+            "generation)")  # fmt: skip
 
 
 def apply_observed(old: Mapping[str, Any], seen: Observed, now: str) -> Status:
@@ -171,6 +188,8 @@ def phase_of(st: Mapping[str, Any], rj: Mapping[str, Any] | None) -> tuple[Phase
         return Phase.FAILED, "NameConflict"
     if conditions.is_true(st, C.CHILD_REJECTED) and rj is None:
         return Phase.FAILED, FAILED_CREATE
+    if conditions.is_true(st, C.KUBERAY_INCOMPATIBLE) and rj is None:
+        return Phase.FAILED, C.KUBERAY_INCOMPATIBLE
     if rj is None:
         return Phase.PENDING, "Pending"
     return rayjob_phase(rj, Phase(prev) if prev in set(Phase) else Phase.PENDING)
