@@ -64,6 +64,7 @@ LOADGEN = "agentrl-bench-loadgen"
 NS = "bench"
 CANARY = "canary"
 GOAL = 1.3  # agentrl p50 / same-work p50
+RUNTIME_IMAGE = "runtime@sha256:" + "1" * 64
 EXP_API = "agentrl.io/v1alpha1/rlexperiments"
 BARE_API = "example.io/v1/exps"
 
@@ -187,7 +188,8 @@ async def operator_process(
     op: Operator, kubeconfig: Path, log: Path
 ) -> AsyncIterator[asyncio.subprocess.Process]:
     env = {**os.environ, "KUBECONFIG": str(kubeconfig), "AGENTRL_METRICS_PORT": "0",
-           "AGENTRL_LOG_LEVEL": "WARNING",
+           # The Ray pods' default image (agentrl publishes none): never pulled here.
+           "AGENTRL_IMAGE": RUNTIME_IMAGE, "AGENTRL_LOG_LEVEL": "WARNING",
            "AGENTRL_LIVENESS_ENDPOINT": f"http://127.0.0.1:{free_port()}/healthz"}  # fmt: skip
     env.pop("KUBERNETES_SERVICE_HOST", None)
     profile = os.environ.get("AGENTRL_BENCH_PROFILE")  # a directory for py-spy profiles

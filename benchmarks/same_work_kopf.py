@@ -49,7 +49,8 @@ def templates() -> list[tuple[str, str]]:
     if exp is None:
         raise SystemExit(f"template experiment invalid: {problems}")
     out = []
-    for obj in render_all(exp, OperatorDefaults(), collect_bundle_files()):
+    defaults = OperatorDefaults(image=os.environ["AGENTRL_IMAGE"])  # what agentrl is given
+    for obj in render_all(exp, defaults, collect_bundle_files()):
         base = "api/v1" if obj["apiVersion"] == "v1" else f"apis/{obj['apiVersion']}"
         plural = {"ConfigMap": "configmaps", "Service": "services", "RayJob": "rayjobs"}
         out.append((f"{base}/namespaces/{NAMESPACE}/{plural[obj['kind']]}", json.dumps(obj)))

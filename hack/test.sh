@@ -16,6 +16,10 @@ step "import-linter (layers)" lint-imports
 if compgen -G "Dockerfile" >/dev/null || compgen -G "images/*/Dockerfile" >/dev/null; then
   step "hadolint" hadolint Dockerfile images/*/Dockerfile
 fi
+if compgen -G ".github/workflows/*.y*ml" >/dev/null; then
+  # shellcheck (the venv's) checks every `run:` script too.
+  step "actionlint" actionlint -no-color .github/workflows/*.y*ml
+fi
 log "pytest"
 set +e
 python -m pytest -p no:cacheprovider -q "$@"

@@ -15,10 +15,21 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES_DIR = ROOT / "examples"
+# The Ray pod image tests render with: agentrl publishes none yet, so the operator's default
+# is None and every render needs one. A test value, never pulled.
+TEST_IMAGE = "runtime@sha256:" + "1" * 64
 
 
 def example_paths() -> list[Path]:
     return sorted(EXAMPLES_DIR.glob("*.yaml"))
+
+
+def example_policy() -> dict[str, Any]:
+    """The operator policy the examples need (examples/platform/policy.yaml): they run as an
+    IRSA ServiceAccount and one requests EFA devices, which the default policy refuses."""
+    doc = yaml.safe_load((EXAMPLES_DIR / "platform" / "policy.yaml").read_text(encoding="utf-8"))
+    policy: dict[str, Any] = doc["policy"]
+    return policy
 
 
 def load_example(name: str) -> dict[str, Any]:

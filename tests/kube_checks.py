@@ -3,6 +3,8 @@
 - `to_jsonschema`: a Kubernetes structural schema -> JSON Schema that rejects unknown fields
   the way the apiserver prunes them (k8s-test-harness Q5 transform).
 - `rayjob_schema_errors`: a rendered RayJob against KubeRay's own v1 CRD schema.
+- `kuberay_releases` / `rayjob_crd`: the RayJob CRD of each KubeRay release (the shared
+  per-release copies; the newest is also vendored under `tests/data/kuberay`).
 - `kuberay_controller_errors`: the rules KubeRay checks only in its controller
   (`ray-operator/controllers/ray/utils/validation.go`), which would otherwise surface as
   `jobDeploymentStatus: ValidationFailed` after the objects were created.
@@ -22,6 +24,7 @@ import kubernetes_validate
 import yaml
 
 KUBERAY_SCHEMAS = Path("/work/shared/schemas/kuberay")
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 RAYJOB_NAME_MAX = 47
 DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
@@ -32,6 +35,33 @@ def kuberay_schemas_dir() -> Path:
     """The KubeRay CRDs: the shared copy, or the copy vendored next to these tests."""
     vendored = Path(__file__).parent / "data" / "kuberay"
     return KUBERAY_SCHEMAS if KUBERAY_SCHEMAS.is_dir() else vendored
+
+
+def kuberay_releases() -> list[str]:
+    """The KubeRay releases whose RayJob CRD is at hand ("v1.1.1", ...), oldest first."""
+    if not KUBERAY_SCHEMAS.is_dir():
+        return []
+    found = [d.name for d in KUBERAY_SCHEMAS.glob("v*") if (d / "ray.io_rayjobs.yaml").is_file()]
+    return sorted(found, key=release_key)
+
+
+def release_key(release: str) -> tuple[int, ...]:
+    """ "v1.6.2" or "1.6.2" -> (1, 6, 2), for ordering and comparing releases."""
+    return tuple(int(part) for part in release.removeprefix("v").split("."))
+
+
+@functools.cache
+def _rayjob_crd(release: str | None) -> dict[str, Any]:
+    directory = kuberay_schemas_dir() if release is None else KUBERAY_SCHEMAS / release
+    text = (directory / "ray.io_rayjobs.yaml").read_text(encoding="utf-8")
+    crd: dict[str, Any] = yaml.load(text, Loader=_YAML_LOADER)  # a 1.3 MB file; libyaml: 6x
+    return crd
+
+
+def rayjob_crd(release: str | None = None) -> dict[str, Any]:
+    """The rayjobs.ray.io CRD of `release` ("v1.6.2"; the shared per-release copies), or the
+    newest one (shared, else vendored) when None. A fresh copy, safe to mutate."""
+    return copy.deepcopy(_rayjob_crd(release))
 
 
 def to_jsonschema(schema: dict[str, Any]) -> dict[str, Any]:
@@ -79,8 +109,8 @@ def crd_version_schema(crd: dict[str, Any], version: str = "v1") -> dict[str, An
 
 
 @functools.cache
-def _rayjob_validator() -> jsonschema.Draft7Validator:
-    crd = yaml.safe_load((kuberay_schemas_dir() / "ray.io_rayjobs.yaml").read_text())
+def _rayjob_validator(release: str | None = None) -> jsonschema.Draft7Validator:
+    crd = _rayjob_crd(release)
     return jsonschema.Draft7Validator(to_jsonschema(crd_version_schema(crd, "v1")))
 
 
@@ -91,8 +121,9 @@ def schema_errors(validator: jsonschema.protocols.Validator, obj: Any) -> list[s
     )
 
 
-def rayjob_schema_errors(rayjob: dict[str, Any]) -> list[str]:
-    return schema_errors(_rayjob_validator(), rayjob)
+def rayjob_schema_errors(rayjob: dict[str, Any], release: str | None = None) -> list[str]:
+    """Schema errors of a RayJob against the newest KubeRay CRD, or that of `release`."""
+    return schema_errors(_rayjob_validator(release), rayjob)
 
 
 def kuberay_controller_errors(rayjob: dict[str, Any]) -> list[str]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import statistics
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
@@ -33,10 +34,37 @@ class S:
     metadata: dict[str, Any] = field(default_factory=dict)
 
 
-def args(**kw: Any) -> SimpleNamespace:
-    return SimpleNamespace(
-        **{"agentrl_reward_normalization": "grpo", "agentrl_reward_std": False, **kw}
+def write_config(directory: Path, mode: str, std: bool) -> str:
+    """A runtime config whose spec.grpo.rewardNormalization is (mode, std)."""
+    config = RuntimeConfig.model_validate(
+        {
+            "experiment": "exp",
+            "namespace": "ns",
+            "bundleVersion": "t",
+            "gatewayUrl": "http://gw",
+            "spec": {
+                "model": {"path": "/m", "type": "qwen2.5-0.5B"},
+                "data": {"train": "/d.jsonl"},
+                "agent": {"http": {"url": "http://agent"}},
+                "grpo": {"numRollouts": 1, "rewardNormalization": {"mode": mode, "std": std}},
+            },
+        }
     )
+    path = directory / f"config-{mode}-{std}.json"
+    path.write_text(config.to_json(), encoding="utf-8")
+    return str(path)
+
+
+# One config per setting, written once (hypothesis re-runs tests without fixtures).
+_CONFIGS = Path(tempfile.mkdtemp(prefix="agentrl-rewards-"))
+
+
+def args(mode: str = "grpo", std: bool = False, **kw: Any) -> SimpleNamespace:
+    """slime's args as the launcher leaves them: the custom config names the runtime config."""
+    path = _CONFIGS / f"config-{mode}-{std}.json"
+    if not path.exists():
+        write_config(_CONFIGS, mode, std)
+    return SimpleNamespace(agentrl_config_path=str(path), **kw)
 
 
 def episode(group: int, rid: int, reward: float, segments: int = 1) -> list[S]:
@@ -65,7 +93,7 @@ def test_groups_are_normalised_independently_and_interleaving_does_not_matter() 
 
 def test_std_on_divides_by_the_episode_sample_std() -> None:
     samples = [*episode(0, 1, 1.0, 2), *episode(0, 2, 0.0), *episode(0, 3, 0.0)]
-    _, rewards = post_process_rewards(args(agentrl_reward_std=True), samples)
+    _, rewards = post_process_rewards(args(std=True), samples)
     values = [1.0, 0.0, 0.0]
     std = statistics.stdev(values)
     mean = statistics.fmean(values)
@@ -74,17 +102,15 @@ def test_std_on_divides_by_the_episode_sample_std() -> None:
 
 
 def test_std_on_leaves_a_zero_variance_group_at_zero() -> None:
-    _, rewards = post_process_rewards(
-        args(agentrl_reward_std=True), episode(0, 1, 1.0) + episode(0, 2, 1.0)
-    )
+    _, rewards = post_process_rewards(args(std=True), episode(0, 1, 1.0) + episode(0, 2, 1.0))
     assert rewards == [0.0, 0.0]
-    _, single = post_process_rewards(args(agentrl_reward_std=True), episode(0, 1, 1.0, 2))
+    _, single = post_process_rewards(args(std=True), episode(0, 1, 1.0, 2))
     assert single == [0.0, 0.0]
 
 
 def test_identity_returns_raw_rewards() -> None:
     samples = [*episode(0, 1, 1.0, 2), *episode(0, 2, 0.25)]
-    raw, rewards = post_process_rewards(args(agentrl_reward_normalization="identity"), samples)
+    raw, rewards = post_process_rewards(args("identity"), samples)
     assert raw == rewards == [1.0, 1.0, 0.25]
     assert rewards is not raw
 
@@ -137,42 +163,26 @@ def test_bad_samples_fail_loudly(samples: list[S], error: str) -> None:
         post_process_rewards(args(), samples)
 
 
-def _write_config(tmp_path: Path, normalization: dict[str, Any]) -> str:
-    config = RuntimeConfig.model_validate(
-        {
-            "experiment": "exp",
-            "namespace": "ns",
-            "bundleVersion": "t",
-            "gatewayUrl": "http://gw",
-            "spec": {
-                "model": {"path": "/m", "type": "qwen2.5-0.5B"},
-                "data": {"train": "/d.jsonl"},
-                "agent": {"http": {"url": "http://agent"}},
-                "grpo": {"numRollouts": 1, "rewardNormalization": normalization},
-            },
-        }
-    )
-    path = tmp_path / f"config-{len(list(tmp_path.iterdir()))}.json"
-    path.write_text(config.to_json(), encoding="utf-8")
-    return str(path)
-
-
-def test_settings_come_from_the_runtime_config_named_in_the_custom_config(tmp_path: Path) -> None:
-    path = _write_config(tmp_path, {"mode": "identity", "std": True})
+def test_settings_come_only_from_the_runtime_config_named_in_the_custom_config(
+    tmp_path: Path,
+) -> None:
+    path = write_config(tmp_path, "identity", True)
     assert normalization_settings(SimpleNamespace(agentrl_config_path=path)) == ("identity", True)
-    # Explicit custom-config keys win over the spec.
-    ns = SimpleNamespace(agentrl_config_path=path, agentrl_reward_normalization="grpo")
-    assert normalization_settings(ns) == ("grpo", True)
+    # slime's own flags and custom-config keys of older agentrl releases change nothing.
+    ns = SimpleNamespace(
+        agentrl_config_path=path,
+        rewards_normalization=True,
+        grpo_std_normalization=False,
+        agentrl_reward_normalization="grpo",
+    )
+    assert normalization_settings(ns) == ("identity", True)
+    raw, rewards = post_process_rewards(ns, [*episode(0, 1, 1.0), *episode(0, 2, 0.0)])
+    assert raw == rewards == [1.0, 0.0]
 
 
-def test_settings_fall_back_to_slime_flags() -> None:
-    assert normalization_settings(SimpleNamespace()) == ("grpo", False)
-    assert normalization_settings(SimpleNamespace(grpo_std_normalization=True)) == ("grpo", True)
-    assert normalization_settings(SimpleNamespace(rewards_normalization=False))[0] == "identity"
-    with pytest.raises(ValueError, match="grpo or identity"):
-        normalization_settings(SimpleNamespace(agentrl_reward_normalization="rank"))
-    with pytest.raises(ValueError, match="true or false"):
-        normalization_settings(SimpleNamespace(agentrl_reward_std="false"))
+def test_without_the_runtime_config_the_post_process_refuses_to_guess() -> None:
+    with pytest.raises(ValueError, match=r"agentrl_config_path.*agentrl.bundle.launch"):
+        post_process_rewards(SimpleNamespace(rewards_normalization=True), episode(0, 1, 1.0))
 
 
 @settings(max_examples=100, deadline=None)
@@ -189,8 +199,8 @@ def test_segments_per_episode_never_change_advantages(
     the episode advantages of every group sum to zero."""
     fanned = [S(g, rid, r) for rid, (g, r, k) in enumerate(episodes) for _ in range(k)]
     single = [S(g, rid, r) for rid, (g, r, _) in enumerate(episodes)]
-    _, fanned_rewards = post_process_rewards(args(agentrl_reward_std=std), fanned)
-    _, single_rewards = post_process_rewards(args(agentrl_reward_std=std), single)
+    _, fanned_rewards = post_process_rewards(args(std=std), fanned)
+    _, single_rewards = post_process_rewards(args(std=std), single)
     by_episode = {s.rollout_id: v for s, v in zip(fanned, fanned_rewards, strict=True)}
     assert [by_episode[s.rollout_id] for s in single] == pytest.approx(single_rewards)
     for group in {g for g, _, _ in episodes}:

@@ -26,6 +26,10 @@ KUBE_VERSION = "1.30.0"
 MONITORING_API = "monitoring.coreos.com/v1"
 RELEASE = "agentrl"
 NAMESPACE = "agentrl"
+# The chart's one required value (agentrl publishes no operator image): a test value, never
+# pulled. Every render and dry-run install below passes it first, so a test's own --set wins.
+OPERATOR_IMAGE = ("--set", "image.repository=agentrl/operator",
+                  "--set", "image.digest=sha256:" + "0" * 64)  # fmt: skip
 _HOME = Path(tempfile.mkdtemp(prefix="agentrl-helm-home-"))
 
 
@@ -57,7 +61,7 @@ def run_helm(helm: str, *args: str, check: bool = True) -> subprocess.CompletedP
 def _template(
     helm: str, values: tuple[str, ...], sets: tuple[str, ...], api: bool, namespace: str
 ) -> str:
-    args = ["template", RELEASE, str(CHART), "--namespace", namespace]
+    args = ["template", RELEASE, str(CHART), "--namespace", namespace, *OPERATOR_IMAGE]
     args += ["--kube-version", KUBE_VERSION]
     if api:
         args += ["--api-versions", MONITORING_API]
@@ -122,7 +126,7 @@ def notes(helm: str, *args: str) -> str:
     kubeconfig = _HOME / "kubeconfig"  # no cluster, no context: nothing to connect to
     kubeconfig.write_text("apiVersion: v1\nkind: Config\n")
     args = ("install", RELEASE, str(CHART), "--namespace", NAMESPACE, "--dry-run=client",
-            "--kubeconfig", str(kubeconfig), *args)  # fmt: skip
+            "--kubeconfig", str(kubeconfig), *OPERATOR_IMAGE, *args)  # fmt: skip
     out = run_helm(helm, *args).stdout
     assert "\nNOTES:\n" in out, out[-2000:]
     return out.split("\nNOTES:\n", 1)[1]

@@ -32,6 +32,8 @@ def set_gauges(bundle: BundleMetrics, operator: OperatorMetrics) -> None:
     bundle.sessions_in_flight.labels("eval").set(8)
     bundle.connection_pool_size.set(64)
     bundle.connection_pool_in_use.set(61)  # 95%: saturated
+    bundle.zero_variance_group_share.set(0.3)
+    bundle.episode_length_bias.set(-0.08)
     for phase in ("Running", "Running", "Failed", "Succeeded"):
         operator.move(None, phase)
 
@@ -55,6 +57,16 @@ def tick(bundle: BundleMetrics, operator: OperatorMetrics, n: int) -> None:
     bundle.samples.inc(12)
     bundle.truncated_samples.inc(1)
     bundle.trace_breaks.labels(BREAK_REASONS[n % len(BREAK_REASONS)]).inc()
+    # A train step that over-samples, filters and cuts; an eval pass.
+    for outcome, groups in (("kept", 8), ("filtered", 2), ("carried_over", 1)):
+        bundle.groups.labels(outcome).inc(groups)
+    bundle.aborted_episodes.labels("train", "batch_full").inc(3)
+    for reason, seconds in (("cut", 400.0), ("filtered", 900.0)):
+        bundle.discarded_episode_seconds.labels(reason).inc(seconds)
+    for split, seconds in (("train", (60.0, 180.0, 900.0)), ("eval", (30.0, 120.0))):
+        for s in seconds:
+            bundle.episode_seconds.labels(split).observe(s)
+        bundle.rollout_step_seconds.labels(split).observe(sum(seconds))
     if n % FAIL_EVERY_TICKS == FAIL_EVERY_TICKS - 1:
         operator.move(None, "Failed")
     operator.reconcile_total.labels("ok").inc()

@@ -37,6 +37,10 @@ REQUIRED_PANELS = {
     "Truncated samples",
     "Trace breaks by reason",
     "Experiments by phase",
+    "Groups by outcome",
+    "Zero-variance group share",
+    "Episode duration quantiles",
+    "Rollout step duration",
 }
 
 
@@ -146,6 +150,13 @@ def test_queries_name_only_exported_metrics() -> None:
         "agentrl_samples_total",
         "agentrl_trace_breaks_total",
         "agentrl_truncated_samples_total",
+        "agentrl_groups_total",
+        "agentrl_zero_variance_group_share",
+        "agentrl_aborted_episodes_total",
+        "agentrl_discarded_episode_seconds_total",
+        "agentrl_episode_seconds_bucket",
+        "agentrl_rollout_step_seconds_sum",
+        "agentrl_episode_length_bias",
         "agentrl_experiments",
     }
     assert families <= used, families - used

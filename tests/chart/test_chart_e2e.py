@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from chart_helpers import CHART, HELMS, helm_env
+from chart_helpers import CHART, HELMS, OPERATOR_IMAGE, helm_env
 from test_chart_rbac import CLUSTER, NAMED, NAMESPACED
 
 from support.kube import KubeHarness, running_harness
@@ -96,18 +96,26 @@ def _install(kube: KubeHarness) -> Iterator[KubeHarness]:
     # 1.20 cannot take the CRD's CEL rules: the chart says so instead of a schema dump.
     refused = subprocess.run(
         [str(HELMS["helm3"]), "--kubeconfig", str(kube.kubeconfig), "install", "early",
-         str(CHART), "-n", "early", "--create-namespace"],
+         str(CHART), "-n", "early", "--create-namespace", *OPERATOR_IMAGE],
         capture_output=True, text=True, env=helm_env(), timeout=180, check=False,
     )  # fmt: skip
     assert refused.returncode != 0 and "needs Kubernetes >= 1.25" in refused.stderr
+    # No operator image (agentrl publishes none): stopped before anything exists, with the fix.
+    no_image = subprocess.run(
+        [str(HELMS["helm4"]), "--kubeconfig", str(kube.kubeconfig), "install", "no-image",
+         str(CHART), "-n", "no-image", "--set", "crds.install=false"],
+        capture_output=True, text=True, env=helm_env(), timeout=180, check=False,
+    )  # fmt: skip
+    assert no_image.returncode != 0 and "image.repository is not set" in no_image.stderr
+    assert kube.kubectl("get", "namespace", "no-image", check=False).returncode != 0
     # The harness already installed the CRD (made 1.20-compatible); the chart must not own it.
-    common = ["--set", "crds.install=false"]
+    common = ["--set", "crds.install=false", *OPERATOR_IMAGE]
     out = helm(kube, "helm3", "install", "agentrl", str(CHART), "-n", "agentrl",
                "--create-namespace", *common)  # fmt: skip
     # No Prometheus Operator on this API server: monitors skipped, and NOTES say so.
     assert "monitoring.coreos.com/v1 is not served" in out.stdout
     # helm 3's NOTES too (test_chart_render checks them with helm 4's client-only dry run).
-    assert "WARNING: image.digest is still the chart's placeholder" in out.stdout
+    assert "No default Ray pod image is set (operator.runtimeImage)" in out.stdout
     assert "the CRD rlexperiments.agentrl.io must already exist" in out.stdout
     helm(kube, "helm4", "install", "scoped", str(CHART), "-n", "scoped", "--create-namespace",
          "--set", "watchNamespaces={team-a}", "--set", "monitoring.dashboard.enabled=false",

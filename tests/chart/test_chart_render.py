@@ -19,6 +19,7 @@ from chart_helpers import (
     CHART,
     CI_VALUES,
     HELMS,
+    OPERATOR_IMAGE,
     ROOT,
     find,
     load_all,
@@ -70,7 +71,8 @@ def test_schema_rejects_unknown_keys_and_bad_values(helm: str) -> None:
         "monitoring.assumeApiAvailable=maybe",
         "monitoring.dashboard.uid=team/a",
     ):
-        proc = run_helm(helm, "lint", "--strict", str(CHART), "--set", bad, check=False)
+        proc = run_helm(helm, "lint", "--strict", str(CHART), *OPERATOR_IMAGE, "--set", bad,
+                        check=False)  # fmt: skip
         assert proc.returncode != 0, bad
         key = bad.split("=")[0].split(".")[-1].split("[")[0]
         assert key in proc.stdout + proc.stderr, (bad, proc.stdout)
@@ -146,7 +148,7 @@ def test_monitoring_objects_skipped_without_the_api_and_when_disabled() -> None:
 
 def test_thresholds_take_numbers_from_set_json() -> None:
     """What the README says: `--set` gives the schema a string, `--set-json` a number."""
-    args = ["lint", "--strict", str(CHART)]
+    args = ["lint", "--strict", str(CHART), *OPERATOR_IMAGE]
     ok = run_helm("helm3", *args, "--set-json", "monitoring.prometheusRule.failedSessionRatio=0.15")
     assert "0 chart(s) failed" in ok.stdout + ok.stderr
 
@@ -258,17 +260,44 @@ def test_experiment_failed_waits_for_the_operator_series_to_settle(
     assert f'agentrl_experiments{{phase="Failed"}} offset {settled}' in expr
 
 
-def test_notes_warn_about_the_placeholder_digest() -> None:
-    default = notes("helm4")
-    assert "WARNING: image.digest is still the chart's placeholder" in default
-    for words in ("image.repository", "image.digest", "top-level Dockerfile", "ImagePullBackOff"):
-        assert words in default, words
+@pytest.mark.parametrize("helm", sorted(HELMS))
+def test_install_without_an_operator_image_stops_with_the_fix(helm: str) -> None:
+    """agentrl has published no operator image: the chart's defaults cannot run, so helm
+    stops before anything is created, saying what to build and set; no digest is made up."""
     values = yaml.safe_load((CHART / "values.yaml").read_text())
-    helpers = (CHART / "templates" / "_helpers.tpl").read_text()
-    assert values["image"]["digest"] in helpers  # agentrl.placeholderDigest follows values.yaml
-    pinned = notes("helm4", "--set", "image.digest=sha256:" + "1" * 64)
-    assert "placeholder" not in pinned
-    assert "placeholder" not in notes("helm4", "--set", "image.digest=")
+    assert values["image"]["repository"] == "" and values["image"]["digest"] == ""
+    proc = run_helm(helm, "template", "agentrl", str(CHART), check=False)
+    assert proc.returncode != 0 and proc.stdout == ""
+    assert "image.repository is not set: agentrl has published no operator image yet" in (
+        proc.stderr
+    )
+    for fix in ("top-level Dockerfile", "image.digest=sha256:<digest>", "images/README.md"):
+        assert fix in proc.stderr, fix
+    # `helm lint` renders in lint mode, where a missing required value is only reported.
+    lint = run_helm(helm, "lint", "--strict", str(CHART))
+    assert "image.repository is not set" in lint.stdout + lint.stderr
+
+
+def test_notes_warn_about_an_unpinned_operator_image() -> None:
+    assert "pulled by tag" not in notes("helm4")  # OPERATOR_IMAGE is pinned
+    tagged = notes("helm4", "--set", "image.digest=", "--set", "image.tag=v1")
+    assert "WARNING: the operator image is pulled by tag (agentrl/operator:v1)" in tagged
+
+
+def test_notes_say_no_default_ray_pod_image_is_set_and_how_to_set_one() -> None:
+    default = notes("helm4")
+    assert "No default Ray pod image is set (operator.runtimeImage)" in default
+    for words in ("spec.runtime.image", "images/slime/Dockerfile", "operator.runtimeImage=",
+                  "@sha256:<digest>"):  # fmt: skip
+        assert words in default, words
+    pinned = notes("helm4", "--set", "operator.runtimeImage=rt@sha256:" + "1" * 64)
+    assert "No default Ray pod image" not in pinned
+
+
+def test_notes_state_the_minimum_kuberay() -> None:
+    from agentrl.render.kuberay import KUBERAY_MIN_VERSION
+
+    assert f"release {KUBERAY_MIN_VERSION} or newer" in notes("helm4")
 
 
 def test_notes_name_the_crd_prerequisite_and_how_to_list_experiments() -> None:
@@ -287,7 +316,7 @@ def test_operator_deployment_is_hardened_and_pinned() -> None:
     deploy = one(objs, "Deployment")
     pod = deploy["spec"]["template"]["spec"]
     (container,) = pod["containers"]
-    assert re.fullmatch(r"agentrl/operator@sha256:[0-9a-f]{64}", container["image"])
+    assert container["image"] == "agentrl/operator@sha256:" + "0" * 64  # OPERATOR_IMAGE
     assert pod["securityContext"]["runAsNonRoot"] is True
     sc = container["securityContext"]
     assert sc["readOnlyRootFilesystem"] is True
@@ -314,13 +343,15 @@ def test_operator_deployment_is_hardened_and_pinned() -> None:
 def test_operator_settings_reach_the_operator_config() -> None:
     from agentrl.controller.config import load
 
-    deploy = one(render(values=CHART / "ci" / "namespaced-values.yaml"), "Deployment")
+    runtime = "agentrl/runtime@sha256:" + "1" * 64  # a test value, never pulled
+    deploy = one(render(values=CHART / "ci" / "namespaced-values.yaml",
+                        sets=(f"operator.runtimeImage={runtime}",)), "Deployment")  # fmt: skip
     env = {
         e["name"]: e["value"] for e in deploy["spec"]["template"]["spec"]["containers"][0]["env"]
     }
     cfg = load(env)
     assert cfg.namespaces == ("team-a", "team-b")
-    assert cfg.image.startswith("agentrl/runtime@sha256:")
+    assert cfg.image == runtime
     assert cfg.image_pull_secrets == ("pull-secret",)
     assert cfg.extra_labels == {"team": "research"}
     assert cfg.metrics_port == 8080
@@ -362,7 +393,8 @@ def test_pod_monitor_selects_the_rendered_head_pod_and_its_metrics_port() -> Non
     body = yaml.safe_load(EXAMPLES[0].read_text())
     exp, problems = parse_experiment(body)
     assert exp is not None, problems
-    rayjob = render_all(exp, OperatorDefaults(), {}).rayjob
+    defaults = OperatorDefaults(image="runtime@sha256:" + "1" * 64)  # a test value
+    rayjob = render_all(exp, defaults, {}).rayjob
     head = rayjob["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]
     workers = rayjob["spec"]["rayClusterSpec"]["workerGroupSpecs"]
     monitor = one(render(), "PodMonitor")
@@ -442,7 +474,7 @@ def test_packaged_chart_renders_the_same(tmp_path: Path) -> None:
     """`helm package` keeps files/ (CRD copy, dashboard) and drops only what .helmignore says."""
     run_helm("helm3", "package", str(CHART), "--destination", str(tmp_path))
     (package,) = tmp_path.glob("agentrl-*.tgz")
-    args = ["template", "agentrl", str(package), "-n", "agentrl", "--api-versions"]
+    args = ["template", "agentrl", str(package), "-n", "agentrl", *OPERATOR_IMAGE, "--api-versions"]
     packaged = run_helm("helm3", *args, "monitoring.coreos.com/v1").stdout
     objs = [doc for doc in yaml.safe_load_all(packaged) if doc]
     assert objs == render()
@@ -450,7 +482,7 @@ def test_packaged_chart_renders_the_same(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("helm", sorted(HELMS))
 def test_crd_install_refuses_api_servers_without_cel(helm: str) -> None:
-    args = ["template", "agentrl", str(CHART), "--kube-version", "1.24.9"]
+    args = ["template", "agentrl", str(CHART), *OPERATOR_IMAGE, "--kube-version", "1.24.9"]
     proc = run_helm(helm, *args, check=False)
     assert proc.returncode != 0
     assert "needs Kubernetes >= 1.25" in proc.stderr

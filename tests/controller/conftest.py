@@ -27,6 +27,8 @@ from agentrl.controller.metrics import OperatorMetrics
 
 __all__ = ["handlers"]
 WAIT = 30.0  # generous bound for polls; tests never assert on timing
+# The Ray pods' default image (agentrl publishes none): a test value, never pulled.
+TEST_IMAGE = "runtime@sha256:" + "1" * 64
 
 
 async def wait_for(probe: Callable[[], Any], limit: float = WAIT, what: str = "condition") -> Any:
@@ -126,7 +128,7 @@ async def emulator() -> AsyncIterator[tuple[OperatorEmulator, str]]:
 def op_config() -> OperatorConfig:
     # Fast sweeps so progress and deadlines are exercised within a test's bounded waits.
     return OperatorConfig(metrics_port=0, liveness_endpoint="", sweep_interval=0.1,
-                          scrape_timeout=1.0)  # fmt: skip
+                          scrape_timeout=1.0, image=TEST_IMAGE)  # fmt: skip
 
 
 class FakeClock:

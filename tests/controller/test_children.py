@@ -22,6 +22,7 @@ from agentrl.render import OperatorDefaults, render_all
 from agentrl.render.provenance import ANNOTATION_LIFECYCLE, field_hashes
 
 UID = "uid-1"
+TEST_IMAGE = "runtime@sha256:" + "1" * 64  # a test value, never pulled
 BUNDLE = {"agentrl/__init__.py": "x = 1\n"}
 
 
@@ -38,7 +39,7 @@ def rayjob(**overrides: Any) -> dict[str, Any]:
     body["metadata"]["uid"] = UID
     exp, problems = parse_experiment(body)
     assert exp is not None, problems
-    return render_all(exp, OperatorDefaults(), BUNDLE).rayjob
+    return render_all(exp, OperatorDefaults(image=TEST_IMAGE), BUNDLE).rayjob
 
 
 def ref(uid: str, name: str = "demo", kind: str = "RLExperiment") -> dict[str, Any]:

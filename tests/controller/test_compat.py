@@ -22,11 +22,6 @@ from agentrl.controller import compat
 from agentrl.controller.kube import KubeError
 from agentrl.render import OperatorDefaults, render_all
 
-pytest.importorskip(
-    "agentrl.render.kuberay",
-    reason="agentrl.render.kuberay (pruned_fields, explain_pruned) arrives with the images "
-    "branch; the operator's check is off until it is merged",
-)
 SCHEMAS = Path("/work/shared/schemas/kuberay")
 if not SCHEMAS.is_dir():
     pytest.skip(f"KubeRay release CRDs not found in {SCHEMAS}", allow_module_level=True)

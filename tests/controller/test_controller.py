@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from tests.conftest import minimal_body
+from tests.support.kmock_api import kuberay_crd
 
 from agentrl.controller.config import OperatorConfig
 from agentrl.controller.metrics import OperatorMetrics
@@ -38,8 +39,8 @@ class FakeKube:
         await self._hook(f"create {obj['kind']}")
         return ({"status": {}} if want_body else {}), None
 
-    async def get(self, *_: Any) -> None:
-        return None
+    async def get(self, api: str, kind: str, *_: Any) -> Any:
+        return kuberay_crd() if kind == "CustomResourceDefinition" else None
 
     async def patch(self, api: str, kind: str, ns: str, name: str, patch: dict[str, Any],
                     *, subresource: str | None = None) -> bool:  # fmt: skip
@@ -66,7 +67,8 @@ def rayjob_event(status: dict[str, Any]) -> dict[str, Any]:
 @pytest.mark.parametrize("moment", ["create RayJob", "patch RLExperiment"])
 async def test_a_rayjob_event_during_the_reconcile_costs_no_second_write(moment: str) -> None:
     kube = FakeKube()
-    controller = Controller(kube, OperatorConfig(), {"agentrl/__init__.py": ""},  # type: ignore[arg-type]
+    config = OperatorConfig(image="runtime@sha256:" + "1" * 64)  # a test value, never pulled
+    controller = Controller(kube, config, {"agentrl/__init__.py": ""},  # type: ignore[arg-type]
                             OperatorMetrics(), clock=lambda: NOW)  # fmt: skip
     initializing = rayjob_event({"jobDeploymentStatus": "Initializing"})
     kube.during[moment] = lambda: controller.on_rayjob(initializing)
@@ -79,4 +81,5 @@ async def test_a_rayjob_event_during_the_reconcile_costs_no_second_write(moment:
     assert final["phase"] == "Initializing" and final["rayJobName"] == "demo"
     assert final["rayJob"] == {"jobDeploymentStatus": "Initializing"}
     kinds = [what for method, what, _ in kube.writes if method == "POST"]
-    assert sorted(kinds[:3]) == ["ConfigMap", "ConfigMap", "Service"] and kinds[3] == "RayJob"
+    assert sorted(kinds[:4]) == ["ConfigMap", "ConfigMap", "Service", "Service"]
+    assert kinds[4] == "RayJob"

@@ -25,11 +25,6 @@ from agentrl.controller import conditions
 from .conftest import Api, OperatorRun, wait_for
 from .test_operator_kmock import EXP, NS, RAYJOBS, children, created, status_of
 
-pytest.importorskip(
-    "agentrl.render.kuberay",
-    reason="agentrl.render.kuberay (pruned_fields, explain_pruned) arrives with the images "
-    "branch; the operator's check is off until it is merged",
-)
 OLD = Path("/work/shared/schemas/kuberay/v1.1.1/ray.io_rayjobs.yaml")
 if not OLD.is_file():
     pytest.skip(f"KubeRay v1.1.1's CRD not found at {OLD}", allow_module_level=True)

@@ -81,6 +81,9 @@ async def test_phase_follows_job_deployment_status(
     assert st.get("completionTime")
     if journey == "retries-then-fails":
         assert st["attempts"] == 2
+    # Events follow the status writes they describe: wait for the last one to land.
+    await wait_for(lambda: [e["reason"] for e in api.events("demo")][-1:] == [st["phase"]],
+                   what="the terminal event")  # fmt: skip
     reasons = [e["reason"] for e in api.events("demo")]
     assert reasons[-1] == st["phase"]  # one event per transition, the last one terminal
     assert len(reasons) == len(set(zip(reasons, range(len(reasons)), strict=True)))
@@ -149,7 +152,8 @@ async def test_immutable_change_is_refused(api: Api, operator: OperatorRun) -> N
     )
     cond = conditions.get(st, ConditionType.IMMUTABLE_FIELD_CHANGED)
     assert cond is not None and "spec.model" in cond["message"] and cond["observedGeneration"] == 2
-    assert [e["reason"] for e in api.events("demo")] == ["ImmutableFieldChanged"]
+    await wait_for(lambda: [e["reason"] for e in api.events("demo")] == ["ImmutableFieldChanged"],
+                   what="one ImmutableFieldChanged event")  # fmt: skip
     assert api.get(RAYJOBS, NS, "demo")["spec"] == job_before["spec"]  # type: ignore[index]
     assert api.get("v1/configmaps", NS, "demo-config")["data"] == config_before["data"]  # type: ignore[index]
     # Reverting clears the condition.
@@ -217,7 +221,8 @@ async def test_stuck_pods_stall_the_experiment(
     )
     cond = conditions.get(st, ConditionType.STALLED)
     assert cond is not None and cond["reason"] == reason and "demo-head-abc" in cond["message"]
-    assert [e["reason"] for e in api.events("demo")][-1] == "Stalled"
+    await wait_for(lambda: [e["reason"] for e in api.events("demo")][-1:] == ["Stalled"],
+                   what="the Stalled event")  # fmt: skip
     await api.patch(
         "v1/pods",
         NS,
@@ -311,6 +316,7 @@ def op_config(metrics_server: tuple[MetricsServer, int]) -> OperatorConfig:
         sweep_interval=0.1,
         scrape_timeout=1.0,
         metrics_url=url,
+        image="runtime@sha256:" + "1" * 64,  # the Ray pods' default: a test value
     )
 
 

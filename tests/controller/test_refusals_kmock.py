@@ -87,8 +87,8 @@ async def test_a_new_generation_tries_again(api: Api, operator: OperatorRun) -> 
     assert st["phase"] == "Pending" and st["observedGeneration"] == 2
     cond = conditions.get(st, ConditionType.CHILD_REJECTED)
     assert cond is not None and cond["status"] == "False" and cond["reason"] == "Accepted"
-    assert sorted(k["kind"] for k in children(api)) == ["ConfigMap", "ConfigMap", "RayJob",
-                                                       "Service"]  # fmt: skip
+    kinds = sorted(k["kind"] for k in children(api))
+    assert kinds == ["ConfigMap", "ConfigMap", "RayJob", "Service", "Service"]
 
 
 @pytest.mark.parametrize(

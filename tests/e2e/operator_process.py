@@ -22,10 +22,11 @@ HELM = CACHE / "tools" / "helm4" / "helm" / "helm"
 
 
 def chart_rbac() -> list[dict[str, Any]]:
-    """The chart's ClusterRole + ClusterRoleBinding, rendered with default values."""
+    """The chart's ClusterRole + ClusterRoleBinding, rendered with default values (plus the
+    one the chart requires, the operator image: a test value; only the RBAC is used)."""
     proc = subprocess.run(
         [str(HELM), "template", str(ROOT / "charts" / "agentrl"), "--show-only",
-         "templates/rbac.yaml"],
+         "templates/rbac.yaml", "--set", "image.repository=agentrl-operator"],
         capture_output=True, text=True, check=True, timeout=60,
         env={**os.environ, "HELM_CACHE_HOME": "/tmp/agentrl-helm-cache",
              "HELM_CONFIG_HOME": "/tmp/agentrl-helm-config",
@@ -54,6 +55,8 @@ class OperatorProcess:
             "AGENTRL_LIVENESS_ENDPOINT": f"http://127.0.0.1:{self.health_port}/healthz",
             "AGENTRL_SWEEP_INTERVAL": "1",
             "AGENTRL_LOG_LEVEL": "INFO",
+            # The Ray pods' default image (agentrl publishes none): a test value, never pulled.
+            "AGENTRL_IMAGE": "runtime@sha256:" + "1" * 64,
             **env,
         }
         self.env.pop("KUBERNETES_SERVICE_HOST", None)

@@ -2,8 +2,9 @@
 
 Seeded (AGENTRL_CHAOS_SEED) and bounded (a few cycles). Invariants once things settle:
 every live experiment has exactly one RayJob, one runtime ConfigMap, one bundle ConfigMap and
-one Service, all owned by its *current* uid; the RayJob carries the latest lifecycle fields;
-status has caught up with the spec generation; nothing the operator made lacks an owner.
+two Services (gateway, metrics), all owned by its *current* uid; the RayJob carries the latest
+lifecycle fields; status has caught up with the spec generation; nothing the operator made lacks
+an owner.
 The harness has no kube-controller-manager, so `collect_garbage` does what its garbage
 collector would do for the experiments this test deletes.
 """
@@ -38,7 +39,12 @@ KINDS = "configmaps,services,rayjobs.ray.io"
 def chaos_operator(
     kube_harness: KubeHarness, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[OperatorProcess]:
-    proc = OperatorProcess(install_chart_rbac(kube_harness), tmp_path_factory.mktemp("chaos"))
+    # Its own namespace only: a cluster-wide operator here would also reconcile what other
+    # test modules left in the session's API server (their experiments, under this
+    # operator's default policy) and post events those modules' tests then count.
+    proc = OperatorProcess(
+        install_chart_rbac(kube_harness), tmp_path_factory.mktemp("chaos"), AGENTRL_NAMESPACES=NS
+    )
     proc.start()
     try:
         yield proc
@@ -98,7 +104,7 @@ def converged(kube: KubeHarness, expected: dict[str, int]) -> bool:
         if o["metadata"].get("ownerReferences")
     )
     for uid, name in uids.items():
-        if [kinds[(uid, k)] for k in ("ConfigMap", "RayJob", "Service")] != [2, 1, 1]:
+        if [kinds[(uid, k)] for k in ("ConfigMap", "RayJob", "Service")] != [2, 1, 2]:
             return False
         st, exp = status(kube, NS, name), kube.kubectl_json("get", "rlx", name, "-n", NS)
         if st.get("observedGeneration") != exp["metadata"]["generation"]:
@@ -106,7 +112,7 @@ def converged(kube: KubeHarness, expected: dict[str, int]) -> bool:
         job = kube.kubectl_json("get", "rayjobs.ray.io", name, "-n", NS)
         if job["spec"].get("activeDeadlineSeconds") != expected[name]:
             return False
-    return len(objs) == 4 * len(uids)
+    return len(objs) == 5 * len(uids)
 
 
 def test_kill_and_restart_during_cycles(

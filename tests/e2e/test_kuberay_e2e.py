@@ -27,11 +27,6 @@ from tests.support.kube import (
 from .operator_process import OperatorProcess, install_chart_rbac
 from .test_operator_e2e import children, condition, events, experiment, status, wait
 
-pytest.importorskip(
-    "agentrl.render.kuberay",
-    reason="agentrl.render.kuberay (pruned_fields, explain_pruned) arrives with the images "
-    "branch; the operator's check is off until it is merged",
-)
 pytestmark = pytest.mark.e2e
 OLD = Path("/work/shared/schemas/kuberay/v1.1.1/ray.io_rayjobs.yaml")
 NS = "e2e-old-kuberay"

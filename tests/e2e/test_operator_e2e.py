@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 import yaml
-from tests.conftest import example_paths, minimal_body
+from tests.conftest import example_paths, example_policy, minimal_body
 from tests.support.kube import KubeHarness
 
 from agentrl.api.constants import LABEL_EXPERIMENT
@@ -85,7 +85,10 @@ def operator(
 ) -> Iterator[OperatorProcess]:
     kubeconfig = install_chart_rbac(kube_harness)
     proc = OperatorProcess(
-        kubeconfig, tmp_path_factory.mktemp("operator"), AGENTRL_METRICS_URL=metrics_url
+        kubeconfig,
+        tmp_path_factory.mktemp("operator"),
+        AGENTRL_METRICS_URL=metrics_url,
+        AGENTRL_POLICY=json.dumps(example_policy()),  # what the examples need
     )
     proc.start()
     try:
@@ -197,7 +200,7 @@ def test_example_lifecycle(
     uid = experiment(kube, ns, name)["metadata"]["uid"]
     assert st["phase"] == "Pending" and condition(st, "Valid")["status"] == "True"
     kids = children(kube, ns, name)
-    assert sorted(k["kind"] for k in kids) == ["ConfigMap", "ConfigMap", "RayJob", "Service"]
+    assert sorted(k["kind"] for k in kids) == ["ConfigMap"] * 2 + ["RayJob"] + ["Service"] * 2
     for kid in kids:
         (ref,) = kid["metadata"]["ownerReferences"]
         assert (ref["uid"], ref["kind"], ref["controller"]) == (uid, "RLExperiment", True)

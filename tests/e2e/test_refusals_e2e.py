@@ -150,4 +150,4 @@ def test_quota_refusal_then_a_new_generation(kube_harness: KubeHarness, operator
     assert st["phase"] == "Pending" and st["observedGeneration"] == 2
     assert condition(st, "ChildRejected")["status"] == "False"
     kinds = sorted(k["kind"] for k in children(kube, ns, name))
-    assert kinds == ["ConfigMap", "ConfigMap", "RayJob", "Service"]
+    assert kinds == ["ConfigMap", "ConfigMap", "RayJob", "Service", "Service"]

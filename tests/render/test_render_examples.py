@@ -18,7 +18,7 @@ from kube_checks import (
     rayjob_schema_errors,
 )
 
-DEFAULTS = OperatorDefaults()
+DEFAULTS = OperatorDefaults(image="runtime@sha256:" + "1" * 64)  # the operator's default
 EXAMPLE_A = "qwen2.5-3b-gsm8k-agentcore"
 
 
@@ -35,7 +35,7 @@ def render(body: dict[str, Any]) -> list[dict[str, Any]]:
 
 def test_apply_order(example_body: dict[str, Any]) -> None:
     kinds = [o["kind"] for o in render(example_body)]
-    assert kinds == ["ConfigMap", "ConfigMap", "Service", "RayJob"]
+    assert kinds == ["ConfigMap", "ConfigMap", "Service", "Service", "RayJob"]
 
 
 def test_rayjob_passes_kuberay_schema_and_controller(example_body: dict[str, Any]) -> None:

@@ -32,10 +32,10 @@ def parse(body: dict[str, Any]) -> RLExperiment:
 
 
 def objects(body: dict[str, Any], bundle: dict[str, str] = BUNDLE) -> dict[str, dict[str, Any]]:
-    """Rendered objects by role: config, bundle, service, rayjob."""
+    """Rendered objects by role: config, bundle, service (the gateway's), metrics, rayjob."""
     kids = render_all(parse(body), DEFAULTS, bundle)
-    return {"config": kids.config, "bundle": kids.bundle, "service": kids.service,
-            "rayjob": kids.rayjob}  # fmt: skip
+    return {"config": kids.config, "bundle": kids.bundle, "service": kids.gateway_service,
+            "metrics": kids.metrics_service, "rayjob": kids.rayjob}  # fmt: skip
 
 
 def containers(job: dict[str, Any]) -> list[dict[str, Any]]:
@@ -171,6 +171,7 @@ def test_service_selects_only_the_head_pod() -> None:
     assert not selector <= submitter["metadata"]["labels"].items()
     head_ports = {p["name"] for p in head["spec"]["containers"][0]["ports"]}
     assert {p["targetPort"] for p in svc["spec"]["ports"]} <= head_ports
+    assert objs["metrics"]["spec"]["selector"] == svc["spec"]["selector"]
     config = RuntimeConfig.model_validate_json(objs["config"]["data"]["config.json"])
     assert config.gateway_url == "https://agentrl-gw.example.com"
 
@@ -190,9 +191,10 @@ def test_longest_name_fits_every_derived_name() -> None:
     body["metadata"]["name"] = "a" + "b" * 46
     objs = objects(body)
     assert kuberay_controller_errors(objs["rayjob"]) == []
-    for role in ("config", "bundle", "service"):
+    for role in ("config", "bundle", "service", "metrics"):
         assert core_errors(objs[role]) == [], role
     assert len(objs["service"]["metadata"]["name"]) <= 63
+    assert len(objs["metrics"]["metadata"]["name"]) <= 63
 
 
 def test_image_pull_secrets_and_ray_version_from_defaults() -> None:
@@ -231,6 +233,6 @@ def test_children_share_no_mutable_parts() -> None:
             for key, value in items:
                 walk(value, f"{where}.{key}")
 
-    for role in ("config", "bundle", "service", "rayjob"):
+    for role in ("config", "bundle", "gateway_service", "metrics_service", "rayjob"):
         walk(getattr(kids, role), role)
-    assert [o["kind"] for o in kids] == ["ConfigMap", "ConfigMap", "Service", "RayJob"]
+    assert [o["kind"] for o in kids] == ["ConfigMap", "ConfigMap", "Service", "Service", "RayJob"]

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from agentrl.api.validation import parse_experiment
 from agentrl.render import OperatorDefaults, render_all
 from agentrl.slimecmd import preview
-from conftest import minimal_body
+from conftest import TEST_IMAGE, minimal_body
 from kube_checks import kuberay_controller_errors, rayjob_schema_errors
 
 POW2 = st.sampled_from([1, 2, 4, 8])
@@ -58,6 +58,6 @@ def test_accepted_specs_render_and_pass_kuberay(body: dict[str, Any]) -> None:
         assert any(p.severity == "error" and p.path for p in problems)
         return
     preview(exp.spec)  # raises on a GPU layout slime cannot express
-    job = render_all(exp, OperatorDefaults(), BUNDLE).rayjob
+    job = render_all(exp, OperatorDefaults(image=TEST_IMAGE), BUNDLE).rayjob
     assert kuberay_controller_errors(job) == []
     assert rayjob_schema_errors(job) == []

@@ -273,15 +273,20 @@ KUBERAY_CRD = Path(__file__).resolve().parents[1] / "data" / "kuberay" / "ray.io
 
 
 @functools.cache
-def _kuberay_crd(path: Path) -> dict[str, Any]:
+def _load_crd(path: Path) -> dict[str, Any]:
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # ~1 MB of YAML: parse it once
     crd: dict[str, Any] = yaml.load(path.read_text(encoding="utf-8"), Loader=loader)
     return crd
 
 
+def kuberay_crd(path: Path = KUBERAY_CRD) -> dict[str, Any]:
+    """A KubeRay rayjobs.ray.io CRD (the current release's unless told), a fresh copy."""
+    return copy.deepcopy(_load_crd(path))
+
+
 def install_kuberay_crd(api: OperatorEmulator, path: Path = KUBERAY_CRD) -> None:
     """Store KubeRay's rayjobs.ray.io CRD (the operator reads it at start-up)."""
-    crd = copy.deepcopy(_kuberay_crd(path))
+    crd = kuberay_crd(path)
     crd["metadata"].setdefault("resourceVersion", "1")
     api.objects[CRDS, None, crd["metadata"]["name"]] = crd
 

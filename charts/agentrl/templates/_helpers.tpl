@@ -72,21 +72,18 @@ Call with (dict "root" $ "extra" (list map1 map2 ...)).
 {{- end }}
 {{- end }}
 
-{{/* The operator image: repository@digest when a digest is set (the default), else repository:tag. */}}
-{{- define "agentrl.image" -}}
-{{- if .Values.image.digest }}
-{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
-{{- else }}
-{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) }}
-{{- end }}
-{{- end }}
-
 {{/*
-The image digest values.yaml ships until a release publishes the operator image: nothing is
-pullable under it, so NOTES.txt warns while it is still set. Keep equal to values.yaml.
+The operator image: repository@digest when a digest is set, else repository:tag. No
+repository stops the install with the fix: agentrl has published no operator image yet, and a
+Deployment that can never pull would only sit in ImagePullBackOff.
 */}}
-{{- define "agentrl.placeholderDigest" -}}
-sha256:c66580be04fac11e0f9fff6e7497c2aea6ad6f747929a81242d882bb2eb2f26d
+{{- define "agentrl.image" -}}
+{{- $repository := required "image.repository is not set: agentrl has published no operator image yet. Build the repository's top-level Dockerfile, push it, and set image.repository=<registry>/agentrl-operator and image.digest=sha256:<digest> (images/README.md)." .Values.image.repository }}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" $repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" $repository (.Values.image.tag | default .Chart.AppVersion) }}
+{{- end }}
 {{- end }}
 
 {{/*

@@ -10,7 +10,7 @@ unknown fields) live here; cross-field rules live in `agentrl.api.validation`.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Final, Literal
 
 from pydantic import ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
@@ -29,7 +29,9 @@ from agentrl.api.status import Condition, Progress, RayJobMirror, RLExperimentSt
 
 # Every API model and field type, so users of the API need this one module.
 __all__ = [
+    "DYNAMIC_SAMPLING_FILTER_PATTERN",
     "QUANTITY_PATTERN",
+    "ZERO_REWARD_VARIANCE",
     "AgentCoreAgent",
     "AgentSpec",
     "CheckpointSpec",
@@ -247,6 +249,13 @@ class GatewaySpec(Model):
 # ---- grpo --------------------------------------------------------------------------
 
 
+# spec.grpo.dynamicSamplingFilter: the built-in filter's name, or a Python `module.function`.
+ZERO_REWARD_VARIANCE: Final = "zeroRewardVariance"
+DYNAMIC_SAMPLING_FILTER_PATTERN: Final = (
+    rf"^({ZERO_REWARD_VARIANCE}|[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+)$"
+)
+
+
 class RewardNormalization(Model):
     mode: Literal["grpo", "identity"] = "grpo"
     """`grpo`: subtract the group mean per episode; `identity`: raw rewards."""
@@ -285,10 +294,35 @@ class GrpoSpec(Model):
     """Token budget per GPU for dynamic batching."""
     reward_normalization: RewardNormalization = Field(default_factory=RewardNormalization)
     """How episode rewards become advantages (episode-level, each episode weighs the same)."""
+    over_sampling_batch_size: PositiveInt | None = None
+    """Prompt groups a train step keeps in flight (slime's `--over-sampling-batch-size`), up
+    to twice rolloutBatchSize. Above rolloutBatchSize, the step ends once rolloutBatchSize
+    groups are kept and stragglerPolicy cuts the rest. Unset: rolloutBatchSize.
+    """
+    dynamic_sampling_filter: (
+        Annotated[str, Field(pattern=DYNAMIC_SAMPLING_FILTER_PATTERN, max_length=253)] | None
+    ) = None
+    """Drop finished groups that carry no GRPO signal and start replacements (DAPO dynamic
+    sampling): `zeroRewardVariance`, or `module.function` with the signature of slime's
+    `--dynamic-sampling-filter-path` (e.g. from runtime.extraCode). Unset: keep every group.
+    """
+    max_refill_rounds: Annotated[int, Field(ge=0, le=100)] = 3
+    """Cap on replacements for filtered groups: a step starts at most (1 + this) x
+    overSamplingBatchSize groups, then fills the batch with filtered groups (no gradient).
+    """
+    straggler_policy: Literal["wait", "abort", "carryOver"] = "wait"
+    """Once the batch is full: `wait` for every started group; `abort` the rest and return
+    their prompts to slime's data source; `carryOver`: as abort, but keep their finished
+    episodes, so the group resumes in the next step. A group is cut at most once.
+    """
 
     @property
     def effective_global_batch_size(self) -> int:
         return self.global_batch_size or self.rollout_batch_size * self.samples_per_prompt
+
+    @property
+    def effective_over_sampling_batch_size(self) -> int:
+        return self.over_sampling_batch_size or self.rollout_batch_size
 
 
 # ---- resources ---------------------------------------------------------------------

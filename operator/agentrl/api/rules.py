@@ -18,7 +18,7 @@ from agentrl.api.constants import (
     RAY_DASHBOARD_PORT,
 )
 from agentrl.api.findings import Finding, Rule, err, repeats, warn
-from agentrl.api.models import RLExperiment
+from agentrl.api.models import ZERO_REWARD_VARIANCE, RLExperiment
 from agentrl.api.quantity import parse_quantity
 from agentrl.api.runtime import ENV_HTTP_HEADER_PREFIX, ENV_WANDB_API_KEY
 
@@ -235,6 +235,81 @@ def grpo_groups(exp: RLExperiment) -> Iterator[Finding]:
         )
 
 
+# slime flags read only by slime's own rollout function and reward normaliser, which
+# agentrl's rollout and reward post-process replace: in extraArgs they would do nothing.
+SLIME_REPLACED_FLAGS = {
+    "--over-sampling-batch-size": "spec.grpo.overSamplingBatchSize",
+    "--dynamic-sampling-filter-path": "spec.grpo.dynamicSamplingFilter",
+    "--partial-rollout": "spec.grpo.stragglerPolicy",
+    "--mask-offpolicy-in-partial-rollout": "spec.grpo.stragglerPolicy",
+    "--disable-rewards-normalization": "spec.grpo.rewardNormalization.mode",
+    "--disable-grpo-std-normalization": "spec.grpo.rewardNormalization.std",
+}
+
+
+def dynamic_sampling(exp: RLExperiment) -> Iterator[Finding]:
+    """`grpo.overSamplingBatchSize` is between rolloutBatchSize and twice it, and above it only
+    with a stragglerPolicy that cuts (with `wait` the extra groups would run and be thrown away); a
+    dynamicSamplingFilter needs samplesPerPrompt >= 2; slime's own sampling and reward
+    normalisation flags are refused in extraArgs (agentrl's rollout does not read them).
+    """
+    grpo = exp.spec.grpo
+    path = "spec.grpo"
+    over = grpo.over_sampling_batch_size
+    if over is not None and over < grpo.rollout_batch_size:
+        yield err(
+            f"{path}.overSamplingBatchSize",
+            f"{over} is below rolloutBatchSize {grpo.rollout_batch_size}",
+            "set at least rolloutBatchSize (e.g. 1.125 x it), or unset it",
+        )
+    elif over is not None and over > 2 * grpo.rollout_batch_size:
+        yield err(
+            f"{path}.overSamplingBatchSize",
+            f"{over} is more than twice rolloutBatchSize {grpo.rollout_batch_size}: the groups "
+            "one step cuts might not all fit the next batch, where each is waited for",
+            f"use at most {2 * grpo.rollout_batch_size} (1.125 x rolloutBatchSize is typical)",
+        )
+    elif over is not None and over > grpo.rollout_batch_size and grpo.straggler_policy == "wait":
+        yield err(
+            f"{path}.overSamplingBatchSize",
+            "over-sampling with stragglerPolicy wait runs the extra groups and throws them away",
+            "set stragglerPolicy to carryOver (or abort), or unset overSamplingBatchSize",
+        )
+    elif grpo.straggler_policy != "wait" and grpo.effective_over_sampling_batch_size == (
+        grpo.rollout_batch_size
+    ):
+        yield warn(
+            f"{path}.stragglerPolicy",
+            f"{grpo.straggler_policy} has no effect: without over-sampling every started group "
+            "is needed for the batch, so none is ever cut",
+            "set overSamplingBatchSize above rolloutBatchSize (e.g. 1.125 x it)",
+        )
+    if grpo.dynamic_sampling_filter is not None and grpo.samples_per_prompt < 2:
+        yield err(
+            f"{path}.dynamicSamplingFilter",
+            "a group of one episode never has reward variance, so every group would be filtered",
+            "use samplesPerPrompt >= 2, or unset the filter",
+        )
+    custom = grpo.dynamic_sampling_filter not in (None, ZERO_REWARD_VARIANCE)
+    if custom and not exp.spec.runtime.extra_code:
+        yield warn(
+            f"{path}.dynamicSamplingFilter",
+            f"{grpo.dynamic_sampling_filter} must be importable in the pods, and no "
+            "runtime.extraCode is set",
+            "ship the module in a runtime.extraCode ConfigMap (the rollout imports it at its "
+            "first step and stops with the import error if it is missing)",
+        )
+    for i, arg in enumerate(exp.spec.runtime.extra_args):
+        field = SLIME_REPLACED_FLAGS.get(arg.split("=", 1)[0])
+        if field is not None:
+            yield err(
+                f"spec.runtime.extraArgs[{i}]",
+                f"{arg.split('=', 1)[0]} is read only by slime's default rollout and reward "
+                "normaliser, which agentrl replaces: it would be ignored",
+                f"remove it and set {field}",
+            )
+
+
 def shm_fits_memory(exp: RLExperiment) -> Iterator[Finding]:
     """`/dev/shm` is memory-backed and counts against the pod's memory limit, so `shmSize`
     stays below `memory` (head and GPU pods).
@@ -361,6 +436,7 @@ ALL_RULES: tuple[Rule, ...] = (
     engines_fit,
     batches_divide,
     grpo_groups,
+    dynamic_sampling,
     shm_fits_memory,
     image_pinned,
     eval_sets,

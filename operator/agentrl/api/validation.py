@@ -3,8 +3,10 @@
 `parse_experiment` turns pydantic's structural errors (types, ranges, unknown fields) into
 `Problem`s with wire-form paths (`spec.resources.parallelism.tensor`); `validate_experiment`
 adds the cross-field rules a schema cannot express (GPU arithmetic, batch divisibility,
-derived name lengths). The operator, the CLI and the tests all read the same list, so a
-spec rejected by `agentrl validate` is rejected by the cluster with the same words.
+derived name lengths), given the operator's `Policy`, what the platform team does not allow
+(`agentrl.api.policy`), and given the caller's `DefaultImage`, that the pods will have an image
+(`agentrl.api.images`). The operator, the CLI and the tests all read the same list, so a spec
+rejected by `agentrl validate` is rejected by the cluster with the same words.
 """
 
 from __future__ import annotations
@@ -19,10 +21,13 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 from pydantic.alias_generators import to_camel
 
-from agentrl.api import kube_rules, rules
+from agentrl.api import kube_rules, rules, security
 from agentrl.api.base import QUANTITY_PATTERN
 from agentrl.api.findings import Severity
+from agentrl.api.images import DefaultImage, image_findings
 from agentrl.api.models import RLExperiment
+from agentrl.api.policy import Policy
+from agentrl.api.policy import check as policy_check
 
 
 @dataclass(frozen=True)
@@ -48,8 +53,18 @@ def errors(problems: Sequence[Problem]) -> list[Problem]:
     return [p for p in problems if p.severity == "error"]
 
 
-def parse_experiment(body: Mapping[str, Any]) -> tuple[RLExperiment | None, list[Problem]]:
+def parse_experiment(
+    body: Mapping[str, Any],
+    policy: Policy | None = None,
+    *,
+    default_image: DefaultImage | None = None,
+) -> tuple[RLExperiment | None, list[Problem]]:
     """Parse a custom resource body: the experiment (None on any error) and every problem.
+
+    With a `policy` (the operator's, or `agentrl validate --policy`), what it does not allow
+    is an error too; without one only the spec itself is judged. With `default_image` (the
+    operator's, or the CLI's `--image`), a spec the pods would get no image for is a problem
+    on `spec.runtime.image`; without it, images are not judged.
 
     `status` is ignored: it is the operator's to write, not the user's to get right, and
     whatever it holds (kopf's own bookkeeping included) must never make a spec invalid.
@@ -70,9 +85,10 @@ def parse_experiment(body: Mapping[str, Any]) -> tuple[RLExperiment | None, list
             # Only unknown fields (typos): the cross-field rules can still judge the rest,
             # so one typo does not hide every other problem until the next run.
             with contextlib.suppress(ValidationError):
-                later = validate_experiment(_typed(_without(body, unknown)))
+                typed = _typed(_without(body, unknown))
+                later = validate_experiment(typed, policy, default_image=default_image)
         return None, problems + [p for p in later if p.path not in seen]
-    problems = validate_experiment(exp)
+    problems = validate_experiment(exp, policy, default_image=default_image)
     return (None if errors(problems) else exp), problems
 
 
@@ -94,12 +110,19 @@ def _without(body: Mapping[str, Any], locs: Sequence[Sequence[int | str]]) -> di
     return out
 
 
-def validate_experiment(exp: RLExperiment) -> list[Problem]:
-    """The cross-field rules, all of them; an empty list means the spec can run."""
+def validate_experiment(
+    exp: RLExperiment, policy: Policy | None = None, *, default_image: DefaultImage | None = None
+) -> list[Problem]:
+    """The cross-field rules, all of them, the policy's when one is given and the image check
+    when the caller's default image is given; an empty list means the spec can run."""
     found = _document_problems(exp.dump())
-    for check in rules.ALL_RULES:
+    for check in (*rules.ALL_RULES, *security.RULES):
         for path, message, hint, severity in check(exp):
             found.append(Problem(path, message, hint, severity))
+    if policy is not None:
+        found.extend(Problem(*finding) for finding in policy_check(exp, policy))
+    if default_image is not None:
+        found.extend(Problem(*finding) for finding in image_findings(exp, default_image))
     return found
 
 

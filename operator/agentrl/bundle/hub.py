@@ -103,9 +103,6 @@ class Hub:
     def drain(self) -> None:
         pass
 
-    def exposition(self) -> bytes:
-        return bytes(generate_latest(self.metrics.registry))
-
     async def start_gateway(self, router_url: str) -> tuple[str, str]:
         """Start the model gateway once; (admin URL, admin token) for GatewayClient."""
         if self._admin is None:
@@ -189,16 +186,3 @@ class HubSink:
 
         if self._last is not None:
             ray.get(self._last)
-
-
-class LocalSink:
-    """A `MetricsSink` straight into a registry in this process (tests, benchmarks)."""
-
-    def __init__(self, metrics: BundleMetrics) -> None:
-        self.metrics = metrics
-
-    def push(self, delta: MetricsDelta) -> None:
-        apply_delta(self.metrics, delta)
-
-    def drain(self) -> None:
-        pass

@@ -1,8 +1,9 @@
 """Every Prometheus metric the bundle exports, defined once.
 
-Names are fixed by DESIGN §5: the Grafana dashboard, the alert rules and the operator's
-progress scrape (`kubectl get rlx`) read them. Each process builds its own `BundleMetrics`
-on its own registry, so tests and several gateways in one process never collide.
+Names are fixed (docs/monitoring.md lists them): the Grafana dashboard, the alert rules
+and the operator's progress scrape (`kubectl get rlx`) read them. Each process builds its
+own `BundleMetrics` on its own registry, so tests and several gateways in one process
+never collide.
 """
 
 from __future__ import annotations
@@ -16,6 +17,9 @@ SPLITS = ("train", "eval")
 REWARD_BUCKETS = (-1.0, -0.5, 0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 2.0)
 # Gateway request latency: from a few ms (short completions) to minutes (long reasoning).
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+# Agent episodes and rollout steps: seconds (a tool call) to hours (a long coding task).
+EPISODE_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 14400)
+STEP_BUCKETS = (10, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 14400, 28800)
 
 
 class BundleMetrics:
@@ -100,5 +104,54 @@ class BundleMetrics:
         self.truncated_samples = Counter(
             PREFIX + "truncated_samples",
             "Samples whose response was clipped to maxResponseLength or stopped by length.",
+            registry=r,
+        )
+        # Dynamic sampling and stragglers (train steps; docs/rollout.md).
+        self.groups = Counter(
+            PREFIX + "groups",
+            "Prompt groups of train steps by outcome: kept, filtered (no reward variance or "
+            "the user's filter), backfilled (filtered but trained to fill the batch), aborted "
+            "and carried_over (cut when the batch was full, prompt returned to the data source).",
+            ["outcome"],
+            registry=r,
+        )
+        self.zero_variance_group_share = Gauge(
+            PREFIX + "zero_variance_group_share",
+            "Share of the last train step's finished groups whose episode rewards were all "
+            "equal (no GRPO signal), whether or not they were filtered.",
+            registry=r,
+        )
+        self.aborted_episodes = Counter(
+            PREFIX + "aborted_episodes",
+            "Episodes stopped by the rollout (agent stopped, engine requests aborted), by reason.",
+            ["split", "reason"],
+            registry=r,
+        )
+        self.discarded_episode_seconds = Counter(
+            PREFIX + "discarded_episode_seconds",
+            "Train episode time that trained nothing: cut (episodes stopped while running), "
+            "aborted (finished episodes of groups the abort policy handed back) or filtered.",
+            ["reason"],
+            registry=r,
+        )
+        self.episode_seconds = Histogram(
+            PREFIX + "episode_seconds",
+            "Duration of finished episodes (from getting a slot to the result).",
+            ["split"],
+            buckets=EPISODE_BUCKETS,
+            registry=r,
+        )
+        self.rollout_step_seconds = Histogram(
+            PREFIX + "rollout_step_seconds",
+            "Wall time of one rollout call (a train step or an eval pass).",
+            ["split"],
+            buckets=STEP_BUCKETS,
+            registry=r,
+        )
+        self.episode_length_bias = Gauge(
+            PREFIX + "episode_length_bias",
+            "Last train step: mean duration of trained episodes over the mean of every episode "
+            "it ran (cut ones at their elapsed time), minus 1; negative = short episodes "
+            "favoured.",
             registry=r,
         )

@@ -120,32 +120,18 @@ def reward_value(args: Any, sample: Any) -> float:
 
 
 def normalization_settings(args: Any) -> tuple[Mode, bool]:
-    """(mode, divide by std), first found wins:
-
-    1. `args.agentrl_reward_normalization` / `args.agentrl_reward_std` (custom-config keys);
-    2. the RuntimeConfig at `args.agentrl_config_path` (`grpo.rewardNormalization`), which the
-       launcher names in the custom config;
-    3. slime's flags: `rewards_normalization` (False means identity) and
-       `grpo_std_normalization` (the operator renders `--disable-grpo-std-normalization`
-       from the same spec field).
-    slime's `--disable-rewards-normalization` forces identity whatever the spec says.
-    """
-    mode = getattr(args, "agentrl_reward_normalization", None)
-    std = getattr(args, "agentrl_reward_std", None)
-    if mode not in (None, "grpo", "identity"):
-        raise ValueError(f"agentrl_reward_normalization must be grpo or identity, got {mode!r}")
-    if std is not None and not isinstance(std, bool):
-        raise ValueError(f"agentrl_reward_std must be true or false, got {std!r}")
+    """(mode, divide by std): `spec.grpo.rewardNormalization`, read from the runtime config
+    the launcher names in slime's custom config (`args.agentrl_config_path`). The spec is
+    the only source: slime's own normalisation flags never reach this function (slime skips
+    its normaliser when a post-process is set), and validation refuses them."""
     path = getattr(args, "agentrl_config_path", None)
-    if (mode is None or std is None) and path:
-        spec_mode, spec_std = _spec_settings(str(path))
-        mode = spec_mode if mode is None else mode
-        std = spec_std if std is None else std
-    if std is None:
-        std = bool(getattr(args, "grpo_std_normalization", False))
-    if mode == "identity" or getattr(args, "rewards_normalization", True) is False:
-        return "identity", std
-    return "grpo", std
+    if not path:
+        raise ValueError(
+            "slime's args carry no agentrl_config_path, so the reward normalisation of "
+            "spec.grpo.rewardNormalization is unknown; agentrl's launcher writes it into "
+            "--custom-config-path: start training with `python -m agentrl.bundle.launch`"
+        )
+    return _spec_settings(str(path))
 
 
 @functools.lru_cache(maxsize=4)

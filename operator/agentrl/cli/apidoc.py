@@ -17,7 +17,7 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
-from agentrl.api import kube_rules, rules
+from agentrl.api import kube_rules, rules, security
 from agentrl.api.base import _quantity_text
 from agentrl.api.crd import CEL_RULES, IMMUTABLE_SPEC_FIELDS, MUTABLE_SPEC_FIELDS, ROOT_RULES
 from agentrl.api.models import RLExperimentSpec, RLExperimentStatus
@@ -145,9 +145,15 @@ def rules_section() -> str:
         "written and run even when a type is wrong; the others need a well-typed spec):",
         "",
     ]
-    checks = [*kube_rules.DOCUMENT_RULES, *rules.ALL_RULES]
+    checks = [*kube_rules.DOCUMENT_RULES, *rules.ALL_RULES, *security.RULES]
     lines += [f"- {' '.join((rule.__doc__ or '').split())}" for rule in checks]
     lines += [
+        "",
+        "The operator also checks every spec against its policy: the volume types and host",
+        "paths, added capabilities, ServiceAccount, image registry and PriorityClass the platform",
+        "team allows (the chart's `policy` value; the default is Kubernetes' baseline Pod",
+        "Security level). `agentrl validate --policy FILE` applies the same check; see",
+        "[operator.md](operator.md#policy).",
         "",
         "The API server enforces the most important of them itself (CEL rules in the CRD), so",
         "`kubectl apply` refuses a broken spec even without the operator:",

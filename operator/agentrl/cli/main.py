@@ -2,7 +2,11 @@
 
 A user mistake (missing file, bad YAML, an invalid spec) ends with a clear message and exit
 status 1, never a traceback; exit status 2 is a wrong command line (argparse's convention).
-Operator defaults come from flags, then env, then the documented defaults.
+Operator defaults come from flags, then env, then the documented defaults. So does the
+policy the spec is judged by (`--policy FILE`, then `AGENTRL_POLICY`, then the operator's own
+default, baseline), so `validate` refuses what the cluster's operator would refuse. With no Ray
+pod image from anywhere (agentrl publishes none yet), `render` refuses (it has nothing to put in
+the pods) and `validate` warns (the cluster's operator may have a default of its own).
 """
 
 from __future__ import annotations
@@ -19,23 +23,26 @@ import yaml
 
 from agentrl import __version__
 from agentrl.api.crd import crd
+from agentrl.api.images import DefaultImage
 from agentrl.api.models import RLExperiment
+from agentrl.api.policy import BASELINE, Policy, PolicyError, load_policy
 from agentrl.api.validation import Problem, errors, parse_experiment
 from agentrl.cli.load import LoadError, load_document
 from agentrl.render import OperatorDefaults, collect_bundle_files, render_all
-from agentrl.render.defaults import DEFAULT_IMAGE, is_digest_pinned
+from agentrl.render.defaults import DEFAULT_IMAGE
 from agentrl.slimecmd import preview
 
 ENV_IMAGE = "AGENTRL_IMAGE"
 ENV_BUNDLE_VERSION = "AGENTRL_BUNDLE_VERSION"
 ENV_RAY_VERSION = "AGENTRL_RAY_VERSION"
+ENV_POLICY = "AGENTRL_POLICY"  # JSON, as the operator reads it
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         code: int = args.func(args, sys.stdout, sys.stderr)
-    except LoadError as exc:
+    except (LoadError, PolicyError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     except BrokenPipeError:  # `agentrl render | head`
@@ -44,7 +51,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def cmd_validate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    exp, problems = _parse(args.file)
+    image = DefaultImage(args.image or None, missing="warning")
+    exp, problems = _parse(args.file, _policy(args), image)
     for problem in problems:
         print(f"{args.file}: {problem}", file=out)
     if exp is None:
@@ -53,14 +61,15 @@ def cmd_validate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     res = exp.spec.resources
     print(
         f"{args.file}: OK (RLExperiment {exp.metadata.namespace}/{exp.metadata.name}: "
-        f"{res.nodes} node(s) x {res.gpus_per_node} GPUs)",
+        f"{res.nodes} node(s) x {res.gpus_per_node} GPUs; policy: {_policy_name(args)})",
         file=out,
     )
     return 0
 
 
 def cmd_render(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    exp, problems = _parse(args.file)
+    image = DefaultImage(args.image or None, missing="warning" if args.show_command else "error")
+    exp, problems = _parse(args.file, _policy(args), image)
     for problem in problems:
         print(f"{args.file}: {problem}", file=err)
     if exp is None:
@@ -69,8 +78,6 @@ def cmd_render(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         out.write(_command_text(exp))
         return 0
     defaults = _defaults(args)
-    if not exp.spec.runtime.image and not is_digest_pinned(defaults.image):
-        print(f"warning: --image {defaults.image} is not pinned by digest", file=err)
     children = render_all(exp, defaults, collect_bundle_files())
     out.write(dump_objects(list(children), args.output))
     return 0
@@ -121,13 +128,36 @@ def _command_text(exp: RLExperiment) -> str:
     return " \\\n    ".join(lines) + "\n"
 
 
-def _parse(path: str) -> tuple[RLExperiment | None, list[Problem]]:
-    return parse_experiment(load_document(path))
+def _parse(
+    path: str, policy: Policy, image: DefaultImage
+) -> tuple[RLExperiment | None, list[Problem]]:
+    return parse_experiment(load_document(path), policy, default_image=image)
+
+
+def _policy_name(args: argparse.Namespace) -> str:
+    if args.policy:
+        return str(args.policy)
+    return ENV_POLICY if os.environ.get(ENV_POLICY, "").strip() else "the default, baseline"
+
+
+def _policy(args: argparse.Namespace) -> Policy:
+    """--policy FILE (a policy, or chart values holding one), else AGENTRL_POLICY, else the
+    operator's default."""
+    if args.policy:
+        return load_policy(load_document(args.policy), args.policy)
+    raw = os.environ.get(ENV_POLICY, "")
+    if raw.strip():
+        try:
+            doc = json.loads(raw)
+        except ValueError as exc:
+            raise PolicyError(f"{ENV_POLICY} is not JSON ({exc})") from None
+        return load_policy(doc, ENV_POLICY)
+    return BASELINE
 
 
 def _defaults(args: argparse.Namespace) -> OperatorDefaults:
     return OperatorDefaults(
-        image=args.image,
+        image=args.image or None,
         bundle_version=args.bundle_version,
         ray_version=args.ray_version or None,
     )
@@ -146,12 +176,8 @@ def _parser() -> argparse.ArgumentParser:
     render.add_argument(
         "--show-command", action="store_true", help="print slime's command line instead"
     )
-    render.add_argument(
-        "--image",
-        default=os.environ.get(ENV_IMAGE, DEFAULT_IMAGE),
-        help=f"Ray pod image when spec.runtime.image is unset (env {ENV_IMAGE}; "
-        f"default {DEFAULT_IMAGE})",
-    )
+    _policy_arg(render)
+    _image_arg(render)
     render.add_argument(
         "--bundle-version",
         default=os.environ.get(ENV_BUNDLE_VERSION, __version__),
@@ -166,6 +192,8 @@ def _parser() -> argparse.ArgumentParser:
 
     validate = sub.add_parser("validate", help="list every problem of a spec")
     _file_arg(validate)
+    _image_arg(validate)
+    _policy_arg(validate)
     validate.set_defaults(func=cmd_validate)
 
     crd = sub.add_parser("crd", help="print the RLExperiment CustomResourceDefinition")
@@ -173,9 +201,29 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _image_arg(parser: argparse.ArgumentParser) -> None:
+    builtin = DEFAULT_IMAGE or "none: no agentrl release has published a Ray pod image yet"
+    parser.add_argument(
+        "--image",
+        default=os.environ.get(ENV_IMAGE) or DEFAULT_IMAGE,
+        help=f"Ray pod image when spec.runtime.image is unset, as the operator's default "
+        f"(the chart's operator.runtimeImage) would be; env {ENV_IMAGE}; built-in: {builtin}",
+    )
+
+
 def _file_arg(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "-f", "--file", required=True, help="RLExperiment YAML or JSON ('-' for stdin)"
+    )
+
+
+def _policy_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--policy",
+        metavar="FILE",
+        help="the operator's policy to judge the spec by: YAML/JSON like the chart's `policy` "
+        f"value, or a chart values file (env {ENV_POLICY} as JSON; default: the operator's "
+        "default, Kubernetes' baseline level)",
     )
 
 

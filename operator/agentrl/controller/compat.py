@@ -24,7 +24,6 @@ are retried with stamina (jittered backoff), a few times.
 
 from __future__ import annotations
 
-import importlib
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -34,6 +33,7 @@ import aiohttp
 import stamina
 
 from agentrl.controller.kube import Kube, KubeError
+from agentrl.render import kuberay
 
 logger = logging.getLogger("agentrl.controller")
 RAYJOB_CRD = "rayjobs.ray.io"
@@ -47,20 +47,10 @@ ABSENT_MEANS: Mapping[str, Any] = {
 # After a read failed on a transient error, how long before a reconcile tries again.
 REREAD_AFTER = 60.0
 
-# `agentrl.render.kuberay` (pruned_fields, explain_pruned) is written beside this module on
-# another branch; until both are merged, a missing module switches the check off. Replace
-# with a plain import once it is in.
-try:
-    kuberay: Any = importlib.import_module("agentrl.render.kuberay")
-except ImportError:  # pragma: no cover - only before the merge
-    kuberay = None
-
 
 def losses(rayjob: Mapping[str, Any], crd: Mapping[str, Any] | None) -> list[str]:
     """Why `rayjob` cannot be created as rendered on a KubeRay whose CRD is `crd` (None: not
     installed); [] when nothing it relies on would be dropped."""
-    if kuberay is None:
-        return []
     if crd is None:
         return [f"KubeRay is not installed: the {RAYJOB_CRD} CRD was not found; install "
                 f"KubeRay >= {kuberay.KUBERAY_MIN_VERSION}"]  # fmt: skip
@@ -106,7 +96,7 @@ class InstalledKubeRay:
 
     async def read(self) -> None:
         """GET the CRD; on failure keep what was known (or stay unknown) and log why."""
-        if kuberay is None or self._forbidden:
+        if self._forbidden:
             return
         try:
             async for attempt in stamina.retry_context(on=_transient, attempts=4, timeout=20):

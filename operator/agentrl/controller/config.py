@@ -1,18 +1,24 @@
 """The operator's own settings, parsed from an environment mapping (the chart sets them).
 
 Parsed once at startup; a bad value stops the operator with a message naming the variable,
-rather than running with a guess.
+rather than running with a guess. That holds for the policy above all: an unreadable
+`AGENTRL_POLICY` never falls back to a looser one.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from agentrl.api.policy import BASELINE, Policy, PolicyError, load_policy
 from agentrl.render.defaults import DEFAULT_IMAGE, OperatorDefaults
 
-# How the operator reaches an experiment's metrics port: the Service the renderer creates.
+# How the operator reaches an experiment's metrics port: the metrics Service the renderer
+# creates (`{service}` is its name).
 DEFAULT_METRICS_URL = "http://{service}.{namespace}.svc:{port}/metrics"
+# The policy as JSON (the chart's `policy` value); unset or empty: the baseline default.
+ENV_POLICY = "AGENTRL_POLICY"
 
 
 class ConfigError(ValueError):
@@ -22,7 +28,7 @@ class ConfigError(ValueError):
 @dataclass(frozen=True)
 class OperatorConfig:
     namespaces: tuple[str, ...] = ()  # empty: every namespace
-    image: str = DEFAULT_IMAGE
+    image: str | None = DEFAULT_IMAGE  # None: experiments must set spec.runtime.image
     ray_version: str | None = None
     image_pull_secrets: tuple[str, ...] = ()
     extra_labels: dict[str, str] = field(default_factory=dict)
@@ -33,6 +39,7 @@ class OperatorConfig:
     scrape_concurrency: int = 8
     reconcile_concurrency: int = 4  # spec reconciles at once (CPU-bound: render + encode)
     metrics_url: str = DEFAULT_METRICS_URL  # format keys: service, namespace, port, name
+    policy: Policy = BASELINE  # what experiments may ask for (agentrl.api.policy)
 
     def defaults(self) -> OperatorDefaults:
         return OperatorDefaults(
@@ -70,6 +77,20 @@ def _labels(raw: str) -> dict[str, str]:
     return out
 
 
+def read_policy(raw: str | None) -> Policy:
+    """The policy from `AGENTRL_POLICY` (JSON); unset or blank: the baseline default."""
+    if raw is None or not raw.strip():
+        return BASELINE
+    try:
+        doc = json.loads(raw)
+    except ValueError as err:
+        raise ConfigError(f"{ENV_POLICY} is not JSON ({err})") from None
+    try:
+        return load_policy(doc, ENV_POLICY)
+    except PolicyError as err:
+        raise ConfigError(str(err)) from None
+
+
 def load(env: Mapping[str, str]) -> OperatorConfig:
     """Read AGENTRL_* variables; everything has a default."""
     url = env.get("AGENTRL_METRICS_URL") or DEFAULT_METRICS_URL
@@ -90,4 +111,5 @@ def load(env: Mapping[str, str]) -> OperatorConfig:
         scrape_concurrency=int(_number(env, "AGENTRL_SCRAPE_CONCURRENCY", 8, 1)),
         reconcile_concurrency=int(_number(env, "AGENTRL_RECONCILE_CONCURRENCY", 4, 1)),
         metrics_url=url,
+        policy=read_policy(env.get(ENV_POLICY)),
     )

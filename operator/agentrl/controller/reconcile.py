@@ -34,6 +34,7 @@ from typing import Any
 
 from agentrl.api import validation
 from agentrl.api.constants import API_VERSION, KIND, LABEL_EXPERIMENT
+from agentrl.api.images import DefaultImage
 from agentrl.controller import children, conditions, observe, status
 from agentrl.controller.apply import Retry, apply_children
 from agentrl.controller.compat import InstalledKubeRay
@@ -43,7 +44,7 @@ from agentrl.controller.metrics import OperatorMetrics
 from agentrl.controller.state import Experiment, Key, key_of, uid_of
 from agentrl.controller.workqueue import WorkQueue, jittered, retry_delay
 from agentrl.render import Bundle, render_all
-from agentrl.render.names import service_name
+from agentrl.render.names import metrics_service_name
 from agentrl.render.objects import gateway_url
 
 logger = logging.getLogger("agentrl.controller")
@@ -67,6 +68,8 @@ class Controller:
         self.kube, self.config, self.metrics, self.now, self.rand = (
             kube, config, metrics, clock, rand)  # fmt: skip
         self.defaults = config.defaults()
+        # Validation judges the pods' image with the operator's own default (None: none set).
+        self.default_image = DefaultImage(self.defaults.image)
         self.bundle = Bundle.of(bundle_files)  # hashed and laid out once, not per render
         self.experiments: dict[Key, Experiment] = {}
         self.kuberay = InstalledKubeRay(kube)  # read after login (handlers), and on demand
@@ -191,7 +194,9 @@ class Controller:
 
     async def reconcile_spec(self, exp: Experiment) -> str:
         """Validate, render, create or update children, record the outcome. Returns a result."""
-        parsed, problems = validation.parse_experiment(exp.body)
+        parsed, problems = validation.parse_experiment(
+            exp.body, self.config.policy, default_image=self.default_image
+        )
         outcome = status.SpecOutcome(
             generation=exp.generation or None,
             problems=[str(p) for p in validation.errors(problems)],
@@ -199,7 +204,7 @@ class Controller:
             rayjob_name=exp.status.get("rayJobName"),
         )
         if parsed is not None:
-            exp.metrics_service = service_name(parsed)
+            exp.metrics_service = metrics_service_name(parsed)
         if parsed is None or exp.finished:
             await self.sync(exp, outcome)
             return "invalid" if parsed is None else "ok"

@@ -10,17 +10,16 @@ from dataclasses import dataclass, field
 
 from agentrl import __version__
 from agentrl.api.constants import IMAGE_MEGATRON_DIR
-from agentrl.api.rules import DIGEST_PINNED
+from agentrl.api.images import is_digest_pinned
 
-# The Ray pod image of this agentrl release (images/slime/Dockerfile): slime + SGLang +
-# Megatron on CUDA, pinned by digest so every pod of every retry runs the same bits. The
-# release pipeline writes the digest of the pushed image here and into the chart's values;
-# until the first push this digest is a placeholder, so override it (--image, AGENTRL_IMAGE,
-# or the chart's runtimeImage) with the digest of the image you built.
-DEFAULT_IMAGE = (
-    "ghcr.io/agentrl/agentrl-runtime:0.1.0"
-    "@sha256:5a3c0f7f0a9a1f1d2b6c7e4d8e9f0a1b2c3d4e5f60718293a4b5c6d7e8f90a1b"
-)
+# The Ray pod image of this agentrl release (images/slime/Dockerfile: slime + SGLang +
+# Megatron on CUDA), `<image>:<tag>@sha256:<digest>` so every pod of every retry runs the
+# same bits. None until a release publishes one: the release workflow
+# (.github/workflows/release.yaml, through hack/pin-images.py) writes the pushed image's
+# digest on this line and into the chart's values. Until then every experiment needs an
+# image from somewhere else (spec.runtime.image, AGENTRL_IMAGE, the chart's
+# operator.runtimeImage, or agentrl --image), and validation says so, with the fix.
+DEFAULT_IMAGE: str | None = None
 # Python paths the slime image puts on PYTHONPATH itself (Megatron-LM is not pip-installed
 # there); the renderer sets PYTHONPATH, so it must carry them on after agentrl's own code.
 DEFAULT_IMAGE_PYTHONPATH = (IMAGE_MEGATRON_DIR,)
@@ -30,7 +29,7 @@ DEFAULT_IMAGE_PYTHONPATH = (IMAGE_MEGATRON_DIR,)
 class OperatorDefaults:
     """Operator-wide settings; `spec.runtime` overrides the image per experiment."""
 
-    image: str = DEFAULT_IMAGE
+    image: str | None = DEFAULT_IMAGE  # None: every spec must set spec.runtime.image
     bundle_version: str = __version__
     image_pythonpath: tuple[str, ...] = DEFAULT_IMAGE_PYTHONPATH
     ray_version: str | None = None
@@ -39,11 +38,10 @@ class OperatorDefaults:
     extra_labels: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if not self.image:
-            raise ValueError("OperatorDefaults.image must not be empty")
+        if self.image == "":
+            raise ValueError("OperatorDefaults.image must not be empty (None: no default)")
         if not self.bundle_version:
             raise ValueError("OperatorDefaults.bundle_version must not be empty")
 
 
-def is_digest_pinned(image: str) -> bool:
-    return bool(DIGEST_PINNED.match(image))
+__all__ = ["DEFAULT_IMAGE", "DEFAULT_IMAGE_PYTHONPATH", "OperatorDefaults", "is_digest_pinned"]

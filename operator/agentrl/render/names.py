@@ -13,6 +13,7 @@ from agentrl.api.models import RLExperiment
 CONFIG_SUFFIX = "-config"
 BUNDLE_SUFFIX = "-bundle-"
 SERVICE_SUFFIX = "-gateway"
+METRICS_SERVICE_SUFFIX = "-metrics"
 # Hex digits of the bundle content hash kept in the bundle ConfigMap name.
 BUNDLE_HASH_LEN = 10
 
@@ -31,7 +32,13 @@ def bundle_config_map_name(exp: RLExperiment, content_hash: str) -> str:
 
 
 def service_name(exp: RLExperiment) -> str:
+    """The gateway's Service: the agent API, and nothing else (it may be a LoadBalancer)."""
     return f"{exp.metadata.name}{SERVICE_SUFFIX}"
+
+
+def metrics_service_name(exp: RLExperiment) -> str:
+    """The always cluster-internal Service of the head pod's metrics port."""
+    return f"{exp.metadata.name}{METRICS_SERVICE_SUFFIX}"
 
 
 def extra_code_volume_name(index: int) -> str:

@@ -1,6 +1,6 @@
-"""The ConfigMaps and the Service of an experiment, and `render_all`: every child, by role.
+"""The ConfigMaps and the Services of an experiment, and `render_all`: every child, by role.
 
-ConfigMaps come first (the pods mount them), then the Service, then the RayJob, so KubeRay
+ConfigMaps come first (the pods mount them), then the Services, then the RayJob, so KubeRay
 never starts a pod whose volumes do not exist yet.
 """
 
@@ -14,19 +14,14 @@ from agentrl.api.constants import (
     ANNOTATION_BUNDLE_VERSION,
     API_VERSION,
     CONFIG_FILE_NAME,
-    GATEWAY_PORT_NAME,
     KIND,
-    LABEL_COMPONENT,
-    LABEL_EXPERIMENT,
-    METRICS_PORT,
-    METRICS_PORT_NAME,
 )
 from agentrl.api.models import RLExperiment
 from agentrl.api.runtime import ENV_WANDB_API_KEY, RuntimeConfig, http_header_env_name
 from agentrl.api.validation import errors, validate_experiment
-from agentrl.render import bundle, names, pods, provenance
+from agentrl.render import bundle, names, network, pods, provenance
 from agentrl.render.defaults import OperatorDefaults
-from agentrl.render.rayjob import COMPONENT_HEAD, render_rayjob
+from agentrl.render.rayjob import render_rayjob
 
 Obj = dict[str, Any]
 
@@ -101,25 +96,13 @@ def bundle_config_map(exp: RLExperiment, defaults: OperatorDefaults, code: bundl
     }
 
 
-def service(exp: RLExperiment, defaults: OperatorDefaults) -> Obj:
-    gw = exp.spec.gateway
-    meta = metadata(exp, defaults, names.service_name(exp))
-    if gw.service.annotations:
-        meta["annotations"] = dict(gw.service.annotations)
-    spec: Obj = {
-        "type": gw.service.type,
-        # Our own pod labels: KubeRay names the RayCluster itself (and renames it on retry).
-        "selector": {LABEL_EXPERIMENT: exp.metadata.name, LABEL_COMPONENT: COMPONENT_HEAD},
-        "ports": [
-            {"name": GATEWAY_PORT_NAME, "port": gw.port, "targetPort": GATEWAY_PORT_NAME,
-             "protocol": "TCP"},
-            {"name": METRICS_PORT_NAME, "port": METRICS_PORT, "targetPort": METRICS_PORT_NAME,
-             "protocol": "TCP"},
-        ],
-    }  # fmt: skip
-    if gw.service.load_balancer_source_ranges:
-        spec["loadBalancerSourceRanges"] = list(gw.service.load_balancer_source_ranges)
-    return {"apiVersion": "v1", "kind": "Service", "metadata": meta, "spec": spec}
+def services(exp: RLExperiment, defaults: OperatorDefaults) -> list[Obj]:
+    """The gateway's Service (agent API; ClusterIP or LoadBalancer) and the metrics Service
+    (always ClusterIP): see `agentrl.render.network`."""
+    return [
+        network.gateway_service(exp, metadata(exp, defaults, names.service_name(exp))),
+        network.metrics_service(exp, metadata(exp, defaults, names.metrics_service_name(exp))),
+    ]
 
 
 @dataclass(frozen=True)
@@ -128,13 +111,14 @@ class Children:
 
     config: Obj  # the runtime-config ConfigMap
     bundle: Obj  # the bundle-code ConfigMap (immutable, named by content)
-    service: Obj  # the gateway and metrics Service
+    gateway_service: Obj  # the agent API (ClusterIP or LoadBalancer)
+    metrics_service: Obj  # the head's metrics and admin ports (always ClusterIP)
     rayjob: Obj
 
     @property
-    def prerequisites(self) -> tuple[Obj, Obj, Obj]:
+    def prerequisites(self) -> tuple[Obj, ...]:
         """What the RayJob's pods mount or are selected by: created before the RayJob."""
-        return (self.config, self.bundle, self.service)
+        return (self.config, self.bundle, self.gateway_service, self.metrics_service)
 
     def __iter__(self) -> Iterator[Obj]:
         return iter((*self.prerequisites, self.rayjob))
@@ -164,15 +148,18 @@ def render_all(
     # Independent trees: callers (patches) may mutate one object safely. The pod templates
     # share parts, so they are copied; the bundle ConfigMap already is fresh (its one value
     # is a str).
-    config, svc, job = (_tree(config_map(exp, defaults)), _tree(service(exp, defaults)),
-                        _tree(job))  # fmt: skip
+    gateway_svc, metrics_svc = services(exp, defaults)
+    job = _tree(job)
     provenance.stamp(job, exp.spec)
-    return Children(config=config, bundle=bundle_cm, service=svc, rayjob=job)
+    return Children(config=_tree(config_map(exp, defaults)), bundle=bundle_cm,
+                    gateway_service=_tree(gateway_svc), metrics_service=_tree(metrics_svc),
+                    rayjob=job)  # fmt: skip
 
 
 def _tree(value: Any) -> Any:
     """A copy of a JSON-like tree: copy.deepcopy's result for dicts, lists and scalars, at a
-    third of its cost (no memo, no dispatch); the operator renders every experiment."""
+    third of its cost (no memo, no dispatch), and sharing nothing (deepcopy keeps an object
+    shared twice in the original shared in the copy); the operator renders every experiment."""
     if isinstance(value, dict):
         return {k: _tree(v) for k, v in value.items()}
     if isinstance(value, list):

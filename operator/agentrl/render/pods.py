@@ -1,9 +1,15 @@
-"""The parts every Ray container shares: env, volumes, mounts, labels.
+"""The parts every Ray container shares: env, volumes, mounts, labels, security settings.
 
 Every container (head and GPU workers) gets the same CUDA_HOME, LD_LIBRARY_PATH and
 PYTHONPATH, so the driver, the SGLang engines and the Megatron actors load the same libraries
 and the same agentrl code. Secrets reach the pods only as `secretKeyRef` env vars; the
 runtime config names those variables and never holds a value.
+
+Every pod runs as strictly as slime's image allows (`agentrl.api.security` says why each
+exception exists): the runtime's default seccomp profile, no privilege escalation, every
+capability dropped and only the GPU workers' needs added back, no Kubernetes API token.
+KubeRay copies the worker container's securityContext onto the init container it injects,
+so that one is covered too.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from agentrl.api.constants import (
 )
 from agentrl.api.models import RLExperiment
 from agentrl.api.runtime import ENV_WANDB_API_KEY, http_header_env_name
+from agentrl.api.security import RDMA_RESOURCES, worker_capabilities
 from agentrl.render import names
 from agentrl.render.defaults import OperatorDefaults
 
@@ -42,14 +49,15 @@ SHM_VOLUME = "dshm"
 NVIDIA_DRIVER_LIBS = "/usr/local/nvidia/lib64"
 
 # The env the interconnect behind an extra device resource needs (NCCL over libfabric on
-# EFA; NCCL's own IB transport on RDMA devices). A user env var of the same name wins.
+# EFA; NCCL's own IB transport on RDMA devices). A user env var of the same name wins. The
+# keys are `agentrl.api.security.RDMA_RESOURCES` (a test keeps them equal).
 INTERCONNECT_ENV: dict[str, dict[str, str]] = {
-    "vpc.amazonaws.com/efa": {
+    RDMA_RESOURCES[0]: {
         "FI_PROVIDER": "efa",
         "FI_EFA_USE_DEVICE_RDMA": "1",
         "FI_EFA_FORK_SAFE": "1",
     },
-    "rdma/": {"NCCL_IB_DISABLE": "0"},
+    RDMA_RESOURCES[1]: {"NCCL_IB_DISABLE": "0"},
 }
 
 
@@ -75,11 +83,6 @@ def interconnect_env(extra_resources: Mapping[str, int]) -> dict[str, str]:
             if resource == prefix or (prefix.endswith("/") and resource.startswith(prefix)):
                 env.update(values)
     return env
-
-
-def needs_ipc_lock(extra_resources: Mapping[str, int]) -> bool:
-    """RDMA and EFA register (pin) memory, which needs CAP_IPC_LOCK in the container."""
-    return bool(interconnect_env(extra_resources))
 
 
 def python_path(exp: RLExperiment, defaults: OperatorDefaults) -> str:
@@ -159,7 +162,13 @@ def volume_mounts(exp: RLExperiment) -> list[Obj]:
 def pod_spec_common(exp: RLExperiment, defaults: OperatorDefaults) -> Obj:
     """Pod-level settings shared by head, workers and the submitter."""
     rt = exp.spec.runtime
-    spec: Obj = {}
+    spec: Obj = {
+        # Nothing in these pods calls the Kubernetes API. Cloud identities (IRSA, EKS Pod
+        # Identity, Azure Workload Identity) mount their own projected token, and GKE's
+        # goes through the metadata server, so they work without this one.
+        "automountServiceAccountToken": False,
+        "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+    }
     if rt.service_account_name:
         spec["serviceAccountName"] = rt.service_account_name
     if exp.spec.resources.priority_class_name:
@@ -169,8 +178,25 @@ def pod_spec_common(exp: RLExperiment, defaults: OperatorDefaults) -> Obj:
     return spec
 
 
+def container_security(capabilities: list[str]) -> Obj:
+    """A container's securityContext: every capability dropped, `capabilities` added back.
+
+    Not set, and why: runAsNonRoot (slime's image keeps slime and Megatron-LM under /root
+    and runs as root) and readOnlyRootFilesystem (Triton, FlashInfer, DeepGEMM and torch
+    extensions compile kernels into caches under the home directory at run time; Ray keeps
+    its session under /tmp).
+    """
+    caps: Obj = {"drop": ["ALL"]}
+    if capabilities:
+        caps["add"] = list(capabilities)
+    return {"allowPrivilegeEscalation": False, "privileged": False, "capabilities": caps}
+
+
 def image(exp: RLExperiment, defaults: OperatorDefaults) -> str:
-    return exp.spec.runtime.image or defaults.image
+    found = exp.spec.runtime.image or defaults.image
+    if not found:  # validation with the same defaults reports it on spec.runtime.image first
+        raise ValueError("no Ray pod image: spec.runtime.image is unset and there is no default")
+    return found
 
 
 @dataclass(frozen=True)
@@ -182,6 +208,8 @@ class PodParts:
     mounts: list[Obj]
     pod: Obj
     bundle_config_map: str
+    security: Obj  # head and submitter containers: no capability at all
+    worker_security: Obj  # GPU workers: plus what the spec's devices need
 
     @classmethod
     def build(cls, exp: RLExperiment, defaults: OperatorDefaults, bundle_cm: str) -> PodParts:
@@ -191,6 +219,8 @@ class PodParts:
             mounts=volume_mounts(exp),
             pod=pod_spec_common(exp, defaults),
             bundle_config_map=bundle_cm,
+            security=container_security([]),
+            worker_security=container_security(worker_capabilities(exp)),
         )
 
     def volumes(self, shm_size: str) -> list[Obj]:

@@ -66,6 +66,7 @@ def head_group(exp: RLExperiment, defaults: OperatorDefaults, base: pods.PodPart
         ],
         "resources": {"requests": dict(compute), "limits": dict(compute)},
         "volumeMounts": base.mounts,
+        "securityContext": base.security,
     }
     spec: Obj = {**base.pod, "containers": [container], "volumes": base.volumes(head.shm_size)}
     if head.node_selector:
@@ -97,9 +98,8 @@ def worker_group(exp: RLExperiment, defaults: OperatorDefaults, base: pods.PodPa
         "env": base.env,
         "resources": {"requests": dict(limits), "limits": limits},
         "volumeMounts": base.mounts,
+        "securityContext": base.worker_security,
     }
-    if pods.needs_ipc_lock(res.extra_resources):
-        container["securityContext"] = {"capabilities": {"add": ["IPC_LOCK"]}}
     spec: Obj = {**base.pod, "containers": [container], "volumes": base.volumes(res.shm_size)}
     if res.node_selector:
         spec["nodeSelector"] = dict(res.node_selector)
@@ -136,6 +136,7 @@ def submitter_template(exp: RLExperiment, defaults: OperatorDefaults, base: pods
                     "requests": {"cpu": "500m", "memory": "512Mi"},
                     "limits": {"cpu": "1", "memory": "1Gi"},
                 },
+                "securityContext": base.security,
             }
         ],
     }

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import aiohttp
@@ -27,6 +27,7 @@ class FakeGateway:
         self.open: dict[str, str] = {}  # sid -> token
         self.turns: dict[str, list[Turn]] = {}
         self.created: list[str] = []
+        self._used: set[str] = set()
         self.closed: list[str] = []
         self.sampling: dict[str, Mapping[str, Any]] = {}
         self.max_open = 0
@@ -43,8 +44,9 @@ class FakeGateway:
         if self.fail_create:  # the first `fail_create` creations fail
             self.fail_create -= 1
             raise SessionError("gateway unavailable")
-        if session_id in self.created:
+        if session_id in self._used:
             raise SessionError(f"session id {session_id!r} is already in use")
+        self._used.add(session_id)
         token = secrets.token_urlsafe(16)
         self.open[session_id] = token
         self.turns[session_id] = []
@@ -79,6 +81,15 @@ class FakeGateway:
         return QuiesceReport(idle=False, in_flight=1, engine_requests=3, workers=2)
 
 
+def simulated_clock() -> asyncio.AbstractEventLoop:
+    """An event loop on looptime's simulated clock: sleeps cost no wall time, and time
+    jumps to the next timer whenever every task waits (for the rollout's loop thread)."""
+    import looptime
+
+    loop_class = looptime.make_event_loop_class(asyncio.SelectorEventLoop)
+    return loop_class(start=0.0)
+
+
 def chain_turns(n: int, base: int = 100) -> list[Turn]:
     """n turns that each extend the previous prompt + completion (one merged sequence)."""
     prompt = [1, 2, 3]
@@ -90,40 +101,73 @@ def chain_turns(n: int, base: int = 100) -> list[Turn]:
     return turns
 
 
+Script = Callable[[AgentRequest, int], float]  # (request, attempt of its row) -> value
+
+
 class StubAgent:
     """metadata["behavior"]: ok | fanout | error | hang | own_timeout | no_turns | bad_result.
 
     own_timeout: a request of the backend to its agent times out on the backend's own clock
-    (an aiohttp total timeout, 5 s) long before the episode deadline."""
+    (an aiohttp total timeout, 5 s) long before the episode deadline.
+    metadata["sleep"] / ["reward"]: a number, or a list indexed by the attempt (the how-many-th
+    episode of the row `metadata["id"]` this is, counting episodes run again after a cut);
+    `delay` / `reward` callables take precedence (the benchmark draws from distributions)."""
 
-    def __init__(self, gateway: FakeGateway, yields: int = 3) -> None:
+    def __init__(
+        self,
+        gateway: FakeGateway,
+        yields: int = 3,
+        delay: Script | None = None,
+        reward: Script | None = None,
+    ) -> None:
         self.gateway = gateway
         self.yields = yields  # scheduler turns each episode stays live (no wall clock)
+        self.delay, self.reward = delay, reward
         self.requests: list[AgentRequest] = []
         self.live = 0
         self.max_live = 0
         self.cancelled: list[str] = []
+        self.finished: list[str] = []
         self.closed = False
+        self.attempts: dict[Any, int] = {}
 
     async def run(self, request: AgentRequest) -> AgentResult:
         self.requests.append(request)
+        row = request.payload.get("id")
+        attempt = self.attempts.get(row, 0)
+        self.attempts[row] = attempt + 1
         self.live += 1
         self.max_live = max(self.max_live, self.live)
         try:
-            return await self._act(request)
+            result = await self._act(request, attempt)
+            self.finished.append(request.session_id)
+            return result
         except asyncio.CancelledError:
             self.cancelled.append(request.session_id)
             raise
         finally:
             self.live -= 1
 
-    async def _act(self, request: AgentRequest) -> AgentResult:
+    @staticmethod
+    def scripted(meta: Mapping[str, Any], key: str, attempt: int, default: float) -> float:
+        value = meta.get(key, default)
+        if isinstance(value, list):
+            value = value[attempt % len(value)]
+        return float(value)
+
+    async def _act(self, request: AgentRequest, attempt: int) -> AgentResult:
         meta = request.payload
         info = meta["_rollout"]
         sid, token = info["session_id"], info["api_key"]
         behavior = meta.get("behavior", "ok")
         for _ in range(self.yields):
             await asyncio.sleep(0)
+        if self.delay:
+            sleep = self.delay(request, attempt)
+        else:
+            sleep = self.scripted(meta, "sleep", attempt, 0)
+        if sleep:
+            await asyncio.sleep(sleep)
         if behavior == "hang":
             await asyncio.Event().wait()
         if behavior == "own_timeout":
@@ -142,7 +186,12 @@ class StubAgent:
                 Turn([1, 2, 3], [50], [-0.3], "length"),
             ):
                 self.gateway.record(sid, token, turn)
-        return AgentResult(reward=float(meta.get("reward", 1.0)), document={})
+        reward = (
+            self.reward(request, attempt)
+            if self.reward
+            else self.scripted(meta, "reward", attempt, 1.0)
+        )
+        return AgentResult(reward=reward, document={})
 
     def pool_stats(self) -> PoolStats:
         return PoolStats(size=4, in_use=self.live)
@@ -152,9 +201,13 @@ class StubAgent:
 
 
 def runtime_config(
-    max_concurrent: int = 3, timeout: int = 30, eval_sets: Sequence[dict[str, Any]] = ()
+    max_concurrent: int = 3,
+    timeout: int = 30,
+    eval_sets: Sequence[dict[str, Any]] = (),
+    **grpo: Any,
 ) -> RuntimeConfig:
-    """A valid runtime config with an HTTP agent (the stub stands in for it)."""
+    """A valid runtime config with an HTTP agent (the stub stands in for it); `grpo` keys
+    (wire names) override the GRPO block."""
     return RuntimeConfig.model_validate(
         {
             "experiment": "exp",
@@ -177,6 +230,7 @@ def runtime_config(
                     "rolloutBatchSize": 2,
                     "samplesPerPrompt": 2,
                     "maxResponseLength": 64,
+                    **grpo,
                 },
             },
         }
@@ -216,3 +270,47 @@ class ChatAgent:
     async def aclose(self) -> None:
         if self.http is not None:
             await self.http.close()
+
+
+class SlimeDataSource:
+    """slime's default data source (`RolloutDataSourceWithBuffer`) in miniature, for the
+    benchmark: `get_samples(n)` hands out groups handed back first (oldest first), then the
+    next rows, cycling, as `n_samples` copies with slime's `group_index`/`index` numbering;
+    `add_samples` takes groups back and checks their size as slime does. A test runs the same
+    script of calls against slime's own class at both pinned commits and compares."""
+
+    def __init__(self, rows: Sequence[Mapping[str, Any]], n_samples: int) -> None:
+        from agentrl.bundle.rollout.types import PlainSample
+
+        self._sample = PlainSample
+        self.rows, self.n_samples = list(rows), n_samples
+        self.offset = self.group_index = self.index = 0
+        self.buffer: list[list[Any]] = []
+
+    def get_samples(self, n: int) -> list[list[Any]]:
+        out = self.buffer[:n]
+        del self.buffer[:n]
+        while len(out) < n:
+            row = self.rows[self.offset % len(self.rows)]
+            self.offset += 1
+            group = []
+            for _ in range(self.n_samples):
+                group.append(
+                    self._sample(
+                        prompt=row.get("prompt", ""),
+                        metadata=dict(row.get("metadata") or {}),
+                        group_index=self.group_index,
+                        index=self.index,
+                    )
+                )
+                self.index += 1
+            self.group_index += 1
+            out.append(group)
+        return out
+
+    def add_samples(self, groups: list[list[Any]]) -> None:
+        if not groups:
+            return
+        for group in groups:
+            assert len(group) == self.n_samples, f"{len(group)} != {self.n_samples}"
+            self.buffer.append(group)

@@ -21,18 +21,17 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from tests.support.metrics import LocalSink
 from tests.support.sglang_stub import StubEngine, StubRouter
 from tests.support.tiny_tokenizer import write_checkpoint
 
 from agentrl.bundle.gateway import GatewayClient, GatewayServer, GatewaySettings
 from agentrl.bundle.gateway.tokenizer import load_tokenizer
-from agentrl.bundle.hub import LocalSink
 from agentrl.bundle.metrics import BundleMetrics
 from agentrl.bundle.rollout import generate_rollout, install_runtime
 from agentrl.bundle.rollout.batch import RolloutContext
 from agentrl.bundle.rollout.driver import QUIESCE_TIMEOUT_S, eval_batch, train_batch
 from agentrl.bundle.rollout.runtime import RolloutRuntime
-from agentrl.bundle.rollout.settings import inputs_from_slime
 from agentrl.bundle.rollout.types import slime_types
 
 from .doubles import ChatAgent, FakeGateway, StubAgent, runtime_config
@@ -136,23 +135,20 @@ async def test_train_and_eval_batches_settle_the_engines_after_every_session_clo
 
     runtime = RolloutRuntime(build, LocalSink(BundleMetrics()))
     config = runtime_config(eval_sets=[])
-    groups = inputs_from_slime(Source().get_samples(2))
     types = slime_types(prefer_plain=True)
     try:
-        await train_batch(runtime, config, ARGS, 3, groups, types=types)
+        await train_batch(runtime, config, ARGS, 3, Source(), types=types)
         assert gateway.quiesced == [QUIESCE_TIMEOUT_S]
         assert gateway.open_at_quiesce == [0]  # every episode had closed its session
         assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
 
         gateway.engines_idle = False
         with caplog.at_level(logging.WARNING, logger="agentrl.rollout"):
-            await train_batch(runtime, config, ARGS, 4, groups, types=types)
+            await train_batch(runtime, config, ARGS, 4, Source(), types=types)
         warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
         assert len(warnings) == 1 and "Rollout 4: engines not idle" in warnings[0]
         assert "engines report 3 request(s) on 2 worker(s)" in warnings[0]
     finally:
-        if runtime._flusher is not None:
-            runtime._flusher.cancel()
         runtime._thread.close()
 
 
@@ -174,6 +170,4 @@ async def test_an_eval_batch_settles_the_engines_once_after_all_its_sets(tmp_pat
         assert set(out.data) == {"a", "b"}
         assert gateway.quiesced == [QUIESCE_TIMEOUT_S] and gateway.open_at_quiesce == [0]
     finally:
-        if runtime._flusher is not None:
-            runtime._flusher.cancel()
         runtime._thread.close()

@@ -1,7 +1,8 @@
-"""`benchmarks/rollout.py --quick` runs, so the benchmark cannot rot (no timing asserted)."""
+"""The rollout benchmarks' quick modes run, so they cannot rot (no timing asserted)."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -20,3 +21,35 @@ def test_rollout_benchmark_quick_mode_reports_both_phases_and_the_ratio() -> Non
     assert re.search(r"^baseline\s+\d+\.\d+\s+\d+\.\d+$", out.stdout, re.M)
     assert re.search(r"^rollout\s+\d+\.\d+\s+\d+\.\d+$", out.stdout, re.M)
     assert re.search(r"^rollout/baseline CPU: \d+\.\d+x", out.stdout, re.M)
+
+
+EFFICIENCY = BENCH.parent / "rollout_efficiency.py"
+
+
+def test_rollout_efficiency_benchmark_quick_mode_prints_the_fixed_json_keys() -> None:
+    """The issue's check reads `useful_groups_per_time_ratio`, `wasted_episode_seconds_share`
+    and `length_bias`; quick mode runs the real generate_rollout path for a few steps."""
+    out = subprocess.run(
+        [sys.executable, str(EFFICIENCY), "--quick", "--json"],
+        capture_output=True, text=True, check=False, timeout=600, env=dict(os.environ),
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout.strip().splitlines()[-1])
+    assert doc["useful_groups_per_time_ratio"] > 0
+    assert 0.0 <= doc["wasted_episode_seconds_share"] <= 1.0
+    assert -1.0 < doc["length_bias"] < 1.0
+    # A step cuts at most (O - B) / O of its episodes, so the bound for what was cut lies
+    # within the ceiling for what may be cut.
+    assert doc["length_bias_ceiling"] <= doc["length_bias_bound"] <= 0.0
+    assert doc["policy"]["stragglerPolicy"] == "carryOver" and doc["steps"] == 2
+
+
+def test_rollout_efficiency_benchmark_quick_mode_prints_its_table() -> None:
+    out = subprocess.run(
+        [sys.executable, str(EFFICIENCY), "--quick"],
+        capture_output=True, text=True, check=False, timeout=600, env=dict(os.environ),
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert re.search(r"^  wait-for-all\s+\d+\.\d", out.stdout, re.M)
+    assert re.search(r"^  agentrl\s+\d+\.\d", out.stdout, re.M)
+    assert re.search(r"useful groups per unit time: \d+\.\d\dx", out.stdout)

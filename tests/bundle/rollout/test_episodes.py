@@ -7,6 +7,7 @@ test depends on how fast this machine is.
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -17,7 +18,7 @@ from agentrl.bundle.rollout.batch import RolloutContext, batch_stats, group_samp
 from agentrl.bundle.rollout.episode import EpisodeInput, EpisodeSpec
 from agentrl.bundle.rollout.types import Status, slime_types, to_sample
 
-from .doubles import FakeGateway, StubAgent
+from .doubles import FakeGateway, StubAgent, runtime_config
 
 SPEC = EpisodeSpec({"temperature": 1.0, "max_new_tokens": 64}, 64, timeout_s=30.0, model_id="m")
 
@@ -195,7 +196,7 @@ def test_an_interrupted_call_returns_only_after_the_batch_cleaned_up() -> None:
 
 
 @pytest.mark.looptime
-async def test_rewards_post_process_weighs_each_episode_once_in_its_group() -> None:
+async def test_rewards_post_process_weighs_each_episode_once_in_its_group(tmp_path: Path) -> None:
     """What slime does next: --custom-reward-post-process-path on the flattened samples."""
     ctx, _, _ = context()
     groups = inputs(
@@ -207,7 +208,8 @@ async def test_rewards_post_process_weighs_each_episode_once_in_its_group() -> N
     outcomes = await run_groups(ctx, groups, SPEC, "train")
     types = slime_types(prefer_plain=True)
     flat = [to_sample(s, types) for g in group_samples(outcomes) for s in g]
-    args = SimpleNamespace(agentrl_reward_normalization="grpo", agentrl_reward_std=False)
+    args = SimpleNamespace(agentrl_config_path=str(tmp_path / "config.json"))
+    (tmp_path / "config.json").write_text(runtime_config().to_json())  # grpo, no std
 
     raw, rewards = post_process_rewards(args, flat)
 

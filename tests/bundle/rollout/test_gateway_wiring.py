@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from tests.support.metrics import exposition
 from tests.support.sglang_stub import StubEngine, StubRouter
 from tests.support.tiny_tokenizer import write_checkpoint
 
@@ -84,5 +85,5 @@ async def test_episodes_through_the_real_gateway(
         assert len(sample.loss_mask) == sample.response_length == len(sample.rollout_log_probs)
         assert 0 < sum(sample.loss_mask) < sample.response_length  # bridge tokens masked
     assert len(hub._gateway.store) == 0  # every session closed
-    text = hub.exposition().decode()
+    text = exposition(hub.metrics)
     assert 'agentrl_gateway_requests_total{api="openai",code="200"} 8.0' in text

@@ -22,6 +22,7 @@ import aiohttp
 import pytest
 import ray
 from aiohttp import web
+from tests.support.metrics import scrape
 from tests.support.sglang_stub import StubEngine, StubRouter
 from tests.support.tiny_tokenizer import write_checkpoint
 
@@ -172,7 +173,7 @@ def test_generate_rollout_in_the_pods_configuration(pod: tuple[SimpleNamespace, 
         for sample in group:
             assert sample.reward == reward and sample.metadata["num_turns"] == 2
             assert sum(sample.loss_mask) > 0 and len(sample.loss_mask) == sample.response_length
-    text = ray.get(hub.exposition.remote()).decode()
+    text = scrape(ray.get(hub.start_metrics.remote()))
     assert 'agentrl_episodes_total{outcome="succeeded",split="train"} 4.0' in text
     assert 'agentrl_gateway_requests_total{api="openai",code="200"} 8.0' in text
     assert "agentrl_rollout_step 1.0" in text

@@ -19,7 +19,7 @@ from agentrl.api.runtime import RuntimeConfig
 from agentrl.bundle.rollout.batch import RolloutContext
 from agentrl.bundle.rollout.driver import eval_batch, train_batch
 from agentrl.bundle.rollout.runtime import MetricsSink, RolloutRuntime
-from agentrl.bundle.rollout.settings import inputs_from_slime, load_runtime_config
+from agentrl.bundle.rollout.settings import load_runtime_config
 from agentrl.bundle.rollout.types import SlimeTypes, slime_types
 
 __all__ = ["generate_rollout", "install_runtime", "shutdown_runtime"]
@@ -97,5 +97,4 @@ def generate_rollout(args: Any, rollout_id: int, data_source: Any, evaluation: b
         runtime, config, types = _state[0]
     if evaluation:
         return runtime.call(eval_batch(runtime, config, rollout_id, types))
-    groups = inputs_from_slime(data_source.get_samples(args.rollout_batch_size))
-    return runtime.call(train_batch(runtime, config, args, rollout_id, groups, types=types))
+    return runtime.call(train_batch(runtime, config, args, rollout_id, data_source, types=types))

@@ -4,7 +4,10 @@ Train and eval batches go through `run_groups` with the same `RolloutContext`, s
 `maxConcurrent` semaphore bounds live episodes across both (agentcore PR #78: an eval set
 started all at once saturated the gateway, missed its timeouts and crashed SGLang).
 Episodes run in a TaskGroup: cancelling the batch cancels every pending episode, and each
-one closes its gateway and agent sessions before the cancellation completes.
+one closes its gateway and agent sessions before the cancellation completes. A train step
+that over-samples (`sampling.fill_batch`) cancels single episodes instead; their `Ticket`
+says the cancellation was the sampling policy's (an abort, not a failure) and when the
+episode got its slot.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 from agentrl.bundle.agents.base import AgentBackend
+from agentrl.bundle.rollout.carry import CarryStore
 from agentrl.bundle.rollout.episode import EpisodeInput, EpisodeOutcome, EpisodeSpec, run_episode
 from agentrl.bundle.rollout.report import Recorder
 from agentrl.bundle.rollout.types import SampleFields, Status
@@ -24,6 +28,18 @@ from agentrl.bundle.session import GatewaySessions
 log = logging.getLogger("agentrl.rollout")
 
 CANCELLED = "cancelled"
+BATCH_FULL = "batch_full"  # abort reason: the batch filled while the episode still ran
+
+
+@dataclass
+class Ticket:
+    """One episode's bookkeeping between its task and the step that runs it."""
+
+    started_at: float | None = None  # loop time it got its slot; None while queued
+    cut: bool = False  # cancelled by the sampling policy (counted as aborted, not failed)
+
+    def elapsed(self, now: float) -> float:
+        return 0.0 if self.started_at is None else max(0.0, now - self.started_at)
 
 
 @dataclass
@@ -35,21 +51,39 @@ class RolloutContext:
     semaphore: asyncio.Semaphore
     recorder: Recorder = field(default_factory=Recorder)
     rollout_ids: Iterator[int] = field(default_factory=itertools.count)
+    carry: CarryStore = field(default_factory=CarryStore)  # what cut groups left behind
 
 
-async def _one(
-    ctx: RolloutContext, inp: EpisodeInput, spec: EpisodeSpec, split: str
+async def run_one(
+    ctx: RolloutContext,
+    inp: EpisodeInput,
+    spec: EpisodeSpec,
+    split: str,
+    ticket: Ticket | None = None,
 ) -> EpisodeOutcome:
+    """One episode under the shared semaphore, counted once however it ends."""
+    ticket = ticket or Ticket()
+    loop = asyncio.get_running_loop()
     async with ctx.semaphore:
+        ticket.started_at = loop.time()
         ctx.recorder.episode_started(split)
         try:
             outcome = await run_episode(inp, spec, next(ctx.rollout_ids), ctx.sessions, ctx.backend)
         except BaseException:  # cancelled: count it, then let the cancellation go on
-            ctx.recorder.episode_finished(split, CANCELLED, 0.0, samples=0, truncated=0)
+            if ticket.cut:
+                ctx.recorder.episode_aborted(split, BATCH_FULL, ticket.elapsed(loop.time()))
+            else:
+                ctx.recorder.episode_finished(split, CANCELLED, 0.0, samples=0, truncated=0)
             raise
+    outcome.seconds = ticket.elapsed(loop.time())
     truncated = sum(s.status is Status.TRUNCATED for s in outcome.samples)
     ctx.recorder.episode_finished(
-        split, outcome.failure, outcome.reward, len(outcome.samples), truncated
+        split,
+        outcome.failure,
+        outcome.reward,
+        len(outcome.samples),
+        truncated,
+        seconds=outcome.seconds,
     )
     ctx.recorder.merged(outcome.merge)
     if outcome.failure:
@@ -69,7 +103,7 @@ async def run_groups(
 ) -> list[list[EpisodeOutcome]]:
     """Every episode of every group, concurrently up to the semaphore, in input order."""
     async with asyncio.TaskGroup() as tg:
-        tasks = [[tg.create_task(_one(ctx, inp, spec, split)) for inp in g] for g in groups]
+        tasks = [[tg.create_task(run_one(ctx, inp, spec, split)) for inp in g] for g in groups]
     return [[t.result() for t in g] for g in tasks]
 
 

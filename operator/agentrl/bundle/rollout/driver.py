@@ -1,29 +1,35 @@
 """Train and eval batches from slime's point of view: inputs in, slime's outputs back.
 
-Train: the groups slime's data source hands over (rollout_batch_size prompts x
-n_samples_per_prompt), one episode per sample, and back `list[list[Sample]]` grouped by
-prompt. No padding is added: every episode, failed or not, yields at least one sample
-with its own `rollout_id`, so slime sees exactly rollout_batch_size x n_samples_per_prompt
-rollouts, which `--global-batch-size` already divides (agentrl validates that).
+Train: groups from slime's data source (rollout_batch_size prompts x n_samples_per_prompt,
+more when over-sampling; `sampling.fill_batch` decides which are trained), one episode per
+sample, and back `list[list[Sample]]` grouped by prompt. No padding is added: every
+episode, failed or not, yields at least one sample with its own `rollout_id`, so slime sees
+exactly rollout_batch_size x n_samples_per_prompt rollouts, which `--global-batch-size`
+already divides (agentrl validates that).
 Eval: every eval set of the spec, and back `{name: {"rewards", "truncated", "samples"}}`
 where rewards and truncated are per episode in prompt order (what slime's eval/<name>
 mean and pass@k expect) and samples are all merged sequences.
 Both return only once the model engines are idle (`settle_engines`): slime offloads the
 engines or updates their weights right after, and a request still running there trips
-SGLang's "server is idle" assertion and crashes the scheduler (rollout-anchors §3).
+SGLang's "server is idle" assertion and crashes the scheduler (docs/rollout.md, "Concurrency
+and pacing").
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Sequence
 from typing import Any
 
 from agentrl.api.runtime import RuntimeConfig
 from agentrl.bundle.rollout.batch import RolloutContext, batch_stats, group_samples, run_groups
-from agentrl.bundle.rollout.episode import EpisodeInput
+from agentrl.bundle.rollout.episode import EpisodeInput, EpisodeOutcome
+from agentrl.bundle.rollout.filters import load_filter
 from agentrl.bundle.rollout.runtime import RolloutRuntime
+from agentrl.bundle.rollout.sampling import SamplingPlan, StepReport, fill_batch
 from agentrl.bundle.rollout.settings import eval_spec, load_eval_groups, train_spec
+from agentrl.bundle.rollout.source import DataSource
 from agentrl.bundle.rollout.types import SlimeTypes, Status, to_sample
 from agentrl.bundle.session import SessionError
 
@@ -69,17 +75,42 @@ async def train_batch(
     config: RuntimeConfig,
     args: Any,
     rollout_id: int,
-    groups: Sequence[Sequence[EpisodeInput]],
+    data_source: Any,
     *,
     types: SlimeTypes,
 ) -> Any:
+    """One train step on slime's `data_source` (its get_samples/add_samples)."""
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    grpo = config.spec.grpo
+    plan = SamplingPlan.from_spec(grpo, int(args.rollout_batch_size))
+    source = DataSource(data_source)
+    if plan.cuts:
+        source.check_returns()  # before any episode starts
+    group_filter = load_filter(grpo.dynamic_sampling_filter, args)
     ctx = await rt.context()
-    outcomes = await run_groups(ctx, groups, train_spec(config.spec, args), "train")
+
+    def to_samples(outcomes: Sequence[EpisodeOutcome]) -> list[Any]:
+        return [to_sample(s, types) for o in outcomes for s in o.samples]
+
+    outcomes, report = await fill_batch(
+        ctx,
+        source,
+        plan,
+        spec=train_spec(config.spec, args),
+        group_filter=group_filter,
+        to_samples=to_samples,
+        step=rollout_id,
+    )
     await settle_engines(ctx, "Rollout", rollout_id)
     stats = batch_stats(outcomes)
+    record_step(ctx, report)
     ctx.recorder.batch_finished("train", rollout_id, stats.reward_mean)
+    ctx.recorder.step_seconds("train", loop.time() - started)
     await rt.flush_and_drain()
     log.info(stats.summary("Rollout", rollout_id))
+    if plan.in_flight > plan.batch_size or group_filter is not None:
+        log.info(report.summary(rollout_id))
     samples = [[to_sample(s, types) for s in g] for g in group_samples(outcomes)]
     metrics = {
         "agentrl/episodes": stats.episodes,
@@ -91,8 +122,35 @@ async def train_batch(
         "agentrl/masked_turns": stats.masked_turns,
         "agentrl/dropped_over_budget": stats.dropped_over_budget,
         "agentrl/clipped_sequences": stats.clipped_segments,
+        "agentrl/groups_kept": report.kept,
+        "agentrl/groups_filtered": report.filtered,
+        "agentrl/groups_backfilled": report.backfilled,
+        "agentrl/groups_cut": report.aborted + report.carried_over,
+        "agentrl/episodes_cut": report.episodes_cut,
+        "agentrl/zero_variance_share": report.zero_variance_share,
     }
+    if report.length_bias is not None:
+        metrics["agentrl/length_bias"] = report.length_bias
+    # The keys slime's own dynamic filter logs, so existing dashboards keep working.
+    for reason, n in report.drop_reasons.items():
+        metrics[f"rollout/dynamic_filter/drop_{reason}"] = n
     return types.train_output(samples=samples, metrics=metrics)
+
+
+def record_step(ctx: RolloutContext, report: StepReport) -> None:
+    rec = ctx.recorder
+    for outcome, n in (
+        ("kept", report.kept),
+        ("filtered", report.filtered),
+        ("backfilled", report.backfilled),
+        ("aborted", report.aborted),
+        ("carried_over", report.carried_over),
+    ):
+        rec.groups(outcome, n)
+    rec.discarded("filtered", report.filtered_seconds)
+    # Episodes cut while running count themselves (reason "cut", as they stop).
+    rec.discarded("aborted", report.aborted_seconds)
+    rec.step_shape(report.zero_variance_share, report.length_bias)
 
 
 async def eval_batch(
@@ -105,6 +163,7 @@ async def eval_batch(
             "slime asked for an evaluation but spec.data.eval is empty; add an eval set "
             "or drop --eval-interval from runtime.extraArgs"
         )
+    started = asyncio.get_running_loop().time()
     data: dict[str, dict[str, Any]] = {}
     metrics: dict[str, Any] = {}
     all_outcomes = []
@@ -127,6 +186,7 @@ async def eval_batch(
     await settle_engines(ctx, "Eval", rollout_id)
     stats = batch_stats(all_outcomes)
     ctx.recorder.batch_finished("eval", rollout_id, stats.reward_mean)
+    ctx.recorder.step_seconds("eval", asyncio.get_running_loop().time() - started)
     await rt.flush_and_drain()
     log.info(stats.summary("Eval", rollout_id))
     return types.eval_output(data=data, metrics=metrics)

@@ -65,11 +65,18 @@ class EpisodeOutcome:
     message: str = ""
     error: BaseException | None = None  # an unexpected error, logged with its traceback
     merge: MergeStats | None = None  # what merging the turns counted (breaks, masking...)
+    seconds: float = 0.0  # wall time from getting a slot to the end (set by the batch)
 
 
 def new_session_id() -> str:
-    """Unguessable, URL-safe, 43 characters (AgentCore wants >= 33)."""
-    return secrets.token_urlsafe(32)
+    """Unguessable (192 bits), 48 lowercase hex characters.
+
+    Hex, not URL-safe base64: the id is AgentCore's `runtimeSessionId` (33-256 characters,
+    and the session ids the service returns match `[a-zA-Z0-9][a-zA-Z0-9-_]*`, which a base64
+    id starting with `-` or `_` would not), a path segment of the toolkit's S3 result key and
+    a gateway URL segment; hex is safe in all three.
+    """
+    return secrets.token_hex(24)
 
 
 def agent_sampling_params(params: Mapping[str, Any]) -> dict[str, Any]:

@@ -36,7 +36,14 @@ class Recorder:
         self._gauges[("sessions_in_flight", (split,))] = self._in_flight[split]
 
     def episode_finished(
-        self, split: str, failure: str | None, reward: float, samples: int, truncated: int
+        self,
+        split: str,
+        failure: str | None,
+        reward: float,
+        samples: int,
+        truncated: int,
+        *,
+        seconds: float | None = None,
     ) -> None:
         self._in_flight[split] -= 1
         self._gauges[("sessions_in_flight", (split,))] = self._in_flight[split]
@@ -44,10 +51,37 @@ class Recorder:
         if failure:
             self._inc("failed_sessions", (split, failure))
         self._observations.append((("episode_reward", (split,)), reward))
+        if seconds is not None:
+            self._observations.append((("episode_seconds", (split,)), seconds))
         if split == "train":  # eval sequences are never trained on
             self._inc("samples", value=samples)
             if truncated:
                 self._inc("truncated_samples", value=truncated)
+
+    def episode_aborted(self, split: str, reason: str, seconds: float) -> None:
+        """Stopped by the rollout's own policy: neither a success nor a failure."""
+        self._in_flight[split] -= 1
+        self._gauges[("sessions_in_flight", (split,))] = self._in_flight[split]
+        self._inc("aborted_episodes", (split, reason))
+        if seconds:
+            self._inc("discarded_episode_seconds", ("cut",), seconds)
+
+    def groups(self, outcome: str, n: int = 1) -> None:
+        if n:
+            self._inc("groups", (outcome,), n)
+
+    def discarded(self, reason: str, seconds: float) -> None:
+        """Finished episode time that trains nothing (filtered, or in an aborted group)."""
+        if seconds:
+            self._inc("discarded_episode_seconds", (reason,), seconds)
+
+    def step_shape(self, zero_variance_share: float, length_bias: float | None) -> None:
+        self._gauges[("zero_variance_group_share", ())] = zero_variance_share
+        if length_bias is not None:
+            self._gauges[("episode_length_bias", ())] = length_bias
+
+    def step_seconds(self, split: str, seconds: float) -> None:
+        self._observations.append((("rollout_step_seconds", (split,)), seconds))
 
     def merged(self, stats: MergeStats | None) -> None:
         """Why turns started new sequences (`agentrl_trace_breaks_total{reason}`)."""

@@ -40,8 +40,12 @@ class MetricsSink(Protocol):
 class LoopThread:
     """An asyncio loop on a daemon thread; `call` runs a coroutine there and waits."""
 
-    def __init__(self, name: str = "agentrl-rollout") -> None:
-        self.loop = asyncio.new_event_loop()
+    def __init__(
+        self,
+        name: str = "agentrl-rollout",
+        loop_factory: Callable[[], asyncio.AbstractEventLoop] = asyncio.new_event_loop,
+    ) -> None:
+        self.loop = loop_factory()
         self._thread = threading.Thread(target=self.loop.run_forever, name=name, daemon=True)
         self._thread.start()
 
@@ -75,24 +79,39 @@ class LoopThread:
 
 
 class RolloutRuntime:
-    """Builds the context lazily inside the loop, flushes metrics, runs batches."""
+    """Builds the context lazily inside the loop, flushes metrics, runs batches.
 
-    def __init__(self, build: Callable[[], Awaitable[RolloutContext]], sink: MetricsSink) -> None:
+    `loop_factory` makes the loop (tests and the benchmark pass a simulated-clock loop)."""
+
+    def __init__(
+        self,
+        build: Callable[[], Awaitable[RolloutContext]],
+        sink: MetricsSink,
+        loop_factory: Callable[[], asyncio.AbstractEventLoop] = asyncio.new_event_loop,
+    ) -> None:
         self._build = build
         self._sink = sink
-        self._thread = LoopThread()
+        self._thread = LoopThread(loop_factory=loop_factory)
         self._ctx: RolloutContext | None = None
-        self._flusher: asyncio.Task[None] | None = None
         self._discards = install_discard_counter()
 
     async def context(self) -> RolloutContext:
         if self._ctx is None:
             self._ctx = await self._build()
-            self._flusher = asyncio.create_task(self._flush_forever())
         return self._ctx
 
     def call(self, coro: Coroutine[Any, Any, T]) -> T:
-        return self._thread.call(coro)
+        """Run one batch; metrics are flushed periodically while it runs (between batches
+        nothing changes, and a timer there would keep a simulated clock spinning)."""
+        return self._thread.call(self._flushing(coro))
+
+    async def _flushing(self, coro: Coroutine[Any, Any, T]) -> T:
+        flusher = asyncio.create_task(self._flush_forever())
+        try:
+            return await coro
+        finally:
+            flusher.cancel()
+            self.flush()  # a failed batch's counts too (its episodes were cancelled)
 
     def flush(self) -> None:
         """Ship what was recorded so far (called at batch end and periodically)."""
@@ -120,8 +139,6 @@ class RolloutRuntime:
             self.flush()
 
     async def _shutdown(self) -> None:
-        if self._flusher is not None:
-            self._flusher.cancel()
         if self._ctx is not None:
             self.flush()
             await self._ctx.backend.aclose()

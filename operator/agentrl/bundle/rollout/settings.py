@@ -57,10 +57,13 @@ def eval_spec(spec: RLExperimentSpec, eval_set: EvalSet) -> EpisodeSpec:
     return EpisodeSpec(params, max_len, agent_timeout_s(spec), spec.agent.model_id)
 
 
-def inputs_from_slime(groups: Sequence[Sequence[Any]]) -> list[list[EpisodeInput]]:
-    """slime's `data_source.get_samples()` groups on plain types."""
+def inputs_from_slime(
+    groups: Sequence[Sequence[Any]], first_group: int = 0
+) -> list[list[EpisodeInput]]:
+    """slime's `data_source.get_samples()` groups on plain types; a sample without a
+    `group_index` (slime always sets one) gets its group's position, from `first_group`."""
     out: list[list[EpisodeInput]] = []
-    for g, group in enumerate(groups):
+    for g, group in enumerate(groups, start=first_group):
         row: list[EpisodeInput] = []
         for sample in group:
             metadata = getattr(sample, "metadata", None) or {}

@@ -65,6 +65,11 @@ class PlainSample:
     rollout_id: int | None = None
     Status = Status
 
+    def get_reward_value(self, args: Any) -> Any:
+        """As slime's: the reward, or its `args.reward_key` entry (filters call this)."""
+        key = getattr(args, "reward_key", None)
+        return self.reward[key] if key and isinstance(self.reward, dict) else self.reward
+
 
 @dataclass
 class PlainTrainOutput:

@@ -1,0 +1,47 @@
+"""What a cut group leaves behind until slime's data source hands it back.
+
+A group cut when the batch filled goes back to slime's data source (`source.py`) as its
+prompt samples. The rollout remembers two things about it, keyed by the samples'
+`(group_index, index)`, which slime keeps on the objects it buffers:
+- that it was cut: when it comes back it is waited for, so no group is cut twice and every
+  started prompt trains within two steps (no prompt starves for being slow);
+- under `carryOver`, its finished episodes: only the unfinished ones run again.
+Entries the source does not hand back within `TTL_STEPS` steps (a custom data source with
+its own order) are dropped: the prompt is still in the source, only finished work is lost.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from agentrl.bundle.rollout.episode import EpisodeOutcome
+
+TTL_STEPS = 4
+Key = tuple[int, int]  # (group_index, index) of one prompt copy
+
+
+@dataclass
+class CarryStore:
+    episodes: dict[Key, tuple[int, EpisodeOutcome]] = field(default_factory=dict)
+    cut_groups: dict[int, int] = field(default_factory=dict)  # group_index -> step it was cut
+
+    def put(self, step: int, group_index: int, finished: dict[Key, EpisodeOutcome]) -> None:
+        self.cut_groups[group_index] = step
+        for key, outcome in finished.items():
+            self.episodes[key] = (step, outcome)
+
+    def was_cut(self, group_index: int | None) -> bool:
+        return group_index is not None and self.cut_groups.pop(group_index, None) is not None
+
+    def take(self, key: Key | None) -> EpisodeOutcome | None:
+        if key is None:
+            return None
+        entry = self.episodes.pop(key, None)
+        return None if entry is None else entry[1]
+
+    def expire(self, step: int) -> list[EpisodeOutcome]:
+        """Forget entries older than TTL_STEPS; returns the finished episodes dropped."""
+        dropped = [o for k, (s, o) in self.episodes.items() if step - s >= TTL_STEPS]
+        self.episodes = {k: v for k, v in self.episodes.items() if step - v[0] < TTL_STEPS}
+        self.cut_groups = {g: s for g, s in self.cut_groups.items() if step - s < TTL_STEPS}
+        return dropped

@@ -1,0 +1,400 @@
+"""A train step that over-samples, filters and cuts stragglers (dynamic sampling).
+
+Agent episodes are heavy-tailed, and a step that waits for every episode of every group
+leaves the cluster idle behind the slowest one; a group whose episodes all scored the same
+trains nothing. slime's default rollout answers both with `--over-sampling-batch-size`,
+`--dynamic-sampling-filter-path` and `--partial-rollout`; agentrl's rollout replaces it, so
+it does the same here, at group granularity, with agents:
+
+1. Start `overSamplingBatchSize` groups (O >= the batch size B); their episodes queue on
+   the shared `maxConcurrent` semaphore in group order, so groups finish roughly in order.
+2. When a group's last episode finishes, the filter decides. A dropped group is replaced
+   by a fresh one from slime's data source, so O candidates stay in flight, until the step
+   has started (1 + maxRefillRounds) x O groups; after that, or once the batch is full, a
+   dropped group that the batch still needs is kept as a backfill (zero advantage).
+3. Once B groups are kept, the rest are cut (`abort` / `carryOver`): running episodes are
+   cancelled (the agent backend stops the agent, the episode closes its gateway session,
+   which aborts its engine requests; the batch end then makes the engines idle), and the
+   groups go back to slime's data source (`data_source.add_samples`). Under `carryOver` a
+   cut group's finished episodes are kept (`carry.py`) and only the others run again.
+4. The length bias this creates is bounded twice: a cut happens only once B of the at most
+   O candidates finished, so at most (O - B) / O of a step's groups are cut; and a group
+   that was cut is waited for when it comes back (reserved), so no prompt is cut twice and
+   every started prompt trains within two steps. Episodes that were cut while running are
+   redrawn when they run again; the step measures the resulting shift
+   (`agentrl_episode_length_bias`). docs/rollout.md has the numbers.
+
+With the defaults (O = B, no filter, `wait`) this is exactly a wait-for-all batch.
+Eval never comes here: every episode of every eval set runs to its end (`batch.run_groups`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from agentrl.api.models import GrpoSpec
+from agentrl.bundle.rollout.batch import RolloutContext, Ticket, run_one
+from agentrl.bundle.rollout.episode import EpisodeOutcome, EpisodeSpec
+from agentrl.bundle.rollout.filters import KEEP, GroupFilter, has_reward_variance
+from agentrl.bundle.rollout.source import DataSource, PromptGroup
+
+log = logging.getLogger("agentrl.rollout")
+
+Policy = Literal["wait", "abort", "carryOver"]
+TRAIN = "train"
+
+
+@dataclass(frozen=True)
+class SamplingPlan:
+    batch_size: int  # B: groups slime gets back (rollout_batch_size)
+    in_flight: int  # O: candidate groups kept in flight (overSamplingBatchSize)
+    max_refill_rounds: int
+    policy: Policy
+
+    @classmethod
+    def from_spec(cls, grpo: GrpoSpec, batch_size: int) -> SamplingPlan:
+        policy: Policy = grpo.straggler_policy
+        over = grpo.over_sampling_batch_size or batch_size
+        # `wait` never cuts, so extra candidates would only run to be thrown away; above 2 B
+        # the groups cut in one step might not all fit the next batch as reserved ones
+        # (validation refuses it; slime's args could still disagree with the spec).
+        in_flight = batch_size if policy == "wait" else min(max(batch_size, over), 2 * batch_size)
+        return cls(batch_size, in_flight, grpo.max_refill_rounds, policy)
+
+    @property
+    def max_groups(self) -> int:
+        """Groups one step may start, replacements included."""
+        return (1 + self.max_refill_rounds) * self.in_flight
+
+    @property
+    def cuts(self) -> bool:
+        return self.policy != "wait"
+
+
+@dataclass
+class StepReport:
+    """What one train step did with its groups (metrics, the log line, the benchmark)."""
+
+    kept: int = 0
+    filtered: int = 0
+    backfilled: int = 0
+    aborted: int = 0  # groups cut under `abort`
+    carried_over: int = 0  # groups cut under `carryOver`
+    unstarted: int = 0  # groups handed back before any of their episodes started
+    zero_variance: int = 0  # finished groups without reward variance (filtered or not)
+    finished: int = 0
+    episodes_cut: int = 0
+    episodes_reused: int = 0
+    drop_reasons: Counter[str] = field(default_factory=Counter)
+    trained_seconds: list[float] = field(default_factory=list)
+    filtered_seconds: float = 0.0
+    aborted_seconds: float = 0.0  # finished episodes of groups cut under `abort`
+    cut_seconds: float = 0.0  # elapsed time of episodes cancelled while running
+    other_seconds: list[float] = field(default_factory=list)  # every other episode the step ran
+
+    @property
+    def zero_variance_share(self) -> float:
+        return self.zero_variance / self.finished if self.finished else 0.0
+
+    @property
+    def length_bias(self) -> float | None:
+        """Mean trained episode duration over the mean of every episode the step ran (cut
+        ones at their elapsed time, which understates them), minus 1."""
+        if not self.trained_seconds:
+            return None
+        trained = sum(self.trained_seconds) / len(self.trained_seconds)
+        total = sum(self.trained_seconds) + sum(self.other_seconds) + self.cut_seconds
+        count = len(self.trained_seconds) + len(self.other_seconds) + self.episodes_cut
+        overall = total / count
+        return trained / overall - 1.0 if overall > 0 else None
+
+    def summary(self, rollout_id: int) -> str:
+        reasons = " ".join(f"{k}={v}" for k, v in sorted(self.drop_reasons.items()))
+        return (
+            f"Rollout {rollout_id} groups: kept={self.kept} filtered={self.filtered}"
+            f"{f' ({reasons})' if reasons else ''} backfilled={self.backfilled} "
+            f"aborted={self.aborted} carried_over={self.carried_over} "
+            f"returned_unstarted={self.unstarted} episodes_cut={self.episodes_cut} "
+            f"episodes_reused={self.episodes_reused} "
+            f"zero_variance_share={self.zero_variance_share:.2f}"
+        )
+
+
+@dataclass(eq=False)
+class GroupRun:
+    """One group in a step: a task per episode still to run, outcomes as they finish."""
+
+    prompt: PromptGroup
+    order: int
+    protected: bool  # cut in an earlier step: waited for, never cut again
+    outcomes: list[EpisodeOutcome | None]
+    tickets: list[Ticket | None]
+    tasks: list[asyncio.Task[EpisodeOutcome] | None]
+    carried: int = 0  # episodes reused from the step that cut it
+
+    @property
+    def finished(self) -> bool:
+        return all(o is not None for o in self.outcomes)
+
+    def done_outcomes(self) -> list[EpisodeOutcome]:
+        return [o for o in self.outcomes if o is not None]
+
+
+SampleConverter = Callable[[Sequence[EpisodeOutcome]], list[Any]]
+
+
+class _Step:
+    def __init__(
+        self,
+        ctx: RolloutContext,
+        source: DataSource,
+        plan: SamplingPlan,
+        *,
+        spec: EpisodeSpec,
+        group_filter: GroupFilter | None,
+        to_samples: SampleConverter,
+        step: int,
+    ) -> None:
+        self.ctx, self.source, self.plan, self.spec = ctx, source, plan, spec
+        self.filter, self.to_samples, self.step = group_filter, to_samples, step
+        self.report = StepReport()
+        self.runs: list[GroupRun] = []
+        self.unfinished: set[GroupRun] = set()
+        self.kept: list[GroupRun] = []
+        self.backfilled: list[GroupRun] = []
+        self.cut_runs: list[GroupRun] = []
+        self.unstarted: list[GroupRun] = []
+        self.cancelled: list[asyncio.Task[EpisodeOutcome]] = []
+        self.events: asyncio.Queue[tuple[GroupRun, int]] = asyncio.Queue()
+        self.cut_done = False
+        self.handed_back = False
+
+    # --- starting groups -----------------------------------------------------------------
+
+    @property
+    def have(self) -> int:
+        return len(self.kept) + len(self.backfilled)
+
+    def reserved(self) -> int:
+        return sum(1 for r in self.unfinished if r.protected)
+
+    def start(self, groups: Sequence[PromptGroup]) -> None:
+        for prompt in groups:
+            first = prompt.key(0) if prompt.samples else None
+            # A group cut before is waited for, as long as the reserved ones fit the batch.
+            protected = (
+                self.ctx.carry.was_cut(first[0] if first else None)
+                and self.have + self.reserved() < self.plan.batch_size
+            )
+            n = len(prompt.inputs)
+            run = GroupRun(prompt, len(self.runs), protected, [None] * n, [None] * n, [None] * n)
+            for slot, inp in enumerate(prompt.inputs):
+                reused = (
+                    self.ctx.carry.take(prompt.key(slot))
+                    if self.plan.policy == "carryOver"
+                    else None
+                )
+                if reused is not None:
+                    run.outcomes[slot] = reused
+                    run.carried += 1
+                    continue
+                ticket = Ticket()
+                task = asyncio.create_task(run_one(self.ctx, inp, self.spec, TRAIN, ticket))
+                task.add_done_callback(functools.partial(self._done, run, slot))
+                run.tickets[slot], run.tasks[slot] = ticket, task
+            self.report.episodes_reused += run.carried
+            self.runs.append(run)
+            self.unfinished.add(run)
+            if run.finished:  # nothing left to run (all its episodes were carried)
+                self.events.put_nowait((run, -1))
+
+    def _done(self, run: GroupRun, slot: int, _task: asyncio.Task[EpisodeOutcome]) -> None:
+        self.events.put_nowait((run, slot))
+
+    def refill(self) -> None:
+        """Keep O candidates in flight while the refill budget lasts."""
+        want = self.plan.in_flight - self.have - len(self.unfinished)
+        budget = self.plan.max_groups - len(self.runs)
+        n = min(want, budget)
+        if n > 0:
+            self.start(self.source.fetch(n))
+
+    # --- the step --------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        self.start(self.source.fetch(self.plan.in_flight))
+        self.maybe_cut()
+        while self.unfinished:
+            run, slot = await self.events.get()
+            task = run.tasks[slot] if slot >= 0 else None
+            if task is not None and run.outcomes[slot] is None and not task.cancelled():
+                run.outcomes[slot] = task.result()  # run_one only raises if cancelled
+            if run in self.unfinished and run.finished:
+                self.unfinished.discard(run)
+                self.classify(run)
+                self.maybe_cut()
+                if not self.cut_done:
+                    self.refill()
+        if self.cancelled:  # every cut episode has stopped its agent and closed its session
+            await asyncio.gather(*self.cancelled, return_exceptions=True)
+        self.trim()
+        self.settle_cut_groups()
+
+    def trim(self) -> None:
+        """Never more than B groups: a group that completed in the same instant as the cut
+        (or came back with every episode already finished) can push the count over.
+        Backfills go first, then the latest started; they are handed back like a cut."""
+        extra = self.have - self.plan.batch_size
+        if extra <= 0:
+            return
+        by_preference = sorted(self.backfilled, key=lambda r: -r.order) + sorted(
+            self.kept, key=lambda r: -r.order
+        )
+        for run in by_preference[:extra]:
+            (self.backfilled if run in self.backfilled else self.kept).remove(run)
+            self.cut_runs.append(run)
+        log.debug("Rollout %d: %d group(s) over the batch handed back", self.step, extra)
+
+    def classify(self, run: GroupRun) -> None:
+        outcomes = run.done_outcomes()
+        rewards = [o.reward for o in outcomes]
+        self.report.finished += 1
+        self.report.zero_variance += not has_reward_variance(rewards)
+        verdict = KEEP
+        if self.filter is not None:
+            verdict = self.filter(rewards, lambda: self.to_samples(outcomes))
+        if verdict.keep:
+            self.kept.append(run)
+            return
+        others = len(self.unfinished)  # `run` has left it
+        needed = self.have + others < self.plan.batch_size
+        if verdict.keep_when_insufficient and self.have + others + 1 <= self.plan.batch_size:
+            self.backfilled.append(run)  # slime 624b824's rule: no extra round for it
+        elif needed and (self.cut_done or len(self.runs) >= self.plan.max_groups):
+            self.backfilled.append(run)  # no replacement may start: train it, zero advantage
+        else:
+            self.report.filtered += 1
+            self.report.drop_reasons[verdict.reason or "filtered"] += 1
+            self.report.filtered_seconds += sum(o.seconds for o in outcomes)
+
+    def maybe_cut(self) -> None:
+        if self.cut_done or not self.plan.cuts:
+            return
+        if self.have + self.reserved() < self.plan.batch_size:
+            return
+        self.cut_done = True
+        now = asyncio.get_running_loop().time()
+        for run in sorted(self.unfinished, key=lambda r: r.order):
+            if not run.protected:
+                self.unfinished.discard(run)
+                self.cut(run, now)
+
+    def cut(self, run: GroupRun, now: float) -> None:
+        started = run.carried > 0
+        for slot, task in enumerate(run.tasks):
+            ticket = run.tickets[slot]
+            if task is None or ticket is None:
+                continue
+            if task.done():  # finished before the cut was decided: keep what it got
+                if not task.cancelled() and run.outcomes[slot] is None:
+                    run.outcomes[slot] = task.result()
+                started = started or run.outcomes[slot] is not None
+                continue
+            if ticket.started_at is not None:
+                started = True
+                self.report.episodes_cut += 1
+                self.report.cut_seconds += ticket.elapsed(now)
+            ticket.cut = True
+            task.cancel()
+            self.cancelled.append(task)
+        (self.cut_runs if started else self.unstarted).append(run)
+
+    def settle_cut_groups(self) -> None:
+        """Remember what the cut groups leave behind, then hand them back to slime."""
+        for run in self.cut_runs:
+            first = run.prompt.key(0)
+            finished = {}
+            for slot, outcome in enumerate(run.outcomes):
+                key = run.prompt.key(slot)
+                if outcome is not None and key is not None:
+                    finished[key] = outcome
+            seconds = sum(o.seconds for o in run.done_outcomes())
+            if self.plan.policy == "carryOver":
+                self.report.carried_over += 1
+            else:
+                self.report.aborted += 1
+                self.report.aborted_seconds += seconds
+                finished = {}
+            if first is not None:
+                self.ctx.carry.put(self.step, first[0], finished)
+            self.report.other_seconds += [o.seconds for o in run.done_outcomes()]
+        self.report.unstarted = len(self.unstarted)
+        self.source.give_back([r.prompt for r in self.cut_runs + self.unstarted])
+        self.handed_back = True
+
+    async def abandon(self) -> None:
+        """The step failed or was cancelled: stop every episode, hand every group back."""
+        pending = [t for r in self.runs for t in r.tasks if t is not None and not t.done()]
+        for task in pending:
+            task.cancel()
+        if pending:
+            await asyncio.gather(*pending, return_exceptions=True)
+        if not self.handed_back and self.runs and self.source.returns_supported():
+            try:
+                self.source.give_back([r.prompt for r in self.runs])
+            except Exception:
+                log.exception("handing the interrupted step's groups back to slime failed")
+            else:
+                log.warning(
+                    "the train step was interrupted; its %d group(s) went back to slime's "
+                    "data source",
+                    len(self.runs),
+                )
+
+    def batch(self) -> list[list[EpisodeOutcome]]:
+        trained = sorted(self.kept + self.backfilled, key=lambda r: r.order)
+        for run in trained:
+            self.report.trained_seconds += [o.seconds for o in run.done_outcomes()]
+        for run in self.runs:
+            if run not in trained and run not in self.cut_runs and run.finished:
+                self.report.other_seconds += [o.seconds for o in run.done_outcomes()]
+        self.report.kept, self.report.backfilled = len(self.kept), len(self.backfilled)
+        return [r.done_outcomes() for r in trained]
+
+
+async def fill_batch(
+    ctx: RolloutContext,
+    source: DataSource,
+    plan: SamplingPlan,
+    *,
+    spec: EpisodeSpec,
+    group_filter: GroupFilter | None,
+    to_samples: SampleConverter,
+    step: int,
+) -> tuple[list[list[EpisodeOutcome]], StepReport]:
+    """One train step's groups (at most `plan.batch_size`, in the order they were started)."""
+    run = _Step(
+        ctx, source, plan, spec=spec, group_filter=group_filter, to_samples=to_samples, step=step
+    )
+    try:
+        await run.run()
+    except BaseException:
+        await asyncio.shield(run.abandon())
+        raise
+    groups = run.batch()
+    for outcome in ctx.carry.expire(step):  # finished work the source never handed back
+        run.report.aborted_seconds += outcome.seconds
+    if len(groups) < plan.batch_size:
+        log.warning(
+            "Rollout %d: only %d of %d groups (slime's data source ran out of prompts)",
+            step,
+            len(groups),
+            plan.batch_size,
+        )
+    return groups, run.report

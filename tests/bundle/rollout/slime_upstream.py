@@ -1,0 +1,146 @@
+"""slime's real data-source classes, loaded from the upstream snapshots without torch.
+
+`slime/rollout/data_source.py` at each pinned commit is executed as it is; only its imports
+are stood in for: `torch` (used by save/load, which these tests never call), the tokenizer
+and processor loaders (no model here), `load_function`, `Sample` (the plain twin with the
+same fields), and `Dataset`, reduced to reading the JSONL rows into samples with `prompt`,
+`label` and `metadata`. Everything the rollout relies on (offsets, epochs, group_index and
+index assignment, deep copies, the buffer, `add_samples`' checks) is slime's own code.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import json
+import os
+import sys
+import types
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from agentrl.bundle.rollout.types import PlainSample
+
+ROOT = Path(__file__).resolve().parents[3]
+UPSTREAM = Path(os.environ.get("AGENTRL_UPSTREAM", ROOT.parent / "shared" / "upstream"))
+COMMITS = ("fa3c990", "624b824")
+
+
+def snapshot(commit: str) -> Path:
+    path = UPSTREAM / "slime" / commit / "slime" / "rollout" / "data_source.py"
+    if not path.is_file():
+        pytest.skip(f"slime snapshot {commit} not found under {UPSTREAM} (set AGENTRL_UPSTREAM)")
+    return path
+
+
+class JsonlDataset:
+    """`slime.utils.data.Dataset` reduced to what the data source reads: `.samples`."""
+
+    def __init__(self, path: str, **kw: Any) -> None:
+        prompt_key, label_key = kw.get("prompt_key", "prompt"), kw.get("label_key")
+        metadata_key = kw.get("metadata_key", "metadata")
+        rows = [json.loads(line) for line in Path(path).read_text().splitlines() if line]
+        self.samples = [
+            PlainSample(
+                prompt=row[prompt_key],
+                label=row.get(label_key) if label_key else None,
+                metadata=row.get(metadata_key) or {},
+            )
+            for row in rows
+        ]
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def shuffle(self, epoch: int) -> None:
+        pass  # the tests run with rollout_shuffle off
+
+
+def _load_function(path: str) -> Any:
+    module, _, attr = path.rpartition(".")
+    return getattr(importlib.import_module(module), attr)
+
+
+@contextmanager
+def _stand_ins() -> Iterator[None]:
+    fakes = {
+        "torch": types.ModuleType("torch"),
+        "slime": types.ModuleType("slime"),
+        "slime.utils": types.ModuleType("slime.utils"),
+        "slime.utils.data": types.ModuleType("slime.utils.data"),
+        "slime.utils.misc": types.ModuleType("slime.utils.misc"),
+        "slime.utils.processing_utils": types.ModuleType("slime.utils.processing_utils"),
+        "slime.utils.types": types.ModuleType("slime.utils.types"),
+    }
+    fakes["slime.utils.data"].Dataset = JsonlDataset  # type: ignore[attr-defined]
+    fakes["slime.utils.misc"].load_function = _load_function  # type: ignore[attr-defined]
+    fakes["slime.utils.processing_utils"].load_tokenizer = lambda *a, **k: None  # type: ignore[attr-defined]
+    fakes["slime.utils.processing_utils"].load_processor = lambda *a, **k: None  # type: ignore[attr-defined]
+    fakes["slime.utils.types"].Sample = PlainSample  # type: ignore[attr-defined]
+    saved = {name: sys.modules.get(name) for name in fakes}
+    sys.modules.update(fakes)
+    try:
+        yield
+    finally:
+        for name, module in saved.items():
+            if module is None:
+                sys.modules.pop(name, None)
+            else:
+                sys.modules[name] = module
+
+
+def data_source_module(commit: str) -> types.ModuleType:
+    """slime's `slime.rollout.data_source` at `commit`, executed for real."""
+    path = snapshot(commit)
+    spec = importlib.util.spec_from_file_location(f"slime_{commit}_data_source", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    with _stand_ins():
+        spec.loader.exec_module(module)
+    return module
+
+
+def slime_args(prompt_data: Path, n_samples: int, **kw: Any) -> SimpleNamespace:
+    """The args slime's data sources read (slime's defaults where it has them)."""
+    return SimpleNamespace(
+        rollout_global_dataset=True,
+        prompt_data=str(prompt_data),
+        hf_checkpoint=None,
+        dump_details=None,
+        rollout_max_prompt_len=None,
+        input_key="prompt",
+        multimodal_keys=None,
+        label_key="label",
+        metadata_key="metadata",
+        tool_key=None,
+        apply_chat_template=False,
+        apply_chat_template_kwargs=None,
+        rollout_seed=42,
+        rollout_shuffle=False,
+        n_samples_per_prompt=n_samples,
+        buffer_filter_path=None,
+        **kw,
+    )
+
+
+def write_rows(path: Path, rows: list[dict[str, Any]]) -> Path:
+    lines = [json.dumps({"prompt": f"p{i}", "metadata": r}) + "\n" for i, r in enumerate(rows)]
+    path.write_text("".join(lines))
+    return path
+
+
+def buffered_source(commit: str, rows_file: Path, n_samples: int) -> Any:
+    """slime's default data source (`RolloutDataSourceWithBuffer`) at `commit`."""
+    module = data_source_module(commit)
+    return module.RolloutDataSourceWithBuffer(slime_args(rows_file, n_samples))
+
+
+def read_only_source(commit: str, rows_file: Path, n_samples: int) -> Any:
+    """slime's `RolloutDataSource`, which refuses `add_samples`."""
+    module = data_source_module(commit)
+    return module.RolloutDataSource(slime_args(rows_file, n_samples))

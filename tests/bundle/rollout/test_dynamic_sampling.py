@@ -1,0 +1,397 @@
+"""Dynamic sampling on the real rollout path: over-sampling, filtering, straggler cuts.
+
+Every test calls `generate_rollout` as slime does, with slime's own data-source class at
+both pinned commits (`slime_upstream.py` executes `slime/rollout/data_source.py` from the
+snapshots) and the stub agent and gateway doubles, on looptime's simulated clock: an agent
+"working" for 1,000 s costs no wall time, and nothing asserts on how fast this machine is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from tests.support.metrics import LocalSink, exposition
+
+from agentrl.bundle.metrics import BundleMetrics
+from agentrl.bundle.rollout import generate_rollout, install_runtime
+from agentrl.bundle.rollout.batch import RolloutContext
+from agentrl.bundle.rollout.filters import FilterError
+from agentrl.bundle.rollout.runtime import RolloutRuntime
+from agentrl.bundle.rollout.source import SourceError
+from agentrl.bundle.rollout.types import PlainSample, slime_types
+
+from .doubles import FakeGateway, StubAgent, runtime_config, simulated_clock
+from .slime_upstream import COMMITS, UPSTREAM, buffered_source, read_only_source, write_rows
+
+
+def args(batch: int) -> SimpleNamespace:
+    return SimpleNamespace(
+        rollout_batch_size=batch,
+        rollout_max_response_len=64,
+        rollout_temperature=1.0,
+        reward_key=None,
+    )
+
+
+@dataclass
+class Rig:
+    gateway: FakeGateway
+    agent: StubAgent
+    metrics: BundleMetrics
+    runtime: RolloutRuntime
+
+    def metric(self, name: str, **labels: str) -> float:
+        value = self.metrics.registry.get_sample_value(name, labels)
+        return 0.0 if value is None else value
+
+
+@pytest.fixture
+def make_rig() -> Iterator[Any]:
+    rigs: list[Rig] = []
+
+    def make(max_concurrent: int = 16, **grpo: Any) -> Rig:
+        config = runtime_config(max_concurrent=max_concurrent, timeout=3600, **grpo)
+        gateway = FakeGateway()
+        agent = StubAgent(gateway)
+
+        async def build() -> RolloutContext:
+            return RolloutContext(gateway, agent, asyncio.Semaphore(max_concurrent))
+
+        metrics = BundleMetrics()
+        runtime = RolloutRuntime(build, LocalSink(metrics), loop_factory=simulated_clock)
+        install_runtime(runtime, config, slime_types(prefer_plain=True))
+        rigs.append(Rig(gateway, agent, metrics, runtime))
+        return rigs[-1]
+
+    yield make
+    install_runtime(None)
+    for rig in rigs:
+        rig.runtime.close()
+
+
+def groups_of(out: Any) -> list[int]:
+    return [g[0].group_index for g in out.samples]
+
+
+# Four prompts, two episodes each: 0 and 1 finish fast; 2 has one fast and one slow
+# episode; 3 only slow ones. Lists are per attempt of the row (episodes run again after a
+# cut are the next attempts).
+STRAGGLER_ROWS = [
+    {"id": 0, "sleep": 10, "reward": [0, 1]},
+    {"id": 1, "sleep": 20, "reward": [1, 0]},
+    {"id": 2, "sleep": [5, 1000, 7], "reward": [0, 1, 1]},
+    {"id": 3, "sleep": [1000, 1000, 50, 60], "reward": [1, 0, 1, 0]},
+]
+
+
+@pytest.mark.parametrize("commit", COMMITS)
+def test_a_batch_fills_from_over_sampled_groups_and_carries_the_stragglers_over(
+    make_rig: Any, tmp_path: Path, commit: str
+) -> None:
+    rig = make_rig(overSamplingBatchSize=4, stragglerPolicy="carryOver")
+    source = buffered_source(commit, write_rows(tmp_path / "rows.jsonl", STRAGGLER_ROWS), 2)
+
+    out = generate_rollout(args(2), 0, source)
+
+    # The two fast groups fill the batch; the two slow ones are cut at t=20.
+    assert groups_of(out) == [0, 1] and [len(g) for g in out.samples] == [2, 2]
+    assert len(rig.agent.requests) == 8
+    assert len(rig.agent.cancelled) == 3  # group 2's slow episode, both of group 3
+    assert not rig.gateway.open and sorted(rig.gateway.closed) == sorted(rig.gateway.created)
+    # The cut groups went back to slime's buffer as the samples they came as.
+    assert [[(s.group_index, s.index) for s in g] for g in source.buffer] == [
+        [(2, 4), (2, 5)],
+        [(3, 6), (3, 7)],
+    ]
+    assert all(
+        s.status == PlainSample().status and s.reward is None for g in source.buffer for s in g
+    )
+    assert rig.metric("agentrl_groups_total", outcome="kept") == 2
+    assert rig.metric("agentrl_groups_total", outcome="carried_over") == 2
+    assert rig.metric("agentrl_aborted_episodes_total", split="train", reason="batch_full") == 3
+    assert rig.metric("agentrl_episodes_total", split="train", outcome="succeeded") == 5
+    assert rig.metric("agentrl_failed_sessions_total", split="train", reason="cancelled") == 0
+    assert rig.metric("agentrl_sessions_in_flight", split="train") == 0
+    # Cut at t=20: group 2's slow episode ran 20 s, group 3's two episodes 20 s each.
+    assert rig.metric("agentrl_discarded_episode_seconds_total", reason="cut") == 60
+    assert rig.metric("agentrl_discarded_episode_seconds_total", reason="aborted") == 0
+    assert out.metrics["agentrl/groups_cut"] == 2 and out.metrics["agentrl/episodes_cut"] == 3
+    first_step_sids = set(rig.gateway.created)
+
+    out = generate_rollout(args(2), 1, source)
+
+    # The cut groups come back first and are waited for, however slow: nothing starves.
+    # Only their unfinished episodes run again; group 2's finished one is reused as it was.
+    assert groups_of(out) == [2, 3]
+    assert len(rig.agent.requests) == 8 + 3
+    reused = [s for s in out.samples[0] if s.session_id in first_step_sids]
+    assert len(reused) == 1 and reused[0].reward == 0.0
+    assert [s.reward for g in out.samples for s in g] == [0.0, 1.0, 1.0, 0.0]
+    # The fresh groups fetched with them were never started (the batch was spoken for):
+    # handed straight back, nothing run, nothing counted.
+    assert [[s.metadata["id"] for s in g] for g in source.buffer] == [[0, 0], [1, 1]]
+    assert rig.metric("agentrl_groups_total", outcome="kept") == 4
+    assert rig.metric("agentrl_groups_total", outcome="carried_over") == 2
+    assert rig.metric("agentrl_aborted_episodes_total", split="train", reason="batch_full") == 3
+    assert not rig.gateway.open
+
+
+@pytest.mark.parametrize("commit", COMMITS)
+def test_abort_hands_the_whole_group_back_and_reruns_every_episode(
+    make_rig: Any, tmp_path: Path, commit: str
+) -> None:
+    rig = make_rig(overSamplingBatchSize=4, stragglerPolicy="abort")
+    source = buffered_source(commit, write_rows(tmp_path / "rows.jsonl", STRAGGLER_ROWS), 2)
+
+    out = generate_rollout(args(2), 0, source)
+
+    assert groups_of(out) == [0, 1] and len(rig.agent.cancelled) == 3
+    assert rig.metric("agentrl_groups_total", outcome="aborted") == 2
+    # Group 2's finished episode (5 s) is thrown away with the cut ones (3 x 20 s).
+    assert rig.metric("agentrl_discarded_episode_seconds_total", reason="cut") == 60
+    assert rig.metric("agentrl_discarded_episode_seconds_total", reason="aborted") == 5
+    out = generate_rollout(args(2), 1, source)
+    assert groups_of(out) == [2, 3]
+    assert len(rig.agent.requests) == 8 + 4  # both of group 2's episodes ran again
+    assert not rig.gateway.open
+
+
+@pytest.mark.parametrize("commit", COMMITS)
+def test_zero_variance_groups_are_filtered_and_replaced_from_the_data_source(
+    make_rig: Any, tmp_path: Path, commit: str
+) -> None:
+    rig = make_rig(dynamicSamplingFilter="zeroRewardVariance")
+    rows = [
+        {"id": 0, "sleep": 5, "reward": 1},  # all-1: no signal
+        {"id": 1, "sleep": 10, "reward": [0, 1]},
+        {"id": 2, "sleep": 20, "reward": [1, 0]},
+    ]
+    source = buffered_source(commit, write_rows(tmp_path / "rows.jsonl", rows), 2)
+
+    out = generate_rollout(args(2), 0, source)
+
+    assert groups_of(out) == [1, 2]  # group 0 dropped at t=5, group 2 started in its place
+    assert source.buffer == []  # a filtered group is consumed, not handed back
+    assert rig.metric("agentrl_groups_total", outcome="filtered") == 1
+    assert rig.metric("agentrl_groups_total", outcome="kept") == 2
+    assert rig.metric("agentrl_zero_variance_group_share") == pytest.approx(1 / 3)
+    assert rig.metric("agentrl_discarded_episode_seconds_total", reason="filtered") == 10
+    assert out.metrics["rollout/dynamic_filter/drop_zero_std_1.0"] == 1  # slime's own key
+    assert out.metrics["agentrl/zero_variance_share"] == pytest.approx(1 / 3)
+
+
+@pytest.mark.parametrize("commit", COMMITS)
+def test_refills_stop_at_the_cap_and_the_batch_is_backfilled(
+    make_rig: Any, tmp_path: Path, commit: str
+) -> None:
+    rig = make_rig(dynamicSamplingFilter="zeroRewardVariance", maxRefillRounds=1)
+    rows = [{"id": i, "sleep": 10 * (i + 1), "reward": 0} for i in range(6)]  # all-0
+    source = buffered_source(commit, write_rows(tmp_path / "rows.jsonl", rows), 2)
+
+    out = generate_rollout(args(2), 0, source)
+
+    # (1 + 1 round) x 2 = 4 groups at most; the last two fill the batch, zero advantage.
+    assert len(rig.agent.requests) == 8
+    assert groups_of(out) == [2, 3]
+    assert rig.metric("agentrl_groups_total", outcome="filtered") == 2
+    assert rig.metric("agentrl_groups_total", outcome="backfilled") == 2
+    assert rig.metric("agentrl_zero_variance_group_share") == 1.0
+
+
+USER_FILTER = """
+from slime_filter_types import DynamicFilterOutput
+
+SEEN = []
+
+
+def at_least(args, samples, **kwargs):
+    SEEN.append(samples)
+    total = sum(s.get_reward_value(args) for s in samples)
+    keep = total >= args.min_reward_total
+    return DynamicFilterOutput(keep=keep, reason=None if keep else "too_low")
+
+
+def varied_with_fallback(args, samples, **kwargs):
+    # slime 624b824's check_reward_nonzero_std_with_fallback, without torch.
+    rewards = [s.get_reward_value(args) for s in samples]
+    keep = max(rewards) - min(rewards) > 1e-6
+    return DynamicFilterOutput(
+        keep=keep, reason=None if keep else "zero_std", keep_when_insufficient=True
+    )
+
+
+def broken(args, samples, **kwargs):
+    raise KeyError("label")
+
+
+def plain_bool(args, samples, **kwargs):
+    return samples[0].metadata["id"] != 0
+"""
+
+
+@pytest.fixture
+def user_filter(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """A filter module as runtime.extraCode ships it (a directory on sys.path), returning
+    slime's own `DynamicFilterOutput` class (its base_types.py has no torch)."""
+    import importlib.util
+
+    types_file = (
+        UPSTREAM / "slime" / "624b824" / "slime" / "rollout" / "filter_hub" / "base_types.py"
+    )
+    if not types_file.is_file():
+        pytest.skip(f"slime snapshot not found under {UPSTREAM}")
+    spec = importlib.util.spec_from_file_location("slime_filter_types", types_file)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "slime_filter_types", module)
+    spec.loader.exec_module(module)
+    code = tmp_path / "extra_code"
+    code.mkdir()
+    (code / "my_filters.py").write_text(USER_FILTER)
+    monkeypatch.syspath_prepend(str(code))
+    yield
+    sys.modules.pop("my_filters", None)
+
+
+def test_a_user_filter_with_slimes_signature_gets_args_and_the_groups_samples(
+    make_rig: Any, tmp_path: Path, user_filter: Any
+) -> None:
+    rig = make_rig(dynamicSamplingFilter="my_filters.at_least")
+    rows = [
+        {"id": 0, "sleep": 5, "reward": [0, 1]},  # total 1: dropped
+        {"id": 1, "sleep": 10, "reward": 1},
+        {"id": 2, "sleep": 20, "reward": [1, 0.5]},
+    ]
+    source = buffered_source("624b824", write_rows(tmp_path / "rows.jsonl", rows), 2)
+    slime_args = args(2)
+    slime_args.min_reward_total = 1.5
+
+    out = generate_rollout(slime_args, 0, source)
+
+    import my_filters  # type: ignore[import-not-found]
+
+    assert groups_of(out) == [1, 2]
+    assert [[s.reward for s in g] for g in my_filters.SEEN] == [[0.0, 1.0], [1.0, 1.0], [1.0, 0.5]]
+    assert all(isinstance(s, PlainSample) for g in my_filters.SEEN for s in g)
+    assert out.metrics["rollout/dynamic_filter/drop_too_low"] == 1
+    assert rig.metric("agentrl_groups_total", outcome="filtered") == 1
+
+
+def test_a_filter_that_cannot_be_imported_stops_the_step_before_anything_runs(
+    make_rig: Any, tmp_path: Path
+) -> None:
+    rig = make_rig(dynamicSamplingFilter="missing_module.fn")
+    source = buffered_source("fa3c990", write_rows(tmp_path / "rows.jsonl", [{"id": 0}]), 2)
+    with pytest.raises(FilterError, match=r"spec.grpo.dynamicSamplingFilter.*runtime.extraCode"):
+        generate_rollout(args(2), 0, source)
+    assert rig.agent.requests == [] and source.sample_offset == 0
+
+
+@pytest.mark.parametrize("commit", COMMITS)
+def test_a_read_only_data_source_is_refused_before_anything_runs_when_groups_are_cut(
+    make_rig: Any, tmp_path: Path, commit: str
+) -> None:
+    rows = write_rows(tmp_path / "rows.jsonl", STRAGGLER_ROWS)
+    rig = make_rig(overSamplingBatchSize=4, stragglerPolicy="carryOver")
+    source = read_only_source(commit, rows, 2)
+    with pytest.raises(SourceError, match=r"RolloutDataSourceWithBuffer.*stragglerPolicy: wait"):
+        generate_rollout(args(2), 0, source)
+    assert rig.agent.requests == [] and source.sample_offset == 0
+
+
+@pytest.mark.parametrize("commit", COMMITS)
+def test_wait_for_all_works_with_a_read_only_data_source(
+    make_rig: Any, tmp_path: Path, commit: str
+) -> None:
+    rig = make_rig()  # today's defaults: no over-sampling, no filter, wait
+    source = read_only_source(commit, write_rows(tmp_path / "rows.jsonl", STRAGGLER_ROWS), 2)
+    out = generate_rollout(args(2), 0, source)
+    assert groups_of(out) == [0, 1] and rig.agent.cancelled == []
+    assert rig.metric("agentrl_groups_total", outcome="kept") == 2
+
+
+def test_eval_is_never_filtered_or_cut(make_rig: Any, tmp_path: Path) -> None:
+    eval_rows = tmp_path / "eval.jsonl"
+    write_rows(
+        eval_rows,
+        [
+            {"id": "e0", "sleep": 5, "reward": 1},  # zero variance
+            {"id": "e1", "sleep": [10, 5000], "reward": [1, 0]},  # a straggler
+            {"id": "e2", "sleep": 10, "reward": 0},  # zero variance
+        ],
+    )
+    rig = make_rig(
+        overSamplingBatchSize=4,
+        dynamicSamplingFilter="zeroRewardVariance",
+        stragglerPolicy="carryOver",
+    )
+    config = runtime_config(
+        max_concurrent=16,
+        timeout=3600 * 3,
+        eval_sets=[{"name": "e", "path": str(eval_rows), "samplesPerPrompt": 2}],
+        overSamplingBatchSize=4,
+        dynamicSamplingFilter="zeroRewardVariance",
+        stragglerPolicy="carryOver",
+    )
+    install_runtime(rig.runtime, config, slime_types(prefer_plain=True))
+
+    out = generate_rollout(args(2), 0, None, evaluation=True)
+
+    assert out.data["e"]["rewards"] == [1.0, 1.0, 1.0, 0.0, 0.0, 0.0]
+    assert rig.agent.cancelled == [] and len(rig.agent.finished) == 6
+    assert rig.metric("agentrl_aborted_episodes_total", split="eval", reason="batch_full") == 0
+    text = exposition(rig.metrics)
+    assert "agentrl_groups_total{" not in text  # eval groups are not sampled
+    assert rig.metric("agentrl_rollout_step_seconds_count", split="eval") == 1
+    assert rig.metric("agentrl_episode_seconds_count", split="eval") == 6
+
+
+def test_keep_when_insufficient_keeps_a_dropped_group_instead_of_starting_another(
+    make_rig: Any, tmp_path: Path, user_filter: Any
+) -> None:
+    """slime 624b824's rule: a rejected group with keep_when_insufficient stays when
+    dropping it would leave too few candidates for the batch."""
+    rig = make_rig(dynamicSamplingFilter="my_filters.varied_with_fallback")
+    rows = [{"id": 0, "sleep": 5, "reward": 1}, {"id": 1, "sleep": 10, "reward": [0, 1]}]
+    source = buffered_source("624b824", write_rows(tmp_path / "rows.jsonl", rows), 2)
+
+    out = generate_rollout(args(2), 0, source)
+
+    assert groups_of(out) == [0, 1] and len(rig.agent.requests) == 4  # no replacement
+    assert rig.metric("agentrl_groups_total", outcome="backfilled") == 1
+
+
+def test_a_bare_bool_from_a_user_filter_is_slimes_legacy_form(
+    make_rig: Any, tmp_path: Path, user_filter: Any
+) -> None:
+    make_rig(dynamicSamplingFilter="my_filters.plain_bool")
+    rows = [{"id": i, "sleep": 10 * (i + 1), "reward": [0, 1]} for i in range(3)]
+    source = buffered_source("fa3c990", write_rows(tmp_path / "rows.jsonl", rows), 2)
+    out = generate_rollout(args(2), 0, source)
+    assert groups_of(out) == [1, 2]
+    assert out.metrics["rollout/dynamic_filter/drop_filtered"] == 1
+
+
+@pytest.mark.parametrize("commit", COMMITS)
+def test_a_failing_step_stops_every_episode_and_hands_every_group_back(
+    make_rig: Any, tmp_path: Path, user_filter: Any, commit: str
+) -> None:
+    rig = make_rig(dynamicSamplingFilter="my_filters.broken")
+    rows = [{"id": 0, "sleep": 5}, {"id": 1, "sleep": 1000}]
+    source = buffered_source(commit, write_rows(tmp_path / "rows.jsonl", rows), 2)
+
+    with pytest.raises(FilterError, match=r"my_filters\.broken raised KeyError"):
+        generate_rollout(args(2), 0, source)
+
+    assert len(rig.agent.cancelled) == 2 and not rig.gateway.open
+    assert [[s.metadata["id"] for s in g] for g in source.buffer] == [[0, 0], [1, 1]]
+    # A cancelled episode is counted as such (not as aborted by the policy).
+    assert rig.metric("agentrl_failed_sessions_total", split="train", reason="cancelled") == 2
+    assert rig.metric("agentrl_sessions_in_flight", split="train") == 0

@@ -1,0 +1,122 @@
+"""The pure parts of dynamic sampling: the plan from the spec, the filters, the carry store,
+the step's report, and the batch-size guard."""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from agentrl.api.models import GrpoSpec
+from agentrl.bundle.rollout.batch import RolloutContext
+from agentrl.bundle.rollout.carry import TTL_STEPS, CarryStore
+from agentrl.bundle.rollout.episode import EpisodeInput, EpisodeOutcome
+from agentrl.bundle.rollout.filters import (
+    UserFilter,
+    ZeroRewardVariance,
+    has_reward_variance,
+    load_filter,
+)
+from agentrl.bundle.rollout.sampling import GroupRun, SamplingPlan, StepReport, _Step
+from agentrl.bundle.rollout.source import PromptGroup
+from agentrl.bundle.rollout.types import PlainSample
+
+from .doubles import FakeGateway, StubAgent
+
+
+def grpo(**fields: Any) -> GrpoSpec:
+    return GrpoSpec.model_validate({"numRollouts": 1, **fields})
+
+
+@pytest.mark.parametrize(
+    ("fields", "batch", "in_flight"),
+    [
+        ({}, 32, 32),
+        ({"overSamplingBatchSize": 36, "stragglerPolicy": "carryOver"}, 32, 36),
+        ({"overSamplingBatchSize": 36}, 32, 32),  # wait never over-samples
+        ({"overSamplingBatchSize": 36, "stragglerPolicy": "abort"}, 40, 40),  # args' batch wins
+        ({"overSamplingBatchSize": 64, "stragglerPolicy": "abort"}, 16, 32),  # at most 2 B
+    ],
+)
+def test_the_plan_follows_the_spec_and_slimes_batch_size(
+    fields: dict[str, Any], batch: int, in_flight: int
+) -> None:
+    plan = SamplingPlan.from_spec(grpo(**fields), batch)
+    assert (plan.batch_size, plan.in_flight) == (batch, in_flight)
+    assert plan.max_groups == (1 + 3) * in_flight
+
+
+@given(st.lists(st.sampled_from([0.0, 0.5, 1.0, 0.25]), min_size=2, max_size=16))
+def test_reward_variance_is_slimes_sample_std_test(rewards: list[float]) -> None:
+    assert has_reward_variance(rewards) == (statistics.stdev(rewards) > 1e-6)
+
+
+def test_one_reward_has_no_variance_as_torch_std_is_nan() -> None:
+    assert not has_reward_variance([1.0]) and not has_reward_variance([])
+
+
+def test_the_built_in_filter_reports_slimes_reasons() -> None:
+    f = ZeroRewardVariance()
+    assert f([1.0, 1.0], list).reason == "zero_std_1.0"
+    assert f([0.0, 0.0, 0.0], list).reason == "zero_std_0.0"
+    assert f([0.0, 1.0], list).keep
+
+
+def test_a_user_filter_is_called_lazily_with_slimes_arguments() -> None:
+    calls: list[tuple[Any, list[Any]]] = []
+
+    def fn(args: Any, samples: list[Any], **kwargs: Any) -> Any:
+        calls.append((args, samples))
+        return 0  # falsy, like slime's legacy bool form
+
+    verdict = UserFilter("m.fn", fn, "ARGS")([1.0], lambda: ["s"])
+    assert not verdict.keep and calls == [("ARGS", ["s"])]
+    assert load_filter(None, None) is None
+    assert isinstance(load_filter("zeroRewardVariance", None), ZeroRewardVariance)
+
+
+def outcome(sid: str, reward: float = 1.0, seconds: float = 1.0) -> EpisodeOutcome:
+    return EpisodeOutcome(sid, [], reward, failure=None, seconds=seconds)
+
+
+def test_the_carry_store_hands_back_once_and_forgets_after_its_ttl() -> None:
+    store = CarryStore()
+    store.put(3, 7, {(7, 14): outcome("a", seconds=5.0)})
+    assert store.take((7, 15)) is None
+    assert store.take((7, 14)) is not None and store.take((7, 14)) is None
+    assert store.was_cut(7) and not store.was_cut(7) and not store.was_cut(None)
+    store.put(3, 8, {(8, 16): outcome("b", seconds=5.0)})
+    assert store.expire(3 + TTL_STEPS - 1) == []
+    (dropped,) = store.expire(3 + TTL_STEPS)
+    assert dropped.session_id == "b" and not store.episodes and not store.cut_groups
+
+
+def test_the_length_bias_compares_trained_with_everything_the_step_ran() -> None:
+    report = StepReport(trained_seconds=[10.0, 10.0], other_seconds=[40.0], episodes_cut=1)
+    report.cut_seconds = 30.0
+    # trained mean 10; all four episodes (the cut one at its elapsed 30 s) mean 22.5
+    assert report.length_bias == pytest.approx(10.0 / 22.5 - 1.0)
+    assert StepReport().length_bias is None
+
+
+def run_of(order: int) -> GroupRun:
+    inp = EpisodeInput("p", {}, None, group_index=order, index=order)
+    prompt = PromptGroup([PlainSample(group_index=order, index=order)], [inp])
+    return GroupRun(prompt, order, False, [outcome(f"s{order}")], [None], [None])
+
+
+def test_a_batch_never_holds_more_than_b_groups() -> None:
+    gateway = FakeGateway()
+    ctx = RolloutContext(gateway, StubAgent(gateway), asyncio.Semaphore(1))
+    plan = SamplingPlan(batch_size=2, in_flight=4, max_refill_rounds=0, policy="carryOver")
+    step = _Step(ctx, None, plan, spec=None, group_filter=None, to_samples=list, step=0)  # type: ignore[arg-type]
+    step.kept = [run_of(0), run_of(2), run_of(3)]
+    step.backfilled = [run_of(1)]
+    step.trim()
+    # Backfills go first, then the latest started.
+    assert [r.order for r in step.kept] == [0, 2] and step.backfilled == []
+    assert sorted(r.order for r in step.cut_runs) == [1, 3]
