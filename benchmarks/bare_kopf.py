@@ -1,8 +1,10 @@
-"""The baseline of benchmarks/reconcile.py: a bare kopf handler that only creates a ConfigMap.
+"""The bare baseline of benchmarks/reconcile.py: a kopf handler that only creates a ConfigMap.
 
-Run as `kopf run --standalone -A benchmarks/bare_kopf.py` against the emulator (the URL comes
-from the kubeconfig in KUBECONFIG). Same shape as reconcile-anchor.md's bare operator: one
-owned ConfigMap per CR (409 = success) and `status.phase` via kopf's own patch.
+Run as `kopf run --standalone -A benchmarks/bare_kopf.py` against kmock or the local
+kube-apiserver (the URL and token come from the kubeconfig in KUBECONFIG). The smallest
+useful operator: one owned ConfigMap per object (409 = success) and `status.phase` through
+kopf's own patch. It shows what kopf itself costs; benchmarks/same_work_kopf.py shows what
+agentrl's requests cost.
 """
 
 from __future__ import annotations
@@ -14,15 +16,23 @@ import aiohttp
 import kopf
 import yaml
 
-# Read at import, before kopf's loop starts: the server kopf itself logs in to.
+# Read at import, before kopf's loop starts: the server kopf itself logs in to, and its token
+# (the benchmark's kubeconfigs skip TLS verification: a throwaway local apiserver).
 with open(os.environ["KUBECONFIG"], encoding="utf-8") as fh:
-    SERVER = yaml.safe_load(fh)["clusters"][0]["cluster"]["server"]
+    _CONFIG = yaml.safe_load(fh)
+SERVER = _CONFIG["clusters"][0]["cluster"]["server"]
+TOKEN = _CONFIG["users"][0]["user"].get("token")
 SESSION: dict[str, Any] = {}
 
 
 @kopf.on.startup()
 async def startup(**_: Any) -> None:
-    SESSION["http"] = aiohttp.ClientSession(headers={"User-Agent": "bare-kopf-handler"})
+    headers = {"User-Agent": "bare-kopf-handler"}
+    if TOKEN:
+        headers["Authorization"] = f"Bearer {TOKEN}"
+    SESSION["http"] = aiohttp.ClientSession(
+        headers=headers, connector=aiohttp.TCPConnector(ssl=False)
+    )
 
 
 @kopf.on.cleanup()

@@ -87,8 +87,19 @@ def test_names_columns_and_subresource() -> None:
     assert spec["names"]["shortNames"] == ["rlx", "rlexp"]
     version = spec["versions"][0]
     assert version["subresources"] == {"status": {}}
-    cols = [c["name"] for c in version["additionalPrinterColumns"]]
-    assert cols == ["Phase", "Rollout", "Reward", "Failed", "Age"]
+    cols = [c["name"] for c in version["additionalPrinterColumns"] if not c.get("priority")]
+    assert cols == ["Phase", "Rollout", "Reward", "Eval", "Recent Fail Ratio", "Age"]
+    wide = [c["name"] for c in version["additionalPrinterColumns"] if c.get("priority")]
+    assert wide == ["Step Time", "ETA"]
+    # Every column reads a field the status schema declares (an undeclared one is pruned).
+    schema = version["schema"]["openAPIV3Schema"]
+    for col in version["additionalPrinterColumns"]:
+        if col["jsonPath"].startswith(".metadata."):
+            continue
+        node = schema
+        for part in col["jsonPath"].split(".")[1:]:
+            node = node["properties"][part]
+        assert node["type"] in ("string", "integer", "number", "object"), col
 
 
 def test_immutable_and_mutable_cover_every_spec_field() -> None:

@@ -101,9 +101,9 @@ def experiment_objects(body: dict[str, Any], policy: object, tag: str) -> list[d
     """The operator's objects for one experiment, its pod templates as the Pods KubeRay makes."""
     exp, problems = parse_experiment(body, policy)  # type: ignore[arg-type]
     assert exp is not None, problems
-    objs = render_all(exp, OperatorDefaults(image=TEST_IMAGE), {"agentrl/__init__.py": "x = 1\n"})
-    out = [o for o in objs if o["kind"] != "RayJob"]
-    for template in pod_templates(objs[-1]):
+    kids = render_all(exp, OperatorDefaults(image=TEST_IMAGE), {"agentrl/__init__.py": "x = 1\n"})
+    out = list(kids.prerequisites)
+    for template in pod_templates(kids.rayjob):
         meta = dict(template["metadata"])
         meta.update(
             name=f"{tag}-{meta['labels'][LABEL_COMPONENT]}", namespace=exp.metadata.namespace

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from chart_helpers import CHART, HELMS, OPERATOR_IMAGE, helm_env
-from test_chart_rbac import CLUSTER, NAMESPACED
+from test_chart_rbac import CLUSTER, NAMED, NAMESPACED
 
 from support.kube import KubeHarness, running_harness
 
@@ -59,6 +59,14 @@ def can_i(kube: KubeHarness, sa: str, verb: str, resource: str, namespace: str |
     scope = ["-n", namespace] if namespace else ["--all-namespaces"]
     extra = [f"--subresource={sub}"] if sub else []
     proc = kube.kubectl("auth", "can-i", verb, name, *extra, *scope, f"--as={sa}", check=False)
+    answer = proc.stdout.strip()
+    assert answer in ("yes", "no"), proc.stderr
+    return answer == "yes"
+
+
+def can_i_named(kube: KubeHarness, sa: str, verb: str, resource: str, name: str) -> bool:
+    """`kubectl auth can-i VERB RESOURCE/NAME` for a cluster-scoped object."""
+    proc = kube.kubectl("auth", "can-i", verb, f"{resource}/{name}", f"--as={sa}", check=False)
     answer = proc.stdout.strip()
     assert answer in ("yes", "no"), proc.stderr
     return answer == "yes"
@@ -141,6 +149,14 @@ def test_cluster_wide_account_can_do_exactly_what_the_operator_needs(
         name = resource_name(group, resource)
         for verb in VERBS:
             assert can_i(installed, sa, verb, name, None) == (verb in verbs), (verb, name)
+    for (group, resource, obj), verbs in NAMED.items():
+        name = resource_name(group, resource)
+        allowed = verbs | CLUSTER.get((group, resource), set())  # + what every object has
+        for verb in VERBS:
+            assert can_i_named(installed, sa, verb, name, obj) == (verb in allowed), (verb, obj)
+        # That one object only: not our own CRD, not any other.
+        assert not can_i_named(installed, sa, "get", name, "rlexperiments.agentrl.io")
+        assert not can_i_named(installed, sa, "get", name, "rayclusters.ray.io")
     for verb, name in FORBIDDEN:
         assert not can_i(installed, sa, verb, name, "rl"), (verb, name)
 
@@ -150,6 +166,8 @@ def test_scoped_account_is_limited_to_its_namespaces(installed: KubeHarness) -> 
     assert can_i(installed, sa, "watch", "rlexperiments.agentrl.io", "team-a")
     assert can_i(installed, sa, "create", "rayjobs.ray.io", "team-a")
     assert can_i(installed, sa, "list", "customresourcedefinitions.apiextensions.k8s.io", None)
+    assert can_i_named(installed, sa, "get", "customresourcedefinitions.apiextensions.k8s.io",
+                       "rayjobs.ray.io")  # fmt: skip
     for ns in ("team-b", "rl"):
         assert not can_i(installed, sa, "list", "rlexperiments.agentrl.io", ns)
         assert not can_i(installed, sa, "create", "configmaps", ns)

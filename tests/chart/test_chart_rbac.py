@@ -1,4 +1,4 @@
-"""The operator's RBAC is exactly what it uses (operator-anchors §5), in both install modes."""
+"""The operator's RBAC is exactly what it uses, in both install modes."""
 
 from __future__ import annotations
 
@@ -24,15 +24,34 @@ NAMESPACED: dict[tuple[str, str], set[str]] = {
 CLUSTER: dict[tuple[str, str], set[str]] = {
     ("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch"},
 }
+# (apiGroup, resource, name) -> verbs on that one object: the operator reads KubeRay's RayJob
+# CRD at start-up (agentrl.controller.compat), and nothing else by name.
+NAMED: dict[tuple[str, str, str], set[str]] = {
+    ("apiextensions.k8s.io", "customresourcedefinitions", "rayjobs.ray.io"): {"get"},
+}
 
 
 def grants(rules: list[dict[str, Any]]) -> dict[tuple[str, str], set[str]]:
+    """Verbs on every object of a resource (rules without resourceNames)."""
     out: dict[tuple[str, str], set[str]] = {}
     for rule in rules:
-        assert "resourceNames" not in rule and "nonResourceURLs" not in rule
+        assert "nonResourceURLs" not in rule
+        if "resourceNames" in rule:
+            continue
         for group in rule["apiGroups"]:
             for resource in rule["resources"]:
                 out.setdefault((group, resource), set()).update(rule["verbs"])
+    return out
+
+
+def named_grants(rules: list[dict[str, Any]]) -> dict[tuple[str, str, str], set[str]]:
+    """Verbs on named objects (rules with resourceNames)."""
+    out: dict[tuple[str, str, str], set[str]] = {}
+    for rule in rules:
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                for name in rule.get("resourceNames") or ():
+                    out.setdefault((group, resource, name), set()).update(rule["verbs"])
     return out
 
 
@@ -40,6 +59,7 @@ def test_cluster_wide_mode_grants_exactly_what_the_operator_uses() -> None:
     objs = render()
     role = one(objs, "ClusterRole")
     assert grants(role["rules"]) == {**NAMESPACED, **CLUSTER}
+    assert named_grants(role["rules"]) == NAMED
     assert not find(objs, "Role")
     binding = one(objs, "ClusterRoleBinding")
     assert binding["roleRef"] == {
@@ -58,10 +78,12 @@ def test_cluster_wide_mode_grants_exactly_what_the_operator_uses() -> None:
 def test_namespaced_mode_grants_per_namespace_and_only_crd_reads_cluster_wide() -> None:
     objs = render(values=CHART / "ci" / "namespaced-values.yaml")
     assert grants(one(objs, "ClusterRole")["rules"]) == CLUSTER
+    assert named_grants(one(objs, "ClusterRole")["rules"]) == NAMED
     roles = find(objs, "Role")
     assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
     for role in roles:
         assert grants(role["rules"]) == NAMESPACED
+        assert named_grants(role["rules"]) == {}
     bindings = find(objs, "RoleBinding")
     assert sorted(b["metadata"]["namespace"] for b in bindings) == ["team-a", "team-b"]
     for binding in bindings:
@@ -83,10 +105,30 @@ def test_no_secrets_no_wildcards_no_exec_no_experiment_deletes() -> None:
 
 
 def test_every_kind_the_operator_client_touches_is_granted() -> None:
-    granted = {resource for _, resource in NAMESPACED}
+    granted = {resource for _, resource in NAMESPACED} | {r for _, r, _ in NAMED}
     assert set(PLURALS.values()) <= granted
 
 
 def test_rbac_can_be_left_to_the_platform() -> None:
     kinds = {o["kind"] for o in render(sets=("rbac.create=false",))}
     assert not kinds & {"ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
+
+
+def test_docs_table_is_the_rbac() -> None:
+    """docs/operator.md's RBAC table says exactly what the chart grants."""
+    text = (CHART.parents[1] / "docs" / "operator.md").read_text(encoding="utf-8")
+    table = text[text.index("| API group | resource | verbs | why |") :].split("\n\n")[0]
+    documented: dict[tuple[str, str], set[str]] = {}
+    named: dict[tuple[str, str, str], set[str]] = {}
+    for line in table.splitlines()[2:]:
+        group, resources, verbs, _ = (c.strip() for c in line.strip("|").split("|"))
+        group = "" if group == "(core)" else group.strip("`")
+        verb_set = {v.strip() for v in verbs.split(",")}
+        if ", only " in resources:
+            resource, name = (part.strip("` ") for part in resources.split(", only "))
+            named[(group, resource, name)] = verb_set
+            continue
+        for resource in resources.split(","):
+            documented[(group, resource.strip("` "))] = verb_set
+    assert documented == {**NAMESPACED, **CLUSTER}
+    assert named == NAMED

@@ -394,7 +394,7 @@ def test_pod_monitor_selects_the_rendered_head_pod_and_its_metrics_port() -> Non
     exp, problems = parse_experiment(body)
     assert exp is not None, problems
     defaults = OperatorDefaults(image="runtime@sha256:" + "1" * 64)  # a test value
-    rayjob = next(o for o in render_all(exp, defaults, {}) if o["kind"] == "RayJob")
+    rayjob = render_all(exp, defaults, {}).rayjob
     head = rayjob["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]
     workers = rayjob["spec"]["rayClusterSpec"]["workerGroupSpecs"]
     monitor = one(render(), "PodMonitor")

@@ -81,6 +81,9 @@ async def test_phase_follows_job_deployment_status(
     assert st.get("completionTime")
     if journey == "retries-then-fails":
         assert st["attempts"] == 2
+    # Events follow the status writes they describe: wait for the last one to land.
+    await wait_for(lambda: [e["reason"] for e in api.events("demo")][-1:] == [st["phase"]],
+                   what="the terminal event")  # fmt: skip
     reasons = [e["reason"] for e in api.events("demo")]
     assert reasons[-1] == st["phase"]  # one event per transition, the last one terminal
     assert len(reasons) == len(set(zip(reasons, range(len(reasons)), strict=True)))
@@ -149,7 +152,8 @@ async def test_immutable_change_is_refused(api: Api, operator: OperatorRun) -> N
     )
     cond = conditions.get(st, ConditionType.IMMUTABLE_FIELD_CHANGED)
     assert cond is not None and "spec.model" in cond["message"] and cond["observedGeneration"] == 2
-    assert [e["reason"] for e in api.events("demo")] == ["ImmutableFieldChanged"]
+    await wait_for(lambda: [e["reason"] for e in api.events("demo")] == ["ImmutableFieldChanged"],
+                   what="one ImmutableFieldChanged event")  # fmt: skip
     assert api.get(RAYJOBS, NS, "demo")["spec"] == job_before["spec"]  # type: ignore[index]
     assert api.get("v1/configmaps", NS, "demo-config")["data"] == config_before["data"]  # type: ignore[index]
     # Reverting clears the condition.
@@ -217,7 +221,8 @@ async def test_stuck_pods_stall_the_experiment(
     )
     cond = conditions.get(st, ConditionType.STALLED)
     assert cond is not None and cond["reason"] == reason and "demo-head-abc" in cond["message"]
-    assert [e["reason"] for e in api.events("demo")][-1] == "Stalled"
+    await wait_for(lambda: [e["reason"] for e in api.events("demo")][-1:] == ["Stalled"],
+                   what="the Stalled event")  # fmt: skip
     await api.patch(
         "v1/pods",
         NS,
@@ -268,7 +273,7 @@ agentrl_episodes_total{{split="gsm8k",outcome="failed"}} 50
 # TYPE agentrl_failed_sessions_total counter
 agentrl_failed_sessions_total{{split="train",reason="timeout"}} {failed}
 """
-METRICS_TEXT = METRICS_TEMPLATE.format(rollout=12, ok=90, failed=10)
+METRICS_TEXT = METRICS_TEMPLATE.format(rollout=4, ok=90, failed=10)
 
 
 class MetricsServer:
@@ -326,8 +331,9 @@ async def test_progress_scrape(
     assert server.hits[0] == "/rl/demo/metrics"
     progress = status_of(api)["progress"]
     assert {k: v for k, v in progress.items() if k != "updatedAt"} == {
-        "rollout": 12,
+        "rollout": 4,
         "totalRollouts": 10,
+        "rolloutText": "5/10",
         "trainReward": 0.625,
         "evalReward": 0.5,
         "failedSessionRatio": 0.1,
@@ -340,7 +346,37 @@ async def test_progress_scrape(
     writes = [r for r in api.emu.log[mark:] if r.is_write]
     assert writes == []
     # Back with new numbers: the ratio covers only the episodes since the last good scrape.
-    server.text = METRICS_TEMPLATE.format(rollout=13, ok=140, failed=60)
+    server.text = METRICS_TEMPLATE.format(rollout=5, ok=140, failed=60)
     server.up = True
-    await wait_for(lambda: status_of(api)["progress"].get("rollout") == 13, what="rollout 13")
+    await wait_for(lambda: status_of(api)["progress"].get("rollout") == 5, what="rollout 5")
     assert status_of(api)["progress"]["failedSessionRatio"] == 0.5  # 50 of 100 new episodes
+    assert status_of(api)["progress"]["rolloutText"] == "6/10"
+
+
+async def test_step_time_and_eta_on_a_fake_clock(
+    api: Api, operator: OperatorRun, metrics_server: tuple[MetricsServer, int], clock: FakeClock
+) -> None:
+    server, _ = metrics_server
+    await created(api)
+    await api.patch(RAYJOBS, NS, "demo", {"status": {"jobDeploymentStatus": "Running"}}, "status")
+    await wait_for(lambda: status_of(api).get("progress", {}).get("rollout") == 4)
+    # Rollout 4 was reached some time before the first read: only a move starts the clock.
+    start = clock.now
+    clock.set(start + timedelta(seconds=30))
+    server.text = METRICS_TEMPLATE.format(rollout=5, ok=90, failed=10)
+    await wait_for(lambda: status_of(api)["progress"].get("rollout") == 5)
+    assert "stepSeconds" not in status_of(api)["progress"]
+    # Two steps in 240 s: 120 s per step; rollout ids 8 and 9 remain.
+    clock.set(start + timedelta(seconds=270))
+    server.text = METRICS_TEMPLATE.format(rollout=7, ok=90, failed=10)
+    progress = await wait_for(
+        lambda: (p := status_of(api)["progress"]).get("rollout") == 7 and p, what="rollout 7"
+    )
+    assert progress["stepSeconds"] == 120.0 and progress["rolloutText"] == "8/10"
+    eta = parse_time(progress["eta"])
+    assert eta == start + timedelta(seconds=270 + 2 * 120)
+    # Reads without a move change nothing, however much time passes (no status writes).
+    mark, hits = len(api.emu.log), len(server.hits)
+    clock.set(start + timedelta(seconds=900))
+    await wait_for(lambda: len(server.hits) > hits + 3, what="more scrapes")
+    assert [r for r in api.emu.log[mark:] if r.is_write] == []

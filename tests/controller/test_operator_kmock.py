@@ -111,6 +111,8 @@ async def test_name_conflict(api: Api, operator: OperatorRun) -> None:
     st = await wait_for(lambda: status_of(api).get("phase") == "Failed" and status_of(api))
     cond = conditions.get(st, ConditionType.NAME_CONFLICT)
     assert cond is not None and cond["status"] == "True" and "demo-config" in cond["message"]
+    # The event is posted right after the status it follows: wait for it, then check it is one.
+    await wait_for(lambda: api.events("demo"), what="the event")
     assert [e["reason"] for e in api.events("demo")] == ["NameConflict"]
     assert api.get(RAYJOBS, NS, "demo") is None
     assert api.get("v1/configmaps", NS, "demo-config")["data"] == {}  # type: ignore[index]

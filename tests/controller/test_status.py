@@ -147,6 +147,66 @@ def test_immutable_change_is_a_condition_not_a_phase() -> None:
     assert conditions.get(back, C.IMMUTABLE_FIELD_CHANGED)["status"] == "False"  # type: ignore[index]
 
 
+REFUSED_CM = status.Rejection(
+    status.FAILED_CREATE,
+    "the API server refused creating ConfigMap ns/exp-config (HTTP 422 Invalid): too long",
+)
+
+
+def test_a_refused_create_fails_the_generation_with_the_api_servers_words() -> None:
+    out = status.SpecOutcome(generation=1, rejection=REFUSED_CM)
+    st = observe(status.apply_spec({}, out, T0), None, T0)
+    assert st["phase"] == Phase.FAILED
+    cond = conditions.get(st, C.CHILD_REJECTED)
+    assert cond is not None and cond["status"] == "True" and cond["reason"] == "FailedCreate"
+    assert cond["message"].startswith(REFUSED_CM.message)
+    assert "not retried" in cond["message"] and "generation 1" in cond["message"]
+    failed = conditions.get(st, C.FAILED)
+    assert failed is not None and failed["reason"] == "FailedCreate"
+    assert failed["message"] == cond["message"]
+    # One Warning event that explains the failure; the phase change adds none.
+    assert [(e.type, e.reason) for e in conditions.events_between({}, st)] == [
+        ("Warning", "FailedCreate")
+    ]
+    # The same refusal again (an operator restart reconciles once more): nothing new.
+    again = observe(status.apply_spec(st, out, T1), None, T1)
+    assert status.diff(st, again) is None and conditions.events_between(st, again) == []
+    # A new generation is tried again and clears it.
+    fixed = status.SpecOutcome(generation=2, rayjob_name="exp")
+    ok = observe(status.apply_spec(st, fixed, T2), {}, T2)
+    assert ok["phase"] == Phase.PENDING
+    cleared = conditions.get(ok, C.CHILD_REJECTED)
+    assert cleared is not None and cleared["status"] == "False"
+    assert conditions.get(ok, C.FAILED)["status"] == "False"  # type: ignore[index]
+
+
+def test_a_refused_create_of_a_new_generation_posts_again() -> None:
+    st = observe(status.apply_spec({}, status.SpecOutcome(1, rejection=REFUSED_CM), T0), None, T0)
+    two = observe(status.apply_spec(st, status.SpecOutcome(2, rejection=REFUSED_CM), T1), None)
+    assert [e.reason for e in conditions.events_between(st, two)] == ["FailedCreate"]
+
+
+def test_a_refused_update_is_a_condition_not_a_phase() -> None:
+    running = observe(created(), {"jobDeploymentStatus": "Running"})
+    refused = status.Rejection(status.FAILED_UPDATE, "the API server refused updating RayJob")
+    out = status.SpecOutcome(generation=2, rayjob_name="exp", rejection=refused)
+    st = observe(status.apply_spec(running, out, T1), {"jobDeploymentStatus": "Running"})
+    assert st["phase"] == Phase.RUNNING
+    cond = conditions.get(st, C.CHILD_REJECTED)
+    assert cond is not None and cond["reason"] == "FailedUpdate"
+    assert "keeps its previous values" in cond["message"]
+    assert [(e.type, e.reason) for e in conditions.events_between(running, st)] == [
+        ("Warning", "FailedUpdate")
+    ]
+
+
+def test_a_finished_run_is_not_failed_by_a_refusal() -> None:
+    done = observe(created(), {"jobDeploymentStatus": "Complete", "jobStatus": "SUCCEEDED"})
+    refused = status.Rejection(status.FAILED_CREATE, "refused")
+    st = observe(status.apply_spec(done, status.SpecOutcome(2, rejection=refused), T2), None, T2)
+    assert st["phase"] == Phase.SUCCEEDED
+
+
 def test_stalled_names_pod_and_reason() -> None:
     st = observe(created(), {"jobDeploymentStatus": "Initializing"})
     seen = status.Observed(

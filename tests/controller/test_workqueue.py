@@ -7,7 +7,7 @@ from collections import Counter
 
 import pytest
 
-from agentrl.controller.workqueue import WorkQueue
+from agentrl.controller.workqueue import RETRY_MAX_DELAY, WorkQueue, jittered, retry_delay
 
 
 class Recorder:
@@ -106,3 +106,27 @@ async def test_a_failing_handler_does_not_stop_the_workers() -> None:
     await settle()
     assert rec.calls == {"bad": 1, "good": 1}
     await queue.close()
+
+
+@pytest.mark.parametrize(
+    ("failures", "low", "high"),
+    [
+        pytest.param(1, 0.5, 1.0, id="first"),
+        pytest.param(2, 1.0, 2.0, id="second"),
+        pytest.param(4, 4.0, 8.0, id="fourth"),
+        pytest.param(7, 30.0, 60.0, id="capped"),
+        pytest.param(50, RETRY_MAX_DELAY / 2, RETRY_MAX_DELAY, id="no-overflow"),
+    ],
+)
+def test_retry_delay_is_exponential_capped_and_jittered(
+    failures: int, low: float, high: float
+) -> None:
+    assert retry_delay(failures, lambda: 0.0) == low
+    assert retry_delay(failures, lambda: 1.0) == high
+    assert low < retry_delay(failures, lambda: 0.5) < high
+
+
+def test_retries_that_failed_together_spread_out() -> None:
+    delays = {round(retry_delay(3), 3) for _ in range(200)}  # the real random source
+    assert len(delays) > 100 and min(delays) >= 2.0 and max(delays) <= 4.0
+    assert 2.5 <= jittered(5.0, lambda: 0.0) <= jittered(5.0, lambda: 1.0) == 5.0

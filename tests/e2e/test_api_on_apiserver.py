@@ -69,15 +69,24 @@ def test_status_subresource_and_printer_columns(kube: KubeHarness) -> None:
             "progress": {
                 "rollout": 7,
                 "totalRollouts": 10,
+                "rolloutText": "8/10",
                 "trainReward": 0.42,
+                "evalReward": 0.5,
                 "failedSessionRatio": 0.05,
+                "stepSeconds": 95.5,
+                "eta": "2026-01-01T05:00:00Z",
             },
         }
     }
     kube.kubectl("patch", "rlx", "columns", "-n", NS, "--subresource=status", "--type=merge",
                  "-p", json.dumps(status))  # fmt: skip
-    row = kube.kubectl("get", "rlx", "columns", "-n", NS, "--no-headers").stdout.split()
-    assert row[:5] == ["columns", "Running", "7", "0.42", "0.05"]
+    table = kube.kubectl("get", "rlx", "columns", "-n", NS).stdout.splitlines()
+    assert table[0].split() == ["NAME", "PHASE", "ROLLOUT", "REWARD", "EVAL", "RECENT", "FAIL",
+                                "RATIO", "AGE"]  # fmt: skip
+    assert table[1].split()[:6] == ["columns", "Running", "8/10", "0.42", "0.5", "0.05"]
+    wide = kube.kubectl("get", "rlx", "columns", "-n", NS, "-o", "wide").stdout.splitlines()
+    assert "STEP TIME" in wide[0] and "ETA" in wide[0]
+    assert wide[1].split()[6:8] == ["95.5", "2026-01-01T05:00:00Z"]
     stored = kube.kubectl_json("get", "rlexp", "columns", "-n", NS, "-o", "json")
     assert stored["status"]["progress"]["totalRollouts"] == 10  # declared, so not pruned
 

@@ -75,7 +75,7 @@ def vanished(sent: Any, kept: Any, path: str = "") -> list[str]:
 def rayjob(group: str, name: str) -> dict[str, Any]:
     exp, problems = parse_experiment(minimal_body(startupDeadlineSeconds=600, backoffLimit=2))
     assert exp is not None, problems
-    job = copy.deepcopy(render_all(exp, DEFAULTS, collect_bundle_files())[-1])
+    job = copy.deepcopy(render_all(exp, DEFAULTS, collect_bundle_files()).rayjob)
     job["apiVersion"] = f"{group}/v1"
     job["metadata"] = {"name": name, "namespace": NS, "labels": job["metadata"]["labels"],
                        "annotations": job["metadata"]["annotations"]}  # fmt: skip

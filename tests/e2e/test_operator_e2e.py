@@ -33,6 +33,7 @@ METRICS = """\
 agentrl_rollout_step 7
 # TYPE agentrl_batch_reward_mean gauge
 agentrl_batch_reward_mean{split="train"} 0.75
+agentrl_batch_reward_mean{split="gsm8k"} 0.5
 # TYPE agentrl_episodes_total counter
 agentrl_episodes_total{split="train",outcome="succeeded"} 45
 agentrl_episodes_total{split="train",outcome="failed"} 5
@@ -204,7 +205,9 @@ def test_example_lifecycle(
         (ref,) = kid["metadata"]["ownerReferences"]
         assert (ref["uid"], ref["kind"], ref["controller"]) == (uid, "RLExperiment", True)
     table = kube.kubectl("get", "rlx", name, "-n", ns).stdout.split("\n")
-    assert table[0].split() == ["NAME", "PHASE", "ROLLOUT", "REWARD", "FAILED", "AGE"]
+    assert table[0].split() == ["NAME", "PHASE", "ROLLOUT", "REWARD", "EVAL", "RECENT", "FAIL",
+                                "RATIO", "AGE"]  # fmt: skip
+    done = f"8/{doc['spec']['grpo']['numRollouts']}"  # rollout id 7 is the 8th
     assert table[1].split()[:2] == [name, "Pending"]
     for rj_status, phase in KUBERAY_TRANSITIONS:
         patch_rayjob_status(kube, ns, name, rj_status)
@@ -218,12 +221,12 @@ def test_example_lifecycle(
                     (r := kube.kubectl("get", "rlx", name, "-n", ns).stdout.split("\n")[1].split())[
                         2
                     ]
-                    == "7"
+                    == done
                     and r
                 ),
                 what="progress column",
             )
-            assert row[1:5] == ["Running", "7", "0.75", "0.1"]
+            assert row[1:6] == ["Running", done, "0.75", "0.5", "0.1"]
     st = status(kube, ns, name)
     assert condition(st, "Succeeded")["status"] == "True"
     assert st["attempts"] == 2 and st["rayClusterName"] == "c-2"

@@ -41,7 +41,7 @@ def pods(name: str) -> list[dict[str, Any]]:
     exp, problems = parse_experiment(load_example(name), load_policy(example_policy(), "x"))
     assert exp is not None, problems
     out = []
-    for template in pod_templates(render_all(exp, OperatorDefaults(image=TEST_IMAGE), {})[-1]):
+    for template in pod_templates(render_all(exp, OperatorDefaults(image=TEST_IMAGE), {}).rayjob):
         meta = copy.deepcopy(template["metadata"])
         meta.update(name=f"{name}-{meta['labels']['agentrl.io/component']}", namespace=NS)
         out.append({"apiVersion": "v1", "kind": "Pod", "metadata": meta,

@@ -27,9 +27,8 @@ BUNDLE = {"agentrl/__init__.py": "x = 1\n", "agentrl/bundle/launch/__main__.py":
 def rendered(files: dict[str, str] = BUNDLE) -> dict[str, dict[str, Any]]:
     exp, problems = parse_experiment(minimal_body())
     assert exp is not None, problems
-    objs = render_all(exp, DEFAULTS, files)
-    code, job = objs[1], objs[-1]
-    return {"bundle": code, "rayjob": job}
+    kids = render_all(exp, DEFAULTS, files)
+    return {"bundle": kids.bundle, "rayjob": kids.rayjob}
 
 
 def unpacked(config_map: dict[str, Any]) -> dict[str, str]:

@@ -30,7 +30,7 @@ def rayjob_of(objects: list[dict[str, Any]]) -> dict[str, Any]:
 def render(body: dict[str, Any]) -> list[dict[str, Any]]:
     exp, problems = parse_experiment(body)
     assert exp is not None, problems
-    return render_all(exp, DEFAULTS, collect_bundle_files())
+    return list(render_all(exp, DEFAULTS, collect_bundle_files()))
 
 
 def test_apply_order(example_body: dict[str, Any]) -> None:

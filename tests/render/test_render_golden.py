@@ -37,7 +37,7 @@ BUNDLE = {
 def rendered(name: str) -> str:
     exp, problems = parse_experiment(load_example(name))
     assert exp is not None, problems
-    objs = render_all(exp, DEFAULTS, BUNDLE)
+    objs = list(render_all(exp, DEFAULTS, BUNDLE))
     for obj in objs:
         # The archive's bytes depend on the zlib build, and nobody reviews base64: show its
         # members (test_render_bundle.py checks the archive itself).

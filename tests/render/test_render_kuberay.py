@@ -63,7 +63,7 @@ def experiment(body: dict[str, Any]) -> RLExperiment:
 
 
 def rayjob(body: dict[str, Any]) -> dict[str, Any]:
-    return render_all(experiment(body), DEFAULTS, BUNDLE)[-1]
+    return render_all(experiment(body), DEFAULTS, BUNDLE).rayjob
 
 
 def with_spec(body: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:

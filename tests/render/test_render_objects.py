@@ -33,8 +33,9 @@ def parse(body: dict[str, Any]) -> RLExperiment:
 
 def objects(body: dict[str, Any], bundle: dict[str, str] = BUNDLE) -> dict[str, dict[str, Any]]:
     """Rendered objects by role: config, bundle, service (the gateway's), metrics, rayjob."""
-    config, code, svc, metrics, job = render_all(parse(body), DEFAULTS, bundle)
-    return {"config": config, "bundle": code, "service": svc, "metrics": metrics, "rayjob": job}
+    kids = render_all(parse(body), DEFAULTS, bundle)
+    return {"config": kids.config, "bundle": kids.bundle, "service": kids.gateway_service,
+            "metrics": kids.metrics_service, "rayjob": kids.rayjob}  # fmt: skip
 
 
 def containers(job: dict[str, Any]) -> list[dict[str, Any]]:
@@ -210,7 +211,7 @@ def test_image_pull_secrets_and_ray_version_from_defaults() -> None:
     exp = parse(minimal_body())
     defaults = OperatorDefaults(image="i@sha256:" + "2" * 64, image_pull_secrets=("regcred",),
                                 ray_version="2.49.0")  # fmt: skip
-    job = render_all(exp, defaults, BUNDLE)[-1]
+    job = render_all(exp, defaults, BUNDLE).rayjob
     assert job["spec"]["rayClusterSpec"]["rayVersion"] == "2.49.0"
     for template in pod_templates(job):
         assert template["spec"]["imagePullSecrets"] == [{"name": "regcred"}]
@@ -227,3 +228,21 @@ def test_an_invalid_experiment_is_refused() -> None:
     broken = exp.model_copy(update={"metadata": exp.metadata.model_copy(update={"name": "X" * 60})})
     with pytest.raises(ValueError, match=r"metadata.name: name is 60 characters"):
         render_all(broken, DEFAULTS, BUNDLE)
+
+
+def test_children_share_no_mutable_parts() -> None:
+    """Callers may edit one rendered object (or one pod template) without touching another."""
+    kids = render_all(parse(load_example(SWE)), DEFAULTS, BUNDLE)
+    seen: dict[int, str] = {}
+
+    def walk(node: Any, where: str) -> None:
+        if isinstance(node, dict | list):
+            assert id(node) not in seen, f"{where} is the same object as {seen[id(node)]}"
+            seen[id(node)] = where
+            items = node.items() if isinstance(node, dict) else enumerate(node)
+            for key, value in items:
+                walk(value, f"{where}.{key}")
+
+    for role in ("config", "bundle", "gateway_service", "metrics_service", "rayjob"):
+        walk(getattr(kids, role), role)
+    assert [o["kind"] for o in kids] == ["ConfigMap", "ConfigMap", "Service", "Service", "RayJob"]

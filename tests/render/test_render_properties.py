@@ -58,6 +58,6 @@ def test_accepted_specs_render_and_pass_kuberay(body: dict[str, Any]) -> None:
         assert any(p.severity == "error" and p.path for p in problems)
         return
     preview(exp.spec)  # raises on a GPU layout slime cannot express
-    job = render_all(exp, OperatorDefaults(image=TEST_IMAGE), BUNDLE)[-1]
+    job = render_all(exp, OperatorDefaults(image=TEST_IMAGE), BUNDLE).rayjob
     assert kuberay_controller_errors(job) == []
     assert rayjob_schema_errors(job) == []

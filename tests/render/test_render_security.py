@@ -19,7 +19,7 @@ from agentrl.api.models import RLExperiment
 from agentrl.api.policy import Policy
 from agentrl.api.security import BASELINE_CAPABILITIES, RDMA_RESOURCES, worker_capabilities
 from agentrl.api.validation import errors, parse_experiment
-from agentrl.render import OperatorDefaults, render_all
+from agentrl.render import Children, OperatorDefaults, render_all
 from agentrl.render.pods import INTERCONNECT_ENV
 from conftest import TEST_IMAGE, minimal_body
 from kube_checks import pod_templates
@@ -33,7 +33,7 @@ def parse(body: dict[str, Any]) -> RLExperiment:
     return exp
 
 
-def rendered(exp: RLExperiment) -> list[dict[str, Any]]:
+def rendered(exp: RLExperiment) -> Children:
     return render_all(exp, OperatorDefaults(image=TEST_IMAGE), BUNDLE)
 
 
@@ -44,7 +44,7 @@ def containers(template: dict[str, Any]) -> list[dict[str, Any]]:
 
 def test_every_pod_is_hardened(example_body: dict[str, Any]) -> None:
     exp = parse(example_body)
-    head, worker, submitter = pod_templates(rendered(exp)[-1])
+    head, worker, submitter = pod_templates(rendered(exp).rayjob)
     for template in (head, worker, submitter):
         spec = template["spec"]
         assert spec["automountServiceAccountToken"] is False
@@ -65,7 +65,7 @@ def test_every_pod_is_hardened(example_body: dict[str, Any]) -> None:
 
 def test_rdma_devices_add_ipc_lock_to_the_workers_only() -> None:
     exp = parse(minimal_body(resources={"extraResources": {"vpc.amazonaws.com/efa": 32}}))
-    head, worker, _ = pod_templates(rendered(exp)[-1])
+    head, worker, _ = pod_templates(rendered(exp).rayjob)
     caps = worker["spec"]["containers"][0]["securityContext"]["capabilities"]
     assert caps == {"drop": ["ALL"], "add": ["IPC_LOCK"]}
     assert "add" not in head["spec"]["containers"][0]["securityContext"]["capabilities"]
@@ -82,7 +82,8 @@ def test_gateway_and_metrics_services_are_separate() -> None:
         "annotations": {"service.beta.kubernetes.io/aws-load-balancer-scheme": "internal"},
     }
     exp = parse(minimal_body(gateway={"service": service}))
-    _, _, gateway, metrics, job = rendered(exp)
+    kids = rendered(exp)
+    gateway, metrics, job = kids.gateway_service, kids.metrics_service, kids.rayjob
     assert gateway["metadata"]["name"] == "demo-gateway"
     assert gateway["spec"]["type"] == "LoadBalancer"
     assert [p["name"] for p in gateway["spec"]["ports"]] == [GATEWAY_PORT_NAME]
@@ -154,7 +155,7 @@ def asks(draw: st.DrawFn) -> dict[str, Any]:
 
 def inside(exp: RLExperiment, policy: Policy) -> bool:
     """Whether the rendered pods stay within the policy, read from the objects themselves."""
-    for template in pod_templates(rendered(exp)[-1]):
+    for template in pod_templates(rendered(exp).rayjob):
         spec = template["spec"]
         sa = spec.get("serviceAccountName", "default")
         if sa != "default" and not any(

@@ -13,14 +13,20 @@ benchmark measure kmock instead of the operator (reconcile-anchor.md):
 3. It has no garbage collector. Deleting an owner deletes its dependents here, the way the
    kube-controller-manager would, so "nothing left behind" can be asserted.
 
+It can also answer chosen requests the way an API server refuses them (`refuse`): a Status
+object with the code, reason and message a real one sends (422 Invalid, 403 Forbidden,
+503 ServiceUnavailable...), for tests of how the operator takes refusals.
+
     async with running_emulator() as api:      # api.url, api.objects, api.log
-        ...
+        api.refuse("POST", "v1/configmaps", 422, "Invalid", "too long", times=None)
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import datetime
+import functools
 import itertools
 import time
 import uuid
@@ -67,6 +73,31 @@ _VIEW_CONTAINS = kmock.View.__contains__
 kmock.Filter.__contains__ = _filter_contains  # type: ignore[method-assign,assignment]
 
 
+@dataclass
+class Refusal:
+    """Answer matching requests with an API server's error Status, `times` times (None: always)."""
+
+    method: str
+    resource: str
+    code: int
+    reason: str
+    message: str
+    name: str | None = None  # only requests about this object (None: any)
+    times: int | None = None
+    answered: int = 0
+
+    def matches(self, logged: Logged) -> bool:
+        return (logged.method == self.method and logged.resource == self.resource
+                and self.name in (None, logged.name)
+                and (self.times is None or self.answered < self.times))  # fmt: skip
+
+    def response(self) -> aiohttp.web.Response:
+        self.answered += 1
+        status = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                  "message": self.message, "reason": self.reason, "code": self.code}  # fmt: skip
+        return aiohttp.web.json_response(status, status=self.code)
+
+
 @dataclass(frozen=True)
 class Logged:
     """One request as the emulator saw it."""
@@ -91,6 +122,7 @@ class OperatorEmulator(kmock.KubernetesEmulator):  # type: ignore[misc]
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
         self.log: list[Logged] = []
+        self.refusals: list[Refusal] = []
         self._inflight: set[int] = set()
         self._rv = itertools.count(1000)
         for key, info in RESOURCES.items():
@@ -103,6 +135,9 @@ class OperatorEmulator(kmock.KubernetesEmulator):  # type: ignore[misc]
         self._requests[:] = [r for r in self._requests if id(r) in self._inflight]
         self._record(request)
         try:
+            refusal = next((r for r in self.refusals if r.matches(self.log[-1])), None)
+            if refusal is not None:
+                return refusal.response()
             self._stamp(request)
             response = await super()._handle(request)
             if _value(request.method) == "DELETE" and request.name:
@@ -193,6 +228,15 @@ class OperatorEmulator(kmock.KubernetesEmulator):  # type: ignore[misc]
 
     # ---- conveniences for tests -------------------------------------------------------
 
+    def refuse(
+        self, method: str, resource: str, code: int, reason: str, message: str, *,
+        name: str | None = None, times: int | None = None,
+    ) -> Refusal:  # fmt: skip
+        """Refuse matching requests from now on (`times` of them; None: until removed)."""
+        refusal = Refusal(method, resource, code, reason, message, name, times)
+        self.refusals.append(refusal)
+        return refusal
+
     def live(self, resource: str, namespace: str | None = None) -> list[dict[str, Any]]:
         """Live objects of a resource ("v1/configmaps"), optionally in one namespace."""
         out = []
@@ -224,12 +268,37 @@ def _now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+CRDS = "apiextensions.k8s.io/v1/customresourcedefinitions"
+KUBERAY_CRD = Path(__file__).resolve().parents[1] / "data" / "kuberay" / "ray.io_rayjobs.yaml"
+
+
+@functools.cache
+def _load_crd(path: Path) -> dict[str, Any]:
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # ~1 MB of YAML: parse it once
+    crd: dict[str, Any] = yaml.load(path.read_text(encoding="utf-8"), Loader=loader)
+    return crd
+
+
+def kuberay_crd(path: Path = KUBERAY_CRD) -> dict[str, Any]:
+    """A KubeRay rayjobs.ray.io CRD (the current release's unless told), a fresh copy."""
+    return copy.deepcopy(_load_crd(path))
+
+
+def install_kuberay_crd(api: OperatorEmulator, path: Path = KUBERAY_CRD) -> None:
+    """Store KubeRay's rayjobs.ray.io CRD (the operator reads it at start-up)."""
+    crd = kuberay_crd(path)
+    crd["metadata"].setdefault("resourceVersion", "1")
+    api.objects[CRDS, None, crd["metadata"]["name"]] = crd
+
+
 @contextlib.asynccontextmanager
 async def running_emulator() -> AsyncIterator[tuple[OperatorEmulator, str]]:
-    """(emulator, base URL) served on 127.0.0.1, with the standard namespaces."""
+    """(emulator, base URL) served on 127.0.0.1, with the standard namespaces and the
+    current KubeRay's RayJob CRD, as a cluster with KubeRay installed has."""
     async with OperatorEmulator() as api, kmock.Server(api) as server:
         for ns in ("default",):
             api.objects["v1/namespaces", None, ns] = {"metadata": {"name": ns}}
+        install_kuberay_crd(api)
         yield api, str(server.url).rstrip("/")
 
 

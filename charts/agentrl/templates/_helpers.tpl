@@ -157,11 +157,19 @@ owner references, and users delete RLExperiments.
   verbs: ["create"]
 {{- end }}
 
-{{/* Cluster-scoped reads kopf needs wherever it runs: it watches CRDs to find its resources. */}}
+{{/*
+Cluster-scoped reads wherever the operator runs: kopf watches CRDs to find its resources, and
+the operator reads KubeRay's RayJob CRD (that one object) to refuse experiments whose RayJob
+the installed KubeRay would silently prune.
+*/}}
 {{- define "agentrl.clusterRules" -}}
 - apiGroups: ["apiextensions.k8s.io"]
   resources: ["customresourcedefinitions"]
   verbs: ["list", "watch"]
+- apiGroups: ["apiextensions.k8s.io"]
+  resources: ["customresourcedefinitions"]
+  resourceNames: ["rayjobs.ray.io"]
+  verbs: ["get"]
 {{- end }}
 
 {{/*

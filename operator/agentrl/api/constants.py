@@ -113,3 +113,5 @@ class ConditionType(StrEnum):
     NAME_CONFLICT = "NameConflict"
     IMMUTABLE_FIELD_CHANGED = "ImmutableFieldChanged"
     CONFIG_WARNING = "ConfigWarning"
+    CHILD_REJECTED = "ChildRejected"
+    KUBERAY_INCOMPATIBLE = "KubeRayIncompatible"

@@ -74,12 +74,24 @@ ROOT_RULES = (
 # Lists whose items are identified by a key (the apiserver rejects duplicate keys).
 LIST_MAP_KEYS = {"data.eval": "name", "runtime.env": "name"}
 
+# `kubectl get rlx`. A column takes one JSONPath, so "12/200" is a status field of its own.
+# Priority 1 columns show with `-o wide`.
 PRINTER_COLUMNS = [
     {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
-    {"name": "Rollout", "type": "integer", "jsonPath": ".status.progress.rollout"},
-    {"name": "Reward", "type": "number", "jsonPath": ".status.progress.trainReward"},
-    {"name": "Failed", "type": "number", "jsonPath": ".status.progress.failedSessionRatio",
-     "description": "share of agent sessions that failed in the last rollout"},
+    {"name": "Rollout", "type": "string", "jsonPath": ".status.progress.rolloutText",
+     "description": "training rollouts finished of grpo.numRollouts"},
+    {"name": "Reward", "type": "number", "jsonPath": ".status.progress.trainReward",
+     "description": "mean reward of the last training rollout"},
+    {"name": "Eval", "type": "number", "jsonPath": ".status.progress.evalReward",
+     "description": "mean reward of the last evaluation"},
+    {"name": "Recent Fail Ratio", "type": "number",
+     "jsonPath": ".status.progress.failedSessionRatio",
+     "description": "failed / finished training episodes since the operator's previous "
+                    "progress read (every sweep interval)"},
+    {"name": "Step Time", "type": "number", "jsonPath": ".status.progress.stepSeconds",
+     "priority": 1, "description": "seconds per rollout step, smoothed"},
+    {"name": "ETA", "type": "string", "jsonPath": ".status.progress.eta", "priority": 1,
+     "description": "when the last rollout should finish at the current pace"},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 ]  # fmt: skip
 

@@ -42,17 +42,23 @@ class RayJobMirror(Model):
 
 class Progress(Model):
     rollout: int | None = None
-    """Last finished rollout step."""
+    """Id of the last finished training rollout (slime counts from 0)."""
     total_rollouts: int | None = None
     """`grpo.numRollouts`."""
+    rollout_text: str | None = None
+    """Rollouts finished of the total, e.g. `12/200` (`kubectl get` shows it)."""
     train_reward: float | None = None
     """Mean reward of the last training rollout."""
     eval_reward: float | None = None
-    """Mean reward of the last evaluation."""
+    """Mean reward of the last evaluation (over every eval set)."""
     failed_session_ratio: float | None = None
-    """Share of agent sessions that failed in the last rollout."""
+    """Failed / finished training episodes since the operator's previous progress read."""
+    step_seconds: float | None = None
+    """Seconds per rollout step, smoothed over the last steps."""
+    eta: str | None = None
+    """When the last rollout should finish at that pace (RFC 3339)."""
     updated_at: str | None = None
-    """When progress was last read (RFC 3339)."""
+    """When a progress value last changed (RFC 3339)."""
 
 
 class RLExperimentStatus(Model):

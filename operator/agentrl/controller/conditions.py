@@ -15,11 +15,14 @@ from agentrl.api.constants import ConditionType, Phase
 
 Status = dict[str, Any]
 
-# Conditions whose turning True is a problem the user must see in `kubectl describe`.
-WARNING_CONDITIONS = {
+# Conditions whose turning True is a problem the user must see in `kubectl describe`, and
+# the reason of its event (None: the condition's own reason, e.g. FailedCreate).
+WARNING_CONDITIONS: dict[str, str | None] = {
     ConditionType.STALLED: "Stalled",
     ConditionType.NAME_CONFLICT: "NameConflict",
     ConditionType.IMMUTABLE_FIELD_CHANGED: "ImmutableFieldChanged",
+    ConditionType.CHILD_REJECTED: None,
+    ConditionType.KUBERAY_INCOMPATIBLE: "KubeRayIncompatible",
 }
 
 
@@ -106,7 +109,9 @@ def events_between(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Event
                 not was or was.get("status") != "True" or was.get("message") != cond.get("message")
             )
         ):
-            events.append(Event("Warning", reason, cond.get("message", "")))
+            events.append(
+                Event("Warning", reason or str(cond.get("reason")), cond.get("message", ""))
+            )
     phase_old, phase_new = old.get("phase"), new.get("phase")
     # The first phase (Pending on create) is not news; a Failed already explained is not either.
     if (

@@ -7,7 +7,6 @@ Handlers register on import (kopf's model). Each one is a line or two: the behav
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 from typing import Any
 
@@ -23,13 +22,13 @@ from agentrl.api.constants import (
     VERSION,
 )
 from agentrl.controller import config as config_mod
+from agentrl.controller import sweep
 from agentrl.controller.kube import Credentials, Kube
 from agentrl.controller.metrics import OperatorMetrics
 from agentrl.controller.reconcile import Controller, utcnow
 from agentrl.render import collect_bundle_files
 
 FINALIZER = f"{ANNOTATION_PREFIX}/finalizer"
-logger = logging.getLogger("agentrl.controller")
 
 
 class NoEssenceStorage(kopf.AnnotationsDiffBaseStorage):
@@ -64,9 +63,9 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     cfg = memo.get("config") or config_mod.load(os.environ)
     metrics = memo.get("metrics") or OperatorMetrics()
     clock = memo.get("clock") or utcnow  # tests pass a fake clock for deadlines
-    memo.controller = Controller(Kube(), cfg, collect_bundle_files(), metrics, clock)
+    memo.controller = Controller(Kube(), cfg, collect_bundle_files(), metrics, clock=clock)
     memo.controller.start()
-    memo.sweeper = asyncio.create_task(_sweep_forever(memo.controller))
+    memo.sweeper = asyncio.create_task(sweep.forever(memo.controller))
 
 
 @kopf.on.login()
@@ -84,6 +83,9 @@ async def login(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any)
                     certificate_path=_str(info.certificate_path),
                     private_key_path=_str(info.private_key_path))
     )  # fmt: skip
+    # Which KubeRay is installed: read once the client can (a failure is logged and retried
+    # by the first reconcile that needs it).
+    await memo.controller.kuberay.read()
     return info
 
 
@@ -100,16 +102,6 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
         sweeper.cancel()
     await memo.controller.close()
     await memo.controller.kube.close()
-
-
-async def _sweep_forever(controller: Controller) -> None:
-    """One task for all experiments (no per-object timers: they would add finalizers)."""
-    while True:
-        await asyncio.sleep(controller.config.sweep_interval)
-        try:
-            await controller.sweep()
-        except Exception:  # the next sweep is the retry; one bad round must not end them
-            logger.exception("sweep failed")
 
 
 @kopf.on.event(GROUP, VERSION, PLURAL)
@@ -130,4 +122,4 @@ async def pod_event(body: kopf.Body, type: str | None, memo: kopf.Memo, **_: Any
 
 @kopf.on.probe(id="experiments")
 def experiments_probe(memo: kopf.Memo, **_: Any) -> int:
-    return len(memo.controller.exps)
+    return len(memo.controller.experiments)

@@ -30,20 +30,43 @@ PLURALS = {
     "Event": "events",
     "RayJob": "rayjobs",
     "RLExperiment": "rlexperiments",
+    "CustomResourceDefinition": "customresourcedefinitions",
 }
 MERGE_PATCH = "application/merge-patch+json"
 
 
+# Answers that may change if the same request is sent again: throttling (429), timeouts
+# (408), conflicts (409), an expired or rotated token (401, kopf logs in again), and the
+# server's own failures (5xx). Every other 4xx is the API server refusing this request.
+TRANSIENT_STATUSES = frozenset({401, 408, 409, 425, 429})
+DETAIL_MAX = 1000
+
+
 class KubeError(Exception):
-    """A Kubernetes API call failed with a status we do not handle."""
+    """A Kubernetes API call failed with a status we do not handle.
+
+    `reason` and `message` are the API server's own (its `Status` object), e.g. `Invalid`
+    and `ConfigMap "x" is invalid: []: Too long: must have at most 1048576 bytes`.
+    """
 
     def __init__(self, status: int, method: str, path: str, body: str) -> None:
         self.status = status
+        self.reason = ""
+        detail: Any = body
         try:
-            detail = json.loads(body).get("message", body)
+            parsed = json.loads(body)
         except ValueError:
-            detail = body
-        super().__init__(f"{method} {path}: HTTP {status}: {str(detail)[:500]}")
+            parsed = None
+        if isinstance(parsed, dict):
+            detail = parsed.get("message", body)
+            self.reason = str(parsed.get("reason") or "")
+        self.message = str(detail)[:DETAIL_MAX]
+        super().__init__(f"{method} {path}: HTTP {status}: {self.message}")
+
+    @property
+    def transient(self) -> bool:
+        """Whether the same request may succeed later (else: refused until it changes)."""
+        return self.status >= 500 or self.status in TRANSIENT_STATUSES
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""The operator's own Prometheus metrics (DESIGN §5 names), on a registry of their own.
+"""The operator's own Prometheus metrics (names in docs/monitoring.md), on a registry of their own.
 
 A private registry keeps tests and the benchmark free of global state and keeps the
 endpoint to exactly what the dashboards and alerts use.
@@ -10,7 +10,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 
 from agentrl.api.constants import Phase
 
-RESULTS = ("ok", "invalid", "conflict", "refused", "retry", "error")
+RESULTS = ("ok", "invalid", "conflict", "refused", "rejected", "incompatible", "retry", "error")
 
 
 class OperatorMetrics:

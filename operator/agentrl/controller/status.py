@@ -1,7 +1,8 @@
 """The experiment's status as a pure function of what the operator observed.
 
-KubeRay's RayJob has no conditions and a `jobStatus` that is often stale (kuberay #2314), so
-the phase follows `jobDeploymentStatus` only (operator-anchors §1). Terminal phases reached
+KubeRay's RayJob has no conditions and a `jobStatus` that is often stale
+(https://github.com/ray-project/kuberay/issues/2314), so the phase follows
+`jobDeploymentStatus` only. Terminal phases reached
 through the RayJob are sticky: a late or flapping RayJob update never resurrects a finished
 experiment. Everything here maps (old status, observations, now) -> new status on plain
 wire-form dicts; `kube` writes the difference in one place, and only when there is one.
@@ -37,8 +38,26 @@ DEPLOYMENT_PHASES: Mapping[str, Phase] = {
     "ValidationFailed": Phase.FAILED,
 }
 FAILED_JOB_STATUSES = ("FAILED", "STOPPED")
-# Reasons of a Failed phase that a corrected spec can clear (nothing ran yet).
-SPEC_FAILURE_REASONS = ("InvalidSpec", "NameConflict")
+# Why a child could not be created or updated: the API server refused the request (the
+# Kubernetes controllers' own event reasons for the same thing).
+FAILED_CREATE, FAILED_UPDATE = "FailedCreate", "FailedUpdate"
+# Reasons of a Failed phase that a corrected spec can clear (nothing ran yet), and the
+# condition that explains each.
+SPEC_FAILURES: Mapping[str, str] = {
+    "InvalidSpec": C.VALID,
+    "NameConflict": C.NAME_CONFLICT,
+    FAILED_CREATE: C.CHILD_REJECTED,
+    C.KUBERAY_INCOMPATIBLE: C.KUBERAY_INCOMPATIBLE,
+}
+SPEC_FAILURE_REASONS = tuple(SPEC_FAILURES)
+
+
+@dataclass(frozen=True)
+class Rejection:
+    """The API server refused a child for this generation (a 4xx that retrying cannot fix)."""
+
+    reason: str  # FAILED_CREATE (nothing runs) or FAILED_UPDATE (the RayJob runs on as it was)
+    message: str  # which object, the HTTP status, and the API server's own message
 
 
 @dataclass(frozen=True)
@@ -52,6 +71,9 @@ class SpecOutcome:
     immutable: Sequence[str] = ()  # changed immutable fields that were refused
     rayjob_name: str | None = None  # set once the RayJob exists and is ours
     gateway_url: str | None = None
+    rejection: Rejection | None = None
+    # Fields the installed KubeRay would drop (nothing was created or patched for them).
+    incompatible: Sequence[str] = ()
 
 
 @dataclass(frozen=True)
@@ -87,6 +109,15 @@ def apply_spec(old: Mapping[str, Any], out: SpecOutcome, now: str) -> Status:
     conditions.put_if_relevant(st, C.IMMUTABLE_FIELD_CHANGED, bool(out.immutable),
                                reason="Refused" if out.immutable else "Reverted",
                                message=_immutable_message(out.immutable), now=now)  # fmt: skip
+    rejected = out.rejection
+    conditions.put_if_relevant(st, C.CHILD_REJECTED, rejected is not None,
+                               reason=rejected.reason if rejected else "Accepted",
+                               message=_rejection_message(rejected, gen), now=now)  # fmt: skip
+    conditions.put_if_relevant(st, C.KUBERAY_INCOMPATIBLE, bool(out.incompatible),
+                               reason="FieldsWouldBeDropped" if out.incompatible
+                               else "Compatible",
+                               message=_incompatible_message(out.incompatible, gen),
+                               now=now)  # fmt: skip
     if out.rayjob_name:
         st["rayJobName"] = out.rayjob_name
         conditions.put(st, C.RAYJOB_CREATED, True, reason="Created",
@@ -103,6 +134,25 @@ def _immutable_message(fields: Sequence[str]) -> str:
     return (f"{names} cannot change after creation; the change was not applied. Revert it, or "
             "create a new experiment (only suspend, deadlines, backoffLimit, "
             "ttlSecondsAfterFinished and scheduling may change)")  # fmt: skip
+
+
+def _rejection_message(rejected: Rejection | None, generation: int | None) -> str:
+    if rejected is None:
+        return ""
+    which = f"generation {generation}" if generation is not None else "this generation"
+    then = ("nothing more is created" if rejected.reason == FAILED_CREATE
+            else "the RayJob keeps its previous values")  # fmt: skip
+    return (f"{rejected.message}; {then} for {which} and it is not retried: fix the spec "
+            "(a new generation is tried again)")  # fmt: skip
+
+
+def _incompatible_message(problems: Sequence[str], generation: int | None) -> str:
+    if not problems:
+        return ""
+    which = f"generation {generation}" if generation is not None else "this generation"
+    return (f"{'; '.join(problems)}. Nothing was created or changed for {which}: change the "
+            "spec, or upgrade KubeRay (the operator reads its CRD again on the next "
+            "generation)")  # fmt: skip
 
 
 def apply_observed(old: Mapping[str, Any], seen: Observed, now: str) -> Status:
@@ -136,6 +186,10 @@ def phase_of(st: Mapping[str, Any], rj: Mapping[str, Any] | None) -> tuple[Phase
         return Phase.FAILED, "InvalidSpec"
     if conditions.is_true(st, C.NAME_CONFLICT) and rj is None:
         return Phase.FAILED, "NameConflict"
+    if conditions.is_true(st, C.CHILD_REJECTED) and rj is None:
+        return Phase.FAILED, FAILED_CREATE
+    if conditions.is_true(st, C.KUBERAY_INCOMPATIBLE) and rj is None:
+        return Phase.FAILED, C.KUBERAY_INCOMPATIBLE
     if rj is None:
         return Phase.PENDING, "Pending"
     return rayjob_phase(rj, Phase(prev) if prev in set(Phase) else Phase.PENDING)
@@ -191,9 +245,8 @@ def _phase_conditions(st: Status, phase: Phase, reason: str, now: str) -> None:
     for ctype, target in ((C.RUNNING, Phase.RUNNING), (C.SUSPENDED, Phase.SUSPENDED),
                           (C.SUCCEEDED, Phase.SUCCEEDED)):  # fmt: skip
         conditions.put_if_relevant(st, ctype, phase == target, reason=reason, message="", now=now)
-    if phase == Phase.FAILED and reason in SPEC_FAILURE_REASONS:
-        message = (conditions.get(st, C.VALID if reason == "InvalidSpec" else C.NAME_CONFLICT)
-                   or {}).get("message", "")  # fmt: skip
+    if phase == Phase.FAILED and reason in SPEC_FAILURES:
+        message = (conditions.get(st, SPEC_FAILURES[reason]) or {}).get("message", "")
     failed = phase == Phase.FAILED
     conditions.put_if_relevant(st, C.FAILED, failed, reason=reason,
                                message=message if failed else "", now=now)  # fmt: skip

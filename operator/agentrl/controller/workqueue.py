@@ -6,17 +6,42 @@ a key is queued at most once; one key is never handled by two workers at once (a
 while it is being handled is handled once more, afterwards); and a failed key can come
 back after a delay, tagged with what it was handled for (the spec generation) so that a
 newer request need not wait for that retry.
+
+Retrying is a requeue here, not a loop around a call: a retry library (the project uses
+stamina for those) would keep a coroutine suspended per failing key, which is exactly what a
+burst of keys waiting in a set avoids, and a newer generation must be able to replace a
+pending retry. So the delays are computed here, with jitter (`retry_delay`), so that a
+thousand experiments that failed together (an API server restart) do not come back together.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import random
 from collections.abc import Awaitable, Callable, Hashable
 from typing import Any, Generic, TypeVar
 
 K = TypeVar("K", bound=Hashable)
 logger = logging.getLogger("agentrl.controller")
+# Delays of consecutive failed attempts: 1, 2, 4 ... 60 seconds, each jittered.
+RETRY_FIRST_DELAY = 1.0
+RETRY_MAX_DELAY = 60.0
+
+
+def retry_delay(failures: int, rand: Callable[[], float] = random.random) -> float:
+    """Seconds before attempt `failures + 1`: exponential, capped, in [half, full] of it.
+
+    Half of the delay is kept (so a retry never comes straight back) and half is spread at
+    random ("equal jitter"): retries that failed together spread over the second half.
+    """
+    full = min(RETRY_MAX_DELAY, RETRY_FIRST_DELAY * 2.0 ** max(0, failures - 1))
+    return full / 2 + rand() * full / 2
+
+
+def jittered(delay: float, rand: Callable[[], float] = random.random) -> float:
+    """A fixed wait, spread the same way (for waits that are not failures)."""
+    return delay / 2 + rand() * delay / 2
 
 
 class WorkQueue(Generic[K]):

@@ -6,6 +6,13 @@ is what lets the operator compare desired and actual state and the tests pin gol
 
 from agentrl.render.bundle import Bundle, collect_bundle_files
 from agentrl.render.defaults import OperatorDefaults
-from agentrl.render.objects import render_all, runtime_config
+from agentrl.render.objects import Children, render_all, runtime_config
 
-__all__ = ["Bundle", "OperatorDefaults", "collect_bundle_files", "render_all", "runtime_config"]
+__all__ = [
+    "Bundle",
+    "Children",
+    "OperatorDefaults",
+    "collect_bundle_files",
+    "render_all",
+    "runtime_config",
+]

@@ -1,0 +1,95 @@
+"""What the operator knows about one experiment, kept in one object.
+
+Everything the watches showed about an experiment and everything this process decided for it
+lives in its `Experiment`: the last body, its RayJob's status, its stuck pods, the status last
+written, the generation reconciled, the progress read so far. The controller keeps one per
+live experiment, keyed by namespace/name, and drops it whole when the experiment is deleted
+or a new object (a new uid) takes its name, so nothing about one object outlives it or leaks
+into its successor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentrl.api.constants import Phase
+from agentrl.controller import conditions, status
+from agentrl.controller.progress import Pace
+
+Key = tuple[str, str]  # (namespace, name)
+Obj = dict[str, Any]
+
+
+def key_of(body: Mapping[str, Any]) -> Key:
+    meta = body["metadata"]
+    return meta.get("namespace") or "default", meta["name"]
+
+
+def uid_of(body: Mapping[str, Any]) -> str | None:
+    uid = (body.get("metadata") or {}).get("uid")
+    return str(uid) if uid else None
+
+
+@dataclass(eq=False)
+class Experiment:
+    key: Key
+    uid: str | None
+    body: Obj  # metadata, spec and status as last seen
+    rayjob: Obj | None = None  # its RayJob's .status as last seen (None: no RayJob seen)
+    stuck: dict[str, tuple[str, str]] = field(default_factory=dict)  # pod -> (reason, msg)
+    written: Obj | None = None  # the status this process last wrote
+    counted: str | None = None  # the phase agentrl_experiments counts it under
+    reconciled: int | None = None  # the generation reconciled (None: not yet)
+    reconciling: int | None = None  # the generation a reconcile is working on now
+    changed: bool = False  # its RayJob or pods changed while that reconcile ran
+    failures: int = 0  # consecutive failed reconciles, for the retry delay
+    settled: bool = False  # status current: synced since anything about it was seen
+    metrics_service: str | None = None  # known once the spec is valid
+    scrape: dict[str, float] | None = None  # the previous progress reading, raw
+    progress: dict[str, Any] | None = None  # status.progress values from the last reading
+    pace: Pace | None = None  # rollout step timing
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # one status sync at a time
+
+    @classmethod
+    def seen(cls, body: Mapping[str, Any]) -> Experiment:
+        exp = cls(key_of(body), uid_of(body), {})
+        exp.update(body)
+        return exp
+
+    def update(self, body: Mapping[str, Any]) -> None:
+        # A shallow copy of what the watch delivered: kopf reuses nothing of it afterwards.
+        self.body = {k: body.get(k) for k in ("metadata", "spec", "status")}
+
+    @property
+    def generation(self) -> int:
+        return int(self.body["metadata"].get("generation") or 0)
+
+    @property
+    def spec(self) -> Mapping[str, Any]:
+        return self.body.get("spec") or {}
+
+    @property
+    def status(self) -> Obj:
+        """The current status: what this process last wrote, else what the watch showed."""
+        return dict(self.written or self.body.get("status") or {})
+
+    @property
+    def phase(self) -> str | None:
+        return self.status.get("phase")
+
+    @property
+    def finished(self) -> bool:
+        """Succeeded, or Failed in a way a new spec cannot clear (the run itself ended)."""
+        st = self.status
+        failed = conditions.get(st, "Failed") or {}
+        spec_failure = failed.get("reason") in status.SPEC_FAILURE_REASONS
+        return bool(st.get("phase") in (Phase.SUCCEEDED, Phase.FAILED) and not spec_failure)
+
+    @property
+    def clock_matters(self) -> bool:
+        """Whether the status can change with time alone: a startup deadline still running."""
+        waiting = self.phase in (Phase.PENDING, Phase.INITIALIZING)
+        return waiting and self.spec.get("startupDeadlineSeconds") is not None

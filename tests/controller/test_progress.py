@@ -1,0 +1,187 @@
+"""Progress from the trainer's metrics, as tables: parsing, the failed ratio, step time, ETA."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+
+from agentrl.controller import progress
+from agentrl.controller.progress import Pace, pace_after
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def at(seconds: float) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
+def exposition(
+    rollout: float | None = None,
+    rewards: dict[str, float] | None = None,
+    episodes: dict[tuple[str, str], float] | None = None,
+    failures: dict[tuple[str, str], float] | None = None,
+) -> str:
+    """What the head pod serves, written by prometheus_client as the bundle writes it."""
+    registry = CollectorRegistry()
+    step = Gauge("agentrl_rollout_step", "", registry=registry)
+    if rollout is not None:
+        step.set(rollout)
+    else:
+        step.set(float("nan"))
+    reward = Gauge("agentrl_batch_reward_mean", "", ["split"], registry=registry)
+    for split, value in (rewards or {}).items():
+        reward.labels(split).set(value)
+    eps = Counter("agentrl_episodes", "", ["split", "outcome"], registry=registry)
+    for labels, value in (episodes or {}).items():
+        eps.labels(*labels).inc(value)
+    failed = Counter("agentrl_failed_sessions", "", ["split", "reason"], registry=registry)
+    for labels, value in (failures or {}).items():
+        failed.labels(*labels).inc(value)
+    return generate_latest(registry).decode()
+
+
+@pytest.mark.parametrize(
+    ("text", "raw"),
+    [
+        pytest.param(exposition(), {}, id="nothing-set-yet"),
+        pytest.param(exposition(rollout=3), {"rollout": 3.0}, id="rollout"),
+        pytest.param(
+            exposition(rewards={"train": 0.5, "gsm8k": 0.25, "math": 0.75}),
+            {"trainReward": 0.5, "evalReward": 0.5},
+            id="eval-sets-averaged",
+        ),
+        pytest.param(
+            exposition(
+                episodes={
+                    ("train", "succeeded"): 90,
+                    ("train", "failed"): 10,
+                    ("gsm8k", "failed"): 50,
+                },
+                failures={
+                    ("train", "timeout"): 6,
+                    ("train", "agent_error"): 4,
+                    ("gsm8k", "timeout"): 50,
+                },
+            ),
+            {"episodes": 100.0, "failed": 10.0},
+            id="train-episodes-only",
+        ),
+    ],
+)
+def test_parse_progress(text: str, raw: dict[str, float]) -> None:
+    assert progress.parse_progress(text) == raw
+
+
+def test_parse_progress_refuses_garbage() -> None:
+    with pytest.raises(ValueError):
+        progress.parse_progress("this is { not prometheus")
+
+
+@pytest.mark.parametrize(
+    ("raw", "previous", "ratio"),
+    [
+        pytest.param({"episodes": 100, "failed": 10}, None, 0.1, id="whole-run"),
+        pytest.param(
+            {"episodes": 200, "failed": 60},
+            {"episodes": 100, "failed": 10},
+            0.5,
+            id="since-previous",
+        ),
+        # Counters went back (the trainer restarted): the whole run again, not a negative.
+        pytest.param(
+            {"episodes": 20, "failed": 2}, {"episodes": 100, "failed": 10}, 0.1, id="counters-reset"
+        ),
+        pytest.param(
+            {"episodes": 100, "failed": 10},
+            {"episodes": 100, "failed": 10},
+            0.1,
+            id="no-new-episodes",
+        ),
+        pytest.param({}, None, None, id="no-episodes"),
+    ],
+)
+def test_failed_session_ratio(
+    raw: dict[str, float], previous: dict[str, float] | None, ratio: float | None
+) -> None:
+    assert progress.progress_fields(raw, previous, 10).get("failedSessionRatio") == ratio
+
+
+@pytest.mark.parametrize(
+    ("rollout", "total", "text"),
+    [
+        pytest.param(0, 200, "1/200", id="first"),
+        pytest.param(11, 200, "12/200", id="twelve"),
+        pytest.param(199, 200, "200/200", id="last"),
+        pytest.param(4, None, "5", id="no-total"),
+    ],
+)
+def test_rollout_text(rollout: int, total: int | None, text: str) -> None:
+    assert progress.rollout_text(rollout, total) == text
+    assert progress.progress_fields({"rollout": rollout}, None, total)["rolloutText"] == text
+
+
+# (rollout, seconds) readings -> (rollout, since, moved, step_seconds) after the last one.
+PACES: list[Any] = [
+    pytest.param([(4, 0)], (4, 0, False, None), id="first-reading-starts-nothing"),
+    pytest.param([(4, 0), (4, 30)], (4, 0, False, None), id="no-move"),
+    pytest.param([(4, 0), (5, 30)], (5, 30, True, None), id="first-move-starts-the-clock"),
+    pytest.param([(4, 0), (5, 30), (6, 130)], (6, 130, True, 100.0), id="one-step"),
+    pytest.param([(4, 0), (5, 30), (7, 230)], (7, 230, True, 100.0), id="two-steps-at-once"),
+    pytest.param(
+        [(4, 0), (5, 30), (6, 130), (6, 200), (7, 330)],
+        (7, 330, True, 0.3 * 200 + 0.7 * 100),
+        id="smoothed",
+    ),
+    # Restarted from an earlier checkpoint: the clock restarts, the step time is kept.
+    pytest.param([(4, 0), (5, 30), (6, 130), (3, 500)], (3, 500, False, 100.0), id="went-back"),
+    pytest.param(
+        [(4, 0), (5, 30), (6, 130), (3, 500), (4, 560), (5, 640)],
+        (5, 640, True, 0.3 * 80 + 0.7 * 100),
+        id="resumed",
+    ),
+]
+
+
+@pytest.mark.parametrize(("readings", "expected"), PACES)
+def test_pace(readings: list[tuple[int, float]], expected: tuple[Any, ...]) -> None:
+    pace: Pace | None = None
+    for rollout, seconds in readings:
+        pace = pace_after(pace, rollout, at(seconds))
+    assert pace is not None
+    rollout, since, moved, step = expected
+    assert (pace.rollout, pace.since, pace.moved) == (rollout, at(since), moved)
+    if step is None:
+        assert pace.step_seconds is None
+    else:
+        assert pace.step_seconds == pytest.approx(step)
+
+
+@pytest.mark.parametrize(
+    ("pace", "total", "eta"),
+    [
+        pytest.param(Pace(9, at(1000), True, 60.0), 20, at(1000 + 10 * 60), id="ten-left"),
+        pytest.param(Pace(19, at(1000), True, 60.0), 20, at(1000), id="done"),
+        pytest.param(Pace(25, at(1000), True, 60.0), 20, at(1000), id="past-the-total"),
+        pytest.param(Pace(9, at(1000), True, None), 20, None, id="no-step-time"),
+        pytest.param(Pace(9, at(1000), True, 60.0), None, None, id="no-total"),
+    ],
+)
+def test_eta(pace: Pace, total: int | None, eta: datetime | None) -> None:
+    assert progress.eta(pace, total) == eta
+
+
+def test_progress_fields_carry_step_time_and_eta() -> None:
+    pace = Pace(9, at(1000), True, 61.26)
+    fields = progress.progress_fields({"rollout": 9, "trainReward": 0.1234567}, None, 20, pace)
+    assert fields == {
+        "rollout": 9,
+        "rolloutText": "10/20",
+        "totalRollouts": 20,
+        "trainReward": 0.123457,
+        "stepSeconds": 61.3,
+        "eta": "2026-01-01T00:26:53Z",  # 1000 s + 10 x 61.26 s
+    }
+    assert "stepSeconds" not in progress.progress_fields({"rollout": 9}, None, 20, None)
