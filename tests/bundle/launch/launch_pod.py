@@ -91,6 +91,7 @@ class Pod:
         extra_args: list[str] | None = None,
         megatron_ref: bool = False,
         slime_package: bool = True,
+        checkpoint: bool = True,
     ) -> None:
         self.root, self.row = root, row
         self.record = root / "record.json"
@@ -115,7 +116,8 @@ class Pod:
         for i, s in enumerate(spec["data"]["eval"]):
             s["path"] = str(touch(root, f"data/eval{i}.jsonl", row_text))
         self.checkpoint = root / "ckpt" / "run1"
-        spec["checkpoint"] = {"path": str(self.checkpoint), "saveInterval": 5}
+        if checkpoint:
+            spec["checkpoint"] = {"path": str(self.checkpoint), "saveInterval": 5}
         spec["tracking"] = {"wandb": {"project": "p", "apiKeySecret": {"name": "w", "key": "k"}}}
         cuda_toolkit(root, "/cuda", cache_major())
         spec["runtime"] = {
@@ -167,6 +169,10 @@ class Pod:
     def recorded(self) -> dict[str, Any]:
         result: dict[str, Any] = json.loads(self.record.read_text())
         return result
+
+    def log_files(self) -> list[Path]:
+        """This pod's per-attempt log files on the checkpoint volume, oldest first."""
+        return sorted((self.checkpoint / "logs").glob("*.log"), key=lambda p: p.stat().st_mtime)
 
     def slime_args(self) -> list[str]:
         """The flags slime's train.py was exec'd with (its argv after the script)."""
