@@ -39,6 +39,7 @@ from agentrl.api.constants import (
     PLURAL,
     RAY_DASHBOARD_PORT,
 )
+from agentrl.cli.completion import mark
 from agentrl.render.rayjob import (
     COMPONENT_HEAD,
     COMPONENT_SUBMITTER,
@@ -90,8 +91,10 @@ def add_parser(sub: Any) -> None:
             "submitter pod; --attempt N reads attempt N's file on the checkpoint volume."
         ),
     )
-    p.add_argument("name", help="RLExperiment name")
-    p.add_argument("-n", "--namespace", help="namespace (default: the context's)")
+    mark(p.add_argument("name", help="RLExperiment name"), "experiment")
+    mark(
+        p.add_argument("-n", "--namespace", help="namespace (default: the context's)"), "namespace"
+    )
     p.add_argument("-f", "--follow", action="store_true", help="keep streaming new output")
     p.add_argument(
         "--attempt",
@@ -99,7 +102,7 @@ def add_parser(sub: Any) -> None:
         metavar="N",
         help="attempt N's log file on the checkpoint volume (status.attempts counts them)",
     )
-    p.add_argument("--context", help="kubeconfig context to use")
+    mark(p.add_argument("--context", help="kubeconfig context to use"), "context")
     p.set_defaults(func=cmd_logs)
 
 

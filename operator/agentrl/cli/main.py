@@ -21,7 +21,7 @@ from agentrl import __version__
 from agentrl.api.crd import crd
 from agentrl.api.models import RLExperiment
 from agentrl.api.validation import Problem, errors, parse_experiment
-from agentrl.cli import logs
+from agentrl.cli import completion, logs
 from agentrl.cli.load import LoadError, load_document
 from agentrl.render import OperatorDefaults, collect_bundle_files, render_all
 from agentrl.render.defaults import DEFAULT_IMAGE, is_digest_pinned
@@ -172,6 +172,7 @@ def _parser() -> argparse.ArgumentParser:
     crd = sub.add_parser("crd", help="print the RLExperiment CustomResourceDefinition")
     crd.set_defaults(func=cmd_crd)
     logs.add_parser(sub)
+    completion.add_parser(sub, parser)
     return parser
 
 
