@@ -21,7 +21,7 @@ from agentrl import __version__
 from agentrl.api.crd import crd
 from agentrl.api.models import RLExperiment
 from agentrl.api.validation import Problem, errors, parse_experiment
-from agentrl.cli import completion, logs
+from agentrl.cli import completion, logs, summary
 from agentrl.cli.load import LoadError, load_document
 from agentrl.render import OperatorDefaults, collect_bundle_files, render_all
 from agentrl.render.defaults import DEFAULT_IMAGE, is_digest_pinned
@@ -73,6 +73,9 @@ def cmd_render(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if not exp.spec.runtime.image and not is_digest_pinned(defaults.image):
         print(f"warning: --image {defaults.image} is not pinned by digest", file=err)
     objects = render_all(exp, defaults, collect_bundle_files())
+    if args.summary:
+        out.write(summary.text(exp, objects, _command_text(exp)))
+        return 0
     out.write(dump_objects(objects, args.output))
     return 0
 
@@ -146,6 +149,11 @@ def _parser() -> argparse.ArgumentParser:
     render.add_argument("-o", "--output", choices=("yaml", "json"), default="yaml")
     render.add_argument(
         "--show-command", action="store_true", help="print slime's command line instead"
+    )
+    render.add_argument(
+        "--summary",
+        action="store_true",
+        help="print each object's name and size, the GPU layout and slime's command instead",
     )
     render.add_argument(
         "--image",
