@@ -130,7 +130,7 @@ def test_after_the_run_nothing_is_left_and_the_volume_file_is_named() -> None:
     got = choose(experiment("Failed", attempts=2), None, [], attempt=None, follow=False)
     assert isinstance(got, Nothing)
     assert "the run ended (Failed)" in got.message
-    assert "KubeRay deletes the Ray cluster 0 s after a run ends" in got.message
+    assert "after spec.ttlSecondsAfterFinished = 0 s, and before each retry" in got.message
     assert f"/checkpoints/qwen3b-gsm8k/logs/{NAME}-attempt-<N>-*.log" in got.message
     assert "(status.attempts: 2)" in got.message
 
@@ -155,6 +155,9 @@ def test_attempt_n_reads_its_file_on_the_volume_through_the_head_pod() -> None:
     assert got.argv == [
         "exec", "-n", NS, head, "-c", "ray-head", "--", "sh", "-c", ATTEMPT_SCRIPT,
         "agentrl-logs", "/checkpoints/qwen3b-gsm8k/logs", NAME, "1", "0",
+    ]  # fmt: skip
+    assert got.shown is not None and got.shown[-3:] == [
+        "sh", "-c", f"cat /checkpoints/qwen3b-gsm8k/logs/{NAME}-attempt-1-*.log",
     ]  # fmt: skip
 
 

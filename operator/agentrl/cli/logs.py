@@ -71,6 +71,7 @@ class Stream:
 
     argv: list[str]
     note: str
+    shown: list[str] | None = None  # what to print instead of argv, when argv is unreadable
 
 
 @dataclass(frozen=True)
@@ -198,15 +199,18 @@ def _attempt(
     if head is None:
         return Nothing(
             f"Attempt {n}'s output is on the checkpoint volume: {_volume_files(exp, n)}. "
-            f"No pod of {ns}/{name} mounts that volume now ({_cluster_gone(exp)}); read the "
+            f"No pod of {ns}/{name} mounts that volume now: {_cluster_gone(exp)}. Read the "
             "file from any pod that mounts it."
         )
     directory = f"{ckpt.rstrip('/')}/{LAUNCH_LOG_DIR}"
     script = ["sh", "-c", ATTEMPT_SCRIPT, "agentrl-logs", directory, name, str(n)]
+    exec_in_head = ["exec", "-n", ns, head, "-c", HEAD_CONTAINER, "--"]
+    reader = "tail -n +1 -f" if follow else "cat"
     return Stream(
-        ["exec", "-n", ns, head, "-c", HEAD_CONTAINER, "--", *script, "1" if follow else "0"],
+        [*exec_in_head, *script, "1" if follow else "0"],
         f"{ns}/{name}: attempt {n}'s log file {_volume_files(exp, n)}, read through head pod "
         f"{head}",
+        shown=[*exec_in_head, "sh", "-c", f"{reader} {_volume_files(exp, n)}"],
     )
 
 
@@ -244,8 +248,8 @@ def _nothing_left(exp: Obj, head_running: bool, waiting: str | None) -> str:
 def _cluster_gone(exp: Obj) -> str:
     ttl = (exp.get("spec") or {}).get("ttlSecondsAfterFinished", 0)
     return (
-        f"KubeRay deletes the Ray cluster {ttl} s after a run ends "
-        "(spec.ttlSecondsAfterFinished) and before each retry"
+        f"KubeRay deletes the Ray cluster when a run ends, after spec.ttlSecondsAfterFinished "
+        f"= {ttl} s, and before each retry"
     )
 
 
@@ -343,7 +347,7 @@ def cmd_logs(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if isinstance(choice, Nothing):
         print(choice.message, file=err)
         return 1
-    shown = " ".join(shlex.quote(a) for a in kubectl.command(choice.argv)[1:])
+    shown = " ".join(shlex.quote(a) for a in kubectl.command(choice.shown or choice.argv)[1:])
     print(f"agentrl logs: {choice.note}\n  kubectl {shown}", file=err, flush=True)
     out.flush()
     try:
