@@ -70,10 +70,13 @@ PY
 done
 
 # Debian packages: promtool/prometheus for metrics and alert tests, etcd for the real
-# apiserver tier. Installed only when missing (CI runs as root).
+# apiserver tier, zsh and fish for the shell-completion tests. Installed only when missing
+# (CI runs as root).
 need_apt=()
 command -v promtool >/dev/null || need_apt+=(prometheus)
 command -v etcd >/dev/null || need_apt+=(etcd-server)
+command -v zsh >/dev/null || need_apt+=(zsh)
+command -v fish >/dev/null || need_apt+=(fish)
 if (( ${#need_apt[@]} )); then
   log "apt-get install ${need_apt[*]}"
   export DEBIAN_FRONTEND=noninteractive

@@ -79,6 +79,12 @@ ANNOTATIONS_MAX_BYTES: Final = 256 * 1024
 
 DEFAULT_GPU_RESOURCE: Final = "nvidia.com/gpu"
 
+# The launcher keeps each launch's output on the checkpoint volume, where `agentrl logs`
+# points: <spec.checkpoint.path>/logs/<experiment>-attempt-<N>-<UTC time>.log
+LAUNCH_LOG_DIR: Final = "logs"
+LAUNCH_LOG_NAME: Final = "{experiment}-attempt-{attempt}-{time}.log"
+LAUNCH_LOG_TIME: Final = "%Y%m%dT%H%M%SZ"  # strftime; sorts like the times it names
+
 # Where the slime runtime image keeps things: the CUDA toolkit (spec.runtime.cudaHome's
 # default) and the Megatron-LM checkout, which is not pip-installed there, so the pods'
 # PYTHONPATH carries it (render) and the launcher hands it to slime's actors.

@@ -633,7 +633,8 @@ class RLExperimentSpec(Model):
     backoff_limit: NonNegativeInt = 0
     """Retries of a failed run, each on a fresh Ray cluster (mutable)."""
     ttl_seconds_after_finished: NonNegativeInt = 0
-    """Seconds to keep the finished RayJob before KubeRay deletes it (mutable)."""
+    """Seconds KubeRay keeps the Ray cluster (head and worker pods, and their logs) after the
+    run ends before deleting it; the RayJob and its submitter pod stay (mutable)."""
 
 
 class ObjectMeta(Model):

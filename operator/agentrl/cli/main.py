@@ -30,6 +30,7 @@ from agentrl.api.images import DefaultImage
 from agentrl.api.models import RLExperiment
 from agentrl.api.policy import BASELINE, Policy, PolicyError, load_policy
 from agentrl.api.validation import Problem, errors, parse_experiment
+from agentrl.cli import completion, logs, summary
 from agentrl.cli.load import Document, LoadError, load_document, load_documents
 from agentrl.render import OperatorDefaults, collect_bundle_files, render_all
 from agentrl.render.defaults import DEFAULT_IMAGE
@@ -102,8 +103,12 @@ def cmd_render(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         return EXIT_OK
     defaults = _defaults(args)
     bundle_files = collect_bundle_files()
-    objects = [obj for exp in experiments for obj in render_all(exp, defaults, bundle_files)]
-    out.write(dump_objects(objects, args.output))
+    rendered = [(exp, list(render_all(exp, defaults, bundle_files))) for exp in experiments]
+    if args.summary:
+        for exp, children in rendered:
+            out.write(summary.text(exp, children, _command_text(exp)))
+        return EXIT_OK
+    out.write(dump_objects([obj for _, children in rendered for obj in children], args.output))
     return EXIT_OK
 
 
@@ -229,6 +234,11 @@ def _parser() -> argparse.ArgumentParser:
     render.add_argument(
         "--show-command", action="store_true", help="print slime's command line instead"
     )
+    render.add_argument(
+        "--summary",
+        action="store_true",
+        help="print each object's name and size, the GPU layout and slime's command instead",
+    )
     _policy_arg(render)
     _image_arg(render)
     render.add_argument(
@@ -258,6 +268,8 @@ def _parser() -> argparse.ArgumentParser:
 
     crd = sub.add_parser("crd", help="print the RLExperiment CustomResourceDefinition")
     crd.set_defaults(func=cmd_crd)
+    logs.add_parser(sub)
+    completion.add_parser(sub, parser)
     return parser
 
 

@@ -92,6 +92,7 @@ class Pod:
         extra_args: list[str] | None = None,
         megatron_ref: bool = False,
         slime_package: bool = True,
+        checkpoint: bool = True,
     ) -> None:
         self.root, self.row = root, row
         self.record = root / "record.json"
@@ -116,7 +117,8 @@ class Pod:
         for i, s in enumerate(spec["data"]["eval"]):
             s["path"] = str(touch(root, f"data/eval{i}.jsonl", row_text))
         self.checkpoint = root / "ckpt" / "run1"
-        spec["checkpoint"] = {"path": str(self.checkpoint), "saveInterval": 5}
+        if checkpoint:
+            spec["checkpoint"] = {"path": str(self.checkpoint), "saveInterval": 5}
         spec["tracking"] = {"wandb": {"project": "p", "apiKeySecret": {"name": "w", "key": "k"}}}
         cuda_toolkit(root, "/cuda", cache_major())
         spec["runtime"] = {
@@ -179,6 +181,10 @@ class Pod:
         gpus = self.exp.spec.resources.gpus_per_node if pod_gpus is None else pod_gpus
         env: dict[str, str] = self.recorded()["env"]
         return {**env, "AGENTRL_POD_GPUS": str(gpus)}
+
+    def log_files(self) -> list[Path]:
+        """This pod's per-attempt log files on the checkpoint volume, oldest first."""
+        return sorted((self.checkpoint / "logs").glob("*.log"), key=lambda p: p.stat().st_mtime)
 
     def slime_args(self) -> list[str]:
         """The flags slime's train.py was exec'd with (its argv after the script)."""

@@ -33,7 +33,7 @@ from agentrl.slimecmd.compose import HF_MODE_FLAG
 
 
 def test_exec_replaces_the_launcher_with_train_py_and_propagates_env(tmp_path: Path) -> None:
-    pod = Pod(tmp_path)
+    pod = Pod(tmp_path, checkpoint=False)  # no volume to keep a log on: plain exec
     proc = subprocess.Popen(pod.command(), env=pod.env(), stderr=subprocess.PIPE, text=True)
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err

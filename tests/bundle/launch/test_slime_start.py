@@ -44,7 +44,9 @@ def _starts_from_model(result: dict[str, Any], weights: str) -> None:
 def test_first_run_starts_from_the_hf_model_and_a_retry_resumes(row: str, tmp_path: Path) -> None:
     pod = Pod(tmp_path, row=row)
     first = _launched(pod)
-    assert pod.checkpoint.is_dir() and not any(pod.checkpoint.iterdir())  # preflight made it
+    # Made at launch; it holds only the launcher's log files, which slime's loader (run on
+    # the restart's argv below) does not mind.
+    assert [p.name for p in pod.checkpoint.iterdir()] == ["logs"]
     assert "--load" not in first
     # Attempt 1 saved iteration 10 before the pod died; KubeRay's attempt 2 starts a new pod.
     megatron_checkpoint(pod.checkpoint, "10")
@@ -90,13 +92,23 @@ def test_load_of_an_empty_directory_is_what_crashed(row: str, tmp_path: Path) ->
     argv = [
         a for a in _launched(pod) if a not in ("--finetune", "--no-load-optim", "--no-load-rng")
     ]
-    [run] = _slime(pod, [*argv, "--load", str(pod.checkpoint)])
+    old = [*argv, "--load", str(pod.checkpoint)]
+    [with_logs] = _slime(pod, old)  # the directory holds only the launcher's logs/
+    shutil.rmtree(pod.checkpoint / "logs")
+    [empty] = _slime(pod, old)
     if row == "fa3c990":
-        assert run["args"]["load"] == str(pod.checkpoint)
-        assert "does not exist or is an empty directory" in run["load_error"]
+        assert empty["args"]["load"] == str(pod.checkpoint)
+        assert "does not exist or is an empty directory" in empty["load_error"]
+        # Not empty but no tracker: slime would read HF weights from the checkpoint dir.
+        assert with_logs["loaded"] == {
+            "kind": "hf",
+            "path": str(pod.checkpoint),
+            "loader": "megatron-bridge",
+        }
     else:
-        assert run["args"]["load"] == pod.exp.spec.model.path
-        assert run["loaded"]["kind"] == "hf"
+        for run in (empty, with_logs):
+            assert run["args"]["load"] == pod.exp.spec.model.path
+            assert run["loaded"]["kind"] == "hf"
 
 
 def test_raw_mode_starts_from_a_megatron_model(tmp_path: Path) -> None:

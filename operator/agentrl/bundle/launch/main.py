@@ -6,7 +6,8 @@ cluster is up costs GPU hours. What only the pod knows (MODEL_ARGS, the pinned e
 flags the image's slime defines, whether the checkpoint directory holds a saved run) is
 gathered here and handed to `agentrl.slimecmd.compose`, the one place that knows slime's
 command line. `--dry-run` prints the resolved env (secrets redacted) and argv as JSON
-instead of exec'ing.
+instead of exec'ing. With `spec.checkpoint.path` set, slime runs as a child whose output is
+also kept on that volume, one file per launch (`capture`); without it, the launcher execs.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -33,14 +33,13 @@ from agentrl.api.constants import (
 )
 from agentrl.api.models import RLExperimentSpec
 from agentrl.api.runtime import ENV_WANDB_API_KEY, RuntimeConfig
-from agentrl.bundle.launch import argcheck, cuda, preflight, probe
+from agentrl.bundle.launch import argcheck, capture, cuda, preflight, probe
 from agentrl.slimecmd import policy
 from agentrl.slimecmd.compose import HF_MODE_FLAG
 
 T = TypeVar("T")
-LOG_PREFIX = "agentrl-launch:"
-_SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL|AUTH)", re.IGNORECASE)
-REDACTED = "<redacted>"
+LOG_PREFIX = capture.LOG_PREFIX
+REDACTED = capture.REDACTED
 
 
 class LaunchError(Exception):
@@ -254,7 +253,8 @@ def redact(env: Mapping[str, str], secret_names: Sequence[str]) -> dict[str, str
     """Env for printing: values of secret-bearing variables replaced."""
     names = set(secret_names)
     return {
-        k: (REDACTED if k in names or _SECRET_NAME.search(k) else v) for k, v in sorted(env.items())
+        k: (REDACTED if k in names or capture.SECRET_NAME.search(k) else v)
+        for k, v in sorted(env.items())
     }
 
 
@@ -319,6 +319,45 @@ def main(argv: list[str] | None = None) -> int:
     ns = _parse(argv)
     if ns.check_cuda:
         return check_cuda(ns.cuda_home, os.environ)
+    log = None if ns.dry_run else start_capture(ns.config, os.environ)
+    try:
+        returncode = _launch(ns, log)
+    finally:
+        if log is not None:
+            log.finish()
+    return capture.exit_like(returncode)
+
+
+def start_capture(config_path: str, ambient: Mapping[str, str]) -> capture.Capture | None:
+    """Keep this launch's output under spec.checkpoint.path, when there is one."""
+    try:
+        config = RuntimeConfig.load(config_path)
+    except (OSError, ValidationError):
+        return None  # build_plan reports it
+    path = config.spec.checkpoint.path
+    if not path:
+        return None
+    named = [config.wandb_api_key_env or ENV_WANDB_API_KEY, *config.http_header_envs.values()]
+    directory = capture.log_dir(path)
+    try:
+        log = capture.Capture.start(
+            Path(directory),
+            config.experiment,
+            capture.secret_values(ambient, named),
+            capture.now_utc(),
+        )
+    except OSError as e:
+        print(
+            f"{LOG_PREFIX} warning: cannot keep a log file in {directory} ({e.strerror}); "
+            "the output goes to the job log only",
+            file=sys.stderr,
+        )
+        return None
+    print(f"{LOG_PREFIX} attempt {log.attempt}: output also kept in {log.path}", file=sys.stderr)
+    return log
+
+
+def _launch(ns: argparse.Namespace, log: capture.Capture | None) -> int:
     try:
         plan = build_plan(ns.config, os.environ, ns.files_dir)
     except LaunchError as e:
@@ -336,10 +375,17 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as e:
         print(f"{LOG_PREFIX} error: cannot write {e.filename}: {e.strerror}", file=sys.stderr)
         return 2
-    return _exec(plan)
+    if log is None:
+        _exec(plan)
+    _announce(plan, "run")
+    try:
+        return capture.run_child(plan.argv, plan.env)
+    except OSError as e:
+        print(f"{LOG_PREFIX} error: cannot start {plan.argv[0]}: {e.strerror}", file=sys.stderr)
+        return 127
 
 
-def _exec(plan: Plan) -> NoReturn:
+def _announce(plan: Plan, verb: str) -> None:
     start = plan.start
     how = (
         f"restart from saved iteration {start.iteration}"
@@ -348,5 +394,9 @@ def _exec(plan: Plan) -> NoReturn:
     )
     # The argv carries no secret (wandb and header values travel in the env), so the job
     # log records exactly what ran.
-    print(f"{LOG_PREFIX} {how}; exec {json.dumps(plan.argv)}", file=sys.stderr, flush=True)
+    print(f"{LOG_PREFIX} {how}; {verb} {json.dumps(plan.argv)}", file=sys.stderr, flush=True)
+
+
+def _exec(plan: Plan) -> NoReturn:
+    _announce(plan, "exec")
     os.execvpe(plan.argv[0], plan.argv, plan.env)  # replaces this process; never returns

@@ -1,0 +1,373 @@
+"""`agentrl logs NAME`: an experiment's driver output, from wherever it still is.
+
+Where KubeRay (v1.6, v1.7, K8sJobMode) leaves the output of slime's driver:
+
+- the head pod, while the Ray cluster lives: Ray's job log, complete, read with
+  `ray job logs` inside the head container;
+- the submitter pod: KubeRay's submitter Job runs `ray job submit --no-wait` then
+  `ray job logs --follow`, which prints the driver's output from its first line. KubeRay
+  keeps that Job after the run (with `shutdownAfterJobFinishes` it deletes only the Ray
+  cluster, `ttlSecondsAfterFinished` seconds after the end) until the RayJob is deleted,
+  and deletes it before each retry. kubelet rotates container logs (10 MiB by default),
+  so on a long run its log holds the tail only;
+- the checkpoint volume, when `spec.checkpoint.path` is set: the launcher keeps each
+  launch's output in `<path>/logs/<experiment>-attempt-<N>-<UTC time>.log`; `--attempt N`
+  reads it through the head pod, which mounts the volume.
+
+The CLI shells out to `kubectl`: it honours the user's kubeconfig, contexts and exec auth
+plugins, and the cli layer stays free of a Kubernetes client (import-linter). `choose` is
+pure (objects in, a kubectl command or an explanation out); `cmd_logs` does the I/O.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import shutil
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TextIO
+
+from agentrl.api.constants import (
+    GROUP,
+    LABEL_COMPONENT,
+    LABEL_EXPERIMENT,
+    LAUNCH_LOG_DIR,
+    LAUNCH_LOG_NAME,
+    PLURAL,
+    RAY_DASHBOARD_PORT,
+)
+from agentrl.cli.completion import mark
+from agentrl.render.rayjob import (
+    COMPONENT_HEAD,
+    COMPONENT_SUBMITTER,
+    HEAD_CONTAINER,
+    SUBMITTER_CONTAINER,
+)
+
+Obj = Mapping[str, Any]
+
+# Labels KubeRay and Kubernetes put on the pods (KubeRay: ray-operator/controllers/ray/utils/
+# constant.go; the Job controller labels its pods with the Job's name).
+RAY_CLUSTER_LABEL = "ray.io/cluster"
+JOB_NAME_LABELS = ("batch.kubernetes.io/job-name", "job-name")
+RAYJOB_RESOURCE = "rayjobs.ray.io"
+EXPERIMENT_RESOURCE = f"{PLURAL}.{GROUP}"
+KUBELET_LOG_MAX = "10 MiB"  # kubelet's default containerLogMaxSize
+# Reads one attempt's file on the volume (positional args; nothing is interpolated).
+ATTEMPT_SCRIPT = (
+    'dir=$1 name=$2 n=$3 follow=$4; for f in "$dir/$name-attempt-$n-"*.log; do '
+    'if [ ! -e "$f" ]; then echo "agentrl logs: $dir holds no log file of attempt $n; '
+    'it holds:" >&2; ls "$dir" 2>/dev/null | grep -- "^$name-attempt-" >&2; exit 3; fi; '
+    'if [ "$follow" = 1 ]; then exec tail -n +1 -f "$f"; fi; exec cat "$f"; done'
+)
+
+
+@dataclass(frozen=True)
+class Stream:
+    """Run `kubectl <argv>` and let its output through; `note` says what it is."""
+
+    argv: list[str]
+    note: str
+    shown: list[str] | None = None  # what to print instead of argv, when argv is unreadable
+
+
+@dataclass(frozen=True)
+class Nothing:
+    """No pod holds what was asked for; `message` says why and where to look."""
+
+    message: str
+
+
+def add_parser(sub: Any) -> None:
+    """Register `agentrl logs` on the root parser's subcommands."""
+    p = sub.add_parser(
+        "logs",
+        help="print an experiment's driver output (head pod, submitter pod or volume)",
+        description=(
+            "Print slime's driver output of an experiment through kubectl and your "
+            "kubeconfig: from the head pod while the Ray cluster lives, else from KubeRay's "
+            "submitter pod; --attempt N reads attempt N's file on the checkpoint volume."
+        ),
+    )
+    mark(p.add_argument("name", help="RLExperiment name"), "experiment")
+    mark(
+        p.add_argument("-n", "--namespace", help="namespace (default: the context's)"), "namespace"
+    )
+    p.add_argument("-f", "--follow", action="store_true", help="keep streaming new output")
+    p.add_argument(
+        "--attempt",
+        type=_positive,
+        metavar="N",
+        help="attempt N's log file on the checkpoint volume (status.attempts counts them)",
+    )
+    mark(p.add_argument("--context", help="kubeconfig context to use"), "context")
+    p.set_defaults(func=cmd_logs)
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number from 1 on, not {text!r}")
+    return value
+
+
+# ---- pure: which pod, which command -----------------------------------------------------
+
+
+def choose(
+    exp: Obj, rayjob: Obj | None, pods: Sequence[Obj], attempt: int | None, follow: bool
+) -> Stream | Nothing:
+    meta, spec, status = exp["metadata"], exp.get("spec") or {}, exp.get("status") or {}
+    name, ns = meta["name"], meta["namespace"]
+    ckpt = (spec.get("checkpoint") or {}).get("path")
+    head = head_pod(status, pods)
+    if attempt is not None:
+        return _attempt(exp, ckpt, head, attempt, follow)
+    job_id = ((rayjob or {}).get("status") or {}).get("jobId")
+    if head is not None and job_id:
+        address = f"http://127.0.0.1:{RAY_DASHBOARD_PORT}"
+        cmd = ["ray", "job", "logs", "--address", address, *(["--follow"] if follow else [])]
+        return Stream(
+            ["exec", "-n", ns, head, "-c", HEAD_CONTAINER, "--", *cmd, job_id],
+            f"{ns}/{name}: driver output of Ray job {job_id}, from head pod {head} "
+            "(complete while the Ray cluster lives)",
+        )
+    rayjob_name = status.get("rayJobName") or name
+    submitter, waiting = submitter_pod(rayjob_name, pods)
+    if submitter is not None:
+        kept = (
+            f"every launch's whole output is in {_volume_files(exp, '<N>')}"
+            if ckpt
+            else "set spec.checkpoint.path to keep the whole output"
+        )
+        return Stream(
+            [
+                "logs",
+                "-n",
+                ns,
+                submitter,
+                "-c",
+                SUBMITTER_CONTAINER,
+                *(["--follow"] if follow else []),
+            ],
+            f"{ns}/{name}: driver output from KubeRay's submitter pod {submitter} (kubelet keeps "
+            f"the newest {KUBELET_LOG_MAX} of it; {kept})",
+        )
+    return Nothing(_nothing_left(exp, head is not None, waiting))
+
+
+def head_pod(status: Obj, pods: Sequence[Obj]) -> str | None:
+    """The running head pod, preferring the cluster the experiment's status names."""
+    heads = [p for p in pods if _component(p) == COMPONENT_HEAD and _running(p)]
+    cluster = status.get("rayClusterName")
+    current = [p for p in heads if _labels(p).get(RAY_CLUSTER_LABEL) == cluster]
+    return _newest(current or heads)
+
+
+def submitter_pod(rayjob_name: str, pods: Sequence[Obj]) -> tuple[str | None, str | None]:
+    """(the newest started submitter pod of the RayJob, else the name of one still waiting).
+
+    A newer pod of KubeRay's submitter Job is a retry of the log follower, which prints the
+    driver's output again from its first line; a pod being deleted is a previous attempt's.
+    """
+    ours = [
+        p
+        for p in pods
+        if _component(p) == COMPONENT_SUBMITTER
+        and all(_labels(p).get(k, rayjob_name) == rayjob_name for k in JOB_NAME_LABELS)
+    ]
+    alive = [p for p in ours if not p["metadata"].get("deletionTimestamp")] or ours
+    started = [p for p in alive if _phase(p) in ("Running", "Succeeded", "Failed")]
+    return _newest(started), _newest(alive)
+
+
+def _attempt(
+    exp: Obj, ckpt: str | None, head: str | None, n: int, follow: bool
+) -> Stream | Nothing:
+    name, ns = exp["metadata"]["name"], exp["metadata"]["namespace"]
+    if not ckpt:
+        return Nothing(
+            f"{ns}/{name} keeps no per-attempt log files: spec.checkpoint.path is unset. "
+            f"Run `agentrl logs {name} -n {ns}` (without --attempt) for the current output."
+        )
+    if head is None:
+        return Nothing(
+            f"Attempt {n}'s output is on the checkpoint volume: {_volume_files(exp, n)}. "
+            f"No pod of {ns}/{name} mounts that volume now: {_cluster_gone(exp)}. Read the "
+            "file from any pod that mounts it."
+        )
+    directory = f"{ckpt.rstrip('/')}/{LAUNCH_LOG_DIR}"
+    script = ["sh", "-c", ATTEMPT_SCRIPT, "agentrl-logs", directory, name, str(n)]
+    exec_in_head = ["exec", "-n", ns, head, "-c", HEAD_CONTAINER, "--"]
+    reader = "tail -n +1 -f" if follow else "cat"
+    return Stream(
+        [*exec_in_head, *script, "1" if follow else "0"],
+        f"{ns}/{name}: attempt {n}'s log file {_volume_files(exp, n)}, read through head pod "
+        f"{head}",
+        shown=[*exec_in_head, "sh", "-c", f"{reader} {_volume_files(exp, n)}"],
+    )
+
+
+def _nothing_left(exp: Obj, head_running: bool, waiting: str | None) -> str:
+    meta, status = exp["metadata"], exp.get("status") or {}
+    name, ns = meta["name"], meta["namespace"]
+    phase = status.get("phase") or "Pending"
+    ckpt = ((exp.get("spec") or {}).get("checkpoint") or {}).get("path")
+    if waiting is not None:
+        return (
+            f"{ns}/{name}: the submitter pod {waiting} has not started yet; run again in a "
+            "moment (or `kubectl describe pod` it if it stays Pending)."
+        )
+    if phase in ("Pending", "Initializing", "Running") or head_running:
+        return (
+            f"{ns}/{name} has no driver output yet (phase {phase}): KubeRay submits the job "
+            f"once the Ray cluster is ready. Watch `kubectl get rlx {name} -n {ns} -w` and "
+            "run this again."
+        )
+    if phase == "Suspended":
+        gone = "it is suspended: KubeRay deleted its Ray cluster and submitter Job"
+    else:
+        gone = f"the run ended ({phase}): {_cluster_gone(exp)}, and no submitter pod is left"
+    where = (
+        f"Every launch's whole output is on the checkpoint volume: {_volume_files(exp, '<N>')} "
+        f"(status.attempts: {status.get('attempts', '?')})."
+        if ckpt
+        else "No copy was kept: spec.checkpoint.path is unset (set it, on a shared volume, "
+        "to keep each attempt's output; a spec.ttlSecondsAfterFinished above 0 keeps the "
+        "Ray cluster that long after the run)."
+    )
+    return f"{ns}/{name}: nothing to read in the cluster; {gone}. {where}"
+
+
+def _cluster_gone(exp: Obj) -> str:
+    ttl = (exp.get("spec") or {}).get("ttlSecondsAfterFinished", 0)
+    return (
+        f"KubeRay deletes the Ray cluster when a run ends, after spec.ttlSecondsAfterFinished "
+        f"= {ttl} s, and before each retry"
+    )
+
+
+def _volume_files(exp: Obj, attempt: int | str) -> str:
+    ckpt = exp["spec"]["checkpoint"]["path"].rstrip("/")
+    name = LAUNCH_LOG_NAME.format(experiment=exp["metadata"]["name"], attempt=attempt, time="*")
+    return f"{ckpt}/{LAUNCH_LOG_DIR}/{name}"
+
+
+def _labels(pod: Obj) -> Mapping[str, str]:
+    labels: Mapping[str, str] = pod["metadata"].get("labels") or {}
+    return labels
+
+
+def _component(pod: Obj) -> str | None:
+    return _labels(pod).get(LABEL_COMPONENT)
+
+
+def _phase(pod: Obj) -> str | None:
+    phase: str | None = (pod.get("status") or {}).get("phase")
+    return phase
+
+
+def _running(pod: Obj) -> bool:
+    return _phase(pod) == "Running" and not pod["metadata"].get("deletionTimestamp")
+
+
+def _newest(pods: Sequence[Obj]) -> str | None:
+    if not pods:
+        return None
+    key = lambda p: (p["metadata"].get("creationTimestamp") or "", p["metadata"]["name"])  # noqa: E731
+    newest: str = max(pods, key=key)["metadata"]["name"]
+    return newest
+
+
+# ---- I/O: kubectl -----------------------------------------------------------------------
+
+
+class KubectlError(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class Kubectl:
+    binary: str
+    context: str | None = None
+
+    def command(self, argv: Sequence[str]) -> list[str]:
+        return [self.binary, *(["--context", self.context] if self.context else []), *argv]
+
+    def get(self, *argv: str) -> Any:
+        """`kubectl get ... -o json`, parsed; KubectlError carries kubectl's own message."""
+        proc = subprocess.run(
+            self.command(["get", *argv, "-o", "json"]),
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if proc.returncode != 0:
+            raise KubectlError(proc.stderr.strip() or f"kubectl exited {proc.returncode}")
+        return json.loads(proc.stdout)
+
+    def stream(self, argv: Sequence[str]) -> int:
+        return subprocess.call(self.command(argv))
+
+
+def cmd_logs(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    binary = shutil.which("kubectl")
+    if binary is None:
+        print(
+            "error: agentrl logs runs kubectl (it uses your kubeconfig and contexts), and "
+            "kubectl is not on PATH: install it, see https://kubernetes.io/docs/tasks/tools/",
+            file=err,
+        )
+        return 1
+    kubectl = Kubectl(binary, args.context)
+    where = ["-n", args.namespace] if args.namespace else []
+    try:
+        exp = kubectl.get(EXPERIMENT_RESOURCE, args.name, *where)
+    except KubectlError as e:
+        print(_experiment_error(args, str(e)), file=err)
+        return 1
+    ns = exp["metadata"]["namespace"]
+    try:
+        pods = kubectl.get("pods", "-n", ns, "-l", f"{LABEL_EXPERIMENT}={args.name}")["items"]
+    except KubectlError as e:
+        print(f"error: cannot list the pods of {ns}/{args.name}: {e}", file=err)
+        return 1
+    rayjob_name = (exp.get("status") or {}).get("rayJobName") or args.name
+    try:
+        rayjob = kubectl.get(RAYJOB_RESOURCE, rayjob_name, "-n", ns)
+    except KubectlError:
+        rayjob = None  # deleted, or not readable: the submitter pod and the volume remain
+    choice = choose(exp, rayjob, pods, args.attempt, args.follow)
+    if isinstance(choice, Nothing):
+        print(choice.message, file=err)
+        return 1
+    shown = " ".join(shlex.quote(a) for a in kubectl.command(choice.shown or choice.argv)[1:])
+    print(f"agentrl logs: {choice.note}\n  kubectl {shown}", file=err, flush=True)
+    out.flush()
+    try:
+        return kubectl.stream(choice.argv)
+    except KeyboardInterrupt:  # Ctrl-C ends --follow
+        return 130
+
+
+def _experiment_error(args: argparse.Namespace, message: str) -> str:
+    where = f"{args.namespace}/" if args.namespace else ""
+    if "NotFound" in message or "not found" in message:
+        if "the server doesn't have a resource type" in message:
+            return (
+                f"error: this cluster has no RLExperiment resource ({message}); install the "
+                "agentrl chart, or pick another --context"
+            )
+        return (
+            f"error: experiment {where}{args.name} not found. A deleted experiment takes its "
+            "RayJob, pods and their logs with it; each launch's output stays on its "
+            f"checkpoint volume as <spec.checkpoint.path>/{LAUNCH_LOG_DIR}/"
+            + LAUNCH_LOG_NAME.format(experiment=args.name, attempt="<N>", time="<UTC time>")
+        )
+    return f"error: kubectl get rlx {where}{args.name}: {message}"

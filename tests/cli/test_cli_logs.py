@@ -1,0 +1,239 @@
+"""`agentrl logs`: which pod and which kubectl command, for every state a run can be in.
+
+Pods are built from the RayJob agentrl renders, labelled as KubeRay and the Job controller
+label them (tests/support/kuberay_pods.py, from their source). tests/e2e/test_logs_e2e.py
+runs the same against a real kube-apiserver with the real kubectl.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from tests.support import kuberay_pods  # noqa: E402
+
+from agentrl.api.validation import parse_experiment  # noqa: E402
+from agentrl.cli import logs  # noqa: E402
+from agentrl.cli.logs import ATTEMPT_SCRIPT, Nothing, Stream, choose  # noqa: E402
+from agentrl.cli.main import main  # noqa: E402
+from agentrl.render import OperatorDefaults, render_all  # noqa: E402
+from conftest import load_example  # noqa: E402
+
+DEFAULTS = OperatorDefaults(image="img@sha256:" + "1" * 64, bundle_version="1.2.3")
+BUNDLE = {"agentrl/__init__.py": "x = 1\n"}
+NS, NAME = "rl", "qwen3b-gsm8k"
+CLUSTER, OLD_CLUSTER = f"{NAME}-f4k2p", f"{NAME}-a1b2c"
+JOB_ID = f"{NAME}-9xz7q"
+T = "2025-03-04T05:{:02d}:00Z"
+
+
+def experiment(phase: str = "Running", checkpoint: bool = True, **status: Any) -> dict[str, Any]:
+    body = load_example("qwen2.5-3b-gsm8k-agentcore")
+    body["metadata"] = {"name": NAME, "namespace": NS}
+    if not checkpoint:
+        body["spec"].pop("checkpoint", None)
+    body["status"] = {
+        "phase": phase,
+        "rayJobName": NAME,
+        "rayClusterName": CLUSTER,
+        "attempts": 1,
+        **status,
+    }
+    return body
+
+
+def rayjob(job_id: str | None = JOB_ID) -> dict[str, Any]:
+    exp, problems = parse_experiment(experiment())
+    assert exp is not None, problems
+    job = render_all(exp, DEFAULTS, BUNDLE)[3]
+    assert job["kind"] == "RayJob"
+    job["status"] = {"jobId": job_id} if job_id else {}
+    return job
+
+
+RAYJOB = rayjob()
+
+
+def running_pods() -> list[dict[str, Any]]:
+    return [
+        kuberay_pods.head_pod(RAYJOB, CLUSTER, created=T.format(1)),
+        kuberay_pods.worker_pod(RAYJOB, CLUSTER, created=T.format(1)),
+        kuberay_pods.submitter_pod(RAYJOB, phase="Running", created=T.format(5)),
+    ]
+
+
+def test_while_the_cluster_lives_the_head_pod_gives_the_whole_driver_log() -> None:
+    got = choose(experiment(), RAYJOB, running_pods(), attempt=None, follow=True)
+    assert isinstance(got, Stream)
+    head = f"{CLUSTER}-head-x7k2q"
+    assert got.argv == [
+        "exec", "-n", NS, head, "-c", "ray-head", "--",
+        "ray", "job", "logs", "--address", "http://127.0.0.1:8265", "--follow", JOB_ID,
+    ]  # fmt: skip
+    assert f"from head pod {head}" in got.note
+
+
+def test_the_head_of_the_current_cluster_wins_over_a_previous_attempts() -> None:
+    old = kuberay_pods.head_pod(RAYJOB, OLD_CLUSTER, suffix="old01", created=T.format(9))
+    got = choose(experiment(), RAYJOB, [old, *running_pods()], attempt=None, follow=False)
+    assert isinstance(got, Stream) and got.argv[3] == f"{CLUSTER}-head-x7k2q"
+    assert "--follow" not in got.argv
+
+
+def test_after_the_cluster_is_deleted_the_newest_started_submitter_pod() -> None:
+    """KubeRay kept the submitter Job; its second pod re-followed the log from the start."""
+    first = kuberay_pods.submitter_pod(RAYJOB, suffix="aaaaa", phase="Failed", created=T.format(5))
+    second = kuberay_pods.submitter_pod(RAYJOB, suffix="bbbbb", created=T.format(7))
+    got = choose(experiment("Succeeded"), RAYJOB, [second, first], attempt=None, follow=True)
+    assert isinstance(got, Stream)
+    assert got.argv == ["logs", "-n", NS, f"{NAME}-bbbbb", "-c", "ray-job-submitter", "--follow"]
+    assert "kubelet keeps the newest 10 MiB" in got.note
+    assert f"/checkpoints/qwen3b-gsm8k/logs/{NAME}-attempt-<N>-*.log" in got.note
+
+
+def test_a_previous_attempts_submitter_pod_being_deleted_is_not_chosen() -> None:
+    old = kuberay_pods.submitter_pod(RAYJOB, suffix="old01", created=T.format(1))
+    old["metadata"]["deletionTimestamp"] = T.format(8)
+    new = kuberay_pods.submitter_pod(RAYJOB, suffix="new01", phase="Running", created=T.format(9))
+    got = choose(experiment(), rayjob(None), [old, new], attempt=None, follow=False)
+    assert isinstance(got, Stream) and got.argv[3] == f"{NAME}-new01"
+
+
+def test_a_head_without_a_submitted_job_falls_back_to_the_submitter() -> None:
+    got = choose(experiment(), rayjob(None), running_pods(), attempt=None, follow=False)
+    assert isinstance(got, Stream) and got.argv[0] == "logs"
+
+
+def test_a_submitter_that_has_not_started_is_said_so() -> None:
+    pending = kuberay_pods.submitter_pod(RAYJOB, phase="Pending", created=T.format(5))
+    got = choose(experiment("Initializing"), rayjob(None), [pending], attempt=None, follow=False)
+    assert isinstance(got, Nothing)
+    assert f"submitter pod {NAME}-s9d8f has not started yet" in got.message
+
+
+def test_before_the_cluster_is_ready_there_is_no_output_yet() -> None:
+    got = choose(experiment("Initializing"), None, [], attempt=None, follow=False)
+    assert isinstance(got, Nothing)
+    assert "has no driver output yet (phase Initializing)" in got.message
+    assert f"kubectl get rlx {NAME} -n {NS} -w" in got.message
+
+
+def test_after_the_run_nothing_is_left_and_the_volume_file_is_named() -> None:
+    got = choose(experiment("Failed", attempts=2), None, [], attempt=None, follow=False)
+    assert isinstance(got, Nothing)
+    assert "the run ended (Failed)" in got.message
+    assert "after spec.ttlSecondsAfterFinished = 0 s, and before each retry" in got.message
+    assert f"/checkpoints/qwen3b-gsm8k/logs/{NAME}-attempt-<N>-*.log" in got.message
+    assert "(status.attempts: 2)" in got.message
+
+
+def test_without_a_checkpoint_path_it_says_how_to_keep_output() -> None:
+    got = choose(experiment("Succeeded", checkpoint=False), None, [], attempt=None, follow=False)
+    assert isinstance(got, Nothing)
+    assert "No copy was kept: spec.checkpoint.path is unset" in got.message
+    assert "spec.ttlSecondsAfterFinished" in got.message
+
+
+def test_a_suspended_experiment() -> None:
+    got = choose(experiment("Suspended"), None, [], attempt=None, follow=False)
+    assert isinstance(got, Nothing)
+    assert "it is suspended: KubeRay deleted its Ray cluster and submitter Job" in got.message
+
+
+def test_attempt_n_reads_its_file_on_the_volume_through_the_head_pod() -> None:
+    got = choose(experiment(attempts=2), RAYJOB, running_pods(), attempt=1, follow=False)
+    assert isinstance(got, Stream)
+    head = f"{CLUSTER}-head-x7k2q"
+    assert got.argv == [
+        "exec", "-n", NS, head, "-c", "ray-head", "--", "sh", "-c", ATTEMPT_SCRIPT,
+        "agentrl-logs", "/checkpoints/qwen3b-gsm8k/logs", NAME, "1", "0",
+    ]  # fmt: skip
+    assert got.shown is not None and got.shown[-3:] == [
+        "sh", "-c", f"cat /checkpoints/qwen3b-gsm8k/logs/{NAME}-attempt-1-*.log",
+    ]  # fmt: skip
+
+
+def test_attempt_n_without_a_pod_or_without_a_volume() -> None:
+    got = choose(experiment("Failed", attempts=2), None, [], attempt=1, follow=False)
+    assert isinstance(got, Nothing)
+    assert f"/checkpoints/qwen3b-gsm8k/logs/{NAME}-attempt-1-*.log" in got.message
+    assert "No pod of rl/qwen3b-gsm8k mounts that volume now" in got.message
+    none = choose(experiment(checkpoint=False), RAYJOB, running_pods(), attempt=1, follow=False)
+    assert isinstance(none, Nothing) and "spec.checkpoint.path is unset" in none.message
+
+
+# ---- the script `--attempt` runs in the head container, run here with /bin/sh ----------
+
+
+def _script(logs_dir: Path, attempt: str, follow: str = "0") -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        ["sh", "-c", ATTEMPT_SCRIPT, "agentrl-logs", str(logs_dir), NAME, attempt, follow],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def test_the_attempt_script_prints_that_attempts_file(tmp_path: Path) -> None:
+    (tmp_path / f"{NAME}-attempt-1-20250304T050607Z.log").write_text("first\n")
+    (tmp_path / f"{NAME}-attempt-12-20250305T050607Z.log").write_text("twelfth\n")
+    (tmp_path / "other-attempt-1-20250304T050607Z.log").write_text("not ours\n")
+    proc = _script(tmp_path, "1")
+    assert proc.communicate(timeout=60) == ("first\n", "")
+    missing = _script(tmp_path, "2")
+    out, err = missing.communicate(timeout=60)
+    assert missing.returncode == 3 and out == ""
+    assert err.splitlines() == [
+        f"agentrl logs: {tmp_path} holds no log file of attempt 2; it holds:",
+        f"{NAME}-attempt-1-20250304T050607Z.log",
+        f"{NAME}-attempt-12-20250305T050607Z.log",
+    ]
+
+
+def test_the_attempt_script_follows_a_growing_file(tmp_path: Path) -> None:
+    log = tmp_path / f"{NAME}-attempt-3-20250304T050607Z.log"
+    log.write_text("one\n")
+    proc = _script(tmp_path, "3", follow="1")
+    assert proc.stdout is not None
+    try:
+        assert proc.stdout.readline() == "one\n"
+        with log.open("a") as f:
+            f.write("two\n")
+        assert proc.stdout.readline() == "two\n"
+    finally:
+        proc.kill()
+        proc.wait(60)
+
+
+# ---- the command line -------------------------------------------------------------------
+
+
+def test_without_kubectl_on_path_it_says_what_to_install(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert main(["logs", NAME]) == 1
+    err = capsys.readouterr().err
+    assert "agentrl logs runs kubectl" in err and "not on PATH" in err
+
+
+def test_attempt_must_be_a_positive_number(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["logs", NAME, "--attempt", "0"])
+    assert exc.value.code == 2
+    assert "must be a whole number from 1 on, not '0'" in capsys.readouterr().err
+
+
+def test_kubectl_gets_the_context_on_every_call() -> None:
+    kubectl = logs.Kubectl("/usr/bin/kubectl", "lab")
+    want = ["/usr/bin/kubectl", "--context", "lab", "get", "pods"]
+    assert kubectl.command(["get", "pods"]) == want
+    assert logs.Kubectl("kubectl").command(["logs", "p"]) == ["kubectl", "logs", "p"]
