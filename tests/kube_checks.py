@@ -22,8 +22,8 @@ from typing import Any
 import jsonschema
 import kubernetes_validate
 import yaml
+from tests.support.shared import KUBERAY_SCHEMAS, require
 
-KUBERAY_SCHEMAS = Path("/work/shared/schemas/kuberay")
 _YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 RAYJOB_NAME_MAX = 47
 DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
@@ -39,8 +39,7 @@ def kuberay_schemas_dir() -> Path:
 
 def kuberay_releases() -> list[str]:
     """The KubeRay releases whose RayJob CRD is at hand ("v1.1.1", ...), oldest first."""
-    if not KUBERAY_SCHEMAS.is_dir():
-        return []
+    require(KUBERAY_SCHEMAS, "KubeRay's RayJob CRD per release")
     found = [d.name for d in KUBERAY_SCHEMAS.glob("v*") if (d / "ray.io_rayjobs.yaml").is_file()]
     return sorted(found, key=release_key)
 

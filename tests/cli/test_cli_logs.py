@@ -53,7 +53,7 @@ def experiment(phase: str = "Running", checkpoint: bool = True, **status: Any) -
 def rayjob(job_id: str | None = JOB_ID) -> dict[str, Any]:
     exp, problems = parse_experiment(experiment())
     assert exp is not None, problems
-    job = render_all(exp, DEFAULTS, BUNDLE)[3]
+    job = render_all(exp, DEFAULTS, BUNDLE).rayjob
     assert job["kind"] == "RayJob"
     job["status"] = {"jobId": job_id} if job_id else {}
     return job

@@ -9,22 +9,20 @@ from __future__ import annotations
 
 import copy
 import functools
-from pathlib import Path
 from typing import Any
 
 import pytest
 import stamina
 import yaml
 from tests.conftest import minimal_body
+from tests.support.shared import KUBERAY_SCHEMAS, require
 
 from agentrl.api.validation import parse_experiment
 from agentrl.controller import compat
 from agentrl.controller.kube import KubeError
 from agentrl.render import OperatorDefaults, render_all
 
-SCHEMAS = Path("/work/shared/schemas/kuberay")
-if not SCHEMAS.is_dir():
-    pytest.skip(f"KubeRay release CRDs not found in {SCHEMAS}", allow_module_level=True)
+SCHEMAS = require(KUBERAY_SCHEMAS, "KubeRay's RayJob CRD per release")
 
 
 @functools.cache

@@ -8,7 +8,6 @@ at what their absence means runs; an upgraded KubeRay is seen on the next genera
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 from tests.conftest import minimal_body
@@ -18,6 +17,7 @@ from tests.support.kmock_api import (
     install_kuberay_crd,
     running_emulator,
 )
+from tests.support.shared import KUBERAY_SCHEMAS, require
 
 from agentrl.api.constants import ConditionType
 from agentrl.controller import conditions
@@ -25,9 +25,7 @@ from agentrl.controller import conditions
 from .conftest import Api, OperatorRun, wait_for
 from .test_operator_kmock import EXP, NS, RAYJOBS, children, created, status_of
 
-OLD = Path("/work/shared/schemas/kuberay/v1.1.1/ray.io_rayjobs.yaml")
-if not OLD.is_file():
-    pytest.skip(f"KubeRay v1.1.1's CRD not found at {OLD}", allow_module_level=True)
+OLD = require(KUBERAY_SCHEMAS / "v1.1.1" / "ray.io_rayjobs.yaml", "KubeRay v1.1.1's RayJob CRD")
 
 
 @pytest.fixture

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import yaml
@@ -23,20 +22,20 @@ from tests.support.kube import (
     running_harness,
     wait_established,
 )
+from tests.support.shared import KUBERAY_SCHEMAS, require
 
 from .operator_process import OperatorProcess, install_chart_rbac
 from .test_operator_e2e import children, condition, events, experiment, status, wait
 
 pytestmark = pytest.mark.e2e
-OLD = Path("/work/shared/schemas/kuberay/v1.1.1/ray.io_rayjobs.yaml")
+OLD = KUBERAY_SCHEMAS / "v1.1.1" / "ray.io_rayjobs.yaml"
 NS = "e2e-old-kuberay"
 
 
 @pytest.fixture(scope="module")
 def old_kuberay(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeHarness]:
     """A control plane of its own (its KubeRay differs from the session one's)."""
-    if not OLD.is_file():
-        pytest.skip(f"KubeRay v1.1.1's CRD not found at {OLD}")
+    require(OLD, "KubeRay v1.1.1's RayJob CRD")
     with running_harness() as kube:
         kube.kubectl("delete", "crd", "rayjobs.ray.io")
         kube.kubectl("create", "--validate=false", "-f", "-",

@@ -70,7 +70,7 @@ def rayjob() -> dict[str, Any]:
     exp, problems = parse_experiment(body)
     assert exp is not None, problems
     defaults = OperatorDefaults(image="img@sha256:" + "1" * 64, bundle_version="1.2.3")
-    job: dict[str, Any] = render_all(exp, defaults, {"agentrl/__init__.py": ""})[3]
+    job: dict[str, Any] = render_all(exp, defaults, {"agentrl/__init__.py": ""}).rayjob
     return job
 
 

@@ -19,16 +19,16 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+from tests.support.shared import UPSTREAM as SHARED_UPSTREAM
+from tests.support.shared import require
 
 from conftest import ROOT
 
-UPSTREAM = Path("/work/shared/upstream/slime")
+UPSTREAM = SHARED_UPSTREAM / "slime"
 SNAPSHOTS = [UPSTREAM / "fa3c990", UPSTREAM / "624b824"]  # oldest first, as the README lists
 SCRIPT = ROOT / "hack" / "slime-matrix.py"
-pytestmark = pytest.mark.skipif(
-    not all((s / "docker" / "Dockerfile").is_file() for s in SNAPSHOTS),
-    reason=f"{UPSTREAM} (slime's docker/ files at fa3c990 and 624b824) is not on this machine",
-)
+for _snapshot in SNAPSHOTS:
+    require(_snapshot / "docker" / "Dockerfile", "slime's docker/ files")
 SLIME_IMAGE = re.compile(r"slimerl/(?:slime|sglang):[\w.-]+")
 
 

@@ -40,10 +40,6 @@ from kube_checks import (
 DEFAULTS = OperatorDefaults(image="runtime@sha256:" + "1" * 64)
 BUNDLE = collect_bundle_files()
 RELEASES = kuberay_releases()
-needs_releases = pytest.mark.skipif(
-    not RELEASES,
-    reason=f"{KUBERAY_SCHEMAS} (KubeRay's per-release RayJob CRDs) is not on this machine",
-)
 # Every optional lifecycle field, each set to a value that is rendered.
 LIFECYCLE = {
     "suspend": {"suspend": True},
@@ -94,7 +90,6 @@ def test_docs_state_the_minimum() -> None:
         assert f"KubeRay >= {KUBERAY_MIN_VERSION}" in (ROOT / doc).read_text(), doc
 
 
-@needs_releases
 def test_minimum_is_the_oldest_release_that_keeps_every_rendered_field() -> None:
     """Everything agentrl can render (every example with every lifecycle field) survives on
     the minimum and every later release, and something is lost on every older one."""
@@ -105,7 +100,6 @@ def test_minimum_is_the_oldest_release_that_keeps_every_rendered_field() -> None
     assert all(ok == (release_key(r) >= release_key(oldest)) for r, ok in keeps.items()), keeps
 
 
-@needs_releases
 @pytest.mark.parametrize("path", example_paths(), ids=lambda p: p.stem)
 def test_each_example_keeps_every_field_on_the_minimum(path: Path) -> None:
     job = rayjob(load_example(path.name))
@@ -123,14 +117,11 @@ def test_each_example_keeps_every_field_on_the_newest(path: Path) -> None:
 @pytest.mark.parametrize("field", sorted(LIFECYCLE))
 def test_each_lifecycle_field_is_kept(field: str, release: str | None) -> None:
     if release == "min":
-        if not RELEASES:
-            pytest.skip(f"{KUBERAY_SCHEMAS} (per-release RayJob CRDs) is not on this machine")
         release = min_release()
     job = rayjob(minimal_body(**LIFECYCLE[field]))
     assert pruned_fields(job, rayjob_crd(release)) == []
 
 
-@needs_releases
 def test_vendored_crd_is_the_newest_releases() -> None:
     vendored = ROOT / "tests" / "data" / "kuberay" / "ray.io_rayjobs.yaml"
     newest = KUBERAY_SCHEMAS / RELEASES[-1] / "ray.io_rayjobs.yaml"
@@ -140,7 +131,6 @@ def test_vendored_crd_is_the_newest_releases() -> None:
 # ---- features: which field needs which release -----------------------------------------
 
 
-@needs_releases
 def test_each_feature_arrives_in_the_release_it_names() -> None:
     for feature in FEATURES:
         lacking = [r for r in RELEASES if feature in missing_features(rayjob_crd(r))]
@@ -149,7 +139,6 @@ def test_each_feature_arrives_in_the_release_it_names() -> None:
         assert all(release_key(r) < release_key(having[0]) for r in lacking), feature
 
 
-@needs_releases
 def test_every_field_an_old_release_drops_is_a_known_feature() -> None:
     """On every release before the minimum, each dropped field is explained by the spec
     field behind it, never by a bare RayJob path."""
@@ -161,7 +150,6 @@ def test_every_field_an_old_release_drops_is_a_known_feature() -> None:
         assert set(pruned) == {f.rayjob_field for f in missing_features(rayjob_crd(release))}
 
 
-@needs_releases
 def test_oldest_release_drops_both_lifecycle_fields_with_a_message_naming_the_spec() -> None:
     job = rayjob(minimal_body(startupDeadlineSeconds=600, backoffLimit=3))
     oldest = rayjob_crd(RELEASES[0])

@@ -41,12 +41,13 @@ from typing import Any
 
 import pytest
 import yaml
+from tests.support.shared import KUBERAY_SCHEMAS
 
 ROOT = Path(__file__).resolve().parents[2]
 CACHE = Path(os.environ.get("AGENTRL_CACHE", Path.home() / ".cache" / "agentrl"))
 APISERVER_VERSION = "1.20.2"
 OUR_CRD = ROOT / "crds" / "rlexperiments.agentrl.io.yaml"
-KUBERAY_DIRS = (Path("/work/shared/schemas/kuberay"), ROOT / "tests" / "data" / "kuberay")
+KUBERAY_DIRS = (KUBERAY_SCHEMAS, ROOT / "tests" / "data" / "kuberay")
 ADMIN_TOKEN = "agentrl-e2e-admin-token"  # a throwaway token of a throwaway apiserver
 READY_TIMEOUT = 90.0
 

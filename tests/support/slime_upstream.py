@@ -7,7 +7,8 @@ row's own `docker/patch/latest/sglang*.patch` applied to it as slime's image doe
 these trees runs in subprocesses (`upstream_site/`), where an import hook serves it with
 stand-ins for the GPU stack.
 
-Tests that need the snapshots skip, saying why, only when the folder is absent (CI has it).
+Tests that need the snapshots fail, naming the folder, when it is absent
+(`tests/support/shared.py`).
 """
 
 from __future__ import annotations
@@ -24,10 +25,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import pytest
+from tests.support.shared import UPSTREAM, require
 
 ROOT = Path(__file__).resolve().parents[2]
-UPSTREAM = Path(os.environ.get("AGENTRL_UPSTREAM", ROOT.parent / "shared" / "upstream"))
 CACHE = Path(os.environ.get("AGENTRL_CACHE", Path.home() / ".cache" / "agentrl"))
 SITE = Path(__file__).resolve().parent / "upstream_site"
 # The slime rows agentrl supports, by commit (the folder names of the snapshots).
@@ -37,10 +37,7 @@ _SGLANG_PREFIXES = ("server_args", "arg_groups", "function_call", "parser")
 
 
 def require_upstream() -> None:
-    if not UPSTREAM.is_dir():
-        pytest.skip(
-            f"the upstream snapshots are not at {UPSTREAM} (set AGENTRL_UPSTREAM); CI has them"
-        )
+    require(UPSTREAM, "the upstream snapshots (slime, Megatron-LM)")
 
 
 @functools.cache

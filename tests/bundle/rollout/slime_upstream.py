@@ -13,7 +13,6 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import json
-import os
 import sys
 import types
 from collections.abc import Iterator
@@ -22,20 +21,16 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-import pytest
+from tests.support.shared import UPSTREAM, require
 
 from agentrl.bundle.rollout.types import PlainSample
 
-ROOT = Path(__file__).resolve().parents[3]
-UPSTREAM = Path(os.environ.get("AGENTRL_UPSTREAM", ROOT.parent / "shared" / "upstream"))
 COMMITS = ("fa3c990", "624b824")
 
 
 def snapshot(commit: str) -> Path:
     path = UPSTREAM / "slime" / commit / "slime" / "rollout" / "data_source.py"
-    if not path.is_file():
-        pytest.skip(f"slime snapshot {commit} not found under {UPSTREAM} (set AGENTRL_UPSTREAM)")
-    return path
+    return require(path, f"slime's snapshot at {commit}")
 
 
 class JsonlDataset:

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 from tests.support.metrics import LocalSink, exposition
+from tests.support.shared import require
 
 from agentrl.bundle.metrics import BundleMetrics
 from agentrl.bundle.rollout import generate_rollout, install_runtime
@@ -245,8 +246,7 @@ def user_filter(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
     types_file = (
         UPSTREAM / "slime" / "624b824" / "slime" / "rollout" / "filter_hub" / "base_types.py"
     )
-    if not types_file.is_file():
-        pytest.skip(f"slime snapshot not found under {UPSTREAM}")
+    require(types_file, "slime's snapshot at 624b824")
     spec = importlib.util.spec_from_file_location("slime_filter_types", types_file)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
