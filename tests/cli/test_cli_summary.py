@@ -16,20 +16,23 @@ import pytest
 import yaml
 
 from agentrl.cli.main import main
-from conftest import EXAMPLES_DIR, example_paths
+from conftest import EXAMPLES_DIR, TEST_IMAGE, example_paths
 
 ROOT = Path(__file__).resolve().parents[2]
 MAX_LINES = 120
 MAX_BYTES = 8 * 1024
+# What the examples need to render: an image (none is published yet) and the platform policy
+# that allows their IRSA ServiceAccount.
+RENDER = ["--image", TEST_IMAGE, "--policy", str(EXAMPLES_DIR / "platform" / "policy.yaml")]
 
 
 def _summary(capsys: pytest.CaptureFixture[str], example: Path) -> str:
-    assert main(["render", "-f", str(example), "--summary"]) == 0
+    assert main(["render", "-f", str(example), *RENDER, "--summary"]) == 0
     return capsys.readouterr().out
 
 
 def _objects(capsys: pytest.CaptureFixture[str], example: Path) -> list[dict[str, object]]:
-    assert main(["render", "-f", str(example)]) == 0
+    assert main(["render", "-f", str(example), *RENDER]) == 0
     return [d for d in yaml.safe_load_all(capsys.readouterr().out) if d]
 
 
@@ -82,9 +85,14 @@ def test_demo_from_a_fresh_venv_prints_a_screenful_and_writes_the_yaml(tmp_path:
     assert len(shown.splitlines()) <= MAX_LINES and len(shown.encode()) <= MAX_BYTES, shown
     full = out_dir / "qwen2.5-3b-gsm8k-agentcore.yaml"
     kinds = [d["kind"] for d in yaml.safe_load_all(full.read_text())]
-    assert kinds == ["ConfigMap", "ConfigMap", "Service", "RayJob"]
+    assert kinds == ["ConfigMap", "ConfigMap", "Service", "Service", "RayJob"]
     assert f"every object in full: {out_dir}/qwen2.5-3b-gsm8k-agentcore.yaml" in shown
-    for name in ("qwen3b-gsm8k-config", "qwen3b-gsm8k-gateway", "qwen3b-gsm8k-bundle-"):
+    for name in (
+        "qwen3b-gsm8k-config",
+        "qwen3b-gsm8k-gateway",
+        "qwen3b-gsm8k-metrics",
+        "qwen3b-gsm8k-bundle-",
+    ):
         assert name in shown
     assert "GPU layout: 8 GPUs" in shown and "python3 /root/slime/train.py" in shown
     assert "agentrl logs qwen3b-gsm8k -n rl -f" in shown

@@ -25,7 +25,9 @@ from agentrl.controller import conditions
 from .conftest import Api, OperatorRun, wait_for
 from .test_operator_kmock import EXP, NS, RAYJOBS, children, created, status_of
 
-OLD = require(KUBERAY_SCHEMAS / "v1.1.1" / "ray.io_rayjobs.yaml", "KubeRay v1.1.1's RayJob CRD")
+# v1.5 has everything agentrl renders by default (submitterConfig, backoffLimit) but not
+# preRunningDeadlineSeconds (spec.startupDeadlineSeconds), which arrived in v1.6.
+OLD = require(KUBERAY_SCHEMAS / "v1.5.2" / "ray.io_rayjobs.yaml", "KubeRay v1.5.2's RayJob CRD")
 
 
 @pytest.fixture
@@ -64,7 +66,7 @@ async def test_a_field_kuberay_would_drop_creates_nothing(api: Api, operator: Op
 
 
 async def test_defaults_lose_nothing_on_an_old_kuberay(api: Api, operator: OperatorRun) -> None:
-    await created(api)  # backoffLimit 0 is rendered, and its absence means 0 to KubeRay
+    await created(api)  # no startup deadline set, so nothing v1.5 lacks is rendered
     st = status_of(api)
     assert st["phase"] == "Pending"
     assert conditions.get(st, ConditionType.KUBERAY_INCOMPATIBLE) is None
@@ -75,11 +77,14 @@ async def test_a_lifecycle_change_kuberay_would_drop_is_not_applied(
 ) -> None:
     await created(api)
     before = api.get(RAYJOBS, NS, "demo")
-    await api.patch(EXP, NS, "demo", {"spec": {"backoffLimit": 3}})
+    await api.patch(EXP, NS, "demo", {"spec": {"startupDeadlineSeconds": 600}})
     st = await wait_for(
         lambda: conditions.is_true(s := status_of(api), ConditionType.KUBERAY_INCOMPATIBLE) and s
     )
-    assert "spec.backoffLimit" in conditions.get(st, ConditionType.KUBERAY_INCOMPATIBLE)["message"]  # type: ignore[index]
+    assert (
+        "spec.startupDeadlineSeconds"
+        in conditions.get(st, ConditionType.KUBERAY_INCOMPATIBLE)["message"]
+    )  # type: ignore[index]
     assert st["phase"] == "Pending"  # the RayJob exists and runs on as it was
     assert api.get(RAYJOBS, NS, "demo")["spec"] == before["spec"]  # type: ignore[index]
     await wait_for(lambda: [e["reason"] for e in api.events("demo")] == ["KubeRayIncompatible"])

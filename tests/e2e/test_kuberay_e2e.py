@@ -28,14 +28,14 @@ from .operator_process import OperatorProcess, install_chart_rbac
 from .test_operator_e2e import children, condition, events, experiment, status, wait
 
 pytestmark = pytest.mark.e2e
-OLD = KUBERAY_SCHEMAS / "v1.1.1" / "ray.io_rayjobs.yaml"
+OLD = KUBERAY_SCHEMAS / "v1.5.2" / "ray.io_rayjobs.yaml"  # no preRunningDeadlineSeconds yet
 NS = "e2e-old-kuberay"
 
 
 @pytest.fixture(scope="module")
 def old_kuberay(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeHarness]:
     """A control plane of its own (its KubeRay differs from the session one's)."""
-    require(OLD, "KubeRay v1.1.1's RayJob CRD")
+    require(OLD, "KubeRay v1.5.2's RayJob CRD")
     with running_harness() as kube:
         kube.kubectl("delete", "crd", "rayjobs.ray.io")
         kube.kubectl("create", "--validate=false", "-f", "-",
@@ -74,13 +74,13 @@ def test_a_field_the_old_crd_lacks_is_refused(old_kuberay: KubeHarness) -> None:
     assert [e["reason"] for e in events(kube, NS, "deadline")] == ["KubeRayIncompatible"]
 
 
-def test_what_its_absence_means_anyway_runs(old_kuberay: KubeHarness) -> None:
+def test_what_the_old_release_declares_runs(old_kuberay: KubeHarness) -> None:
     kube = old_kuberay
     apply(kube, "plain")
     st = wait(lambda: status(kube, NS, "plain").get("rayJobName") and status(kube, NS, "plain"),
               what="created")  # fmt: skip
     assert st["phase"] == "Pending" and not condition(st, "KubeRayIncompatible")
     job = kube.kubectl_json("get", "rayjobs.ray.io", "plain", "-n", NS)
-    # The API server did drop it, as the operator predicted; KubeRay reads absent as 0.
-    assert "backoffLimit" not in job["spec"]
+    # v1.5 declares everything agentrl renders without a startup deadline: nothing dropped.
+    assert job["spec"]["backoffLimit"] == 0 and job["spec"]["submitterConfig"]["backoffLimit"] > 0
     assert job["spec"]["shutdownAfterJobFinishes"] is True

@@ -142,11 +142,14 @@ def test_eval_sets_that_differ_use_eval_config() -> None:
 
 def test_uniform_eval_sets_use_slime_eval_flags() -> None:
     body = load_example(EXAMPLE_C)
-    body["spec"]["data"]["eval"] = [{"name": "a", "path": "/a"}, {"name": "b", "path": "/b"}]
+    body["spec"]["data"]["eval"] = [
+        {"name": "a", "path": "/a.jsonl"},
+        {"name": "b", "path": "/b.jsonl"},
+    ]
     cmd = slimecmd.compose(spec_of(body), slimecmd.PodFacts())
     argv = cmd.argv()
     i = argv.index("--eval-prompt-data")
-    assert argv[i + 1 : i + 5] == ["a", "/a", "b", "/b"]
+    assert argv[i + 1 : i + 5] == ["a", "/a.jsonl", "b", "/b.jsonl"]
     assert _pairs(argv)["--n-samples-per-eval-prompt"] == "1"
     assert cmd.eval_config_path is None
     body["spec"]["data"]["eval"] = []
