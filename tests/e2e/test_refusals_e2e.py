@@ -5,11 +5,12 @@ every child because of the namespace's quota (403). The operator, under the char
 must end each one Failed with the API server's own words in a condition, post one event, and
 stop: no retry, no further writes, until the spec changes.
 
-The 422 cases are gaps of `agentrl validate` at the time of writing; validation may learn to
-refuse them first, in which case the honest end is `InvalidSpec`, with the same
-one-event-and-stop guarantee, and the test follows whichever refuses first. The quota case
-is out of validation's reach (it depends on the cluster), so the API server's refusal is
-always exercised.
+The 422 cases were gaps of `agentrl validate` and of the CRD's schema when they were
+found; each layer may learn to refuse them first, and the test follows whichever refuses
+first: the CRD's schema (the API server refuses the experiment itself, naming the field),
+then validation (`InvalidSpec`, with the same one-event-and-stop guarantee), then the
+child's 422. The quota case is out of both layers' reach (it depends on the cluster), so the
+API server's refusal of a child is always exercised.
 """
 
 from __future__ import annotations
@@ -68,10 +69,15 @@ def body_for(name: str, spec: dict[str, Any]) -> dict[str, Any]:
     return body
 
 
-def create(kube: KubeHarness, body: dict[str, Any]) -> None:
+def create(kube: KubeHarness, body: dict[str, Any]) -> str | None:
+    """The API server's refusal of the experiment itself, or None when it was created."""
     # `create`, not `apply`: client-side apply copies the object into an annotation that
     # cannot hold a 1 MiB spec.
-    kube.kubectl("create", "-f", "-", input=yaml.safe_dump(body))
+    proc = kube.kubectl("create", "-f", "-", input=yaml.safe_dump(body), check=False)
+    if proc.returncode == 0:
+        return None
+    assert "is invalid" in proc.stderr, proc.stderr[-2000:]
+    return proc.stderr
 
 
 def settled_and_quiet(kube: KubeHarness, name: str, reason: str) -> dict[str, Any]:
@@ -96,7 +102,12 @@ def test_a_child_the_api_server_refuses(
     body = body_for(case, spec)
     exp, problems = parse_experiment(body)
     refused_by_validation = exp is None or bool(errors(problems))
-    create(kube, body)
+    refused_by_schema = create(kube, body)
+    if refused_by_schema is not None:  # the CRD's schema refuses it: nothing exists at all
+        assert f"spec.{next(iter(spec))}" in refused_by_schema, refused_by_schema[-2000:]
+        assert refused_by_validation, "validation must refuse what the CRD refuses"
+        assert kube.kubectl("get", "rlx", case, "-n", NS, check=False).returncode != 0
+        return
     if refused_by_validation:  # validation learnt this one: refused before any API call
         st = settled_and_quiet(kube, case, "InvalidSpec")
         assert condition(st, "Valid")["status"] == "False"
