@@ -7,7 +7,7 @@ row's own `docker/patch/latest/sglang*.patch` applied to it as slime's image doe
 these trees runs in subprocesses (`upstream_site/`), where an import hook serves it with
 stand-ins for the GPU stack.
 
-Tests that need the snapshots fail, naming the folder, when it is absent
+Tests that need the snapshots skip, naming the folder, only when it is absent
 (`tests/support/shared.py`).
 """
 
