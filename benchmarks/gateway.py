@@ -101,6 +101,7 @@ def rllm_available() -> str | None:
 class Servers:
     stub: str
     gateway: str
+    gateway_admin: str  # the admin API's own listener
     gateway_proc: psutil.Process
     rllm: str | None = None
     rllm_proc: psutil.Process | None = None
@@ -109,14 +110,15 @@ class Servers:
 async def start_servers(
     procs: list[subprocess.Popen[bytes]], with_rllm: bool, logdir: Path
 ) -> Servers:
-    stub_port, gw_port, rllm_port = free_port(), free_port(), free_port()
+    stub_port, gw_port, admin_port, rllm_port = free_port(), free_port(), free_port(), free_port()
     stub, gw, rllm = (f"http://127.0.0.1:{p}" for p in (stub_port, gw_port, rllm_port))
     procs.append(spawn([ME, "--serve", "stub", "--port", str(stub_port)], logdir / "stub.log"))
     await wait_healthy(stub + "/health", procs[-1], "stub engine")
-    serve_gw = [ME, "--serve", "gateway", "--port", str(gw_port), "--engine", stub]
+    serve_gw = [ME, "--serve", "gateway", "--port", str(gw_port), "--engine", stub,
+                "--admin-port", str(admin_port)]  # fmt: skip
     procs.append(spawn(serve_gw, logdir / "gateway.log"))
     await wait_healthy(gw + "/health", procs[-1], "agentrl gateway")
-    servers = Servers(stub, gw, psutil.Process(procs[-1].pid))
+    servers = Servers(stub, gw, f"http://127.0.0.1:{admin_port}", psutil.Process(procs[-1].pid))
     if with_rllm:  # the anchor with its CLI defaults (INFO logs), as measured in its write-up
         args = ["-m", "rllm_model_gateway", "--host", "127.0.0.1", "--port", str(rllm_port)]
         procs.append(
@@ -129,7 +131,7 @@ async def start_servers(
 
 async def targets_for(s: Servers, conc: int, prompt: list[int]) -> list[Target]:
     """Fresh sessions for this level: one per agent, as in training."""
-    ours = await our_sessions(s.gateway, conc)
+    ours = await our_sessions(s.gateway_admin, conc)
     auth = [{"Authorization": f"Bearer {t}"} for _, t in ours]
     targets = [
         Target("direct /generate", direct_generate(s.stub, prompt), None, None),
@@ -219,11 +221,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--serve", choices=["stub", "gateway"], help=argparse.SUPPRESS)
     p.add_argument("--port", type=int, help=argparse.SUPPRESS)
     p.add_argument("--engine", help=argparse.SUPPRESS)
+    p.add_argument("--admin-port", type=int, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.serve == "stub":
         asyncio.run(serve_stub(args.port))
     if args.serve == "gateway":
-        asyncio.run(serve_gateway(args.port, args.engine))
+        asyncio.run(serve_gateway(args.port, args.engine, args.admin_port))
     levels = [1, 8] if args.quick else [1, 64, 256]
     n = args.requests or (100 if args.quick else 2000)
     why_not = rllm_available()

@@ -95,7 +95,7 @@ class Outcome:
 
 
 # ---- the gateway under test ------------------------------------------------------------
-async def serve_gateway(port: int, engine_url: str, limit: int) -> None:
+async def serve_gateway(port: int, engine_url: str, limit: int, admin_port: int) -> None:
     from tests.support.tiny_tokenizer import write_checkpoint
 
     from agentrl.api.models import GatewaySpec
@@ -108,6 +108,7 @@ async def serve_gateway(port: int, engine_url: str, limit: int) -> None:
         tokenizer_path=str(ckpt),
         renderer_family="qwen3",
         port=port,
+        admin_port=admin_port,
         admin_token=ADMIN_TOKEN,
         spec=GatewaySpec(max_request_bytes=limit),
     )
@@ -269,15 +270,17 @@ async def run_scenario(sc: Scenario, load: Load, logdir: Path, stub: str) -> Out
     # The raised-limit scenario is informational and minutes long per request: one round.
     n_victims, seconds, rounds = load.victims, load.seconds, load.rounds if sc.default else 1
     with processes() as procs:
-        port = free_port()
+        port, admin_port = free_port(), free_port()
         url = f"http://127.0.0.1:{port}"
-        args = [ME, "--serve", "gateway", "--port", str(port), "--engine", stub]
+        admin = f"http://127.0.0.1:{admin_port}"  # sessions are opened on the admin listener
+        args = [ME, "--serve", "gateway", "--port", str(port), "--engine", stub,
+                "--admin-port", str(admin_port)]  # fmt: skip
         procs.append(spawn([*args, "--limit", str(sc.limit)], logdir / f"gw-{port}.log"))
         await wait_healthy(url + "/health", procs[-1], "gateway")
         gw = psutil.Process(procs[-1].pid)
         body = words_body(sc.hog_bytes)
         warm: list[float] = []
-        await window(url, n_victims, deadline(min(2.0, seconds / 2)), warm)  # warm-up
+        await window(admin, n_victims, deadline(min(2.0, seconds / 2)), warm)  # warm-up
         memory = Memory(gw)
         rss0 = memory.sample()[0]
         base: list[float] = []
@@ -286,19 +289,19 @@ async def run_scenario(sc: Scenario, load: Load, logdir: Path, stub: str) -> Out
         errors = 0
         # Rounds of baseline then attack, so a drift in the machine's load hits both alike.
         for _ in range(rounds):
-            await window(url, n_victims, deadline(seconds), base)
+            await window(admin, n_victims, deadline(seconds), base)
             # A fresh hog session per round, closed after it (as the rollout closes every
             # episode's): what stays in memory afterwards was not released.
-            (mine,) = await open_sessions(url, 1)
+            (mine,) = await open_sessions(admin, 1)
             memory.start()
             stop, answered = asyncio.Event(), asyncio.Event()
             hogging = asyncio.create_task(hog(mine, body, stop, answered))
             # At least `seconds`, and until the hog's first answer.
             done = both(deadline(seconds), answered.is_set)
-            errors += await window(url, n_victims, done, attack)
+            errors += await window(admin, n_victims, done, attack)
             stop.set()
             hog_runs += await hogging
-            await close_session(url, mine[0])
+            await close_session(admin, mine[0])
             await memory.stop()
         await asyncio.sleep(1.0 + 2 * DEBOUNCE_S)  # the gateway trims a second after a close
         settled, workers_settled = memory.sample()
@@ -384,11 +387,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--port", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--engine", help=argparse.SUPPRESS)
     ap.add_argument("--limit", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--admin-port", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.serve == "stub":
         asyncio.run(serve_stub(args.port))
     if args.serve == "gateway":
-        asyncio.run(serve_gateway(args.port, args.engine, args.limit))
+        asyncio.run(serve_gateway(args.port, args.engine, args.limit, args.admin_port))
     from agentrl.api.models import GatewaySpec
     from agentrl.bundle.gateway import memory
 

@@ -57,7 +57,7 @@ async def serve_stub(port: int) -> None:
     await asyncio.Event().wait()
 
 
-async def serve_gateway(port: int, engine_url: str) -> None:
+async def serve_gateway(port: int, engine_url: str, admin_port: int) -> None:
     from tests.support.tiny_tokenizer import write_checkpoint
 
     from agentrl.api.models import GatewaySpec
@@ -70,6 +70,7 @@ async def serve_gateway(port: int, engine_url: str) -> None:
         tokenizer_path=str(ckpt),
         renderer_family="qwen3",
         port=port,
+        admin_port=admin_port,
         admin_token=ADMIN_TOKEN,
         spec=GatewaySpec(max_in_flight=4096),
     )

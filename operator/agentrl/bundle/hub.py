@@ -119,7 +119,7 @@ class Hub:
             self._gateway = server
             # The rollout may run on another node: give it an address that reaches us.
             host = node_ip() if self._gateway_host == "0.0.0.0" else self._gateway_host
-            self._admin = (f"http://{host}:{server.port}", token)
+            self._admin = (f"http://{host}:{server.admin_port}", token)
         return self._admin
 
     async def stop(self) -> None:

@@ -7,9 +7,9 @@ Service that is always ClusterIP: the operator's progress scrape reads it there,
 PodMonitor scrapes the pod's named port directly. Both select the head pod by agentrl's own
 labels, which survive KubeRay renaming the RayCluster on a retry.
 
-The gateway's admin API (sessions, turns, engine quiesce; the rollout calls it on the pod's
-address) listens on the gateway port as well, so a LoadBalancer reaches it too; it stays
-behind its own 256-bit token, which never leaves the head pod's process.
+The gateway's admin API (sessions, turns, engine quiesce) listens on a port of its own that
+the OS picks and the hub announces to the rollout through Ray; no Service here names it, so a
+LoadBalancer reaches only the agent API. It also stays behind its own 256-bit token.
 """
 
 from __future__ import annotations

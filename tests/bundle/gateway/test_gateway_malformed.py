@@ -250,8 +250,10 @@ SAMPLING: list[tuple[str, Any, str]] = [
 async def raw(
     gateway: GatewayServer, method: str, path: str, headers: list[tuple[bytes, bytes]], body: bytes
 ) -> tuple[int, Any]:
-    """One HTTP/1.1 request written byte for byte (no client library cleans it up)."""
-    reader, writer = await asyncio.open_connection("127.0.0.1", gateway.port)
+    """One HTTP/1.1 request written byte for byte (no client library cleans it up), to the
+    admin listener for `/admin/` paths and to the agent API's otherwise."""
+    port = gateway.admin_port if path.startswith("/admin/") else gateway.port
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
     head = [f"{method} {path} HTTP/1.1".encode(), b"Host: gw", b"Connection: close"]
     head += [k + b": " + v for k, v in headers]
     head.append(b"Content-Length: " + str(len(body)).encode())
@@ -294,18 +296,24 @@ async def test_openai_malformed_requests_get_their_4xx(
     assert metric(cluster, "agentrl_gateway_requests_total", api="openai", code=str(status)) == 1
 
 
-@pytest.mark.parametrize(
-    ("body", "status"), [c[1:] for c in ANTHROPIC], ids=[c[0] for c in ANTHROPIC]
-)
-@pytest.mark.parametrize("endpoint", ["messages", "messages/count_tokens"])
+def _anthropic_cases() -> list[Any]:
+    """Every case on /messages; on /messages/count_tokens all but the max_tokens ones (that
+    endpoint takes no max_tokens)."""
+    cases = []
+    for name, body, status in ANTHROPIC:
+        cases.append(pytest.param(body, status, "messages", id=f"messages-{name}"))
+        if not (isinstance(body, dict) and body.get("max_tokens", "abc") == "abc"):
+            cases.append(pytest.param(body, status, "messages/count_tokens",
+                                      id=f"count_tokens-{name}"))  # fmt: skip
+    return cases
+
+
+@pytest.mark.parametrize(("body", "status", "endpoint"), _anthropic_cases())
 async def test_anthropic_malformed_requests_get_their_4xx(
     gateway: GatewayServer, cluster: Cluster, body: Any, status: int, endpoint: str
 ) -> None:
     handle = await gateway.create_session("bad-anthropic", {})
     path = f"/sessions/{handle.session_id}/v1/{endpoint}"
-    counting = endpoint.endswith("count_tokens") and isinstance(body, dict)
-    if counting and body.get("max_tokens", "abc") == "abc":
-        pytest.skip("count_tokens takes no max_tokens")
     got, answer = await raw(gateway, "POST", path, bearer(handle.token), encode(body))
     assert got == status, answer
     check_anthropic_error(answer)

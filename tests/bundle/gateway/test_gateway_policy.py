@@ -136,7 +136,7 @@ async def test_null_logprobs_give_a_recorded_turn_that_the_merge_masks(
     assert list(turn.completion_ids) == sampled
     assert turn.logprobs is not None and all(math.isnan(x) for x in turn.logprobs)
     # Over the admin API too (JSON has no NaN: they travel as null), then merged.
-    client = GatewayClient(f"http://127.0.0.1:{gateway.port}", "admin-secret")
+    client = GatewayClient(f"http://127.0.0.1:{gateway.admin_port}", "admin-secret")
     try:
         remote = await client.get_turns("nan-lp")
     finally:

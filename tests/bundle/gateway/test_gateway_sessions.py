@@ -20,7 +20,7 @@ MESSAGES = [{"role": "user", "content": "What is 6*7?"}]
 
 
 def admin(gateway: GatewayServer) -> GatewayClient:
-    return GatewayClient(f"http://127.0.0.1:{gateway.port}", "admin-secret")
+    return GatewayClient(f"http://127.0.0.1:{gateway.admin_port}", "admin-secret")
 
 
 async def chat(handle: Any, **kw: Any) -> Any:
@@ -61,7 +61,7 @@ async def test_admin_client_round_trip_and_admin_auth(
         await client.close_session("via-http")  # idempotent
     finally:
         await client.aclose()
-    intruder = GatewayClient(f"http://127.0.0.1:{gateway.port}", "wrong")
+    intruder = GatewayClient(f"http://127.0.0.1:{gateway.admin_port}", "wrong")
     try:
         with pytest.raises(SessionError, match="401"):
             await intruder.create_session("x", {})
@@ -348,7 +348,7 @@ async def test_quiesce_is_bounded_and_says_what_still_runs(
 
 
 async def test_quiesce_needs_the_admin_token_and_a_bound(gateway: GatewayServer) -> None:
-    url = f"http://127.0.0.1:{gateway.port}/admin/engines/quiesce"
+    url = f"http://127.0.0.1:{gateway.admin_port}/admin/engines/quiesce"
     async with aiohttp.ClientSession() as http:
         async with http.post(url, json={"timeout_s": 1}) as resp:
             assert resp.status == 401
@@ -436,3 +436,30 @@ async def test_opening_a_session_is_never_retried() -> None:
         with pytest.raises(SessionError, match="admin API POST /admin/sessions"):
             await client.create_session("s", {})
     assert flaky.connections == 1  # a retry could find its own id taken (409)
+
+
+async def test_the_agent_port_serves_no_admin_api_and_the_admin_port_no_agent_api(
+    gateway: GatewayServer,
+) -> None:
+    """The gateway Service (maybe a LoadBalancer) targets the agent port only: the admin API
+    must not answer there, even with the right token; the admin listener serves no agent
+    routes, so a session token is no use on it either."""
+    assert gateway.admin_port not in (0, gateway.port)
+    handle = await admin(gateway).create_session("split", {})
+    token = {"Authorization": "Bearer admin-secret"}
+    agent = f"http://127.0.0.1:{gateway.port}"
+    admin_api = f"http://127.0.0.1:{gateway.admin_port}"
+    async with aiohttp.ClientSession() as http:
+        for method, path in (("POST", "/admin/sessions"), ("GET", "/admin/sessions/split/turns"),
+                             ("DELETE", "/admin/sessions/split"),
+                             ("POST", "/admin/engines/quiesce")):  # fmt: skip
+            async with http.request(method, agent + path, headers=token, json={}) as resp:
+                assert resp.status == 404, (method, path)
+        chat_path = "/sessions/split/v1/chat/completions"
+        bearer = {"Authorization": f"Bearer {handle.token}"}
+        async with http.post(admin_api + chat_path, headers=bearer, json={}) as resp:
+            assert resp.status == 404
+        for base in (agent, admin_api):  # both answer the kubelet's health probe
+            async with http.get(base + "/health") as resp:
+                assert resp.status == 200
+    assert await gateway.get_turns("split") == []  # the refused calls changed nothing

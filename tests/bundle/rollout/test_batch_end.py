@@ -89,7 +89,7 @@ def rollout(tmp_path: Path) -> Iterator[tuple[RolloutRuntime, Cluster]]:
         )
         cluster.gateway = GatewayServer(settings, BundleMetrics())
         await cluster.gateway.start()
-        client = GatewayClient(f"http://127.0.0.1:{cluster.gateway.port}", "admin-secret")
+        client = GatewayClient(f"http://127.0.0.1:{cluster.gateway.admin_port}", "admin-secret")
         return RolloutContext(client, cluster.agent, asyncio.Semaphore(4))
 
     runtime = RolloutRuntime(build, LocalSink(BundleMetrics()))

@@ -92,7 +92,7 @@ def rig(tmp_path: Path) -> Iterator[tuple[Cluster, FastOrSlowAgent, BundleMetric
         )
         cluster.gateway = GatewayServer(settings, BundleMetrics())
         await cluster.gateway.start()
-        client = GatewayClient(f"http://127.0.0.1:{cluster.gateway.port}", "admin-secret")
+        client = GatewayClient(f"http://127.0.0.1:{cluster.gateway.admin_port}", "admin-secret")
         return RolloutContext(client, agent, asyncio.Semaphore(4))
 
     metrics = BundleMetrics()

@@ -227,25 +227,40 @@ class Frontend:
 Serve = Callable[[web.Request, ModuleType, Session, Any, Ticket], Awaitable[web.StreamResponse]]
 
 
-def build_app(
+def build_app(frontend: Frontend, store: SessionStore) -> web.Application:
+    """The agent API: what the gateway Service (maybe a LoadBalancer) exposes, and nothing
+    else."""
+    app = web.Application(client_max_size=frontend.max_request_bytes)
+    app.router.add_post("/sessions/{sid}/v1/chat/completions", frontend.openai)
+    app.router.add_post("/sessions/{sid}/v1/messages", frontend.anthropic)
+    app.router.add_post("/sessions/{sid}/v1/messages/count_tokens", frontend.count_tokens)
+    app.router.add_get("/sessions/{sid}/v1/models", frontend.models)
+    app.router.add_get("/health", _health(frontend, store))
+    return app
+
+
+def _health(
+    frontend: Frontend, store: SessionStore
+) -> Callable[[web.Request], Awaitable[web.Response]]:
+    async def health(_: web.Request) -> web.Response:
+        return json_response(
+            {"status": "ok", "sessions": len(store), "in_flight": frontend.in_flight}
+        )
+
+    return health
+
+
+def build_admin_app(
     frontend: Frontend,
     store: SessionStore,
     admin_token: str,
     session_url: Callable[[str], str],
     quiesce: Callable[[float], Awaitable[QuiesceReport]],
 ) -> web.Application:
+    """The admin API (sessions, turns, engine quiesce) for the rollout's `GatewayClient`, on a
+    listener of its own that no Service selects, behind its own token."""
     app = web.Application(client_max_size=frontend.max_request_bytes)
-    app.router.add_post("/sessions/{sid}/v1/chat/completions", frontend.openai)
-    app.router.add_post("/sessions/{sid}/v1/messages", frontend.anthropic)
-    app.router.add_post("/sessions/{sid}/v1/messages/count_tokens", frontend.count_tokens)
-    app.router.add_get("/sessions/{sid}/v1/models", frontend.models)
-
-    async def health(_: web.Request) -> web.Response:
-        return json_response(
-            {"status": "ok", "sessions": len(store), "in_flight": frontend.in_flight}
-        )
-
-    app.router.add_get("/health", health)
+    app.router.add_get("/health", _health(frontend, store))
     admin = AdminApi(
         store,
         admin_token,

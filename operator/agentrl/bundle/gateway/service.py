@@ -17,7 +17,7 @@ from aiohttp import web
 from agentrl.bundle.gateway.engine import EngineClient
 from agentrl.bundle.gateway.prompt import PromptBuilder
 from agentrl.bundle.gateway.render_pool import PromptRenderer, RenderPool, WorkerConfig
-from agentrl.bundle.gateway.server import Frontend, build_app, new_http_session
+from agentrl.bundle.gateway.server import Frontend, build_admin_app, build_app, new_http_session
 from agentrl.bundle.gateway.sessions import SessionStore
 from agentrl.bundle.gateway.settings import GatewaySettings
 from agentrl.bundle.gateway.tokenizer import build_renderer, load_tokenizer
@@ -42,12 +42,13 @@ class GatewayServer:
         self.settings = settings
         self.metrics = metrics
         self.store = SessionStore()
-        self._runner: web.AppRunner | None = None
+        self._runners: list[web.AppRunner] = []
         self._http: aiohttp.ClientSession | None = None
         self._engine: EngineClient | None = None
         self._pool: RenderPool | None = None
         self.frontend: Frontend | None = None
         self.port = settings.bind_port
+        self.admin_port = settings.admin_port
 
     @property
     def url(self) -> str:
@@ -96,20 +97,29 @@ class GatewayServer:
             keepalive_s=s.stream_keepalive_s,
         )
         self.frontend = frontend
-        app = build_app(frontend, self.store, s.admin_token, self.session_url, self.quiesce_engines)
-        self._runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, s.host, s.bind_port, backlog=4096)
+        self.port = await self._serve(build_app(frontend, self.store), s.bind_port)
+        admin = build_admin_app(
+            frontend, self.store, s.admin_token, self.session_url, self.quiesce_engines
+        )
+        self.admin_port = await self._serve(admin, s.admin_port)
+        log.info("gateway: agent API on %s:%d, admin API on port %d (router %s)",
+                 s.host, self.port, self.admin_port, s.router_url)  # fmt: skip
+
+    async def _serve(self, app: web.Application, port: int) -> int:
+        """Serve `app` on the settings' host and `port`; the port bound (0: the OS picks)."""
+        runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
+        await runner.setup()
+        self._runners.append(runner)
+        site = web.TCPSite(runner, self.settings.host, port, backlog=4096)
         await site.start()
         sockets = getattr(site._server, "sockets", None)
-        if sockets:  # port 0 (tests): learn the port the OS picked
-            self.port = int(sockets[0].getsockname()[1])
-        log.info("gateway: serving on %s:%d (router %s)", s.host, self.port, s.router_url)
+        return int(sockets[0].getsockname()[1]) if sockets else port
 
     async def stop(self) -> None:
         self.store.close_all()  # cancels handlers, which aborts their engine requests
-        if self._runner is not None:
-            await self._runner.cleanup()
+        for runner in self._runners:
+            await runner.cleanup()
+        self._runners.clear()
         if self._engine is not None:
             await self._engine.drain_aborts()
         if self._pool is not None:

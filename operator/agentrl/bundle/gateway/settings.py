@@ -33,6 +33,9 @@ class GatewaySettings:
     renderer_family: str = "auto"  # a `renderers` family name ("qwen3", "glm-4.5", ...)
     host: str = "127.0.0.1"
     port: int | None = None  # bind port; None: spec.port (0 picks a free port, for tests)
+    # The admin API's own listener. 0: a free port the OS picks, announced to the rollout
+    # through the hub; no Service names it, so no LoadBalancer can reach it.
+    admin_port: int = 0
     tool_call_parser: str | None = None  # only used by the "default" (chat-template) family
     reasoning_parser: str | None = None  # idem
     spec: GatewaySpec = field(default_factory=GatewaySpec)  # spec.gateway, defaults included
