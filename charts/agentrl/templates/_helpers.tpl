@@ -116,7 +116,7 @@ duration. AgentRLExperimentFailed's settling time: see prometheusrule.yaml.
 {{- end }}
 
 {{/*
-The operator's namespaced permissions (operator-anchors §5), shared by the ClusterRole and
+The operator's namespaced permissions (charts/agentrl/README.md, "RBAC"), shared by the ClusterRole and
 the per-namespace Roles. Exactly the calls the controller makes (operator/agentrl/controller:
 kopf's list/watch, then get/create/patch in kube.py); nothing on secrets, no wildcards, no
 update or delete anywhere: children are removed by the garbage collector through their

@@ -69,8 +69,6 @@ ENV_CONFIG_PATH: Final = "AGENTRL_CONFIG"
 
 # KubeRay derives RayCluster and Service names from the RayJob name and caps it here.
 RAYJOB_NAME_MAX: Final = 47
-# Kubernetes object names that must be DNS-1035 labels (Services, RayJobs).
-DNS1035_MAX: Final = 63
 # ConfigMaps hold at most 1 MiB of data (core/v1 validation, MaxSecretSize).
 CONFIGMAP_MAX_BYTES: Final = 1024 * 1024
 # The annotations of one object hold at most 256 KiB, keys and values together
@@ -110,7 +108,6 @@ class Phase(StrEnum):
 class ConditionType(StrEnum):
     VALID = "Valid"
     RAYJOB_CREATED = "RayJobCreated"
-    READY = "Ready"
     RUNNING = "Running"
     SUSPENDED = "Suspended"
     SUCCEEDED = "Succeeded"

@@ -11,7 +11,6 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 PREFIX = "agentrl_"
-SPLITS = ("train", "eval")
 
 # Rewards are usually in [0, 1] but agents may return any float.
 REWARD_BUCKETS = (-1.0, -0.5, 0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 2.0)
