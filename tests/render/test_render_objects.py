@@ -246,3 +246,21 @@ def test_children_share_no_mutable_parts() -> None:
     for role in ("config", "bundle", "gateway_service", "metrics_service", "rayjob"):
         walk(getattr(kids, role), role)
     assert [o["kind"] for o in kids] == ["ConfigMap", "ConfigMap", "Service", "Service", "RayJob"]
+
+
+def test_a_queued_rayjob_is_what_kueues_rayjob_integration_admits() -> None:
+    """Kueue's RayJob webhook (kubernetes-sigs/kueue, pkg/controller/jobs/rayjob) refuses a
+    RayJob that would outlive its job or autoscale, and queues by the queue-name label; its
+    Workload takes the head's priority class first."""
+    body = minimal_body(scheduling={"queueName": "team-a"})
+    body["spec"]["resources"] = {"priorityClassName": "gpu", "head": {"priorityClassName": "ctl"}}
+    job = objects(body)["rayjob"]
+    spec, cluster = job["spec"], job["spec"]["rayClusterSpec"]
+    assert job["metadata"]["labels"][LABEL_KUEUE_QUEUE] == "team-a"
+    assert spec["shutdownAfterJobFinishes"] is True
+    assert not cluster.get("enableInTreeAutoscaling")
+    assert "clusterSelector" not in spec  # a queued RayJob must bring its own cluster
+    (workers,) = cluster["workerGroupSpecs"]
+    assert workers["replicas"] == workers["minReplicas"] == workers["maxReplicas"]
+    assert cluster["headGroupSpec"]["template"]["spec"]["priorityClassName"] == "ctl"
+    assert kuberay_controller_errors(job) == []

@@ -14,6 +14,7 @@ KubeRay release agentrl supports.
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import pytest
@@ -165,3 +166,48 @@ def test_a_release_without_submitter_config_would_prune_it() -> None:
     job["spec"] = {"entrypoint": "true", "submitterConfig": {"backoffLimit": 20}}
     assert not _accepts("v1.1.1", job)
     assert _accepts(kuberay_releases()[-1], job)
+
+
+def test_pods_carry_the_spec_labels_annotations_and_per_group_placement(
+    example_body: dict[str, Any],
+) -> None:
+    """Platform settings reach every pod KubeRay makes, per group, and the RayJob still
+    validates against KubeRay's CRD; agentrl's own labels stay, its annotations yield."""
+    body = copy.deepcopy(example_body)
+    body["spec"]["runtime"]["podLabels"] = {"example.com/cost-centre": "ml-42"}
+    body["spec"]["runtime"]["podAnnotations"] = {"karpenter.sh/do-not-disrupt": "false",
+                                                 "example.com/owner": "team-rl"}  # fmt: skip
+    head_affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [
+            {"key": "node-pool", "operator": "In", "values": ["cpu-ondemand"]}]}]}}}  # fmt: skip
+    res = body["spec"].setdefault("resources", {})
+    res["priorityClassName"] = "gpu-training"
+    res.setdefault("head", {}).update(affinity=head_affinity, priorityClassName="rl-control")
+    job = rayjob(body)
+    head, (workers,) = groups(job)
+    submitter = job["spec"]["submitterPodTemplate"]
+    for template in (head["template"], workers["template"], submitter):
+        meta = template["metadata"]
+        assert meta["labels"]["example.com/cost-centre"] == "ml-42"
+        assert meta["labels"]["agentrl.io/experiment"] == body["metadata"]["name"]
+        assert meta["annotations"]["karpenter.sh/do-not-disrupt"] == "false"  # the spec's
+        assert meta["annotations"]["example.com/owner"] == "team-rl"
+        safe_to_evict = "cluster-autoscaler.kubernetes.io/safe-to-evict"
+        assert meta["annotations"][safe_to_evict] == NO_EVICTION_ANNOTATIONS[safe_to_evict]
+    for template in (head["template"], submitter):
+        assert template["spec"]["affinity"] == head_affinity
+        assert template["spec"]["priorityClassName"] == "rl-control"
+    assert workers["template"]["spec"]["priorityClassName"] == "gpu-training"
+    assert "affinity" not in workers["template"]["spec"]
+    assert rayjob_schema_errors(job) == []
+
+
+def test_the_head_takes_the_workers_priority_class_unless_it_has_its_own(
+    example_body: dict[str, Any],
+) -> None:
+    body = copy.deepcopy(example_body)
+    body["spec"].setdefault("resources", {})["priorityClassName"] = "gpu-training"
+    body["spec"]["resources"].get("head", {}).pop("priorityClassName", None)
+    head, (workers,) = groups(rayjob(body))
+    assert head["template"]["spec"]["priorityClassName"] == "gpu-training"
+    assert workers["template"]["spec"]["priorityClassName"] == "gpu-training"

@@ -252,13 +252,15 @@ def placement(body: Mapping[str, Any]) -> Iterator[Finding]:
     ):
         for i, tol in _dicts(tolerations):
             yield from _toleration(f"{base}[{i}]", tol)
-    affinity = _at(res, "affinity")
-    if isinstance(affinity, Mapping):
-        base = "spec.resources.affinity"
-        found = kube_schema.check(affinity, kube_schema.AFFINITY, base)
-        yield from found
-        if not found:
-            yield from _selector_operators(affinity, base)
+    for base, affinity in (
+        ("spec.resources.affinity", _at(res, "affinity")),
+        ("spec.resources.head.affinity", _at(res, "head", "affinity")),
+    ):
+        if isinstance(affinity, Mapping):
+            found = kube_schema.check(affinity, kube_schema.AFFINITY, base)
+            yield from found
+            if not found:
+                yield from _selector_operators(affinity, base)
     for base, selector in (
         ("spec.resources.nodeSelector", _at(res, "nodeSelector")),
         ("spec.resources.head.nodeSelector", _at(res, "head", "nodeSelector")),
@@ -317,6 +319,31 @@ def _toleration(path: str, tol: Mapping[str, Any]) -> Iterator[Finding]:
         )
 
 
+# Label and annotation prefixes whose keys agentrl and KubeRay set on the pods themselves (the
+# Services and the RayCluster select pods by them).
+RESERVED_POD_KEY_PREFIXES = ("agentrl.io/", "ray.io/")
+
+
+def pod_metadata(body: Mapping[str, Any]) -> Iterator[Finding]:
+    """`spec.runtime.podLabels`/`podAnnotations` are what the API server stores on a pod, and
+    stay off the keys agentrl and KubeRay select pods by."""
+    for field, what in (("podLabels", "label"), ("podAnnotations", "annotation")):
+        base = f"spec.runtime.{field}"
+        mapping = _at(body, "spec", "runtime", field)
+        if not isinstance(mapping, Mapping):
+            continue
+        yield from (
+            _annotations(base, mapping) if what == "annotation" else _keys(base, mapping, what)
+        )
+        for key in mapping:
+            if str(key).startswith(RESERVED_POD_KEY_PREFIXES):
+                yield err(
+                    join(base, str(key)),
+                    f"{what} {key!r} is set by agentrl or KubeRay, which find the pods by it",
+                    "use a key under your own prefix",
+                )
+
+
 def service_annotations(body: Mapping[str, Any]) -> Iterator[Finding]:
     """The gateway Service's annotations have valid keys and fit Kubernetes' 256 KiB limit."""
     annotations = _at(body, "spec", "gateway", "service", "annotations")
@@ -337,4 +364,4 @@ def _annotations(base: str, annotations: Mapping[Any, Any]) -> Iterator[Finding]
 
 
 # Rules over the document as written; run whether or not the typed parse succeeded.
-DOCUMENT_RULES = (name_fits, metadata_fits, volumes, placement, service_annotations)
+DOCUMENT_RULES = (name_fits, metadata_fits, volumes, placement, service_annotations, pod_metadata)

@@ -446,6 +446,10 @@ class HeadSpec(Model):
     )
     tolerations: list[KubeObject] = Field(default_factory=list, max_length=32)
     """Tolerations of the head pod."""
+    affinity: KubeObject | None = None
+    """Affinity of the head pod (a Kubernetes Affinity object)."""
+    priority_class_name: ObjectName | None = None
+    """PriorityClass of the head and submitter pods; defaults to `resources.priorityClassName`."""
 
 
 class ResourcesSpec(Model):
@@ -486,7 +490,7 @@ class ResourcesSpec(Model):
     affinity: KubeObject | None = None
     """Affinity of the GPU pods (a Kubernetes Affinity object)."""
     priority_class_name: ObjectName | None = None
-    """PriorityClass of every pod."""
+    """PriorityClass of the GPU worker pods, and of the head unless `head.priorityClassName`."""
 
     @property
     def total_gpus(self) -> int:
@@ -559,6 +563,12 @@ class RuntimeSpec(Model):
     extra_args: list[Annotated[str, Field(max_length=TEXT_MAX)]] = Field(
         default_factory=list, max_length=256, description="passed to slime verbatim, last"
     )
+    pod_labels: dict[str, LabelValue] = Field(default_factory=dict, max_length=64)
+    """Labels on every pod (head, GPU workers, submitter), e.g. a cost centre. Keys under
+    `agentrl.io/` and `ray.io/` are agentrl's and KubeRay's."""
+    pod_annotations: dict[str, Text] = Field(default_factory=dict, max_length=64)
+    """Annotations on every pod; they override agentrl's own (e.g.
+    `karpenter.sh/do-not-disrupt: "false"` for a run that may be interrupted)."""
 
 
 # ---- checkpoint, tracking, scheduling ----------------------------------------------

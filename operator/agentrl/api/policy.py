@@ -348,9 +348,16 @@ def image_under(image: str, prefix: str) -> bool:
 
 
 def _priority_class(exp: RLExperiment, policy: Policy) -> Iterator[Finding]:
-    name = exp.spec.resources.priority_class_name
-    if not name:
-        return
+    res = exp.spec.resources
+    for path, name in (
+        ("spec.resources.priorityClassName", res.priority_class_name),
+        ("spec.resources.head.priorityClassName", res.head.priority_class_name),
+    ):
+        if name:
+            yield from _one_priority_class(path, name, policy)
+
+
+def _one_priority_class(path: str, name: str, policy: Policy) -> Iterator[Finding]:
     system = name.startswith(SYSTEM_PRIORITY_PREFIX)
     if system:
         ok = name in policy.priority_classes
@@ -365,7 +372,7 @@ def _priority_class(exp: RLExperiment, policy: Policy) -> Iterator[Finding]:
         else "the default: any class but Kubernetes' own system-* ones"
     )
     yield _refused(
-        "spec.resources.priorityClassName",
+        path,
         f"PriorityClass {name!r}" + (", which preempts the node's own daemons," if system else ""),
         "priorityClasses",
         allowed,

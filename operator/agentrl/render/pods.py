@@ -171,8 +171,6 @@ def pod_spec_common(exp: RLExperiment, defaults: OperatorDefaults) -> Obj:
     }
     if rt.service_account_name:
         spec["serviceAccountName"] = rt.service_account_name
-    if exp.spec.resources.priority_class_name:
-        spec["priorityClassName"] = exp.spec.resources.priority_class_name
     if defaults.image_pull_secrets:
         spec["imagePullSecrets"] = [{"name": n} for n in defaults.image_pull_secrets]
     return spec

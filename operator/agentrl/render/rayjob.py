@@ -97,10 +97,30 @@ def driver_runtime_env() -> str:
 
 
 def pod_metadata(exp: RLExperiment, defaults: OperatorDefaults, component: str) -> Obj:
+    """A pod template's metadata: the spec's pod labels under agentrl's own (validation keeps
+    them apart), and agentrl's annotations under the spec's, which may override them."""
+    rt = exp.spec.runtime
     return {
-        "labels": pods.labels(exp, defaults, component),
-        "annotations": dict(NO_EVICTION_ANNOTATIONS),
+        "labels": {**rt.pod_labels, **pods.labels(exp, defaults, component)},
+        "annotations": {**NO_EVICTION_ANNOTATIONS, **rt.pod_annotations},
     }
+
+
+def head_pod_placement(exp: RLExperiment) -> Obj:
+    """Where the head and the submitter run: CPU nodes, the head's own priority class."""
+    res = exp.spec.resources
+    head = res.head
+    out: Obj = {}
+    if head.node_selector:
+        out["nodeSelector"] = dict(head.node_selector)
+    if head.tolerations:
+        out["tolerations"] = list(head.tolerations)
+    if head.affinity:
+        out["affinity"] = head.affinity
+    priority = head.priority_class_name or res.priority_class_name
+    if priority:
+        out["priorityClassName"] = priority
+    return out
 
 
 def head_group(exp: RLExperiment, defaults: OperatorDefaults, base: pods.PodParts) -> Obj:
@@ -123,10 +143,7 @@ def head_group(exp: RLExperiment, defaults: OperatorDefaults, base: pods.PodPart
         "securityContext": base.security,
     }
     spec: Obj = {**base.pod, "containers": [container], "volumes": base.volumes(head.shm_size)}
-    if head.node_selector:
-        spec["nodeSelector"] = dict(head.node_selector)
-    if head.tolerations:
-        spec["tolerations"] = list(head.tolerations)
+    spec.update(head_pod_placement(exp))
     return {
         "serviceType": "ClusterIP",
         "rayStartParams": {
@@ -158,6 +175,8 @@ def worker_group(exp: RLExperiment, defaults: OperatorDefaults, base: pods.PodPa
         spec["tolerations"] = list(res.tolerations)
     if res.affinity:
         spec["affinity"] = res.affinity
+    if res.priority_class_name:
+        spec["priorityClassName"] = res.priority_class_name
     return {
         "groupName": WORKER_GROUP,
         # A fixed-size gang: slime needs every GPU before it starts, autoscaling only stalls.
@@ -173,7 +192,6 @@ def worker_group(exp: RLExperiment, defaults: OperatorDefaults, base: pods.PodPa
 
 def submitter_template(exp: RLExperiment, defaults: OperatorDefaults, base: pods.PodParts) -> Obj:
     """KubeRay's submitter pod (runs `ray job submit`), labelled like every other pod."""
-    head = exp.spec.resources.head
     spec: Obj = {
         **base.pod,
         "restartPolicy": "Never",
@@ -190,10 +208,7 @@ def submitter_template(exp: RLExperiment, defaults: OperatorDefaults, base: pods
             }
         ],
     }
-    if head.node_selector:
-        spec["nodeSelector"] = dict(head.node_selector)
-    if head.tolerations:
-        spec["tolerations"] = list(head.tolerations)
+    spec.update(head_pod_placement(exp))
     return {"metadata": pod_metadata(exp, defaults, COMPONENT_SUBMITTER), "spec": spec}
 
 
