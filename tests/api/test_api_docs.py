@@ -47,3 +47,14 @@ def test_every_field_has_a_row_with_default_in_its_section() -> None:
         table = sections[path]
         row = next(r for r in table.splitlines() if r.startswith(f"| `{wire}` |"))
         assert len(row.split(" | ")) == 4, row  # field, type, default, description
+
+
+def test_the_changelog_names_only_fields_the_api_has() -> None:
+    """CHANGELOG.md's upgrade notes send users to spec fields; each must exist, so a rename
+    cannot leave them pointing at nothing."""
+    known = {f"{p}.{w}".replace("[]", "") for p, w, _ in FIELDS}
+    text = (ROOT / "CHANGELOG.md").read_text(encoding="utf-8")
+    named = set(re.findall(r"`(spec(?:\.[A-Za-z]+)+)`", text))
+    assert named, "the changelog names no spec field"
+    assert sorted(named - known) == []
+    assert "## [Unreleased]" in text and "## Upgrading" in text
