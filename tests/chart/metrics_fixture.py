@@ -34,6 +34,9 @@ def set_gauges(bundle: BundleMetrics, operator: OperatorMetrics) -> None:
     bundle.connection_pool_in_use.set(61)  # 95%: saturated
     bundle.zero_variance_group_share.set(0.3)
     bundle.episode_length_bias.set(-0.08)
+    bundle.rollout_total_steps.set(200)
+    for name, reward in (("gsm8k-test", 0.58), ("math-hard", 0.21)):
+        bundle.eval_reward_mean.labels(name).set(reward)
     for phase in ("Running", "Running", "Failed", "Succeeded"):
         operator.move(None, phase)
 
@@ -67,6 +70,12 @@ def tick(bundle: BundleMetrics, operator: OperatorMetrics, n: int) -> None:
         for s in seconds:
             bundle.episode_seconds.labels(split).observe(s)
         bundle.rollout_step_seconds.labels(split).observe(sum(seconds))
+    for length in (120, 900, 3100, 8000):
+        bundle.response_tokens.observe(length)
+    # An eval pass every few ticks moves each set's step (the dashboard draws points there).
+    if n % 8 == 0:
+        for name in ("gsm8k-test", "math-hard"):
+            bundle.eval_step.labels(name).set(42 + n // 8)
     if n % FAIL_EVERY_TICKS == FAIL_EVERY_TICKS - 1:
         operator.move(None, "Failed")
     operator.reconcile_total.labels("ok").inc()

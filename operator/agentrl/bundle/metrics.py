@@ -19,6 +19,8 @@ LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 
 # Agent episodes and rollout steps: seconds (a tool call) to hours (a long coding task).
 EPISODE_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 14400)
 STEP_BUCKETS = (10, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 14400, 28800)
+# Powers of two up to 64k tokens: response lengths span short answers to long agent traces.
+RESPONSE_TOKEN_BUCKETS = tuple(2**i for i in range(4, 17))
 
 
 class BundleMetrics:
@@ -145,6 +147,29 @@ class BundleMetrics:
             "Wall time of one rollout call (a train step or an eval pass).",
             ["split"],
             buckets=STEP_BUCKETS,
+            registry=r,
+        )
+        self.rollout_total_steps = Gauge(
+            PREFIX + "rollout_total_steps",
+            "Rollout steps the run is asked for (spec.grpo.numRollouts): progress and ETA.",
+            registry=r,
+        )
+        self.response_tokens = Histogram(
+            PREFIX + "response_tokens",
+            "Response length of each training sample, in tokens (what the loss sees).",
+            buckets=RESPONSE_TOKEN_BUCKETS,
+            registry=r,
+        )
+        self.eval_reward_mean = Gauge(
+            PREFIX + "eval_reward_mean",
+            "Mean raw episode reward of the last pass over one eval set, by its name.",
+            ["eval_set"],
+            registry=r,
+        )
+        self.eval_step = Gauge(
+            PREFIX + "eval_step",
+            "Rollout step of the last pass over one eval set (moves at each eval).",
+            ["eval_set"],
             registry=r,
         )
         self.episode_length_bias = Gauge(

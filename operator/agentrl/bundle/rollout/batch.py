@@ -84,6 +84,7 @@ async def run_one(
         len(outcome.samples),
         truncated,
         seconds=outcome.seconds,
+        response_lengths=[s.response_length for s in outcome.samples],
     )
     ctx.recorder.merged(outcome.merge)
     if outcome.failure:

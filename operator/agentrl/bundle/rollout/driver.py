@@ -105,7 +105,9 @@ async def train_batch(
     await settle_engines(ctx, "Rollout", rollout_id)
     stats = batch_stats(outcomes)
     record_step(ctx, report)
-    ctx.recorder.batch_finished("train", rollout_id, stats.reward_mean)
+    ctx.recorder.batch_finished(
+        "train", rollout_id, stats.reward_mean, total_steps=config.spec.grpo.num_rollouts
+    )
     ctx.recorder.step_seconds("train", loop.time() - started)
     await rt.flush_and_drain()
     log.info(stats.summary("Rollout", rollout_id))
@@ -181,6 +183,7 @@ async def eval_batch(
             "samples": [to_sample(s, types) for g in group_samples(outcomes) for s in g],
         }
         stats = batch_stats(outcomes)
+        ctx.recorder.eval_set_finished(eval_set.name, rollout_id, stats.reward_mean)
         metrics[f"eval/{eval_set.name}/failed_ratio"] = stats.failed / max(1, stats.episodes)
         metrics[f"eval/{eval_set.name}/episodes"] = stats.episodes
     await settle_engines(ctx, "Eval", rollout_id)

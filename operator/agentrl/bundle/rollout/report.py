@@ -11,6 +11,7 @@ rather than thousands.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 
 from agentrl.bundle.agents.base import PoolStats
 from agentrl.bundle.hub import Key, MetricsDelta, apply_delta
@@ -44,6 +45,7 @@ class Recorder:
         truncated: int,
         *,
         seconds: float | None = None,
+        response_lengths: Sequence[int] = (),
     ) -> None:
         self._in_flight[split] -= 1
         self._gauges[("sessions_in_flight", (split,))] = self._in_flight[split]
@@ -57,6 +59,8 @@ class Recorder:
             self._inc("samples", value=samples)
             if truncated:
                 self._inc("truncated_samples", value=truncated)
+            for length in response_lengths:
+                self._observations.append((("response_tokens", ()), length))
 
     def episode_aborted(self, split: str, reason: str, seconds: float) -> None:
         """Stopped by the rollout's own policy: neither a success nor a failure."""
@@ -89,10 +93,19 @@ class Recorder:
             for reason, n in stats.breaks.items():
                 self._inc("trace_breaks", (reason,), n)
 
-    def batch_finished(self, split: str, rollout_id: int, reward_mean: float) -> None:
+    def batch_finished(
+        self, split: str, rollout_id: int, reward_mean: float, total_steps: int | None = None
+    ) -> None:
         self._gauges[("batch_reward_mean", (split,))] = reward_mean
         if split == "train":
             self._gauges[("rollout_step", ())] = rollout_id
+        if total_steps is not None:
+            self._gauges[("rollout_total_steps", ())] = total_steps
+
+    def eval_set_finished(self, name: str, rollout_id: int, reward_mean: float) -> None:
+        """One eval set's pass, by the set's name (bounded: the spec lists the sets)."""
+        self._gauges[("eval_reward_mean", (name,))] = reward_mean
+        self._gauges[("eval_step", (name,))] = rollout_id
 
     def pool(self, stats: PoolStats, discarded: int) -> None:
         self._gauges[("connection_pool_size", ())] = stats.size
