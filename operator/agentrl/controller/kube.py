@@ -1,4 +1,4 @@
-"""The operator's only Kubernetes (and HTTP) I/O: a small aiohttp client over the REST API.
+"""The operator's only Kubernetes I/O: a small aiohttp client over the REST API.
 
 Everything else in the controller is pure or kopf glue; this module owns sockets, status
 codes and retries-by-caller semantics. It speaks plain JSON objects, maps 404 to None and
@@ -203,22 +203,3 @@ class Kube:
         """Create a core/v1 Event (what `kubectl describe` shows)."""
         path = object_path("v1", "Event", event["metadata"]["namespace"])
         await self._call("POST", path, event, parse=False)
-
-    async def scrape(self, url: str, limit: float) -> str | None:
-        """GET a Prometheus endpoint; None when it cannot be read (never raises)."""
-        if self._session is None:
-            return None
-        try:
-            # An absolute URL: not the apiserver, and none of its credentials go with it.
-            async with (
-                aiohttp.ClientSession(
-                    timeout=aiohttp.ClientTimeout(total=limit),
-                    headers={"User-Agent": USER_AGENT},
-                ) as plain,
-                plain.get(url) as resp,
-            ):
-                if resp.status != 200:
-                    return None
-                return await resp.text()
-        except (aiohttp.ClientError, TimeoutError, OSError, UnicodeDecodeError):
-            return None

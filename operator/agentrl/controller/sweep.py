@@ -17,6 +17,7 @@ import logging
 from agentrl.api.constants import METRICS_PORT, Phase
 from agentrl.controller import progress
 from agentrl.controller.reconcile import Controller
+from agentrl.controller.scrape import read_metrics
 from agentrl.controller.state import Experiment
 from agentrl.controller.status import parse_time
 
@@ -52,7 +53,7 @@ async def scrape(controller: Controller, exp: Experiment, gate: asyncio.Semaphor
         service=exp.metrics_service, namespace=exp.key[0], port=METRICS_PORT, name=exp.key[1]
     )
     async with gate:
-        text = await controller.kube.scrape(url, controller.config.scrape_timeout)
+        text = await read_metrics(url, controller.config.scrape_timeout)
     if text is None:
         return  # unreachable: progress stays as it was
     try:

@@ -14,13 +14,13 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from agentrl.bundle.gateway.client import GatewayClient
-    from agentrl.bundle.gateway.service import GatewayServer
+    from agentrl.bundle.gateway.server import GatewayServer
     from agentrl.bundle.gateway.settings import GatewaySettings
 
 __all__ = ["GatewayClient", "GatewayServer", "GatewaySettings"]
 _HOMES = {
     "GatewayClient": "agentrl.bundle.gateway.client",
-    "GatewayServer": "agentrl.bundle.gateway.service",
+    "GatewayServer": "agentrl.bundle.gateway.server",
     "GatewaySettings": "agentrl.bundle.gateway.settings",
 }
 

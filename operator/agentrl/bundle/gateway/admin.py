@@ -25,7 +25,7 @@ import orjson
 from aiohttp import web
 
 from agentrl.bundle.gateway.memory import Releaser
-from agentrl.bundle.gateway.sessions import (
+from agentrl.bundle.gateway.session_store import (
     DuplicateSession,
     SessionClosed,
     SessionStore,

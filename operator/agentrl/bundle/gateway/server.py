@@ -1,283 +1,152 @@
-"""The gateway's HTTP service: per-session OpenAI and Anthropic endpoints, admin API, /health.
+"""`GatewayServer`: the gateway as one object the hub starts, stops and calls in process.
 
-aiohttp with `handler_cancellation=True`, so a client that disconnects cancels its handler,
-which aborts the engine request on every worker. One agent cannot stall the others:
-- a request body is bounded (`spec.gateway.maxRequestBytes`; 413 past it, refused from its
-  Content-Length before a byte is read);
-- admission is bounded (`maxInFlight`) and fair per session (`admission`): past the bound
-  requests get 429 at once, and a flood only ever pushes back its own session;
-- large prompts are rendered off the event loop (`render_pool`).
-Malformed input gets a 4xx in the API's error shape, never a 500. No access log; the bearer
-tokens never reach a log line.
+It implements the `GatewaySessions` protocol directly (the hub's own rollout code can use
+it without HTTP) and serves the same operations over the admin API for `GatewayClient`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
-from collections.abc import Awaitable, Callable
-from types import ModuleType
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import aiohttp
-import orjson
 from aiohttp import web
 
-from agentrl.bundle.gateway import anthropic_api, openai_api
-from agentrl.bundle.gateway.admin import AdminApi
-from agentrl.bundle.gateway.admission import Admission, Ticket
-from agentrl.bundle.gateway.chat import ApiError, ChatRequest, ModelOutput, merge_sampling
-from agentrl.bundle.gateway.memory import LARGE_BYTES, Releaser
-from agentrl.bundle.gateway.sessions import Session, SessionClosed, SessionStore, UnknownSession
-from agentrl.bundle.gateway.sglang import EngineError
-from agentrl.bundle.gateway.streaming import LiveStream, stream_turn
-from agentrl.bundle.gateway.turns import OnTokens, TurnRunner
+from agentrl.bundle.gateway.engine import EngineClient
+from agentrl.bundle.gateway.frontend import Frontend, build_admin_app, build_app, new_http_session
+from agentrl.bundle.gateway.prompt import PromptBuilder
+from agentrl.bundle.gateway.render_pool import PromptRenderer, RenderPool, WorkerConfig
+from agentrl.bundle.gateway.session_store import SessionStore
+from agentrl.bundle.gateway.settings import GatewaySettings
+from agentrl.bundle.gateway.tokenizer import build_renderer, load_tokenizer
+from agentrl.bundle.gateway.turns import TurnRunner
 from agentrl.bundle.metrics import BundleMetrics
-from agentrl.bundle.session import QuiesceReport
+from agentrl.bundle.session import QuiesceReport, SessionHandle
+from agentrl.bundle.traces import Turn
 
 log = logging.getLogger("agentrl.gateway")
-FRONTS: dict[str, ModuleType] = {"openai": openai_api, "anthropic": anthropic_api}
 
 
-def bearer(request: web.Request) -> str | None:
-    """The token an agent presents: `Authorization: Bearer` (OpenAI, Claude Code) or `x-api-key`."""
-    auth = request.headers.get("Authorization", "")
-    if auth[:7].lower() == "bearer ":
-        return auth[7:].strip()
-    return request.headers.get("x-api-key")
+def configure_logging(level: str) -> None:
+    """Quiet by default: our logger at `level`, aiohttp's chatter never below warning."""
+    numeric = getattr(logging, level.upper())
+    logging.getLogger("agentrl.gateway").setLevel(numeric)
+    for name in ("aiohttp.access", "aiohttp.server", "aiohttp.web", "aiohttp.client"):
+        logging.getLogger(name).setLevel(max(numeric, logging.WARNING))
 
 
-def too_large(size: int | None, limit: int) -> ApiError:
-    what = f"{size} bytes" if size is not None else "the body"
-    return ApiError(
-        413,
-        f"body: {what} is over the gateway's limit of {limit} bytes (spec.gateway."
-        "maxRequestBytes); shorten the conversation or raise the limit",
-        param="body",
-    )
-
-
-async def read_json(request: web.Request, limit: int) -> Any:
-    """The request's JSON body, at most `limit` bytes (413 past it, 400 if not JSON)."""
-    size = request.content_length
-    if size is not None and size > limit:
-        raise too_large(size, limit)  # refused unread: a huge body costs nothing
-    try:  # without a Content-Length (chunked), aiohttp stops reading at client_max_size
-        raw = await request.read()
-    except web.HTTPRequestEntityTooLarge as exc:
-        raise too_large(None, limit) from exc
-    try:
-        return orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise ApiError(400, f"body: invalid JSON ({exc})"[:300], param="body") from exc
-
-
-def json_response(body: Any, status: int = 200) -> web.Response:
-    return web.Response(body=orjson.dumps(body), status=status, content_type="application/json")
-
-
-class Frontend:
-    """The request path shared by both APIs: auth, admission, parse, run, respond, count."""
-
-    def __init__(
-        self,
-        store: SessionStore,
-        runner: TurnRunner,
-        metrics: BundleMetrics,
-        *,
-        max_in_flight: int,
-        max_request_bytes: int,
-        model: str,
-        keepalive_s: float = 10.0,
-    ) -> None:
-        self.store = store
-        self.runner = runner
+class GatewayServer:
+    def __init__(self, settings: GatewaySettings, metrics: BundleMetrics) -> None:
+        self.settings = settings
         self.metrics = metrics
-        self.admission = Admission(max_in_flight)
-        self.releaser = Releaser()
-        self.max_request_bytes = max_request_bytes
-        self.model = model
-        self.keepalive_s = keepalive_s
+        self.store = SessionStore()
+        self._runners: list[web.AppRunner] = []
+        self._http: aiohttp.ClientSession | None = None
+        self._engine: EngineClient | None = None
+        self._pool: RenderPool | None = None
+        self.frontend: Frontend | None = None
+        self.port = settings.bind_port
+        self.admin_port = settings.admin_port
 
     @property
-    def in_flight(self) -> int:
-        return self.admission.total
+    def url(self) -> str:
+        """Base URL agents use (public URL if configured, else the bound address)."""
+        if self.settings.public_base_url:
+            return self.settings.public_base_url.rstrip("/")
+        return f"http://{self.settings.host}:{self.port}"
 
-    async def openai(self, request: web.Request) -> web.StreamResponse:
-        return await self.handle(request, "openai", self.serve)
+    def session_url(self, sid: str) -> str:
+        return f"{self.url}/sessions/{sid}/v1"
 
-    async def anthropic(self, request: web.Request) -> web.StreamResponse:
-        return await self.handle(request, "anthropic", self.serve)
+    async def start(self) -> None:
+        s = self.settings
+        spec = s.spec
+        configure_logging(spec.log_level)
+        tokenizer = await asyncio.to_thread(load_tokenizer, s.tokenizer_path)
+        renderer = build_renderer(
+            tokenizer, s.renderer_family, s.tool_call_parser, s.reasoning_parser
+        )
+        # Workers start on the first large prompt (most test gateways never see one).
+        self._pool = RenderPool(
+            WorkerConfig(
+                s.tokenizer_path, s.renderer_family, s.tool_call_parser, s.reasoning_parser
+            ),
+            s.render_workers,
+        )
+        self._http = new_http_session(spec.max_in_flight)
+        self._engine = EngineClient(s.router_url, self._http)
+        turns = TurnRunner(
+            PromptBuilder(
+                PromptRenderer(renderer, self._pool, max_tokens=s.context_length),
+                spec.cumulative_token_mode,
+            ),
+            self._engine,
+            self.metrics,
+            s.request_timeout_s,
+            tokenizer=tokenizer,
+        )
+        frontend = Frontend(
+            self.store,
+            turns,
+            self.metrics,
+            max_in_flight=spec.max_in_flight,
+            max_request_bytes=spec.max_request_bytes,
+            model=s.model_id,
+            keepalive_s=s.stream_keepalive_s,
+        )
+        self.frontend = frontend
+        self.port = await self._serve(build_app(frontend, self.store), s.bind_port)
+        admin = build_admin_app(
+            frontend, self.store, s.admin_token, self.session_url, self.quiesce_engines
+        )
+        self.admin_port = await self._serve(admin, s.admin_port)
+        log.info("gateway: agent API on %s:%d, admin API on port %d (router %s)",
+                 s.host, self.port, self.admin_port, s.router_url)  # fmt: skip
 
-    async def count_tokens(self, request: web.Request) -> web.StreamResponse:
-        """`POST .../v1/messages/count_tokens` (Claude Code sizes its context with it)."""
-        return await self.handle(request, "anthropic", self.count)
+    async def _serve(self, app: web.Application, port: int) -> int:
+        """Serve `app` on the settings' host and `port`; the port bound (0: the OS picks)."""
+        runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
+        await runner.setup()
+        self._runners.append(runner)
+        site = web.TCPSite(runner, self.settings.host, port, backlog=4096)
+        await site.start()
+        sockets = getattr(site._server, "sockets", None)
+        return int(sockets[0].getsockname()[1]) if sockets else port
 
-    async def models(self, request: web.Request) -> web.Response:
-        """`GET .../v1/models`: the model id the agent was told (spec.agent.modelId)."""
-        try:
-            self.session(request)
-        except ApiError as err:
-            return json_response(openai_api.error_body(err), err.status)
-        model = {"id": self.model, "object": "model", "created": 0, "owned_by": "agentrl"}
-        return json_response({"object": "list", "data": [model]})
+    async def stop(self) -> None:
+        self.store.close_all()  # cancels handlers, which aborts their engine requests
+        for runner in self._runners:
+            await runner.cleanup()
+        self._runners.clear()
+        if self._engine is not None:
+            await self._engine.drain_aborts()
+        if self._pool is not None:
+            await self._pool.close()
+        if self.frontend is not None:
+            await self.frontend.releaser.close()
+        if self._http is not None:
+            await self._http.close()
 
-    async def handle(self, request: web.Request, api: str, serve: Serve) -> web.StreamResponse:
-        front = FRONTS[api]
-        start = time.perf_counter()
-        status = 500
-        ticket: Ticket | None = None
-        try:
-            session = self.session(request)  # before admission: strangers take no slot
-            size = request.content_length
-            if size is not None and size > self.max_request_bytes:
-                raise too_large(size, self.max_request_bytes)  # nor do oversized bodies
-            ticket = self.admission.admit(session.sid)
-            body = await read_json(request, self.max_request_bytes)
-            resp = await serve(request, front, session, body, ticket)
-            status = request.get("status", resp.status)  # in-band stream errors count as such
-            return resp
-        except ApiError as err:
-            status = err.status
-            headers = {"Retry-After": "1"} if status == 429 else None
-            return web.Response(
-                body=orjson.dumps(front.error_body(err)),
-                status=status,
-                content_type="application/json",
-                headers=headers,
-            )
-        except asyncio.CancelledError:
-            status = 499  # the client went away (or the session was closed); nothing to answer
-            raise
-        finally:
-            if ticket is not None:
-                ticket.release()
-                if (request.content_length or 0) >= LARGE_BYTES:
-                    session.large = True
-                    self.releaser.soon()
-            self.metrics.gateway_requests.labels(api, str(status)).inc()
-            self.metrics.gateway_request_seconds.labels(api).observe(time.perf_counter() - start)
-
-    def session(self, request: web.Request) -> Session:
-        """The open session named in the path, if the request carries its token."""
-        try:
-            session = self.store.get(request.match_info["sid"])
-        except SessionClosed as exc:
-            raise ApiError(410, str(exc)) from exc
-        except UnknownSession as exc:
-            raise ApiError(404, str(exc), kind="not_found_error") from exc
-        if not session.check_token(bearer(request)):
-            raise ApiError(401, "invalid or missing session token", kind="authentication_error")
-        return session
-
-    async def count(
-        self, request: web.Request, front: ModuleType, session: Session, body: Any, ticket: Ticket
-    ) -> web.StreamResponse:
-        if isinstance(body, dict):
-            body = {"max_tokens": 1, **body}  # not part of a count request
-        req = anthropic_api.parse_request(body)
-        await ticket.turn()
-        return json_response(
-            {"input_tokens": await self.runner.builder.count(req.messages, req.tools)}
+    # GatewaySessions, in process.
+    async def create_session(
+        self, session_id: str, sampling_params: Mapping[str, Any]
+    ) -> SessionHandle:
+        session = self.store.create(session_id, sampling_params)
+        return SessionHandle(
+            session_id=session_id, base_url=self.session_url(session_id), token=session.token
         )
 
-    async def serve(
-        self, request: web.Request, front: ModuleType, session: Session, body: Any, ticket: Ticket
-    ) -> web.StreamResponse:
-        req: ChatRequest = front.parse_request(body)
-        merge_sampling(req.sampling, session.sampling_params)  # refusals before any stream
-        model = req.model or self.model
-        task = asyncio.current_task()
-        assert task is not None
-        session.tasks.add(task)  # close_session cancels it, which aborts the generation
-        try:
-            await ticket.turn()  # the session's earlier requests first
-            if req.stream:
-                writer = front.StreamWriter(model, req.include_usage)
-                live = LiveStream(request, writer, self.runner.renderer, req)
-                turn = asyncio.get_running_loop().create_task(
-                    self.run_turn(session, req, live.on_tokens)
-                )
-                resp, status = await stream_turn(live, turn, self.keepalive_s)
-                request["status"] = status
-                return resp
-            out = await self.run_turn(session, req)
-        finally:
-            session.tasks.discard(task)
-        return json_response(front.response(out, model))
+    async def get_turns(self, session_id: str) -> Sequence[Turn]:
+        return self.store.turns(session_id)
 
-    async def run_turn(
-        self, session: Session, req: ChatRequest, on_tokens: OnTokens | None = None
-    ) -> ModelOutput:
-        try:
-            return await self.runner.run(session, req, on_tokens)
-        except EngineError as exc:
-            log.warning("gateway: session %s: engine call failed: %s", session.sid, exc)
-            if exc.status == 400:  # the engine refused the input (e.g. longer than the context)
-                raise ApiError(400, f"model engine refused the request: {exc}") from exc
-            raise ApiError(502, f"model engine error: {exc}", kind="api_error") from exc
-        except TimeoutError as exc:
-            log.warning("gateway: session %s: engine call timed out; aborted", session.sid)
-            raise ApiError(
-                504, "model engine timed out; the request was aborted", kind="api_error"
-            ) from exc
+    async def close_session(self, session_id: str) -> None:
+        session = self.store.close(session_id)
+        if session is not None and session.large and self.frontend is not None:
+            self.frontend.releaser.soon()
 
-
-Serve = Callable[[web.Request, ModuleType, Session, Any, Ticket], Awaitable[web.StreamResponse]]
-
-
-def build_app(frontend: Frontend, store: SessionStore) -> web.Application:
-    """The agent API: what the gateway Service (maybe a LoadBalancer) exposes, and nothing
-    else."""
-    app = web.Application(client_max_size=frontend.max_request_bytes)
-    app.router.add_post("/sessions/{sid}/v1/chat/completions", frontend.openai)
-    app.router.add_post("/sessions/{sid}/v1/messages", frontend.anthropic)
-    app.router.add_post("/sessions/{sid}/v1/messages/count_tokens", frontend.count_tokens)
-    app.router.add_get("/sessions/{sid}/v1/models", frontend.models)
-    app.router.add_get("/health", _health(frontend, store))
-    return app
-
-
-def _health(
-    frontend: Frontend, store: SessionStore
-) -> Callable[[web.Request], Awaitable[web.Response]]:
-    async def health(_: web.Request) -> web.Response:
-        return json_response(
-            {"status": "ok", "sessions": len(store), "in_flight": frontend.in_flight}
-        )
-
-    return health
-
-
-def build_admin_app(
-    frontend: Frontend,
-    store: SessionStore,
-    admin_token: str,
-    session_url: Callable[[str], str],
-    quiesce: Callable[[float], Awaitable[QuiesceReport]],
-) -> web.Application:
-    """The admin API (sessions, turns, engine quiesce) for the rollout's `GatewayClient`, on a
-    listener of its own that no Service selects, behind its own token."""
-    app = web.Application(client_max_size=frontend.max_request_bytes)
-    app.router.add_get("/health", _health(frontend, store))
-    admin = AdminApi(
-        store,
-        admin_token,
-        session_url,
-        quiesce,
-        max_body=frontend.max_request_bytes,
-        releaser=frontend.releaser,
-    )
-    app.router.add_routes(admin.routes())
-    return app
-
-
-def new_http_session(max_in_flight: int) -> aiohttp.ClientSession:
-    """One keep-alive pool to the router, sized to the admission bound so it never churns."""
-    connector = aiohttp.TCPConnector(
-        limit=max_in_flight + 16, limit_per_host=0, keepalive_timeout=75, ttl_dns_cache=300
-    )
-    return aiohttp.ClientSession(
-        connector=connector, timeout=aiohttp.ClientTimeout(total=None, sock_connect=10)
-    )
+    async def quiesce_engines(self, timeout_s: float) -> QuiesceReport:
+        if self._engine is None:
+            raise RuntimeError("gateway not started")
+        return await self._engine.quiesce(timeout_s)  # the rollout logs a timeout (once)

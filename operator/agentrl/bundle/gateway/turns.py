@@ -22,7 +22,7 @@ from agentrl.bundle.gateway.chat import (
 )
 from agentrl.bundle.gateway.engine import EngineClient
 from agentrl.bundle.gateway.prompt import PromptBuilder, record_turn, reply_fingerprint
-from agentrl.bundle.gateway.sessions import Session
+from agentrl.bundle.gateway.session_store import Session
 from agentrl.bundle.gateway.sglang import Completion
 from agentrl.bundle.metrics import BundleMetrics
 from agentrl.bundle.traces import Turn

@@ -18,8 +18,8 @@ from typing import Any
 from agentrl.api.runtime import RuntimeConfig
 from agentrl.bundle.rollout.batch import RolloutContext
 from agentrl.bundle.rollout.driver import eval_batch, train_batch
+from agentrl.bundle.rollout.inputs import load_runtime_config
 from agentrl.bundle.rollout.runtime import MetricsSink, RolloutRuntime
-from agentrl.bundle.rollout.settings import load_runtime_config
 from agentrl.bundle.rollout.types import SlimeTypes, slime_types
 
 __all__ = ["generate_rollout", "install_runtime", "shutdown_runtime"]

@@ -26,9 +26,9 @@ from agentrl.api.runtime import RuntimeConfig
 from agentrl.bundle.rollout.batch import RolloutContext, batch_stats, group_samples, run_groups
 from agentrl.bundle.rollout.episode import EpisodeInput, EpisodeOutcome
 from agentrl.bundle.rollout.filters import load_filter
+from agentrl.bundle.rollout.inputs import eval_spec, load_eval_groups, train_spec
 from agentrl.bundle.rollout.runtime import RolloutRuntime
 from agentrl.bundle.rollout.sampling import SamplingPlan, StepReport, fill_batch
-from agentrl.bundle.rollout.settings import eval_spec, load_eval_groups, train_spec
 from agentrl.bundle.rollout.source import DataSource
 from agentrl.bundle.rollout.types import SlimeTypes, Status, to_sample
 from agentrl.bundle.session import SessionError

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentrl.bundle.rollout.episode import EpisodeInput
-from agentrl.bundle.rollout.settings import inputs_from_slime
+from agentrl.bundle.rollout.inputs import inputs_from_slime
 
 log = logging.getLogger("agentrl.rollout")
 

@@ -1,4 +1,5 @@
-"""The rollout's knobs, read from the runtime config and slime's args; eval rows from JSONL.
+"""The rollout's inputs: its knobs, read from the runtime config and slime's args; eval rows
+from JSONL.
 
 The runtime config (written by the operator, mounted at `AGENTRL_CONFIG`) is the source
 of truth for agent, concurrency and eval-set settings; slime's `args` supply only what

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from agentrl.api.models import EvalSet
-from agentrl.bundle.rollout.settings import (
+from agentrl.bundle.rollout.inputs import (
     eval_spec,
     inputs_from_slime,
     load_eval_groups,
