@@ -9,10 +9,11 @@ from typing import Any
 import pytest
 
 from agentrl import slimecmd
-from agentrl.api.validation import parse_experiment
+from agentrl.api.models import RLExperiment
+from agentrl.api.slime_flags import EXTRA_ARGS_ORIGIN
+from agentrl.api.validation import errors, parse_experiment
 from agentrl.slimecmd import Part, policy
-from agentrl.slimecmd.compose import EXTRA_ARGS_ORIGIN
-from conftest import load_example, minimal_body
+from conftest import ROOT, load_example, minimal_body
 
 LAUNCHER = Part("launcher", ("python3", "train.py"))
 
@@ -71,9 +72,14 @@ def test_unhonoured_flags_are_judged_only_in_extra_args() -> None:
         Part(EXTRA_ARGS_ORIGIN, ("--eval-temperature=0.6", "--over-sampling-batch-size", "64")),
     ]
     warnings = policy.unhonoured(parts)
-    assert [w.split()[0] for w in warnings] == ["--over-sampling-batch-size", "--eval-temperature"]
-    assert "spec.grpo" in warnings[0] and "spec.data.eval" in warnings[1]
-    assert all(f"in {EXTRA_ARGS_ORIGIN} has no effect" in w for w in warnings)
+    assert [w.split()[0] for w in warnings] == ["--eval-temperature"]
+    assert (
+        "spec.data.eval" in warnings[0] and f"in {EXTRA_ARGS_ORIGIN} has no effect" in warnings[0]
+    )
+    # A flag a spec.grpo field replaces is refused in extraArgs (validation refuses it first).
+    (refused,) = policy.refusals(parts)
+    assert refused.startswith(f"--over-sampling-batch-size (from {EXTRA_ARGS_ORIGIN})")
+    assert "spec.grpo.overSamplingBatchSize" in refused
 
 
 def test_every_flag_is_judged_once() -> None:
@@ -96,7 +102,28 @@ def test_the_examples_pass(name: str) -> None:
 def test_extra_args_of_a_spec_reach_the_policy() -> None:
     body: dict[str, Any] = minimal_body()
     body["spec"].setdefault("runtime", {})["extraArgs"] = ["--use-rollout-routing-replay"]
-    exp, problems = parse_experiment(body)
-    assert exp is not None, problems
+    # Validation refuses it before any GPU is scheduled, from the same table...
+    _, problems = parse_experiment(body)
+    (problem,) = errors(problems)
+    assert problem.path == "spec.runtime.extraArgs[0]"
+    assert "--use-rollout-routing-replay" in problem.message and problem.hint
+    # ...and the launcher, judging the composed command, again (a spec that skipped it).
+    exp = RLExperiment.model_validate(body)
     (message,) = policy.refusals(slimecmd.compose(exp.spec, slimecmd.PodFacts()).parts)
     assert message.startswith(f"--use-rollout-routing-replay (from {EXTRA_ARGS_ORIGIN})")
+
+
+def test_docs_list_every_flag_of_the_one_table() -> None:
+    """docs/launcher.md's tables are the user's view of agentrl.api.slime_flags: no flag of
+    the table may be missing from them."""
+    text = (ROOT / "docs" / "launcher.md").read_text(encoding="utf-8")
+    flags = [r.flag for r in policy.REFUSALS] + [u.flag for u in policy.UNHONOURED]
+    flags += list(policy.REPLACED)
+    assert [f for f in flags if f"`{f}" not in text] == []
+
+
+def test_a_flag_has_one_verdict() -> None:
+    """Refused, replaced or unhonoured: never two of them."""
+    groups = [{r.flag for r in policy.REFUSALS}, set(policy.REPLACED),
+              {u.flag for u in policy.UNHONOURED}]  # fmt: skip
+    assert all(not (a & b) for i, a in enumerate(groups) for b in groups[i + 1 :])

@@ -14,6 +14,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+from agentrl.api import slime_flags
 from agentrl.api.bounds import MAX_OBJECT_BYTES, join
 from agentrl.api.constants import (
     BUNDLE_MOUNT_DIR,
@@ -278,23 +279,10 @@ def grpo_groups(exp: RLExperiment) -> Iterator[Finding]:
         )
 
 
-# slime flags read only by slime's own rollout function and reward normaliser, which
-# agentrl's rollout and reward post-process replace: in extraArgs they would do nothing.
-SLIME_REPLACED_FLAGS = {
-    "--over-sampling-batch-size": "spec.grpo.overSamplingBatchSize",
-    "--dynamic-sampling-filter-path": "spec.grpo.dynamicSamplingFilter",
-    "--partial-rollout": "spec.grpo.stragglerPolicy",
-    "--mask-offpolicy-in-partial-rollout": "spec.grpo.stragglerPolicy",
-    "--disable-rewards-normalization": "spec.grpo.rewardNormalization.mode",
-    "--disable-grpo-std-normalization": "spec.grpo.rewardNormalization.std",
-}
-
-
 def dynamic_sampling(exp: RLExperiment) -> Iterator[Finding]:
     """`grpo.overSamplingBatchSize` is between rolloutBatchSize and twice it, and above it only
     with a stragglerPolicy that cuts (with `wait` the extra groups would run and be thrown away); a
-    dynamicSamplingFilter needs samplesPerPrompt >= 2; slime's own sampling and reward
-    normalisation flags are refused in extraArgs (agentrl's rollout does not read them).
+    dynamicSamplingFilter needs samplesPerPrompt >= 2.
     """
     grpo = exp.spec.grpo
     path = "spec.grpo"
@@ -342,15 +330,20 @@ def dynamic_sampling(exp: RLExperiment) -> Iterator[Finding]:
             "ship the module in a runtime.extraCode ConfigMap (the rollout imports it at its "
             "first step and stops with the import error if it is missing)",
         )
-    for i, arg in enumerate(exp.spec.runtime.extra_args):
-        field = SLIME_REPLACED_FLAGS.get(arg.split("=", 1)[0])
-        if field is not None:
-            yield err(
-                f"spec.runtime.extraArgs[{i}]",
-                f"{arg.split('=', 1)[0]} is read only by slime's default rollout and reward "
-                "normaliser, which agentrl replaces: it would be ignored",
-                f"remove it and set {field}",
-            )
+
+
+def slime_flags_in_extra_args(exp: RLExperiment) -> Iterator[Finding]:
+    """slime flags in `runtime.extraArgs` that agentrl's rollout cannot honour
+    (`agentrl.api.slime_flags`, the launcher's table too): the ones slime would stop on, or
+    that a `spec.grpo` field replaces, are errors; ones only slime's own rollout reads are
+    warnings. Judged here, before any GPU is scheduled."""
+    for i, is_error, message in slime_flags.judge_extra_args(exp.spec.runtime.extra_args):
+        path = f"spec.runtime.extraArgs[{i}]"
+        if is_error:
+            fix = message.rsplit(" Fix: ", 1)
+            yield err(path, fix[0], fix[1] if len(fix) == 2 else "remove it")
+        else:
+            yield warn(path, message, "remove it")
 
 
 def shm_fits_memory(exp: RLExperiment) -> Iterator[Finding]:
@@ -613,6 +606,7 @@ ALL_RULES: tuple[Rule, ...] = (
     batches_divide,
     grpo_groups,
     dynamic_sampling,
+    slime_flags_in_extra_args,
     shm_fits_memory,
     image_pinned,
     eval_sets,

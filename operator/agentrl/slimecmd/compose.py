@@ -22,6 +22,7 @@ from typing import Any, Final
 
 from agentrl.api.models import RLExperimentSpec
 from agentrl.api.runtime import ENV_WANDB_API_KEY, RuntimeConfig
+from agentrl.api.slime_flags import EXTRA_ARGS_ORIGIN
 from agentrl.slimecmd import checkpoint, files, flags
 from agentrl.slimecmd.checkpoint import Start
 
@@ -40,7 +41,6 @@ TRAIN_ENV_FLAG: Final = "--train-env-vars"
 HF_MODE_FLAG: Final = "--megatron-to-hf-mode"
 HF_MODE: Final = "bridge"
 # Where the user's own flags come from (last, so they override; and named in messages).
-EXTRA_ARGS_ORIGIN: Final = "spec.runtime.extraArgs"
 
 
 class Cond(StrEnum):

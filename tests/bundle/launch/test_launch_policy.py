@@ -144,10 +144,10 @@ def test_the_launcher_refuses_before_slime_starts(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_the_launcher_warns_about_flags_only_slimes_rollout_reads(tmp_path: Path) -> None:
-    pod = Pod(tmp_path, extra_args=["--over-sampling-batch-size", "64", "--eval-top-p", "0.9"])
+    pod = Pod(tmp_path, extra_args=["--rollout-top-k", "5", "--eval-top-p", "0.9"])
     done = pod.launch()
     assert done.returncode == 0, done.stderr
     warnings = [line for line in done.stderr.splitlines() if "has no effect" in line]
     assert len(warnings) == 2
-    assert "--over-sampling-batch-size" in warnings[0] and "spec.grpo" in warnings[0]
+    assert "--rollout-top-k" in warnings[0] and "spec.grpo" in warnings[0]
     assert "--eval-top-p" in warnings[1] and "spec.data.eval" in warnings[1]

@@ -1,0 +1,268 @@
+"""slime flags agentrl's rollout cannot honour: the one table, used before and after GPUs.
+
+agentrl replaces slime's rollout (`--rollout-function-path`): agents play episodes through
+agentrl's gateway, which returns token ids and log-probs, and a reward per episode. Some of
+slime's flags need more than that from each sample, and slime then stops at the first
+training step, after the whole cluster is up: those are refused (`REFUSALS`). Others are
+read only by slime's own rollout, reward models or eval path, so with agentrl they do
+nothing while slime logs them as set: the ones a `spec.grpo` field replaces are refused
+(`REPLACED`), the rest warned about (`UNHONOURED`), naming the part of the spec that does
+the job.
+
+Validation judges `spec.runtime.extraArgs` with this table (`judge_extra_args`), so a spec
+that carries such a flag is refused before any GPU is scheduled; the launcher judges the
+whole composed command with the same table (`agentrl.slimecmd.policy`).
+
+Each entry names what the slime code it is about does, at the supported commits
+(https://github.com/THUDM/slime/tree/fa3c990af and .../624b824a8); the tests check the flags
+against each row's own parser and where each is read in its source. argparse keeps the last
+value of a repeated flag, so each rule looks at the last occurrence.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Final, Protocol
+
+
+class ArgRun(Protocol):
+    """A run of argv and where it came from (`agentrl.slimecmd.compose.Part` is one)."""
+
+    @property
+    def origin(self) -> str: ...
+
+    @property
+    def args(self) -> tuple[str, ...]: ...
+
+
+# A whole option name, as argparse matches it (no `_`/`-` folding, no abbreviations).
+_FLAG = re.compile(r"^--[A-Za-z][A-Za-z0-9_-]*")
+
+
+@dataclass(frozen=True)
+class Seen:
+    """A flag's last occurrence: its value (None for a switch) and the part it came from."""
+
+    value: str | None
+    origin: str
+
+
+def last_seen(parts: Sequence[ArgRun], takes_value: bool) -> Callable[[str], Seen | None]:
+    """Lookup of each flag's last occurrence in `parts` (argparse keeps the last one)."""
+    seen: dict[str, Seen] = {}
+    for part in parts:
+        args = part.args
+        for i, arg in enumerate(args):
+            m = _FLAG.match(arg)
+            if not m:
+                continue
+            name = m.group(0)
+            if len(arg) > len(name) and arg[len(name)] == "=":
+                seen[name] = Seen(arg[len(name) + 1 :], part.origin)
+            elif len(arg) == len(name):
+                value = args[i + 1] if takes_value and i + 1 < len(args) else None
+                seen[name] = Seen(value, part.origin)
+    return seen.get
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A flag slime cannot run with under agentrl's rollout."""
+
+    flag: str
+    takes_value: bool
+    applies: Callable[[Seen, Callable[[str], Seen | None]], bool]
+    why: str
+    fix: str
+
+
+def _not_one(seen: Seen, _: Callable[[str], Seen | None]) -> bool:
+    try:
+        return float(seen.value or "1") != 1.0
+    except ValueError:
+        return False  # slime's own parser reports a malformed number
+
+
+def _always(seen: Seen, _: Callable[[str], Seen | None]) -> bool:
+    return True
+
+
+def _with_use_opd(seen: Seen, lookup: Callable[[str], Seen | None]) -> bool:
+    return seen.value == "sglang" and lookup("--use-opd") is not None
+
+
+REFUSALS: Final = (
+    Refusal(
+        "--rollout-top-p",
+        True,
+        _not_one,
+        "below 1.0, slime trains on the nucleus of token ids the rollout engine sampled from "
+        "(Sample.rollout_top_p_token_ids); agentrl's gateway does not record them, so slime "
+        "stops at the first training step (fa3c990: its policy loss raises; 624b824: its "
+        "RolloutManager asserts every sample has them)",
+        "drop it: agentrl's rollout samples from the full distribution (spec.grpo.temperature "
+        "sets the temperature)",
+    ),
+    Refusal(
+        "--use-rollout-routing-replay",
+        False,
+        _always,
+        "replays the experts SGLang routed each token to (Sample.rollout_routed_experts), "
+        "which agentrl's gateway does not record; slime's actor raises 'rollout_routed_experts "
+        "is required' at the first training step",
+        "drop it; --use-routing-replay replays the routing of the trainer's own forward pass "
+        "and needs nothing from the rollout",
+    ),
+    Refusal(
+        "--reward-key",
+        True,
+        _always,
+        "agentrl's reward is one number per episode, and slime reads reward[--reward-key] "
+        "(Sample.get_reward_value) when it logs a step: a TypeError at the first step",
+        "drop it: the agent's reward is used as it is (spec.agent)",
+    ),
+    Refusal(
+        "--opd-type",
+        True,
+        _with_use_opd,
+        "on-policy distillation of type sglang trains on teacher log-probs that slime's own "
+        "rollout stores on each sample (slime.rollout.on_policy_distillation); agentrl's "
+        "rollout has none, and slime's loss raises 'requires teacher_log_probs'",
+        "use --opd-type megatron with --opd-teacher-load (the teacher runs in the trainer)",
+    ),
+)
+
+# Where in the spec to look instead, for flags only slime's own rollout reads.
+_SAMPLING = (
+    "agentrl's rollout decides which episodes train (spec.grpo; over-sampling, dynamic "
+    "sampling and stragglers are agentrl settings there)"
+)
+_GENERATION = (
+    "agentrl's gateway generates for the agents: sampling from spec.grpo.temperature and "
+    "spec.grpo.maxResponseLength, stopping at the chat template's end of turn"
+)
+_REWARD = "rewards come from the agent (spec.agent) and are normalised per group (spec.grpo)"
+_EVAL = (
+    "agentrl evaluates the sets in spec.data.eval, each with its own samplesPerPrompt, "
+    "temperature and maxResponseLength"
+)
+
+
+@dataclass(frozen=True)
+class Unhonoured:
+    """A flag only slime's own rollout, reward or eval code reads."""
+
+    flag: str
+    instead: str
+
+
+UNHONOURED: Final = tuple(
+    Unhonoured(flag, instead)
+    for flags, instead in (
+        (
+            (
+                "--rollout-sample-filter-path",
+                "--rollout-all-samples-process-path",
+                "--custom-generate-function-path",
+            ),
+            _SAMPLING,
+        ),
+        (
+            (
+                "--rollout-stop",
+                "--rollout-stop-token-ids",
+                "--rollout-top-k",
+                "--rollout-skip-special-tokens",
+            ),
+            _GENERATION,
+        ),
+        (("--rm-type", "--custom-rm-path", "--group-rm"), _REWARD),
+        (
+            (
+                "--eval-prompt-data",
+                "--n-samples-per-eval-prompt",
+                "--eval-temperature",
+                "--eval-top-p",
+                "--eval-top-k",
+                "--eval-max-response-len",
+                "--eval-max-prompt-len",
+                "--eval-min-new-tokens",
+                "--eval-input-key",
+                "--eval-label-key",
+                "--eval-tool-key",
+                "--eval-reward-key",
+            ),
+            _EVAL,
+        ),
+    )
+    for flag in flags
+)
+
+
+# Where the spec's own slime flags come from in the composed command (only these are judged
+# against REPLACED and UNHONOURED: agentrl renders some of those flags itself, from spec.grpo).
+EXTRA_ARGS_ORIGIN: Final = "spec.runtime.extraArgs"
+# slime flags a spec.grpo field replaces: refused in extraArgs, with the field to use.
+REPLACED: Final = {
+    "--over-sampling-batch-size": "spec.grpo.overSamplingBatchSize",
+    "--dynamic-sampling-filter-path": "spec.grpo.dynamicSamplingFilter",
+    "--partial-rollout": "spec.grpo.stragglerPolicy",
+    "--mask-offpolicy-in-partial-rollout": "spec.grpo.stragglerPolicy",
+    "--disable-rewards-normalization": "spec.grpo.rewardNormalization.mode",
+    "--disable-grpo-std-normalization": "spec.grpo.rewardNormalization.std",
+}
+
+
+@dataclass(frozen=True)
+class _Run:
+    origin: str
+    args: tuple[str, ...]
+
+
+def refused(parts: Sequence[ArgRun]) -> list[tuple[str, Seen, str]]:
+    """(flag, its last occurrence, why and fix) for each flag slime cannot run with."""
+    out = []
+    for rule in REFUSALS:
+        lookup = last_seen(parts, rule.takes_value)
+        seen = lookup(rule.flag)
+        if seen is not None and rule.applies(seen, lookup):
+            out.append((rule.flag, seen, f"{rule.why}. Fix: {rule.fix}"))
+    lookup = last_seen([p for p in parts if p.origin == EXTRA_ARGS_ORIGIN], takes_value=False)
+    for flag, field in REPLACED.items():
+        seen = lookup(flag)
+        if seen is not None:
+            why = (
+                "only slime's default rollout and reward normaliser read it, and agentrl "
+                f"replaces them. Fix: remove it and set {field}"
+            )
+            out.append((flag, seen, why))
+    return out
+
+
+def unhonoured(parts: Sequence[ArgRun]) -> list[tuple[str, str]]:
+    """(flag, what to use instead) for each flag of extraArgs only slime's own code reads."""
+    lookup = last_seen([p for p in parts if p.origin == EXTRA_ARGS_ORIGIN], takes_value=False)
+    return [(u.flag, u.instead) for u in UNHONOURED if lookup(u.flag) is not None]
+
+
+def judge_extra_args(extra_args: Sequence[str]) -> list[tuple[int, bool, str]]:
+    """(index of the flag's last occurrence, is an error, message) for each flag of
+    `spec.runtime.extraArgs` the table names."""
+    run = [_Run(EXTRA_ARGS_ORIGIN, tuple(extra_args))]
+
+    def where(flag: str) -> int:
+        hits = [i for i, a in enumerate(extra_args) if a == flag or a.startswith(flag + "=")]
+        return hits[-1]
+
+    found = [
+        (where(flag), True, f"{flag} cannot work with agentrl's rollout: {why}")
+        for flag, _, why in refused(run)
+    ]
+    found += [
+        (where(flag), False, f"{flag} has no effect with agentrl's rollout (only slime's own "
+         f"rollout reads it, though slime logs it as set): {instead}")
+        for flag, instead in unhonoured(run)
+    ]  # fmt: skip
+    return sorted(found)
