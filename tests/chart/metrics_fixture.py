@@ -37,8 +37,8 @@ def set_gauges(bundle: BundleMetrics, operator: OperatorMetrics) -> None:
     bundle.rollout_total_steps.set(200)
     for name, reward in (("gsm8k-test", 0.58), ("math-hard", 0.21)):
         bundle.eval_reward_mean.labels(name).set(reward)
-    for phase in ("Running", "Running", "Failed", "Succeeded"):
-        operator.move(None, phase)
+    for name, phase in (("a", "Running"), ("b", "Running"), ("c", "Failed"), ("d", "Succeeded")):
+        operator.move(None, phase, ("rl", name))
 
 
 def tick(bundle: BundleMetrics, operator: OperatorMetrics, n: int) -> None:
@@ -77,7 +77,7 @@ def tick(bundle: BundleMetrics, operator: OperatorMetrics, n: int) -> None:
         for name in ("gsm8k-test", "math-hard"):
             bundle.eval_step.labels(name).set(42 + n // 8)
     if n % FAIL_EVERY_TICKS == FAIL_EVERY_TICKS - 1:
-        operator.move(None, "Failed")
+        operator.move(None, "Failed", ("rl", f"failed-{n}"))
     operator.reconcile_total.labels("ok").inc()
     operator.reconcile_seconds.observe(0.02 + (n % 5) / 100)
 

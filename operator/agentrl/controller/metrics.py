@@ -19,6 +19,15 @@ class OperatorMetrics:
         self.experiments = Gauge(
             "agentrl_experiments", "RLExperiments by phase.", ["phase"], registry=self.registry
         )
+        # One series per experiment, 1 under its current phase: the dashboard's namespace and
+        # experiment filters and its phase-change annotations read it. `experiment_namespace`,
+        # because Prometheus gives the scraped operator's own namespace to `namespace`.
+        self.experiment_phase = Gauge(
+            "agentrl_experiment_phase",
+            "1 for each RLExperiment's current phase.",
+            ["experiment_namespace", "experiment", "phase"],
+            registry=self.registry,
+        )
         self.reconcile_total = Counter(
             "agentrl_reconcile", "Spec reconciles by result.", ["result"], registry=self.registry
         )
@@ -33,14 +42,19 @@ class OperatorMetrics:
         for result in RESULTS:
             self.reconcile_total.labels(result)
 
-    def move(self, old: str | None, new: str | None) -> None:
-        """One experiment changed phase (None: not counted, i.e. new or deleted)."""
+    def move(self, old: str | None, new: str | None, key: tuple[str, str] | None = None) -> None:
+        """One experiment (`key`: namespace, name) changed phase (None: not counted, i.e. new
+        or deleted)."""
         if old == new:
             return
         if old is not None:
             self.experiments.labels(old).dec()
+            if key is not None:
+                self.experiment_phase.remove(*key, old)
         if new is not None:
             self.experiments.labels(new).inc()
+            if key is not None:
+                self.experiment_phase.labels(*key, new).set(1)
 
     def serve(self, port: int) -> None:
         """Serve /metrics on 0.0.0.0:port in a thread (prometheus_client's own server)."""

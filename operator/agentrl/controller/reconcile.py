@@ -259,7 +259,7 @@ class Controller:
     def _count(self, exp: Experiment, phase: str | None) -> None:
         """agentrl_experiments{phase}, moved per change (a recount costs O(experiments))."""
         if phase != exp.counted:
-            self.metrics.move(exp.counted, phase)
+            self.metrics.move(exp.counted, phase, exp.key)
             exp.counted = phase
 
     async def _post_event(self, exp: Experiment, event: conditions.Event, now: str) -> None:
