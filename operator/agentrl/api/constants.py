@@ -43,6 +43,18 @@ DRIVER_RAY_RESOURCE: Final = "agentrl_driver"
 GATEWAY_PORT_DEFAULT: Final = 9090
 METRICS_PORT: Final = 9400
 RAY_DASHBOARD_PORT: Final = 8265
+# Ray's own ports on the head, by the container port names agentrl gives them.
+RAY_PORTS: Final = (("gcs-server", 6379), ("dashboard", RAY_DASHBOARD_PORT), ("client", 10001),
+                    ("metrics", 8080))  # fmt: skip
+
+# Metric names and split labels the bundle exports and the operator's progress scrape reads
+# (docs/monitoring.md lists every family).
+METRIC_ROLLOUT_STEP: Final = "agentrl_rollout_step"
+METRIC_BATCH_REWARD_MEAN: Final = "agentrl_batch_reward_mean"
+METRIC_EPISODES_TOTAL: Final = "agentrl_episodes_total"
+METRIC_FAILED_SESSIONS_TOTAL: Final = "agentrl_failed_sessions_total"
+SPLIT_TRAIN: Final = "train"
+SPLIT_EVAL: Final = "eval"
 GATEWAY_PORT_NAME: Final = "gateway"
 METRICS_PORT_NAME: Final = "agentrl-metrics"
 

@@ -22,7 +22,7 @@ from agentrl.api.constants import (
     CONFIGMAP_MAX_BYTES,
     ENV_CONFIG_PATH,
     METRICS_PORT,
-    RAY_DASHBOARD_PORT,
+    RAY_PORTS,
     SHM_MOUNT_DIR,
 )
 from agentrl.api.findings import Finding, Rule, err, repeats, warn
@@ -39,7 +39,7 @@ from agentrl.api.runtime import (
 )
 
 # Ports Ray itself listens on in the head pod (GCS, client, dashboard, node metrics).
-RAY_PORTS = frozenset({6379, 10001, RAY_DASHBOARD_PORT, 8080})
+RAY_PORT_NUMBERS = frozenset(port for _, port in RAY_PORTS)
 # An image reference that cannot move: <image>[:<tag>]@sha256:<digest>.
 DIGEST_PINNED = re.compile(r"^[^@\s]+@sha256:[0-9a-f]{64}$")
 # Env vars the renderer sets in every container; a user value would silently fight them.
@@ -387,7 +387,7 @@ def gateway_service(exp: RLExperiment) -> Iterator[Finding]:
     CIDRs.
     """
     gw = exp.spec.gateway
-    if gw.port in RAY_PORTS or gw.port == METRICS_PORT:
+    if gw.port in RAY_PORT_NUMBERS or gw.port == METRICS_PORT:
         yield err(
             "spec.gateway.port",
             f"port {gw.port} is taken by Ray or agentrl's metrics on the head pod",

@@ -10,6 +10,13 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from agentrl.api.constants import (
+    METRIC_BATCH_REWARD_MEAN,
+    METRIC_EPISODES_TOTAL,
+    METRIC_FAILED_SESSIONS_TOTAL,
+    METRIC_ROLLOUT_STEP,
+)
+
 PREFIX = "agentrl_"
 
 # Rewards are usually in [0, 1] but agents may return any float.
@@ -30,10 +37,10 @@ class BundleMetrics:
         self.registry = registry if registry is not None else CollectorRegistry()
         r = self.registry
         self.rollout_step = Gauge(
-            PREFIX + "rollout_step", "Last rollout step slime asked for.", registry=r
+            METRIC_ROLLOUT_STEP, "Last rollout step slime asked for.", registry=r
         )
         self.batch_reward_mean = Gauge(
-            PREFIX + "batch_reward_mean",
+            METRIC_BATCH_REWARD_MEAN,
             "Mean raw episode reward of the last batch.",
             ["split"],
             registry=r,
@@ -46,13 +53,13 @@ class BundleMetrics:
             registry=r,
         )
         self.episodes = Counter(
-            PREFIX + "episodes",
+            METRIC_EPISODES_TOTAL,  # prometheus_client keeps one `_total` suffix
             "Episodes finished, by outcome (succeeded or failed).",
             ["split", "outcome"],
             registry=r,
         )
         self.failed_sessions = Counter(
-            PREFIX + "failed_sessions",
+            METRIC_FAILED_SESSIONS_TOTAL,
             "Episodes that failed, by reason (timeout, agent_error, no_traces, ...).",
             ["split", "reason"],
             registry=r,

@@ -24,9 +24,15 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from agentrl.api.constants import (
+    METRIC_BATCH_REWARD_MEAN,
+    METRIC_EPISODES_TOTAL,
+    METRIC_FAILED_SESSIONS_TOTAL,
+    METRIC_ROLLOUT_STEP,
+    SPLIT_TRAIN,
+)
 from agentrl.controller.status import format_time
 
-TRAIN_SPLIT = "train"
 # Weight of the newest step-time measurement: a few steps of history, so one slow step
 # (an evaluation, a checkpoint save) moves the estimate without taking it over.
 SMOOTHING = 0.3
@@ -44,16 +50,16 @@ def parse_progress(text: str) -> dict[str, float]:
             if math.isnan(value):  # NaN: the gauge was never set
                 continue
             split = labels.get("split")
-            if name == "agentrl_rollout_step":
+            if name == METRIC_ROLLOUT_STEP:
                 out["rollout"] = value
-            elif name == "agentrl_batch_reward_mean":
-                if split == TRAIN_SPLIT:
+            elif name == METRIC_BATCH_REWARD_MEAN:
+                if split == SPLIT_TRAIN:
                     out["trainReward"] = value
                 else:
                     eval_rewards.append(value)
-            elif name == "agentrl_episodes_total" and split == TRAIN_SPLIT:
+            elif name == METRIC_EPISODES_TOTAL and split == SPLIT_TRAIN:
                 episodes += value
-            elif name == "agentrl_failed_sessions_total" and split == TRAIN_SPLIT:
+            elif name == METRIC_FAILED_SESSIONS_TOTAL and split == SPLIT_TRAIN:
                 failed += value
     if eval_rewards:
         out["evalReward"] = sum(eval_rewards) / len(eval_rewards)

@@ -28,7 +28,7 @@ from agentrl.api.constants import (
     LABEL_KUEUE_QUEUE,
     METRICS_PORT,
     METRICS_PORT_NAME,
-    RAY_DASHBOARD_PORT,
+    RAY_PORTS,
 )
 from agentrl.api.models import RLExperiment
 from agentrl.render import pods
@@ -74,8 +74,6 @@ NO_EVICTION_ANNOTATIONS = {
     "cluster-autoscaler.kubernetes.io/safe-to-evict": "false",
     "karpenter.sh/do-not-disrupt": "true",
 }
-RAY_PORTS = (("gcs-server", 6379), ("dashboard", RAY_DASHBOARD_PORT), ("client", 10001),
-             ("metrics", 8080))  # fmt: skip
 
 
 def ray_resources_param(resources: dict[str, int]) -> str:

@@ -38,6 +38,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from agentrl.api.constants import SPLIT_TRAIN
 from agentrl.api.models import GrpoSpec
 from agentrl.bundle.rollout.batch import RolloutContext, Ticket, run_one
 from agentrl.bundle.rollout.episode import EpisodeOutcome, EpisodeSpec
@@ -47,7 +48,7 @@ from agentrl.bundle.rollout.source import DataSource, PromptGroup
 log = logging.getLogger("agentrl.rollout")
 
 Policy = Literal["wait", "abort", "carryOver"]
-TRAIN = "train"
+TRAIN = SPLIT_TRAIN
 
 
 @dataclass(frozen=True)
