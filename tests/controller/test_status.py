@@ -234,6 +234,19 @@ def test_startup_deadline(now: str, stalled: bool) -> None:
         assert conditions.get(st, C.STALLED)["reason"] == "StartupDeadlineExceeded"  # type: ignore[index]
 
 
+def test_a_retry_gets_its_own_startup_clock() -> None:
+    """backoffLimit retries start a fresh Ray cluster; KubeRay stamps the attempt's startTime,
+    and the startup deadline counts from it, not from the experiment's creation."""
+    retry = {"jobDeploymentStatus": "Initializing", "startTime": "2026-01-01T00:58:00Z"}
+    seen = status.Observed(retry, created=T0, startup_deadline=600)
+    st = status.apply_observed(created(), seen, T2)  # an hour after creation, 2 min into it
+    assert not conditions.is_true(st, C.STALLED)
+    late = status.Observed({**retry, "startTime": "2026-01-01T00:40:00Z"}, created=T0,
+                           startup_deadline=600)  # fmt: skip
+    st = status.apply_observed(created(), late, T2)
+    assert conditions.get(st, C.STALLED)["reason"] == "StartupDeadlineExceeded"  # type: ignore[index]
+
+
 def test_events_on_transitions_only() -> None:
     st = created()
     assert conditions.events_between({}, st) == []  # the first Pending is not news

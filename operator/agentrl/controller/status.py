@@ -274,8 +274,13 @@ def startup_overdue(st: Mapping[str, Any], seen: Observed, phase: Phase, now: st
     """A message when the experiment has not reached Running within startupDeadlineSeconds."""
     if seen.startup_deadline is None or phase not in (Phase.PENDING, Phase.INITIALIZING):
         return None
-    # The clock starts at creation, or at the last resume (Suspended turning False).
+    # The clock starts at creation, at the last resume (Suspended turning False), or at the
+    # start of KubeRay's current attempt (its status.startTime, set anew for each backoffLimit
+    # retry, the clock KubeRay's own preRunningDeadlineSeconds uses): a retry gets its own.
     starts: list[str] = [seen.created] if seen.created else []
+    attempt = (seen.rayjob or {}).get("startTime")
+    if isinstance(attempt, str) and attempt:
+        starts.append(attempt)
     resumed = conditions.get(st, C.SUSPENDED)
     if resumed and resumed.get("status") == "False" and resumed.get("lastTransitionTime"):
         starts.append(str(resumed["lastTransitionTime"]))
