@@ -287,14 +287,6 @@ class AgentSpec(Model):
         """The pool size the bundle uses: never below what maxConcurrent needs."""
         return self.max_pool_connections or self.max_concurrent
 
-    @property
-    def backend(self) -> Literal["agentCore", "http"] | None:
-        if self.agent_core is not None and self.http is None:
-            return "agentCore"
-        if self.http is not None and self.agent_core is None:
-            return "http"
-        return None
-
 
 # ---- gateway -----------------------------------------------------------------------
 
