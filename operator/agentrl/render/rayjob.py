@@ -17,6 +17,7 @@ The cluster always shuts down when the job ends: KubeRay only allows `suspend` a
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from agentrl.api.constants import (
@@ -104,21 +105,31 @@ def pod_metadata(exp: RLExperiment, defaults: OperatorDefaults, component: str) 
     }
 
 
+def placement(
+    node_selector: Mapping[str, str],
+    tolerations: Sequence[Obj],
+    affinity: Obj | None,
+    priority_class: str | None,
+) -> Obj:
+    """A pod group's scheduling fields, only those set."""
+    out: Obj = {}
+    if node_selector:
+        out["nodeSelector"] = dict(node_selector)
+    if tolerations:
+        out["tolerations"] = list(tolerations)
+    if affinity:
+        out["affinity"] = affinity
+    if priority_class:
+        out["priorityClassName"] = priority_class
+    return out
+
+
 def head_pod_placement(exp: RLExperiment) -> Obj:
     """Where the head and the submitter run: CPU nodes, the head's own priority class."""
     res = exp.spec.resources
     head = res.head
-    out: Obj = {}
-    if head.node_selector:
-        out["nodeSelector"] = dict(head.node_selector)
-    if head.tolerations:
-        out["tolerations"] = list(head.tolerations)
-    if head.affinity:
-        out["affinity"] = head.affinity
-    priority = head.priority_class_name or res.priority_class_name
-    if priority:
-        out["priorityClassName"] = priority
-    return out
+    return placement(head.node_selector, head.tolerations, head.affinity,
+                     head.priority_class_name or res.priority_class_name)  # fmt: skip
 
 
 def head_group(exp: RLExperiment, defaults: OperatorDefaults, base: pods.PodParts) -> Obj:
@@ -167,14 +178,9 @@ def worker_group(exp: RLExperiment, defaults: OperatorDefaults, base: pods.PodPa
         "securityContext": base.worker_security,
     }
     spec: Obj = {**base.pod, "containers": [container], "volumes": base.volumes(res.shm_size)}
-    if res.node_selector:
-        spec["nodeSelector"] = dict(res.node_selector)
-    if res.tolerations:
-        spec["tolerations"] = list(res.tolerations)
-    if res.affinity:
-        spec["affinity"] = res.affinity
-    if res.priority_class_name:
-        spec["priorityClassName"] = res.priority_class_name
+    spec.update(
+        placement(res.node_selector, res.tolerations, res.affinity, res.priority_class_name)
+    )
     return {
         "groupName": WORKER_GROUP,
         # A fixed-size gang: slime needs every GPU before it starts, autoscaling only stalls.
