@@ -170,6 +170,8 @@ def test_queries_name_only_exported_metrics() -> None:
         "agentrl_eval_reward_mean",
         "agentrl_eval_step",
         "agentrl_experiment_phase",
+        "agentrl_experiment_info",
+        "agentrl_wandb_run_info",
     }
     assert families <= used, families - used
 

@@ -380,3 +380,30 @@ async def test_step_time_and_eta_on_a_fake_clock(
     clock.set(start + timedelta(seconds=900))
     await wait_for(lambda: len(server.hits) > hits + 3, what="more scrapes")
     assert [r for r in api.emu.log[mark:] if r.is_write] == []
+
+
+def _sample(operator: OperatorRun, family: str) -> list[dict[str, str]]:
+    """The label sets of one operator metric family with value 1."""
+    assert operator.memo is not None
+    registry = operator.memo.controller.metrics.registry
+    return [s.labels for m in registry.collect() if m.name == family for s in m.samples
+            if s.value == 1]  # fmt: skip
+
+
+async def test_phase_and_ray_dashboard_series_follow_the_experiment(
+    api: Api, operator: OperatorRun
+) -> None:
+    """One phase series and one dashboard-link series per experiment, moved with it and
+    removed with it (the dashboard's filters, annotation and run links read them)."""
+    await created(api)
+    url = "demo-raycluster-x-head-svc.rl.svc.cluster.local:8265"
+    status = {"jobDeploymentStatus": "Running", "dashboardURL": url}
+    await api.patch(RAYJOBS, NS, "demo", {"status": status}, "status")
+    await wait_for(lambda: status_of(api).get("phase") == "Running", what="phase Running")
+    phases = await wait_for(lambda: _sample(operator, "agentrl_experiment_phase"))
+    assert phases == [{"experiment_namespace": NS, "experiment": "demo", "phase": "Running"}]
+    links = await wait_for(lambda: _sample(operator, "agentrl_experiment_info"))
+    assert links == [{"experiment_namespace": NS, "experiment": "demo", "ray_dashboard_url": url}]
+    await api.delete(EXP, NS, "demo")
+    await wait_for(lambda: not _sample(operator, "agentrl_experiment_info"), what="link removed")
+    assert _sample(operator, "agentrl_experiment_phase") == []

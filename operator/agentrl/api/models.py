@@ -580,6 +580,8 @@ class WandbSpec(Model):
     """W&B project."""
     group: WandbName | None = None
     """W&B group."""
+    team: WandbName | None = None
+    """W&B entity (team or user) of the run (`--wandb-team`); the dashboard links the run."""
     host: HttpUrl | None = None
     """W&B server URL (self-hosted)."""
     api_key_secret: SecretKeyRef

@@ -179,6 +179,12 @@ class BundleMetrics:
             ["eval_set"],
             registry=r,
         )
+        self.wandb_run_info = Gauge(
+            PREFIX + "wandb_run_info",
+            "1 for the W&B run this training logs to (needs spec.tracking.wandb.team).",
+            ["url"],
+            registry=r,
+        )
         self.episode_length_bias = Gauge(
             PREFIX + "episode_length_bias",
             "Last train step: mean duration of trained episodes over the mean of every episode "

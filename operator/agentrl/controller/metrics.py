@@ -28,6 +28,14 @@ class OperatorMetrics:
             ["experiment_namespace", "experiment", "phase"],
             registry=self.registry,
         )
+        # The address of each experiment's Ray dashboard (KubeRay's status.dashboardURL, the
+        # head Service inside the cluster): the dashboard's run links read it.
+        self.experiment_info = Gauge(
+            "agentrl_experiment_info",
+            "1 for each RLExperiment whose Ray dashboard address KubeRay has reported.",
+            ["experiment_namespace", "experiment", "ray_dashboard_url"],
+            registry=self.registry,
+        )
         self.reconcile_total = Counter(
             "agentrl_reconcile", "Spec reconciles by result.", ["result"], registry=self.registry
         )
@@ -55,6 +63,15 @@ class OperatorMetrics:
             self.experiments.labels(new).inc()
             if key is not None:
                 self.experiment_phase.labels(*key, new).set(1)
+
+    def link(self, key: tuple[str, str], old: str | None, new: str | None) -> None:
+        """An experiment's Ray dashboard address changed (None: none, or deleted)."""
+        if old == new:
+            return
+        if old is not None:
+            self.experiment_info.remove(*key, old)
+        if new is not None:
+            self.experiment_info.labels(*key, new).set(1)
 
     def serve(self, port: int) -> None:
         """Serve /metrics on 0.0.0.0:port in a thread (prometheus_client's own server)."""

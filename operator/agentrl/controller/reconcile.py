@@ -120,6 +120,7 @@ class Controller:
         self.queue.cancel(key)
         if exp is not None:
             self._count(exp, None)
+            self._link(exp, None)
 
     async def on_rayjob(self, rayjob: Mapping[str, Any], deleted: bool = False) -> None:
         exp = self._owner(rayjob)
@@ -253,8 +254,16 @@ class Controller:
                 return  # deleted meanwhile
             exp.written, exp.settled = new, True
             self._count(exp, new.get("phase"))
+            self._link(exp, new.get("dashboardURL"))
             for event in conditions.events_between(base, new):
                 await self._post_event(exp, event, now)
+
+    def _link(self, exp: Experiment, url: Any) -> None:
+        """agentrl_experiment_info{ray_dashboard_url}, moved when KubeRay reports a new one."""
+        url = url if isinstance(url, str) and url else None
+        if url != exp.linked:
+            self.metrics.link(exp.key, exp.linked, url)
+            exp.linked = url
 
     def _count(self, exp: Experiment, phase: str | None) -> None:
         """agentrl_experiments{phase}, moved per change (a recount costs O(experiments))."""

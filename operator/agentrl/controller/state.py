@@ -42,6 +42,7 @@ class Experiment:
     stuck: dict[str, tuple[str, str]] = field(default_factory=dict)  # pod -> (reason, msg)
     written: Obj | None = None  # the status this process last wrote
     counted: str | None = None  # the phase agentrl_experiments counts it under
+    linked: str | None = None  # the Ray dashboard address agentrl_experiment_info carries
     reconciled: int | None = None  # the generation reconciled (None: not yet)
     reconciling: int | None = None  # the generation a reconcile is working on now
     changed: bool = False  # its RayJob or pods changed while that reconcile ran

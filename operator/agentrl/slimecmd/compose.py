@@ -111,6 +111,8 @@ def wandb_args(spec: RLExperimentSpec) -> list[str]:
     args = ["--use-wandb", "--wandb-project", wandb.project]
     if wandb.group:
         args += ["--wandb-group", wandb.group]
+    if wandb.team:
+        args += ["--wandb-team", wandb.team]
     if wandb.host:
         args += ["--wandb-host", wandb.host]
     return args

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -15,6 +16,7 @@ from agentrl.bundle.rollout.inputs import (
     load_eval_groups,
     load_runtime_config,
     train_spec,
+    wandb_run_url,
 )
 
 from .doubles import runtime_config
@@ -89,3 +91,28 @@ def test_slime_samples_to_inputs() -> None:
     bad = SimpleNamespace(prompt="p", metadata="oops", index=3)
     with pytest.raises(TypeError, match="metadata must be a JSON object"):
         inputs_from_slime([[bad]])
+
+
+@pytest.mark.parametrize(
+    ("args", "url"),
+    [
+        pytest.param({"wandb_host": None}, "https://wandb.ai/ml/swe/runs/abc123", id="cloud"),
+        pytest.param(
+            {"wandb_host": "https://api.wandb.ai"},
+            "https://wandb.ai/ml/swe/runs/abc123",
+            id="cloud-api-host",
+        ),
+        pytest.param(
+            {"wandb_host": "https://wandb.corp.example/"},
+            "https://wandb.corp.example/ml/swe/runs/abc123",
+            id="self-hosted",
+        ),
+        pytest.param({"wandb_team": None}, None, id="no-team"),
+        pytest.param({"wandb_run_id": None}, None, id="no-run-yet"),
+        pytest.param({"use_wandb": False}, None, id="off"),
+    ],
+)
+def test_the_wandb_run_url_is_built_from_slimes_args(args: dict[str, Any], url: str | None) -> None:
+    base = {"use_wandb": True, "wandb_team": "ml", "wandb_project": "swe",
+            "wandb_run_id": "abc123", "wandb_host": None}  # fmt: skip
+    assert wandb_run_url(SimpleNamespace(**{**base, **args})) == url

@@ -26,7 +26,7 @@ from agentrl.api.runtime import RuntimeConfig
 from agentrl.bundle.rollout.batch import RolloutContext, batch_stats, group_samples, run_groups
 from agentrl.bundle.rollout.episode import EpisodeInput, EpisodeOutcome
 from agentrl.bundle.rollout.filters import load_filter
-from agentrl.bundle.rollout.inputs import eval_spec, load_eval_groups, train_spec
+from agentrl.bundle.rollout.inputs import eval_spec, load_eval_groups, train_spec, wandb_run_url
 from agentrl.bundle.rollout.runtime import RolloutRuntime
 from agentrl.bundle.rollout.sampling import SamplingPlan, StepReport, fill_batch
 from agentrl.bundle.rollout.source import DataSource
@@ -89,6 +89,7 @@ async def train_batch(
         source.check_returns()  # before any episode starts
     group_filter = load_filter(grpo.dynamic_sampling_filter, args)
     ctx = await rt.context()
+    ctx.recorder.run_link(wandb_run_url(args))
 
     def to_samples(outcomes: Sequence[EpisodeOutcome]) -> list[Any]:
         return [to_sample(s, types) for o in outcomes for s in o.samples]

@@ -33,6 +33,27 @@ def load_runtime_config(env: Mapping[str, str] | None = None) -> RuntimeConfig:
     return RuntimeConfig.load(path)
 
 
+WANDB_CLOUD_UI = "https://wandb.ai"
+
+
+def wandb_run_url(args: Any) -> str | None:
+    """The W&B run slime logs this training to, as a browser opens it, or None.
+
+    slime's driver sets `args.wandb_run_id` before it creates the RolloutManager (whose args
+    these are); the entity comes from `--wandb-team` (spec.tracking.wandb.team), since W&B's
+    default entity of an API key is not knowable here. A self-hosted `--wandb-host` serves its
+    UI at the same address; W&B's cloud API host is not its UI, so the cloud UI is used then.
+    """
+    run_id, team = getattr(args, "wandb_run_id", None), getattr(args, "wandb_team", None)
+    project = getattr(args, "wandb_project", None)
+    if not (getattr(args, "use_wandb", False) and run_id and team and project):
+        return None
+    host = str(getattr(args, "wandb_host", None) or WANDB_CLOUD_UI).rstrip("/")
+    if host in ("https://api.wandb.ai", "http://api.wandb.ai"):
+        host = WANDB_CLOUD_UI
+    return f"{host}/{team}/{project}/runs/{run_id}"
+
+
 def agent_timeout_s(spec: RLExperimentSpec) -> float:
     agent = spec.agent
     backend = agent.agent_core or agent.http
