@@ -172,6 +172,7 @@ def test_queries_name_only_exported_metrics() -> None:
         "agentrl_experiment_phase",
         "agentrl_experiment_info",
         "agentrl_wandb_run_info",
+        "agentrl_checkpoint_iteration",
     }
     assert families <= used, families - used
 

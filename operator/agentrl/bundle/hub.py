@@ -16,10 +16,12 @@ where the gateway package or its tokenizer is unavailable.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import secrets
 import socket
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Final
 
 from aiohttp import web
@@ -28,6 +30,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from agentrl.api.constants import HEAD_RAY_RESOURCE, METRICS_PORT
 from agentrl.api.runtime import RuntimeConfig
 from agentrl.bundle.metrics import BundleMetrics
+from agentrl.slimecmd.checkpoint import TRACKER
 
 log = logging.getLogger("agentrl.hub")
 
@@ -94,6 +97,11 @@ class Hub:
         return self._port
 
     async def _serve_metrics(self, _request: web.Request) -> web.Response:
+        path = self._config.spec.checkpoint.path if self._config is not None else None
+        if path:  # a shared volume may be slow: never on the event loop
+            iteration = await asyncio.to_thread(checkpoint_iteration, Path(path))
+            if iteration is not None:
+                self.metrics.checkpoint_iteration.set(iteration)
         body = generate_latest(self.metrics.registry)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
@@ -127,6 +135,16 @@ class Hub:
             await self._gateway.stop()
         if self._runner is not None:
             await self._runner.cleanup()
+
+
+def checkpoint_iteration(directory: Path) -> int | None:
+    """The iteration Megatron's tracker file in `directory` names (it rewrites the file after
+    each complete save), or None: no save yet, a release checkpoint, or unreadable."""
+    try:
+        text = (directory / TRACKER).read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return int(text) if text.isdigit() else None
 
 
 def node_ip() -> str:

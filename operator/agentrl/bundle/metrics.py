@@ -179,6 +179,12 @@ class BundleMetrics:
             ["eval_set"],
             registry=r,
         )
+        self.checkpoint_iteration = Gauge(
+            PREFIX + "checkpoint_iteration",
+            "Iteration Megatron's tracker file under spec.checkpoint.path names (the last "
+            "checkpoint slime saved), read at each scrape.",
+            registry=r,
+        )
         self.wandb_run_info = Gauge(
             PREFIX + "wandb_run_info",
             "1 for the W&B run this training logs to (needs spec.tracking.wandb.team).",
