@@ -83,6 +83,8 @@ async def test_invalid_spec_fails_once_without_retry_storm(api: Api, operator: O
     valid = conditions.get(st, ConditionType.VALID)
     assert valid is not None and valid["status"] == "False"
     assert "spec.grpo.globalBatchSize" in valid["message"]
+    # The event follows the status write (status is the record); count writes from after it.
+    await wait_for(lambda: len(api.events("demo")) == 1, what="the InvalidSpec event")
     mark, swept = len(api.emu.log), _sweeps(operator)
     # Several sweeps later: still one event, no further writes, no children.
     await wait_for(lambda: _sweeps(operator) >= swept + 5, what="sweeps")

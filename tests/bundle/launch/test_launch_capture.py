@@ -132,6 +132,24 @@ def test_redaction_does_not_depend_on_how_output_is_split(
 # ---- the bounded file queue -------------------------------------------------------------
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.binary(max_size=40).map(lambda b: b.replace(b"\0", b"\n")), max_size=20))
+def test_the_file_gets_whole_lines_and_every_byte(pieces: list[bytes]) -> None:
+    lines = capture.Lines()
+    out = [lines.feed(p) for p in pieces]
+    out.append(lines.flush())
+    assert b"".join(out) == b"".join(pieces)
+    # Every piece handed to the file but the last ends a line, so pumps interleave lines only.
+    assert all(o.endswith((b"\n", b"\r")) for o in out[:-1] if o)
+
+
+def test_a_line_longer_than_a_chunk_is_passed_on_in_pieces() -> None:
+    lines = capture.Lines()
+    assert lines.feed(b"x" * (capture.CHUNK - 1)) == b""
+    assert lines.feed(b"yy") == b"x" * (capture.CHUNK - 1) + b"yy"  # the held tail stays bounded
+    assert lines.flush() == b""
+
+
 def test_a_slow_volume_never_blocks_and_the_file_marks_the_gap() -> None:
     """The "file" is a pipe nobody reads yet: its writer blocks, as on a hung volume."""
     read_end, write_end = os.pipe()
@@ -230,7 +248,14 @@ def test_one_job_log_keeps_stdout_and_stderr_in_order_and_the_file_has_the_same(
 
 
 def test_separate_stdout_and_stderr_stay_separate(tmp_path: Path) -> None:
-    child = "import sys; print('to out'); print('to err', file=sys.stderr); sys.exit(3)"
+    # stderr's line arrives in two writes with stdout's whole line between them, as an
+    # unbuffered writer (python -u) does it: the file still holds three whole lines.
+    child = (
+        "import os, sys, time\n"
+        "os.write(2, b'to '); time.sleep(0.2)\n"
+        "os.write(1, b'to out\\n'); time.sleep(0.2)\n"
+        "os.write(2, b'err\\n'); sys.exit(3)\n"
+    )
     proc = _driver(tmp_path, child, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 3  # slime's exit code is the launcher's

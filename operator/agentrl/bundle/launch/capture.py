@@ -242,18 +242,48 @@ def _gap_note(missing: int) -> bytes:
     ).encode()
 
 
+class Lines:
+    """Cuts a byte stream at line ends, so two pumps sharing the file interleave whole lines.
+
+    A writer that is not line-buffered (python -u, a C library) emits "text" and "\n" as two
+    writes; without this, stderr's "text" and stdout's next line would share a line in the
+    file. A carriage return ends a line too (progress bars), and a line longer than `CHUNK`
+    is passed on in pieces, so the held tail stays bounded.
+    """
+
+    def __init__(self) -> None:
+        self._tail = b""
+
+    def feed(self, data: bytes) -> bytes:
+        buf = self._tail + data
+        cut = max(buf.rfind(b"\n"), buf.rfind(b"\r")) + 1
+        if cut == 0 and len(buf) >= CHUNK:
+            cut = len(buf)
+        self._tail = buf[cut:]
+        return buf[:cut]
+
+    def flush(self) -> bytes:
+        out, self._tail = self._tail, b""
+        return out
+
+
 class Pump(threading.Thread):
-    """Copies one pipe to the original stream, then to the sink, secrets redacted."""
+    """Copies one pipe to the original stream, then to the sink, secrets redacted.
+
+    The original stream gets every byte as soon as it is read; the file gets whole lines.
+    """
 
     def __init__(self, source: int, target: int, sink: FileSink, scrubber: Scrubber) -> None:
         super().__init__(name=f"agentrl-log-pump-{target}", daemon=True)
         self.source, self.target, self.sink, self.scrubber = source, target, sink, scrubber
+        self.lines = Lines()
         self.target_ok = True
 
     def run(self) -> None:
         while data := _read(self.source):
             self._emit(self.scrubber.feed(data))
         self._emit(self.scrubber.flush())
+        self.sink.put(self.lines.flush())
 
     def _emit(self, data: bytes) -> None:
         if not data:
@@ -263,7 +293,7 @@ class Pump(threading.Thread):
                 write_all(self.target, data)
             except OSError:  # the job log is gone; the file still gets everything
                 self.target_ok = False
-        self.sink.put(data)
+        self.sink.put(self.lines.feed(data))
 
 
 def _read(fd: int) -> bytes:
