@@ -141,8 +141,7 @@ class Frontend:
                 raise too_large(size, self.max_request_bytes)  # nor do oversized bodies
             ticket = self.admission.admit(session.sid)
             body = await read_json(request, self.max_request_bytes)
-            resp = await serve(request, front, session, body, ticket)
-            status = request.get("status", resp.status)  # in-band stream errors count as such
+            resp, status = await serve(request, front, session, body, ticket)
             return resp
         except ApiError as err:
             status = err.status
@@ -179,18 +178,17 @@ class Frontend:
 
     async def count(
         self, request: web.Request, front: ModuleType, session: Session, body: Any, ticket: Ticket
-    ) -> web.StreamResponse:
+    ) -> Served:
         if isinstance(body, dict):
             body = {"max_tokens": 1, **body}  # not part of a count request
         req = anthropic_api.parse_request(body)
         await ticket.turn()
-        return json_response(
-            {"input_tokens": await self.runner.builder.count(req.messages, req.tools)}
-        )
+        tokens = await self.runner.builder.count(req.messages, req.tools)
+        return served(json_response({"input_tokens": tokens}))
 
     async def serve(
         self, request: web.Request, front: ModuleType, session: Session, body: Any, ticket: Ticket
-    ) -> web.StreamResponse:
+    ) -> Served:
         req: ChatRequest = front.parse_request(body)
         merge_sampling(req.sampling, session.sampling_params)  # refusals before any stream
         model = req.model or self.model
@@ -205,13 +203,11 @@ class Frontend:
                 turn = asyncio.get_running_loop().create_task(
                     self.run_turn(session, req, live.on_tokens)
                 )
-                resp, status = await stream_turn(live, turn, self.keepalive_s)
-                request["status"] = status
-                return resp
+                return await stream_turn(live, turn, self.keepalive_s)
             out = await self.run_turn(session, req)
         finally:
             session.tasks.discard(task)
-        return json_response(front.response(out, model))
+        return served(json_response(front.response(out, model)))
 
     async def run_turn(
         self, session: Session, req: ChatRequest, on_tokens: OnTokens | None = None
@@ -230,7 +226,13 @@ class Frontend:
             ) from exc
 
 
-Serve = Callable[[web.Request, ModuleType, Session, Any, Ticket], Awaitable[web.StreamResponse]]
+# A response and the status to count: a stream's is decided in-band, after its 200 went out.
+Served = tuple[web.StreamResponse, int]
+Serve = Callable[[web.Request, ModuleType, Session, Any, Ticket], Awaitable[Served]]
+
+
+def served(resp: web.StreamResponse) -> Served:
+    return resp, resp.status
 
 
 def build_app(frontend: Frontend, store: SessionStore) -> web.Application:
