@@ -338,7 +338,9 @@ async def test_progress_scrape(
         "evalReward": 0.5,
         "failedSessionRatio": 0.1,
     }
-    # Unreachable: progress stays, no writes, no errors, scraping goes on.
+    # Unreachable: progress stays, no writes, no errors, scraping goes on. (Writes are counted
+    # from after the Running event, which follows the status write that may carry progress.)
+    await wait_for(lambda: _reasons(api) == ["Running"], what="the Running event")
     server.up = False
     mark, hits = len(api.emu.log), len(server.hits)
     await wait_for(lambda: len(server.hits) > hits + 3, what="more scrapes")
@@ -376,10 +378,15 @@ async def test_step_time_and_eta_on_a_fake_clock(
     eta = parse_time(progress["eta"])
     assert eta == start + timedelta(seconds=270 + 2 * 120)
     # Reads without a move change nothing, however much time passes (no status writes).
+    await wait_for(lambda: _reasons(api) == ["Running"], what="the Running event")
     mark, hits = len(api.emu.log), len(server.hits)
     clock.set(start + timedelta(seconds=900))
     await wait_for(lambda: len(server.hits) > hits + 3, what="more scrapes")
     assert [r for r in api.emu.log[mark:] if r.is_write] == []
+
+
+def _reasons(api: Api) -> list[str]:
+    return [e["reason"] for e in api.events("demo")]
 
 
 def _sample(operator: OperatorRun, family: str) -> list[dict[str, str]]:
