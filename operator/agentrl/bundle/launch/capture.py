@@ -18,6 +18,8 @@ How it streams, and what it guarantees:
   queue (`QUEUE_CHUNKS` x `CHUNK` bytes) written by its own thread, so a slow or full
   volume never stalls training; bytes that did not fit are counted and the file says
   where and how many are missing. Memory stays bounded either way.
+- The file gets whole lines from each pipe (a line's pieces wait for its end, at most
+  `CHUNK` bytes), so with two pipes the file interleaves their lines, never their bytes.
 - Known secret values (the runtime config's secret env vars, and env vars whose names say
   they hold a secret) are replaced by `<redacted>` in both copies, also when a value is
   split across reads.
