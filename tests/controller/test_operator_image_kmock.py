@@ -37,7 +37,8 @@ async def test_no_image_anywhere_is_an_invalid_spec_with_the_fix(
     assert "spec.runtime.image: not set, and there is no default Ray pod image" in message
     for fix in ("images/slime/Dockerfile", "@sha256:<digest>", "operator.runtimeImage"):
         assert fix in message
-    events = api.events("demo")
+    # The event follows the status write it describes: wait for it, then check it is one.
+    events = await wait_for(lambda: api.events("demo"), what="the event")
     assert [e["reason"] for e in events] == ["InvalidSpec"]
     assert "spec.runtime.image" in events[0]["message"]
     assert children(api) == []

@@ -48,7 +48,7 @@ async def test_a_violation_is_refused_before_anything_is_created(
     assert "policy.hostPaths" in valid["message"]
     assert "agentrl chart value policy.hostPaths" in valid["message"]
     assert children(api) == []
-    (event,) = api.events("demo")
+    (event,) = await wait_for(lambda: api.events("demo"), what="the event")
     assert (event["type"], event["reason"]) == ("Warning", "InvalidSpec")
 
 
@@ -67,14 +67,20 @@ async def test_a_tightened_policy_marks_a_running_experiment_without_stopping_it
             lambda: not conditions.is_true(status_of(api), ConditionType.VALID) and status_of(api),
             what="Valid=False under the baseline policy",
         )
+        # The event follows that status write; let it land before this operator stops.
+        await wait_for(lambda: _reasons(api).count("InvalidSpec") == 1, what="the event")
     finally:
         await stricter.stop()
     assert st["phase"] == "Running"  # the RayJob decides; nothing was deleted
     assert api.get(RAYJOBS, NS, "demo") is not None
     valid = conditions.get(st, ConditionType.VALID)
     assert valid is not None and "policy.serviceAccounts" in valid["message"]
-    assert [e["reason"] for e in api.events("demo")].count("InvalidSpec") == 1
+    assert _reasons(api).count("InvalidSpec") == 1
     assert api.get(EXP, NS, "demo") is not None
+
+
+def _reasons(api: Api) -> list[str]:
+    return [e["reason"] for e in api.events("demo")]
 
 
 # ---- reading the policy at start-up (pure) ------------------------------------------
