@@ -107,6 +107,10 @@ class Api:
         return [e for e in self.emu.live("v1/events")
                 if e.get("involvedObject", {}).get("name") == name]  # fmt: skip
 
+    def reasons(self, name: str) -> list[str]:
+        """The reasons of `name`'s events, oldest first."""
+        return [e["reason"] for e in self.events(name)]
+
 
 def _plural(obj: dict[str, Any]) -> str:
     return {"RLExperiment": "rlexperiments", "ConfigMap": "configmaps", "Pod": "pods",

@@ -53,7 +53,7 @@ async def test_a_field_kuberay_would_drop_creates_nothing(api: Api, operator: Op
     await wait_for(lambda: api.events("demo"), what="the event")
     mark, swept = len(api.emu.log), _sweeps(operator)
     await wait_for(lambda: _sweeps(operator) >= swept + 3, what="sweeps")
-    assert [e["reason"] for e in api.events("demo")] == ["KubeRayIncompatible"]
+    assert api.reasons("demo") == ["KubeRayIncompatible"]
     assert [r for r in api.emu.log[mark:] if r.is_write] == []
     # KubeRay is upgraded; the next generation reads the CRD again and goes through.
     install_kuberay_crd(api.emu, KUBERAY_CRD)
@@ -87,4 +87,4 @@ async def test_a_lifecycle_change_kuberay_would_drop_is_not_applied(
     )  # type: ignore[index]
     assert st["phase"] == "Pending"  # the RayJob exists and runs on as it was
     assert api.get(RAYJOBS, NS, "demo")["spec"] == before["spec"]  # type: ignore[index]
-    await wait_for(lambda: [e["reason"] for e in api.events("demo")] == ["KubeRayIncompatible"])
+    await wait_for(lambda: api.reasons("demo") == ["KubeRayIncompatible"])

@@ -82,9 +82,9 @@ async def test_phase_follows_job_deployment_status(
     if journey == "retries-then-fails":
         assert st["attempts"] == 2
     # Events follow the status writes they describe: wait for the last one to land.
-    await wait_for(lambda: [e["reason"] for e in api.events("demo")][-1:] == [st["phase"]],
+    await wait_for(lambda: api.reasons("demo")[-1:] == [st["phase"]],
                    what="the terminal event")  # fmt: skip
-    reasons = [e["reason"] for e in api.events("demo")]
+    reasons = api.reasons("demo")
     assert reasons[-1] == st["phase"]  # one event per transition, the last one terminal
     assert len(reasons) == len(set(zip(reasons, range(len(reasons)), strict=True)))
 
@@ -152,7 +152,7 @@ async def test_immutable_change_is_refused(api: Api, operator: OperatorRun) -> N
     )
     cond = conditions.get(st, ConditionType.IMMUTABLE_FIELD_CHANGED)
     assert cond is not None and "spec.model" in cond["message"] and cond["observedGeneration"] == 2
-    await wait_for(lambda: [e["reason"] for e in api.events("demo")] == ["ImmutableFieldChanged"],
+    await wait_for(lambda: api.reasons("demo") == ["ImmutableFieldChanged"],
                    what="one ImmutableFieldChanged event")  # fmt: skip
     assert api.get(RAYJOBS, NS, "demo")["spec"] == job_before["spec"]  # type: ignore[index]
     assert api.get("v1/configmaps", NS, "demo-config")["data"] == config_before["data"]  # type: ignore[index]
@@ -221,7 +221,7 @@ async def test_stuck_pods_stall_the_experiment(
     )
     cond = conditions.get(st, ConditionType.STALLED)
     assert cond is not None and cond["reason"] == reason and "demo-head-abc" in cond["message"]
-    await wait_for(lambda: [e["reason"] for e in api.events("demo")][-1:] == ["Stalled"],
+    await wait_for(lambda: api.reasons("demo")[-1:] == ["Stalled"],
                    what="the Stalled event")  # fmt: skip
     await api.patch(
         "v1/pods",
@@ -340,7 +340,7 @@ async def test_progress_scrape(
     }
     # Unreachable: progress stays, no writes, no errors, scraping goes on. (Writes are counted
     # from after the Running event, which follows the status write that may carry progress.)
-    await wait_for(lambda: _reasons(api) == ["Running"], what="the Running event")
+    await wait_for(lambda: api.reasons("demo") == ["Running"], what="the Running event")
     server.up = False
     mark, hits = len(api.emu.log), len(server.hits)
     await wait_for(lambda: len(server.hits) > hits + 3, what="more scrapes")
@@ -378,15 +378,11 @@ async def test_step_time_and_eta_on_a_fake_clock(
     eta = parse_time(progress["eta"])
     assert eta == start + timedelta(seconds=270 + 2 * 120)
     # Reads without a move change nothing, however much time passes (no status writes).
-    await wait_for(lambda: _reasons(api) == ["Running"], what="the Running event")
+    await wait_for(lambda: api.reasons("demo") == ["Running"], what="the Running event")
     mark, hits = len(api.emu.log), len(server.hits)
     clock.set(start + timedelta(seconds=900))
     await wait_for(lambda: len(server.hits) > hits + 3, what="more scrapes")
     assert [r for r in api.emu.log[mark:] if r.is_write] == []
-
-
-def _reasons(api: Api) -> list[str]:
-    return [e["reason"] for e in api.events("demo")]
 
 
 def _sample(operator: OperatorRun, family: str) -> list[dict[str, str]]:

@@ -115,7 +115,7 @@ async def test_name_conflict(api: Api, operator: OperatorRun) -> None:
     assert cond is not None and cond["status"] == "True" and "demo-config" in cond["message"]
     # The event is posted right after the status it follows: wait for it, then check it is one.
     await wait_for(lambda: api.events("demo"), what="the event")
-    assert [e["reason"] for e in api.events("demo")] == ["NameConflict"]
+    assert api.reasons("demo") == ["NameConflict"]
     assert api.get(RAYJOBS, NS, "demo") is None
     assert api.get("v1/configmaps", NS, "demo-config")["data"] == {}  # type: ignore[index]
 

@@ -68,19 +68,15 @@ async def test_a_tightened_policy_marks_a_running_experiment_without_stopping_it
             what="Valid=False under the baseline policy",
         )
         # The event follows that status write; let it land before this operator stops.
-        await wait_for(lambda: _reasons(api).count("InvalidSpec") == 1, what="the event")
+        await wait_for(lambda: api.reasons("demo").count("InvalidSpec") == 1, what="the event")
     finally:
         await stricter.stop()
     assert st["phase"] == "Running"  # the RayJob decides; nothing was deleted
     assert api.get(RAYJOBS, NS, "demo") is not None
     valid = conditions.get(st, ConditionType.VALID)
     assert valid is not None and "policy.serviceAccounts" in valid["message"]
-    assert _reasons(api).count("InvalidSpec") == 1
+    assert api.reasons("demo").count("InvalidSpec") == 1
     assert api.get(EXP, NS, "demo") is not None
-
-
-def _reasons(api: Api) -> list[str]:
-    return [e["reason"] for e in api.events("demo")]
 
 
 # ---- reading the policy at start-up (pure) ------------------------------------------

@@ -132,7 +132,7 @@ async def test_a_refused_update_leaves_the_rayjob_running(api: Api, operator: Op
     assert st["phase"] == "Running"  # the run goes on as it was
     assert api.get(RAYJOBS, NS, "demo")["spec"] == before["spec"]  # type: ignore[index]
     journey = ["Running", "FailedUpdate"]
-    await wait_for(lambda: [e["reason"] for e in api.events("demo")] == journey, what="events")
+    await wait_for(lambda: api.reasons("demo") == journey, what="events")
     # Not retried: the refusal is still there, and nothing asks again.
     mark, swept = len(api.emu.log), _sweeps(operator)
     await wait_for(lambda: _sweeps(operator) >= swept + 3, what="sweeps")
