@@ -86,6 +86,7 @@ class GatewayServer:
             self.metrics,
             s.request_timeout_s,
             tokenizer=tokenizer,
+            stream_interval=s.stream_interval,
         )
         frontend = Frontend(
             self.store,

@@ -40,9 +40,12 @@ class TurnRunner:
         engine: EngineClient,
         metrics: BundleMetrics,
         timeout_s: float,
+        *,
         tokenizer: Any = None,  # for the text of each token when an agent asks for logprobs
+        stream_interval: int = 32,  # tokens per engine chunk of a streamed turn (settings)
     ) -> None:
         self.tokenizer = tokenizer
+        self.stream_interval = stream_interval
         self.builder = builder
         self.renderer = builder.renderer
         self.engine = engine
@@ -107,6 +110,7 @@ class TurnRunner:
         async def progress(ids: list[int]) -> None:
             await on_tokens(prompt, ids)
 
+        params.setdefault("stream_interval", self.stream_interval)
         return await self.engine.generate_stream(
             prompt, params, rid, self.timeout_s, on_tokens=progress, routing_key=session.sid
         )
