@@ -124,7 +124,7 @@ def test_without_a_network_setup_says_so_once_and_goes_on(
     assert upstream.fetch_git(sources, tmp_path / "root") is False
     lines = [line for line in capsys.readouterr().err.splitlines() if "cannot fetch" in line]
     assert len(lines) == 1
-    assert "slime aaaaaaaa, Megatron-LM bbbbbbbb" in lines[0] and "hack/setup.sh" in lines[0]
+    assert "slime a, Megatron-LM b" in lines[0] and "hack/setup.sh" in lines[0]
 
 
 # ---- one home for the pins -------------------------------------------------------------

@@ -58,7 +58,7 @@ class GitSource:
         return len(self.ref) == 40 and all(c in "0123456789abcdef" for c in self.ref)
 
     def __str__(self) -> str:
-        return f"{self.name} {self.ref[:8] if self.is_commit else self.ref}"
+        return f"{self.name} {Path(self.folder).name}"  # fa3c990, v1.6.2: as the folders say
 
 
 def _pins() -> dict[str, object]:
@@ -186,8 +186,14 @@ def fetch_one(source: GitSource, dest_root: Path) -> Path:
         shutil.rmtree(work, ignore_errors=True)
 
 
+def present(source: GitSource, root: Path) -> bool:
+    """Whether `root` holds every pinned path of `source` (a fetched folder appears whole)."""
+    folder = root / source.folder
+    return all((folder / (Path(p).name if source.flatten else p)).exists() for p in source.paths)
+
+
 def missing_sources(root: Path) -> list[GitSource]:
-    return [s for s in git_sources() if not (root / s.folder / "COMMIT").is_file()]
+    return [s for s in git_sources() if not present(s, root)]
 
 
 def fetch_git(sources: list[GitSource], dest_root: Path) -> bool:
