@@ -222,9 +222,14 @@ async def test_a_prompt_over_the_model_context_is_refused_before_the_engine(
 ) -> None:
     handle = await gateway.create_session("long", {})
     long = [{"role": "user", "content": words(2_000)}]
-    with pytest.raises(openai.BadRequestError, match="contextLength"):
+    with pytest.raises(openai.BadRequestError, match="contextLength") as refused:
         await client(handle).chat.completions.create(model="m", messages=long)  # type: ignore[arg-type]
+    # OpenAI's own code for it, which agent frameworks look for to trim their history.
+    assert refused.value.code == "context_length_exceeded"
     assert cluster.all_requests() == [] and await gateway.get_turns("long") == []
+    session = gateway.store.get("long")  # the session remembers what it was refused
+    assert session.answers == {400: 1} and session.refusals == {"context_length_exceeded": 1}
+    assert "the model's context is 64" in session.last_refusal
     # Counting answers any length: Claude Code asks before compacting what no longer fits.
     count = {"model": "m", "messages": long}
     status, body = await post(handle.base_url[:-3] + "/v1/messages/count_tokens", handle.token,

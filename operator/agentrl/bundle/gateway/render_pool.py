@@ -27,7 +27,7 @@ from typing import Any
 
 import orjson
 
-from agentrl.bundle.gateway.chat import ApiError
+from agentrl.bundle.gateway.chat import CONTEXT_LENGTH_EXCEEDED, ApiError
 from agentrl.bundle.gateway.render_worker import FRAME, ids_bytes
 
 log = logging.getLogger("agentrl.gateway")
@@ -51,6 +51,7 @@ def _too_long(n: int, limit: int) -> ApiError:
         f"messages: the prompt is {n} tokens, the model's context is {limit} "
         "(spec.model.contextLength); shorten the conversation",
         param="messages",
+        code=CONTEXT_LENGTH_EXCEEDED,
     )
 
 
