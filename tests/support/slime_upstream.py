@@ -156,3 +156,21 @@ def parser_dests(row: str) -> dict[str, str]:
     assert done.returncode == 0, done.stderr[-4000:]
     dests: dict[str, str] = json.loads(done.stdout.splitlines()[-1])
     return dests
+
+
+def slime_preload(row: str, pylib: Path) -> dict[str, str | None]:
+    """What the row's own actor_group sets as the Megatron actors' LD_PRELOAD when
+    torch_memory_saver imports from `pylib` (see upstream_site/slime_preload):
+    `{"LD_PRELOAD": path}`, or `{"error": ...}` with what slime raised."""
+    base = {**os.environ, "PYTHONPATH": str(pylib)}
+    done = subprocess.run(
+        [sys.executable, str(SITE / "slime_preload.py")],
+        env=env(row, base),
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    result: dict[str, str | None] = json.loads(done.stdout.splitlines()[-1])
+    return result

@@ -177,6 +177,8 @@ def _logprobs(given: Sequence[float] | None, n: int) -> tuple[list[float] | None
     anywhere poisons TIS)."""
     if given is None:
         return None, NO_LOGPROBS
+    if not hasattr(given, "__len__"):  # a generator: one pass, no length, not a sequence
+        return None, NOT_A_NUMBER
     if len(given) != n:
         return None, MISALIGNED
     if type(given) is list:
@@ -187,8 +189,9 @@ def _logprobs(given: Sequence[float] | None, n: int) -> tuple[list[float] | None
     kinds = set(map(type, values))  # C-speed; `bool` is its own type here, never `int`
     if not kinds <= {float, int}:
         return None, NOT_A_NUMBER
-    total = sum(values)  # NaN and inf propagate through a sum
-    if not math.isfinite(total):
+    # NaN and inf propagate through a sum; a sum of finite values that overflows
+    # ([-1e308, -1e308]) is told apart by checking each value, only then.
+    if not math.isfinite(sum(values)) and not all(map(math.isfinite, values)):
         return None, NON_FINITE
     if max(values) > 0:
         return None, POSITIVE

@@ -20,6 +20,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from agentrl.bundle.failures import AGENT_ERROR, BAD_RESULT
+
 
 class AgentError(Exception):
     """An episode's agent failed; `reason` is a short metric label (agent_error, bad_result...).
@@ -88,28 +90,28 @@ def parse_result(document: Any) -> AgentResult:
     agents), is the agent reporting failure, and any reward next to it describes nothing.
     """
     if not isinstance(document, Mapping):
-        raise AgentError("bad_result", f"result is not a JSON object: {type(document).__name__}")
+        raise AgentError(BAD_RESULT, f"result is not a JSON object: {type(document).__name__}")
     failure = reported_failure(document)
     if failure is not None:
-        raise AgentError("agent_error", failure, document)
+        raise AgentError(AGENT_ERROR, failure, document)
     rewards = received_reward(document)
     if rewards is None:
         raise AgentError(
-            "bad_result",
+            BAD_RESULT,
             "result has no 'rewards' (return {'rewards': <number>} from the agent)",
             document,
         )
     if isinstance(rewards, list):
         if not rewards:
-            raise AgentError("bad_result", "result has an empty 'rewards' list", document)
+            raise AgentError(BAD_RESULT, "result has an empty 'rewards' list", document)
         rewards = rewards[-1]
     if isinstance(rewards, bool) or not isinstance(rewards, int | float):
         raise AgentError(
-            "bad_result", f"result 'rewards' is not a number: {rewards!r:.80}", document
+            BAD_RESULT, f"result 'rewards' is not a number: {rewards!r:.80}", document
         )
     reward = float(rewards)
     if not math.isfinite(reward):
-        raise AgentError("bad_result", f"result reward is not finite: {reward}", document)
+        raise AgentError(BAD_RESULT, f"result reward is not finite: {reward}", document)
     return AgentResult(reward=reward, document=document)
 
 

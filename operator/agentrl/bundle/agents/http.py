@@ -48,6 +48,7 @@ from agentrl.bundle.agents.base import (
     parse_result,
 )
 from agentrl.bundle.agents.pool import InUseGauge
+from agentrl.bundle.failures import AGENT_ERROR
 from agentrl.bundle.redact import describe_error
 
 log = logging.getLogger("agentrl.agents.http")
@@ -225,7 +226,7 @@ class HttpAgentBackend:
                     return
         except _TryAgain as exc:
             raise AgentError(
-                "agent_error", f"agent refused the episode {SUBMIT_ATTEMPTS} times: {exc}"
+                AGENT_ERROR, f"agent refused the episode {SUBMIT_ATTEMPTS} times: {exc}"
             ) from None
 
     async def _submit_once(self, payload: Mapping[str, Any]) -> None:
@@ -241,11 +242,11 @@ class HttpAgentBackend:
             raise _TryAgain(describe_error(exc)) from None
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise AgentError(
-                "agent_error",
+                AGENT_ERROR,
                 f"submit to agent failed: {describe_error(exc)} (not retried: the agent may "
                 "have started the episode)",
             ) from None
-        raise AgentError("agent_error", f"agent refused the episode: HTTP {resp.status}")
+        raise AgentError(AGENT_ERROR, f"agent refused the episode: HTTP {resp.status}")
 
     async def _await_result(self, sid: str, fut: asyncio.Future[Any]) -> tuple[Any, str]:
         """The result document, and whether it came by "callback" or by "poll"."""
@@ -259,7 +260,7 @@ class HttpAgentBackend:
                 return doc, "poll"
             errors = 0 if status in (202, 404) else errors + 1
             if errors >= MAX_POLL_ERRORS:
-                raise AgentError("agent_error", f"result poll failed {errors}x (HTTP {status})")
+                raise AgentError(AGENT_ERROR, f"result poll failed {errors}x (HTTP {status})")
 
     async def _poll_once(self, sid: str) -> tuple[int, Any]:
         try:

@@ -22,7 +22,7 @@ from agentrl.bundle.gateway.prompt import Chain
 from agentrl.bundle.session import SessionError
 from agentrl.bundle.traces import Turn
 
-SESSION_ID = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
+SESSION_ID = re.compile(r"[A-Za-z0-9._-]{1,128}")  # the whole id: `fullmatch`, never `$`
 MAX_TOMBSTONES = 200_000  # closed ids remembered to refuse reuse; old ones age out
 REFUSAL_CHARS = 300  # of the last refusal's message a session keeps
 Check = Callable[[Any], str | None]  # None, or what is wrong with the value
@@ -205,7 +205,7 @@ class SessionStore:
         return len(self._open)
 
     def create(self, sid: str, sampling_params: Mapping[str, Any]) -> Session:
-        if not SESSION_ID.match(sid):
+        if not SESSION_ID.fullmatch(sid):  # `^...$` let "abc\n" through
             raise SessionError(f"session id {sid!r} must match {SESSION_ID.pattern}")
         if sid in self._open or sid in self._closed:
             raise DuplicateSession(

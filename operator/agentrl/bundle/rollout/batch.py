@@ -19,6 +19,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 from agentrl.bundle.agents.base import AgentBackend
+from agentrl.bundle.failures import CANCELLED
 from agentrl.bundle.rollout.carry import CarryStore
 from agentrl.bundle.rollout.episode import EpisodeInput, EpisodeOutcome, EpisodeSpec, run_episode
 from agentrl.bundle.rollout.report import Recorder
@@ -27,7 +28,6 @@ from agentrl.bundle.session import GatewaySessions
 
 log = logging.getLogger("agentrl.rollout")
 
-CANCELLED = "cancelled"
 BATCH_FULL = "batch_full"  # abort reason: the batch filled while the episode still ran
 
 

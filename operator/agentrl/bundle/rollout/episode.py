@@ -16,22 +16,21 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentrl.bundle.agents.base import AgentBackend, AgentError, AgentRequest
+from agentrl.bundle.failures import (
+    AGENT_ERROR,
+    EMPTY_MERGE,
+    GATEWAY_ERROR,
+    INTERNAL,
+    NO_TURNS,
+    SAMPLE_KEY,
+    TIMEOUT,
+)
 from agentrl.bundle.redact import describe_error
 from agentrl.bundle.rollout.types import SampleFields, Status
 from agentrl.bundle.session import GatewaySessions, SessionError
 from agentrl.bundle.traces import MergeStats, Segment, merge_turns_with_stats
 
 log = logging.getLogger("agentrl.rollout")
-
-# Failure reasons (label values of agentrl_failed_sessions_total{reason}).
-TIMEOUT, AGENT_ERROR, GATEWAY_ERROR, NO_TURNS, EMPTY_MERGE, INTERNAL = (
-    "timeout",  # the episode deadline (the agent's timeoutSeconds) passed
-    "agent_error",  # also: the agent backend's own request timed out before the deadline
-    "gateway_error",
-    "no_turns",
-    "empty_merge",
-    "internal_error",
-)
 
 
 @dataclass(frozen=True)
@@ -152,7 +151,7 @@ def failed_sample(inp: EpisodeInput, sid: str, reason: str, rollout_id: int) -> 
         metadata={
             **dict(inp.metadata),
             "gateway_session_id": sid,
-            "episode_error": reason,
+            SAMPLE_KEY: reason,
             "raw_reward": 0.0,
         },
     )
