@@ -106,9 +106,7 @@ def parse_result(document: Any) -> AgentResult:
             raise AgentError(BAD_RESULT, "result has an empty 'rewards' list", document)
         rewards = rewards[-1]
     if isinstance(rewards, bool) or not isinstance(rewards, int | float):
-        raise AgentError(
-            BAD_RESULT, f"result 'rewards' is not a number: {rewards!r:.80}", document
-        )
+        raise AgentError(BAD_RESULT, f"result 'rewards' is not a number: {rewards!r:.80}", document)
     reward = float(rewards)
     if not math.isfinite(reward):
         raise AgentError(BAD_RESULT, f"result reward is not finite: {reward}", document)
