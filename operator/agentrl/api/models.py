@@ -183,8 +183,9 @@ class ModelSpec(Model):
     answering.
     """
     context_length: PositiveInt | None = None
-    """Maximum tokens per sequence; when set, `grpo.maxResponseLength` must leave room for the
-    prompt.
+    """Maximum tokens per sequence (SGLang's context; unset: the checkpoint's `config.json`
+    says). The gateway caps each model call's `max_new_tokens` at the room left; when set,
+    `grpo.maxResponseLength` must leave room for the prompt.
     """
     ref_load: Annotated[str, Field(min_length=1, max_length=PATH_MAX)] | None = Field(
         default=None,

@@ -169,13 +169,15 @@ class Session:
     closed: bool = False
     n_requests: int = 0
     large: bool = False  # served a large request: memory to hand back when it closes
-    # What the agent's calls on this session's URL were answered (HTTP status -> calls), and
-    # why its turns failed (error code, or the status where there is none -> turns), with
-    # the last such message: whoever debugs an episode (the rehearsal) learns whether the
-    # agent called at all, and what it was refused.
+    # What the agent's calls on this session's URL were answered (HTTP status -> calls), why
+    # its turns failed (error code, or the status where there is none -> turns) with the
+    # last such message, and how many turns found the context full (answered `length`,
+    # never recorded): whoever debugs an episode (the rehearsal) learns whether the agent
+    # called at all, and what it was told.
     answers: dict[int, int] = field(default_factory=dict)
     refusals: dict[str, int] = field(default_factory=dict)
     last_refusal: str = ""
+    context_full: int = 0
 
     def answered(self, status: int) -> None:
         self.answers[status] = self.answers.get(status, 0) + 1

@@ -6,10 +6,9 @@ A failed episode carries the reason the failed-session metric counts it under
 episode in training, which then trains on them without a word; a rehearsal fails the
 episode and names them:
 
-- `context_exceeded`: a turn was refused because the conversation outgrew the model's
-  context (the gateway's or SGLang's check; OpenAI's `context_length_exceeded`), or it
-  ended at the context's edge (finish reason `length` with prompt + completion at
-  `spec.model.contextLength`).
+- `context_exceeded`: the conversation outgrew the model's context: a model call found the
+  prompt filling it (the gateway answers finish reason `length` with no content, as slime's
+  agent adapter does), a turn was cut at its edge, or the engine refused one for it.
 - `tool_call_parse_failed`: the model wrote a tool call the gateway's parser
   (`spec.model.rendererFamily`, `toolCallParser`) could not read, so the agent got it as
   text. Each completion is parsed again with the gateway's own renderer and
@@ -44,11 +43,19 @@ class Finding:
 
 
 def context_findings(seen: Seen, context_length: int | None) -> Iterator[Finding]:
+    """The conversation outgrew the model's context, however the gateway met it."""
+    where = f"the model's context ({context_length} tokens)" if context_length else "the context"
+    if seen.context_full:
+        yield Finding(
+            CONTEXT,
+            f"{seen.context_full} model call(s) found the prompt filling {where}: answered with "
+            "finish reason length and no content, nothing sampled or trained",
+        )
+        return
     refused = seen.refusals.get(CONTEXT_LENGTH_EXCEEDED, 0)
     if refused:
         yield Finding(
-            CONTEXT,
-            f"{refused} turn(s) refused for the context: {seen.last_refusal}",
+            CONTEXT, f"{refused} model call(s) refused for the context: {seen.last_refusal}"
         )
         return
     if context_length is None:
@@ -58,8 +65,7 @@ def context_findings(seen: Seen, context_length: int | None) -> Iterator[Finding
         if turn.finish_reason == "length" and used >= context_length:
             yield Finding(
                 CONTEXT,
-                f"turn {i} stopped at the model's context ({used} of {context_length} tokens, "
-                "spec.model.contextLength): the conversation outgrew it",
+                f"turn {i} was cut at the edge of {where}: the conversation outgrew it",
             )
             return
 
@@ -76,6 +82,8 @@ class ToolCallCheck:
         """(tool calls the agent got as text, findings); one finding per episode at most."""
         count, first = 0, ""
         for i, turn in enumerate(turns, 1):
+            if turn.finish_reason == "length":
+                continue  # cut short: its markup is incomplete by the cut's doing, not the parser's
             n, what = self._turn(turn)
             if n and not first:
                 first = f"turn {i}: {what}"

@@ -37,6 +37,7 @@ class Seen:
     answers: dict[int, int] = field(default_factory=dict)  # gateway: HTTP status -> calls
     refusals: dict[str, int] = field(default_factory=dict)  # gateway: failed turns by code
     last_refusal: str = ""
+    context_full: int = 0  # gateway: turns answered `length` because the context was full
     turns: list[Turn] = field(default_factory=list)
     document: Mapping[str, Any] | None = None  # the agent's result document, if one came
     via: str = ""  # how the result arrived ("" when none did)
@@ -83,6 +84,7 @@ class ObservedSessions:
             seen.answers = dict(session.answers)
             seen.refusals = dict(session.refusals)
             seen.last_refusal = session.last_refusal
+            seen.context_full = session.context_full
             seen.turns = list(session.turns)
         await self._inner.close_session(session_id)
 

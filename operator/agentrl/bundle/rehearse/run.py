@@ -125,7 +125,7 @@ async def _rehearse(config: RuntimeConfig, options: Options, plan: Plan) -> Repo
     runner = server.frontend.runner
     tools = ToolCallCheck(runner.renderer, runner.tokenizer, _parsing(server.settings))
     listener = backend.listener if isinstance(backend, HttpAgentBackend) else None
-    context = spec.model.context_length
+    context = server.context_length  # the spec's, else the checkpoint's config.json
     episodes = [
         _episode(
             o, seen[o.session_id], tools, listener.url(o.session_id) if listener else None, context
@@ -288,8 +288,8 @@ def _agent(config: RuntimeConfig) -> str:
 
 def _parsing(settings: GatewaySettings) -> str:
     parts = [f"rendererFamily {settings.renderer_family}"]
-    if settings.tool_call_parser:
-        parts.append(f"toolCallParser {settings.tool_call_parser}")
+    if settings.renderer_family == "default" and settings.tool_call_parser:
+        parts.append(f"toolCallParser {settings.tool_call_parser}")  # only `default` reads it
     return " and ".join(parts)
 
 
