@@ -273,6 +273,14 @@ stderr, each prefixed with the file (and `#N` for the Nth document of a file); s
 carries only the OK lines of `validate` and the objects of `render`, which renders nothing
 when any experiment is invalid.
 
+Values mean what kubectl sends, which is not always what a YAML library reads: kubectl
+converts YAML to JSON with go-yaml v2's rules, so `1e-6` is a number, `y`, `n`, `yes`, `no`,
+`on` and `off` are booleans (quote them where a string goes), `1:30` and dates are strings,
+`2.0` is the integer 2, `017` and `0o17` are 15, and a number beyond a 64-bit float is a
+string. `agentrl validate` reads them the same way (a test applies each spelling with the
+real kubectl and compares what the API server stored). It is stricter in one place: a key
+written twice in one mapping is an error, where kubectl silently sends the last.
+
 | exit status | meaning |
 | --- | --- |
 {rows}
