@@ -121,7 +121,7 @@ REQUEST = AgentRequest("sid-" + "x" * 40, {"task": 7, "_rollout": {"base_url": "
 
 async def test_result_by_callback(rig: Rig) -> None:
     result = await rig.backend.run(REQUEST)
-    assert result.reward == 0.5
+    assert result.reward == 0.5 and result.via == "callback"
     (body,) = rig.agent.submitted
     assert body["task"] == 7 and body["_rollout"]["base_url"] == "http://gw/v1"
     assert body["_rollout"]["callback_url"].endswith(f"/agentrl/callback/{REQUEST.session_id}")
@@ -131,7 +131,8 @@ async def test_result_by_callback(rig: Rig) -> None:
 
 async def test_result_by_fallback_poll_when_no_callback_comes(rig: Rig) -> None:
     rig.agent.mode = "poll"
-    assert (await rig.backend.run(REQUEST)).reward == 0.25
+    result = await rig.backend.run(REQUEST)
+    assert result.reward == 0.25 and result.via == "poll"
 
 
 async def test_refused_episode_is_an_agent_error_without_secrets(

@@ -27,6 +27,7 @@ log line carries the failure's repr).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hmac
 import logging
 import os
@@ -129,8 +130,11 @@ class CallbackListener:
         token = secrets.token_urlsafe(24)
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._waiters[sid] = (token, fut)
-        url = f"http://{self._advertise}:{self.port}/agentrl/callback/{sid}"
-        return url, token, fut
+        return self.url(sid), token, fut
+
+    def url(self, sid: str) -> str:
+        """Where the agent of episode `sid` posts its result."""
+        return f"http://{self._advertise}:{self.port}/agentrl/callback/{sid}"
 
     def forget(self, sid: str) -> None:
         self._waiters.pop(sid, None)
@@ -173,6 +177,11 @@ class HttpAgentBackend:
         self._in_use = InUseGauge()
         self._session: aiohttp.ClientSession | None = None
 
+    @property
+    def listener(self) -> CallbackListener:
+        """Where results come back (its `url(sid)` is what each episode's agent is handed)."""
+        return self._listener
+
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None:
             connector = aiohttp.TCPConnector(limit=self._pool_size)
@@ -194,9 +203,9 @@ class HttpAgentBackend:
         finished = False
         try:
             await self._submit(payload)
-            doc = await self._await_result(sid, fut)
+            doc, via = await self._await_result(sid, fut)
             finished = True
-            return parse_result(doc)
+            return dataclasses.replace(parse_result(doc), via=via)
         finally:
             self._listener.forget(sid)
             if not finished:
@@ -239,15 +248,16 @@ class HttpAgentBackend:
             ) from None
         raise AgentError(AGENT_ERROR, f"agent refused the episode: HTTP {resp.status}")
 
-    async def _await_result(self, sid: str, fut: asyncio.Future[Any]) -> Any:
+    async def _await_result(self, sid: str, fut: asyncio.Future[Any]) -> tuple[Any, str]:
+        """The result document, and whether it came by "callback" or by "poll"."""
         errors = 0
         while True:
             done, _ = await asyncio.wait({fut}, timeout=self._spec.poll_interval_seconds)
             if done:
-                return fut.result()
+                return fut.result(), "callback"
             status, doc = await self._poll_once(sid)
             if status == 200:
-                return doc
+                return doc, "poll"
             errors = 0 if status in (202, 404) else errors + 1
             if errors >= MAX_POLL_ERRORS:
                 raise AgentError(AGENT_ERROR, f"result poll failed {errors}x (HTTP {status})")
