@@ -210,12 +210,17 @@ def test_secret_looking_env_values_warn_naming_value_from(name: str, warned: boo
     ("spec", "path", "words"),
     [
         ({"resources": {"nodeSelector": {"country": False}}}, "spec.resources.nodeSelector.country",
-         "must be a string, not a boolean (YAML reads yes/no/on/off/true/false as booleans; "
-         "quote it)"),
+         "must be a string, not a boolean (kubectl reads y/n, yes/no, on/off and true/false as "
+         "booleans; quote it)"),
         ({"grpo": {"numRollouts": "10"}}, "spec.grpo.numRollouts",
          "must be an integer, not a string (write the number without quotes"),
-        ({"resources": {"nodes": 2.0}}, "spec.resources.nodes",
-         "must be an integer, not a number (write it without a decimal point"),
+        ({"resources": {"nodes": 2.5}}, "spec.resources.nodes",
+         "must be an integer, not a number (write a whole number)"),
+        ({"resources": {"nodes": 1e20}}, "spec.resources.nodes",
+         "must be an integer, not a number (Kubernetes stores 64-bit integers"),
+        ({"agent": {"http": {"url": "http://a:1", "timeoutSeconds": "1:30"}}},
+         "spec.agent.http.timeoutSeconds",
+         "must be an integer, not a string (kubectl reads 1:30 as text, not base 60"),
         ({"suspend": "no"}, "spec.suspend", "must be true or false, not a string"),
         ({"runtime": {"volumes": ["pvc"]}}, "spec.runtime.volumes[0]",
          "must be an object, not a string"),

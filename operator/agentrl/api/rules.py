@@ -377,6 +377,21 @@ def slime_flags_in_extra_args(exp: RLExperiment) -> Iterator[Finding]:
             yield warn(path, message, "remove it")
 
 
+def pod_sizes(exp: RLExperiment) -> Iterator[Finding]:
+    """`cpu` and `memory` of the GPU and head pods are above zero: Ray starts a node with
+    as many CPUs as the container's limit, and a pod limited to no memory never runs."""
+    res = exp.spec.resources
+    for path, value in (
+        (f"spec.{R}.cpu", res.cpu),
+        (f"spec.{R}.memory", res.memory),
+        (f"spec.{R}.head.cpu", res.head.cpu),
+        (f"spec.{R}.head.memory", res.head.memory),
+    ):
+        if parse_quantity(value) <= 0:
+            what = "CPU" if path.endswith("cpu") else "memory"
+            yield err(path, f"{value} leaves the pod no {what}", "give a size above zero")
+
+
 def shm_fits_memory(exp: RLExperiment) -> Iterator[Finding]:
     """`/dev/shm` is memory-backed and counts against the pod's memory limit, so `shmSize`
     stays below `memory` (head and GPU pods).
@@ -386,6 +401,8 @@ def shm_fits_memory(exp: RLExperiment) -> Iterator[Finding]:
         (f"spec.{R}.shmSize", res.shm_size, res.memory),
         (f"spec.{R}.head.shmSize", res.head.shm_size, res.head.memory),
     ):
+        if parse_quantity(memory) <= 0:
+            continue  # pod_sizes says so
         if parse_quantity(shm) >= parse_quantity(memory):
             yield err(
                 path,
@@ -638,6 +655,7 @@ ALL_RULES: tuple[Rule, ...] = (
     grpo_groups,
     dynamic_sampling,
     slime_flags_in_extra_args,
+    pod_sizes,
     shm_fits_memory,
     image_pinned,
     eval_sets,

@@ -100,6 +100,12 @@ class BundleMetrics:
             "Completion tokens sampled through the gateway.",
             registry=r,
         )
+        self.context_full_turns = Counter(
+            PREFIX + "context_full_turns",
+            "Model calls answered with finish reason length without generating: the "
+            "conversation already fills the model's context.",
+            registry=r,
+        )
         self.samples = Counter(
             PREFIX + "samples", "Training samples (sequences) handed to slime.", registry=r
         )

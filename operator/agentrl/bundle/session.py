@@ -75,7 +75,8 @@ def callback_url(gateway_url: str, session_id: str) -> str:
 
 
 class CallbackRouting(Protocol):
-    async def relay_callbacks_to(self, target: str) -> None:
+    async def relay_callbacks_to(self, target: str) -> str:
         """Relay agents' result callbacks to `target` (`http://<host>:<port>`, the rollout's
-        listener) from now on; the listener checks each session's callback token."""
+        listener) from now on; the listener checks each session's callback token. Returns
+        the gateway's URL as agents reach it, the base of `callback_url`."""
         ...

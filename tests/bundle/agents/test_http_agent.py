@@ -127,13 +127,12 @@ REQUEST = AgentRequest("sid-" + "x" * 40, {"task": 7, "_rollout": {"base_url": "
 
 async def test_result_by_callback(rig: Rig) -> None:
     result = await rig.backend.run(REQUEST)
-    assert result.reward == 0.5
+    assert result.reward == 0.5 and result.via == "callback"
     (body,) = rig.agent.submitted
     assert body["task"] == 7 and body["_rollout"]["base_url"] == "http://gw/v1"
     assert body["_rollout"]["callback_url"].endswith(f"/agentrl/callback/{REQUEST.session_id}")
     assert rig.agent.api_keys == [SECRET]
     assert rig.agent.deleted == []  # finished normally: nothing to stop
-    assert rig.backend.delivered == {"callback": 1, "poll": 0}
 
 
 async def test_result_by_fallback_poll_when_no_callback_comes(
@@ -141,9 +140,9 @@ async def test_result_by_fallback_poll_when_no_callback_comes(
 ) -> None:
     rig.agent.mode = "poll"
     with caplog.at_level(logging.WARNING, "agentrl.agents.http"):
-        assert (await rig.backend.run(REQUEST)).reward == 0.25
-        assert (await rig.backend.run(AgentRequest("sid-2", REQUEST.payload))).reward == 0.25
-    assert rig.backend.delivered == {"callback": 0, "poll": 2}
+        result = await rig.backend.run(REQUEST)
+        assert result.reward == 0.25 and result.via == "poll"
+        assert (await rig.backend.run(AgentRequest("sid-2", REQUEST.payload))).via == "poll"
     # Said once: results come late, and the callback URL agents cannot reach is named.
     (line,) = [r.getMessage() for r in caplog.records]
     assert f"no agent has posted a result to {rig.listener.url}/agentrl/callback/" in line

@@ -59,7 +59,8 @@ async def post(
 async def test_a_callback_reaches_the_rollout_through_the_agent_port(
     gateway: GatewayServer, admin: GatewayClient, listener: CallbackListener
 ) -> None:
-    await admin.relay_callbacks_to(listener.url)
+    # The answer is the base agents post under: how they reach the gateway.
+    assert await admin.relay_callbacks_to(listener.url) == gateway.url
     await admin.relay_callbacks_to(listener.url)  # idempotent: the rollout may say it again
     await gateway.create_session(SID, {})
     token, fut = listener.expect(SID)

@@ -8,11 +8,10 @@ flags by hand: if a release drops a flag agentrl renders, these tests fail for t
 
 from __future__ import annotations
 
-import re
-
 import pytest
 from launch_pod import slime_upstream
-from launch_trees import REPO, example_docs, experiment
+from launch_trees import example_docs, experiment
+from tests.support import upstream
 
 from agentrl import slimecmd
 from agentrl.bundle.launch import argcheck, probe
@@ -32,13 +31,12 @@ def known(row: str) -> frozenset[str]:
     return _KNOWN[row]
 
 
-def test_setup_fetches_the_sglang_release_of_every_row() -> None:
+def test_the_pins_name_the_sglang_release_of_every_row() -> None:
+    """hack/setup.sh fetches the SGLang releases images/upstream.toml names: each row's."""
     slime_upstream.require_upstream()
-    text = (REPO / "hack" / "setup.sh").read_text()
-    m = re.search(r"SGLANG_SOURCE_VERSIONS=\(([^)]*)\)", text)
-    assert m, "hack/setup.sh lists SGLANG_SOURCE_VERSIONS"
+    pinned = upstream.sglang_pin()["versions"]
     for row in ROWS:
-        assert slime_upstream.sglang_version(row) in m.group(1).split(), row
+        assert slime_upstream.sglang_version(row) in pinned, row  # type: ignore[operator]
 
 
 @pytest.mark.parametrize("row", ROWS)

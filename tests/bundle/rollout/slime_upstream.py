@@ -22,10 +22,11 @@ from types import SimpleNamespace
 from typing import Any
 
 from tests.support.shared import UPSTREAM, require
+from tests.support.upstream import slime_rows
 
 from agentrl.bundle.rollout.types import PlainSample
 
-COMMITS = ("fa3c990", "624b824")
+COMMITS = slime_rows()
 
 
 def snapshot(commit: str) -> Path:

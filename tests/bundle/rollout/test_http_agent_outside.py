@@ -27,7 +27,7 @@ from tests.support.tiny_tokenizer import write_checkpoint
 
 from agentrl.api.constants import CALLBACK_PATH
 from agentrl.api.validation import errors, parse_experiment
-from agentrl.bundle.agents import build_backend
+from agentrl.bundle.agents import AgentRequest, AgentResult, PoolStats, build_backend
 from agentrl.bundle.agents.http import HttpAgentBackend
 from agentrl.bundle.gateway import GatewayClient
 from agentrl.bundle.gateway.tokenizer import load_tokenizer
@@ -91,6 +91,25 @@ class LoadBalancer:
             self.server.close()
         for task in list(self.tasks):
             task.cancel()
+
+
+@dataclass
+class Via:
+    """The backend, noting how each result came back ("callback" or "poll")."""
+
+    backend: HttpAgentBackend
+    seen: list[str] = field(default_factory=list)
+
+    async def run(self, request: AgentRequest) -> AgentResult:
+        result = await self.backend.run(request)
+        self.seen.append(result.via)
+        return result
+
+    async def stop(self, session_id: str) -> None:
+        await self.backend.stop(session_id)
+
+    def pool_stats(self) -> PoolStats:
+        return self.backend.pool_stats()
 
 
 @dataclass
@@ -172,7 +191,8 @@ async def test_an_agent_outside_the_cluster_calls_back_through_the_public_url(
             config, callbacks=client, listen_host="127.0.0.1", advertise_host="127.0.0.1"
         )
         assert isinstance(backend, HttpAgentBackend)
-        ctx = RolloutContext(client, backend, asyncio.Semaphore(4))
+        via = Via(backend)
+        ctx = RolloutContext(client, via, asyncio.Semaphore(4))
         episode = EpisodeSpec({"temperature": 1.0, "max_new_tokens": 16}, 64, 120.0, "agentrl")
         groups = [
             [EpisodeInput("p", {"q": f"task {g}", "reward": g + i / 4}, None, g, 2 * g + i)
@@ -195,7 +215,10 @@ async def test_an_agent_outside_the_cluster_calls_back_through_the_public_url(
     flat = [o for group in outcomes for o in group]
     assert [(o.failure, o.reward) for o in flat] == [(None, 0.0), (None, 0.25), (None, 1.0),
                                                      (None, 1.25)]  # fmt: skip
-    assert backend.delivered == {"callback": 4, "poll": 0}
+    assert via.seen == ["callback"] * 4
+    assert sorted(c[1] for c in callbacks) == sorted(
+        backend.callback_url(o.session_id) for o in flat
+    )
     assert sorted(c[1] for c in callbacks) == sorted(
         f"{public_url}{CALLBACK_PATH}/{o.session_id}" for o in flat
     )

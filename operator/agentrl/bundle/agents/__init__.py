@@ -37,9 +37,10 @@ async def build_backend(
 ) -> AgentBackend:
     """The experiment's backend, ready to run episodes (HTTP: its callback listener is up).
 
-    HTTP agents post results to the gateway (`config.gateway_url`), which `callbacks` (the
-    gateway, or its client) is told to relay to the listener. Without `callbacks` they post
-    to the listener directly, which only agents that reach this node can do."""
+    HTTP agents post results to the gateway, which `callbacks` (the gateway, or its admin
+    client) is told to relay to the listener, under the URL it answers with (how agents
+    reach the gateway). Without `callbacks` they post to the listener directly, which only
+    agents that reach this node can do."""
     agent = config.spec.agent
     pool_size = agent.effective_max_pool_connections
     if agent.agent_core is not None and agent.http is None:
@@ -59,11 +60,10 @@ async def build_backend(
         base = listener.url
         if callbacks is not None:
             try:
-                await callbacks.relay_callbacks_to(listener.url)
+                base = await callbacks.relay_callbacks_to(listener.url)
             except BaseException:
                 await listener.stop()
                 raise
-            base = config.gateway_url
         return HttpAgentBackend(
             agent.http,
             headers=headers,

@@ -30,6 +30,7 @@ log line carries the failure's repr).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hmac
 import logging
 import os
@@ -176,8 +177,8 @@ class HttpAgentBackend:
         pool_size: int,
         callback_base: str,
     ) -> None:
-        """`callback_base`: the URL agents post results under (`session.callback_url`): the
-        gateway's, which relays to `listener`, or the listener's own where agents reach it."""
+        """`callback_base`: the URL agents post results under: the gateway's, which relays
+        to `listener`, or the listener's own where agents reach it."""
         self._spec = spec
         self._url = spec.url.rstrip("/")
         self._headers = dict(headers)
@@ -186,8 +187,12 @@ class HttpAgentBackend:
         self._pool_size = pool_size
         self._in_use = InUseGauge()
         self._session: aiohttp.ClientSession | None = None
-        self.delivered = {"callback": 0, "poll": 0}
-        """How many results came back each way (a poll without callbacks costs latency)."""
+        self._callbacks_seen = False
+        self._poll_warned = False
+
+    def callback_url(self, session_id: str) -> str:
+        """Where the agent of episode `session_id` is told to post its result."""
+        return callback_url(self._callback_base, session_id)
 
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None:
@@ -204,15 +209,15 @@ class HttpAgentBackend:
         payload = dict(request.payload)
         payload["_rollout"] = {
             **dict(payload.get("_rollout") or {}),
-            "callback_url": callback_url(self._callback_base, sid),
+            "callback_url": self.callback_url(sid),
             "callback_token": token,
         }
         finished = False
         try:
             await self._submit(payload)
-            doc = await self._await_result(sid, fut)
+            doc, via = await self._await_result(sid, fut)
             finished = True
-            return parse_result(doc)
+            return dataclasses.replace(parse_result(doc), via=via)
         finally:
             self._listener.forget(sid)
             if not finished:
@@ -255,34 +260,37 @@ class HttpAgentBackend:
             ) from None
         raise AgentError(AGENT_ERROR, f"agent refused the episode: HTTP {resp.status}")
 
-    async def _await_result(self, sid: str, fut: asyncio.Future[Any]) -> Any:
+    async def _await_result(self, sid: str, fut: asyncio.Future[Any]) -> tuple[Any, str]:
+        """The result document, and whether it came by "callback" or by "poll"."""
         errors = 0
         while True:
             done, _ = await asyncio.wait({fut}, timeout=self._spec.poll_interval_seconds)
             if done:
-                self.delivered["callback"] += 1
-                return fut.result()
+                self._callbacks_seen = True
+                return fut.result(), "callback"
             status, doc = await self._poll_once(sid)
             if status == 200:
                 self._polled(sid)
-                return doc
+                return doc, "poll"
             errors = 0 if status in (202, 404) else errors + 1
             if errors >= MAX_POLL_ERRORS:
                 raise AgentError(AGENT_ERROR, f"result poll failed {errors}x (HTTP {status})")
 
     def _polled(self, sid: str) -> None:
-        self.delivered["poll"] += 1
-        if self.delivered == {"callback": 0, "poll": 1}:  # said once, on the first
-            log.warning(
-                "episode %s: the result came by polling %s after %gs, and no agent has "
-                "posted a result to %s yet; if the agent posts results, it cannot reach "
-                "that URL (an agent outside the cluster needs spec.gateway.publicUrl); "
-                "every episode waits for the next poll meanwhile",
-                sid,
-                self._url,
-                self._spec.poll_interval_seconds,
-                callback_url(self._callback_base, "<session id>"),
-            )
+        """Said once: a result came by polling while no callback ever did."""
+        if self._callbacks_seen or self._poll_warned:
+            return
+        self._poll_warned = True
+        log.warning(
+            "episode %s: the result came by polling %s after %gs, and no agent has posted a "
+            "result to %s yet; if the agent posts results, it cannot reach that URL (an agent "
+            "outside the cluster needs spec.gateway.publicUrl); every episode waits for the "
+            "next poll meanwhile",
+            sid,
+            self._url,
+            self._spec.poll_interval_seconds,
+            self.callback_url("<session id>"),
+        )
 
     async def _poll_once(self, sid: str) -> tuple[int, Any]:
         try:

@@ -11,7 +11,8 @@ agent can never open, read or close another episode's session.
     POST   /admin/engines/quiesce {"timeout_s"}
                                         -> 200 {idle, in_flight, engine_requests, workers}
                                            (batch end: abort everything, wait until idle)
-    PUT    /admin/callbacks {"target"}  -> 204 (where agents' result callbacks go: callbacks.py)
+    PUT    /admin/callbacks {"target"}  -> 200 {callback_base} (where agents' result callbacks
+                                           go, and the URL agents post them under: callbacks.py)
 """
 
 from __future__ import annotations
@@ -157,10 +158,12 @@ class AdminApi:
         body = await _body(request, self.max_body)
         target = body.get("target") if isinstance(body, dict) else None
         try:
-            await self.callbacks.relay_callbacks_to(target)
+            base = await self.callbacks.relay_callbacks_to(target)
         except ValueError as exc:
             return _error(400, f'body must be {{"target": "http(s)://host:port"}}: {exc}')
-        return web.Response(status=204)
+        return web.Response(
+            body=orjson.dumps({"callback_base": base}), content_type="application/json"
+        )
 
     async def quiesce(self, request: web.Request) -> web.StreamResponse:
         body = await _body(request, self.max_body)

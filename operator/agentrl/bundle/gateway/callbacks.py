@@ -13,12 +13,14 @@ listener checks the session's callback token, so the relay holds no secret of it
                                                    that is not open, 413 past
                                                    CALLBACK_MAX_BYTES, 503 before the rollout
                                                    registered, 502 when it cannot be reached
-    PUT  /admin/callbacks {"target": "http://host:port"}   (admin port, admin token) -> 204
+    PUT  /admin/callbacks {"target": "http://host:port"}   (admin port, admin token)
+                                                -> 200 {"callback_base": <gateway URL>}
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import aiohttp
@@ -75,8 +77,11 @@ def _target(value: Any) -> str | None:
 class CallbackRelay:
     """Receives callbacks on the agent port and passes them to the registered listener."""
 
-    def __init__(self, store: SessionStore, max_bytes: int = CALLBACK_MAX_BYTES) -> None:
+    def __init__(
+        self, store: SessionStore, agent_url: Callable[[], str], max_bytes: int = CALLBACK_MAX_BYTES
+    ) -> None:
         self._store = store
+        self._agent_url = agent_url  # the gateway's URL as agents reach it
         self._max_bytes = max_bytes
         self.target: str | None = None
         self._http: aiohttp.ClientSession | None = None
@@ -85,14 +90,16 @@ class CallbackRelay:
         """The agent-facing route (the gateway Service's port)."""
         app.router.add_post(CALLBACK_PATH + "/{sid}", self.relay)
 
-    async def relay_callbacks_to(self, target: Any) -> None:
-        """Pass callbacks to `target` from now on (the admin API's `PUT /admin/callbacks`)."""
+    async def relay_callbacks_to(self, target: Any) -> str:
+        """Pass callbacks to `target` from now on (the admin API's `PUT /admin/callbacks`);
+        the base URL agents are to post them under."""
         checked = _target(target)
         if checked is None:
             raise ValueError(f"callback target {target!r} is not http(s)://host:port")
         if checked != self.target:
             log.info("gateway: relaying agents' result callbacks to %s", checked)
         self.target = checked
+        return self._agent_url()
 
     async def relay(self, request: web.Request) -> web.StreamResponse:
         sid = request.match_info["sid"]

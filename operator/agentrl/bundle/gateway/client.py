@@ -123,11 +123,13 @@ class GatewayClient:
         if status not in (204, 404):  # closing twice, or an id never opened, is fine
             raise self._fail(f"close session {session_id}", status, body)
 
-    async def relay_callbacks_to(self, target: str) -> None:
-        """Have the gateway pass agents' result callbacks to `target` (idempotent)."""
+    async def relay_callbacks_to(self, target: str) -> str:
+        """Have the gateway pass agents' result callbacks to `target` (idempotent); the URL
+        agents post them under."""
         status, body = await self._call("PUT", "/admin/callbacks", {"target": target}, retry=True)
-        if status != 204:
+        if status != 200:
             raise self._fail(f"relay callbacks to {target}", status, body)
+        return str(body["callback_base"])
 
     async def quiesce_engines(self, timeout_s: float) -> QuiesceReport:
         status, body = await self._call(

@@ -16,6 +16,7 @@ import aiohttp
 from aiohttp import web
 
 from agentrl.bundle.gateway.callbacks import CallbackRelay
+from agentrl.bundle.gateway.context import checkpoint_context_length
 from agentrl.bundle.gateway.engine import EngineClient
 from agentrl.bundle.gateway.frontend import Frontend, build_admin_app, build_app, new_http_session
 from agentrl.bundle.gateway.prompt import PromptBuilder
@@ -44,13 +45,14 @@ class GatewayServer:
         self.settings = settings
         self.metrics = metrics
         self.store = SessionStore()
-        self.callbacks = CallbackRelay(self.store)
+        self.callbacks = CallbackRelay(self.store, lambda: self.url)
         self._runners: list[web.AppRunner] = []
         self._http: aiohttp.ClientSession | None = None
         self._engine: EngineClient | None = None
         self._pool: RenderPool | None = None
         self.frontend: Frontend | None = None
         self.port = settings.bind_port
+        self.context_length: int | None = None  # known once started (spec or config.json)
         self.admin_port = settings.admin_port
 
     @property
@@ -78,17 +80,22 @@ class GatewayServer:
             ),
             s.render_workers,
         )
+        context = s.context_length or await asyncio.to_thread(
+            checkpoint_context_length, s.tokenizer_path
+        )
+        self.context_length = context
         self._http = new_http_session(spec.max_in_flight)
         self._engine = EngineClient(s.router_url, self._http)
         turns = TurnRunner(
             PromptBuilder(
-                PromptRenderer(renderer, self._pool, max_tokens=s.context_length),
+                PromptRenderer(renderer, self._pool, max_tokens=context),
                 spec.cumulative_token_mode,
             ),
             self._engine,
             self.metrics,
             s.request_timeout_s,
             tokenizer=tokenizer,
+            context_length=context,
         )
         frontend = Frontend(
             self.store,
@@ -156,8 +163,8 @@ class GatewayServer:
             self.frontend.releaser.soon()
 
     # CallbackRouting, in process.
-    async def relay_callbacks_to(self, target: str) -> None:
-        await self.callbacks.relay_callbacks_to(target)
+    async def relay_callbacks_to(self, target: str) -> str:
+        return await self.callbacks.relay_callbacks_to(target)
 
     async def quiesce_engines(self, timeout_s: float) -> QuiesceReport:
         if self._engine is None:
