@@ -13,6 +13,7 @@ import json
 import re
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import urlsplit
 
 from agentrl.api import slime_flags
 from agentrl.api.bounds import MAX_OBJECT_BYTES, join
@@ -85,17 +86,47 @@ def pool_covers_concurrency(exp: RLExperiment) -> Iterator[Finding]:
         )
 
 
+def outside_the_cluster(url: str) -> bool:
+    """Whether `url` names a host outside the cluster: a DNS name that is not a Service's
+    (`agent`, `agent.rl.svc`, `agent.rl.svc.cluster.local`) nor `localhost`. An IP address
+    could be either, so it is not."""
+    host = (urlsplit(url).hostname or "").rstrip(".").lower()
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        pass
+    else:
+        return False
+    labels = host.split(".")
+    return len(labels) > 1 and "svc" not in labels[1:] and host != "localhost"
+
+
 def agents_reach_gateway(exp: RLExperiment) -> Iterator[Finding]:
-    """Warning: an AgentCore agent runs outside the cluster, so it needs `gateway.publicUrl`
-    (the in-cluster Service name does not resolve there and every episode would fail).
+    """Warning: an agent outside the cluster needs `gateway.publicUrl`: an AgentCore agent
+    always, an HTTP agent whose `url` is not a cluster Service. It reaches the model, and an
+    HTTP agent posts its result, through the gateway, whose in-cluster Service name does not
+    resolve there: every episode would fail, or wait for the result poll.
     """
-    if exp.spec.agent.agent_core is not None and exp.spec.gateway.public_url is None:
+    if exp.spec.gateway.public_url is not None:
+        return
+    if exp.spec.agent.agent_core is not None:
         yield warn(
             "spec.gateway.publicUrl",
             "AgentCore agents run outside the cluster and cannot reach the in-cluster "
             "gateway Service",
             "expose it (service.type: LoadBalancer, e.g. an internal NLB with an "
             "external-dns hostname) and set publicUrl to that address",
+        )
+    http = exp.spec.agent.http
+    if http is not None and outside_the_cluster(http.url):
+        yield warn(
+            "spec.gateway.publicUrl",
+            f"the HTTP agent at {urlsplit(http.url).hostname} is outside the cluster, but it "
+            "would be given the in-cluster gateway Service's URL for model calls "
+            "(_rollout.base_url) and for posting its result (_rollout.callback_url)",
+            "expose the gateway (service.type: LoadBalancer, or an Ingress to its Service) "
+            "and set publicUrl to that address; if the agent is a Service in the cluster, "
+            "write its url as <service>.<namespace>.svc",
         )
 
 

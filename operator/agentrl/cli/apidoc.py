@@ -32,6 +32,7 @@ from agentrl.api.models import (
 from agentrl.api.renderer_families import AUTO, FAMILIES, RENDERERS_VERSION
 from agentrl.api.validation import SPEC_RULES
 from agentrl.cli.main import EXIT_CODES
+from agentrl.cli.rehearse import EXIT_CODES as REHEARSE_EXIT_CODES
 
 HEADER = """\
 # RLExperiment API reference (`agentrl.io/v1alpha1`)
@@ -255,9 +256,14 @@ and `json.loads`, and how long the worst hostile body takes to be refused;
 """
 
 
+def _exit_rows(codes: str) -> str:
+    pairs = [line.strip().split("  ", 1) for line in codes.splitlines()[1:]]
+    return "\n".join(f"| {code} | {meaning} |" for code, meaning in pairs)
+
+
 def command_section() -> str:
-    codes = [line.strip().split("  ", 1) for line in EXIT_CODES.splitlines()[1:]]
-    rows = "\n".join(f"| {code} | {meaning} |" for code, meaning in codes)
+    rows = _exit_rows(EXIT_CODES)
+    rehearse_rows = _exit_rows(REHEARSE_EXIT_CODES)
     return f"""## The `agentrl` command
 
 `agentrl validate -f PATH` and `agentrl render -f PATH` read what `kubectl apply -f` reads:
@@ -279,6 +285,15 @@ written twice in one mapping is an error, where kubectl silently sends the last.
 | exit status | meaning |
 | --- | --- |
 {rows}
+
+`agentrl rehearse -f PATH --engine URL` runs a few episodes of one experiment on this
+machine, with the pods' own code, against an SGLang server you started, before any GPU is
+scheduled: [rehearse.md](rehearse.md). It needs the bundle extra
+(`pip install 'agentrl[bundle]'`).
+
+| exit status | meaning |
+| --- | --- |
+{rehearse_rows}
 """
 
 

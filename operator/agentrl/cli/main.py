@@ -30,7 +30,7 @@ from agentrl.api.images import DefaultImage
 from agentrl.api.models import RLExperiment
 from agentrl.api.policy import BASELINE, Policy, PolicyError, load_policy
 from agentrl.api.validation import Problem, errors, parse_experiment
-from agentrl.cli import completion, logs, summary
+from agentrl.cli import completion, logs, rehearse, summary
 from agentrl.cli.load import Document, LoadError, load_document, load_documents
 from agentrl.render import OperatorDefaults, collect_bundle_files, render_all
 from agentrl.render.defaults import DEFAULT_IMAGE
@@ -269,6 +269,7 @@ def _parser() -> argparse.ArgumentParser:
     crd = sub.add_parser("crd", help="print the RLExperiment CustomResourceDefinition")
     crd.set_defaults(func=cmd_crd)
     logs.add_parser(sub)
+    rehearse.add_parser(sub)
     completion.add_parser(sub, parser)
     return parser
 

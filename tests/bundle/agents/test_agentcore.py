@@ -178,7 +178,7 @@ async def test_invoke_then_result_from_s3_then_stop(aws: tuple[Any, Any]) -> Non
         result = await be.run(REQUEST)
         await writer
         stub.assert_no_pending_responses()
-    assert result.reward == 0.75  # the last of the per-step rewards
+    assert result.reward == 0.75 and result.via == "s3"  # the last of the per-step rewards
     assert json.loads(sent.seen[0])["_rollout"]["exp_id"] == EXP
     await be.aclose()
 
@@ -194,7 +194,7 @@ async def test_failures_reported_in_the_result_say_where_it_is(aws: tuple[Any, A
         expect_stop(stub)
         with pytest.raises(AgentError) as err:
             await be.run(REQUEST)
-    assert err.value.reason == "agent_error"
+    assert err.value.reason == "agent_error" and err.value.document == saved
     assert "ValueError: boom" in str(err.value) and f"s3://rl-results/{KEY}" in str(err.value)
 
     s3.put_object(Bucket=SPEC.s3_bucket, Key=KEY, Body=b"not json")

@@ -227,6 +227,8 @@ async def test_a_prompt_over_the_model_context_never_reaches_the_engine(
     out = await client(handle).chat.completions.create(model="m", messages=long)  # type: ignore[arg-type]
     assert out.choices[0].finish_reason == "length" and out.choices[0].message.content == ""
     assert cluster.all_requests() == [] and await gateway.get_turns("long") == []
+    session = gateway.store.get("long")  # the session remembers that its context was full
+    assert session.answers == {200: 1} and session.context_full == 1 and not session.refusals
     # Counting answers any length: Claude Code asks before compacting what no longer fits.
     count = {"model": "m", "messages": long}
     status, body = await post(handle.base_url[:-3] + "/v1/messages/count_tokens", handle.token,

@@ -31,6 +31,7 @@ botocore's adaptive retries, which are jittered too and retry modeled-retryable 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import json
 import logging
@@ -244,11 +245,13 @@ class AgentCoreBackend:
             body = await self._invoke(sid, json.dumps(payload).encode())
             inline, where = read_reply(body, expected)
             if inline is not None:  # the agent answered synchronously
-                return parse_result(inline)
+                return dataclasses.replace(parse_result(inline), via="inline")
             try:
-                return parse_result(await self._await_document(where))
+                return dataclasses.replace(
+                    parse_result(await self._await_document(where)), via="s3"
+                )
             except AgentError as exc:  # say where the document is, for whoever debugs it
-                raise AgentError(exc.reason, f"{exc} (result {where})") from None
+                raise AgentError(exc.reason, f"{exc} (result {where})", exc.document) from None
         finally:
             # Shielded: a cancelled episode must still free its AgentCore session.
             await asyncio.shield(self.stop(sid))

@@ -86,6 +86,7 @@ class TurnRunner:
                 plan = await self.builder.build(session.chains, req.messages, req.tools)
             except ContextFull as full:
                 self.metrics.context_full_turns.inc()
+                session.context_full += 1
                 log.info(
                     "gateway: session %s: the prompt (%d tokens) fills the context (%d); "
                     "answered with finish reason length",
