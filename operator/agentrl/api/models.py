@@ -322,7 +322,8 @@ class GatewaySpec(Model):
     public_url: HttpUrl | None = Field(
         default=None,
         description="URL remote agents use to reach the gateway (e.g. the LoadBalancer's DNS "
-        "name); defaults to the in-cluster Service URL",
+        "name), for model calls and HTTP agents' result callbacks; defaults to the in-cluster "
+        "Service URL",
     )
     max_in_flight: PositiveInt = Field(
         default=1024, description="requests in flight before the gateway answers 429"
