@@ -89,7 +89,7 @@ async def train_batch(
         source.check_returns()  # before any episode starts
     group_filter = load_filter(grpo.dynamic_sampling_filter, args)
     ctx = await rt.context()
-    ctx.recorder.run_link(wandb_run_url(args))
+    ctx.recorder.run_link(wandb_run_url(args), getattr(args, "wandb_group", None))
 
     def to_samples(outcomes: Sequence[EpisodeOutcome]) -> list[Any]:
         return [to_sample(s, types) for o in outcomes for s in o.samples]
