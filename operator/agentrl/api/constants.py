@@ -65,6 +65,10 @@ SPLIT_TRAIN: Final = "train"
 SPLIT_EVAL: Final = "eval"
 GATEWAY_PORT_NAME: Final = "gateway"
 METRICS_PORT_NAME: Final = "agentrl-metrics"
+# HTTP agents post an episode's result to `<gateway URL>/agentrl/callback/<session id>`, on
+# the gateway's Service port, which relays it to the rollout's listener (docs/agents.md).
+CALLBACK_PATH: Final = "/agentrl/callback"
+CALLBACK_MAX_BYTES: Final = 16 * 1024 * 1024  # one result document
 
 # Where things are mounted inside every Ray container.
 CONFIG_MOUNT_DIR: Final = "/etc/agentrl"

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from agentrl.api.runtime import RuntimeConfig
@@ -98,7 +99,7 @@ async def train_batch(
         ctx,
         source,
         plan,
-        spec=train_spec(config.spec, args),
+        spec=replace(train_spec(config.spec, args), policy_version=rollout_id),
         group_filter=group_filter,
         to_samples=to_samples,
         step=rollout_id,
@@ -131,6 +132,16 @@ async def train_batch(
         "agentrl/groups_cut": report.aborted + report.carried_over,
         "agentrl/episodes_cut": report.episodes_cut,
         "agentrl/zero_variance_share": report.zero_variance_share,
+        # Infrastructure failures left out of their groups' statistics (failedEpisodes).
+        "agentrl/excluded_episodes": sum(report.excluded.values()),
+        "agentrl/excluded_share": report.excluded_share,
+        "agentrl/groups_skipped": report.skipped,
+        "agentrl/groups_too_few_valid": report.too_few_valid,
+        # Token age: carried-over episodes are sampled by an older policy.
+        "agentrl/policy_lag_max": max(report.policy_lags, default=0),
+        "agentrl/stale_tokens_masked": report.stale_tokens_masked,
+        "agentrl/stale_tokens_trained": report.stale_tokens_trained,
+        "agentrl/stale_episodes_restarted": report.stale_restarted,
     }
     if report.length_bias is not None:
         metrics["agentrl/length_bias"] = report.length_bias
@@ -146,6 +157,7 @@ def record_step(ctx: RolloutContext, report: StepReport) -> None:
         ("kept", report.kept),
         ("filtered", report.filtered),
         ("backfilled", report.backfilled),
+        ("skipped", report.skipped),
         ("aborted", report.aborted),
         ("carried_over", report.carried_over),
     ):
@@ -154,6 +166,14 @@ def record_step(ctx: RolloutContext, report: StepReport) -> None:
     # Episodes cut while running count themselves (reason "cut", as they stop).
     rec.discarded("aborted", report.aborted_seconds)
     rec.step_shape(report.zero_variance_share, report.length_bias)
+    rec.signal(
+        report.excluded,
+        report.excluded_share,
+        report.policy_lags,
+        masked=report.stale_tokens_masked,
+        trained=report.stale_tokens_trained,
+        restarted=report.stale_restarted,
+    )
 
 
 async def eval_batch(
@@ -175,7 +195,8 @@ async def eval_batch(
         key = (eval_set.name, eval_set.path, eval_set.samples_per_prompt)
         if key not in _eval_cache:
             _eval_cache[key] = load_eval_groups(eval_set, f"spec.data.eval[{i}]")
-        outcomes = await run_groups(ctx, _eval_cache[key], eval_spec(config.spec, eval_set), "eval")
+        spec = replace(eval_spec(config.spec, eval_set), policy_version=rollout_id)
+        outcomes = await run_groups(ctx, _eval_cache[key], spec, "eval")
         all_outcomes.extend(outcomes)
         flat = [o for g in outcomes for o in g]
         data[eval_set.name] = {
