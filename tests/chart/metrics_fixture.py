@@ -36,7 +36,9 @@ def set_gauges(bundle: BundleMetrics, operator: OperatorMetrics) -> None:
     bundle.episode_length_bias.set(-0.08)
     bundle.excluded_episode_share.set(0.3)
     bundle.rollout_total_steps.set(200)
-    bundle.wandb_run_info.labels("https://wandb.ai/ml-research/agentrl-swe/runs/abc123").set(1)
+    bundle.wandb_run_info.labels(
+        "https://wandb.ai/ml-research/agentrl-swe/runs/abc123", "rl/demo"
+    ).set(1)
     operator.link(("rl", "a"), None, "a-raycluster-x-head-svc.rl.svc.cluster.local:8265")
     for name, reward in (("gsm8k-test", 0.58), ("math-hard", 0.21)):
         bundle.eval_reward_mean.labels(name).set(reward)

@@ -195,8 +195,9 @@ class BundleMetrics:
         )
         self.wandb_run_info = Gauge(
             PREFIX + "wandb_run_info",
-            "1 for the W&B run this training logs to (needs spec.tracking.wandb.team).",
-            ["url"],
+            "1 for the W&B run this training logs to (needs spec.tracking.wandb.team); `group`"
+            " is its W&B group and name (<namespace>/<name> unless the spec names a group).",
+            ["url", "group"],
             registry=r,
         )
         self.excluded_episodes = Counter(

@@ -97,7 +97,7 @@ async def train_batch(
     if not ctx.resumed:  # a restarted job: what its checkpoint's step left behind
         ctx.resumed = True
         resume(args, data_source, ctx.carry, rollout_id)
-    ctx.recorder.run_link(wandb_run_url(args))
+    ctx.recorder.run_link(wandb_run_url(args), getattr(args, "wandb_group", None))
 
     def to_samples(outcomes: Sequence[EpisodeOutcome]) -> list[Any]:
         return [to_sample(s, types) for o in outcomes for s in o.samples]

@@ -126,10 +126,10 @@ class Recorder:
         if total_steps is not None:
             self._gauges[("rollout_total_steps", ())] = total_steps
 
-    def run_link(self, url: str | None) -> None:
-        """The W&B run this training logs to (the dashboard's run link)."""
+    def run_link(self, url: str | None, group: str | None) -> None:
+        """The W&B run this training logs to, and its group (the dashboard's run link)."""
         if url:
-            self._gauges[("wandb_run_info", (url,))] = 1
+            self._gauges[("wandb_run_info", (url, group or ""))] = 1
 
     def eval_set_finished(self, name: str, rollout_id: int, reward_mean: float) -> None:
         """One eval set's pass, by the set's name (bounded: the spec lists the sets)."""
