@@ -52,6 +52,7 @@ class RolloutContext:
     recorder: Recorder = field(default_factory=Recorder)
     rollout_ids: Iterator[int] = field(default_factory=itertools.count)
     carry: CarryStore = field(default_factory=CarryStore)  # what cut groups left behind
+    resumed: bool = False  # the first train step looked for a checkpoint's rollout state
 
 
 async def run_one(

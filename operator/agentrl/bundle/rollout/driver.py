@@ -9,6 +9,9 @@ already divides (agentrl validates that).
 Eval: every eval set of the spec, and back `{name: {"rewards", "truncated", "samples"}}`
 where rewards and truncated are per episode in prompt order (what slime's eval/<name>
 mean and pass@k expect) and samples are all merged sequences.
+A train step ends by writing what a restart from its checkpoint needs (`resume.py`: the
+prompt cursor, the groups handed back, the carried-over episodes) under slime's `--save`;
+the first train step of a process restores it from `--load`.
 Both return only once the model engines are idle (`settle_engines`): slime offloads the
 engines or updates their weights right after, and a request still running there trips
 SGLang's "server is idle" assertion and crashes the scheduler (docs/rollout.md, "Concurrency
@@ -28,6 +31,7 @@ from agentrl.bundle.rollout.batch import RolloutContext, batch_stats, group_samp
 from agentrl.bundle.rollout.episode import EpisodeInput, EpisodeOutcome
 from agentrl.bundle.rollout.filters import load_filter
 from agentrl.bundle.rollout.inputs import eval_spec, load_eval_groups, train_spec, wandb_run_url
+from agentrl.bundle.rollout.resume import resume, save_step
 from agentrl.bundle.rollout.runtime import RolloutRuntime
 from agentrl.bundle.rollout.sampling import SamplingPlan, StepReport, fill_batch
 from agentrl.bundle.rollout.source import DataSource
@@ -90,6 +94,9 @@ async def train_batch(
         source.check_returns()  # before any episode starts
     group_filter = load_filter(grpo.dynamic_sampling_filter, args)
     ctx = await rt.context()
+    if not ctx.resumed:  # a restarted job: what its checkpoint's step left behind
+        ctx.resumed = True
+        resume(args, data_source, ctx.carry, rollout_id)
     ctx.recorder.run_link(wandb_run_url(args), getattr(args, "wandb_group", None))
 
     def to_samples(outcomes: Sequence[EpisodeOutcome]) -> list[Any]:
@@ -105,6 +112,8 @@ async def train_batch(
         step=rollout_id,
     )
     await settle_engines(ctx, "Rollout", rollout_id)
+    # Before slime trains and checkpoints this step: a checkpoint of it resumes from here.
+    await asyncio.to_thread(save_step, args, data_source, ctx.carry, rollout_id)
     stats = batch_stats(outcomes)
     record_step(ctx, report)
     ctx.recorder.batch_finished(
