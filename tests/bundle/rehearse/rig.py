@@ -166,16 +166,17 @@ class AgentProcess:
         return self.log.read_text(errors="replace")[-4000:]
 
 
-def run_agent(
-    script: Path, log: Path, extra_env: dict[str, str] | None = None
-) -> Iterator[AgentProcess]:
-    """The agent in its own process until the generator is closed (a fixture's body)."""
+def run_agent(script: Path, log: Path, *args: str) -> Iterator[AgentProcess]:
+    """The agent in its own process until the generator is closed (a fixture's body). The
+    example agent takes `--port N`, the test agent the port alone."""
     port = free_port()
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", **(extra_env or {})}
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    where = ["--port", str(port)] if script == EXAMPLE_AGENT else [str(port)]
     with log.open("wb") as sink:
         proc = subprocess.Popen(
-            [sys.executable, str(script), str(port)], env=env, stdout=sink, stderr=sink, cwd=ROOT
-        )
+            [sys.executable, str(script), *where, *args],
+            env=env, stdout=sink, stderr=sink, cwd=ROOT,
+        )  # fmt: skip
     try:
         wait_for_port(port, proc, log)
         yield AgentProcess(f"http://127.0.0.1:{port}/v1/episodes", log)

@@ -218,8 +218,9 @@ async def _start_gateway(config: RuntimeConfig, options: Options, advertise: str
     family = model.renderer_family or "auto"
     tokenizer = str(options.model_dir) if options.model_dir else model.path
     if options.model_dir and family == "auto":
-        # `auto` resolves from the hub id, which a local copy's path no longer is.
-        family = hub_family(model.path) or family
+        # `auto` resolves from the hub id, which a local copy's path no longer is: the
+        # hand-written family it names, else the checkpoint's chat template.
+        family = hub_family(model.path) or "default"
     settings = dataclasses.replace(
         GatewaySettings.from_runtime_config(config, options.engine, host=options.listen),
         tokenizer_path=tokenizer,
