@@ -41,6 +41,8 @@ def set_gauges(bundle: BundleMetrics, operator: OperatorMetrics) -> None:
         bundle.eval_reward_mean.labels(name).set(reward)
     for name, phase in (("a", "Running"), ("b", "Running"), ("c", "Failed"), ("d", "Succeeded")):
         operator.move(None, phase, ("rl", name))
+    operator.flag(("rl", "c"), frozenset(), frozenset({("Failed", "AppFailed")}))
+    operator.flag(("rl", "e"), frozenset(), frozenset({("Stalled", "ImagePullBackOff")}))
 
 
 def tick(bundle: BundleMetrics, operator: OperatorMetrics, n: int) -> None:
@@ -82,6 +84,7 @@ def tick(bundle: BundleMetrics, operator: OperatorMetrics, n: int) -> None:
             bundle.eval_step.labels(name).set(42 + n // 8)
     if n % FAIL_EVERY_TICKS == FAIL_EVERY_TICKS - 1:
         operator.move(None, "Failed", ("rl", f"failed-{n}"))
+        operator.flag(("rl", f"failed-{n}"), frozenset(), frozenset({("Failed", "AppFailed")}))
     operator.reconcile_total.labels("ok").inc()
     operator.reconcile_seconds.observe(0.02 + (n % 5) / 100)
 

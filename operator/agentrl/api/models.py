@@ -26,7 +26,12 @@ from agentrl.api.base import (
     Quantity,
     SecretKeyRef,
 )
-from agentrl.api.constants import DEFAULT_GPU_RESOURCE, GATEWAY_PORT_DEFAULT, IMAGE_CUDA_HOME
+from agentrl.api.constants import (
+    DEFAULT_GPU_RESOURCE,
+    DEFAULT_STARTUP_DEADLINE_SECONDS,
+    GATEWAY_PORT_DEFAULT,
+    IMAGE_CUDA_HOME,
+)
 from agentrl.api.formats import (
     ABSOLUTE_PATH,
     IMAGE_REF,
@@ -317,7 +322,8 @@ class GatewaySpec(Model):
     public_url: HttpUrl | None = Field(
         default=None,
         description="URL remote agents use to reach the gateway (e.g. the LoadBalancer's DNS "
-        "name); defaults to the in-cluster Service URL",
+        "name), for model calls and HTTP agents' result callbacks; defaults to the in-cluster "
+        "Service URL",
     )
     max_in_flight: PositiveInt = Field(
         default=1024, description="requests in flight before the gateway answers 429"
@@ -632,14 +638,26 @@ class RLExperimentSpec(Model):
     attempt (each backoffLimit retry) and every resume, so a run can hold its GPUs for up to
     backoffLimit + 1 times this. Past it the attempt fails with DeadlineExceeded, which is not
     retried (mutable)."""
-    startup_deadline_seconds: PositiveInt | None = Field(
-        default=None, description="time to reach Running (KubeRay preRunningDeadlineSeconds)"
-    )
+    startup_deadline_seconds: PositiveInt | None = None
+    """Seconds from the start of each attempt (each backoffLimit retry, each resume) until the
+    run is Running and Ray has started its job; unset: 3600. Past it the experiment is Stalled
+    (StartupDeadlineExceeded, or SubmitterNotStarted), and a run not yet Running fails the
+    attempt (KubeRay's preRunningDeadlineSeconds) (mutable)."""
     backoff_limit: NonNegativeInt = 0
     """Retries of a failed run, each on a fresh Ray cluster (mutable)."""
     ttl_seconds_after_finished: NonNegativeInt = 0
     """Seconds KubeRay keeps the Ray cluster (head and worker pods, and their logs) after the
     run ends before deleting it; the RayJob and its submitter pod stay (mutable)."""
+
+    @property
+    def startup_deadline(self) -> int:
+        """`startup_deadline_seconds`, or its default when unset."""
+        return startup_deadline(self.startup_deadline_seconds)
+
+
+def startup_deadline(seconds: int | None) -> int:
+    """The startup deadline in force: the spec's, else DEFAULT_STARTUP_DEADLINE_SECONDS."""
+    return DEFAULT_STARTUP_DEADLINE_SECONDS if seconds is None else seconds
 
 
 class ObjectMeta(Model):

@@ -18,7 +18,7 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
 from agentrl.api import bounds as limits
-from agentrl.api import kube_rules, kube_schema, rules, security
+from agentrl.api import kube_rules, kube_schema
 from agentrl.api.base import _quantity_text
 from agentrl.api.crd import CEL_RULES, IMMUTABLE_SPEC_FIELDS, MUTABLE_SPEC_FIELDS, ROOT_RULES
 from agentrl.api.formats import FORMATS
@@ -30,6 +30,7 @@ from agentrl.api.models import (
     _renderer_family,
 )
 from agentrl.api.renderer_families import AUTO, FAMILIES, RENDERERS_VERSION
+from agentrl.api.validation import SPEC_RULES
 from agentrl.cli.main import EXIT_CODES
 from agentrl.cli.rehearse import EXIT_CODES as REHEARSE_EXIT_CODES
 
@@ -169,7 +170,7 @@ def rules_section() -> str:
         "reported), so one run shows every mistake:",
         "",
     ]
-    checks = [*kube_rules.DOCUMENT_RULES, *rules.ALL_RULES, *security.RULES]
+    checks = [*kube_rules.DOCUMENT_RULES, *SPEC_RULES]
     lines += [f"- {' '.join((rule.__doc__ or '').split())}" for rule in checks]
     lines += [
         "",

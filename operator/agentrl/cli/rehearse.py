@@ -114,7 +114,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--callback-host",
         metavar="HOST",
-        help="the address put in HTTP agents' callback URLs (default: the listen address)",
+        help="the address the gateway relays HTTP agents' results to, the callback "
+        "listener's (default: the listen address); agents post them to the gateway's URL",
     )
     p.set_defaults(func=cmd_rehearse)
 

@@ -149,8 +149,9 @@ async def test_a_tool_call_format_the_spec_does_not_parse_is_named(
 async def test_a_callback_url_the_agent_cannot_reach_is_named(
     tmp_path: Path, checkpoint: Path, model: Model, agent: AgentProcess
 ) -> None:
-    """The agent is handed a callback URL where nothing listens for it; its result reaches
-    agentrl only through the status poll, the backstop."""
+    """The gateway relays the agent's callback to an address where nothing listens (the
+    listener's, --callback-host); the result reaches agentrl only through the status poll,
+    the backstop, and the report names the callback URL the agent was handed."""
     engine = await start_engine(model.tok, model.click_then_finish())
     try:
         body = spec(http_agent(agent.url, pollIntervalSeconds=0.5))
@@ -162,7 +163,7 @@ async def test_a_callback_url_the_agent_cannot_reach_is_named(
     assert run.code == 1, run.out + run.err
     for e in run.episodes():
         assert e["reason"] is None and e["reward"] == 1.0 and e["result_via"] == "poll"
-        assert e["callback_url"].startswith("http://127.0.0.2:")
+        assert e["callback_url"].startswith(run.json()["gateway"] + "/agentrl/callback/")
         assert [c["name"] for c in e["checks"]] == ["callback_unreachable"]
     assert run.json()["network"]["results_via"] == {"poll": 4}
 

@@ -28,6 +28,7 @@ from aiohttp import web
 from agentrl.bundle.gateway import anthropic_api, openai_api
 from agentrl.bundle.gateway.admin import AdminApi
 from agentrl.bundle.gateway.admission import Admission, Ticket
+from agentrl.bundle.gateway.callbacks import CallbackRelay
 from agentrl.bundle.gateway.chat import (
     CONTEXT_LENGTH_EXCEEDED,
     ApiError,
@@ -265,15 +266,16 @@ def served(resp: web.StreamResponse) -> Served:
     return resp, resp.status
 
 
-def build_app(frontend: Frontend, store: SessionStore) -> web.Application:
-    """The agent API: what the gateway Service (maybe a LoadBalancer) exposes, and nothing
-    else."""
+def build_app(frontend: Frontend, store: SessionStore, callbacks: CallbackRelay) -> web.Application:
+    """The agent API and HTTP agents' result callbacks: what the gateway Service (maybe a
+    LoadBalancer) exposes, and nothing else."""
     app = web.Application(client_max_size=frontend.max_request_bytes)
     app.router.add_post("/sessions/{sid}/v1/chat/completions", frontend.openai)
     app.router.add_post("/sessions/{sid}/v1/messages", frontend.anthropic)
     app.router.add_post("/sessions/{sid}/v1/messages/count_tokens", frontend.count_tokens)
     app.router.add_get("/sessions/{sid}/v1/models", frontend.models)
     app.router.add_get("/health", _health(frontend, store))
+    callbacks.add_routes(app)
     return app
 
 
@@ -294,9 +296,12 @@ def build_admin_app(
     admin_token: str,
     session_url: Callable[[str], str],
     quiesce: Callable[[float], Awaitable[QuiesceReport]],
+    *,
+    callbacks: CallbackRelay,
 ) -> web.Application:
-    """The admin API (sessions, turns, engine quiesce) for the rollout's `GatewayClient`, on a
-    listener of its own that no Service selects, behind its own token."""
+    """The admin API (sessions, turns, engine quiesce, where callbacks go) for the rollout's
+    `GatewayClient`, on a listener of its own that no Service selects, behind its own
+    token."""
     app = web.Application(client_max_size=frontend.max_request_bytes)
     app.router.add_get("/health", _health(frontend, store))
     admin = AdminApi(
@@ -306,6 +311,7 @@ def build_admin_app(
         quiesce,
         max_body=frontend.max_request_bytes,
         releaser=frontend.releaser,
+        callbacks=callbacks,
     )
     app.router.add_routes(admin.routes())
     return app

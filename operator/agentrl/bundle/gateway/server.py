@@ -1,7 +1,8 @@
 """`GatewayServer`: the gateway as one object the hub starts, stops and calls in process.
 
-It implements the `GatewaySessions` protocol directly (the hub's own rollout code can use
-it without HTTP) and serves the same operations over the admin API for `GatewayClient`.
+It implements the `GatewaySessions` and `CallbackRouting` protocols directly (the hub's own
+rollout code can use it without HTTP) and serves the same operations over the admin API
+for `GatewayClient`.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from agentrl.bundle.gateway.callbacks import CallbackRelay
 from agentrl.bundle.gateway.context import checkpoint_context_length
 from agentrl.bundle.gateway.engine import EngineClient
 from agentrl.bundle.gateway.frontend import Frontend, build_admin_app, build_app, new_http_session
@@ -43,6 +45,7 @@ class GatewayServer:
         self.settings = settings
         self.metrics = metrics
         self.store = SessionStore()
+        self.callbacks = CallbackRelay(self.store, lambda: self.url)
         self._runners: list[web.AppRunner] = []
         self._http: aiohttp.ClientSession | None = None
         self._engine: EngineClient | None = None
@@ -107,9 +110,14 @@ class GatewayServer:
             keepalive_s=s.stream_keepalive_s,
         )
         self.frontend = frontend
-        self.port = await self._serve(build_app(frontend, self.store), s.bind_port)
+        self.port = await self._serve(build_app(frontend, self.store, self.callbacks), s.bind_port)
         admin = build_admin_app(
-            frontend, self.store, s.admin_token, self.session_url, self.quiesce_engines
+            frontend,
+            self.store,
+            s.admin_token,
+            self.session_url,
+            self.quiesce_engines,
+            callbacks=self.callbacks,
         )
         self.admin_port = await self._serve(admin, s.admin_port)
         log.info("gateway: agent API on %s:%d, admin API on port %d (router %s)",
@@ -138,6 +146,7 @@ class GatewayServer:
             await self.frontend.releaser.close()
         if self._http is not None:
             await self._http.close()
+        await self.callbacks.close()
 
     # GatewaySessions, in process.
     async def create_session(
@@ -155,6 +164,10 @@ class GatewayServer:
         session = self.store.close(session_id)
         if session is not None and session.large and self.frontend is not None:
             self.frontend.releaser.soon()
+
+    # CallbackRouting, in process.
+    async def relay_callbacks_to(self, target: str) -> str:
+        return await self.callbacks.relay_callbacks_to(target)
 
     async def quiesce_engines(self, timeout_s: float) -> QuiesceReport:
         if self._engine is None:

@@ -102,7 +102,7 @@ async def _rehearse(config: RuntimeConfig, options: Options, plan: Plan) -> Repo
     client = GatewayClient(f"http://{_loopback(options.listen)}:{server.admin_port}",
                            server.settings.admin_token)  # fmt: skip
     try:
-        backend = await _backend(config, options, advertise)
+        backend = await _backend(config, options, advertise, client)
     except BaseException:
         await client.aclose()
         await server.stop()
@@ -124,11 +124,11 @@ async def _rehearse(config: RuntimeConfig, options: Options, plan: Plan) -> Repo
         await server.stop()
     runner = server.frontend.runner
     tools = ToolCallCheck(runner.renderer, runner.tokenizer, _parsing(server.settings))
-    listener = backend.listener if isinstance(backend, HttpAgentBackend) else None
+    http = backend if isinstance(backend, HttpAgentBackend) else None
     context = server.context_length  # the spec's, else the checkpoint's config.json
     episodes = [
         _episode(
-            o, seen[o.session_id], tools, listener.url(o.session_id) if listener else None, context
+            o, seen[o.session_id], tools, http.callback_url(o.session_id) if http else None, context
         )
         for group in outcomes
         for o in group
@@ -262,9 +262,15 @@ def with_agent_url(config: RuntimeConfig, url: str | None) -> RuntimeConfig:
     return config.model_copy(update={"spec": spec})
 
 
-async def _backend(config: RuntimeConfig, options: Options, advertise: str) -> Any:
+async def _backend(
+    config: RuntimeConfig, options: Options, advertise: str, client: GatewayClient
+) -> Any:
+    """As in the pods: HTTP agents post results to the gateway, which relays them to the
+    backend's listener."""
     try:
-        return await build_backend(config, listen_host=options.listen, advertise_host=advertise)
+        return await build_backend(
+            config, callbacks=client, listen_host=options.listen, advertise_host=advertise
+        )
     except ValueError as exc:
         http = config.spec.agent.http
         if http is None or not http.headers:
