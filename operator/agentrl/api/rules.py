@@ -318,7 +318,8 @@ def grpo_groups(exp: RLExperiment) -> Iterator[Finding]:
 def dynamic_sampling(exp: RLExperiment) -> Iterator[Finding]:
     """`grpo.overSamplingBatchSize` is between rolloutBatchSize and twice it, and above it only
     with a stragglerPolicy that cuts (with `wait` the extra groups would run and be thrown away); a
-    dynamicSamplingFilter needs samplesPerPrompt >= 2.
+    dynamicSamplingFilter needs samplesPerPrompt >= 2; minValidSamplesPerGroup is at most
+    samplesPerPrompt.
     """
     grpo = exp.spec.grpo
     path = "spec.grpo"
@@ -350,6 +351,13 @@ def dynamic_sampling(exp: RLExperiment) -> Iterator[Finding]:
             f"{grpo.straggler_policy} has no effect: without over-sampling every started group "
             "is needed for the batch, so none is ever cut",
             "set overSamplingBatchSize above rolloutBatchSize (e.g. 1.125 x it)",
+        )
+    if 2 <= grpo.samples_per_prompt < grpo.effective_min_valid_samples:
+        yield err(
+            f"{path}.minValidSamplesPerGroup",
+            f"{grpo.min_valid_samples_per_group} is more than samplesPerPrompt "
+            f"{grpo.samples_per_prompt}, so no group could ever train",
+            f"use at most {grpo.samples_per_prompt} (2, the default, is what GRPO needs)",
         )
     if grpo.dynamic_sampling_filter is not None and grpo.samples_per_prompt < 2:
         yield err(
