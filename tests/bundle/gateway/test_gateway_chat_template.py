@@ -4,7 +4,7 @@
 HTTP example's Qwen/Qwen2.5-7B-Instruct) renders with the checkpoint's own chat template,
 which only transformers' tokenizer applies, and parses tool calls with the parser the spec
 names in SGLang's words (`toolCallParser: qwen25`), mapped to the `renderers` parser of the
-same format.
+same format (agentrl.api.model_names, which validation checks the name against).
 """
 
 from __future__ import annotations
@@ -16,14 +16,7 @@ import openai
 import pytest
 
 from agentrl.bundle.gateway import GatewayServer
-from agentrl.bundle.gateway.tokenizer import (
-    REASONING_PARSERS,
-    TOOL_PARSERS,
-    load_renderer,
-    load_tokenizer,
-    renderers_parser,
-    uses_chat_template,
-)
+from agentrl.bundle.gateway.tokenizer import load_renderer, load_tokenizer, uses_chat_template
 
 from .gateway_helpers import MESSAGES, TOOLS, Cluster, scripted
 
@@ -52,28 +45,6 @@ def test_which_families_render_with_the_chat_template(checkpoint: Path) -> None:
     assert uses_chat_template("auto", "Qwen/Qwen2.5-7B-Instruct")  # no hand-written family
     assert not uses_chat_template("auto", "Qwen/Qwen3-8B")  # renderers' qwen3
     assert not uses_chat_template("qwen3", str(checkpoint))
-
-
-@pytest.mark.parametrize(
-    ("name", "table", "want"),
-    [
-        ("qwen25", TOOL_PARSERS, "qwen3"),
-        ("qwen3_coder", TOOL_PARSERS, "qwen3.5"),
-        ("glm45", TOOL_PARSERS, "glm"),
-        ("qwen3", TOOL_PARSERS, "qwen3"),  # a renderers name passes as is
-        ("deepseek-r1", REASONING_PARSERS, "think"),
-        (None, TOOL_PARSERS, None),
-    ],
-)
-def test_sglang_parser_names_map_to_renderers_parsers(
-    name: str | None, table: Any, want: str | None
-) -> None:
-    assert renderers_parser(name, table, "toolCallParser") == want
-
-
-def test_a_parser_without_a_renderers_twin_is_refused_with_the_known_ones() -> None:
-    with pytest.raises(ValueError, match=r"toolCallParser 'llama3' has no parser.*qwen25"):
-        renderers_parser("llama3", TOOL_PARSERS, "toolCallParser")
 
 
 def test_a_hub_id_goes_through_renderers_loader(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -12,14 +12,16 @@ from __future__ import annotations
 
 import json
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Final
+from typing import Any
 
 import renderers
 from renderers.base import load_tokenizer as renderers_load_tokenizer
 from renderers.configs import DefaultRendererConfig, config_from_name
 from tokenizers import Tokenizer as HFTokenizer
+
+from agentrl.api.model_names import GATEWAY_REASONING_PARSERS, GATEWAY_TOOL_PARSERS
 
 ENCODE_CACHE_CHARS = 16_000_000  # text remembered by the encode cache (about 16-64 MB)
 
@@ -139,46 +141,22 @@ def load_renderer(
     return tokenizer, renderer
 
 
-# The chat-template family parses completions with a `renderers` parser; the spec names
-# SGLang's (`model.toolCallParser`, `model.reasoningParser`, which slime also hands to SGLang).
-# SGLang parser -> the `renderers` parser of the same format
-# (https://docs.sglang.ai/advanced_features/tool_parser.html, separate_reasoning.html).
-TOOL_PARSERS: Final = {
-    "qwen25": "qwen3",  # <tool_call>{"name": .., "arguments": ..}</tool_call> (Hermes)
-    "qwen": "qwen3",
-    "qwen3_coder": "qwen3.5",  # <tool_call><function=..><parameter=..>
-    "glm": "glm",
-    "glm45": "glm",
-    "glm47": "glm",
-    "deepseekv3": "deepseek-v3",
-}
-REASONING_PARSERS: Final = {"qwen3": "think", "deepseek-r1": "think", "glm45": "think"}
-
-
-def renderers_parser(name: str | None, table: Mapping[str, str], field: str) -> str | None:
-    """The `renderers` parser for an SGLang parser name (a `renderers` name passes as is)."""
-    if name is None or name in table.values():
-        return name
-    if name not in table:
-        raise ValueError(
-            f"gateway: spec.model.{field} {name!r} has no parser for the chat-template "
-            f"family; known: {', '.join(sorted(table))}"
-        )
-    return table[name]
-
-
 def build_renderer(
     tokenizer: Any,
     family: str,
     tool_call_parser: str | None = None,
     reasoning_parser: str | None = None,
 ) -> Any:
-    """A `renderers` Renderer for `family`; "auto" resolves from the tokenizer's hub id."""
+    """A `renderers` Renderer for `family`; "auto" resolves from the tokenizer's hub id.
+
+    The spec names SGLang's parsers (they are passed to SGLang too); the `default` family
+    parses with renderers' own, which read the same formats under other names.
+    """
     if family == "default":
         config: Any = DefaultRendererConfig(
-            tool_parser=renderers_parser(tool_call_parser, TOOL_PARSERS, "toolCallParser"),
-            reasoning_parser=renderers_parser(
-                reasoning_parser, REASONING_PARSERS, "reasoningParser"
+            tool_parser=GATEWAY_TOOL_PARSERS.get(tool_call_parser or "", tool_call_parser),
+            reasoning_parser=GATEWAY_REASONING_PARSERS.get(
+                reasoning_parser or "", reasoning_parser
             ),
         )
     else:
