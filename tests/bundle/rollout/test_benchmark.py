@@ -55,12 +55,12 @@ def test_rollout_efficiency_benchmark_quick_mode_prints_its_table() -> None:
     assert re.search(r"useful groups per unit time: \d+\.\d\dx", out.stdout)
 
 
-SIGNAL = BENCH.parent / "signal.py"
+SIGNAL = BENCH.parent / "grpo_signal.py"
 
 
 def test_signal_benchmark_quick_mode_prints_the_fixed_json_keys() -> None:
-    """benchmarks/signal.py --json: the issue's four keys; excluded failures never reach an
-    advantage and masked stale tokens never train, while the old zeroReward behaviour, run
+    """benchmarks/grpo_signal.py --json: the issue's four keys; excluded failures never reach
+    an advantage and masked stale tokens never train, while the old zeroReward behaviour, run
     alongside, lets failures in (so the measurement can see them)."""
     out = subprocess.run(
         [sys.executable, str(SIGNAL), "--quick", "--json"],
