@@ -19,7 +19,7 @@ NAMESPACED: dict[tuple[str, str], set[str]] = {
     ("", "configmaps"): {"get", "create"},
     ("", "services"): {"get", "create"},
     ("", "pods"): {"list", "watch"},
-    ("", "events"): {"create"},
+    ("", "events"): {"create", "list"},
 }
 CLUSTER: dict[tuple[str, str], set[str]] = {
     ("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch"},

@@ -239,7 +239,7 @@ def test_common_labels_override_standard_labels_but_never_selector_labels() -> N
 def test_runbook_urls_are_quoted_and_left_out_without_a_base() -> None:
     text = render_text()
     base = "https://github.com/agentrl/agentrl/blob/main/docs/monitoring.md"
-    assert text.count(f'runbook_url: "{base}#agentrl') == 6
+    assert text.count(f'runbook_url: "{base}#agentrl') == 7
     custom = alerts_of(render(sets=("monitoring.prometheusRule.runbookUrl=https://wiki/a b",)))
     assert custom["AgentRLProgressStalled"]["annotations"]["runbook_url"] == (
         "https://wiki/a b#agentrlprogressstalled"
@@ -259,8 +259,8 @@ def test_experiment_failed_waits_for_the_operator_series_to_settle(
     """window + min(window, 5m), as a duration PromQL takes (offset has no arithmetic)."""
     alerts = alerts_of(render(sets=(f"monitoring.prometheusRule.window={window}",)))
     expr = alerts["AgentRLExperimentFailed"]["expr"]
-    assert f'min_over_time(agentrl_experiments{{phase="Failed"}}[{window}])' in expr
-    assert f'agentrl_experiments{{phase="Failed"}} offset {settled}' in expr
+    assert f'agentrl_experiment_condition{{condition="Failed"}} offset {window},' in expr
+    assert f"max by (job) (agentrl_experiments offset {settled})" in expr
 
 
 @pytest.mark.parametrize("helm", sorted(HELMS))

@@ -151,10 +151,12 @@ owner references, and users delete RLExperiments.
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["list", "watch"]
-# Events on RLExperiments: one new core/v1 Event per transition (never updated).
+# Events on RLExperiments: one new core/v1 Event per transition (never updated). Listed only
+# for a pod held in ContainerCreating past operator.stuckCreatingSeconds, to read whether a
+# volume or its sandbox holds it (FailedMount and kin); never watched.
 - apiGroups: [""]
   resources: ["events"]
-  verbs: ["create"]
+  verbs: ["create", "list"]
 {{- end }}
 
 {{/*

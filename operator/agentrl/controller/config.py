@@ -43,6 +43,9 @@ class OperatorConfig:
     scrape_timeout: float = 3.0
     scrape_concurrency: int = 8
     reconcile_concurrency: int = 4  # spec reconciles at once (CPU-bound: render + encode)
+    # Seconds a pod may sit in ContainerCreating before its events are read for a volume or
+    # sandbox that holds it (an image pull of tens of GB is slow but not stuck: no such event).
+    stuck_creating_after: float = 300.0
     metrics_url: str = DEFAULT_METRICS_URL  # format keys: service, namespace, port, name
     policy: Policy = BASELINE  # what experiments may ask for (agentrl.api.policy)
     # Leader election (agentrl.controller.leader): off, this process always acts (one replica).
@@ -143,6 +146,7 @@ def load(env: Mapping[str, str]) -> OperatorConfig:
         scrape_timeout=_number(env, "AGENTRL_SCRAPE_TIMEOUT", 3.0, 0.05),
         scrape_concurrency=int(_number(env, "AGENTRL_SCRAPE_CONCURRENCY", 8, 1)),
         reconcile_concurrency=int(_number(env, "AGENTRL_RECONCILE_CONCURRENCY", 4, 1)),
+        stuck_creating_after=_number(env, "AGENTRL_STUCK_CREATING_SECONDS", 300.0, 0),
         metrics_url=url,
         policy=read_policy(env.get(ENV_POLICY)),
         leader_election=_flag(env, "AGENTRL_LEADER_ELECTION"),

@@ -226,6 +226,15 @@ class Kube:
                                      ok404=True, parse=False)  # fmt: skip
         return status != 404
 
+    async def pod_events(self, namespace: str, pod: str) -> list[Obj]:
+        """The core/v1 Events about one pod (what `kubectl describe pod` lists)."""
+        selector = f"involvedObject.kind=Pod,involvedObject.name={pod}"
+        _, body = await self._call("GET", object_path("v1", "Event", namespace),
+                                   params={"fieldSelector": selector})  # fmt: skip
+        items = (body or {}).get("items") or ()
+        # The field selector does the work; the check keeps a server that ignores it honest.
+        return [e for e in items if (e.get("involvedObject") or {}).get("name") == pod]
+
     async def post_event(self, event: Mapping[str, Any]) -> None:
         """Create a core/v1 Event (what `kubectl describe` shows)."""
         path = object_path("v1", "Event", event["metadata"]["namespace"])

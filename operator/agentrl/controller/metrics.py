@@ -36,6 +36,16 @@ class OperatorMetrics:
             ["experiment_namespace", "experiment", "ray_dashboard_url"],
             registry=self.registry,
         )
+        # One series per problem an experiment's conditions report (conditions.problems):
+        # none for a healthy experiment, a handful at most for a troubled one, all gone with
+        # the experiment. AgentRLExperimentStalled and AgentRLExperimentFailed read it.
+        self.experiment_condition = Gauge(
+            "agentrl_experiment_condition",
+            "1 for each problem an RLExperiment's conditions report (a problem condition that "
+            "is True, or Valid that is False), with the condition's reason.",
+            ["experiment_namespace", "experiment", "condition", "reason"],
+            registry=self.registry,
+        )
         self.reconcile_total = Counter(
             "agentrl_reconcile", "Spec reconciles by result.", ["result"], registry=self.registry
         )
@@ -80,6 +90,18 @@ class OperatorMetrics:
             self.experiment_info.remove(*key, old)
         if new is not None:
             self.experiment_info.labels(*key, new).set(1)
+
+    def flag(
+        self,
+        key: tuple[str, str],
+        old: frozenset[tuple[str, str]],
+        new: frozenset[tuple[str, str]],
+    ) -> None:
+        """An experiment's problems (condition, reason) changed (empty: none, or deleted)."""
+        for condition, reason in old - new:
+            self.experiment_condition.remove(*key, condition, reason)
+        for condition, reason in new - old:
+            self.experiment_condition.labels(*key, condition, reason).set(1)
 
     def serve(self, port: int) -> None:
         """Serve /metrics on 0.0.0.0:port in a thread (prometheus_client's own server)."""

@@ -377,10 +377,14 @@ async def test_cancelling_an_episode_stops_its_runtime_session(
     assert dataplane.stopped == [sid]
 
 
-async def test_a_throttled_invoke_is_sent_again_and_the_episode_runs_once(
-    gateway: GatewayClient, backend: AgentCoreBackend, dataplane: AgentCoreDataPlane
+@pytest.mark.parametrize("refusal", ["throttle_next", "conflict_next"])
+async def test_a_refused_invoke_is_sent_again_and_the_episode_runs_once(
+    gateway: GatewayClient, backend: AgentCoreBackend, dataplane: AgentCoreDataPlane, refusal: str
 ) -> None:
-    dataplane.throttle_next = 2  # AgentCore refuses twice (429), before the app sees it
+    """AgentCore refuses twice before the app sees the invoke: throttled (429), or a
+    conflicting operation on the session still in progress (409, which the toolkit's own
+    client retries too); the episode then runs once and succeeds."""
+    setattr(dataplane, refusal, 2)
     ctx = RolloutContext(gateway, backend, asyncio.Semaphore(1))
     with stamina.set_testing(True, attempts=INVOKE_ATTEMPTS):  # no backoff waits
         ((outcome,),) = await run_groups(

@@ -368,6 +368,7 @@ ADMIN_BODIES: list[tuple[str, Any, int]] = [
     ("session_id number", {"session_id": 5, "sampling_params": {}}, 400),
     ("session_id with spaces", {"session_id": "a b", "sampling_params": {}}, 400),
     ("session_id too long", {"session_id": "a" * 200, "sampling_params": {}}, 400),
+    ("session_id trailing newline", {"session_id": "abc\n", "sampling_params": {}}, 400),
     ("sampling_params string", {"session_id": "s", "sampling_params": "x"}, 400),
     ("nested 5000 deep", DEEP, 400),
 ]

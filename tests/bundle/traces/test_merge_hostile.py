@@ -49,6 +49,8 @@ MASKED: list[tuple[str, Any, str]] = [
     ("string", ["-0.5", -0.5], NOT_A_NUMBER),
     ("none inside", [None, -0.5], NOT_A_NUMBER),
     ("nested list", [[-0.5], -0.5], NOT_A_NUMBER),
+    ("a generator", (x for x in (-0.5, -0.25)), NOT_A_NUMBER),
+    ("a map object", map(float, (-0.5, -0.25)), NOT_A_NUMBER),
     ("nan", [-0.5, math.nan], NON_FINITE),
     ("minus inf", [-math.inf, -0.5], NON_FINITE),
     ("plus inf", [math.inf, -0.5], NON_FINITE),
@@ -76,8 +78,15 @@ def test_unusable_logprobs_keep_the_tokens_untrained_and_counted(
 
 @pytest.mark.parametrize(
     "logprobs",
-    [[0.0, -0.0], [0, -1], np.array([-0.5, 0.0], dtype=np.float32), (-0.5, -1.5)],
-    ids=["zeros", "integers", "numpy float32", "tuple"],
+    [
+        [0.0, -0.0],
+        [0, -1],
+        np.array([-0.5, 0.0], dtype=np.float32),
+        (-0.5, -1.5),
+        [-1e308, -1e308],  # finite, though their sum overflows to -inf
+        [-1.7e308, -0.5],
+    ],
+    ids=["zeros", "integers", "numpy float32", "tuple", "huge finite", "huge and small"],
 )
 def test_valid_logprobs_in_any_numeric_form_train_as_floats(logprobs: Any) -> None:
     (seg,), stats = merge_turns_with_stats(_second(logprobs))

@@ -93,6 +93,17 @@ def parse_generate_response(body: Any) -> Completion:
     )
 
 
+def stream_error(error: Any) -> EngineError:
+    """An error event in a `/generate` stream. SGLang's HTTP server has already answered 200
+    when its checks run, so a refusal (a ValueError: the input is too long, a bad sampling
+    parameter) comes as `{"error": {"message", "type", "code": 400, "retryable"}}`: the
+    status it names is kept, so the agent gets the engine's 400, not a gateway 502."""
+    detail = error if isinstance(error, dict) else {"message": error}
+    code = detail.get("code")
+    status = code if type(code) is int and 400 <= code <= 599 else None
+    return EngineError(f"engine stream error: {str(detail.get('message', detail))[:300]}", status)
+
+
 class StreamState:
     """Accumulates `/generate` stream chunks, cumulative (SGLang's default) or incremental
     (`--incremental-streaming-output`), told apart per field by `meta_info.completion_tokens`."""
@@ -113,7 +124,7 @@ class StreamState:
     def add(self, chunk: Any) -> bool:
         """Take one chunk; True once the generation finished."""
         if isinstance(chunk, dict) and "error" in chunk:
-            raise EngineError(f"engine stream error: {chunk['error']}")
+            raise stream_error(chunk["error"])
         meta = chunk.get("meta_info") if isinstance(chunk, dict) else None
         if not isinstance(meta, dict):
             raise EngineError(f"engine stream chunk without meta_info: {str(chunk)[:200]}")

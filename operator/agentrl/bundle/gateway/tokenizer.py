@@ -139,6 +139,15 @@ def build_renderer(
     return renderers.create_renderer(tokenizer, config)
 
 
+def hub_family(model_id: str) -> str | None:
+    """The family `auto` resolves a Hugging Face id to (renderers' own table), or None when
+    the model has no hand-written renderer (then `auto` means its chat template)."""
+    from renderers.base import MODEL_RENDERER_MAP
+
+    family = MODEL_RENDERER_MAP.get(model_id)
+    return str(family) if family is not None else None
+
+
 def known_families() -> Sequence[str]:
     from renderers.base import RENDERER_REGISTRY, _populate_registry
 
