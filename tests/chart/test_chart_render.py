@@ -126,6 +126,8 @@ def test_default_install_objects() -> None:
     assert kinds == sorted(
         [
             "ClusterRole",
+            "ClusterRole",  # researchers' view, aggregated into view/edit/admin
+            "ClusterRole",  # researchers' edit, aggregated into edit/admin
             "ClusterRoleBinding",
             "ConfigMap",
             "CustomResourceDefinition",

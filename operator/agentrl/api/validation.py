@@ -26,7 +26,16 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 from pydantic.alias_generators import to_camel
 
-from agentrl.api import bounds, kube_rules, partial, paths, rules, security
+from agentrl.api import (
+    bounds,
+    gpu_layout,
+    kube_rules,
+    model_names,
+    partial,
+    paths,
+    rules,
+    security,
+)
 from agentrl.api.findings import Rule, Severity
 from agentrl.api.formats import text_format
 from agentrl.api.images import DefaultImage, image_findings
@@ -118,7 +127,13 @@ def validate_experiment(
 
 
 # Every rule on a typed experiment, each owning its field paths and messages, by concern.
-SPEC_RULES: tuple[Rule, ...] = (*rules.ALL_RULES, *paths.RULES, *security.RULES)
+SPEC_RULES: tuple[Rule, ...] = (
+    *rules.ALL_RULES,
+    *gpu_layout.RULES,
+    *paths.RULES,
+    *model_names.RULES,
+    *security.RULES,
+)
 
 
 def _checks(policy: Policy | None, default_image: DefaultImage | None) -> list[Rule]:

@@ -53,3 +53,24 @@ def test_rollout_efficiency_benchmark_quick_mode_prints_its_table() -> None:
     assert re.search(r"^  wait-for-all\s+\d+\.\d", out.stdout, re.M)
     assert re.search(r"^  agentrl\s+\d+\.\d", out.stdout, re.M)
     assert re.search(r"useful groups per unit time: \d+\.\d\dx", out.stdout)
+
+
+SIGNAL = BENCH.parent / "grpo_signal.py"
+
+
+def test_signal_benchmark_quick_mode_prints_the_fixed_json_keys() -> None:
+    """benchmarks/grpo_signal.py --json: the issue's four keys; excluded failures never reach
+    an advantage and masked stale tokens never train, while the old zeroReward behaviour, run
+    alongside, lets failures in (so the measurement can see them)."""
+    out = subprocess.run(
+        [sys.executable, str(SIGNAL), "--quick", "--json"],
+        capture_output=True, text=True, check=False, timeout=600, env=dict(os.environ),
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout.strip().splitlines()[-1])
+    assert doc["failed_episodes_in_advantage"] == 0
+    assert doc["stale_tokens_trained"] == 0 and doc["stale_tokens_masked"] > 0
+    assert 0.0 < doc["advantage_error_p99"] < doc["zero_reward"]["advantage_error_p99"]
+    assert doc["zero_reward"]["failed_episodes_in_advantage"] > 0
+    assert doc["useful_groups_per_time_ratio"] > 0
+    assert doc["by_failure_rate"]["0.0"]["exclude"]["advantage_error_max"] == 0.0

@@ -19,6 +19,8 @@ import renderers
 from renderers.configs import DefaultRendererConfig, config_from_name
 from tokenizers import Tokenizer as HFTokenizer
 
+from agentrl.api.model_names import GATEWAY_REASONING_PARSERS, GATEWAY_TOOL_PARSERS
+
 ENCODE_CACHE_CHARS = 16_000_000  # text remembered by the encode cache (about 16-64 MB)
 
 
@@ -117,10 +119,17 @@ def build_renderer(
     tool_call_parser: str | None = None,
     reasoning_parser: str | None = None,
 ) -> Any:
-    """A `renderers` Renderer for `family`; "auto" resolves from the tokenizer's hub id."""
+    """A `renderers` Renderer for `family`; "auto" resolves from the tokenizer's hub id.
+
+    The spec names SGLang's parsers (they are passed to SGLang too); the `default` family
+    parses with renderers' own, which read the same formats under other names.
+    """
     if family == "default":
         config: Any = DefaultRendererConfig(
-            tool_parser=tool_call_parser, reasoning_parser=reasoning_parser
+            tool_parser=GATEWAY_TOOL_PARSERS.get(tool_call_parser or "", tool_call_parser),
+            reasoning_parser=GATEWAY_REASONING_PARSERS.get(
+                reasoning_parser or "", reasoning_parser
+            ),
         )
     else:
         try:
