@@ -24,12 +24,12 @@ its oracle value. Printed (and with `--json`, these fixed keys):
 The same runs with `failedEpisodes: zeroReward` (agentrl's old behaviour) are measured too,
 for comparison, under `zero_reward`.
 
-    python benchmarks/grpo_signal.py            # 8 steps per run, a table
-    python benchmarks/grpo_signal.py --json     # one JSON object
-    python benchmarks/grpo_signal.py --quick    # 2 steps per run (run by a test)
+    python benchmarks/signal.py            # 8 steps per run, a table
+    python benchmarks/signal.py --json     # one JSON object
+    python benchmarks/signal.py --quick    # 2 steps per run (run by a test)
 
-Not `signal.py`: every script in benchmarks/ runs with this directory first on sys.path,
-where a `signal.py` would stand in for the standard library's (asyncio imports it).
+benchmarks/signal.py is the documented entry; the code lives here because a module called
+`signal` in this folder must also stand in for the standard library's (see that file).
 """
 
 from __future__ import annotations

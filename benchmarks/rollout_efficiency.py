@@ -187,7 +187,7 @@ def replay(
     **slime_args: Any,
 ) -> Iterator[Replay]:
     """The rollout runtime for one run of the workload under `grpo` (wire names), on the
-    simulated clock; `wrap` may put something around the agent (benchmarks/grpo_signal.py
+    simulated clock; `wrap` may put something around the agent (benchmarks/signal.py
     injects failures), `slime_args` go into slime's args."""
     from tests.bundle.rollout.doubles import (
         FakeGateway,
