@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import yaml
 from chart_helpers import CHART, NAMESPACE, OPERATOR_IMAGE, RELEASE, find, one, render, run_helm
+from test_chart_rbac import grants, named_grants
 
 from agentrl.controller.config import load
 from agentrl.controller.leader import Timing
@@ -25,15 +26,8 @@ def env_of(deploy: dict[str, Any]) -> dict[str, str]:
 
 
 def lease_rules(role: dict[str, Any]) -> dict[tuple[str, ...], set[str]]:
-    """(group, resource[, name]) -> verbs."""
-    out: dict[tuple[str, ...], set[str]] = {}
-    for rule in role["rules"]:
-        for group in rule["apiGroups"]:
-            for resource in rule["resources"]:
-                for name in rule.get("resourceNames") or [None]:
-                    key = (group, resource) if name is None else (group, resource, name)
-                    out.setdefault(key, set()).update(rule["verbs"])
-    return out
+    """(group, resource) and (group, resource, name) -> verbs."""
+    return {**grants(role["rules"]), **named_grants(role["rules"])}
 
 
 def test_two_replicas_elect_a_leader_on_the_release_lease_by_default() -> None:

@@ -115,7 +115,10 @@ async def elected(cfg: OperatorConfig, metrics: OperatorMetrics, health: Health)
             metrics.leader.set(0)
             lost = renewing.done()
             renewing.cancel()
-            await asyncio.gather(renewing, return_exceptions=True)
+            (failed,) = await asyncio.gather(renewing, return_exceptions=True)
+            if lost and isinstance(failed, Exception):  # a bug, not a lost Lease
+                logger.error("renewing Lease %s failed", elector.lock.describe(),
+                             exc_info=failed)  # fmt: skip
             if not lost:  # kopf has stopped: nothing guarded by the Lease runs any more
                 await elector.release()
         if lost:
