@@ -24,18 +24,17 @@ its oracle value. Printed (and with `--json`, these fixed keys):
 The same runs with `failedEpisodes: zeroReward` (agentrl's old behaviour) are measured too,
 for comparison, under `zero_reward`.
 
-    python benchmarks/grpo_signal.py            # 8 steps per run, a table
-    python benchmarks/grpo_signal.py --json     # one JSON object
-    python benchmarks/grpo_signal.py --quick    # 2 steps per run (run by a test)
+    python benchmarks/signal.py            # 8 steps per run, a table
+    python benchmarks/signal.py --json     # one JSON object
+    python benchmarks/signal.py --quick    # 2 steps per run (run by a test)
 
-Not `signal.py`: every script in benchmarks/ runs with this directory first on sys.path,
-where a `signal.py` would stand in for the standard library's (asyncio imports it).
+benchmarks/signal.py is the documented entry; the code lives here because a module called
+`signal` in this folder must also stand in for the standard library's (see that file).
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import logging
 import math
@@ -45,7 +44,6 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -55,11 +53,10 @@ for path in (ROOT, ROOT / "benchmarks"):
 
 from rollout_efficiency import (  # noqa: E402 (the path above)
     GROUPS,
-    MAX_CONCURRENT,
     POLICY,
     SAMPLES,
     TimedAgent,
-    rows,
+    replay,
 )
 
 RATES = (0.0, 0.05, 0.15)
@@ -161,66 +158,32 @@ def judge(run: Run, groups: list[list[Any]], advantages: list[float], agent: Fai
 
 
 def run(grpo: dict[str, Any], rate: float, steps: int, seed: int) -> Run:
-    from tests.bundle.rollout.doubles import (
-        FakeGateway,
-        SlimeDataSource,
-        runtime_config,
-        simulated_clock,
-    )
-    from tests.support.metrics import LocalSink
+    from tests.bundle.rollout.doubles import runtime_config
 
-    from agentrl.bundle.metrics import BundleMetrics
     from agentrl.bundle.rewards import post_process_rewards
-    from agentrl.bundle.rollout import generate_rollout, install_runtime
-    from agentrl.bundle.rollout.batch import RolloutContext
-    from agentrl.bundle.rollout.runtime import RolloutRuntime
-    from agentrl.bundle.rollout.types import slime_types
 
-    config = runtime_config(
-        max_concurrent=MAX_CONCURRENT,
-        timeout=10**7,
-        rolloutBatchSize=GROUPS,
-        samplesPerPrompt=SAMPLES,
-        **grpo,
-    )
+    # The reward post-process reads the spec from the file slime's args name.
+    config = runtime_config(rolloutBatchSize=GROUPS, samplesPerPrompt=SAMPLES, **grpo)
     config_file = Path(tempfile.mkdtemp(prefix="agentrl-signal-")) / "config.json"
     config_file.write_text(config.to_json())
-    gateway = FakeGateway()
-    agent = FailingAgent(TimedAgent(gateway, SIGMA, seed), rate, seed)
-
-    async def build() -> RolloutContext:
-        return RolloutContext(gateway, agent, asyncio.Semaphore(MAX_CONCURRENT))  # type: ignore[arg-type]
-
-    metrics = BundleMetrics()
-    runtime = RolloutRuntime(build, LocalSink(metrics), loop_factory=simulated_clock)
-    install_runtime(runtime, config, slime_types(prefer_plain=True))
-    source = SlimeDataSource(rows(GROUPS * (steps + 2) * 4, seed), SAMPLES)
-    args = SimpleNamespace(
-        rollout_batch_size=GROUPS,
-        rollout_max_response_len=64,
-        rollout_temperature=1.0,
-        reward_key=None,
-        agentrl_config_path=str(config_file),
-    )
     result = Run()
-    try:
+    with replay(
+        grpo,
+        SIGMA,
+        steps,
+        seed,
+        wrap=lambda agent: FailingAgent(agent, rate, seed),
+        agentrl_config_path=str(config_file),
+    ) as replayed:
         for step in range(steps):
-            out = generate_rollout(args, step, source)
+            out = replayed.step(step)
             flat = [s for g in out.samples for s in g]
-            _, advantages = post_process_rewards(args, flat)
-            judge(result, out.samples, advantages, agent)
-    finally:
-        install_runtime(None)
-        runtime.close()
-
-    def value(name: str, **labels: str) -> float:
-        found = metrics.registry.get_sample_value(name, labels or None)
-        return 0.0 if found is None else float(found)
-
-    result.seconds = value("agentrl_rollout_step_seconds_sum", split="train")
-    result.stale_trained = value("agentrl_stale_tokens_total", action="trained")
-    result.stale_masked = value("agentrl_stale_tokens_total", action="masked")
-    result.skipped = value("agentrl_groups_total", outcome="skipped")
+            _, advantages = post_process_rewards(replayed.args, flat)
+            judge(result, out.samples, advantages, replayed.agent)
+        result.seconds = replayed.metric("agentrl_rollout_step_seconds_sum", split="train")
+        result.stale_trained = replayed.metric("agentrl_stale_tokens_total", action="trained")
+        result.stale_masked = replayed.metric("agentrl_stale_tokens_total", action="masked")
+        result.skipped = replayed.metric("agentrl_groups_total", outcome="skipped")
     return result
 
 
