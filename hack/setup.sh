@@ -41,33 +41,11 @@ checkov_venv="$TOOLS/checkov-$CHECKOV_VERSION"
   fi
 )
 ln -sf "$checkov_venv/bin/checkov" "$VENV/bin/checkov"
-# SGLang's server-argument modules, from the PyPI release each supported slime image builds
-# on (slime's docker/Dockerfile names it): slime turns SGLang's server arguments into its
-# --sglang-* flags, and the launcher tests build slime's real parser from this source.
-SGLANG_SOURCE_VERSIONS=(0.5.13 0.5.15.post1)
-mkdir -p "$CACHE/upstream"
-for version in "${SGLANG_SOURCE_VERSIONS[@]}"; do
-  dest="$CACHE/upstream/sglang-$version"
-  [[ -f "$dest/.complete" ]] && continue
-  (
-    flock 9
-    [[ -f "$dest/.complete" ]] && exit 0
-    log "fetching SGLang $version's argument modules"
-    tmp="$(mktemp -d)"
-    "$VENV/bin/pip" download -q --no-deps "sglang==$version" -d "$tmp"
-    rm -rf "$dest"
-    "$VENV/bin/python" - "$tmp" "$dest" <<'PY'
-import pathlib, sys, zipfile
-wheel = next(pathlib.Path(sys.argv[1]).glob("sglang-*.whl"))
-keep = ("sglang/srt/server_args", "sglang/srt/arg_groups/", "sglang/srt/function_call/",
-        "sglang/srt/parser/")
-with zipfile.ZipFile(wheel) as z:
-    z.extractall(sys.argv[2], [n for n in z.namelist() if n.startswith(keep) and n.endswith(".py")])
-PY
-    touch "$dest/.complete"
-    rm -rf "$tmp"
-  ) 9>"$CACHE/upstream/.lock"
-done
+# The upstream sources the tests read as data, pinned in images/upstream.toml: SGLang's
+# argument modules from PyPI, and slime, Megatron-LM and KubeRay's CRDs from GitHub (a shallow
+# fetch of exactly each pinned commit or tag) unless a snapshot folder provides them. Without
+# the network this says so in one line and the tests that need them skip (tests/support/upstream.py).
+(cd "$ROOT" && "$VENV/bin/python" -m tests.support.upstream fetch)
 
 # Debian packages: promtool/prometheus for metrics and alert tests, etcd for the real
 # apiserver tier, zsh and fish for the shell-completion tests. Installed only when missing

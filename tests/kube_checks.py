@@ -22,6 +22,7 @@ from typing import Any
 import jsonschema
 import kubernetes_validate
 import yaml
+from tests.support import upstream
 from tests.support.shared import KUBERAY_SCHEMAS, require
 
 _YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -32,16 +33,20 @@ QUALIFIED_NAME = re.compile(r"^([a-z0-9.-]{1,253}/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0
 
 
 def kuberay_schemas_dir() -> Path:
-    """The KubeRay CRDs: the shared copy, or the copy vendored next to these tests."""
+    """The newest KubeRay CRDs: the snapshot folder's copy, or the one vendored next to these
+    tests (a fetched snapshot root holds only the per-release copies)."""
     vendored = Path(__file__).parent / "data" / "kuberay"
-    return KUBERAY_SCHEMAS if KUBERAY_SCHEMAS.is_dir() else vendored
+    return KUBERAY_SCHEMAS if (KUBERAY_SCHEMAS / "ray.io_rayjobs.yaml").is_file() else vendored
 
 
 def kuberay_releases() -> list[str]:
     """The KubeRay releases whose RayJob CRD is at hand ("v1.1.1", ...), oldest first."""
-    require(KUBERAY_SCHEMAS, "KubeRay's RayJob CRD per release")
-    found = [d.name for d in KUBERAY_SCHEMAS.glob("v*") if (d / "ray.io_rayjobs.yaml").is_file()]
-    return sorted(found, key=release_key)
+    releases = upstream.kuberay_releases()
+    for release in releases:
+        require(
+            KUBERAY_SCHEMAS / release / "ray.io_rayjobs.yaml", "KubeRay's RayJob CRD per release"
+        )
+    return sorted(releases, key=release_key)
 
 
 def release_key(release: str) -> tuple[int, ...]:

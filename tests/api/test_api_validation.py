@@ -140,6 +140,34 @@ def test_agentcore_without_public_url_is_warned() -> None:
     assert parse_experiment(body)[1] == []
 
 
+@pytest.mark.parametrize(
+    ("url", "outside"),
+    [
+        ("https://agents.example.com/v1/episodes", True),
+        ("http://agent.rl:8080", True),  # <service>.<namespace>, or a domain: cannot tell
+        ("http://agent.rl.svc:8080", False),
+        ("http://agent.rl.svc.cluster.local:8080/episodes", False),
+        ("http://agent:8080", False),  # a Service in the experiment's namespace
+        ("http://localhost:8080", False),
+        ("http://10.0.3.7:8080", False),  # a pod, or a host in the VPC: cannot tell
+        ("http://[fd00::1]:8080", False),
+    ],
+)
+def test_an_http_agent_outside_the_cluster_without_public_url_is_warned(
+    url: str, outside: bool
+) -> None:
+    """It would get the in-cluster Service's URL to call the model and to post its result."""
+    body = minimal_body(agent={"http": {"url": url}})
+    exp, problems = parse_experiment(body)
+    assert exp is not None
+    found = [(p.path, p.severity) for p in problems]
+    assert found == ([("spec.gateway.publicUrl", "warning")] if outside else [])
+    if outside:
+        assert "_rollout.callback_url" in problems[0].message
+    body["spec"]["gateway"] = {"publicUrl": "https://agentrl-gw.example.com"}
+    assert parse_experiment(body)[1] == []
+
+
 def test_status_and_server_metadata_never_invalidate_a_spec() -> None:
     body = minimal_body()
     body["metadata"].update(uid="u-1", generation=3, resourceVersion="42",
@@ -182,12 +210,17 @@ def test_secret_looking_env_values_warn_naming_value_from(name: str, warned: boo
     ("spec", "path", "words"),
     [
         ({"resources": {"nodeSelector": {"country": False}}}, "spec.resources.nodeSelector.country",
-         "must be a string, not a boolean (YAML reads yes/no/on/off/true/false as booleans; "
-         "quote it)"),
+         "must be a string, not a boolean (kubectl reads y/n, yes/no, on/off and true/false as "
+         "booleans; quote it)"),
         ({"grpo": {"numRollouts": "10"}}, "spec.grpo.numRollouts",
          "must be an integer, not a string (write the number without quotes"),
-        ({"resources": {"nodes": 2.0}}, "spec.resources.nodes",
-         "must be an integer, not a number (write it without a decimal point"),
+        ({"resources": {"nodes": 2.5}}, "spec.resources.nodes",
+         "must be an integer, not a number (write a whole number)"),
+        ({"resources": {"nodes": 1e20}}, "spec.resources.nodes",
+         "must be an integer, not a number (Kubernetes stores 64-bit integers"),
+        ({"agent": {"http": {"url": "http://a:1", "timeoutSeconds": "1:30"}}},
+         "spec.agent.http.timeoutSeconds",
+         "must be an integer, not a string (kubectl reads 1:30 as text, not base 60"),
         ({"suspend": "no"}, "spec.suspend", "must be true or false, not a string"),
         ({"runtime": {"volumes": ["pvc"]}}, "spec.runtime.volumes[0]",
          "must be an object, not a string"),
@@ -221,7 +254,7 @@ def test_image_references_follow_the_kubelets_grammar(image: str, ok: bool) -> N
      ("/models/q\nx", False)],
 )  # fmt: skip
 def test_hub_ids_and_control_characters_in_model_paths(path: str, ok: bool) -> None:
-    body = minimal_body(model={"path": path, "type": "q", "refLoad": "/models/q",
+    body = minimal_body(model={"path": path, "type": "qwen2.5-0.5B", "refLoad": "/models/q",
                                "rendererFamily": "default"})  # fmt: skip
     exp, problems = parse_experiment(body)
     assert (exp is not None) is ok, problems

@@ -18,6 +18,7 @@ ALERTS = {
     "AgentRLConnectionPoolSaturated",
     "AgentRLConnectionPoolDiscards",
     "AgentRLProgressStalled",
+    "AgentRLExperimentStalled",
     "AgentRLExperimentFailed",
     "AgentRLOperatorDown",
 }

@@ -126,12 +126,17 @@ def test_default_install_objects() -> None:
     assert kinds == sorted(
         [
             "ClusterRole",
+            "ClusterRole",  # researchers' view, aggregated into view/edit/admin
+            "ClusterRole",  # researchers' edit, aggregated into edit/admin
             "ClusterRoleBinding",
             "ConfigMap",
             "CustomResourceDefinition",
             "Deployment",
+            "PodDisruptionBudget",
             "PodMonitor",
             "PrometheusRule",
+            "Role",  # the leader Lease's, in the release namespace
+            "RoleBinding",
             "Service",
             "ServiceAccount",
             "ServiceMonitor",
@@ -236,7 +241,7 @@ def test_common_labels_override_standard_labels_but_never_selector_labels() -> N
 def test_runbook_urls_are_quoted_and_left_out_without_a_base() -> None:
     text = render_text()
     base = "https://github.com/agentrl/agentrl/blob/main/docs/monitoring.md"
-    assert text.count(f'runbook_url: "{base}#agentrl') == 6
+    assert text.count(f'runbook_url: "{base}#agentrl') == 7
     custom = alerts_of(render(sets=("monitoring.prometheusRule.runbookUrl=https://wiki/a b",)))
     assert custom["AgentRLProgressStalled"]["annotations"]["runbook_url"] == (
         "https://wiki/a b#agentrlprogressstalled"
@@ -256,8 +261,8 @@ def test_experiment_failed_waits_for_the_operator_series_to_settle(
     """window + min(window, 5m), as a duration PromQL takes (offset has no arithmetic)."""
     alerts = alerts_of(render(sets=(f"monitoring.prometheusRule.window={window}",)))
     expr = alerts["AgentRLExperimentFailed"]["expr"]
-    assert f'min_over_time(agentrl_experiments{{phase="Failed"}}[{window}])' in expr
-    assert f'agentrl_experiments{{phase="Failed"}} offset {settled}' in expr
+    assert f'agentrl_experiment_condition{{condition="Failed"}} offset {window},' in expr
+    assert f"max by (job) (agentrl_experiments offset {settled})" in expr
 
 
 @pytest.mark.parametrize("helm", sorted(HELMS))
@@ -331,8 +336,9 @@ def test_operator_deployment_is_hardened_and_pinned() -> None:
     assert env["AGENTRL_LIVENESS_ENDPOINT"] == f"http://0.0.0.0:{ports['http-health']}/healthz"
     for probe in ("livenessProbe", "readinessProbe"):
         assert container[probe]["httpGet"] == {"path": "/healthz", "port": "http-health"}
-    assert deploy["spec"]["replicas"] == 1  # kopf standalone: one reconciler at a time
-    assert deploy["spec"]["strategy"]["type"] == "Recreate"
+    # Two replicas, one leading on the Lease (test_chart_ha.py has the rest).
+    assert deploy["spec"]["replicas"] == 2
+    assert deploy["spec"]["strategy"]["type"] == "RollingUpdate"
     svc = one(objs, "Service")
     assert {p["targetPort"] for p in svc["spec"]["ports"]} == set(ports)
     assert (

@@ -104,7 +104,7 @@ def test_bash_completes_commands_flags_values_files_and_live_names(
         return _bash(script, line, env, tmp_path)
 
     assert complete("agentrl ") == sorted(
-        ["render", "validate", "crd", "logs", "completion", "-h", "--help", "--version"]
+        ["render", "validate", "crd", "logs", "rehearse", "completion", "-h", "--help", "--version"]
     )
     assert complete("agentrl lo") == ["logs"]
     assert complete("agentrl render -o ") == ["json", "yaml"]
@@ -150,7 +150,7 @@ def test_fish_completes_commands_flags_values_and_live_names(
     tmp_path: Path, env: dict[str, str], capsys: pytest.CaptureFixture[str]
 ) -> None:
     script = _script(tmp_path, "fish", capsys)
-    assert _fish(script, "agentrl re", env) == ["render"]
+    assert _fish(script, "agentrl ren", env) == ["render"]
     assert _fish(script, "agentrl render -o ", env) == ["json", "yaml"]
     assert "--show-command" in _fish(script, "agentrl render --", env)
     assert _fish(script, "agentrl completion ", env) == ["bash", "fish", "zsh"]
@@ -217,7 +217,7 @@ def test_zsh_completes_commands_flags_values_and_live_names(
     tmp_path: Path, env: dict[str, str], capsys: pytest.CaptureFixture[str]
 ) -> None:
     script = _script(tmp_path, "zsh", capsys)
-    assert _zsh(script, "agentrl re", env, tmp_path) == ["render"]
+    assert _zsh(script, "agentrl ren", env, tmp_path) == ["render"]
     assert _zsh(script, "agentrl render -o ", env, tmp_path) == ["json", "yaml"]
     assert "--show-command" in _zsh(script, "agentrl render --", env, tmp_path)
     assert _zsh(script, "agentrl logs -n rl ", env, tmp_path) == ["qwen32b-swe", "qwen3b-gsm8k"]

@@ -114,7 +114,7 @@ class Api:
 
 def _plural(obj: dict[str, Any]) -> str:
     return {"RLExperiment": "rlexperiments", "ConfigMap": "configmaps", "Pod": "pods",
-            "RayJob": "rayjobs", "Service": "services"}[obj["kind"]]  # fmt: skip
+            "RayJob": "rayjobs", "Service": "services", "Event": "events"}[obj["kind"]]  # fmt: skip
 
 
 def _collection(group_version: str, ns: str | None, plural: str) -> str:

@@ -17,10 +17,11 @@ import yaml
 from tests.conftest import minimal_body
 from tests.support.shared import KUBERAY_SCHEMAS, require
 
+from agentrl.api.constants import DEFAULT_STARTUP_DEADLINE_SECONDS
 from agentrl.api.validation import parse_experiment
 from agentrl.controller import compat
 from agentrl.controller.kube import KubeError
-from agentrl.render import OperatorDefaults, render_all
+from agentrl.render import OperatorDefaults, kuberay, render_all
 
 SCHEMAS = require(KUBERAY_SCHEMAS, "KubeRay's RayJob CRD per release")
 
@@ -41,6 +42,12 @@ def rayjob(**spec: Any) -> dict[str, Any]:
     exp, problems = parse_experiment(minimal_body(**spec))
     assert exp is not None, problems
     return render_all(exp, OperatorDefaults(image="img@sha256:" + "1" * 64), {}).rayjob
+
+
+def defaulted(**spec: Any) -> frozenset[str]:
+    exp, problems = parse_experiment(minimal_body(**spec))
+    assert exp is not None, problems
+    return kuberay.defaulted(exp.spec)
 
 
 @pytest.mark.parametrize(
@@ -65,10 +72,24 @@ def rayjob(**spec: Any) -> dict[str, Any]:
     ],
 )  # fmt: skip
 def test_losses_by_release(release: str, spec: dict[str, Any], lost: list[str]) -> None:
-    found = compat.losses(rayjob(**spec), crd(release))
+    found = compat.losses(rayjob(**spec), crd(release), defaulted(**spec))
     assert len(found) == len(lost), found
     for field in lost:  # one message per lost field, each naming it
         assert [m for m in found if field in m and "KubeRay" in m], (field, found)
+
+
+def test_the_default_startup_deadline_is_no_loss_but_a_spec_value_is() -> None:
+    """Every RayJob carries preRunningDeadlineSeconds (the default when the spec leaves it
+    unset); KubeRay 1.5 drops it. Only a value the spec asked for is a loss."""
+    job = rayjob()
+    assert job["spec"]["preRunningDeadlineSeconds"] == DEFAULT_STARTUP_DEADLINE_SECONDS
+    assert "spec.preRunningDeadlineSeconds" in defaulted()
+    assert compat.losses(job, crd("v1.5.2"), defaulted()) == []
+    (lost,) = compat.losses(job, crd("v1.5.2"))  # the same field, not marked defaulted
+    assert "spec.startupDeadlineSeconds" in lost
+    explicit = {"startupDeadlineSeconds": DEFAULT_STARTUP_DEADLINE_SECONDS}
+    assert "spec.preRunningDeadlineSeconds" not in defaulted(**explicit)
+    assert len(compat.losses(rayjob(**explicit), crd("v1.5.2"), defaulted(**explicit))) == 1
 
 
 def test_kuberay_not_installed() -> None:

@@ -93,3 +93,89 @@ def test_long_messages_are_cut() -> None:
     found = observe.pod_stuck(pod([waiting("ErrImagePull", "x" * 1000)]))
     assert found is not None
     assert len(found[1]) == observe.MESSAGE_MAX and found[1].endswith("...")
+
+
+# Every reason the kubelet gives a container it cannot pull, create or keep running
+# (pkg/kubelet/images/types.go, container/sync_result.go, kuberuntime/kuberuntime_container.go
+# at v1.20.2; SignatureValidationFailed from k8s.io/cri-api/pkg/errors since 1.28).
+KUBELET_STUCK_REASONS = [
+    "ImagePullBackOff", "ImageInspectError", "ErrImagePull", "ErrImageNeverPull",
+    "RegistryUnavailable", "InvalidImageName", "SignatureValidationFailed",
+    "CrashLoopBackOff", "RunContainerError",
+    "CreateContainerConfigError", "CreateContainerError", "PreCreateHookError",
+    "PreStartHookError", "PostStartHookError",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("reason", KUBELET_STUCK_REASONS)
+def test_every_kubelet_failure_reason_is_stuck(reason: str) -> None:
+    found = observe.pod_stuck(pod([waiting(reason, "why")]))
+    assert found is not None and found[0] == reason
+
+
+def test_a_crash_loop_says_how_the_container_ended_not_the_back_off() -> None:
+    status = waiting("CrashLoopBackOff", "back-off 2m40s restarting failed container=ray-head")
+    status["lastState"] = {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}
+    assert observe.pod_stuck(pod([status])) == (
+        "CrashLoopBackOff",
+        "container ray-head: exited with code 137 (OOMKilled); the kubelet restarts it with "
+        "back-off",
+    )
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "same"),
+    [
+        ("ErrImagePull", "ImagePullBackOff", True),
+        ("ImagePullBackOff", "ErrImagePull", True),
+        ("InvalidImageName", "ImagePullBackOff", True),
+        ("CrashLoopBackOff", "RunContainerError", True),
+        ("Unschedulable", "Unschedulable", True),
+        ("ErrImagePull", "CrashLoopBackOff", False),
+        ("Unschedulable", "ErrImagePull", False),
+        ("FailedMount", "CreateContainerConfigError", False),
+    ],
+)
+def test_same_trouble(old: str, new: str, same: bool) -> None:
+    assert observe.same_trouble(old, new) is same
+
+
+SCHEDULED = {"type": "PodScheduled", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"}
+
+
+@pytest.mark.parametrize(
+    ("obj", "since"),
+    [
+        pytest.param(pod([waiting("ContainerCreating")], conditions=[SCHEDULED]),
+                     "2026-01-01T00:00:00Z", id="creating"),
+        pytest.param(pod([waiting("PodInitializing")], [waiting("PodInitializing", name="init")],
+                         conditions=[SCHEDULED]), "2026-01-01T00:00:00Z", id="initializing"),
+        pytest.param(pod([waiting("ContainerCreating")]), None, id="not-scheduled"),
+        pytest.param(pod([waiting("PodInitializing")], [{"name": "init", "state": {"running": {}}}],
+                         conditions=[SCHEDULED]), None, id="init-container-running"),
+        pytest.param(pod([waiting("ContainerCreating"), {"name": "b", "state": {"running": {}}}],
+                         conditions=[SCHEDULED]), None, id="one-running"),
+        pytest.param(pod(conditions=[SCHEDULED]), None, id="no-container-status-yet"),
+    ],
+)  # fmt: skip
+def test_creating_since(obj: dict[str, Any], since: str | None) -> None:
+    assert observe.creating_since(obj) == since
+
+
+def event(kind: str, reason: str, message: str, at: str) -> dict[str, Any]:
+    return {"type": kind, "reason": reason, "message": message, "lastTimestamp": at}
+
+
+def test_creating_trouble_is_the_newest_event_that_explains_it() -> None:
+    events = [
+        event("Normal", "Scheduled", "assigned", "2026-01-01T00:00:00Z"),
+        event("Warning", "FailedMount", 'configmap "a" not found', "2026-01-01T00:01:00Z"),
+        event("Warning", "FailedCreatePodSandBox", "no IP addresses", "2026-01-01T00:03:00Z"),
+        event("Normal", "Pulling", 'Pulling image "x"', "2026-01-01T00:04:00Z"),
+        event("Warning", "FailedMount", "timed out", "2026-01-01T00:02:00Z"),
+    ]
+    assert observe.creating_trouble(events) == ("FailedCreatePodSandBox", "no IP addresses")
+    assert observe.creating_trouble(events[:2]) == ("FailedMount", 'configmap "a" not found')
+    # Pulling a large image, or a Warning that says nothing about volumes: not stuck.
+    pulling = [events[0], events[3], event("Warning", "BackOff", "x", "2026-01-01T00:05:00Z")]
+    assert observe.creating_trouble(pulling) is None

@@ -234,6 +234,39 @@ def test_startup_deadline(now: str, stalled: bool) -> None:
         assert conditions.get(st, C.STALLED)["reason"] == "StartupDeadlineExceeded"  # type: ignore[index]
 
 
+def test_stalled_messages_are_stable_and_name_the_first_stuck_pod() -> None:
+    """A gang whose pods get stuck one after another, and a deadline that keeps passing,
+    change nothing once Stalled: one write, one event."""
+    st = observe(created(), {"jobDeploymentStatus": "Initializing"})
+    first = [("exp-worker-b", "ImagePullBackOff", "container ray-worker")]
+    seen = status.Observed({"jobDeploymentStatus": "Initializing"}, stuck=first)
+    stalled = status.apply_observed(st, seen, T1)
+    more = status.Observed(seen.rayjob, stuck=[*first, ("exp-worker-a", "ErrImagePull", "x")])
+    assert status.apply_observed(stalled, more, T2) == stalled
+    late = status.Observed({"jobDeploymentStatus": "Initializing"}, created=T0,
+                           startup_deadline=600)  # fmt: skip
+    overdue = status.apply_observed(st, late, T2)
+    cond = conditions.get(overdue, C.STALLED)
+    assert cond is not None and cond["lastTransitionTime"] == "2026-01-01T00:10:00Z"  # T0 + 600s
+    assert T0 in cond["message"] and "startupDeadlineSeconds=600" in cond["message"]
+    later = "2026-01-03T00:00:00Z"
+    assert status.apply_observed(overdue, late, later) == overdue
+    assert conditions.events_between(overdue, status.apply_observed(overdue, late, later)) == []
+
+
+def test_running_without_the_ray_job_past_the_deadline_is_a_submitter_that_never_started() -> None:
+    running = {"jobDeploymentStatus": "Running", "startTime": T0}
+    seen = status.Observed(running, created=T0, startup_deadline=600)
+    st = status.apply_observed(created(), seen, T2)
+    assert st["phase"] == Phase.RUNNING
+    assert conditions.get(st, C.STALLED)["reason"] == "SubmitterNotStarted"  # type: ignore[index]
+    started = status.Observed({**running, "jobStatus": "PENDING"}, created=T0,
+                              startup_deadline=600)  # fmt: skip
+    assert not conditions.is_true(status.apply_observed(st, started, T2), C.STALLED)
+    unlimited = status.Observed(running, created=T0, startup_deadline=None)
+    assert not conditions.is_true(status.apply_observed(created(), unlimited, T2), C.STALLED)
+
+
 def test_a_retry_gets_its_own_startup_clock() -> None:
     """backoffLimit retries start a fresh Ray cluster; KubeRay stamps the attempt's startTime,
     and the startup deadline counts from it, not from the experiment's creation."""

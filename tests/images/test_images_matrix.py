@@ -19,13 +19,14 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+from tests.support import upstream
+from tests.support.shared import SHARED, require
 from tests.support.shared import UPSTREAM as SHARED_UPSTREAM
-from tests.support.shared import require
 
 from conftest import ROOT
 
 UPSTREAM = SHARED_UPSTREAM / "slime"
-SNAPSHOTS = [UPSTREAM / "fa3c990", UPSTREAM / "624b824"]  # oldest first, as the README lists
+SNAPSHOTS = [SHARED / folder for folder in upstream.folders("slime")]  # oldest first, as the README
 SCRIPT = ROOT / "hack" / "slime-matrix.py"
 for _snapshot in SNAPSHOTS:
     require(_snapshot / "docker" / "Dockerfile", "slime's docker/ files")

@@ -69,6 +69,9 @@ def test_real_bundle_holds_api_and_bundle_only() -> None:
     assert any(p.startswith("agentrl/bundle/") for p in files)
     assert not any(p.startswith(("agentrl/render/", "agentrl/controller/", "agentrl/cli/"))
                    for p in files)  # fmt: skip
+    # `agentrl rehearse` runs on the user's machine only: the pods never carry it.
+    assert "agentrl/bundle/rollout/episode.py" in files
+    assert not any(p.startswith("agentrl/bundle/rehearse/") for p in files)
     assert all(p.endswith(".py") and "__pycache__" not in p for p in files)
     code = rendered(files)["bundle"]
     assert core_errors(code) == []

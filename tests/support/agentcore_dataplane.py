@@ -20,7 +20,8 @@ model and drives the stand-in with botocore's own serialiser and parser:
   `reason` for ValidationException) as the body. A request not signed with SigV4 for
   `bedrock-agentcore` in the runtime's region is refused (403 AccessDeniedException);
   an unknown runtime ARN is 404; `throttle_next` makes the next invokes 429
-  ThrottlingException (refused before reaching the app).
+  ThrottlingException and `conflict_next` 409 RetryableConflictException (an operation on
+  the same session still in progress), both refused before reaching the app.
 
 What it does not do: run one microVM per session (every session shares the one app
 process, so a stopped session's background work is not killed), authenticate the
@@ -55,6 +56,7 @@ ERRORS = {
     "AccessDeniedException": 403,
     "ResourceNotFoundException": 404,
     "RuntimeClientError": 424,
+    "RetryableConflictException": 409,
     "ThrottlingException": 429,
 }
 SESSION_ID_LENGTH = (33, 256)  # min, max of runtimeSessionId
@@ -76,6 +78,7 @@ class AgentCoreDataPlane:
     invocations: list[Invocation] = field(default_factory=list)
     stopped: list[str] = field(default_factory=list)
     throttle_next: int = 0
+    conflict_next: int = 0
     _changed: asyncio.Condition = field(default_factory=asyncio.Condition)
     _started: set[str] = field(default_factory=set)
     _runner: web.AppRunner | None = None
@@ -160,6 +163,11 @@ class AgentCoreDataPlane:
         if self.throttle_next > 0:
             self.throttle_next -= 1
             return self.error("ThrottlingException", "Rate exceeded")
+        if self.conflict_next > 0:
+            self.conflict_next -= 1
+            return self.error(
+                "RetryableConflictException", "A session operation is already in progress"
+            )
         self._started.add(sid)
         assert self._http is not None
         headers = {

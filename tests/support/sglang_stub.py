@@ -12,7 +12,12 @@ serialises NaN/inf logprobs (JSON null), and `miss_rid_aborts` the race where an
 rid reaches the engine before its request does (a no-op there; only `abort_all` helps);
 `miss_abort_all` makes `abort_all` miss too (requests still being tokenised slip through).
 `gate`, when set, holds every generation until the event is set (requests stay in flight
-for as long as a test needs). Bodies of any size are accepted, as by SGLang's server.
+for as long as a test needs). `context_len` turns on the tokenizer manager's context check
+(`_validate_one_request` at 0.5.13 and 0.5.15.post1, no `--allow-auto-truncate`): an input
+of `context_len` tokens or more, or input + `max_new_tokens` above it, is refused with a
+ValueError's message, which the HTTP server answers as 400 `{"error": {"message"}}`, or,
+for a stream, as HTTP 200 with one `data: {"error": {..., "code": 400}}` event and `[DONE]`.
+Bodies of any size are accepted, as by SGLang's server.
 `StubRouter` lists workers like the Rust router and, like it, answers 404 to
 `/abort_request`.
 """
@@ -56,6 +61,7 @@ class StubEngine:
     miss_abort_all: bool = False  # abort_all finds nothing either
     decode: Callable[[list[int]], str] | None = None  # the tokenizer, for `stop` strings
     gate: asyncio.Event | None = None  # generations wait for it (None: never held)
+    context_len: int | None = None  # the engine's context (None: no check)
     requests: list[dict[str, Any]] = field(default_factory=list)
     aborted: list[str] = field(default_factory=list)  # rids asked to abort ("*" = abort_all)
     sampled: dict[str, list[int]] = field(default_factory=dict)  # rid -> ids returned
@@ -166,9 +172,50 @@ class StubEngine:
             return _json({"error": {"message": error}}, 400)
         if not isinstance(body["input_ids"][0], int):
             return await self._batch(body)
+        refusal = self._context_refusal(body)
+        if refusal is not None and body.get("stream"):
+            return await self._stream_error(request, refusal)
+        if refusal is not None:
+            return _json({"error": {"message": refusal}}, 400)
         if body.get("stream"):
             return await self._stream(request, body)
         return _json(await self._run(body["input_ids"], body, body.get("rid") or "anon", None))
+
+    def _context_refusal(self, body: dict[str, Any]) -> str | None:
+        """SGLang's tokenizer-manager length checks, with its messages."""
+        if self.context_len is None:
+            return None
+        n = len(body["input_ids"])
+        if n >= self.context_len:
+            return (
+                f"The input ({n} tokens) is longer than the model's context length "
+                f"({self.context_len} tokens)."
+            )
+        new = (body.get("sampling_params") or {}).get("max_new_tokens")
+        if new is not None and new + n > self.context_len:
+            return (
+                "Requested token count exceeds the model's maximum context length of "
+                f"{self.context_len} tokens. You requested a total of {new + n} tokens: {n} "
+                f"tokens from the input messages and {new} tokens for the completion. Please "
+                "reduce the number of tokens in the input messages or the completion to fit "
+                "within the limit."
+            )
+        return None
+
+    async def _stream_error(self, request: web.Request, message: str) -> web.StreamResponse:
+        """A stream refused by validation: the headers (200) went out before the check ran."""
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        error = {
+            "message": message,
+            "type": "invalid_request_error",
+            "code": 400,
+            "retryable": False,
+        }
+        await resp.write(b"data: " + orjson.dumps({"error": error}) + b"\n\n")
+        await resp.write(b"data: [DONE]\n\n")
+        await resp.write_eof()
+        return resp
 
     async def _batch(self, body: dict[str, Any]) -> web.Response:
         rid = body.get("rid") or "anon"

@@ -25,19 +25,22 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from tests.support.shared import UPSTREAM, require
+from tests.support import upstream
+from tests.support.shared import SHARED, missing, require
 
 ROOT = Path(__file__).resolve().parents[2]
-CACHE = Path(os.environ.get("AGENTRL_CACHE", Path.home() / ".cache" / "agentrl"))
 SITE = Path(__file__).resolve().parent / "upstream_site"
 # The slime rows agentrl supports, by commit (the folder names of the snapshots).
-ROWS = ("fa3c990", "624b824")
-MEGATRON = UPSTREAM / "megatron-lm" / "1dcf0daf"
+ROWS = upstream.slime_rows()
+_SLIME = {Path(folder).name: SHARED / folder for folder in upstream.folders("slime")}
+(_MEGATRON,) = upstream.folders("Megatron-LM")
+MEGATRON = SHARED / _MEGATRON
 _SGLANG_PREFIXES = ("server_args", "arg_groups", "function_call", "parser")
 
 
 def require_upstream() -> None:
-    require(UPSTREAM, "the upstream snapshots (slime, Megatron-LM)")
+    for path in (*map(slime_dir, ROWS), MEGATRON):
+        require(path, "the upstream snapshots (slime, Megatron-LM)")
 
 
 @functools.cache
@@ -51,12 +54,13 @@ def work_dir() -> Path:
 
 
 def slime_dir(row: str) -> Path:
-    return UPSTREAM / "slime" / row
+    return _SLIME[row]
 
 
 def sglang_version(row: str) -> str:
     """The SGLang release the row's image builds on: `ARG SGLANG_IMAGE_TAG=v0.5.13-cu129`."""
-    text = (slime_dir(row) / "docker" / "Dockerfile").read_text(encoding="utf-8")
+    dockerfile = require(slime_dir(row) / "docker" / "Dockerfile", f"slime {row}'s docker/ files")
+    text = dockerfile.read_text(encoding="utf-8")
     m = re.search(r"^ARG SGLANG_IMAGE_TAG=v([0-9][^\s-]*)", text, re.MULTILINE)
     assert m, f"no SGLANG_IMAGE_TAG in slime {row}'s docker/Dockerfile"
     return m.group(1)
@@ -75,11 +79,11 @@ def _sglang_patches(row: str) -> list[Path]:
 def sglang_source(row: str) -> Path:
     """SGLang's argument modules as the row's image has them (release + slime's patches)."""
     version = sglang_version(row)
-    release = CACHE / "upstream" / f"sglang-{version}"
-    assert (release / ".complete").is_file(), (
-        f"SGLang {version}'s source is not in {release}: run `bash hack/setup.sh` (add "
-        f"{version} to SGLANG_SOURCE_VERSIONS there if slime {row} moved to it)"
-    )
+    release = upstream.sglang_dir(version)
+    if not (release / ".complete").is_file():
+        # images/upstream.toml must name every row's SGLang (a test checks it); hack/setup.sh
+        # fetches each from PyPI.
+        missing(release, f"SGLang {version}'s argument modules")
     dest = work_dir() / f"sglang-{row}"
     if (dest / ".complete").is_file():
         return dest
@@ -156,3 +160,38 @@ def parser_dests(row: str) -> dict[str, str]:
     assert done.returncode == 0, done.stderr[-4000:]
     dests: dict[str, str] = json.loads(done.stdout.splitlines()[-1])
     return dests
+
+
+def slime_preload(row: str, pylib: Path) -> dict[str, str | None]:
+    """What the row's own actor_group sets as the Megatron actors' LD_PRELOAD when
+    torch_memory_saver imports from `pylib` (see upstream_site/slime_preload):
+    `{"LD_PRELOAD": path}`, or `{"error": ...}` with what slime raised."""
+    base = {**os.environ, "PYTHONPATH": str(pylib)}
+    done = subprocess.run(
+        [sys.executable, str(SITE / "slime_preload.py")],
+        env=env(row, base),
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    result: dict[str, str | None] = json.loads(done.stdout.splitlines()[-1])
+    return result
+
+
+def slime_wandb(row: str, argv: list[str]) -> dict[str, str | None]:
+    """What the row's own `init_wandb_primary` passes to `wandb.init` (entity, project, group,
+    name) for `argv`, or `{"error": ...}` (see upstream_site/slime_wandb)."""
+    done = subprocess.run(
+        [sys.executable, str(SITE / "slime_wandb.py")],
+        input=json.dumps(argv),
+        env=env(row),
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    result: dict[str, str | None] = json.loads(done.stdout.splitlines()[-1])
+    return result

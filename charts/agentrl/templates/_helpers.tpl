@@ -151,10 +151,12 @@ owner references, and users delete RLExperiments.
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["list", "watch"]
-# Events on RLExperiments: one new core/v1 Event per transition (never updated).
+# Events on RLExperiments: one new core/v1 Event per transition (never updated). Listed only
+# for a pod held in ContainerCreating past operator.stuckCreatingSeconds, to read whether a
+# volume or its sandbox holds it (FailedMount and kin); never watched.
 - apiGroups: [""]
   resources: ["events"]
-  verbs: ["create"]
+  verbs: ["create", "list"]
 {{- end }}
 
 {{/*
@@ -187,4 +189,24 @@ An alert's labels: the chart's (`base`) merged with monitoring.prometheusRule.al
 {{- $items = append $items (printf "%s=%s" $k $v) }}
 {{- end }}
 {{- join "," $items }}
+{{- end }}
+
+{{/*
+Leader election settings the operator would refuse at start, refused at render time instead,
+with the fix: several replicas without election would all reconcile and write status, and
+the durations must satisfy client-go's rules (lease > renew deadline > 1.2 x retry period).
+*/}}
+{{- define "agentrl.checkLeaderElection" -}}
+{{- $le := .Values.leaderElection }}
+{{- if and (gt (int .Values.replicaCount) 1) (not $le.enabled) }}
+{{- fail (printf "replicaCount=%d needs leaderElection.enabled=true: without it every replica would reconcile and write status. Enable leader election, or set replicaCount=1" (int .Values.replicaCount)) }}
+{{- end }}
+{{- if $le.enabled }}
+{{- if not (gt (float64 $le.leaseDurationSeconds) (float64 $le.renewDeadlineSeconds)) }}
+{{- fail (printf "leaderElection.leaseDurationSeconds (%v) must be greater than leaderElection.renewDeadlineSeconds (%v): the leader must stop before a standby may take over" $le.leaseDurationSeconds $le.renewDeadlineSeconds) }}
+{{- end }}
+{{- if not (gt (float64 $le.renewDeadlineSeconds) (mulf 1.2 $le.retryPeriodSeconds)) }}
+{{- fail (printf "leaderElection.renewDeadlineSeconds (%v) must be greater than 1.2 x leaderElection.retryPeriodSeconds (%v): the leader needs more than one jittered retry to renew" $le.renewDeadlineSeconds $le.retryPeriodSeconds) }}
+{{- end }}
+{{- end }}
 {{- end }}

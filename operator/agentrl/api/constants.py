@@ -39,6 +39,13 @@ HEAD_RAY_RESOURCE: Final = "agentrl_head"
 # asks for, so slime's driver (which needs a CUDA device) runs on a GPU worker.
 DRIVER_RAY_RESOURCE: Final = "agentrl_driver"
 
+# spec.startupDeadlineSeconds when unset: an hour from the start of each attempt (or resume)
+# until the run is Running and Ray has its job. Long enough for GPU nodes to be provisioned and
+# a tens-of-GB image pulled; short enough that a gang stuck half-scheduled does not hold its
+# GPUs through the night. Past it the experiment is Stalled (and alerts) and KubeRay fails
+# the attempt (its preRunningDeadlineSeconds).
+DEFAULT_STARTUP_DEADLINE_SECONDS: Final = 3600
+
 # Ports on the head pod.
 GATEWAY_PORT_DEFAULT: Final = 9090
 METRICS_PORT: Final = 9400
@@ -53,10 +60,15 @@ METRIC_ROLLOUT_STEP: Final = "agentrl_rollout_step"
 METRIC_BATCH_REWARD_MEAN: Final = "agentrl_batch_reward_mean"
 METRIC_EPISODES_TOTAL: Final = "agentrl_episodes_total"
 METRIC_FAILED_SESSIONS_TOTAL: Final = "agentrl_failed_sessions_total"
+METRIC_WANDB_RUN_INFO: Final = "agentrl_wandb_run_info"
 SPLIT_TRAIN: Final = "train"
 SPLIT_EVAL: Final = "eval"
 GATEWAY_PORT_NAME: Final = "gateway"
 METRICS_PORT_NAME: Final = "agentrl-metrics"
+# HTTP agents post an episode's result to `<gateway URL>/agentrl/callback/<session id>`, on
+# the gateway's Service port, which relays it to the rollout's listener (docs/agents.md).
+CALLBACK_PATH: Final = "/agentrl/callback"
+CALLBACK_MAX_BYTES: Final = 16 * 1024 * 1024  # one result document
 
 # Where things are mounted inside every Ray container.
 CONFIG_MOUNT_DIR: Final = "/etc/agentrl"
@@ -130,3 +142,9 @@ class ConditionType(StrEnum):
     CONFIG_WARNING = "ConfigWarning"
     CHILD_REJECTED = "ChildRejected"
     KUBERAY_INCOMPATIBLE = "KubeRayIncompatible"
+
+
+# Kubernetes' documented scalability limit: clusters of at most 5,000 nodes
+# (https://kubernetes.io/docs/setup/best-practices/cluster-large/); a spec asking for more
+# GPU nodes than any cluster has renders a RayJob that never starts.
+MAX_GPU_NODES: Final = 5000

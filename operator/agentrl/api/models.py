@@ -26,7 +26,13 @@ from agentrl.api.base import (
     Quantity,
     SecretKeyRef,
 )
-from agentrl.api.constants import DEFAULT_GPU_RESOURCE, GATEWAY_PORT_DEFAULT, IMAGE_CUDA_HOME
+from agentrl.api.constants import (
+    DEFAULT_GPU_RESOURCE,
+    DEFAULT_STARTUP_DEADLINE_SECONDS,
+    GATEWAY_PORT_DEFAULT,
+    IMAGE_CUDA_HOME,
+    MAX_GPU_NODES,
+)
 from agentrl.api.formats import (
     ABSOLUTE_PATH,
     IMAGE_REF,
@@ -183,8 +189,9 @@ class ModelSpec(Model):
     answering.
     """
     context_length: PositiveInt | None = None
-    """Maximum tokens per sequence; when set, `grpo.maxResponseLength` must leave room for the
-    prompt.
+    """Maximum tokens per sequence (SGLang's context; unset: the checkpoint's `config.json`
+    says). The gateway caps each model call's `max_new_tokens` at the room left; when set,
+    `grpo.maxResponseLength` must leave room for the prompt.
     """
     ref_load: Annotated[str, Field(min_length=1, max_length=PATH_MAX)] | None = Field(
         default=None,
@@ -316,7 +323,8 @@ class GatewaySpec(Model):
     public_url: HttpUrl | None = Field(
         default=None,
         description="URL remote agents use to reach the gateway (e.g. the LoadBalancer's DNS "
-        "name); defaults to the in-cluster Service URL",
+        "name), for model calls and HTTP agents' result callbacks; defaults to the in-cluster "
+        "Service URL",
     )
     max_in_flight: PositiveInt = Field(
         default=1024, description="requests in flight before the gateway answers 429"
@@ -397,6 +405,28 @@ class GrpoSpec(Model):
     their prompts to slime's data source; `carryOver`: as abort, but keep their finished
     episodes, so the group resumes in the next step. A group is cut at most once.
     """
+    failed_episodes: Literal["exclude", "zeroReward"] = "exclude"
+    """Episodes that end without a reward the agent reported (engine, transport, timeout,
+    throttling, agent crash, contract violation): `exclude` leaves them out of their group's
+    mean and std and gives them no gradient; `zeroReward` counts them as reward 0 (the old
+    behaviour), which pulls the group mean down and so raises every sibling's advantage.
+    """
+    min_valid_samples_per_group: PositiveInt = 2
+    """Episodes of a group that must end in a reported reward for the group to train (with
+    `failedEpisodes: exclude` and GRPO normalisation); a group with fewer is dropped like a
+    zero-variance one: replaced under dynamicSamplingFilter, otherwise counted and trained
+    with zero advantage. At most samplesPerPrompt.
+    """
+    max_policy_lag: Annotated[int, Field(ge=0, le=100)] = 1
+    """How many weight updates old a carried-over episode may be (`stragglerPolicy:
+    carryOver`): an older one is run again from its prompt instead of reused; 0 reuses none.
+    """
+    off_policy_tokens: Literal["train", "mask"] = "mask"
+    """Tokens of carried-over episodes, sampled by an older policy: `mask` keeps their reward
+    in the group's statistics but trains none of their tokens (as slime's
+    `--mask-offpolicy-in-partial-rollout`); `train` trains them with their logprobs as sampled,
+    which slime's `--use-tis` then corrects (docs/rollout.md).
+    """
 
     @property
     def effective_global_batch_size(self) -> int:
@@ -405,6 +435,13 @@ class GrpoSpec(Model):
     @property
     def effective_over_sampling_batch_size(self) -> int:
         return self.over_sampling_batch_size or self.rollout_batch_size
+
+    @property
+    def effective_min_valid_samples(self) -> int:
+        """minValidSamplesPerGroup where it applies (failed episodes excluded, rewards compared
+        within a group); otherwise 1: every group trains."""
+        applies = self.reward_normalization.mode == "grpo" and self.failed_episodes == "exclude"
+        return self.min_valid_samples_per_group if applies else 1
 
 
 # ---- resources ---------------------------------------------------------------------
@@ -445,8 +482,9 @@ class HeadSpec(Model):
 
 
 class ResourcesSpec(Model):
-    nodes: PositiveInt = 1
-    """GPU nodes (one Ray worker pod each)."""
+    nodes: Annotated[int, Field(ge=1, le=MAX_GPU_NODES)] = 1
+    """GPU nodes (one Ray worker pod each); at most 5,000, the largest cluster Kubernetes
+    supports."""
     gpus_per_node: PositiveInt = 8
     """GPUs per node."""
     gpu_resource_name: ExtendedResource = DEFAULT_GPU_RESOURCE
@@ -631,14 +669,26 @@ class RLExperimentSpec(Model):
     attempt (each backoffLimit retry) and every resume, so a run can hold its GPUs for up to
     backoffLimit + 1 times this. Past it the attempt fails with DeadlineExceeded, which is not
     retried (mutable)."""
-    startup_deadline_seconds: PositiveInt | None = Field(
-        default=None, description="time to reach Running (KubeRay preRunningDeadlineSeconds)"
-    )
+    startup_deadline_seconds: PositiveInt | None = None
+    """Seconds from the start of each attempt (each backoffLimit retry, each resume) until the
+    run is Running and Ray has started its job; unset: 3600. Past it the experiment is Stalled
+    (StartupDeadlineExceeded, or SubmitterNotStarted), and a run not yet Running fails the
+    attempt (KubeRay's preRunningDeadlineSeconds) (mutable)."""
     backoff_limit: NonNegativeInt = 0
     """Retries of a failed run, each on a fresh Ray cluster (mutable)."""
     ttl_seconds_after_finished: NonNegativeInt = 0
     """Seconds KubeRay keeps the Ray cluster (head and worker pods, and their logs) after the
     run ends before deleting it; the RayJob and its submitter pod stay (mutable)."""
+
+    @property
+    def startup_deadline(self) -> int:
+        """`startup_deadline_seconds`, or its default when unset."""
+        return startup_deadline(self.startup_deadline_seconds)
+
+
+def startup_deadline(seconds: int | None) -> int:
+    """The startup deadline in force: the spec's, else DEFAULT_STARTUP_DEADLINE_SECONDS."""
+    return DEFAULT_STARTUP_DEADLINE_SECONDS if seconds is None else seconds
 
 
 class ObjectMeta(Model):

@@ -13,17 +13,15 @@ import json
 import re
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import urlsplit
 
 from agentrl.api import slime_flags
 from agentrl.api.bounds import MAX_OBJECT_BYTES, join
 from agentrl.api.constants import (
-    BUNDLE_MOUNT_DIR,
-    CONFIG_MOUNT_DIR,
     CONFIGMAP_MAX_BYTES,
     ENV_CONFIG_PATH,
     METRICS_PORT,
     RAY_PORTS,
-    SHM_MOUNT_DIR,
 )
 from agentrl.api.findings import Finding, Rule, err, repeats, warn
 from agentrl.api.formats import EXTENDED_RESOURCE, FORMATS
@@ -88,17 +86,47 @@ def pool_covers_concurrency(exp: RLExperiment) -> Iterator[Finding]:
         )
 
 
+def outside_the_cluster(url: str) -> bool:
+    """Whether `url` names a host outside the cluster: a DNS name that is not a Service's
+    (`agent`, `agent.rl.svc`, `agent.rl.svc.cluster.local`) nor `localhost`. An IP address
+    could be either, so it is not."""
+    host = (urlsplit(url).hostname or "").rstrip(".").lower()
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        pass
+    else:
+        return False
+    labels = host.split(".")
+    return len(labels) > 1 and "svc" not in labels[1:] and host != "localhost"
+
+
 def agents_reach_gateway(exp: RLExperiment) -> Iterator[Finding]:
-    """Warning: an AgentCore agent runs outside the cluster, so it needs `gateway.publicUrl`
-    (the in-cluster Service name does not resolve there and every episode would fail).
+    """Warning: an agent outside the cluster needs `gateway.publicUrl`: an AgentCore agent
+    always, an HTTP agent whose `url` is not a cluster Service. It reaches the model, and an
+    HTTP agent posts its result, through the gateway, whose in-cluster Service name does not
+    resolve there: every episode would fail, or wait for the result poll.
     """
-    if exp.spec.agent.agent_core is not None and exp.spec.gateway.public_url is None:
+    if exp.spec.gateway.public_url is not None:
+        return
+    if exp.spec.agent.agent_core is not None:
         yield warn(
             "spec.gateway.publicUrl",
             "AgentCore agents run outside the cluster and cannot reach the in-cluster "
             "gateway Service",
             "expose it (service.type: LoadBalancer, e.g. an internal NLB with an "
             "external-dns hostname) and set publicUrl to that address",
+        )
+    http = exp.spec.agent.http
+    if http is not None and outside_the_cluster(http.url):
+        yield warn(
+            "spec.gateway.publicUrl",
+            f"the HTTP agent at {urlsplit(http.url).hostname} is outside the cluster, but it "
+            "would be given the in-cluster gateway Service's URL for model calls "
+            "(_rollout.base_url) and for posting its result (_rollout.callback_url)",
+            "expose the gateway (service.type: LoadBalancer, or an Ingress to its Service) "
+            "and set publicUrl to that address; if the agent is a Service in the cluster, "
+            "write its url as <service>.<namespace>.svc",
         )
 
 
@@ -107,7 +135,7 @@ def renderer_for_local_model(exp: RLExperiment) -> Iterator[Finding]:
     inferred from a path).
     """
     model = exp.spec.model
-    if model.renderer_family in (None, AUTO) and is_local_path(model.path):
+    if model.renderer_family in (None, AUTO) and model.path.startswith("/"):
         yield err(
             "spec.model.rendererFamily",
             f"required because model.path {model.path!r} is a local directory"
@@ -141,22 +169,30 @@ def trainer_weights_on_disk(exp: RLExperiment) -> Iterator[Finding]:
             f"required because model.path {model.path!r} is a Hugging Face id: slime loads "
             "the trainer's weights from a directory inside the pods",
             "mount the checkpoint (HF or Megatron) on a volume and set refLoad to its path, "
-            "or make model.path that directory",
+            f"or make model.path that directory (a directory is an absolute path: "
+            f"/{model.path.strip('/')} if that is what {model.path!r} means)",
         )
     for field, path in (("path", model.path), ("refLoad", model.ref_load)):
         if path is None or not is_local_path(path) or path.startswith("/"):
             continue
-        yield err(
-            f"spec.model.{field}",
-            f"{path!r} is not an absolute path",
-            "give the directory's absolute path inside the pods (see volumeMounts)",
-        )
+        yield err(f"spec.model.{field}", f"{path!r} is not an absolute path", _relative_hint(path))
     if model.ref_load is not None and not is_local_path(model.ref_load):
         yield err(
             "spec.model.refLoad",
             f"{model.ref_load!r} looks like a Hugging Face id; slime loads --ref-load from disk",
             "mount the checkpoint (HF or Megatron) on a volume and give its absolute path",
         )
+
+
+def _relative_hint(path: str) -> str:
+    """Why a relative path means nothing in the pods, and what to write instead."""
+    if path.startswith("~"):
+        return "nothing expands '~' in the pods; give the directory's absolute path there"
+    return (
+        "the pods have no working directory of yours and agentrl copies no local files: "
+        "put the checkpoint on a volume and give the absolute path where runtime.volumeMounts "
+        f"mounts it (e.g. /{path.lstrip('./')})"
+    )
 
 
 def is_local_path(path: str) -> bool:
@@ -282,7 +318,8 @@ def grpo_groups(exp: RLExperiment) -> Iterator[Finding]:
 def dynamic_sampling(exp: RLExperiment) -> Iterator[Finding]:
     """`grpo.overSamplingBatchSize` is between rolloutBatchSize and twice it, and above it only
     with a stragglerPolicy that cuts (with `wait` the extra groups would run and be thrown away); a
-    dynamicSamplingFilter needs samplesPerPrompt >= 2.
+    dynamicSamplingFilter needs samplesPerPrompt >= 2; minValidSamplesPerGroup is at most
+    samplesPerPrompt.
     """
     grpo = exp.spec.grpo
     path = "spec.grpo"
@@ -315,6 +352,13 @@ def dynamic_sampling(exp: RLExperiment) -> Iterator[Finding]:
             "is needed for the batch, so none is ever cut",
             "set overSamplingBatchSize above rolloutBatchSize (e.g. 1.125 x it)",
         )
+    if 2 <= grpo.samples_per_prompt < grpo.effective_min_valid_samples:
+        yield err(
+            f"{path}.minValidSamplesPerGroup",
+            f"{grpo.min_valid_samples_per_group} is more than samplesPerPrompt "
+            f"{grpo.samples_per_prompt}, so no group could ever train",
+            f"use at most {grpo.samples_per_prompt} (2, the default, is what GRPO needs)",
+        )
     if grpo.dynamic_sampling_filter is not None and grpo.samples_per_prompt < 2:
         yield err(
             f"{path}.dynamicSamplingFilter",
@@ -346,6 +390,21 @@ def slime_flags_in_extra_args(exp: RLExperiment) -> Iterator[Finding]:
             yield warn(path, message, "remove it")
 
 
+def pod_sizes(exp: RLExperiment) -> Iterator[Finding]:
+    """`cpu` and `memory` of the GPU and head pods are above zero: Ray starts a node with
+    as many CPUs as the container's limit, and a pod limited to no memory never runs."""
+    res = exp.spec.resources
+    for path, value in (
+        (f"spec.{R}.cpu", res.cpu),
+        (f"spec.{R}.memory", res.memory),
+        (f"spec.{R}.head.cpu", res.head.cpu),
+        (f"spec.{R}.head.memory", res.head.memory),
+    ):
+        if parse_quantity(value) <= 0:
+            what = "CPU" if path.endswith("cpu") else "memory"
+            yield err(path, f"{value} leaves the pod no {what}", "give a size above zero")
+
+
 def shm_fits_memory(exp: RLExperiment) -> Iterator[Finding]:
     """`/dev/shm` is memory-backed and counts against the pod's memory limit, so `shmSize`
     stays below `memory` (head and GPU pods).
@@ -355,6 +414,8 @@ def shm_fits_memory(exp: RLExperiment) -> Iterator[Finding]:
         (f"spec.{R}.shmSize", res.shm_size, res.memory),
         (f"spec.{R}.head.shmSize", res.head.shm_size, res.head.memory),
     ):
+        if parse_quantity(memory) <= 0:
+            continue  # pod_sizes says so
         if parse_quantity(shm) >= parse_quantity(memory):
             yield err(
                 path,
@@ -498,39 +559,6 @@ def _native(resource: str) -> bool:
     return domain == "kubernetes.io" or domain.endswith(".kubernetes.io")
 
 
-def checkpoint(exp: RLExperiment) -> Iterator[Finding]:
-    """`checkpoint.saveInterval` needs `checkpoint.path`, which is not inside a directory
-    agentrl mounts read-only; a warning when it is on no volume (checkpoints would be written
-    into the container and lost with the pod).
-    """
-    ckpt = exp.spec.checkpoint
-    if ckpt.save_interval is not None and ckpt.path is None:
-        yield err("spec.checkpoint.path", "required when saveInterval is set", "set a PVC path")
-    if ckpt.path is None:
-        return
-    if any(_under(ckpt.path, d) for d in (CONFIG_MOUNT_DIR, BUNDLE_MOUNT_DIR, SHM_MOUNT_DIR)):
-        yield err(
-            "spec.checkpoint.path",
-            f"{ckpt.path} is inside a directory agentrl mounts (read-only or in memory)",
-            "put checkpoints on a volume of your own (runtime.volumes/volumeMounts)",
-        )
-        return
-    mounts = [m.get("mountPath") for m in exp.spec.runtime.volume_mounts]
-    if not any(isinstance(m, str) and _under(ckpt.path, m) for m in mounts):
-        yield warn(
-            "spec.checkpoint.path",
-            f"{ckpt.path} is on no volume of runtime.volumeMounts: checkpoints would be "
-            "written into the container and lost with the pod (and each node would keep "
-            "its own shards)",
-            "mount a shared PVC there",
-        )
-
-
-def _under(path: str, directory: str) -> bool:
-    directory = directory.rstrip("/") + "/"
-    return (path.rstrip("/") + "/").startswith(directory)
-
-
 def children_fit(exp: RLExperiment) -> Iterator[Finding]:
     """The objects agentrl creates fit Kubernetes' limits: the runtime-config ConfigMap holds
     at most 1 MiB (the spec, extraArgs included), the RayJob at most 1.5 MiB (env, volumes
@@ -607,6 +635,7 @@ ALL_RULES: tuple[Rule, ...] = (
     grpo_groups,
     dynamic_sampling,
     slime_flags_in_extra_args,
+    pod_sizes,
     shm_fits_memory,
     image_pinned,
     eval_sets,
@@ -614,7 +643,6 @@ ALL_RULES: tuple[Rule, ...] = (
     env_vars,
     extra_code,
     extra_resources,
-    checkpoint,
     secrets_in_plain_text,
     children_fit,
 )

@@ -17,6 +17,8 @@ rejected by `agentrl validate` is rejected by the cluster with the same words.
 from __future__ import annotations
 
 import difflib
+import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -24,7 +26,16 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 from pydantic.alias_generators import to_camel
 
-from agentrl.api import bounds, kube_rules, partial, rules, security
+from agentrl.api import (
+    bounds,
+    gpu_layout,
+    kube_rules,
+    model_names,
+    partial,
+    paths,
+    rules,
+    security,
+)
 from agentrl.api.findings import Rule, Severity
 from agentrl.api.formats import text_format
 from agentrl.api.images import DefaultImage, image_findings
@@ -115,8 +126,18 @@ def validate_experiment(
     return _document_problems(exp.dump()) + _rule_problems(exp, checks)
 
 
+# Every rule on a typed experiment, each owning its field paths and messages, by concern.
+SPEC_RULES: tuple[Rule, ...] = (
+    *rules.ALL_RULES,
+    *gpu_layout.RULES,
+    *paths.RULES,
+    *model_names.RULES,
+    *security.RULES,
+)
+
+
 def _checks(policy: Policy | None, default_image: DefaultImage | None) -> list[Rule]:
-    checks: list[Rule] = [*rules.ALL_RULES, *security.RULES]
+    checks: list[Rule] = list(SPEC_RULES)
     if policy is not None:
         checks.append(lambda exp: policy_check(exp, policy))
     if default_image is not None:
@@ -227,16 +248,41 @@ def _type_problem(path: str, kind: str, value: Any) -> Problem:
     got = _kind_of(value)
     hint = ""
     if kind == "string_type" and isinstance(value, bool):
-        hint = "YAML reads yes/no/on/off/true/false as booleans; quote it"
+        hint = "kubectl reads y/n, yes/no, on/off and true/false as booleans; quote it"
     elif kind == "string_type" and isinstance(value, int | float):
         hint = "YAML reads a bare number as a number; quote it"
     elif kind in ("int_type", "float_type") and isinstance(value, str):
-        hint = "write the number without quotes; the API server refuses a string here"
+        hint = _number_as_text_hint(value)
     elif kind == "int_type" and isinstance(value, float):
-        hint = "write it without a decimal point or exponent"
+        hint = (
+            "Kubernetes stores 64-bit integers; use a smaller number"
+            if value.is_integer()
+            else "write a whole number"
+        )
     elif kind == "bool_type":
         hint = "write true or false without quotes"
     return Problem(path, f"must be {_EXPECTED[kind]}, not {got}", hint)
+
+
+_SEXAGESIMAL = re.compile(r"^[-+]?[0-9][0-9_]*(:[0-5]?[0-9])+(\.[0-9_]*)?$")
+_DATE = re.compile(r"^[0-9]{4}-[0-9]{1,2}-[0-9]{1,2}")
+_NUMBER = re.compile(r"^[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?$")
+
+
+def _number_as_text_hint(value: str) -> str:
+    """Why kubectl would send this number as text: quotes, or a spelling YAML 1.1 as go-yaml
+    reads it does not take for a number (base 60, a date, beyond a 64-bit float)."""
+    text = value.strip().replace("_", "")
+    if _SEXAGESIMAL.match(text):
+        return (
+            f"kubectl reads {value} as text, not base 60; write the number itself "
+            "(e.g. 90 for 1:30)"
+        )
+    if _DATE.match(text):
+        return "kubectl reads a date as text; write a number"
+    if _NUMBER.match(text) and not math.isfinite(float(text)):
+        return "beyond the range of a 64-bit number, so kubectl sends it as text"
+    return "write the number without quotes; the API server refuses a string here"
 
 
 def _kind_of(value: Any) -> str:

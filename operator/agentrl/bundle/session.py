@@ -5,6 +5,10 @@ session's turns back once the agent is done, and closes it in every case; a batc
 only once the model engines are idle. The rollout side
 depends only on this protocol; the gateway implements it in process and over HTTP, and
 tests use a double that speaks it.
+
+HTTP agents post their results through the gateway too (`callback_url`): it is what agents
+can reach, through its Service or `spec.gateway.publicUrl`, and it relays each result to
+the listener the rollout registered (`CallbackRouting`).
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from agentrl.api.constants import CALLBACK_PATH
 from agentrl.bundle.traces import Turn
 
 
@@ -59,4 +64,19 @@ class GatewaySessions(Protocol):
         """Batch end, no episode live: abort everything still running on the model engines
         and wait (at most `timeout_s`) until they are idle. Closing a session only queues
         aborts, and an abort that reaches an engine before its request is a no-op."""
+        ...
+
+
+def callback_url(gateway_url: str, session_id: str) -> str:
+    """Where an HTTP agent posts the result of episode `session_id`: the gateway's URL as
+    agents reach it (`RuntimeConfig.gateway_url`: `spec.gateway.publicUrl`, else the
+    in-cluster Service), on the Service's port, whatever node the rollout runs on."""
+    return f"{gateway_url.rstrip('/')}{CALLBACK_PATH}/{session_id}"
+
+
+class CallbackRouting(Protocol):
+    async def relay_callbacks_to(self, target: str) -> str:
+        """Relay agents' result callbacks to `target` (`http://<host>:<port>`, the rollout's
+        listener) from now on; the listener checks each session's callback token. Returns
+        the gateway's URL as agents reach it, the base of `callback_url`."""
         ...

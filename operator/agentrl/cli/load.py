@@ -5,18 +5,19 @@
 documents; a `kind: List` is read as its items. Documents of other kinds (a Secret or a PVC
 next to the experiment) are skipped with a note, as they are not this tool's to check.
 
-YAML is parsed with a composer that enforces the limits of `agentrl.api.bounds` while it
-builds the document, so nesting 20,000 levels deep, a 5,000-digit integer or an alias bomb
-stops at the first value past a limit, with that value's field path, instead of
-exhausting the stack, the CPU or the memory. Each violation is reported with the document it
-belongs to; a problem with the file itself (missing, unreadable, not YAML) is a LoadError.
+Values are read as kubectl sends them (`agentrl.cli.kubeyaml`: go-yaml v2's `1e-6` is a
+number, `y` a boolean, `1:30` a string), not as PyYAML would. YAML is parsed with a composer
+that enforces the limits of `agentrl.api.bounds` while it builds the document, so nesting
+20,000 levels deep or an alias bomb stops at the first value past a limit, with that value's
+field path, instead of exhausting the stack, the CPU or the memory. Each violation is
+reported with the document it belongs to; a problem with the file itself (missing,
+unreadable, not YAML) is a LoadError.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
-import json
 import os
 import sys
 from collections.abc import Iterator, Sequence
@@ -26,19 +27,17 @@ from typing import Any, Final
 
 import yaml
 from yaml.events import AliasEvent
-from yaml.nodes import MappingNode, Node, ScalarNode
+from yaml.nodes import Node, ScalarNode
 
 from agentrl.api import bounds
 from agentrl.api.constants import GROUP, KIND
 from agentrl.api.validation import Problem
+from agentrl.cli import kubeyaml
 
 # What kubectl reads from a directory (kubectl's FileExtensions).
 EXTENSIONS: Final = (".json", ".yaml", ".yml")
 # One file can hold many documents; each still has to fit one object (agentrl.api.bounds).
 MAX_FILE_BYTES: Final = 16 * 1024 * 1024
-INT_TAG: Final = "tag:yaml.org,2002:int"
-TIMESTAMP_TAG: Final = "tag:yaml.org,2002:timestamp"
-STR_TAG: Final = "tag:yaml.org,2002:str"
 
 
 class LoadError(Exception):
@@ -165,11 +164,7 @@ def _documents(path: str, text: str) -> list[Document]:
         # Name the field where the text stopped being YAML, as well as the line.
         mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
         where = _path_at(text, mark.index) if mark is not None else ""
-        hint = (
-            "only plain YAML tags are read"
-            if isinstance(exc, yaml.constructor.ConstructorError)
-            else "check the indentation, quotes and brackets there"
-        )
+        hint = "check the indentation, quotes and brackets there"
         raw.append((None, [Problem(where, f"not valid YAML: {_yaml_reason(exc)}", hint)]))
     finally:
         loader.dispose()
@@ -268,8 +263,6 @@ def _items(source: str, body: Any, problems: list[Problem]) -> Iterator[Document
     if violations:
         yield Document(source, None, [Problem(v.path, v.message, v.hint) for v in violations])
         return
-    # A plain JSON tree, as kubectl would send it: no YAML types, no shared references.
-    body = json.loads(json.dumps(body))
     items = body.get("items") if isinstance(body, dict) else None
     if isinstance(body, dict) and body.get("kind") == "List" and isinstance(items, list):
         for i, item in enumerate(items):
@@ -304,20 +297,41 @@ class _BoundedLoader(_SafeLoader):  # type: ignore[misc]
         self._weights: dict[int, int] = {}
 
     def get_data(self) -> Any:
-        """The next document, or None when it broke a bound or has a value Python cannot
-        build (a date like 2024-02-30); the reason is in take_problems()."""
+        """The next document as kubectl would send it (a plain JSON tree), or None when it
+        broke a bound or kubectl could not convert it; the reason is in take_problems()."""
         if not self.check_node():
             return None
         node = self.get_node()
         if node is None:
             return None
         try:
-            return self.construct_document(node)
-        except (ValueError, OverflowError) as exc:
+            return kubeyaml.build(node, self._duplicate)
+        except kubeyaml.KubeYamlError as exc:
             self._problems.append(
-                Problem("", f"a value cannot be read: {exc}", "quote it to make it a string")
+                Problem(exc.path, f"kubectl cannot convert it to JSON: {exc}", _CONVERT_HINT)
             )
             return None
+
+    def _duplicate(self, path: str) -> None:
+        """A key written twice: kubectl silently sends the last one; say so instead."""
+        self._problems.append(
+            Problem(
+                path,
+                "the key is written twice in this mapping",
+                "keep one (kubectl would silently send the last)",
+            )
+        )
+
+    def compose_scalar_node(self, anchor: str | None) -> Node:
+        """A scalar tagged for `kubeyaml`: plain and untagged (resolved by its text), quoted
+        or a block (a string), or its explicit tag. PyYAML's own resolver is not used."""
+        event = self.peek_event()
+        node: Node = super().compose_scalar_node(anchor)
+        if event.tag == "!" or (event.tag is None and not event.implicit[0]):
+            node.tag = kubeyaml.STR
+        elif event.tag is None:
+            node.tag = kubeyaml.PLAIN
+        return node
 
     def take_problems(self) -> list[Problem]:
         found, self._problems = self._problems, []
@@ -341,9 +355,9 @@ class _BoundedLoader(_SafeLoader):  # type: ignore[misc]
         where = self._where(index)
         if self.check_event(AliasEvent):
             alias = self.peek_event().anchor
-            node = self.anchors.get(alias)
-            if node is not None:
-                weight = self._weights.get(id(node))
+            target = self.anchors.get(alias)
+            if target is not None:
+                weight = self._weights.get(id(target))
                 if weight is None:
                     raise _OutOfBounds(
                         where, f"alias *{alias} refers to a collection that contains it",
@@ -368,41 +382,10 @@ class _BoundedLoader(_SafeLoader):  # type: ignore[misc]
                 self._path.pop()
         else:  # the root, or a mapping key
             node = super().compose_node(parent, index)
-        if isinstance(node, ScalarNode) and node.tag == INT_TAG:
-            digits = len(node.value)
-            if digits > bounds.MAX_INT_DIGITS:
-                raise _OutOfBounds(
-                    where, f"an integer of {digits:,} digits", "Kubernetes integers are 64-bit"
-                )
-        elif isinstance(node, ScalarNode) and node.tag == TIMESTAMP_TAG:
-            try:
-                self.construct_yaml_timestamp(node)
-            except (ValueError, OverflowError) as exc:
-                # Reported here, where the field is known; read on as text.
-                self._problems.append(
-                    Problem(where, f"{node.value!r} is not a date: {exc}", "quote it")
-                )
-                node.tag = STR_TAG
         if anchor is not None:  # what an alias to it will cost
             self._weights[id(node)] = self._count - before
-        if isinstance(node, MappingNode):
-            self._duplicates(node, where)
-        return node
-
-    def _duplicates(self, node: MappingNode, where: str) -> None:
-        """A key written twice: YAML readers keep one silently, kubectl refuses the file."""
-        seen: set[str] = set()
-        for key, _ in node.value:
-            if isinstance(key, ScalarNode) and key.tag != "tag:yaml.org,2002:merge":
-                if key.value in seen:
-                    self._problems.append(
-                        Problem(
-                            bounds.join(where, key.value),
-                            "the key is written twice in this mapping",
-                            "keep one (YAML would silently use the last)",
-                        )
-                    )
-                seen.add(key.value)
+        composed: Node = node
+        return composed
 
     def _add(self, count: int, where: str) -> None:
         self._count += count
@@ -421,6 +404,11 @@ class _BoundedLoader(_SafeLoader):  # type: ignore[misc]
         if isinstance(index, int):
             path = bounds.join(path, index)
         return path
+
+
+_CONVERT_HINT = (
+    "kubectl converts YAML to JSON before sending it; quote the value to make it a string"
+)
 
 
 def _yaml_reason(exc: yaml.YAMLError) -> str:

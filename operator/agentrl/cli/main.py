@@ -28,13 +28,13 @@ from agentrl import __version__
 from agentrl.api.crd import crd
 from agentrl.api.images import DefaultImage
 from agentrl.api.models import RLExperiment
-from agentrl.api.policy import BASELINE, Policy, PolicyError, load_policy
+from agentrl.api.policy import BASELINE, Policy, PolicyError, load_policy, policy_warnings
 from agentrl.api.validation import Problem, errors, parse_experiment
-from agentrl.cli import completion, logs, summary
+from agentrl.cli import completion, logs, rehearse, summary
 from agentrl.cli.load import Document, LoadError, load_document, load_documents
 from agentrl.render import OperatorDefaults, collect_bundle_files, render_all
 from agentrl.render.defaults import DEFAULT_IMAGE
-from agentrl.slimecmd import preview
+from agentrl.slimecmd import preview, wandb_run_name
 
 ENV_IMAGE = "AGENTRL_IMAGE"
 ENV_BUNDLE_VERSION = "AGENTRL_BUNDLE_VERSION"
@@ -146,7 +146,7 @@ _BlockDumper.add_representer(str, _str_presenter)
 
 def _command_text(exp: RLExperiment) -> str:
     """slime's command line as the launcher will run it (pod-only values shown as <...>)."""
-    argv = preview(exp.spec)
+    argv = preview(exp.spec, wandb_run_name(exp.metadata.namespace, exp.metadata.name))
     lines, i = [], 0
     while i < len(argv):  # one flag and its values per line; "<...:>" notes start a line too
         j = i + 1
@@ -162,7 +162,15 @@ Parsed = list[tuple[str, RLExperiment | None, list[Problem]]]
 
 def _parse(args: argparse.Namespace, err: TextIO, image: DefaultImage) -> Parsed:
     """Every RLExperiment of the inputs, parsed; other kinds are skipped with a note."""
+    if args.policy == "-" and "-" in args.file:
+        raise LoadError(
+            "-f - and --policy - both read stdin, which can be read once: give one of them "
+            "as a file (e.g. --policy values.yaml)"
+        )
     policy = _policy(args)
+    source = args.policy or ENV_POLICY
+    for warning in policy_warnings(policy):
+        print(f"{source}: warning: {warning}", file=err)
     parsed: Parsed = []
     for doc in load_documents(args.file, recursive=args.recursive):
         if not doc.is_experiment:
@@ -269,6 +277,7 @@ def _parser() -> argparse.ArgumentParser:
     crd = sub.add_parser("crd", help="print the RLExperiment CustomResourceDefinition")
     crd.set_defaults(func=cmd_crd)
     logs.add_parser(sub)
+    rehearse.add_parser(sub)
     completion.add_parser(sub, parser)
     return parser
 

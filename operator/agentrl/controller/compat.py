@@ -10,7 +10,9 @@ before creating a generation's RayJob or patching its lifecycle values, asks
 
 Decision: a field the CRD would drop is a loss unless the RayJob carries it at the value its
 absence means to KubeRay anyway (`backoffLimit: 0`, `suspend: false`,
-`ttlSecondsAfterFinished: 0`: Go zero values, so dropping them changes nothing). A loss
+`ttlSecondsAfterFinished: 0`: Go zero values, so dropping them changes nothing), or carries
+agentrl's default for a field the spec left unset (`preRunningDeadlineSeconds` from the
+default startup deadline: the operator still reports the deadline itself). A loss
 stops that generation before anything is created (or, for a running RayJob, before the
 patch): a run that silently differs from its spec is worse than one that does not start.
 The experiment gets `KubeRayIncompatible` with `explain_pruned`'s messages (the field and
@@ -26,7 +28,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 import aiohttp
@@ -48,9 +50,12 @@ ABSENT_MEANS: Mapping[str, Any] = {
 REREAD_AFTER = 60.0
 
 
-def losses(rayjob: Mapping[str, Any], crd: Mapping[str, Any] | None) -> list[str]:
+def losses(
+    rayjob: Mapping[str, Any], crd: Mapping[str, Any] | None, defaulted: Collection[str] = ()
+) -> list[str]:
     """Why `rayjob` cannot be created as rendered on a KubeRay whose CRD is `crd` (None: not
-    installed); [] when nothing it relies on would be dropped."""
+    installed); [] when nothing it relies on would be dropped. `defaulted`: paths rendered
+    from agentrl's defaults, not from the spec (`kuberay.defaulted`)."""
     if crd is None:
         return [f"KubeRay is not installed: the {RAYJOB_CRD} CRD was not found; install "
                 f"KubeRay >= {kuberay.KUBERAY_MIN_VERSION}"]  # fmt: skip
@@ -58,7 +63,7 @@ def losses(rayjob: Mapping[str, Any], crd: Mapping[str, Any] | None) -> list[str
         paths = kuberay.pruned_fields(rayjob, crd)
     except ValueError as err:  # the CRD does not serve ray.io/v1 at all
         return [str(err)]
-    lost = [p for p in paths if not _harmless(rayjob, p)]
+    lost = [p for p in paths if p not in defaulted and not _harmless(rayjob, p)]
     return list(kuberay.explain_pruned(lost)) if lost else []
 
 
@@ -117,16 +122,16 @@ class InstalledKubeRay:
             self._failed_at = self.clock()
             logger.warning("reading the %s CRD failed (%s); trying again later", RAYJOB_CRD, err)
 
-    async def losses(self, rayjob: Mapping[str, Any]) -> list[str]:
+    async def losses(self, rayjob: Mapping[str, Any], defaulted: Collection[str] = ()) -> list[str]:
         """`losses` against the installed CRD, read again before a refusal; [] when unknown."""
         if not self.known and self._may_retry():
             await self.read()
         if not self.known:
             return []
-        found = losses(rayjob, self.crd)
+        found = losses(rayjob, self.crd, defaulted)
         if found:  # KubeRay may have been upgraded since the last read
             await self.read()
-            found = losses(rayjob, self.crd)
+            found = losses(rayjob, self.crd, defaulted)
         return found
 
     def _may_retry(self) -> bool:

@@ -26,6 +26,13 @@ WARNING_CONDITIONS: dict[str, str | None] = {
 }
 
 
+# Conditions whose being True is a problem (agentrl_experiment_condition exports them); Valid
+# is one when False. Running, Suspended, Succeeded and RayJobCreated are the normal course.
+PROBLEM_CONDITIONS = frozenset(
+    {*WARNING_CONDITIONS, ConditionType.FAILED, ConditionType.CONFIG_WARNING}
+)
+
+
 @dataclass(frozen=True)
 class Event:
     type: str  # "Normal" | "Warning"
@@ -125,3 +132,17 @@ def events_between(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Event
         detail = f" ({why})" if why else ""
         events.append(Event(kind, str(phase_new), f"phase {phase_old} -> {phase_new}{detail}"))
     return events
+
+
+def problems(status: Mapping[str, Any]) -> frozenset[tuple[str, str]]:
+    """(condition, reason) of each problem the conditions report: a problem condition that is
+    True, or Valid that is False. At most one per condition type, reasons from small fixed
+    sets (the kubelet's, KubeRay's and our own), so a metric labelled by them stays small."""
+    found = set()
+    for cond in status.get("conditions") or ():
+        ctype, value = cond.get("type"), cond.get("status")
+        if (ctype in PROBLEM_CONDITIONS and value == "True") or (
+            ctype == ConditionType.VALID and value == "False"
+        ):
+            found.add((str(ctype), str(cond.get("reason") or "")))
+    return frozenset(found)

@@ -36,6 +36,16 @@ class OperatorMetrics:
             ["experiment_namespace", "experiment", "ray_dashboard_url"],
             registry=self.registry,
         )
+        # One series per problem an experiment's conditions report (conditions.problems):
+        # none for a healthy experiment, a handful at most for a troubled one, all gone with
+        # the experiment. AgentRLExperimentStalled and AgentRLExperimentFailed read it.
+        self.experiment_condition = Gauge(
+            "agentrl_experiment_condition",
+            "1 for each problem an RLExperiment's conditions report (a problem condition that "
+            "is True, or Valid that is False), with the condition's reason.",
+            ["experiment_namespace", "experiment", "condition", "reason"],
+            registry=self.registry,
+        )
         self.reconcile_total = Counter(
             "agentrl_reconcile", "Spec reconciles by result.", ["result"], registry=self.registry
         )
@@ -44,6 +54,14 @@ class OperatorMetrics:
             "Time of one spec reconcile (validate, render, children, status).",
             registry=self.registry,
             buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+        )
+        # Which replica acts: 1 on the leader (or on the one operator without leader
+        # election), 0 on a standby. Prometheus's pod label names the replica; a standby
+        # has no experiments, so its per-experiment series are absent and its counts zero.
+        self.leader = Gauge(
+            "agentrl_operator_leader",
+            "1 while this operator replica leads (reconciles, writes status), 0 on standby.",
+            registry=self.registry,
         )
         for phase in Phase:
             self.experiments.labels(str(phase)).set(0)
@@ -72,6 +90,18 @@ class OperatorMetrics:
             self.experiment_info.remove(*key, old)
         if new is not None:
             self.experiment_info.labels(*key, new).set(1)
+
+    def flag(
+        self,
+        key: tuple[str, str],
+        old: frozenset[tuple[str, str]],
+        new: frozenset[tuple[str, str]],
+    ) -> None:
+        """An experiment's problems (condition, reason) changed (empty: none, or deleted)."""
+        for condition, reason in old - new:
+            self.experiment_condition.remove(*key, condition, reason)
+        for condition, reason in new - old:
+            self.experiment_condition.labels(*key, condition, reason).set(1)
 
     def serve(self, port: int) -> None:
         """Serve /metrics on 0.0.0.0:port in a thread (prometheus_client's own server)."""

@@ -2,38 +2,135 @@
 
 A RayJob sits in Initializing for ever when an image cannot be pulled or no node has the GPUs
 (https://github.com/ray-project/kuberay/issues/1990, /issues/2387); the pods say why, so we
-read their waiting and scheduling reasons. Training progress is read elsewhere (progress.py).
+read their scheduling condition and their containers' waiting reasons. Training progress is
+read elsewhere (progress.py).
+
+The waiting reasons are the kubelet's own strings:
+- image pulls: `pkg/kubelet/images/types.go`
+  (https://github.com/kubernetes/kubernetes/blob/v1.20.2/pkg/kubelet/images/types.go), plus
+  `SignatureValidationFailed`, which container runtimes may return since Kubernetes 1.28
+  (`k8s.io/cri-api/pkg/errors`,
+  https://github.com/kubernetes/kubernetes/blob/v1.28.0/staging/src/k8s.io/cri-api/pkg/errors/errors.go);
+- containers: `pkg/kubelet/container/sync_result.go` (`CrashLoopBackOff`, `RunContainerError`)
+  and `pkg/kubelet/kuberuntime/kuberuntime_container.go` (`CreateContainerConfigError`,
+  `CreateContainerError`, `PreStartHookError`, `PostStartHookError`; `PreCreateHookError`
+  since 1.21), both at v1.20.2.
+
+A pod whose volumes cannot be mounted shows nothing of it in its status: its containers wait
+in `ContainerCreating` (or `PodInitializing`, with init containers) exactly as they do while
+a large image downloads. Only its events tell the two apart (`FailedMount` and its kin,
+`pkg/kubelet/events/event.go` at v1.20.2), so a pod still creating past a bound is checked
+against its events (`creating_trouble`), and only then.
+
+One trouble, one set of words: the kubelet flips an image pull between `ErrImagePull` and
+`ImagePullBackOff` at every retry and rewrites a crash loop's back-off delay into its
+message, and the scheduler rewrites its node counts. A pod's trouble is therefore recorded
+once, when first seen, and kept while the same trouble lasts (`same_trouble`); only a
+different trouble, or recovery, changes it. That is what keeps a stuck experiment at one
+status write and one event.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 # Container waiting reasons that do not clear by waiting (or only after a user fixes something).
-STUCK_WAITING_REASONS = frozenset(
-    {"ImagePullBackOff", "ErrImagePull", "CrashLoopBackOff", "InvalidImageName",
-     "CreateContainerConfigError", "CreateContainerError"}
+IMAGE_PULL_REASONS = frozenset(
+    {"ErrImagePull", "ImagePullBackOff", "ImageInspectError", "ErrImageNeverPull",
+     "RegistryUnavailable", "InvalidImageName", "SignatureValidationFailed"}
 )  # fmt: skip
+CRASH_REASONS = frozenset({"CrashLoopBackOff", "RunContainerError"})
+CREATE_REASONS = frozenset(
+    {"CreateContainerConfigError", "CreateContainerError", "PreCreateHookError",
+     "PreStartHookError", "PostStartHookError"}
+)  # fmt: skip
+STUCK_WAITING_REASONS = IMAGE_PULL_REASONS | CRASH_REASONS | CREATE_REASONS
+# What the kubelet reports while it prepares a pod (sandbox, volumes, image, init containers).
+CREATING_REASONS = frozenset({"ContainerCreating", "PodInitializing"})
+# Warning events that explain a pod held in ContainerCreating: a volume that cannot be
+# attached, mounted or mapped (a missing ConfigMap or Secret, a CSI driver failing) or a
+# sandbox the runtime cannot create (CNI out of addresses).
+EVENT_REASONS = frozenset(
+    {"FailedMount", "FailedAttachVolume", "FailedMapVolume", "FailedCreatePodSandBox"}
+)
+UNSCHEDULABLE = "Unschedulable"
 MESSAGE_MAX = 300  # keep status and events short; the pod has the full text
 
+Trouble = tuple[str, str]  # (reason, message)
 
-def pod_stuck(pod: Mapping[str, Any]) -> tuple[str, str] | None:
-    """(reason, message) if the pod cannot make progress without help, else None."""
+
+def pod_stuck(pod: Mapping[str, Any]) -> Trouble | None:
+    """(reason, message) if the pod's status says it cannot progress without help, else None."""
     status = pod.get("status") or {}
     for cond in status.get("conditions") or ():
         if (cond.get("type") == "PodScheduled" and cond.get("status") == "False"
-                and cond.get("reason") == "Unschedulable"):  # fmt: skip
-            return "Unschedulable", _short(cond.get("message", ""))
-    for key in ("initContainerStatuses", "containerStatuses"):
-        for cs in status.get(key) or ():
-            waiting = (cs.get("state") or {}).get("waiting") or {}
-            reason = waiting.get("reason")
-            if reason in STUCK_WAITING_REASONS:
-                where = f"container {cs.get('name', '?')}"
-                text = waiting.get("message", "")
-                return reason, _short(f"{where}: {text}" if text else where)
+                and cond.get("reason") == UNSCHEDULABLE):  # fmt: skip
+            return UNSCHEDULABLE, _short(cond.get("message", ""))
+    for cs in _container_statuses(status):
+        waiting = (cs.get("state") or {}).get("waiting") or {}
+        reason = waiting.get("reason")
+        if reason in STUCK_WAITING_REASONS:
+            where = f"container {cs.get('name', '?')}"
+            text = _crash_text(cs) if reason in CRASH_REASONS else waiting.get("message", "")
+            return reason, _short(f"{where}: {text}" if text else where)
     return None
+
+
+def _container_statuses(status: Mapping[str, Any]) -> Iterable[Mapping[str, Any]]:
+    for key in ("initContainerStatuses", "containerStatuses"):
+        yield from status.get(key) or ()
+
+
+def _crash_text(cs: Mapping[str, Any]) -> str:
+    """How the container last ended; the kubelet's own message only carries the back-off
+    delay, which changes at every restart."""
+    ended = (cs.get("lastState") or {}).get("terminated") or {}
+    if "exitCode" not in ended:
+        return ""
+    how = f" ({ended['reason']})" if ended.get("reason") else ""
+    return f"exited with code {ended['exitCode']}{how}; the kubelet restarts it with back-off"
+
+
+def same_trouble(old: str, new: str) -> bool:
+    """Whether two reasons are the same trouble seen twice (keep the first words)."""
+    if old == new:
+        return True
+    return any(old in group and new in group for group in (IMAGE_PULL_REASONS, CRASH_REASONS))
+
+
+def creating_since(pod: Mapping[str, Any]) -> str | None:
+    """When a scheduled pod began creating, while every container still waits in
+    ContainerCreating or PodInitializing; None otherwise."""
+    status = pod.get("status") or {}
+    statuses = list(_container_statuses(status))
+    if not statuses:
+        return None
+    for cs in statuses:
+        waiting = (cs.get("state") or {}).get("waiting") or {}
+        if waiting.get("reason") not in CREATING_REASONS:
+            return None
+    for cond in status.get("conditions") or ():
+        if cond.get("type") == "PodScheduled" and cond.get("status") == "True":
+            since = cond.get("lastTransitionTime") or status.get("startTime")
+            return str(since) if since else None
+    return None
+
+
+def creating_trouble(events: Iterable[Mapping[str, Any]]) -> Trouble | None:
+    """The newest Warning event that explains a pod held in ContainerCreating, if any."""
+    found = [e for e in events if e.get("type") == "Warning" and e.get("reason") in EVENT_REASONS]
+    if not found:
+        return None
+    newest = max(found, key=_event_time)
+    return str(newest["reason"]), _short(str(newest.get("message") or ""))
+
+
+def _event_time(event: Mapping[str, Any]) -> str:
+    # RFC 3339 strings in UTC sort as times; events.k8s.io writes eventTime, core lastTimestamp.
+    return str(
+        event.get("lastTimestamp") or event.get("eventTime") or event.get("firstTimestamp") or ""
+    )
 
 
 def _short(text: str) -> str:

@@ -23,6 +23,7 @@ behaviour the tests drive.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import random
@@ -43,7 +44,7 @@ from agentrl.controller.kube import Kube, KubeError
 from agentrl.controller.metrics import OperatorMetrics
 from agentrl.controller.state import Experiment, Key, key_of, uid_of
 from agentrl.controller.workqueue import WorkQueue, jittered, retry_delay
-from agentrl.render import Bundle, render_all
+from agentrl.render import Bundle, kuberay, render_all
 from agentrl.render.names import metrics_service_name
 from agentrl.render.objects import gateway_url
 
@@ -102,6 +103,7 @@ class Controller:
         else:
             exp.update(body)
         self._count(exp, exp.phase)
+        self._flag(exp, exp.status)
         if self._due(exp):
             self.queue.add(exp.key)
 
@@ -121,6 +123,7 @@ class Controller:
         if exp is not None:
             self._count(exp, None)
             self._link(exp, None)
+            self._flag(exp, {})
 
     async def on_rayjob(self, rayjob: Mapping[str, Any], deleted: bool = False) -> None:
         exp = self._owner(rayjob)
@@ -138,13 +141,41 @@ class Controller:
             return
         name = (pod.get("metadata") or {}).get("name", "")
         found = None if deleted else observe.pod_stuck(pod)
-        if exp.stuck.get(name) == found:
+        creating = None if deleted or found else observe.creating_since(pod)
+        if creating is None:
+            exp.creating.pop(name, None)
+        else:
+            exp.creating[name] = creating
+        old = exp.stuck.get(name)
+        if found is None and creating is not None and old and old[0] in observe.EVENT_REASONS:
+            found = old  # held in ContainerCreating by what its events said (the sweep)
+        if old is not None and found is not None and observe.same_trouble(old[0], found[0]):
+            return  # the same trouble again: its first words stay (one write, one event)
+        if found is None and old is None:
             return
         if found is None:
-            exp.stuck.pop(name, None)
+            del exp.stuck[name]
         else:
             exp.stuck[name] = found
         await self._observed(exp)
+
+    async def check_creating(self, exp: Experiment) -> None:
+        """Pods creating for longer than `stuck_creating_after`: their events say whether
+        a volume or the sandbox holds them (a large image pull holds them too, and is fine)."""
+        now = status.parse_time(self.now())
+        bound = self.config.stuck_creating_after
+        for pod, since in list(exp.creating.items()):
+            if pod in exp.stuck or (now - status.parse_time(since)).total_seconds() < bound:
+                continue
+            try:
+                events = await self.kube.pod_events(exp.key[0], pod)
+            except (KubeError, OSError) as err:  # the next sweep asks again
+                logger.info("%s/%s: events of pod %s not read (%s)", *exp.key, pod, err)
+                continue
+            found = observe.creating_trouble(events)
+            if found is not None and exp.creating.get(pod) == since:  # still creating
+                exp.stuck[pod] = found
+                await self._observed(exp)
 
     async def _observed(self, exp: Experiment) -> None:
         """Something the status shows changed: sync now, or when the reconcile under way
@@ -211,8 +242,9 @@ class Controller:
             return "invalid" if parsed is None else "ok"
         kids = render_all(parsed, self.defaults, self.bundle)
         known = bool(exp.status.get("rayJobName"))
+        check = functools.partial(self.kuberay.losses, defaulted=kuberay.defaulted(parsed.spec))
         applied = await apply_children(self.kube, exp.uid, kids, parsed.spec, known=known,
-                                       check=self.kuberay.losses)  # fmt: skip
+                                       check=check)  # fmt: skip
         if applied.rayjob_status is not None and exp.rayjob is None:
             exp.rayjob = applied.rayjob_status  # the watch, when it has shown one, is newer
         await self.sync(exp, status.SpecOutcome(
@@ -238,11 +270,13 @@ class Controller:
                 rayjob=exp.rayjob,
                 stuck=[(pod, r, m) for pod, (r, m) in exp.stuck.items()],
                 created=exp.body["metadata"].get("creationTimestamp"),
-                startup_deadline=exp.spec.get("startupDeadlineSeconds"),
+                startup_deadline=exp.startup_deadline,
             )
             new = status.apply_observed(new, seen, now)
             if exp.progress is not None:
                 new = status.apply_progress(new, exp.progress, now)
+            if exp.wandb_run_url is not None:
+                new = {**new, "wandbRunURL": exp.wandb_run_url}
             patch = status.diff(base, new)
             if patch is None:
                 exp.settled = True
@@ -255,6 +289,7 @@ class Controller:
             exp.written, exp.settled = new, True
             self._count(exp, new.get("phase"))
             self._link(exp, new.get("dashboardURL"))
+            self._flag(exp, new)
             for event in conditions.events_between(base, new):
                 await self._post_event(exp, event, now)
 
@@ -264,6 +299,13 @@ class Controller:
         if url != exp.linked:
             self.metrics.link(exp.key, exp.linked, url)
             exp.linked = url
+
+    def _flag(self, exp: Experiment, st: Mapping[str, Any]) -> None:
+        """agentrl_experiment_condition, moved when the experiment's problems change."""
+        found = conditions.problems(st)
+        if found != exp.flagged:
+            self.metrics.flag(exp.key, exp.flagged, found)
+            exp.flagged = found
 
     def _count(self, exp: Experiment, phase: str | None) -> None:
         """agentrl_experiments{phase}, moved per change (a recount costs O(experiments))."""

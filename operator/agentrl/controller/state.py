@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentrl.api.constants import Phase
+from agentrl.api.models import startup_deadline
 from agentrl.controller import conditions, status
 from agentrl.controller.progress import Pace
 
@@ -39,10 +40,13 @@ class Experiment:
     uid: str | None
     body: Obj  # metadata, spec and status as last seen
     rayjob: Obj | None = None  # its RayJob's .status as last seen (None: no RayJob seen)
-    stuck: dict[str, tuple[str, str]] = field(default_factory=dict)  # pod -> (reason, msg)
+    # pod -> (reason, message), in the order the pods were found stuck (the first speaks)
+    stuck: dict[str, tuple[str, str]] = field(default_factory=dict)
+    creating: dict[str, str] = field(default_factory=dict)  # pod -> when it began creating
     written: Obj | None = None  # the status this process last wrote
     counted: str | None = None  # the phase agentrl_experiments counts it under
     linked: str | None = None  # the Ray dashboard address agentrl_experiment_info carries
+    flagged: frozenset[tuple[str, str]] = frozenset()  # agentrl_experiment_condition's series
     reconciled: int | None = None  # the generation reconciled (None: not yet)
     reconciling: int | None = None  # the generation a reconcile is working on now
     changed: bool = False  # its RayJob or pods changed while that reconcile ran
@@ -52,6 +56,7 @@ class Experiment:
     scrape: dict[str, float] | None = None  # the previous progress reading, raw
     progress: dict[str, Any] | None = None  # status.progress values from the last reading
     pace: Pace | None = None  # rollout step timing
+    wandb_run_url: str | None = None  # the W&B run the run's metrics last reported
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # one status sync at a time
 
     @classmethod
@@ -90,7 +95,14 @@ class Experiment:
         return bool(st.get("phase") in (Phase.SUCCEEDED, Phase.FAILED) and not spec_failure)
 
     @property
+    def startup_deadline(self) -> int:
+        """spec.startupDeadlineSeconds in force (its default when unset)."""
+        return startup_deadline(self.spec.get("startupDeadlineSeconds"))
+
+    @property
     def clock_matters(self) -> bool:
-        """Whether the status can change with time alone: a startup deadline still running."""
-        waiting = self.phase in (Phase.PENDING, Phase.INITIALIZING)
-        return waiting and self.spec.get("startupDeadlineSeconds") is not None
+        """Whether the status can change with time alone: the startup deadline is running
+        (not Running yet, or Running while Ray has not seen the job)."""
+        if self.phase in (Phase.PENDING, Phase.INITIALIZING):
+            return True
+        return self.phase == Phase.RUNNING and not (self.rayjob or {}).get("jobStatus")

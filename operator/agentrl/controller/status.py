@@ -13,7 +13,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from agentrl.api.constants import ConditionType as C
@@ -81,9 +81,11 @@ class Observed:
     """What the cluster shows: the RayJob's status and the experiment's stuck pods."""
 
     rayjob: Mapping[str, Any] | None  # RayJob .status (None: no RayJob seen)
-    stuck: Sequence[tuple[str, str, str]] = ()  # (pod, reason, message)
+    # (pod, reason, message), in the order the pods were found stuck: the first one speaks
+    # for all, so a gang whose pods get stuck one after another changes nothing.
+    stuck: Sequence[tuple[str, str, str]] = ()
     created: str | None = None  # experiment creationTimestamp
-    startup_deadline: int | None = None  # spec.startupDeadlineSeconds
+    startup_deadline: int | None = None  # spec.startupDeadlineSeconds (None: no deadline)
 
 
 def apply_spec(old: Mapping[str, Any], out: SpecOutcome, now: str) -> Status:
@@ -253,30 +255,78 @@ def _phase_conditions(st: Status, phase: Phase, reason: str, now: str) -> None:
 
 
 def _stalled(st: Status, seen: Observed, phase: Phase, now: str) -> None:
-    """Stuck pods, or the startup deadline passed while not yet running."""
+    """Stuck pods, or the startup deadline passed before the run started.
+
+    Every message is stable while the trouble lasts: it names the pod, the reason and the
+    moment the clock started, never an age, so a stuck experiment costs one status write
+    and one event. How long it has been stuck is the condition's lastTransitionTime.
+    """
     if phase.is_terminal or phase == Phase.SUSPENDED:
         conditions.put_if_relevant(st, C.STALLED, False, reason=str(phase), message="", now=now)
         return
     if seen.stuck:
-        pod, reason, message = sorted(seen.stuck)[0]
-        more = f" (+{len(seen.stuck) - 1} more pods)" if len(seen.stuck) > 1 else ""
-        text = f"pod {pod}: {reason}" + (f": {message}" if message else "") + more
+        pod, reason, message = seen.stuck[0]
+        text = f"pod {pod}: {reason}" + (f": {message}" if message else "")
         conditions.put(st, C.STALLED, True, reason=reason, message=text, now=now)
         return
     late = startup_overdue(st, seen, phase, now)
     if late is not None:
-        conditions.put(st, C.STALLED, True, reason="StartupDeadlineExceeded", message=late, now=now)
+        reason, message, since = late
+        conditions.put(st, C.STALLED, True, reason=reason, message=message, now=since)
         return
     conditions.put_if_relevant(st, C.STALLED, False, reason="Progressing", message="", now=now)
 
 
-def startup_overdue(st: Mapping[str, Any], seen: Observed, phase: Phase, now: str) -> str | None:
-    """A message when the experiment has not reached Running within startupDeadlineSeconds."""
-    if seen.startup_deadline is None or phase not in (Phase.PENDING, Phase.INITIALIZING):
+STARTUP_DEADLINE_EXCEEDED = "StartupDeadlineExceeded"
+SUBMITTER_NOT_STARTED = "SubmitterNotStarted"
+
+
+def startup_overdue(
+    st: Mapping[str, Any], seen: Observed, phase: Phase, now: str
+) -> tuple[str, str, str] | None:
+    """(reason, message, when the deadline passed) when the run has not started within
+    startupDeadlineSeconds; None while it has time, or has started.
+
+    Started means Running, and Ray knowing the job: KubeRay reports Running as soon as it
+    has created its submitter Job, and only the submitter's `ray job submit` makes the job
+    known, so a submitter pod that never starts (quota, admission, no node for it) leaves a
+    Running RayJob whose jobStatus stays empty.
+    """
+    if seen.startup_deadline is None:
         return None
-    # The clock starts at creation, at the last resume (Suspended turning False), or at the
-    # start of KubeRay's current attempt (its status.startTime, set anew for each backoffLimit
-    # retry, the clock KubeRay's own preRunningDeadlineSeconds uses): a retry gets its own.
+    rj = seen.rayjob if seen.rayjob is not None else st.get("rayJob") or {}
+    if phase == Phase.RUNNING:
+        if rj.get("jobStatus"):
+            return None
+        reason = SUBMITTER_NOT_STARTED
+    elif phase in (Phase.PENDING, Phase.INITIALIZING):
+        reason = STARTUP_DEADLINE_EXCEEDED
+    else:
+        return None
+    start = startup_clock(st, seen)
+    if start is None:
+        return None
+    deadline = start + timedelta(seconds=seen.startup_deadline)
+    if parse_time(now) <= deadline:
+        return None
+    limit = f"startupDeadlineSeconds={seen.startup_deadline}"
+    since = format_time(start)
+    if reason == SUBMITTER_NOT_STARTED:
+        name = st.get("rayJobName") or "the RayJob"
+        message = (f"KubeRay reports the RayJob Running, but Ray has not seen its job within "
+                   f"{limit} of the start at {since}: the submitter pod never started; check "
+                   f"`kubectl describe job {name}` and its pods' events")  # fmt: skip
+    else:
+        message = (f"not Running within {limit} of the start at {since}; check the pods' "
+                   "events")  # fmt: skip
+    return reason, message, format_time(deadline)
+
+
+def startup_clock(st: Mapping[str, Any], seen: Observed) -> datetime | None:
+    """When the startup deadline's clock started: creation, the last resume (Suspended
+    turning False), or the start of KubeRay's current attempt (its status.startTime, set anew
+    for each backoffLimit retry, the clock KubeRay's own preRunningDeadlineSeconds uses), so
+    a retry gets its own."""
     starts: list[str] = [seen.created] if seen.created else []
     attempt = (seen.rayjob or {}).get("startTime")
     if isinstance(attempt, str) and attempt:
@@ -284,14 +334,7 @@ def startup_overdue(st: Mapping[str, Any], seen: Observed, phase: Phase, now: st
     resumed = conditions.get(st, C.SUSPENDED)
     if resumed and resumed.get("status") == "False" and resumed.get("lastTransitionTime"):
         starts.append(str(resumed["lastTransitionTime"]))
-    valid = [parse_time(s) for s in starts]
-    if not valid:
-        return None
-    waited = (parse_time(now) - max(valid)).total_seconds()
-    if waited <= seen.startup_deadline:
-        return None
-    return (f"not Running {int(waited)}s after start (startupDeadlineSeconds="
-            f"{seen.startup_deadline}); check the pods' events")  # fmt: skip
+    return max((parse_time(s) for s in starts), default=None)
 
 
 def apply_progress(old: Mapping[str, Any], values: Mapping[str, Any], now: str) -> Status:

@@ -2,8 +2,9 @@
 
 One task for all experiments, every `AGENTRL_SWEEP_INTERVAL` seconds (per-object kopf timers
 would put a finalizer on every experiment). A sweep reads the metrics of each Running
-experiment, then re-evaluates only the experiments whose status can have moved: new
-progress, a startup deadline still running, or a sync that did not finish. The rest are
+experiment and the events of pods creating for longer than `AGENTRL_STUCK_CREATING_SECONDS`,
+then re-evaluates only the experiments whose status can have moved: new progress, a startup
+deadline still running, or a sync that did not finish. The rest are
 current (a sync follows every watch event), so a thousand steady experiments cost nothing
 here. An unreachable or unparsable endpoint leaves progress as it was: no error loop, no
 event; the next sweep tries again.
@@ -39,6 +40,8 @@ async def sweep(controller: Controller) -> None:
     running = [exp for exp in experiments if exp.phase == Phase.RUNNING]
     await asyncio.gather(*(scrape(controller, exp, gate) for exp in running))
     for exp in experiments:
+        if exp.creating and not exp.finished:
+            await controller.check_creating(exp)
         if exp.finished or (exp.settled and not exp.clock_matters):
             continue
         await controller.sync(exp)
@@ -57,10 +60,12 @@ async def scrape(controller: Controller, exp: Experiment, gate: asyncio.Semaphor
     if text is None:
         return  # unreachable: progress stays as it was
     try:
-        raw = progress.parse_progress(text)
+        raw, run_url = progress.parse_reading(text)
     except ValueError:
         logger.debug("metrics of %s/%s not parseable", *exp.key)
         return
+    if run_url is not None and run_url != exp.wandb_run_url:
+        exp.wandb_run_url, exp.settled = run_url, False
     if "rollout" in raw:
         rollout, at = int(raw["rollout"]), parse_time(controller.now())
         if exp.pace is None:  # first reading here: keep the step time the status shows

@@ -25,6 +25,8 @@ from agentrl.api.constants import BUNDLE_ARCHIVE_NAME, CONFIGMAP_MAX_BYTES
 # slime's command line (the launcher composes it) and the bundle itself. Never the operator
 # side.
 BUNDLE_ROOTS = ("api", "slimecmd", "bundle")
+# Bundle code that runs only on a user's machine (`agentrl rehearse`), never in the pods.
+LOCAL_ONLY = frozenset({"agentrl/bundle/rehearse"})
 # Zip members carry a timestamp; a fixed one keeps the archive a function of the sources.
 FIXED_TIME = (1980, 1, 1, 0, 0, 0)
 
@@ -41,8 +43,9 @@ def collect_bundle_files() -> dict[str, str]:
 def _walk(node: Traversable, rel: str, out: dict[str, str]) -> None:
     for child in node.iterdir():
         if child.is_dir():
-            if child.name != "__pycache__":
-                _walk(child, f"{rel}/{child.name}", out)
+            path = f"{rel}/{child.name}"
+            if child.name != "__pycache__" and path not in LOCAL_ONLY:
+                _walk(child, path, out)
         elif child.name.endswith(".py"):
             out[f"{rel}/{child.name}"] = child.read_text(encoding="utf-8")
 

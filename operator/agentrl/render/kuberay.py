@@ -191,6 +191,15 @@ def explain_pruned(paths: Sequence[str]) -> list[str]:
     return out
 
 
+def defaulted(spec: RLExperimentSpec) -> frozenset[str]:
+    """RayJob paths rendered from agentrl's default rather than from the spec: an older
+    KubeRay that drops one loses nothing the spec asked for (the operator keeps its own
+    startup deadline either way)."""
+    return frozenset(
+        f.rayjob_field for f in FEATURES if f.spec_field is not None and not f.used_by(spec)
+    )
+
+
 def features_used(spec: RLExperimentSpec) -> list[Feature]:
     """The release-dependent KubeRay features this spec relies on."""
     return [f for f in FEATURES if f.used_by(spec)]

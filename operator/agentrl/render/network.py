@@ -1,15 +1,18 @@
 """How the experiment's head pod is reached: the gateway Service and the metrics Service.
 
 They are two Services because they face two audiences. The gateway Service carries the agent
-API only, and may be a LoadBalancer when agents run outside the cluster (an AgentCore
-runtime). The metrics port serves `/metrics` without authentication, so it has its own
-Service that is always ClusterIP: the operator's progress scrape reads it there, and the
-PodMonitor scrapes the pod's named port directly. Both select the head pod by agentrl's own
-labels, which survive KubeRay renaming the RayCluster on a retry.
+API only (model calls, and HTTP agents' result callbacks, which the gateway relays to the
+rollout), and may be a LoadBalancer when agents run outside the cluster (an AgentCore
+runtime, an HTTP agent elsewhere). The metrics port serves `/metrics` without
+authentication, so it has its own Service that is always ClusterIP: the operator's progress
+scrape reads it there, and the PodMonitor scrapes the pod's named port directly. Both select
+the head pod by agentrl's own labels, which survive KubeRay renaming the RayCluster on a
+retry.
 
-The gateway's admin API (sessions, turns, engine quiesce) listens on a port of its own that
-the OS picks and the hub announces to the rollout through Ray; no Service here names it, so a
-LoadBalancer reaches only the agent API. It also stays behind its own 256-bit token.
+The gateway's admin API (sessions, turns, engine quiesce, where callbacks go) listens on a
+port of its own that the OS picks and the hub announces to the rollout through Ray; no
+Service here names it, so a LoadBalancer reaches only the agent API. It also stays behind its
+own 256-bit token.
 """
 
 from __future__ import annotations

@@ -246,8 +246,7 @@ def render_rayjob(
     }
     if spec.active_deadline_seconds is not None:
         job["activeDeadlineSeconds"] = spec.active_deadline_seconds
-    if spec.startup_deadline_seconds is not None:
-        job["preRunningDeadlineSeconds"] = spec.startup_deadline_seconds
+    job["preRunningDeadlineSeconds"] = spec.startup_deadline
     meta = {**metadata, "labels": dict(metadata["labels"])}
     if spec.scheduling.queue_name:  # Kueue admits the whole gang through `suspend`
         meta["labels"][LABEL_KUEUE_QUEUE] = spec.scheduling.queue_name

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import botocore.exceptions
+import botocore.session
 import pytest
 import stamina
 from aiohttp import web
@@ -27,6 +28,7 @@ from moto import mock_aws
 from agentrl.api.models import AgentCoreAgent
 from agentrl.bundle.agents.agentcore import (
     INVOKE_ATTEMPTS,
+    NEVER_RAN,
     AgentCoreBackend,
     AgentCoreClients,
     ResultLocation,
@@ -39,6 +41,7 @@ from agentrl.bundle.agents.agentcore import (
 )
 from agentrl.bundle.agents.base import AgentError, AgentRequest
 from agentrl.bundle.agents.ratelimit import TpsLimiter
+from agentrl.bundle.failures import THROTTLED
 from agentrl.bundle.rollout.episode import EpisodeInput, EpisodeSpec, run_episode
 from agentrl.bundle.session import QuiesceReport, SessionHandle
 
@@ -175,7 +178,7 @@ async def test_invoke_then_result_from_s3_then_stop(aws: tuple[Any, Any]) -> Non
         result = await be.run(REQUEST)
         await writer
         stub.assert_no_pending_responses()
-    assert result.reward == 0.75  # the last of the per-step rewards
+    assert result.reward == 0.75 and result.via == "s3"  # the last of the per-step rewards
     assert json.loads(sent.seen[0])["_rollout"]["exp_id"] == EXP
     await be.aclose()
 
@@ -191,7 +194,7 @@ async def test_failures_reported_in_the_result_say_where_it_is(aws: tuple[Any, A
         expect_stop(stub)
         with pytest.raises(AgentError) as err:
             await be.run(REQUEST)
-    assert err.value.reason == "agent_error"
+    assert err.value.reason == "agent_error" and err.value.document == saved
     assert "ValueError: boom" in str(err.value) and f"s3://rl-results/{KEY}" in str(err.value)
 
     s3.put_object(Bucket=SPEC.s3_bucket, Key=KEY, Body=b"not json")
@@ -256,14 +259,19 @@ async def test_cancelled_while_polling_stops_the_runtime_session(aws: tuple[Any,
         stub.assert_no_pending_responses()  # stop_runtime_session was called
 
 
+# (code, HTTP status) of the refusals of an invoke that never ran.
+REFUSALS = [("ThrottlingException", 429), ("RetryableConflictException", 409)]
+
+
 @pytest.mark.looptime
-async def test_a_throttled_invoke_is_tried_again_since_it_never_ran(aws: tuple[Any, Any]) -> None:
+@pytest.mark.parametrize(("code", "status"), REFUSALS)
+async def test_a_refused_invoke_is_tried_again_since_it_never_ran(
+    aws: tuple[Any, Any], code: str, status: int
+) -> None:
     agentcore, s3 = aws
     be = backend(agentcore, s3)
     with stamina.set_testing(True, attempts=INVOKE_ATTEMPTS), Stubber(agentcore) as stub:
-        stub.add_client_error(
-            "invoke_agent_runtime", "ThrottlingException", "slow down", http_status_code=429
-        )
+        stub.add_client_error("invoke_agent_runtime", code, "not now", http_status_code=status)
         expect_invoke(stub, {"rewards": 0.5})
         expect_stop(stub)
         assert (await be.run(REQUEST)).reward == 0.5
@@ -271,21 +279,36 @@ async def test_a_throttled_invoke_is_tried_again_since_it_never_ran(aws: tuple[A
 
 
 @pytest.mark.looptime
-async def test_throttled_every_time_is_an_agent_error_after_the_attempts(
-    aws: tuple[Any, Any],
+@pytest.mark.parametrize(("code", "status"), REFUSALS)
+async def test_refused_every_time_is_throttled_after_the_attempts(
+    aws: tuple[Any, Any], code: str, status: int
 ) -> None:
     agentcore, s3 = aws
     be = backend(agentcore, s3)
     with stamina.set_testing(True, attempts=INVOKE_ATTEMPTS), Stubber(agentcore) as stub:
         for _ in range(INVOKE_ATTEMPTS):
-            stub.add_client_error(
-                "invoke_agent_runtime", "ThrottlingException", "slow down", http_status_code=429
-            )
+            stub.add_client_error("invoke_agent_runtime", code, "not now", http_status_code=status)
         expect_stop(stub)
         with pytest.raises(AgentError) as err:
             await be.run(REQUEST)
         stub.assert_no_pending_responses()  # exactly INVOKE_ATTEMPTS invokes, then the stop
-    assert f"throttled {INVOKE_ATTEMPTS} times" in str(err.value)
+    assert err.value.reason == THROTTLED
+    assert f"refused {INVOKE_ATTEMPTS} times" in str(err.value) and code in str(err.value)
+
+
+def test_the_refusals_retried_are_the_ones_botocores_model_says_never_ran() -> None:
+    """botocore's model of InvokeAgentRuntime is the judge: its errors marked `retryable`
+    (a 409 conflict) and its throttling error are retried, and nothing else it declares."""
+    model = botocore.session.get_session().get_service_model("bedrock-agentcore")
+    errors = {e.name: e for e in model.operation_model("InvokeAgentRuntime").error_shapes}
+    retryable = {n for n, e in errors.items() if "retryable" in e.metadata}
+    throttling = {
+        n for n, e in errors.items() if e.metadata.get("error", {}).get("httpStatusCode") == 429
+    }
+    assert retryable == {"RetryableConflictException"}
+    assert errors["RetryableConflictException"].metadata["error"]["httpStatusCode"] == 409
+    assert throttling == {"ThrottlingException"}
+    assert (retryable | throttling) == NEVER_RAN
 
 
 def test_only_an_invoke_that_cannot_have_run_is_tried_again() -> None:
@@ -296,6 +319,7 @@ def test_only_an_invoke_that_cannot_have_run_is_tried_again() -> None:
 
     never_ran = [
         client_error("ThrottlingException"),
+        client_error("RetryableConflictException"),
         botocore.exceptions.EndpointConnectionError(endpoint_url="https://x"),
         botocore.exceptions.ConnectTimeoutError(endpoint_url="https://x"),
     ]

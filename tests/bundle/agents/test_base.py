@@ -49,6 +49,8 @@ def test_invalid_results(doc: Any, reason: str) -> None:
     with pytest.raises(AgentError) as err:
         parse_result(doc)
     assert err.value.reason == reason
+    # The document travels with the error: a rehearsal shows the reward as it was received.
+    assert err.value.document is (doc if isinstance(doc, dict) else None)
 
 
 def test_a_handler_that_raised_is_reported_with_its_exception_type() -> None:

@@ -33,7 +33,7 @@ from agentrl.bundle.agents.http import (
 )
 from agentrl.bundle.rollout.batch import RolloutContext, run_groups
 from agentrl.bundle.rollout.episode import EpisodeInput, EpisodeSpec
-from agentrl.bundle.session import QuiesceReport, SessionHandle
+from agentrl.bundle.session import QuiesceReport, SessionHandle, callback_url
 
 SECRET = "sk-live-very-secret-value"
 
@@ -107,7 +107,13 @@ async def rig() -> AsyncIterator[Rig]:
     listener = CallbackListener("127.0.0.1", 0, "127.0.0.1")
     await listener.start()
     spec = HttpAgent(url=f"http://127.0.0.1:{port}/episodes", pollIntervalSeconds=0.05)
-    backend = HttpAgentBackend(spec, headers={"X-Api-Key": SECRET}, listener=listener, pool_size=4)
+    backend = HttpAgentBackend(
+        spec,
+        headers={"X-Api-Key": SECRET},
+        listener=listener,
+        pool_size=4,
+        callback_base=listener.url,
+    )
     try:
         yield Rig(agent, backend, listener)
     finally:
@@ -121,7 +127,7 @@ REQUEST = AgentRequest("sid-" + "x" * 40, {"task": 7, "_rollout": {"base_url": "
 
 async def test_result_by_callback(rig: Rig) -> None:
     result = await rig.backend.run(REQUEST)
-    assert result.reward == 0.5
+    assert result.reward == 0.5 and result.via == "callback"
     (body,) = rig.agent.submitted
     assert body["task"] == 7 and body["_rollout"]["base_url"] == "http://gw/v1"
     assert body["_rollout"]["callback_url"].endswith(f"/agentrl/callback/{REQUEST.session_id}")
@@ -129,9 +135,17 @@ async def test_result_by_callback(rig: Rig) -> None:
     assert rig.agent.deleted == []  # finished normally: nothing to stop
 
 
-async def test_result_by_fallback_poll_when_no_callback_comes(rig: Rig) -> None:
+async def test_result_by_fallback_poll_when_no_callback_comes(
+    rig: Rig, caplog: pytest.LogCaptureFixture
+) -> None:
     rig.agent.mode = "poll"
-    assert (await rig.backend.run(REQUEST)).reward == 0.25
+    with caplog.at_level(logging.WARNING, "agentrl.agents.http"):
+        result = await rig.backend.run(REQUEST)
+        assert result.reward == 0.25 and result.via == "poll"
+        assert (await rig.backend.run(AgentRequest("sid-2", REQUEST.payload))).via == "poll"
+    # Said once: results come late, and the callback URL agents cannot reach is named.
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert f"no agent has posted a result to {rig.listener.url}/agentrl/callback/" in line
 
 
 async def test_refused_episode_is_an_agent_error_without_secrets(
@@ -192,7 +206,9 @@ async def test_a_refused_connection_is_tried_again_a_dropped_one_is_not() -> Non
     try:
         for port, attempts in ((closed_port, SUBMIT_ATTEMPTS), (dropping_port, 1)):
             spec = HttpAgent(url=f"http://127.0.0.1:{port}/episodes")
-            be = HttpAgentBackend(spec, headers={}, listener=listener, pool_size=2)
+            be = HttpAgentBackend(
+                spec, headers={}, listener=listener, pool_size=2, callback_base=listener.url
+            )
             with (
                 stamina.set_testing(True, attempts=SUBMIT_ATTEMPTS),
                 scheduled_retries() as r,
@@ -261,7 +277,8 @@ async def test_timeout_stops_the_agent_and_late_callbacks_are_refused(rig: Rig) 
 
 
 async def test_callback_needs_the_episode_token(rig: Rig) -> None:
-    url, _token, fut = rig.listener.expect("abc")
+    _token, fut = rig.listener.expect("abc")
+    url = callback_url(rig.listener.url, "abc")
     bad = {"Authorization": "Bearer no"}
     async with (
         aiohttp.ClientSession() as http,
@@ -347,7 +364,13 @@ async def test_failures_from_odd_responses_never_log_the_secret_header(
     listener = CallbackListener("127.0.0.1", 0, "127.0.0.1")
     await listener.start()
     spec = HttpAgent(url=f"http://127.0.0.1:{port}/episodes", pollIntervalSeconds=0.01)
-    backend = HttpAgentBackend(spec, headers={"X-Api-Key": SECRET}, listener=listener, pool_size=2)
+    backend = HttpAgentBackend(
+        spec,
+        headers={"X-Api-Key": SECRET},
+        listener=listener,
+        pool_size=2,
+        callback_base=listener.url,
+    )
     ctx = RolloutContext(NoSessions(), backend, asyncio.Semaphore(1))
     episode = EpisodeSpec({"max_new_tokens": 8}, 8, 60.0, "m")
     try:

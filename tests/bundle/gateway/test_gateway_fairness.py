@@ -217,14 +217,18 @@ async def test_without_workers_prompts_render_inline_with_one_warning(
 
 
 @pytest.mark.gateway(context_length=64)
-async def test_a_prompt_over_the_model_context_is_refused_before_the_engine(
+async def test_a_prompt_over_the_model_context_never_reaches_the_engine(
     gateway: GatewayServer, cluster: Cluster
 ) -> None:
+    """Refused before it becomes a Python list (a worker renders it), answered as slime's
+    adapter does: finish reason `length`, nothing sampled, nothing recorded."""
     handle = await gateway.create_session("long", {})
     long = [{"role": "user", "content": words(2_000)}]
-    with pytest.raises(openai.BadRequestError, match="contextLength"):
-        await client(handle).chat.completions.create(model="m", messages=long)  # type: ignore[arg-type]
+    out = await client(handle).chat.completions.create(model="m", messages=long)  # type: ignore[arg-type]
+    assert out.choices[0].finish_reason == "length" and out.choices[0].message.content == ""
     assert cluster.all_requests() == [] and await gateway.get_turns("long") == []
+    session = gateway.store.get("long")  # the session remembers that its context was full
+    assert session.answers == {200: 1} and session.context_full == 1 and not session.refusals
     # Counting answers any length: Claude Code asks before compacting what no longer fits.
     count = {"model": "m", "messages": long}
     status, body = await post(handle.base_url[:-3] + "/v1/messages/count_tokens", handle.token,

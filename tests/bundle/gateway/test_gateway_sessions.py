@@ -463,3 +463,21 @@ async def test_the_agent_port_serves_no_admin_api_and_the_admin_port_no_agent_ap
             async with http.get(base + "/health") as resp:
                 assert resp.status == 200
     assert await gateway.get_turns("split") == []  # the refused calls changed nothing
+
+
+async def test_a_session_counts_what_its_calls_were_answered(
+    gateway: GatewayServer, cluster: Cluster
+) -> None:
+    """The rehearsal reads this: did the agent call its URL at all, and what was it told."""
+    handle = await gateway.create_session("answers", {})
+    session = gateway.store.get("answers")
+    assert session.answers == {} and session.refusals == {}
+    await chat(handle)
+    stranger = openai.AsyncOpenAI(base_url=handle.base_url, api_key="wrong", max_retries=0)
+    with pytest.raises(openai.AuthenticationError):
+        await stranger.chat.completions.create(model="m", messages=MESSAGES)  # type: ignore[arg-type]
+    cluster.set(fail_next=1, fail_status=400)  # the engine refuses the input: a failed turn
+    with pytest.raises(openai.BadRequestError):
+        await chat(handle, stream=True)
+    assert session.answers == {200: 1, 401: 1, 400: 1}
+    assert session.refusals == {"400": 1} and "engine refused" in session.last_refusal

@@ -4,10 +4,11 @@ The image tree is slime at the row's commit (its `slime/` package and `scripts/m
 from the upstream snapshot), Megatron-LM's snapshot as MEGATRON_DIR, SGLang's argument
 modules of the row's release (tests/support/slime_upstream), and two stand-ins for what
 needs GPUs: `pod_image/train.py` (records the argv it is exec'd with instead of training)
-and `pod_image/pylib` (torch_memory_saver's preload library, by file name). The launcher
-runs as it does in the driver's pod: it builds slime's real parser in a subprocess, reads the
-checkpoint directory, writes slime's YAML files and execs train.py. The pod is a GPU worker,
-where agentrl's RayJob runs the driver: torch's stand-in sees `gpusPerNode` devices.
+and `pod_image/pylib` (torch_memory_saver's preload library, by file name; a test may lay
+out its own). The launcher runs as it does in the driver's pod: it builds slime's real
+parser in a subprocess, reads the checkpoint directory, writes slime's YAML files and execs
+train.py. The pod is a GPU worker, where agentrl's RayJob runs the driver: torch's stand-in
+sees `gpusPerNode` devices.
 """
 
 from __future__ import annotations
@@ -93,8 +94,9 @@ class Pod:
         megatron_ref: bool = False,
         slime_package: bool = True,
         checkpoint: bool = True,
+        pylib: Path = POD_IMAGE / "pylib",
     ) -> None:
-        self.root, self.row = root, row
+        self.root, self.row, self.pylib = root, row, pylib
         self.record = root / "record.json"
         self.files_dir = root / "slime-files"
         self.image = root / "image" / "slime"
@@ -143,7 +145,7 @@ class Pod:
     def env(self, **extra: str) -> dict[str, str]:
         base = {
             "PATH": BASE_PATH,
-            "PYTHONPATH": str(POD_IMAGE / "pylib"),
+            "PYTHONPATH": str(self.pylib),
             "MEGATRON_DIR": str(slime_upstream.MEGATRON),
             "AGENTRL_TEST_RECORD": str(self.record),
             "WANDB_API_KEY": SECRET,

@@ -102,32 +102,88 @@ def test_parse_ldconfig_ignores_other_libraries_and_unversioned_names() -> None:
 
 
 STEM = cuda.TMS_STEM
+FA3C990, R624B824 = cuda.KNOWN_TMS_ORDERS  # each row's order, as its actor_group.py lists it
 
 
 @pytest.mark.parametrize(
-    ("libs", "major", "path", "problem"),
+    ("libs", "major", "orders", "path", "problem"),
     [
-        ({f"{STEM}_cu12.abi3.so": None}, 12, f"{STEM}_cu12.abi3.so", None),
-        ({f"{STEM}.abi3.so": None}, 13, f"{STEM}.abi3.so", None),
-        ({f"{STEM}.abi3.so": 13}, 13, f"{STEM}.abi3.so", None),
-        ({f"{STEM}_cu13.abi3.so": 13, f"{STEM}.abi3.so": 13}, 13, f"{STEM}_cu13.abi3.so", None),
+        ({f"{STEM}_cu12.abi3.so": None}, 12, [FA3C990], f"{STEM}_cu12.abi3.so", None),
+        ({f"{STEM}.abi3.so": None}, 13, [FA3C990], f"{STEM}.abi3.so", None),
+        ({f"{STEM}.abi3.so": 13}, 13, [R624B824], f"{STEM}.abi3.so", None),
+        (
+            {f"{STEM}_cu13.abi3.so": 13, f"{STEM}.abi3.so": 13},
+            13,
+            [R624B824],
+            f"{STEM}_cu13.abi3.so",
+            None,
+        ),
+        # The same image: fa3c990 does not know _cu13 and takes the unsuffixed build.
+        (
+            {f"{STEM}_cu13.abi3.so": 13, f"{STEM}.abi3.so": 13},
+            13,
+            [FA3C990],
+            f"{STEM}.abi3.so",
+            None,
+        ),
         # fa3c990 tries _cu12 first: a stale cu12 build would be preloaded into cu13 actors
         (
             {f"{STEM}_cu12.abi3.so": None, f"{STEM}_cu13.abi3.so": None},
             13,
+            [FA3C990],
             None,
             f"{STEM}_cu12.abi3.so (built for CUDA 12) into CUDA 13",
         ),
-        ({f"{STEM}_cu13.abi3.so": None}, 12, None, f"{STEM}_cu13.abi3.so (built for CUDA 13)"),
+        # ... which 624b824 never reaches: it takes _cu13
+        (
+            {f"{STEM}_cu12.abi3.so": None, f"{STEM}_cu13.abi3.so": None},
+            13,
+            [R624B824],
+            f"{STEM}_cu13.abi3.so",
+            None,
+        ),
+        # An order that could not be read: every row's order must pick a build for the major.
+        (
+            {f"{STEM}_cu12.abi3.so": None, f"{STEM}_cu13.abi3.so": None},
+            13,
+            [FA3C990, R624B824],
+            None,
+            f"{STEM}_cu12.abi3.so (built for CUDA 12) into CUDA 13",
+        ),
+        (
+            {f"{STEM}_cu13.abi3.so": None},
+            12,
+            [R624B824],
+            None,
+            f"{STEM}_cu13.abi3.so (built for CUDA 13)",
+        ),
+        # fa3c990 would raise: neither of its names exists
+        (
+            {f"{STEM}_cu13.abi3.so": 13},
+            13,
+            [FA3C990],
+            None,
+            f"looks for {STEM}_cu12.abi3.so, {STEM}.abi3.so in {SITE} and none exists",
+        ),
         # slime #2186: an unsuffixed build compiled for CUDA 12 inside a CUDA 13 image
-        ({f"{STEM}.abi3.so": 12}, 13, None, f"{STEM}.abi3.so (built for CUDA 12) into CUDA 13"),
-        ({}, 12, None, "no torch_memory_saver_hook_mode_preload"),
+        (
+            {f"{STEM}.abi3.so": 12},
+            13,
+            [R624B824],
+            None,
+            f"{STEM}.abi3.so (built for CUDA 12) into CUDA 13",
+        ),
+        ({}, 12, [R624B824], None, "none exists; install torch_memory_saver built for CUDA 12"),
     ],
 )
 def test_torch_memory_saver_choice(
-    libs: dict[str, int | None], major: int, path: str | None, problem: str | None
+    libs: dict[str, int | None],
+    major: int,
+    orders: list[tuple[str, ...]],
+    path: str | None,
+    problem: str | None,
 ) -> None:
-    choice = cuda.choose_tms(SITE, libs, major)
+    choice = cuda.choose_tms(SITE, libs, major, orders)
     assert choice.path == (f"{SITE}/{path}" if path else None)
     if problem is None:
         assert choice.problem is None
@@ -136,6 +192,6 @@ def test_torch_memory_saver_choice(
 
 
 def test_torch_memory_saver_not_installed() -> None:
-    assert cuda.choose_tms(None, {}, 12).problem == (
+    assert cuda.choose_tms(None, {}, 12, cuda.KNOWN_TMS_ORDERS).problem == (
         "torch_memory_saver is not installed; colocated training offloads through it"
     )

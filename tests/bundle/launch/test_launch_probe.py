@@ -42,5 +42,7 @@ def test_tms_listing_reads_the_linked_cudart_major(
     assert site_dir == str(tmp_path)
     assert libs == {f"{stem}.abi3.so": 12, f"{stem}_cu13.abi3.so": 13, f"{stem}_x.abi3.so": None}
     # slime 624b824 picks _cu13 first, but fa3c990 picks the unsuffixed cu12 build
-    problem = cuda.choose_tms(site_dir, libs, 13).problem
+    fa3c990, r624b824 = cuda.KNOWN_TMS_ORDERS
+    assert cuda.choose_tms(site_dir, libs, 13, [r624b824]).path == f"{tmp_path}/{stem}_cu13.abi3.so"
+    problem = cuda.choose_tms(site_dir, libs, 13, [fa3c990]).problem
     assert problem is not None and f"{stem}.abi3.so (built for CUDA 12)" in problem

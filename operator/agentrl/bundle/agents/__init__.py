@@ -15,6 +15,7 @@ from agentrl.bundle.agents.base import (
     PoolStats,
     parse_result,
 )
+from agentrl.bundle.session import CallbackRouting
 
 __all__ = [
     "AgentBackend",
@@ -28,9 +29,18 @@ __all__ = [
 
 
 async def build_backend(
-    config: RuntimeConfig, *, listen_host: str = "0.0.0.0", advertise_host: str = "127.0.0.1"
+    config: RuntimeConfig,
+    *,
+    callbacks: CallbackRouting | None = None,
+    listen_host: str = "0.0.0.0",
+    advertise_host: str = "127.0.0.1",
 ) -> AgentBackend:
-    """The experiment's backend, ready to run episodes (HTTP: its callback listener is up)."""
+    """The experiment's backend, ready to run episodes (HTTP: its callback listener is up).
+
+    HTTP agents post results to the gateway, which `callbacks` (the gateway, or its admin
+    client) is told to relay to the listener, under the URL it answers with (how agents
+    reach the gateway). Without `callbacks` they post to the listener directly, which only
+    agents that reach this node can do."""
     agent = config.spec.agent
     pool_size = agent.effective_max_pool_connections
     if agent.agent_core is not None and agent.http is None:
@@ -47,7 +57,20 @@ async def build_backend(
         headers = header_env_values(config.http_header_envs)
         listener = CallbackListener(listen_host, 0, advertise_host)
         await listener.start()
-        return HttpAgentBackend(agent.http, headers=headers, listener=listener, pool_size=pool_size)
+        base = listener.url
+        if callbacks is not None:
+            try:
+                base = await callbacks.relay_callbacks_to(listener.url)
+            except BaseException:
+                await listener.stop()
+                raise
+        return HttpAgentBackend(
+            agent.http,
+            headers=headers,
+            listener=listener,
+            pool_size=pool_size,
+            callback_base=base,
+        )
     raise ValueError(
         "spec.agent: set exactly one of agentCore or http (the runtime config names "
         f"{'both' if agent.agent_core and agent.http else 'neither'})"

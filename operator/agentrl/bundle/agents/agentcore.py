@@ -19,15 +19,19 @@ paces invoke and stop calls together, as AgentCore's throttle counts both.
 Invoking starts an episode, so botocore never retries it: a read timeout or a dropped
 connection after the request was sent would run the same episode again into the same
 gateway session. The invoke client waits up to the episode timeout for an answer (an agent
-may answer synchronously) and makes one attempt; only an invoke that cannot have run (the
-service throttled it, or the connection never opened) is tried again, by stamina with
-jitter, so a hundred throttled episodes do not come back in lockstep. Idempotent calls
-(stop, S3) keep botocore's adaptive retries, which are jittered too.
+may answer synchronously) and makes one attempt; only an invoke that cannot have run is
+tried again, by stamina with jitter, so a hundred refused episodes do not come back in
+lockstep: the service throttled it (`ThrottlingException`, 429), refused it because an
+operation on the same runtime session was still in progress (`RetryableConflictException`,
+409, which botocore's model of InvokeAgentRuntime marks `retryable` and the toolkit's own
+client retries), or the connection never opened. Idempotent calls (stop, S3) keep
+botocore's adaptive retries, which are jittered too and retry modeled-retryable errors.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import json
 import logging
@@ -51,6 +55,7 @@ from agentrl.bundle.agents.base import (
 )
 from agentrl.bundle.agents.pool import InUseGauge, install_discard_counter
 from agentrl.bundle.agents.ratelimit import TpsLimiter
+from agentrl.bundle.failures import AGENT_ERROR, BAD_RESULT, RESULT_UNREADABLE, THROTTLED
 
 log = logging.getLogger("agentrl.agents.agentcore")
 T = TypeVar("T")
@@ -62,7 +67,9 @@ POLL_FIRST_S, POLL_FACTOR, POLL_CAP_S, POLL_JITTER = 0.5, 1.5, 30.0, 0.2
 # 4 s, each plus up to 1 s of jitter).
 INVOKE_ATTEMPTS = 4
 INVOKE_WAIT_INITIAL_S, INVOKE_WAIT_MAX_S, INVOKE_WAIT_JITTER_S = 1.0, 8.0, 1.0
-THROTTLED: Final = frozenset({"ThrottlingException"})
+# Refusals of an invoke that never ran: throttling, and the conflict botocore's model marks
+# retryable (https://github.com/boto/botocore/blob/1.44.8/botocore/data/bedrock-agentcore/2024-02-28/service-2.json).
+NEVER_RAN: Final = frozenset({"ThrottlingException", "RetryableConflictException"})
 # Keys that make an invoke's answer a result document (the toolkit's "processing" has none).
 _RESULT_KEYS: Final = frozenset({"rewards", "reward", "status_code", "error"})
 
@@ -238,11 +245,13 @@ class AgentCoreBackend:
             body = await self._invoke(sid, json.dumps(payload).encode())
             inline, where = read_reply(body, expected)
             if inline is not None:  # the agent answered synchronously
-                return parse_result(inline)
+                return dataclasses.replace(parse_result(inline), via="inline")
             try:
-                return parse_result(await self._await_document(where))
+                return dataclasses.replace(
+                    parse_result(await self._await_document(where)), via="s3"
+                )
             except AgentError as exc:  # say where the document is, for whoever debugs it
-                raise AgentError(exc.reason, f"{exc} (result {where})") from None
+                raise AgentError(exc.reason, f"{exc} (result {where})", exc.document) from None
         finally:
             # Shielded: a cancelled episode must still free its AgentCore session.
             await asyncio.shield(self.stop(sid))
@@ -261,7 +270,8 @@ class AgentCoreBackend:
                     await self._limiter.acquire()
                     return await self._invoke_once(sid, request)
         except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as exc:
-            raise AgentError("agent_error", _invoke_failure(exc)) from exc
+            reason = THROTTLED if _error_code(exc) in NEVER_RAN else AGENT_ERROR
+            raise AgentError(reason, _invoke_failure(exc)) from exc
         raise AssertionError("unreachable: stamina re-raises the last failure")
 
     async def _invoke_once(self, sid: str, request: bytes) -> bytes:
@@ -287,7 +297,7 @@ class AgentCoreBackend:
                 try:
                     return json.loads(raw)
                 except ValueError as exc:
-                    raise AgentError("bad_result", "the result is not JSON") from exc
+                    raise AgentError(BAD_RESULT, "the result is not JSON") from exc
         raise AssertionError("unreachable: the delays never end")
 
     async def _read(self, where: ResultLocation) -> bytes | None:
@@ -306,7 +316,7 @@ class AgentCoreBackend:
                 else ""
             )
             raise AgentError(
-                "result_unreadable", f"reading the result failed: {_brief(exc)}{hint}"
+                RESULT_UNREADABLE, f"reading the result failed: {_brief(exc)}{hint}"
             ) from exc
 
     def _get_bytes(self, bucket: str, key: str) -> bytes:
@@ -349,7 +359,7 @@ def _cannot_have_run(exc: Exception) -> bool:
         exc, botocore.exceptions.EndpointConnectionError | botocore.exceptions.ConnectTimeoutError
     ):
         return True
-    return _error_code(exc) in THROTTLED
+    return _error_code(exc) in NEVER_RAN
 
 
 def _error_code(exc: BaseException) -> str:
@@ -369,8 +379,11 @@ def _invoke_failure(exc: BaseException) -> str:
             "its log (CloudWatch, for a deployed runtime) says why; an app built with "
             "agentcore-rl-toolkit answers 500 when _rollout lacks exp_id, input_id or s3_bucket"
         )
-    if _error_code(exc) in THROTTLED:
-        return f"invoke_agent_runtime throttled {INVOKE_ATTEMPTS} times: {_brief(exc)}"
+    if _error_code(exc) in NEVER_RAN:
+        return (
+            f"invoke_agent_runtime refused {INVOKE_ATTEMPTS} times (throttled or a conflicting "
+            f"operation on the session): {_brief(exc)}"
+        )
     return f"invoke_agent_runtime failed: {_brief(exc)}"
 
 

@@ -20,13 +20,20 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from agentrl.bundle.failures import AGENT_ERROR, BAD_RESULT
+
 
 class AgentError(Exception):
-    """An episode's agent failed; `reason` is a short metric label (agent_error, bad_result...)."""
+    """An episode's agent failed; `reason` is a short metric label (agent_error, bad_result...).
+    `document` is the result document the agent sent, when it sent one (a rehearsal shows
+    what was received, e.g. a reward written as a string)."""
 
-    def __init__(self, reason: str, message: str) -> None:
+    def __init__(
+        self, reason: str, message: str, document: Mapping[str, Any] | None = None
+    ) -> None:
         super().__init__(message)
         self.reason = reason
+        self.document = document
 
 
 @dataclass(frozen=True)
@@ -39,6 +46,9 @@ class AgentRequest:
 class AgentResult:
     reward: float
     document: Mapping[str, Any] = field(repr=False)  # the agent's whole result, for debugging
+    # How the result reached us: HTTP "callback" or "poll" (the backstop); AgentCore "s3"
+    # or "inline" (the invoke's answer). The rehearsal reports callbacks that never came.
+    via: str = ""
 
 
 @dataclass(frozen=True)
@@ -80,25 +90,32 @@ def parse_result(document: Any) -> AgentResult:
     agents), is the agent reporting failure, and any reward next to it describes nothing.
     """
     if not isinstance(document, Mapping):
-        raise AgentError("bad_result", f"result is not a JSON object: {type(document).__name__}")
+        raise AgentError(BAD_RESULT, f"result is not a JSON object: {type(document).__name__}")
     failure = reported_failure(document)
     if failure is not None:
-        raise AgentError("agent_error", failure)
-    rewards = document["rewards"] if "rewards" in document else document.get("reward")
+        raise AgentError(AGENT_ERROR, failure, document)
+    rewards = received_reward(document)
     if rewards is None:
         raise AgentError(
-            "bad_result", "result has no 'rewards' (return {'rewards': <number>} from the agent)"
+            BAD_RESULT,
+            "result has no 'rewards' (return {'rewards': <number>} from the agent)",
+            document,
         )
     if isinstance(rewards, list):
         if not rewards:
-            raise AgentError("bad_result", "result has an empty 'rewards' list")
+            raise AgentError(BAD_RESULT, "result has an empty 'rewards' list", document)
         rewards = rewards[-1]
     if isinstance(rewards, bool) or not isinstance(rewards, int | float):
-        raise AgentError("bad_result", f"result 'rewards' is not a number: {rewards!r:.80}")
+        raise AgentError(BAD_RESULT, f"result 'rewards' is not a number: {rewards!r:.80}", document)
     reward = float(rewards)
     if not math.isfinite(reward):
-        raise AgentError("bad_result", f"result reward is not finite: {reward}")
+        raise AgentError(BAD_RESULT, f"result reward is not finite: {reward}", document)
     return AgentResult(reward=reward, document=document)
+
+
+def received_reward(document: Mapping[str, Any]) -> Any:
+    """The reward as the agent wrote it: `rewards`, else `reward` (None when neither)."""
+    return document["rewards"] if "rewards" in document else document.get("reward")
 
 
 def reported_failure(document: Mapping[str, Any]) -> str | None:

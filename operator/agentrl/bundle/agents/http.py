@@ -4,7 +4,10 @@ Protocol (docs/agents.md):
 - submit: `POST <url>` with the episode payload (row metadata + `_rollout`, which carries
   the gateway URL and token, `callback_url` and `callback_token`); any 2xx accepts it.
 - result: the agent `POST`s its result document to `callback_url` with
-  `Authorization: Bearer <callback_token>`; the listener runs in the rollout process.
+  `Authorization: Bearer <callback_token>`. The URL is the gateway's
+  (`agentrl.bundle.session.callback_url`), which agents reach through its Service or
+  `spec.gateway.publicUrl`; the gateway relays the document to the listener, which runs in
+  the rollout process on a port of its node and is registered with the gateway at start.
 - backstop: if no callback arrived after `pollIntervalSeconds`, `GET <url>/<session_id>`
   (200 = result, 202/404 = still running), again every interval, until the episode times out.
 - stop: on failure, timeout or cancellation, `DELETE <url>/<session_id>` (best effort).
@@ -27,6 +30,7 @@ log line carries the failure's repr).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hmac
 import logging
 import os
@@ -38,6 +42,7 @@ import aiohttp
 import stamina
 from aiohttp import web
 
+from agentrl.api.constants import CALLBACK_MAX_BYTES, CALLBACK_PATH
 from agentrl.api.models import HttpAgent
 from agentrl.bundle.agents.base import (
     AgentError,
@@ -47,7 +52,9 @@ from agentrl.bundle.agents.base import (
     parse_result,
 )
 from agentrl.bundle.agents.pool import InUseGauge
+from agentrl.bundle.failures import AGENT_ERROR
 from agentrl.bundle.redact import describe_error
+from agentrl.bundle.session import callback_url
 
 log = logging.getLogger("agentrl.agents.http")
 
@@ -104,7 +111,8 @@ def headers_from_env(header_envs: Mapping[str, str], env: Mapping[str, str]) -> 
 
 
 class CallbackListener:
-    """Receives agents' result documents: `POST /agentrl/callback/<session_id>`."""
+    """Receives agents' result documents: `POST /agentrl/callback/<session_id>`, relayed by
+    the gateway (or posted directly, where agents reach this node)."""
 
     def __init__(self, host: str, port: int, advertise_host: str) -> None:
         self._host, self._port, self._advertise = host, port, advertise_host
@@ -112,9 +120,14 @@ class CallbackListener:
         self._runner: web.AppRunner | None = None
         self.port = port
 
+    @property
+    def url(self) -> str:
+        """`http://<advertised host>:<port>`: where the gateway relays callbacks to."""
+        return f"http://{self._advertise}:{self.port}"
+
     async def start(self) -> None:
-        app = web.Application(client_max_size=16 * 1024 * 1024)
-        app.router.add_post("/agentrl/callback/{sid}", self._handle)
+        app = web.Application(client_max_size=CALLBACK_MAX_BYTES)
+        app.router.add_post(CALLBACK_PATH + "/{sid}", self._handle)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self._host, self._port)
@@ -123,13 +136,12 @@ class CallbackListener:
         if self._port == 0 and server is not None:  # an ephemeral port: read it back
             self.port = server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
 
-    def expect(self, sid: str) -> tuple[str, str, asyncio.Future[Any]]:
-        """Register an episode: (callback URL, callback token, future of its document)."""
+    def expect(self, sid: str) -> tuple[str, asyncio.Future[Any]]:
+        """Register an episode: (its callback token, the future of its document)."""
         token = secrets.token_urlsafe(24)
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._waiters[sid] = (token, fut)
-        url = f"http://{self._advertise}:{self.port}/agentrl/callback/{sid}"
-        return url, token, fut
+        return token, fut
 
     def forget(self, sid: str) -> None:
         self._waiters.pop(sid, None)
@@ -163,14 +175,24 @@ class HttpAgentBackend:
         headers: Mapping[str, str],
         listener: CallbackListener,
         pool_size: int,
+        callback_base: str,
     ) -> None:
+        """`callback_base`: the URL agents post results under: the gateway's, which relays
+        to `listener`, or the listener's own where agents reach it."""
         self._spec = spec
         self._url = spec.url.rstrip("/")
         self._headers = dict(headers)
         self._listener = listener
+        self._callback_base = callback_base
         self._pool_size = pool_size
         self._in_use = InUseGauge()
         self._session: aiohttp.ClientSession | None = None
+        self._callbacks_seen = False
+        self._poll_warned = False
+
+    def callback_url(self, session_id: str) -> str:
+        """Where the agent of episode `session_id` is told to post its result."""
+        return callback_url(self._callback_base, session_id)
 
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None:
@@ -183,19 +205,19 @@ class HttpAgentBackend:
 
     async def run(self, request: AgentRequest) -> AgentResult:
         sid = request.session_id
-        url, token, fut = self._listener.expect(sid)
+        token, fut = self._listener.expect(sid)
         payload = dict(request.payload)
         payload["_rollout"] = {
             **dict(payload.get("_rollout") or {}),
-            "callback_url": url,
+            "callback_url": self.callback_url(sid),
             "callback_token": token,
         }
         finished = False
         try:
             await self._submit(payload)
-            doc = await self._await_result(sid, fut)
+            doc, via = await self._await_result(sid, fut)
             finished = True
-            return parse_result(doc)
+            return dataclasses.replace(parse_result(doc), via=via)
         finally:
             self._listener.forget(sid)
             if not finished:
@@ -216,7 +238,7 @@ class HttpAgentBackend:
                     return
         except _TryAgain as exc:
             raise AgentError(
-                "agent_error", f"agent refused the episode {SUBMIT_ATTEMPTS} times: {exc}"
+                AGENT_ERROR, f"agent refused the episode {SUBMIT_ATTEMPTS} times: {exc}"
             ) from None
 
     async def _submit_once(self, payload: Mapping[str, Any]) -> None:
@@ -232,24 +254,43 @@ class HttpAgentBackend:
             raise _TryAgain(describe_error(exc)) from None
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise AgentError(
-                "agent_error",
+                AGENT_ERROR,
                 f"submit to agent failed: {describe_error(exc)} (not retried: the agent may "
                 "have started the episode)",
             ) from None
-        raise AgentError("agent_error", f"agent refused the episode: HTTP {resp.status}")
+        raise AgentError(AGENT_ERROR, f"agent refused the episode: HTTP {resp.status}")
 
-    async def _await_result(self, sid: str, fut: asyncio.Future[Any]) -> Any:
+    async def _await_result(self, sid: str, fut: asyncio.Future[Any]) -> tuple[Any, str]:
+        """The result document, and whether it came by "callback" or by "poll"."""
         errors = 0
         while True:
             done, _ = await asyncio.wait({fut}, timeout=self._spec.poll_interval_seconds)
             if done:
-                return fut.result()
+                self._callbacks_seen = True
+                return fut.result(), "callback"
             status, doc = await self._poll_once(sid)
             if status == 200:
-                return doc
+                self._polled(sid)
+                return doc, "poll"
             errors = 0 if status in (202, 404) else errors + 1
             if errors >= MAX_POLL_ERRORS:
-                raise AgentError("agent_error", f"result poll failed {errors}x (HTTP {status})")
+                raise AgentError(AGENT_ERROR, f"result poll failed {errors}x (HTTP {status})")
+
+    def _polled(self, sid: str) -> None:
+        """Said once: a result came by polling while no callback ever did."""
+        if self._callbacks_seen or self._poll_warned:
+            return
+        self._poll_warned = True
+        log.warning(
+            "episode %s: the result came by polling %s after %gs, and no agent has posted a "
+            "result to %s yet; if the agent posts results, it cannot reach that URL (an agent "
+            "outside the cluster needs spec.gateway.publicUrl); every episode waits for the "
+            "next poll meanwhile",
+            sid,
+            self._url,
+            self._spec.poll_interval_seconds,
+            self.callback_url("<session id>"),
+        )
 
     async def _poll_once(self, sid: str) -> tuple[int, Any]:
         try:

@@ -11,6 +11,8 @@ agent can never open, read or close another episode's session.
     POST   /admin/engines/quiesce {"timeout_s"}
                                         -> 200 {idle, in_flight, engine_requests, workers}
                                            (batch end: abort everything, wait until idle)
+    PUT    /admin/callbacks {"target"}  -> 200 {callback_base} (where agents' result callbacks
+                                           go, and the URL agents post them under: callbacks.py)
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from agentrl.bundle.gateway.callbacks import CallbackRelay
 from agentrl.bundle.gateway.memory import Releaser
 from agentrl.bundle.gateway.session_store import (
     DuplicateSession,
@@ -77,9 +80,11 @@ class AdminApi:
         quiesce: Callable[[float], Awaitable[QuiesceReport]],
         *,
         max_body: int,
+        callbacks: CallbackRelay,
         releaser: Releaser | None = None,
     ):
         self.releaser = releaser
+        self.callbacks = callbacks
         self.store = store
         self.max_body = max_body  # the gateway's maxRequestBytes (admin bodies are small)
         self.expected = ("Bearer " + admin_token).encode()
@@ -92,6 +97,7 @@ class AdminApi:
             web.get("/admin/sessions/{sid}/turns", self.guarded(self.turns)),
             web.delete("/admin/sessions/{sid}", self.guarded(self.close)),
             web.post("/admin/engines/quiesce", self.guarded(self.quiesce)),
+            web.put("/admin/callbacks", self.guarded(self.relay_callbacks)),
         ]
 
     def guarded(self, handler: Handler) -> Handler:
@@ -147,6 +153,17 @@ class AdminApi:
         if session is not None and session.large and self.releaser is not None:
             self.releaser.soon()  # its turns were large: give their memory back
         return web.Response(status=204)
+
+    async def relay_callbacks(self, request: web.Request) -> web.StreamResponse:
+        body = await _body(request, self.max_body)
+        target = body.get("target") if isinstance(body, dict) else None
+        try:
+            base = await self.callbacks.relay_callbacks_to(target)
+        except ValueError as exc:
+            return _error(400, f'body must be {{"target": "http(s)://host:port"}}: {exc}')
+        return web.Response(
+            body=orjson.dumps({"callback_base": base}), content_type="application/json"
+        )
 
     async def quiesce(self, request: web.Request) -> web.StreamResponse:
         body = await _body(request, self.max_body)

@@ -14,9 +14,14 @@ from typing import Any
 
 import orjson
 
+# OpenAI's error code for a conversation longer than the model's context: agent frameworks
+# look for it to trim or summarise their history, and the rehearsal to name the mistake.
+CONTEXT_LENGTH_EXCEEDED = "context_length_exceeded"
+
 
 class ApiError(Exception):
-    """A client-facing error; each front end renders it in its own error shape."""
+    """A client-facing error; each front end renders it in its own error shape. `code` is
+    OpenAI's machine-readable error code where one applies (`context_length_exceeded`)."""
 
     def __init__(
         self,
@@ -24,12 +29,14 @@ class ApiError(Exception):
         message: str,
         param: str | None = None,
         kind: str = "invalid_request_error",
+        code: str | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
         self.param = param
         self.kind = kind
+        self.code = code
 
 
 def bad_request(param: str, message: str) -> ApiError:

@@ -1,4 +1,5 @@
-"""`GatewayClient`: the `GatewaySessions` protocol over the gateway's admin API.
+"""`GatewayClient`: the `GatewaySessions` and `CallbackRouting` protocols over the gateway's
+admin API.
 
 The rollout function runs in slime's rollout process, not in the hub actor that hosts the
 gateway, so it opens, reads and closes sessions over HTTP with the admin token.
@@ -121,6 +122,14 @@ class GatewayClient:
         status, body = await self._call("DELETE", f"/admin/sessions/{session_id}", retry=True)
         if status not in (204, 404):  # closing twice, or an id never opened, is fine
             raise self._fail(f"close session {session_id}", status, body)
+
+    async def relay_callbacks_to(self, target: str) -> str:
+        """Have the gateway pass agents' result callbacks to `target` (idempotent); the URL
+        agents post them under."""
+        status, body = await self._call("PUT", "/admin/callbacks", {"target": target}, retry=True)
+        if status != 200:
+            raise self._fail(f"relay callbacks to {target}", status, body)
+        return str(body["callback_base"])
 
     async def quiesce_engines(self, timeout_s: float) -> QuiesceReport:
         status, body = await self._call(

@@ -175,12 +175,9 @@ class EngineClient:
                         await on_tokens(state.ids)
                     if done:
                         break
-                done_state = state.completion()  # an unread last chunk is read here
         except aiohttp.ClientError as exc:
             raise EngineError(f"engine /generate stream broke: {exc}") from exc
-        if not state.finished:
-            raise EngineError("engine stream ended before a finish_reason")
-        return done_state
+        return state.completion()  # an unread last chunk is read here
 
     async def _post_generate(self, payload: bytes, routing_key: str | None) -> Completion:
         headers = _headers(routing_key)

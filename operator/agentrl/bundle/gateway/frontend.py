@@ -28,7 +28,14 @@ from aiohttp import web
 from agentrl.bundle.gateway import anthropic_api, openai_api
 from agentrl.bundle.gateway.admin import AdminApi
 from agentrl.bundle.gateway.admission import Admission, Ticket
-from agentrl.bundle.gateway.chat import ApiError, ChatRequest, ModelOutput, merge_sampling
+from agentrl.bundle.gateway.callbacks import CallbackRelay
+from agentrl.bundle.gateway.chat import (
+    CONTEXT_LENGTH_EXCEEDED,
+    ApiError,
+    ChatRequest,
+    ModelOutput,
+    merge_sampling,
+)
 from agentrl.bundle.gateway.memory import LARGE_BYTES, Releaser
 from agentrl.bundle.gateway.session_store import (
     Session,
@@ -134,8 +141,10 @@ class Frontend:
         start = time.perf_counter()
         status = 500
         ticket: Ticket | None = None
+        session: Session | None = None
         try:
-            session = self.session(request)  # before admission: strangers take no slot
+            session = self.lookup(request)
+            self.authorize(session, request)  # before admission: strangers take no slot
             size = request.content_length
             if size is not None and size > self.max_request_bytes:
                 raise too_large(size, self.max_request_bytes)  # nor do oversized bodies
@@ -156,25 +165,35 @@ class Frontend:
             status = 499  # the client went away (or the session was closed); nothing to answer
             raise
         finally:
-            if ticket is not None:
-                ticket.release()
-                if (request.content_length or 0) >= LARGE_BYTES:
-                    session.large = True
-                    self.releaser.soon()
+            if session is not None:
+                session.answered(status)
+                if ticket is not None:
+                    ticket.release()
+                    if (request.content_length or 0) >= LARGE_BYTES:
+                        session.large = True
+                        self.releaser.soon()
             self.metrics.gateway_requests.labels(api, str(status)).inc()
             self.metrics.gateway_request_seconds.labels(api).observe(time.perf_counter() - start)
 
     def session(self, request: web.Request) -> Session:
         """The open session named in the path, if the request carries its token."""
+        session = self.lookup(request)
+        self.authorize(session, request)
+        return session
+
+    def lookup(self, request: web.Request) -> Session:
+        """The open session named in the path (404 unknown, 410 closed)."""
         try:
-            session = self.store.get(request.match_info["sid"])
+            return self.store.get(request.match_info["sid"])
         except SessionClosed as exc:
             raise ApiError(410, str(exc)) from exc
         except UnknownSession as exc:
             raise ApiError(404, str(exc), kind="not_found_error") from exc
+
+    @staticmethod
+    def authorize(session: Session, request: web.Request) -> None:
         if not session.check_token(bearer(request)):
             raise ApiError(401, "invalid or missing session token", kind="authentication_error")
-        return session
 
     async def count(
         self, request: web.Request, front: ModuleType, session: Session, body: Any, ticket: Ticket
@@ -221,11 +240,23 @@ class Frontend:
         self, session: Session, req: ChatRequest, on_tokens: OnTokens | None = None
     ) -> ModelOutput:
         try:
+            return await self._run_turn(session, req, on_tokens)
+        except ApiError as err:  # streamed or not: the session remembers what it was told
+            session.refused(err.status, err.code, err.message)
+            raise
+
+    async def _run_turn(
+        self, session: Session, req: ChatRequest, on_tokens: OnTokens | None
+    ) -> ModelOutput:
+        try:
             return await self.runner.run(session, req, on_tokens)
         except EngineError as exc:
             log.warning("gateway: session %s: engine call failed: %s", session.sid, exc)
             if exc.status == 400:  # the engine refused the input (e.g. longer than the context)
-                raise ApiError(400, f"model engine refused the request: {exc}") from exc
+                # SGLang's two context refusals both say "context length" (prompt over it;
+                # prompt + max_new_tokens over it).
+                code = CONTEXT_LENGTH_EXCEEDED if "context length" in str(exc) else None
+                raise ApiError(400, f"model engine refused the request: {exc}", code=code) from exc
             raise ApiError(502, f"model engine error: {exc}", kind="api_error") from exc
         except TimeoutError as exc:
             log.warning("gateway: session %s: engine call timed out; aborted", session.sid)
@@ -243,15 +274,16 @@ def served(resp: web.StreamResponse) -> Served:
     return resp, resp.status
 
 
-def build_app(frontend: Frontend, store: SessionStore) -> web.Application:
-    """The agent API: what the gateway Service (maybe a LoadBalancer) exposes, and nothing
-    else."""
+def build_app(frontend: Frontend, store: SessionStore, callbacks: CallbackRelay) -> web.Application:
+    """The agent API and HTTP agents' result callbacks: what the gateway Service (maybe a
+    LoadBalancer) exposes, and nothing else."""
     app = web.Application(client_max_size=frontend.max_request_bytes)
     app.router.add_post("/sessions/{sid}/v1/chat/completions", frontend.openai)
     app.router.add_post("/sessions/{sid}/v1/messages", frontend.anthropic)
     app.router.add_post("/sessions/{sid}/v1/messages/count_tokens", frontend.count_tokens)
     app.router.add_get("/sessions/{sid}/v1/models", frontend.models)
     app.router.add_get("/health", _health(frontend, store))
+    callbacks.add_routes(app)
     return app
 
 
@@ -272,9 +304,12 @@ def build_admin_app(
     admin_token: str,
     session_url: Callable[[str], str],
     quiesce: Callable[[float], Awaitable[QuiesceReport]],
+    *,
+    callbacks: CallbackRelay,
 ) -> web.Application:
-    """The admin API (sessions, turns, engine quiesce) for the rollout's `GatewayClient`, on a
-    listener of its own that no Service selects, behind its own token."""
+    """The admin API (sessions, turns, engine quiesce, where callbacks go) for the rollout's
+    `GatewayClient`, on a listener of its own that no Service selects, behind its own
+    token."""
     app = web.Application(client_max_size=frontend.max_request_bytes)
     app.router.add_get("/health", _health(frontend, store))
     admin = AdminApi(
@@ -284,6 +319,7 @@ def build_admin_app(
         quiesce,
         max_body=frontend.max_request_bytes,
         releaser=frontend.releaser,
+        callbacks=callbacks,
     )
     app.router.add_routes(admin.routes())
     return app

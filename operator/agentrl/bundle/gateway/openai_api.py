@@ -294,5 +294,10 @@ class StreamWriter:
 
 def error_body(err: ApiError) -> dict[str, Any]:
     return {
-        "error": {"message": err.message, "type": err.kind, "param": err.param, "code": err.status}
+        "error": {
+            "message": err.message,
+            "type": err.kind,
+            "param": err.param,
+            "code": err.code or err.status,
+        }
     }

@@ -45,13 +45,19 @@ def _refused(exc: BaseException | str) -> RenderFailed:
     return RenderFailed(400, f"messages: the prompt could not be rendered ({what})"[:600])
 
 
-def _too_long(n: int, limit: int) -> ApiError:
-    return ApiError(
-        400,
-        f"messages: the prompt is {n} tokens, the model's context is {limit} "
-        "(spec.model.contextLength); shorten the conversation",
-        param="messages",
-    )
+class ContextFull(ApiError):
+    """The prompt alone fills the model's context: no room for a single new token. A model
+    call answers it as finish reason `length` without calling the engine (`turns`)."""
+
+    def __init__(self, tokens: int, limit: int) -> None:
+        super().__init__(
+            400,
+            f"messages: the prompt is {tokens} tokens, the model's context is {limit}; "
+            "shorten the conversation",
+            param="messages",
+        )
+        self.tokens = tokens
+        self.limit = limit
 
 
 @dataclass(frozen=True)
@@ -205,8 +211,8 @@ class RenderPool:
 
 class PromptRenderer:
     """Renders and bridges with a `renderers` Renderer: inline below `inline_bytes` of work,
-    in the pool above (if there is one). `max_tokens` (the model's context) refuses a longer
-    prompt with 400 before the gateway keeps it or sends it to the engine."""
+    in the pool above (if there is one). `max_tokens` (the model's context) refuses a prompt
+    that fills it (`ContextFull`) before the gateway keeps it or sends it to the engine."""
 
     def __init__(
         self,
@@ -320,7 +326,7 @@ class PromptRenderer:
 
 def _check(n: int, limit: int | None) -> None:
     if limit is not None and n >= limit:
-        raise _too_long(n, limit)
+        raise ContextFull(n, limit)
 
 
 def _decode(body: bytes) -> list[int]:

@@ -1,7 +1,8 @@
 """`GatewayServer`: the gateway as one object the hub starts, stops and calls in process.
 
-It implements the `GatewaySessions` protocol directly (the hub's own rollout code can use
-it without HTTP) and serves the same operations over the admin API for `GatewayClient`.
+It implements the `GatewaySessions` and `CallbackRouting` protocols directly (the hub's own
+rollout code can use it without HTTP) and serves the same operations over the admin API
+for `GatewayClient`.
 """
 
 from __future__ import annotations
@@ -14,13 +15,15 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from agentrl.bundle.gateway.callbacks import CallbackRelay
+from agentrl.bundle.gateway.context import checkpoint_context_length
 from agentrl.bundle.gateway.engine import EngineClient
 from agentrl.bundle.gateway.frontend import Frontend, build_admin_app, build_app, new_http_session
 from agentrl.bundle.gateway.prompt import PromptBuilder
 from agentrl.bundle.gateway.render_pool import PromptRenderer, RenderPool, WorkerConfig
 from agentrl.bundle.gateway.session_store import SessionStore
 from agentrl.bundle.gateway.settings import GatewaySettings
-from agentrl.bundle.gateway.tokenizer import build_renderer, load_tokenizer
+from agentrl.bundle.gateway.tokenizer import load_renderer
 from agentrl.bundle.gateway.turns import TurnRunner
 from agentrl.bundle.metrics import BundleMetrics
 from agentrl.bundle.session import QuiesceReport, SessionHandle
@@ -42,12 +45,14 @@ class GatewayServer:
         self.settings = settings
         self.metrics = metrics
         self.store = SessionStore()
+        self.callbacks = CallbackRelay(self.store, lambda: self.url)
         self._runners: list[web.AppRunner] = []
         self._http: aiohttp.ClientSession | None = None
         self._engine: EngineClient | None = None
         self._pool: RenderPool | None = None
         self.frontend: Frontend | None = None
         self.port = settings.bind_port
+        self.context_length: int | None = None  # known once started (spec or config.json)
         self.admin_port = settings.admin_port
 
     @property
@@ -64,9 +69,12 @@ class GatewayServer:
         s = self.settings
         spec = s.spec
         configure_logging(spec.log_level)
-        tokenizer = await asyncio.to_thread(load_tokenizer, s.tokenizer_path)
-        renderer = build_renderer(
-            tokenizer, s.renderer_family, s.tool_call_parser, s.reasoning_parser
+        tokenizer, renderer = await asyncio.to_thread(
+            load_renderer,
+            s.tokenizer_path,
+            s.renderer_family,
+            s.tool_call_parser,
+            s.reasoning_parser,
         )
         # Workers start on the first large prompt (most test gateways never see one).
         self._pool = RenderPool(
@@ -75,17 +83,22 @@ class GatewayServer:
             ),
             s.render_workers,
         )
+        context = s.context_length or await asyncio.to_thread(
+            checkpoint_context_length, s.tokenizer_path
+        )
+        self.context_length = context
         self._http = new_http_session(spec.max_in_flight)
         self._engine = EngineClient(s.router_url, self._http)
         turns = TurnRunner(
             PromptBuilder(
-                PromptRenderer(renderer, self._pool, max_tokens=s.context_length),
+                PromptRenderer(renderer, self._pool, max_tokens=context),
                 spec.cumulative_token_mode,
             ),
             self._engine,
             self.metrics,
             s.request_timeout_s,
             tokenizer=tokenizer,
+            context_length=context,
             stream_interval=s.stream_interval,
         )
         frontend = Frontend(
@@ -98,9 +111,14 @@ class GatewayServer:
             keepalive_s=s.stream_keepalive_s,
         )
         self.frontend = frontend
-        self.port = await self._serve(build_app(frontend, self.store), s.bind_port)
+        self.port = await self._serve(build_app(frontend, self.store, self.callbacks), s.bind_port)
         admin = build_admin_app(
-            frontend, self.store, s.admin_token, self.session_url, self.quiesce_engines
+            frontend,
+            self.store,
+            s.admin_token,
+            self.session_url,
+            self.quiesce_engines,
+            callbacks=self.callbacks,
         )
         self.admin_port = await self._serve(admin, s.admin_port)
         log.info("gateway: agent API on %s:%d, admin API on port %d (router %s)",
@@ -129,6 +147,7 @@ class GatewayServer:
             await self.frontend.releaser.close()
         if self._http is not None:
             await self._http.close()
+        await self.callbacks.close()
 
     # GatewaySessions, in process.
     async def create_session(
@@ -146,6 +165,10 @@ class GatewayServer:
         session = self.store.close(session_id)
         if session is not None and session.large and self.frontend is not None:
             self.frontend.releaser.soon()
+
+    # CallbackRouting, in process.
+    async def relay_callbacks_to(self, target: str) -> str:
+        return await self.callbacks.relay_callbacks_to(target)
 
     async def quiesce_engines(self, timeout_s: float) -> QuiesceReport:
         if self._engine is None:

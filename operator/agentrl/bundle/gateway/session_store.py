@@ -24,6 +24,7 @@ from agentrl.bundle.traces import Turn
 
 SESSION_ID = re.compile(r"[A-Za-z0-9._-]{1,128}")  # the whole id: `fullmatch`, never `$`
 MAX_TOMBSTONES = 200_000  # closed ids remembered to refuse reuse; old ones age out
+REFUSAL_CHARS = 300  # of the last refusal's message a session keeps
 Check = Callable[[Any], str | None]  # None, or what is wrong with the value
 
 
@@ -168,6 +169,24 @@ class Session:
     closed: bool = False
     n_requests: int = 0
     large: bool = False  # served a large request: memory to hand back when it closes
+    # What the agent's calls on this session's URL were answered (HTTP status -> calls), why
+    # its turns failed (error code, or the status where there is none -> turns) with the
+    # last such message, and how many turns found the context full (answered `length`,
+    # never recorded): whoever debugs an episode (the rehearsal) learns whether the agent
+    # called at all, and what it was told.
+    answers: dict[int, int] = field(default_factory=dict)
+    refusals: dict[str, int] = field(default_factory=dict)
+    last_refusal: str = ""
+    context_full: int = 0
+
+    def answered(self, status: int) -> None:
+        self.answers[status] = self.answers.get(status, 0) + 1
+
+    def refused(self, status: int, code: str | None, message: str) -> None:
+        """A turn failed with this client-facing error."""
+        key = code or str(status)
+        self.refusals[key] = self.refusals.get(key, 0) + 1
+        self.last_refusal = message[:REFUSAL_CHARS]
 
     def check_token(self, presented: str | None) -> bool:
         """Constant-time comparison, so the token cannot be guessed byte by byte. Tokens are

@@ -40,7 +40,8 @@ class GatewaySettings:
     reasoning_parser: str | None = None  # idem
     spec: GatewaySpec = field(default_factory=GatewaySpec)  # spec.gateway, defaults included
     model_id: str = DEFAULT_MODEL_ID  # spec.agent.modelId: what /v1/models lists and echoes
-    context_length: int | None = None  # spec.model.contextLength: longer prompts get 400
+    # spec.model.contextLength; None: the checkpoint's config.json says (see `context`)
+    context_length: int | None = None
     public_base_url: str | None = None  # how agents reach us; defaults to http://host:port
     admin_token: str = field(default_factory=lambda: secrets.token_urlsafe(32), repr=False)
     request_timeout_s: float = 900.0  # one engine call; on expiry it is aborted on every worker

@@ -122,6 +122,17 @@ def completion_of(
     )
 
 
+def stream_error(error: Any) -> EngineError:
+    """An error event in a `/generate` stream. SGLang's HTTP server has already answered 200
+    when its checks run, so a refusal (a ValueError: the input is too long, a bad sampling
+    parameter) comes as `{"error": {"message", "type", "code": 400, "retryable"}}`: the
+    status it names is kept, so the agent gets the engine's 400, not a gateway 502."""
+    detail = error if isinstance(error, dict) else {"message": error}
+    code = detail.get("code")
+    status = code if type(code) is int and 400 <= code <= 599 else None
+    return EngineError(f"engine stream error: {str(detail.get('message', detail))[:300]}", status)
+
+
 class SseEvents:
     """Splits a server-sent-events byte stream into each event's `data` (comments and empty
     events dropped), in time linear in the bytes: every byte is searched once and copied once,
@@ -248,7 +259,7 @@ class StreamState:
         except orjson.JSONDecodeError as exc:
             raise EngineError(f"engine stream: invalid JSON {data[:200]!r}") from exc
         if isinstance(chunk, dict) and "error" in chunk:
-            raise EngineError(f"engine stream error: {chunk['error']}")
+            raise stream_error(chunk["error"])
         meta = chunk.get("meta_info") if isinstance(chunk, dict) else None
         if not isinstance(meta, dict):
             raise EngineError(f"engine stream chunk without meta_info: {str(chunk)[:200]}")
@@ -281,10 +292,11 @@ class StreamState:
         return len(self.ids) > before
 
     def completion(self) -> Completion:
+        """The finished generation (an engine error if the stream ended before that)."""
         if self._raw is not None:  # the stream ended on an unparsed cumulative chunk
             self._take(self._raw)
-        if self.last is None:
-            raise EngineError("engine stream ended without a chunk")
+        if self.last is None or not self.finished:
+            raise EngineError("engine stream ended before a finish_reason")
         return completion_of(self.last["meta_info"], self._sampled, self._output_ids)
 
 

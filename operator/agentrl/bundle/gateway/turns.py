@@ -4,6 +4,12 @@ Runs under the session's lock so a session's turns never interleave. The turn is
 exactly as the engine sampled it (ids and logprobs from `/generate`) before the completion
 is parsed for the agent, so what the agent sees can never change what is trained on, and a
 completion the parser chokes on is still recorded (and answered as plain text).
+
+The context is honoured as slime's own agent adapter does (`call_sglang_generate` in
+`slime/agent/adapters/common.py` at fa3c990 and 624b824): `max_new_tokens` is capped at the
+context minus the prompt, so SGLang never refuses a long conversation, and a prompt that
+leaves no room is answered at once with finish reason `length` and no content, never sent to
+the engine and never recorded (nothing was sampled).
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from agentrl.bundle.gateway.chat import (
 )
 from agentrl.bundle.gateway.engine import EngineClient
 from agentrl.bundle.gateway.prompt import PromptBuilder, record_turn, reply_fingerprint
+from agentrl.bundle.gateway.render_pool import ContextFull
 from agentrl.bundle.gateway.session_store import Session
 from agentrl.bundle.gateway.sglang import Completion
 from agentrl.bundle.metrics import BundleMetrics
@@ -42,9 +49,11 @@ class TurnRunner:
         timeout_s: float,
         *,
         tokenizer: Any = None,  # for the text of each token when an agent asks for logprobs
-        stream_interval: int = 32,  # tokens per engine chunk of a streamed turn (settings)
+        context_length: int | None = None,  # the engine's context; None: nothing is capped
+        stream_interval: int = 64,  # tokens per engine chunk of a streamed turn (settings)
     ) -> None:
         self.tokenizer = tokenizer
+        self.context_length = context_length
         self.stream_interval = stream_interval
         self.builder = builder
         self.renderer = builder.renderer
@@ -53,8 +62,13 @@ class TurnRunner:
         self.timeout_s = timeout_s
         self.stop_ids = list(self.renderer.get_stop_token_ids())
 
-    def sampling_params(self, req: ChatRequest, session: Session) -> dict[str, Any]:
+    def sampling_params(
+        self, req: ChatRequest, session: Session, prompt_tokens: int = 0
+    ) -> dict[str, Any]:
         params = merge_sampling(req.sampling, session.sampling_params)
+        if self.context_length is not None:  # the room left, as slime's adapter caps it
+            room = self.context_length - prompt_tokens
+            params["max_new_tokens"] = min(int(params.get("max_new_tokens", room)), room)
         params["stop_token_ids"] = sorted({*params.get("stop_token_ids", []), *self.stop_ids})
         # Keep special tokens and matched stops in the text so it agrees with the ids (as slime).
         params.setdefault("skip_special_tokens", False)
@@ -70,7 +84,19 @@ class TurnRunner:
                 raise ApiError(
                     410, f"session {session.sid} is closed", kind="invalid_request_error"
                 )
-            plan = await self.builder.build(session.chains, req.messages, req.tools)
+            try:
+                plan = await self.builder.build(session.chains, req.messages, req.tools)
+            except ContextFull as full:
+                self.metrics.context_full_turns.inc()
+                session.context_full += 1
+                log.info(
+                    "gateway: session %s: the prompt (%d tokens) fills the context (%d); "
+                    "answered with finish reason length",
+                    session.sid,
+                    full.tokens,
+                    full.limit,
+                )
+                return ModelOutput("", None, finish_reason="length", prompt_tokens=full.tokens)
             if plan.break_reason is not None:
                 self.metrics.trace_breaks.labels(plan.break_reason).inc()
             session.n_requests += 1
@@ -101,7 +127,7 @@ class TurnRunner:
         rid: str,
         on_tokens: OnTokens | None,
     ) -> Completion:
-        params = self.sampling_params(req, session)
+        params = self.sampling_params(req, session, len(prompt))
         if on_tokens is None:
             return await self.engine.generate(
                 prompt, params, rid, self.timeout_s, routing_key=session.sid

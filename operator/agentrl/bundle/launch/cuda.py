@@ -5,17 +5,20 @@ TransformerEngine and the cuDNN frontend dlopen-probe fixed sonames (`libcudart.
 loadable. They can come from LD_LIBRARY_PATH, from the ldconfig cache (which
 LD_LIBRARY_PATH cannot hide) or from `nvidia-*-cu12` wheels beside a CUDA 13 toolkit. This
 module builds one LD_LIBRARY_PATH, finds every reachable libcudart and refuses two majors,
-and checks which torch_memory_saver preload library slime will pick. Every function takes
-the filesystem root and the `ldconfig -p` text as arguments, so tests run on temporary
-trees; `agentrl.bundle.launch.probe` supplies the real ones.
+and checks which torch_memory_saver preload library slime will pick, by the lookup order
+written in the image's own slime. Every function takes the filesystem root, the `ldconfig
+-p` text or slime's source as arguments, so tests run on temporary trees;
+`agentrl.bundle.launch.probe` supplies the real ones.
 """
 
 from __future__ import annotations
 
+import ast
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
+from typing import Final
 
 # /usr/local/cuda, /usr/local/cuda-12.9, /usr/local/cuda/lib64, ... (any toolkit install).
 _CUDA_PATH = re.compile(r"^/usr/local/cuda(-[0-9.]+)?(/|$)")
@@ -23,9 +26,13 @@ _CUDART = re.compile(r"^libcudart\.so\.(\d+)(\.[0-9.]*)?$")
 # `ldconfig -p` lines: "\tlibcudart.so.12 (libc6,x86-64) => /usr/local/cuda/lib64/libcudart.so.12"
 _LDCONFIG_LINE = re.compile(r"^\s*(\S+)\s+\(([^)]*)\)\s+=>\s+(\S+)\s*$")
 TMS_STEM = "torch_memory_saver_hook_mode_preload"
-# slime's actor_group picks the preload library by file existence, in one of these orders
-# depending on its version (fa3c990 has no _cu13; later versions try it first).
-_TMS_SLIME_ORDERS = (("_cu12", ""), ("_cu13", "_cu12", ""))
+# A preload build's file name: the stem, an optional `_cu<N>`, the stable-ABI suffix.
+_TMS_FILE = re.compile(rf"^{TMS_STEM}(_cu\d+)?\.abi3\.so$")
+# slime's actor_group.py picks the preload library by file existence, in an order written in
+# its source: fa3c990 tries `_cu12` then the unsuffixed build, 624b824 `_cu13` first. The
+# launcher reads the order from the image's slime (`tms_lookup_order`); these, the supported
+# rows' orders, judge an image only when that source cannot be read, every order at once.
+KNOWN_TMS_ORDERS: Final = (("_cu12", ""), ("_cu13", "_cu12", ""))
 
 
 class CudaError(Exception):
@@ -198,10 +205,33 @@ def resolve_cuda(
     return CudaEnv(cuda_home.rstrip("/"), major, ld, path, cudarts)
 
 
+def tms_lookup_order(source: str) -> tuple[str, ...] | None:
+    """The preload builds slime's `ray/actor_group.py` tries, first to last, by name suffix
+    ("_cu13", "_cu12", "" for the unsuffixed build).
+
+    slime lists the file names as literals (`for path in ["..._cu13.abi3.so", ...]`) and
+    LD_PRELOADs the first one that exists. None when the source holds no such list, or
+    several that disagree: then no order can be trusted.
+    """
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return None
+    orders: set[tuple[str, ...]] = set()
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.List | ast.Tuple) or not node.elts:
+            continue
+        names = [e.value if isinstance(e, ast.Constant) else None for e in node.elts]
+        matches = [_TMS_FILE.match(n) if isinstance(n, str) else None for n in names]
+        if all(matches):
+            orders.add(tuple(m.group(1) or "" for m in matches if m))
+    return orders.pop() if len(orders) == 1 else None
+
+
 @dataclass(frozen=True)
 class TmsChoice:
     path: str | None
-    problem: str | None  # set when slime would preload a library of the wrong CUDA major
+    problem: str | None  # set when slime would preload a build for another CUDA major, or none
 
 
 def _lib_major(suffix: str, libs: Mapping[str, int | None]) -> int | None:
@@ -212,30 +242,45 @@ def _lib_major(suffix: str, libs: Mapping[str, int | None]) -> int | None:
     return int(suffix.removeprefix("_cu")) if suffix else None
 
 
-def choose_tms(site_dir: str | None, libs: Mapping[str, int | None], major: int) -> TmsChoice:
-    """The torch_memory_saver preload library for `major`, checked against slime's pick.
+def choose_tms(
+    site_dir: str | None,
+    libs: Mapping[str, int | None],
+    major: int,
+    orders: Sequence[Sequence[str]],
+) -> TmsChoice:
+    """The torch_memory_saver preload library slime will LD_PRELOAD into CUDA `major` actors,
+    or the problem with it.
 
     `libs` maps the file names in `site_dir` (where slime looks: the parent of the
     torch_memory_saver package) to the libcudart major each links (None if unknown).
+    `orders` holds slime's lookup order (`tms_lookup_order`), or, when it could not be read,
+    every order the image's slime might have: then each must pick a build for `major`, and
+    the path is the first order's pick.
     """
     if site_dir is None:
         return TmsChoice(
             None, "torch_memory_saver is not installed; colocated training offloads through it"
         )
-    majors = {
-        s: _lib_major(s, libs) for s in ("_cu12", "_cu13", "") if f"{TMS_STEM}{s}.abi3.so" in libs
-    }
-    for order in _TMS_SLIME_ORDERS:
+    present = {m.group(1) or "" for name in libs if (m := _TMS_FILE.match(name))}
+    majors = {s: _lib_major(s, libs) for s in present}
+    picks: list[str] = []
+    for order in orders:
         pick = next((s for s in order if s in majors), None)
-        if pick is not None and majors[pick] not in (None, major):
+        if pick is None:
+            tried = ", ".join(f"{TMS_STEM}{s}.abi3.so" for s in order)
+            return TmsChoice(
+                None,
+                f"slime looks for {tried} in {site_dir} and none exists; install "
+                f"torch_memory_saver built for CUDA {major}",
+            )
+        if majors[pick] not in (None, major):
             return TmsChoice(
                 None,
                 f"slime would LD_PRELOAD {site_dir}/{TMS_STEM}{pick}.abi3.so (built for CUDA "
                 f"{majors[pick]}) into CUDA {major} actors; rebuild torch_memory_saver with "
                 f"TMS_CUDA_MAJOR={major} and remove that file (images/slime/Dockerfile does)",
             )
-    want = f"_cu{major}"
-    best = want if want in majors else ("" if "" in majors else None)
-    if best is None:
-        return TmsChoice(None, f"no {TMS_STEM}*.abi3.so for CUDA {major} in {site_dir}")
-    return TmsChoice(f"{site_dir}/{TMS_STEM}{best}.abi3.so", None)
+        picks.append(pick)
+    if not picks:
+        raise ValueError("choose_tms needs at least one lookup order")
+    return TmsChoice(f"{site_dir}/{TMS_STEM}{picks[0]}.abi3.so", None)

@@ -131,9 +131,30 @@ def _resolve_cuda(
         return None
 
 
-def _tms(config: RuntimeConfig, major: int, problems: list[str], warnings: list[str]) -> str | None:
+def tms_choice(env: Mapping[str, str], major: int) -> tuple[cuda.TmsChoice, str | None]:
+    """The preload library the image's slime will pick for CUDA `major` actors (its lookup
+    order read from its own source in `env`), and a warning when that order was unreadable
+    and every supported row's order judged the image instead."""
+    lookup = probe.tms_lookup(env)
     site_dir, libs = probe.tms_listing()
-    choice = cuda.choose_tms(site_dir, libs, major)
+    if lookup.order is not None:
+        return cuda.choose_tms(site_dir, libs, major, [lookup.order]), None
+    warning = (
+        f"torch_memory_saver: slime's preload lookup order is unknown ({lookup.source}); "
+        "judged by the order of every slime row agentrl supports"
+    )
+    return cuda.choose_tms(site_dir, libs, major, cuda.KNOWN_TMS_ORDERS), warning
+
+
+def _tms(
+    config: RuntimeConfig,
+    env: Mapping[str, str],
+    major: int,
+    problems: list[str],
+    warnings: list[str],
+) -> str | None:
+    choice, warning = tms_choice(env, major)
+    warnings += [warning] if warning else []
     if choice.problem:
         # Only colocated training offloads the actors through torch_memory_saver.
         (problems if config.spec.resources.colocate else warnings).append(
@@ -192,9 +213,10 @@ def build_plan(
     warnings: list[str] = []
     cuda_env = _resolve_cuda(config, ambient, problems)
     major = cuda_env.major if cuda_env else 0
-    tms = _tms(config, major, problems, warnings) if cuda_env else None
     added = pinned_env(config, cuda_env, ambient, config_path) if cuda_env else {}
     env = {**ambient, **added}
+    # slime's driver runs with the pinned env: its slime decides what the actors preload.
+    tms = _tms(config, env, major, problems, warnings) if cuda_env else None
     slime_dir, model_type = spec.runtime.slime_dir, spec.model.type
     model_args = _guarded(problems, probe.model_args, slime_dir, model_type) or []
     gpus, gpu_warning = probe.visible_gpus()
@@ -220,6 +242,7 @@ def build_plan(
             start=start.start,
             hf_mode_flag=known is not None and HF_MODE_FLAG in known,
             files_dir=files_dir,
+            experiment=slimecmd.wandb_run_name(config.namespace, config.experiment),
         ),
     )
     if known is not None and (bad := argcheck.unknown_flags(cmd.parts, known)):
@@ -300,8 +323,9 @@ def check_cuda(cuda_home: str, ambient: Mapping[str, str]) -> int:
     except cuda.CudaError as e:
         print(f"{LOG_PREFIX} error: {e}", file=sys.stderr)
         return 2
-    site_dir, libs = probe.tms_listing()
-    choice = cuda.choose_tms(site_dir, libs, env.major)
+    choice, warning = tms_choice({**ambient, **env.env()}, env.major)
+    if warning:
+        print(f"{LOG_PREFIX} warning: {warning}", file=sys.stderr)
     report = {
         "cudaHome": env.cuda_home,
         "major": env.major,

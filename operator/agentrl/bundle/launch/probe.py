@@ -19,6 +19,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from agentrl.bundle.launch import cuda
+
 _CUDART_NEEDED = re.compile(rb"libcudart\.so\.(\d+)")
 # Import-heavy (torch, Megatron, SGLang); generous, but a hung import must not hang the job.
 PROBE_TIMEOUT_S = 600
@@ -59,6 +61,55 @@ def tms_listing() -> tuple[str | None, dict[str, int | None]]:
         majors = {int(m) for m in _CUDART_NEEDED.findall(lib.read_bytes())}
         libs[lib.name] = majors.pop() if len(majors) == 1 else None
     return str(site_dir), libs
+
+
+# Runs in the image's Python with the pinned env: the directories `import slime` would load
+# the package from. find_spec on a top-level name runs none of slime's code.
+_SLIME_PACKAGE = """
+import importlib.util, json
+spec = importlib.util.find_spec("slime")
+print(json.dumps(list(spec.submodule_search_locations or []) if spec else []))
+"""
+ACTOR_GROUP = Path("ray") / "actor_group.py"
+
+
+@dataclass(frozen=True)
+class TmsLookup:
+    """How the image's slime looks for torch_memory_saver's preload library."""
+
+    order: tuple[str, ...] | None
+    """Name suffixes, first tried first (`cuda.tms_lookup_order`); None: not read."""
+    source: str
+    """The actor_group.py it was read from, or why none was."""
+
+
+def tms_lookup(env: Mapping[str, str]) -> TmsLookup:
+    """The preload lookup order of the slime `env`'s Python imports: the actor_group.py
+    that builds the Megatron actors' LD_PRELOAD, read as text (slime is not imported)."""
+    done = subprocess.run(
+        ["python3", "-c", _SLIME_PACKAGE],
+        env=dict(env),
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=PROBE_TIMEOUT_S,
+    )
+    try:
+        dirs = [Path(d) for d in json.loads(done.stdout.splitlines()[-1])]
+    except (IndexError, ValueError, TypeError):
+        return TmsLookup(None, f"could not locate slime ({done.stderr.strip()[-300:]})")
+    files = [d / ACTOR_GROUP for d in dirs if (d / ACTOR_GROUP).is_file()]
+    if not files:
+        where = ", ".join(map(str, dirs)) or "nowhere: slime is not importable"
+        return TmsLookup(None, f"no slime/{ACTOR_GROUP} where slime imports from ({where})")
+    try:
+        source = files[0].read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        return TmsLookup(None, f"cannot read {files[0]}: {e}")
+    order = cuda.tms_lookup_order(source)
+    if order is None:
+        return TmsLookup(None, f"{files[0]} lists no torch_memory_saver preload library order")
+    return TmsLookup(order, str(files[0]))
 
 
 def model_args(slime_dir: str, model_type: str) -> list[str]:

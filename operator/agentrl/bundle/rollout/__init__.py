@@ -25,7 +25,7 @@ from agentrl.bundle.rollout.types import SlimeTypes, slime_types
 __all__ = ["generate_rollout", "install_runtime", "shutdown_runtime"]
 
 # The interface the HTTP agents' callback listener binds (all of them by default; tests
-# bind loopback only).
+# bind loopback only). The gateway relays the agents' callbacks to it.
 ENV_BIND_HOST = "AGENTRL_BIND_HOST"
 
 log = logging.getLogger("agentrl.rollout")
@@ -79,9 +79,13 @@ def _production_runtime(args: Any) -> tuple[RolloutRuntime, RuntimeConfig, Slime
         listen = os.environ.get(ENV_BIND_HOST, "0.0.0.0")
         # Agents call back to this node: its address, unless bound to one interface.
         advertise = node_ip() if listen == "0.0.0.0" else listen
-        backend = await build_backend(config, listen_host=listen, advertise_host=advertise)
+        sessions = GatewayClient(admin_url, admin_token)
+        # HTTP agents post results to the gateway, which relays them to this listener.
+        backend = await build_backend(
+            config, callbacks=sessions, listen_host=listen, advertise_host=advertise
+        )
         return RolloutContext(
-            sessions=GatewayClient(admin_url, admin_token),
+            sessions=sessions,
             backend=backend,
             semaphore=asyncio.Semaphore(config.spec.agent.max_concurrent),
         )

@@ -44,13 +44,18 @@ class GroupFilter(Protocol):
     def __call__(self, rewards: Sequence[float], samples: Callable[[], list[Any]]) -> Verdict: ...
 
 
+def reward_std(rewards: Sequence[float]) -> float | None:
+    """The sample std (n - 1) of a group's rewards, as torch.std; None for fewer than two."""
+    if len(rewards) < 2:
+        return None
+    mean = math.fsum(rewards) / len(rewards)
+    return math.sqrt(math.fsum((r - mean) ** 2 for r in rewards) / (len(rewards) - 1))
+
+
 def has_reward_variance(rewards: Sequence[float]) -> bool:
     """slime's test: the sample std (n - 1) of the rewards exceeds 1e-6."""
-    if len(rewards) < 2:
-        return False  # torch.std of one value is NaN, and NaN > 1e-6 is False
-    mean = math.fsum(rewards) / len(rewards)
-    var = math.fsum((r - mean) ** 2 for r in rewards) / (len(rewards) - 1)
-    return math.sqrt(var) > STD_THRESHOLD
+    std = reward_std(rewards)
+    return std is not None and std > STD_THRESHOLD  # torch.std of one value is NaN: False
 
 
 class ZeroRewardVariance:

@@ -120,15 +120,26 @@ def load_eval_groups(eval_set: EvalSet, where: str) -> list[list[EpisodeInput]]:
     path = Path(eval_set.path)
     if not path.is_file():
         raise FileNotFoundError(f"{where}.path: {path} does not exist in the pod")
+    return read_groups(path, eval_set.samples_per_prompt, f"{where}.path")
+
+
+def read_groups(
+    path: Path, samples_per_prompt: int, where: str, limit: int | None = None
+) -> list[list[EpisodeInput]]:
+    """The JSONL rows of `path` (the first `limit` of them), each repeated
+    `samples_per_prompt` times as one group, as slime reads a data file (`prompt`,
+    `metadata`, `label`)."""
     groups: list[list[EpisodeInput]] = []
     index = 0
     with path.open(encoding="utf-8") as lines:
         for lineno, line in enumerate(lines, 1):
+            if limit is not None and len(groups) >= limit:
+                break
             if not line.strip():
                 continue
             row = _parse_row(line, f"{path}:{lineno}")
             group = []
-            for _ in range(eval_set.samples_per_prompt):
+            for _ in range(samples_per_prompt):
                 group.append(
                     EpisodeInput(
                         prompt=row.get("prompt", ""),
@@ -141,7 +152,7 @@ def load_eval_groups(eval_set: EvalSet, where: str) -> list[list[EpisodeInput]]:
                 index += 1
             groups.append(group)
     if not groups:
-        raise ValueError(f"{where}.path: {path} holds no rows")
+        raise ValueError(f"{where}: {path} holds no rows")
     return groups
 
 

@@ -1,0 +1,144 @@
+"""HTTP agents' result callbacks, served on the agent port and relayed to the rollout.
+
+An HTTP agent posts its result to `callback_url` (`agentrl.bundle.session.callback_url`):
+the gateway's own URL, because the gateway is what agents reach, through its Service and
+`spec.gateway.publicUrl` when they run outside the cluster. The rollout, which waits for
+the result, runs in slime's rollout process on whatever node Ray placed it, on a port the
+OS picked; it registers that listener once over the admin API (`PUT /admin/callbacks`),
+and each callback for an open session is passed on to it: body, `Authorization` and
+`Content-Type` as the agent sent them, and the listener's answer back to the agent. The
+listener checks the session's callback token, so the relay holds no secret of its own.
+
+    POST /agentrl/callback/{sid}   (agent port)  -> the listener's answer; 404 for a session
+                                                   that is not open, 413 past
+                                                   CALLBACK_MAX_BYTES, 503 before the rollout
+                                                   registered, 502 when it cannot be reached
+    PUT  /admin/callbacks {"target": "http://host:port"}   (admin port, admin token)
+                                                -> 200 {"callback_base": <gateway URL>}
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import aiohttp
+import orjson
+from aiohttp import web
+from yarl import URL
+
+from agentrl.api.constants import CALLBACK_MAX_BYTES, CALLBACK_PATH
+from agentrl.bundle.gateway.session_store import SessionClosed, SessionStore, UnknownSession
+from agentrl.bundle.redact import describe_error
+
+log = logging.getLogger("agentrl.gateway")
+
+RELAY_TIMEOUT_S = 30.0  # the listener answers at once: it only resolves a future
+RELAY_CONNECTIONS = 64
+_PASSED_ON = ("Authorization", "Content-Type")
+
+
+def _error(status: int, message: str) -> web.Response:
+    return web.Response(
+        body=orjson.dumps({"error": message}), status=status, content_type="application/json"
+    )
+
+
+async def _read_at_most(request: web.Request, limit: int) -> bytes | None:
+    """The body, or None past `limit` bytes. Read from the stream: the agent port's own
+    `client_max_size` (spec.gateway.maxRequestBytes) bounds model requests, not results."""
+    if request.content_length is not None and request.content_length > limit:
+        return None
+    chunks, size = [], 0
+    async for chunk in request.content.iter_any():
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _target(value: Any) -> str | None:
+    """`http(s)://host:port` with nothing after it, else None."""
+    if not isinstance(value, str):
+        return None
+    try:
+        url = URL(value)
+    except ValueError:
+        return None
+    if url.scheme not in ("http", "https") or not url.host or url.path not in ("", "/"):
+        return None
+    if url.query_string or url.fragment or url.user is not None:
+        return None
+    return str(url.origin())
+
+
+class CallbackRelay:
+    """Receives callbacks on the agent port and passes them to the registered listener."""
+
+    def __init__(
+        self, store: SessionStore, agent_url: Callable[[], str], max_bytes: int = CALLBACK_MAX_BYTES
+    ) -> None:
+        self._store = store
+        self._agent_url = agent_url  # the gateway's URL as agents reach it
+        self._max_bytes = max_bytes
+        self.target: str | None = None
+        self._http: aiohttp.ClientSession | None = None
+
+    def add_routes(self, app: web.Application) -> None:
+        """The agent-facing route (the gateway Service's port)."""
+        app.router.add_post(CALLBACK_PATH + "/{sid}", self.relay)
+
+    async def relay_callbacks_to(self, target: Any) -> str:
+        """Pass callbacks to `target` from now on (the admin API's `PUT /admin/callbacks`);
+        the base URL agents are to post them under."""
+        checked = _target(target)
+        if checked is None:
+            raise ValueError(f"callback target {target!r} is not http(s)://host:port")
+        if checked != self.target:
+            log.info("gateway: relaying agents' result callbacks to %s", checked)
+        self.target = checked
+        return self._agent_url()
+
+    async def relay(self, request: web.Request) -> web.StreamResponse:
+        sid = request.match_info["sid"]
+        try:
+            self._store.get(sid)
+        except (UnknownSession, SessionClosed):
+            return _error(404, "unknown or finished session")
+        if self.target is None:
+            return _error(503, "no rollout is receiving results yet; try again")
+        body = await _read_at_most(request, self._max_bytes)
+        if body is None:
+            return _error(413, f"result document over {self._max_bytes} bytes")
+        headers = {h: request.headers[h] for h in _PASSED_ON if h in request.headers}
+        try:
+            async with self._client().post(
+                f"{self.target}{CALLBACK_PATH}/{sid}", data=body, headers=headers
+            ) as resp:
+                answer = await resp.read()
+                kind = resp.headers.get("Content-Type", "application/json")
+                return web.Response(body=answer, status=resp.status, headers={"Content-Type": kind})
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            # Never the repr: it would list the request headers (the callback token).
+            log.warning(
+                "gateway: result callback of session %s not delivered to the rollout at %s: "
+                "%s; the rollout falls back to polling the agent",
+                sid,
+                self.target,
+                describe_error(exc),
+            )
+            return _error(502, "the rollout's result listener is unreachable; try again")
+
+    def _client(self) -> aiohttp.ClientSession:
+        if self._http is None:
+            self._http = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=RELAY_CONNECTIONS),
+                timeout=aiohttp.ClientTimeout(total=RELAY_TIMEOUT_S, sock_connect=10),
+            )
+        return self._http
+
+    async def close(self) -> None:
+        if self._http is not None:
+            await self._http.close()

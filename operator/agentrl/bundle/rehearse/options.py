@@ -1,0 +1,119 @@
+"""What a rehearsal runs: the command line's options, and the episodes they pick.
+
+The prompts are the first rows of the split's own data file (`spec.data.train` or an eval
+set's `path`), read as the rollout reads them (`inputs.read_groups`), each row repeated
+as one group of the split's size (`grpo.samplesPerPrompt`, or the eval set's). Sampling
+parameters and the episode deadline are the split's (`inputs.train_spec` / `eval_spec`),
+as the pods would use them. Paths that exist only inside the pods are refused with the
+flag that supplies a local copy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+
+from agentrl.api.constants import SPLIT_EVAL, SPLIT_TRAIN
+from agentrl.api.models import RLExperimentSpec
+from agentrl.api.rules import is_local_path
+from agentrl.bundle.rehearse.report import RehearsalError
+from agentrl.bundle.rollout.episode import EpisodeInput, EpisodeSpec
+from agentrl.bundle.rollout.inputs import eval_spec, read_groups, train_spec
+
+
+@dataclass(frozen=True)
+class Options:
+    engine: str  # the SGLang server's base URL
+    out: Path  # samples.jsonl, report.json, runtime-config.json, rehearse.log
+    prompts: int = 1  # the first N rows of the split's data
+    samples: int | None = None  # episodes per prompt (default: the split's group size)
+    split: str = SPLIT_TRAIN  # "train" or "eval:<name>"
+    data: Path | None = None  # a local copy of the split's data file
+    model_dir: Path | None = None  # a local copy of the checkpoint (its tokenizer)
+    timeout_s: float | None = None  # the episode deadline (default: the agent's timeoutSeconds)
+    agent_url: str | None = None  # HTTP agents: where the agent runs now (default: the spec's)
+    listen: str = "127.0.0.1"  # the interface the gateway and the callback listener bind
+    gateway_port: int = 0  # 0: any free port
+    gateway_url: str | None = None  # how agents reach the gateway (e.g. through a tunnel)
+
+
+@dataclass(frozen=True)
+class Plan:
+    split: str  # "train" or "eval" (the rollout's metric label)
+    label: str  # "train", "eval:web-dev"
+    episode: EpisodeSpec
+    samples_per_prompt: int
+    groups: list[list[EpisodeInput]]
+    notes: list[str] = field(default_factory=list)
+
+
+def plan_inputs(spec: RLExperimentSpec, options: Options) -> Plan:
+    if options.prompts < 1:
+        raise RehearsalError(f"--prompts must be at least 1, got {options.prompts}")
+    if options.samples is not None and options.samples < 1:
+        raise RehearsalError(f"--samples must be at least 1, got {options.samples}")
+    if options.timeout_s is not None and options.timeout_s <= 0:
+        raise RehearsalError(f"--timeout must be positive, got {options.timeout_s:g}")
+    _check_model(spec.model.path, options.model_dir)
+    if options.split == SPLIT_TRAIN:
+        # No slime args here: the spec's values, which slime's flags default to.
+        episode = train_spec(spec, SimpleNamespace())
+        size, path, where = spec.grpo.samples_per_prompt, spec.data.train, "spec.data.train"
+    elif options.split.startswith(SPLIT_EVAL + ":"):
+        name = options.split.split(":", 1)[1]
+        sets = {s.name: (i, s) for i, s in enumerate(spec.data.eval)}
+        if name not in sets:
+            known = ", ".join(f"eval:{n}" for n in sets) or "none: spec.data.eval is empty"
+            raise RehearsalError(f"--split eval:{name}: no such eval set (known: {known})")
+        i, eval_set = sets[name]
+        episode = eval_spec(spec, eval_set)
+        size, path, where = eval_set.samples_per_prompt, eval_set.path, f"spec.data.eval[{i}].path"
+    else:
+        raise RehearsalError(f"--split {options.split}: use train or eval:<name>")
+    if options.timeout_s is not None:
+        episode = dataclasses.replace(episode, timeout_s=options.timeout_s)
+    data = options.data or _local(path, where)
+    if not data.is_file():
+        raise RehearsalError(f"--data {data}: no such file")
+    samples = options.samples or size
+    try:
+        groups = read_groups(data, samples, str(data), limit=options.prompts)
+    except (OSError, ValueError) as exc:
+        raise RehearsalError(f"{where}: {exc}") from None
+    notes = []
+    if len(groups) < options.prompts:
+        notes.append(f"{data} holds {len(groups)} row(s); --prompts asked for {options.prompts}")
+    label = options.split
+    return Plan(
+        SPLIT_TRAIN if label == SPLIT_TRAIN else SPLIT_EVAL, label, episode, samples, groups, notes
+    )
+
+
+def _local(path: str, where: str) -> Path:
+    """The spec's data path, if it is readable here; else the flag that supplies it."""
+    if "://" in path:
+        raise RehearsalError(
+            f"{where} is {path!r}, a URI; pass --data with a local copy of the file"
+        )
+    local = Path(path)
+    if not local.is_file():
+        raise RehearsalError(
+            f"{where} is {path}, which does not exist on this machine (it is a path in the "
+            "pods); pass --data with a local copy of the file"
+        )
+    return local
+
+
+def _check_model(path: str, model_dir: Path | None) -> None:
+    """The tokenizer's checkpoint is readable here: `--model-dir`, a hub id, or a local path."""
+    if model_dir is not None:
+        if not model_dir.is_dir():
+            raise RehearsalError(f"--model-dir {model_dir}: no such directory")
+    elif is_local_path(path) and not Path(path).is_dir():
+        raise RehearsalError(
+            f"spec.model.path is {path}, which does not exist on this machine (it is a path in "
+            "the pods); pass --model-dir with a local copy of the checkpoint (its tokenizer "
+            "files are enough)"
+        )

@@ -1,0 +1,464 @@
+"""Run a rehearsal: the pods' episode path on this machine, against a real SGLang engine.
+
+Nothing here plays an episode: the gateway is `GatewayServer` (the hub's, started the way
+the hub starts it), the rollout talks to it through `GatewayClient` over the admin API,
+the agent backend is `build_backend`'s for the spec, and every episode is
+`rollout.batch.run_groups` -> `run_episode` (turns merged by `traces.merge_turns`), with
+rewards post-processed by slime's hook (`rewards.post_process_rewards`, reading the
+runtime config from a file as in the pods) and groups judged by the spec's dynamic-sampling
+filter. This module picks the inputs, wires the parts, and reads what the observers saw.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import functools
+import json
+import logging
+import secrets
+import socket
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import aiohttp
+import orjson
+from pydantic import ValidationError
+
+from agentrl.api.constants import SPLIT_TRAIN
+from agentrl.api.models import HttpAgent
+from agentrl.api.runtime import RuntimeConfig
+from agentrl.bundle.agents import build_backend
+from agentrl.bundle.agents.http import HttpAgentBackend
+from agentrl.bundle.gateway import GatewayClient, GatewayServer, GatewaySettings
+from agentrl.bundle.gateway.tokenizer import hub_family
+from agentrl.bundle.metrics import BundleMetrics
+from agentrl.bundle.rehearse.checks import (
+    Finding,
+    ToolCallCheck,
+    callback_findings,
+    context_findings,
+)
+from agentrl.bundle.rehearse.observe import Observations, ObservedBackend, ObservedSessions, Seen
+from agentrl.bundle.rehearse.options import Options, Plan, plan_inputs
+from agentrl.bundle.rehearse.report import (
+    EpisodeReport,
+    EpisodeView,
+    GroupReport,
+    RehearsalError,
+    Report,
+    Span,
+    received_of,
+)
+from agentrl.bundle.rewards import post_process_rewards
+from agentrl.bundle.rollout.batch import RolloutContext, run_groups
+from agentrl.bundle.rollout.driver import settle_engines
+from agentrl.bundle.rollout.episode import EpisodeOutcome
+from agentrl.bundle.rollout.filters import (
+    FilterError,
+    GroupFilter,
+    has_reward_variance,
+    load_filter,
+    reward_std,
+)
+from agentrl.bundle.rollout.types import SampleFields, Status, slime_types, to_sample
+from agentrl.slimecmd.flags import sglang_model_args
+
+log = logging.getLogger("agentrl.rehearse")
+
+ENGINE_TIMEOUT_S = 10.0
+WILDCARDS = ("0.0.0.0", "::", "")
+SAMPLES_FILE, CONFIG_FILE, LOG_FILE = "samples.jsonl", "runtime-config.json", "rehearse.log"
+
+
+def rehearse(config: RuntimeConfig, options: Options) -> Report:
+    """Run the rehearsal; RehearsalError when it cannot start (the CLI exits 2)."""
+    config = with_agent_url(config, options.agent_url)
+    plan = plan_inputs(config.spec, options)
+    options.out.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(options.out / LOG_FILE, mode="w", encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    old_level = root.level
+    root.addHandler(handler)  # the report says everything once; details go to the log
+    root.setLevel(logging.INFO)
+    try:
+        return asyncio.run(_rehearse(config, options, plan))
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(old_level)
+        handler.close()
+
+
+async def _rehearse(config: RuntimeConfig, options: Options, plan: Plan) -> Report:
+    started = time.perf_counter()
+    spec = config.spec
+    engine_model = await check_engine(options.engine, config, options)
+    server = await _start_gateway(config, options)
+    client = GatewayClient(f"http://{_loopback(options.listen)}:{server.admin_port}",
+                           server.settings.admin_token)  # fmt: skip
+    try:
+        backend = await _backend(config, options, client)
+    except BaseException:
+        await client.aclose()
+        await server.stop()
+        raise
+    seen = Observations()
+    assert server.frontend is not None
+    observed = ObservedBackend(backend, seen)
+    ctx = RolloutContext(
+        sessions=ObservedSessions(client, server.store, seen),
+        backend=observed,
+        semaphore=asyncio.Semaphore(spec.agent.max_concurrent),
+    )
+    try:
+        outcomes = await run_groups(ctx, plan.groups, plan.episode, plan.split)
+        await settle_engines(ctx, "Rehearsal", 0)
+    finally:
+        await observed.aclose()
+        await client.aclose()
+        await server.stop()
+    runner = server.frontend.runner
+    tools = ToolCallCheck(runner.renderer, runner.tokenizer, _parsing(server.settings))
+    http = backend if isinstance(backend, HttpAgentBackend) else None
+    context = server.context_length  # the spec's, else the checkpoint's config.json
+    episodes = [
+        _episode(
+            o, seen[o.session_id], tools, http.callback_url(o.session_id) if http else None, context
+        )
+        for group in outcomes
+        for o in group
+    ]
+    samples_path = _write_samples(config, options, outcomes)
+    report = Report(
+        experiment=f"{config.namespace}/{config.experiment}",
+        split=plan.label,
+        engine=options.engine,
+        engine_model=engine_model,
+        gateway=server.url,
+        agent=_agent(config),
+        episodes=episodes,
+        groups=_groups(outcomes, plan, config),
+        seconds=time.perf_counter() - started,
+        samples_path=str(samples_path),
+        log_path=str(options.out / LOG_FILE),
+        view=_view(outcomes, seen, runner.tokenizer),
+        notes=plan.notes,
+    )
+    (options.out / "report.json").write_text(json.dumps(report.to_json(), indent=2) + "\n")
+    return report
+
+
+# -- the engine -------------------------------------------------------------------------
+
+
+def engine_command(config: RuntimeConfig, options: Options) -> str:
+    """How to start an SGLang engine for this spec on this machine."""
+    model = str(options.model_dir) if options.model_dir else config.spec.model.path
+    flags = [a.replace("--sglang-", "--", 1) for a in sglang_model_args(config.spec)]
+    return " ".join(["python -m sglang.launch_server --model-path", model, *flags, "--port 30000"])
+
+
+async def check_engine(url: str, config: RuntimeConfig, options: Options) -> str:
+    """The model the engine serves; RehearsalError (with the command to start one) if it
+    cannot be reached or is no SGLang server."""
+    hint = (
+        f"start one (a workstation GPU, or SGLang's CPU backend) with\n"
+        f"  {engine_command(config, options)}\n"
+        "and pass --engine http://127.0.0.1:30000"
+    )
+    timeout = aiohttp.ClientTimeout(total=ENGINE_TIMEOUT_S)
+    try:
+        async with (
+            aiohttp.ClientSession(timeout=timeout) as http,
+            http.get(url.rstrip("/") + "/get_model_info") as resp,
+        ):
+            body = await resp.read()
+            status = resp.status
+    except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+        raise RehearsalError(
+            f"--engine {url}: no SGLang engine answers there ({type(exc).__name__}: "
+            f"{str(exc)[:200]}); {hint}"
+        ) from None
+    if status != 200:
+        raise RehearsalError(
+            f"--engine {url}: GET /get_model_info answered HTTP {status}, so it is no SGLang "
+            f"server; {hint}"
+        )
+    try:
+        info = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        info = {}
+    return str(info.get("model_path", "")) if isinstance(info, dict) else ""
+
+
+# -- gateway and backend ----------------------------------------------------------------
+
+
+def _loopback(host: str) -> str:
+    return "127.0.0.1" if host in WILDCARDS else host
+
+
+def _advertised(listen: str) -> str:
+    """The address agents are handed: the listen address, or this machine's own."""
+    if listen not in WILDCARDS:
+        return listen
+    try:
+        return socket.gethostbyname(socket.gethostname())
+    except OSError:
+        return "127.0.0.1"
+
+
+async def _start_gateway(config: RuntimeConfig, options: Options) -> GatewayServer:
+    model = config.spec.model
+    family = model.renderer_family or "auto"
+    tokenizer = str(options.model_dir) if options.model_dir else model.path
+    if options.model_dir and family == "auto":
+        # `auto` resolves from the hub id, which a local copy's path no longer is: the
+        # hand-written family it names, else the checkpoint's chat template.
+        family = hub_family(model.path) or "default"
+    settings = dataclasses.replace(
+        GatewaySettings.from_runtime_config(config, options.engine, host=options.listen),
+        tokenizer_path=tokenizer,
+        renderer_family=family,
+        port=options.gateway_port,
+        public_base_url=options.gateway_url,
+        admin_token=secrets.token_urlsafe(32),
+    )
+    server = GatewayServer(settings, BundleMetrics())
+    try:
+        await server.start()
+    except Exception as exc:
+        await server.stop()
+        raise RehearsalError(
+            f"the gateway could not start: {type(exc).__name__}: {str(exc)[:500]}"
+        ) from None
+    if not options.gateway_url and options.listen in WILDCARDS:
+        # Bound to every interface: agents get this machine's address, not 0.0.0.0.
+        url = f"http://{_advertised(options.listen)}:{server.port}"
+        server.settings = dataclasses.replace(server.settings, public_base_url=url)
+    return server
+
+
+def with_agent_url(config: RuntimeConfig, url: str | None) -> RuntimeConfig:
+    """The config with the HTTP agent's endpoint where it runs now (`--agent-url`)."""
+    if url is None:
+        return config
+    agent = config.spec.agent
+    if agent.http is None:
+        raise RehearsalError(
+            "--agent-url applies to HTTP agents; this spec's agent is an AgentCore runtime "
+            "(point boto3 elsewhere with AWS_ENDPOINT_URL_BEDROCK_AGENTCORE)"
+        )
+    try:
+        http = HttpAgent.model_validate({**agent.http.dump(), "url": url})
+    except ValidationError as exc:
+        raise RehearsalError(f"--agent-url {url}: {exc.errors()[0]['msg']}") from None
+    spec = config.spec.model_copy(update={"agent": agent.model_copy(update={"http": http})})
+    return config.model_copy(update={"spec": spec})
+
+
+async def _backend(config: RuntimeConfig, options: Options, client: GatewayClient) -> Any:
+    """As in the pods: HTTP agents post results to the gateway's URL, which relays them to
+    the backend's listener (on this machine: bound with the gateway, reached on loopback)."""
+    try:
+        return await build_backend(
+            config,
+            callbacks=client,
+            listen_host=options.listen,
+            advertise_host=_loopback(options.listen),
+        )
+    except ValueError as exc:
+        http = config.spec.agent.http
+        if http is None or not http.headers:
+            raise RehearsalError(str(exc)) from None
+        exports = "; ".join(
+            f"export {config.http_header_envs[h.name]}=<key {h.secret_key_ref.key} of Secret "
+            f"{h.secret_key_ref.name}>"
+            for h in http.headers
+        )
+        raise RehearsalError(
+            f"{exc}. In a rehearsal the pod's env vars are yours to set: {exports}"
+        ) from None
+
+
+def _agent(config: RuntimeConfig) -> str:
+    agent = config.spec.agent
+    if agent.http is not None:
+        return f"http {agent.http.url}"
+    assert agent.agent_core is not None
+    return f"agentCore {agent.agent_core.runtime_arn}"
+
+
+def _parsing(settings: GatewaySettings) -> str:
+    parts = [f"rendererFamily {settings.renderer_family}"]
+    if settings.renderer_family == "default" and settings.tool_call_parser:
+        parts.append(f"toolCallParser {settings.tool_call_parser}")  # only `default` reads it
+    return " and ".join(parts)
+
+
+# -- reading the outcomes ---------------------------------------------------------------
+
+
+def _episode(
+    outcome: EpisodeOutcome,
+    seen: Seen,
+    tools: ToolCallCheck,
+    callback_url: str | None,
+    context_length: int | None,
+) -> EpisodeReport:
+    failed = outcome.failure is not None
+    samples = [] if failed else outcome.samples
+    trained = sum(sum(s.loss_mask) for s in samples)
+    tool_failures, tool_findings = tools.failures(seen.turns)
+    findings: list[Finding] = [
+        *context_findings(seen, context_length),
+        *tool_findings,
+        *callback_findings(seen, callback_url),
+    ]
+    first = outcome.samples[0]
+    return EpisodeReport(
+        session_id=outcome.session_id,
+        group=first.group_index if first.group_index is not None else 0,
+        index=first.index if first.index is not None else 0,
+        reason=outcome.failure,
+        message=outcome.message,
+        findings=findings,
+        reward=outcome.reward,
+        received=received_of(seen.document),
+        turns=len(seen.turns),
+        prompt_tokens=len(seen.turns[0].prompt_ids) if seen.turns else 0,
+        completion_tokens=sum(len(t.completion_ids) for t in seen.turns),
+        sequences=len(samples),
+        trained_tokens=trained,
+        masked_tokens=sum(s.response_length for s in samples) - trained,
+        truncated=any(s.status is Status.TRUNCATED for s in samples)
+        or any(t.finish_reason == "length" for t in seen.turns),
+        tool_call_failures=tool_failures,
+        seconds=outcome.seconds,
+        base_url=seen.base_url,
+        calls=seen.calls,
+        answers=seen.answers,
+        via=seen.via,
+        callback_url=callback_url,
+    )
+
+
+def _groups(
+    outcomes: Sequence[Sequence[EpisodeOutcome]], plan: Plan, config: RuntimeConfig
+) -> list[GroupReport]:
+    """Each group's rewards, and what the spec's dynamic-sampling filter makes of them."""
+    name = config.spec.grpo.dynamic_sampling_filter if plan.split == SPLIT_TRAIN else None
+    group_filter: GroupFilter | None = None
+    setup_error = None
+    try:
+        group_filter = load_filter(name, _slime_args(config, plan))
+    except FilterError as exc:
+        setup_error = str(exc)
+    out = []
+    for i, group in enumerate(outcomes):
+        rewards = [o.reward for o in group]
+        report = GroupReport(
+            group=i,
+            rewards=rewards,
+            std=reward_std(rewards),
+            zero_variance=not has_reward_variance(rewards),
+            filter=name,
+            kept=None,
+            error=setup_error,
+        )
+        if group_filter is not None:
+            try:
+                verdict = group_filter(rewards, functools.partial(_slime_samples, group))
+            except FilterError as exc:
+                report.error = str(exc)
+            else:
+                report.kept, report.drop_reason = verdict.keep, verdict.reason
+        out.append(report)
+    return out
+
+
+def _slime_samples(group: Sequence[EpisodeOutcome]) -> list[Any]:
+    types = slime_types(prefer_plain=True)
+    return [to_sample(s, types) for o in group for s in o.samples]
+
+
+def _slime_args(config: RuntimeConfig, plan: Plan) -> SimpleNamespace:
+    """The few slime args a user filter may read, with the values slime would have."""
+    grpo = config.spec.grpo
+    return SimpleNamespace(
+        n_samples_per_prompt=plan.samples_per_prompt,
+        rollout_batch_size=grpo.rollout_batch_size,
+        reward_key=None,
+    )
+
+
+def _write_samples(
+    config: RuntimeConfig, options: Options, outcomes: Sequence[Sequence[EpisodeOutcome]]
+) -> Path:
+    """The merged samples slime would train on, one JSON line each, with the advantage the
+    reward post-processing gives them (slime's hook, reading the runtime config file)."""
+    config_path = options.out / CONFIG_FILE
+    config_path.write_text(config.to_json() + "\n", encoding="utf-8")
+    fields = [s for group in outcomes for o in group for s in o.samples]
+    types = slime_types(prefer_plain=True)
+    args = SimpleNamespace(agentrl_config_path=str(config_path), reward_key=None)
+    raw, advantages = post_process_rewards(args, [to_sample(s, types) for s in fields])
+    path = options.out / SAMPLES_FILE
+    with path.open("wb") as out:
+        for s, reward, advantage in zip(fields, raw, advantages, strict=True):
+            out.write(orjson.dumps(_sample_json(s, reward, advantage)) + b"\n")
+    return path
+
+
+def _sample_json(s: SampleFields, reward: float, advantage: float) -> dict[str, Any]:
+    return {
+        "session_id": s.session_id,
+        "group": s.group_index,
+        "index": s.index,
+        "segment": s.metadata.get("segment_index", 0),
+        "status": s.status.value,
+        "episode_error": s.metadata.get("episode_error"),
+        "reward": reward,
+        "advantage": advantage,
+        "num_turns": s.metadata.get("num_turns", 0),
+        "prompt_length": len(s.tokens) - s.response_length,
+        "response_length": s.response_length,
+        "tokens": s.tokens,
+        "loss_mask": s.loss_mask,
+        "rollout_log_probs": s.rollout_log_probs,
+    }
+
+
+def _view(
+    outcomes: Sequence[Sequence[EpisodeOutcome]], seen: Observations, tokenizer: Any
+) -> EpisodeView | None:
+    """The first episode that trains something, else the first that called the model."""
+    flat = [o for g in outcomes for o in g]
+    pick = next((o for o in flat if o.failure is None), None) or next(
+        (o for o in flat if seen[o.session_id].turns), None
+    )
+    if pick is None:
+        return None
+    turns = seen[pick.session_id].turns
+    spans: list[Span] = []
+    if pick.failure is None:
+        sample = pick.samples[0]
+        prompt = len(sample.tokens) - sample.response_length
+        spans.append(Span("prompt", prompt, tokenizer.decode(sample.tokens[:prompt])))
+        response = sample.tokens[prompt:]
+        start = 0
+        for i in range(1, len(response) + 1):
+            if i == len(response) or sample.loss_mask[i] != sample.loss_mask[start]:
+                kind = "trained" if sample.loss_mask[start] else "masked"
+                spans.append(Span(kind, i - start, tokenizer.decode(response[start:i])))
+                start = i
+    return EpisodeView(
+        session_id=pick.session_id,
+        turns=[(len(t.prompt_ids), len(t.completion_ids), t.finish_reason) for t in turns],
+        sequences=len(pick.samples) if pick.failure is None else 0,
+        spans=spans,
+    )

@@ -1,0 +1,193 @@
+"""HTTP agents' result callbacks on the gateway's agent port, relayed to the rollout.
+
+The gateway under test is the real one; the rollout side is the HTTP backend's own
+listener (`CallbackListener`), registered over the admin API with `GatewayClient` as the
+rollout does it. Agents post with aiohttp to the agent port: the port the gateway Service
+exposes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import pytest
+
+from agentrl.api.constants import CALLBACK_MAX_BYTES
+from agentrl.bundle.agents.http import CallbackListener
+from agentrl.bundle.gateway import GatewayClient, GatewayServer
+from agentrl.bundle.session import SessionError, callback_url
+
+SID = "cb" + "0" * 46
+
+
+@pytest.fixture
+async def listener() -> AsyncIterator[CallbackListener]:
+    listener = CallbackListener("127.0.0.1", 0, "127.0.0.1")
+    await listener.start()
+    yield listener
+    await listener.stop()
+
+
+@pytest.fixture
+async def admin(gateway: GatewayServer) -> AsyncIterator[GatewayClient]:
+    client = GatewayClient(f"http://127.0.0.1:{gateway.admin_port}", "admin-secret")
+    yield client
+    await client.aclose()
+
+
+async def post(
+    gateway: GatewayServer, sid: str, body: bytes, token: str | None = None
+) -> tuple[int, Any]:
+    """An agent's callback to the gateway's agent port."""
+    headers = {"Content-Type": "application/json"}
+    if token is not None:
+        headers["Authorization"] = f"Bearer {token}"
+    async with (
+        aiohttp.ClientSession() as http,
+        http.post(
+            callback_url(f"http://127.0.0.1:{gateway.port}", sid), data=body, headers=headers
+        ) as resp,
+    ):
+        return resp.status, await resp.json(content_type=None)
+
+
+async def test_a_callback_reaches_the_rollout_through_the_agent_port(
+    gateway: GatewayServer, admin: GatewayClient, listener: CallbackListener
+) -> None:
+    # The answer is the base agents post under: how they reach the gateway.
+    assert await admin.relay_callbacks_to(listener.url) == gateway.url
+    await admin.relay_callbacks_to(listener.url)  # idempotent: the rollout may say it again
+    await gateway.create_session(SID, {})
+    token, fut = listener.expect(SID)
+    assert await post(gateway, SID, b'{"rewards": [0.5]}', token) == (200, {"ok": True})
+    assert fut.result() == {"rewards": [0.5]}
+
+
+async def test_the_session_s_own_token_is_still_required(
+    gateway: GatewayServer, admin: GatewayClient, listener: CallbackListener
+) -> None:
+    await admin.relay_callbacks_to(listener.url)
+    await gateway.create_session(SID, {})
+    token, fut = listener.expect(SID)
+    other = "cc" + "0" * 46
+    await gateway.create_session(other, {})
+    other_token, _ = listener.expect(other)
+    for wrong in (None, "nope", other_token):
+        status, body = await post(gateway, SID, b'{"rewards": 1}', wrong)
+        assert (status, body) == (401, {"error": "bad callback token"})
+    assert not fut.done()
+    assert (await post(gateway, SID, b"not json", token))[0] == 400
+
+
+async def test_only_open_sessions_are_relayed(
+    gateway: GatewayServer, admin: GatewayClient, listener: CallbackListener
+) -> None:
+    await admin.relay_callbacks_to(listener.url)
+    token, fut = listener.expect(SID)  # the rollout waits, but the gateway never opened it
+    assert await post(gateway, SID, b"{}", token) == (
+        404,
+        {"error": "unknown or finished session"},
+    )
+    await gateway.create_session(SID, {})
+    await gateway.close_session(SID)  # the episode ended: a late callback is refused
+    assert (await post(gateway, SID, b"{}", token))[0] == 404
+    assert not fut.done()
+
+
+async def test_before_the_rollout_registers_the_agent_is_told_to_try_again(
+    gateway: GatewayServer,
+) -> None:
+    await gateway.create_session(SID, {})
+    status, body = await post(gateway, SID, b"{}", "t")
+    assert status == 503 and "try again" in body["error"]
+
+
+async def test_an_unreachable_rollout_is_a_502_logged_without_the_token(
+    gateway: GatewayServer, admin: GatewayClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        gone = f"http://127.0.0.1:{s.getsockname()[1]}"
+    await admin.relay_callbacks_to(gone)
+    await gateway.create_session(SID, {})
+    with caplog.at_level(logging.WARNING, "agentrl.gateway"):
+        status, body = await post(gateway, SID, b"{}", "secret-callback-token")
+    assert status == 502 and "unreachable" in body["error"]
+    assert f"result callback of session {SID} not delivered to the rollout at {gone}" in (
+        caplog.text
+    )
+    assert "secret-callback-token" not in caplog.text
+
+
+async def test_a_result_larger_than_a_model_request_passes_up_to_its_own_bound(
+    gateway: GatewayServer, admin: GatewayClient, listener: CallbackListener
+) -> None:
+    """The agent port bounds model requests by maxRequestBytes (2 MiB by default); a result
+    document has its own bound, the listener's."""
+    await admin.relay_callbacks_to(listener.url)
+    await gateway.create_session(SID, {})
+    token, fut = listener.expect(SID)
+    big = b'{"rewards": 1, "trace": "' + b"x" * (3 * 1024 * 1024) + b'"}'
+    assert len(big) > gateway.settings.spec.max_request_bytes
+    assert (await post(gateway, SID, big, token))[0] == 200
+    assert fut.result()["rewards"] == 1
+    other = "cd" + "0" * 46
+    await gateway.create_session(other, {})
+    too_big = b'{"x": "' + b"x" * CALLBACK_MAX_BYTES + b'"}'
+    assert (await post(gateway, other, too_big, token))[0] == 413
+
+
+@pytest.mark.parametrize(
+    "target",
+    ["ftp://127.0.0.1:1", "http://", "http://h:1/path", "http://u:p@h:1", "not a url", 7, None],
+)
+async def test_only_an_http_origin_is_taken_as_the_target(
+    gateway: GatewayServer, admin: GatewayClient, target: Any
+) -> None:
+    with pytest.raises(SessionError, match="HTTP 400"):
+        await admin.relay_callbacks_to(target)
+    assert gateway.callbacks.target is None
+
+
+async def test_registering_needs_the_admin_token(
+    gateway: GatewayServer, listener: CallbackListener
+) -> None:
+    intruder = GatewayClient(f"http://127.0.0.1:{gateway.admin_port}", "wrong")
+    try:
+        with pytest.raises(SessionError, match="HTTP 401"):
+            await intruder.relay_callbacks_to(listener.url)
+    finally:
+        await intruder.aclose()
+    assert gateway.callbacks.target is None
+    # Nor is the admin route on the agent port (the one a LoadBalancer exposes).
+    async with (
+        aiohttp.ClientSession() as http,
+        http.put(
+            f"http://127.0.0.1:{gateway.port}/admin/callbacks",
+            json={"target": listener.url},
+            headers={"Authorization": "Bearer admin-secret"},
+        ) as resp,
+    ):
+        assert resp.status in (404, 405)
+    assert gateway.callbacks.target is None
+
+
+async def test_many_callbacks_at_once_each_reach_their_episode(
+    gateway: GatewayServer, admin: GatewayClient, listener: CallbackListener
+) -> None:
+    await admin.relay_callbacks_to(listener.url)
+    sids = [f"m{i:02d}" + "0" * 45 for i in range(32)]
+    waits = {}
+    for i, sid in enumerate(sids):
+        await gateway.create_session(sid, {})
+        waits[sid] = (listener.expect(sid), i)
+    answers = await asyncio.gather(
+        *(post(gateway, sid, b'{"rewards": %d}' % i, tok) for sid, ((tok, _), i) in waits.items())
+    )
+    assert {a[0] for a in answers} == {200}
+    assert [fut.result()["rewards"] for (_, fut), _ in waits.values()] == list(range(32))

@@ -1,0 +1,209 @@
+"""The context budget: no model call is ever refused by the engine for its length.
+
+The stub engines run SGLang's own length checks (`context_len`: input + max_new_tokens may
+not exceed the context, the input may not fill it; a stream gets HTTP 200 and an error
+event), so a gateway that forwarded the agent's `max_tokens` near the end of a long
+conversation would see exactly what SGLang answers: 400, or an error event in a stream.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import openai
+import orjson
+import pytest
+
+from agentrl.bundle.gateway import GatewayServer
+from agentrl.bundle.gateway.context import checkpoint_context_length, context_length_of
+from agentrl.bundle.gateway.sglang import EngineError, StreamState
+
+from .gateway_helpers import MESSAGES, Cluster, metric, settings_for
+
+BUDGET = 64  # the session's max_new_tokens (maxResponseLength), as the rollout sets it
+
+
+def prompt_len(renderer: Any) -> int:
+    return len(renderer.render_ids(MESSAGES, add_generation_prompt=True))
+
+
+async def started(cluster: Cluster, checkpoint: Path, **overrides: Any) -> GatewayServer:
+    server = GatewayServer(settings_for(cluster, checkpoint, **overrides), cluster.metrics)
+    await server.start()
+    return server
+
+
+@pytest.fixture
+async def near_full(
+    cluster: Cluster, checkpoint: Path, renderer: Any
+) -> AsyncIterator[tuple[GatewayServer, int]]:
+    """A gateway and engines whose context leaves 5 tokens after MESSAGES' prompt."""
+    context = prompt_len(renderer) + 5
+    cluster.set(context_len=context)
+    server = await started(cluster, checkpoint, context_length=context)
+    yield server, context
+    await server.stop()
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_max_new_tokens_is_capped_at_the_room_left_not_refused(
+    near_full: tuple[GatewayServer, int], cluster: Cluster, renderer: Any, stream: bool
+) -> None:
+    gateway, context = near_full
+    handle = await gateway.create_session(f"near-{stream}", {"max_new_tokens": BUDGET})
+    c = openai.AsyncOpenAI(base_url=handle.base_url, api_key=handle.token, max_retries=0)
+    if stream:
+        chunks = [
+            ch
+            async for ch in await c.chat.completions.create(
+                model="m", messages=MESSAGES, max_tokens=500, stream=True
+            )  # type: ignore[call-overload]
+        ]
+        assert chunks[-1].choices[0].finish_reason in ("stop", "length")
+    else:
+        out = await c.chat.completions.create(model="m", messages=MESSAGES, max_tokens=500)  # type: ignore[arg-type]
+        assert out.choices[0].finish_reason in ("stop", "length")
+    (sent,) = cluster.all_requests()
+    assert sent["sampling_params"]["max_new_tokens"] == context - prompt_len(renderer) == 5
+    (turn,) = await gateway.get_turns(handle.session_id)
+    assert len(turn.prompt_ids) + len(turn.completion_ids) <= context
+
+
+async def test_the_context_comes_from_config_json_when_the_spec_leaves_it_unset(
+    cluster: Cluster, checkpoint: Path, renderer: Any, tmp_path: Path
+) -> None:
+    context = prompt_len(renderer) + 3
+    ckpt = Path(shutil.copytree(checkpoint, tmp_path / "ckpt"))
+    (ckpt / "config.json").write_text(json.dumps({"max_position_embeddings": context}))
+    cluster.set(context_len=context)
+    gateway = await started(cluster, ckpt)
+    try:
+        assert gateway.context_length == context
+        handle = await gateway.create_session("cfg", {"max_new_tokens": BUDGET})
+        c = openai.AsyncOpenAI(base_url=handle.base_url, api_key=handle.token, max_retries=0)
+        await c.chat.completions.create(model="m", messages=MESSAGES)  # type: ignore[arg-type]
+        (sent,) = cluster.all_requests()
+        assert sent["sampling_params"]["max_new_tokens"] == 3
+    finally:
+        await gateway.stop()
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_prompt_that_fills_the_context_is_finish_reason_length_without_the_engine(
+    cluster: Cluster, checkpoint: Path, renderer: Any, stream: bool
+) -> None:
+    """As slime's agent adapter answers it: finish reason `length`, no content, no engine
+    call, and no turn recorded (nothing was sampled)."""
+    context = prompt_len(renderer)
+    cluster.set(context_len=context)
+    gateway = await started(cluster, checkpoint, context_length=context)
+    try:
+        handle = await gateway.create_session("full", {"max_new_tokens": BUDGET})
+        c = openai.AsyncOpenAI(base_url=handle.base_url, api_key=handle.token, max_retries=0)
+        if stream:
+            chunks = [
+                ch
+                async for ch in await c.chat.completions.create(
+                    model="m", messages=MESSAGES, stream=True
+                )  # type: ignore[call-overload]
+            ]
+            assert chunks[-1].choices[0].finish_reason == "length"
+            assert "".join(ch.choices[0].delta.content or "" for ch in chunks) == ""
+        else:
+            out = await c.chat.completions.create(model="m", messages=MESSAGES)  # type: ignore[arg-type]
+            assert out.choices[0].finish_reason == "length"
+            assert out.choices[0].message.content == ""
+            assert out.usage is not None and out.usage.completion_tokens == 0
+        a = anthropic.AsyncAnthropic(
+            base_url=handle.base_url.removesuffix("/v1"), auth_token=handle.token, max_retries=0
+        )
+        msg = await a.messages.create(
+            model="m",
+            max_tokens=BUDGET,
+            system=MESSAGES[0]["content"],
+            messages=[{"role": "user", "content": MESSAGES[1]["content"]}],
+        )
+        assert msg.stop_reason == "max_tokens" and msg.usage.output_tokens == 0
+        assert cluster.all_requests() == []
+        assert await gateway.get_turns("full") == []
+        assert metric(cluster, "agentrl_context_full_turns_total") == 2
+        assert metric(cluster, "agentrl_gateway_requests_total", api="openai", code="200") == 1
+    finally:
+        await gateway.stop()
+
+
+async def test_a_streamed_engine_refusal_reaches_the_client_as_the_engines_400(
+    gateway: GatewayServer, cluster: Cluster, renderer: Any
+) -> None:
+    """An engine whose context is smaller than the gateway knows (the fixture's checkpoint
+    has no config.json): SGLang answers the stream with 200 and an error event; the agent
+    gets the engine's message as a 400 its SDK raises (and does not retry), not a 502."""
+    assert getattr(gateway, "context_length", None) is None
+    cluster.set(context_len=prompt_len(renderer) + 2)
+    handle = await gateway.create_session("refused", {"max_new_tokens": BUDGET})
+    c = openai.AsyncOpenAI(base_url=handle.base_url, api_key=handle.token, max_retries=0)
+    with pytest.raises(openai.BadRequestError, match="maximum context length"):
+        async for _ in await c.chat.completions.create(model="m", messages=MESSAGES, stream=True):  # type: ignore[call-overload]
+            pass
+    assert metric(cluster, "agentrl_gateway_requests_total", api="openai", code="400") == 1
+    assert metric(cluster, "agentrl_gateway_requests_total", api="openai", code="502") == 0
+
+
+@pytest.mark.parametrize(
+    ("config", "length"),
+    [
+        ({"max_position_embeddings": 32768}, 32768),
+        # The first key set, in SGLang's order, wins.
+        ({"seq_length": 8192, "max_position_embeddings": 4096}, 8192),
+        ({"max_position_embeddings": 32768, "rope_scaling": {"factor": 4.0}}, 131072),
+        # YaRN with its original length named, and llama3 scaling: the length as written.
+        (
+            {
+                "max_position_embeddings": 131072,
+                "rope_scaling": {"factor": 4.0, "original_max_position_embeddings": 32768},
+            },
+            131072,
+        ),
+        ({"max_position_embeddings": 131072, "rope_scaling": {"rope_type": "llama3"}}, 131072),
+        # A multimodal checkpoint: the language model's sub-config.
+        ({"text_config": {"max_position_embeddings": 262144}, "vision_config": {}}, 262144),
+        ({"hidden_size": 896}, None),
+        ({"max_position_embeddings": True}, None),
+    ],
+)
+def test_context_length_from_config_follows_sglangs_rule(
+    config: dict[str, Any], length: int | None
+) -> None:
+    assert context_length_of(config) == length
+
+
+def test_an_unreadable_config_leaves_the_context_unknown_with_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    assert checkpoint_context_length(str(tmp_path)) is None
+    (tmp_path / "config.json").write_text("{not json")
+    assert checkpoint_context_length(str(tmp_path)) is None
+    assert checkpoint_context_length("Qwen/Qwen3-4B") is None  # a hub id
+    assert sum("not capped" in r.getMessage() for r in caplog.records) == 3
+
+
+@pytest.mark.parametrize(
+    ("event", "status"),
+    [
+        # SGLang's own event for a refused stream (http_server.py, 0.5.13 and 0.5.15.post1).
+        ({"message": "too long", "type": "invalid_request_error", "code": 400}, 400),
+        ({"message": "boom", "code": 500}, 500),
+        ({"message": "no code"}, None),
+        ({"message": "odd", "code": "400"}, None),  # not an integer: no status invented
+        ("a bare string", None),
+    ],
+)
+def test_a_stream_error_event_keeps_the_status_it_names(event: Any, status: int | None) -> None:
+    with pytest.raises(EngineError) as err:
+        StreamState().add(orjson.dumps({"error": event}))  # one chunk's JSON, as it streams
+    assert err.value.status == status and "engine stream error" in str(err.value)

@@ -1,0 +1,197 @@
+"""`agentrl rehearse` with an HTTP agent: a clean rehearsal, and each mistake named.
+
+Everything runs as it would for a researcher: `agentrl rehearse` is a subprocess, the agent
+is the example HTTP agent in a process of its own (`mistaken_agent.py` adds the agent-side
+mistakes a row asks for), the engine is the SGLang protocol stub on its own port. Each of
+the five mistakes a rehearsal exists for comes out as a named reason and exit status 1.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.support.tiny_tokenizer import write_checkpoint
+
+from agentrl.bundle.gateway.tokenizer import load_tokenizer
+
+from .rig import (
+    AGENT,
+    AgentProcess,
+    Model,
+    ModelApiProxy,
+    free_port,
+    http_agent,
+    rehearse,
+    row,
+    run_agent,
+    spec,
+    start_engine,
+    write,
+)
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_checkpoint(tmp_path_factory.mktemp("ckpt"))
+
+
+@pytest.fixture(scope="module")
+def model(checkpoint: Path) -> Model:
+    return Model(load_tokenizer(str(checkpoint)))
+
+
+@pytest.fixture(scope="module")
+def agent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AgentProcess]:
+    yield from run_agent(AGENT, tmp_path_factory.mktemp("agent") / "agent.log")
+
+
+def flags(engine: Any, checkpoint: Path, data: Path, out: Path) -> list[str | Path]:
+    return ["--engine", engine.url, "--model-dir", checkpoint, "--data", data, "--out", out]
+
+
+async def test_a_clean_rehearsal_reports_every_episode_and_exits_0(
+    tmp_path: Path, checkpoint: Path, model: Model, agent: AgentProcess
+) -> None:
+    engine = await start_engine(model.tok, model.click_then_finish())
+    try:
+        spec_path, data = write(tmp_path, spec(http_agent(agent.url)), [row()])
+        run = await rehearse("-f", spec_path, *flags(engine, checkpoint, data, tmp_path / "j"),
+                             "-o", "json")  # fmt: skip
+        text = await rehearse("-f", spec_path, *flags(engine, checkpoint, data, tmp_path / "t"))
+    finally:
+        await engine.stop()
+    assert run.code == 0, run.out + run.err + agent.log_tail()
+    report = run.json()
+    assert [e["status"] for e in report["episodes"]] == ["ok"] * 4
+    for e in report["episodes"]:
+        assert e["reward"] == 1.0 and e["reward_received"] == {"value": 1.0, "type": "number"}
+        assert e["turns"] == 2 and e["sequences"] == 1 and e["result_via"] == "callback"
+        assert e["trained_tokens"] > 0 and e["masked_tokens"] > 0  # the tool result is masked
+        assert e["base_url"].endswith(f"/sessions/{e['session_id']}/v1") and e["model_calls"] == 2
+    (group,) = report["groups"]
+    assert group["rewards"] == [1.0] * 4 and group["zero_variance"] is True
+    assert report["network"]["episodes_calling_base_url"] == 4
+    assert report["network"]["results_via"] == {"callback": 4}
+    # The samples slime would train on, with the advantage the reward hook gives them.
+    lines = (tmp_path / "j" / "samples.jsonl").read_text().splitlines()
+    samples = [json.loads(line) for line in lines]
+    assert len(samples) == 4 and {s["advantage"] for s in samples} == {0.0}
+    for s in samples:
+        assert len(s["tokens"]) == s["prompt_length"] + s["response_length"]
+        assert len(s["loss_mask"]) == len(s["rollout_log_probs"]) == s["response_length"]
+    assert text.code == 0 and "exit status 0" in text.out and "[trained 36]" in text.out
+
+
+async def test_a_reward_sent_as_a_string_is_bad_result_and_shown_as_sent(
+    tmp_path: Path, checkpoint: Path, model: Model, agent: AgentProcess
+) -> None:
+    engine = await start_engine(model.tok, model.click_then_finish())
+    try:
+        spec_path, data = write(
+            tmp_path, spec(http_agent(agent.url)), [row(mistake="string_reward")]
+        )
+        run = await rehearse("-f", spec_path, *flags(engine, checkpoint, data, tmp_path / "out"),
+                             "-o", "json")  # fmt: skip
+    finally:
+        await engine.stop()
+    assert run.code == 1, run.out + run.err
+    for e in run.episodes():
+        assert (e["status"], e["reason"]) == ("failed", "bad_result")
+        assert e["reward_received"] == {"value": "1.0", "type": "string"} and e["reward"] == 0.0
+        assert "not a number: '1.0'" in e["message"]
+
+
+async def test_an_agent_ignoring_base_url_is_no_turns_and_never_called_it(
+    tmp_path: Path, checkpoint: Path, model: Model, agent: AgentProcess
+) -> None:
+    engine = await start_engine(model.tok, model.click_then_finish())
+    try:
+        rows = [row(mistake="ignores_base_url")]
+        spec_path, data = write(tmp_path, spec(http_agent(agent.url)), rows)
+        run = await rehearse("-f", spec_path, *flags(engine, checkpoint, data, tmp_path / "out"),
+                             "-o", "json")  # fmt: skip
+    finally:
+        await engine.stop()
+    assert run.code == 1, run.out + run.err
+    for e in run.episodes():
+        assert (e["reason"], e["model_calls"], e["turns"]) == ("no_turns", 0, 0)
+        assert e["reward_received"] == {"value": 1.0, "type": "number"}  # sent, but not earned
+    assert run.json()["network"]["episodes_calling_base_url"] == 0
+    assert engine.requests == []
+
+
+async def test_a_tool_call_format_the_spec_does_not_parse_is_named(
+    tmp_path: Path, checkpoint: Path, model: Model, agent: AgentProcess
+) -> None:
+    """The model writes Qwen3-Coder's XML tool calls; the spec parses Qwen3's JSON ones. In
+    training nothing fails: the agent gets the calls as text and scores 0. A rehearsal
+    names it."""
+    engine = await start_engine(model.tok, model.xml_calls())
+    try:
+        spec_path, data = write(tmp_path, spec(http_agent(agent.url)), [row()])
+        run = await rehearse("-f", spec_path, *flags(engine, checkpoint, data, tmp_path / "out"),
+                             "-o", "json")  # fmt: skip
+    finally:
+        await engine.stop()
+    assert run.code == 1, run.out + run.err
+    for e in run.episodes():
+        assert e["reason"] is None and e["reward"] == 0.0  # what training would see: a success
+        assert e["status"] == "failed" and e["tool_call_parse_failures"] == 1
+        (check,) = e["checks"]
+        assert check["name"] == "tool_call_parse_failed"
+        assert "invalid_json" in check["message"] and "rendererFamily qwen3" in check["message"]
+
+
+async def test_a_callback_url_the_agent_cannot_reach_is_named(
+    tmp_path: Path, checkpoint: Path, model: Model, agent: AgentProcess
+) -> None:
+    """The agent reaches the gateway through a proxy that routes only the model API: its
+    model calls get through, its result callbacks do not, and the result reaches agentrl
+    only through the status poll, the backstop."""
+    engine = await start_engine(model.tok, model.click_then_finish())
+    port = free_port()
+    proxy = ModelApiProxy(f"http://127.0.0.1:{port}")
+    await proxy.start()
+    try:
+        body = spec(http_agent(agent.url, pollIntervalSeconds=0.5))
+        spec_path, data = write(tmp_path, body, [row()])
+        run = await rehearse("-f", spec_path, *flags(engine, checkpoint, data, tmp_path / "out"),
+                             "--gateway-port", port, "--gateway-url", proxy.url,
+                             "-o", "json")  # fmt: skip
+    finally:
+        await proxy.stop()
+        await engine.stop()
+    assert run.code == 1, run.out + run.err
+    for e in run.episodes():
+        assert e["reason"] is None and e["reward"] == 1.0 and e["result_via"] == "poll"
+        assert e["base_url"].startswith(proxy.url + "/sessions/") and e["model_calls"] == 2
+        assert e["callback_url"] == f"{proxy.url}/agentrl/callback/{e['session_id']}"
+        assert [c["name"] for c in e["checks"]] == ["callback_unreachable"]
+    assert run.json()["network"]["results_via"] == {"poll": 4}
+    assert len(proxy.refused) == 4  # each agent tried, and the proxy had no route for it
+
+
+async def test_a_conversation_that_outgrows_the_context_is_named(
+    tmp_path: Path, checkpoint: Path, model: Model, agent: AgentProcess
+) -> None:
+    engine = await start_engine(model.tok, model.clicks_forever())
+    try:
+        body = spec(http_agent(agent.url), context_length=1024)
+        spec_path, data = write(tmp_path, body, [row()])
+        run = await rehearse("-f", spec_path, *flags(engine, checkpoint, data, tmp_path / "out"),
+                             "-o", "json")  # fmt: skip
+    finally:
+        await engine.stop()
+    assert run.code == 1, run.out + run.err
+    for e in run.episodes():
+        # In training nothing fails: the full context is answered with finish reason length
+        # and no content, the agent ends its episode unfinished, reward 0. A rehearsal names it.
+        assert e["reason"] is None and e["reward"] == 0.0 and e["truncated"] is True
+        (check,) = e["checks"]
+        assert check["name"] == "context_exceeded" and "(1024 tokens)" in check["message"]

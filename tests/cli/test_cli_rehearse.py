@@ -1,0 +1,132 @@
+"""`agentrl rehearse` when it cannot run: exit status 2 and a message naming the fix.
+
+Every case here stops before an episode starts: no engine, a spec or a path the rehearsal
+cannot use, the core install without the bundle's dependencies. (Rehearsals that run are
+tests/bundle/rehearse.)
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from agentrl.cli.main import main
+from conftest import EXAMPLES_DIR
+
+HTTP_EXAMPLE = EXAMPLES_DIR / "qwen2.5-7b-http-agent-two-evals.yaml"
+RUN: dict[str, Any] = {"capture_output": True, "text": True, "timeout": 120}
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str | Path) -> tuple[int, str, str]:
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_without_engine_the_error_says_how_to_start_one(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, out, err = run(capsys, "rehearse", "-f", HTTP_EXAMPLE)
+    assert (code, out) == (2, "")
+    assert "--engine is required" in err and "python -m sglang.launch_server" in err
+
+
+def test_an_engine_nobody_serves_is_refused_with_the_spec_s_launch_command(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    url = f"http://127.0.0.1:{closed_port()}"
+    data = EXAMPLES_DIR / "data" / "web-train.jsonl"
+    code, _, err = run(capsys, "rehearse", "-f", HTTP_EXAMPLE, "--engine", url,
+                       "--data", data, "--out", tmp_path)  # fmt: skip
+    assert code == 2
+    assert f"--engine {url}: no SGLang engine answers there" in err
+    # The command names the spec's model and the SGLang settings it implies.
+    assert "python -m sglang.launch_server --model-path Qwen/Qwen2.5-7B-Instruct" in err
+    assert "--tool-call-parser qwen25" in err
+
+
+def test_an_invalid_spec_is_refused_with_its_problems(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    body = yaml.safe_load(HTTP_EXAMPLE.read_text())
+    body["spec"]["grpo"]["samplesPerPrompt"] = 0
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(body))
+    code, _, err = run(capsys, "rehearse", "-f", bad, "--engine", "http://127.0.0.1:1")
+    assert code == 2
+    assert "spec.grpo.samplesPerPrompt" in err and "nothing rehearsed" in err
+
+
+def test_a_data_path_only_the_pods_have_asks_for_a_local_copy(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    code, _, err = run(capsys, "rehearse", "-f", HTTP_EXAMPLE, "--engine", "http://127.0.0.1:1",
+                       "--out", tmp_path)  # fmt: skip
+    assert code == 2
+    assert "spec.data.train is /data/web/train.jsonl" in err and "pass --data" in err
+
+
+def test_an_unknown_split_lists_the_eval_sets(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    code, _, err = run(capsys, "rehearse", "-f", HTTP_EXAMPLE, "--engine", "http://127.0.0.1:1",
+                       "--split", "eval:nope", "--out", tmp_path)  # fmt: skip
+    assert code == 2 and "known: eval:web-dev, eval:web-hard" in err
+
+
+def test_the_cli_never_imports_the_bundle_until_rehearse_runs() -> None:
+    """The core install (pydantic, pyyaml) runs every other verb: importing the CLI must not
+    pull in the bundle, whose dependencies it does not have."""
+    probe = (
+        "import sys, agentrl.cli.main\n"
+        "print(sorted(m for m in sys.modules if m.startswith('agentrl.bundle') or m == 'aiohttp'))"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], check=False, **RUN)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+
+
+def test_without_the_bundle_extra_rehearse_names_it_and_the_rest_still_works() -> None:
+    """The bundle's dependencies made unimportable, as in a core-only install."""
+    probe = (
+        "import sys\n"
+        "for name in ('aiohttp', 'orjson', 'tokenizers', 'renderers', 'boto3', 'stamina'):\n"
+        "    sys.modules[name] = None  # what an install without the extra looks like\n"
+        "from agentrl.cli.main import main\n"
+        f"code = main(['rehearse', '-f', {str(HTTP_EXAMPLE)!r}, '--engine', 'http://x:1'])\n"
+        "print('rehearse', code)\n"
+        "print('validate', main(['validate', '-f', sys.argv[1], '--policy', sys.argv[2]]))\n"
+    )
+    policy = EXAMPLES_DIR / "platform" / "policy.yaml"
+    argv = [sys.executable, "-c", probe, str(HTTP_EXAMPLE), str(policy)]
+    out = subprocess.run(argv, check=False, **RUN)
+    assert out.returncode == 0, out.stderr
+    assert "rehearse 2" in out.stdout and "validate 0" in out.stdout
+    assert "needs the bundle extra (orjson is not installed)" in out.stderr  # the first it met
+    assert "pip install 'agentrl[bundle]'" in out.stderr
+
+
+def test_a_checkpoint_only_the_pods_have_asks_for_a_local_copy(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    body = yaml.safe_load(HTTP_EXAMPLE.read_text())
+    body["spec"]["model"].update(path="/models/qwen2.5-7b-instruct", rendererFamily="qwen3")
+    spec = tmp_path / "local-model.yaml"
+    spec.write_text(yaml.safe_dump(body))
+    data = EXAMPLES_DIR / "data" / "web-train.jsonl"
+    code, _, err = run(capsys, "rehearse", "-f", spec, "--engine", "http://127.0.0.1:1",
+                       "--data", data, "--out", tmp_path / "out")  # fmt: skip
+    assert code == 2
+    assert "spec.model.path is /models/qwen2.5-7b-instruct" in err and "--model-dir" in err

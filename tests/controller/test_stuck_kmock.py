@@ -1,0 +1,237 @@
+"""Stuck experiments on kmock: what makes one Stalled, and what it costs while it stays stuck.
+
+A stuck run can stay stuck for days when nobody acts. Whatever the kubelet rewrites meanwhile
+(an image pull flipping between ErrImagePull and ImagePullBackOff, a crash loop's growing
+back-off) and however many sweeps pass, the experiment costs one status write and one Warning
+event, and exports one `agentrl_experiment_condition` series naming it.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from tests.conftest import minimal_body
+
+from agentrl.api.constants import DEFAULT_STARTUP_DEADLINE_SECONDS, LABEL_EXPERIMENT, ConditionType
+from agentrl.controller import conditions
+from agentrl.controller.config import OperatorConfig
+from agentrl.controller.status import format_time, parse_time
+
+from .conftest import Api, FakeClock, OperatorRun, wait_for
+from .test_lifecycle_kmock import stuck_pod
+from .test_operator_kmock import EXP, NS, RAYJOBS, created, status_of
+
+STALLED = ConditionType.STALLED
+PODS = "v1/pods"
+
+
+def status_writes(api: Api, mark: int) -> int:
+    return sum(
+        1 for r in api.emu.log[mark:]
+        if r.is_write and r.resource.endswith("/rlexperiments") and r.subresource == "status"
+    )  # fmt: skip
+
+
+def stalled(api: Api) -> dict[str, Any] | None:
+    st = status_of(api)
+    return st if conditions.is_true(st, STALLED) else None
+
+
+def condition_series(operator: OperatorRun) -> dict[tuple[str, str], float]:
+    """agentrl_experiment_condition of rl/demo: (condition, reason) -> value."""
+    out = {}
+    for family in operator.metrics.registry.collect():
+        for sample in family.samples:
+            labels = sample.labels
+            if sample.name == "agentrl_experiment_condition" and labels["experiment"] == "demo":
+                assert labels["experiment_namespace"] == NS
+                out[(labels["condition"], labels["reason"])] = sample.value
+    return out
+
+
+async def sweeps(operator: OperatorRun, n: int) -> None:
+    """Wait until `n` whole sweeps ran after this call (one may be under way already)."""
+    assert operator.memo is not None
+    controller = operator.memo.controller
+    target = controller.sweeps + n + 1
+    await wait_for(lambda: controller.sweeps >= target, what=f"{n} sweeps")
+
+
+async def initializing(api: Api, rayjob: dict[str, Any] | None = None) -> datetime:
+    exp = await created(api, minimal_body())  # no startupDeadlineSeconds: the default applies
+    status = rayjob or {"jobDeploymentStatus": "Initializing"}
+    await api.patch(RAYJOBS, NS, "demo", {"status": status}, "status")
+    await wait_for(lambda: status_of(api).get("rayJob"), what="the RayJob's status mirrored")
+    return parse_time(exp["metadata"]["creationTimestamp"])
+
+
+async def test_past_the_default_deadline_one_write_and_one_event_however_long(
+    api: Api, operator: OperatorRun, clock: FakeClock
+) -> None:
+    start = await initializing(api)
+    await sweeps(operator, 2)
+    assert stalled(api) is None
+    mark, events = len(api.emu.log), len(api.events("demo"))
+    # The emulator stamped creationTimestamp from the real clock: move relative to it.
+    clock.set(start + timedelta(seconds=DEFAULT_STARTUP_DEADLINE_SECONDS + 1))
+    st = await wait_for(lambda: stalled(api), what="Stalled")
+    cond = conditions.get(st, STALLED)
+    assert cond is not None and cond["reason"] == "StartupDeadlineExceeded"
+    assert f"startupDeadlineSeconds={DEFAULT_STARTUP_DEADLINE_SECONDS}" in cond["message"]
+    # When it became stuck is the moment the deadline passed, not when a sweep noticed.
+    deadline = start + timedelta(seconds=DEFAULT_STARTUP_DEADLINE_SECONDS)
+    assert cond["lastTransitionTime"] == format_time(deadline)
+    await wait_for(lambda: api.reasons("demo")[events:] == ["Stalled"], what="the Stalled event")
+    for minutes in range(1, 11):  # ten more sweeps, each later than the one before
+        clock.set(deadline + timedelta(minutes=minutes))
+        await sweeps(operator, 1)
+    assert status_writes(api, mark) == 1
+    assert api.reasons("demo")[events:] == ["Stalled"]
+    assert stalled(api) == st
+    assert condition_series(operator) == {("Stalled", "StartupDeadlineExceeded"): 1.0}
+    # The series goes with the experiment.
+    await api.delete(EXP, NS, "demo")
+    await wait_for(lambda: not condition_series(operator), what="the series removed")
+
+
+async def test_an_image_pull_that_keeps_flipping_reasons_is_one_trouble(
+    api: Api, operator: OperatorRun
+) -> None:
+    await initializing(api)
+    mark, events = len(api.emu.log), len(api.events("demo"))
+    await api.create(
+        stuck_pod(
+            "demo-head-abc",
+            {"reason": "ErrImagePull", "message": "rpc error: code = NotFound desc = not found"},
+        )
+    )
+    st = await wait_for(lambda: stalled(api), what="Stalled")
+    cond = conditions.get(st, STALLED)
+    assert cond is not None and cond["reason"] == "ErrImagePull"
+    assert cond["message"] == (
+        "pod demo-head-abc: ErrImagePull: container ray-head: rpc error: code = NotFound desc = "
+        "not found"
+    )
+    # What the kubelet writes at every retry: back-off, a new pull, back-off...
+    for attempt in range(6):
+        waiting = (
+            {"reason": "ImagePullBackOff", "message": f'Back-off pulling image "x" ({attempt})'}
+            if attempt % 2 == 0
+            else {"reason": "ErrImagePull", "message": f"rpc error: attempt {attempt}"}
+        )
+        status = {"containerStatuses": [{"name": "ray-head", "state": {"waiting": waiting}}]}
+        await api.patch(PODS, NS, "demo-head-abc", {"status": status})
+    # Then the image arrives; the pod's events are handled in order, so once Stalled clears
+    # every flip before it has been seen.
+    running = {"containerStatuses": [{"name": "ray-head", "state": {"running": {}}}]}
+    await api.patch(PODS, NS, "demo-head-abc", {"status": running})
+    await wait_for(lambda: stalled(api) is None, what="Stalled cleared")
+    assert status_writes(api, mark) == 2  # stuck, then clear
+    assert api.reasons("demo")[events:] == ["Stalled"]
+
+
+async def test_a_crash_looping_head_is_stalled_with_its_exit_code(
+    api: Api, operator: OperatorRun
+) -> None:
+    await initializing(api)
+    mark, events = len(api.emu.log), len(api.events("demo"))
+    pod = stuck_pod("demo-head-abc", None)
+    for restarts, backoff in enumerate(("10s", "20s", "40s", "1m20s", "2m40s", "5m0s"), 1):
+        waiting = {
+            "reason": "CrashLoopBackOff",
+            "message": f"back-off {backoff} restarting failed container=ray-head",
+        }
+        pod["status"] = {"phase": "Running", "containerStatuses": [{
+            "name": "ray-head", "restartCount": restarts, "state": {"waiting": waiting},
+            "lastState": {"terminated": {"exitCode": 1, "reason": "Error"}},
+        }]}  # fmt: skip
+        if restarts == 1:
+            await api.create(pod)
+        else:
+            await api.patch(PODS, NS, "demo-head-abc", {"status": pod["status"]})
+    running = {"containerStatuses": [{"name": "ray-head", "state": {"running": {}}}]}
+    await api.patch(PODS, NS, "demo-head-abc", {"status": running})
+    await wait_for(lambda: stalled(api) is None and status_writes(api, mark) >= 2,
+                   what="Stalled, then cleared")  # fmt: skip
+    assert status_writes(api, mark) == 2
+    (event,) = api.events("demo")[events:]
+    assert event["reason"] == "Stalled"
+    assert event["message"] == (
+        "pod demo-head-abc: CrashLoopBackOff: container ray-head: exited with code 1 (Error); "
+        "the kubelet restarts it with back-off"
+    )
+
+
+def creating_pod(name: str, scheduled_at: datetime) -> dict[str, Any]:
+    """A scheduled pod whose containers the kubelet has not started: ContainerCreating."""
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": NS, "labels": {LABEL_EXPERIMENT: "demo"}},
+        "status": {
+            "phase": "Pending",
+            "conditions": [{"type": "PodScheduled", "status": "True",
+                            "lastTransitionTime": format_time(scheduled_at)}],
+            "containerStatuses": [
+                {"name": "ray-worker", "state": {"waiting": {"reason": "ContainerCreating"}}}
+            ],
+        },
+    }  # fmt: skip
+
+
+def pod_event(pod: str, kind: str, reason: str, message: str, n: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1", "kind": "Event",
+        "metadata": {"name": f"{pod}.{n}", "namespace": NS},
+        "involvedObject": {"kind": "Pod", "name": pod, "namespace": NS},
+        "type": kind, "reason": reason, "message": message,
+        "lastTimestamp": f"2026-01-01T00:00:0{n}Z", "source": {"component": "kubelet"},
+    }  # fmt: skip
+
+
+async def test_containercreating_past_the_bound_with_a_failed_mount(
+    api: Api, operator: OperatorRun, clock: FakeClock, op_config: OperatorConfig
+) -> None:
+    await initializing(api)
+    scheduled = clock.now
+    mount = 'MountVolume.SetUp failed for volume "extra" : configmap "my-code" not found'
+    await api.create(creating_pod("demo-worker-a", scheduled))
+    await api.create(pod_event("demo-worker-a", "Warning", "FailedMount", mount, 1))
+    # A second pod, also creating that long, but only pulling a large image: not stuck.
+    await api.create(creating_pod("demo-worker-b", scheduled))
+    await api.create(pod_event("demo-worker-b", "Normal", "Pulling", 'Pulling image "x"', 2))
+    await sweeps(operator, 2)
+    assert stalled(api) is None  # within the bound: a mount may still succeed
+    clock.set(scheduled + timedelta(seconds=op_config.stuck_creating_after + 1))
+    st = await wait_for(lambda: stalled(api), what="Stalled")
+    cond = conditions.get(st, STALLED)
+    assert cond is not None and cond["reason"] == "FailedMount"
+    assert cond["message"] == f"pod demo-worker-a: FailedMount: {mount}"
+    mark = len(api.emu.log)
+    await sweeps(operator, 3)
+    assert status_writes(api, mark) == 0
+    assert condition_series(operator) == {("Stalled", "FailedMount"): 1.0}
+    # The ConfigMap appears, the volume mounts, the container starts: no longer stuck.
+    running = {"containerStatuses": [{"name": "ray-worker", "state": {"running": {}}}]}
+    await api.patch(PODS, NS, "demo-worker-a", {"status": running})
+    await wait_for(lambda: stalled(api) is None, what="Stalled cleared")
+    await sweeps(operator, 2)
+    assert stalled(api) is None  # b is still creating, with no event that explains it
+
+
+async def test_a_submitter_that_never_starts_leaves_a_running_rayjob_stalled(
+    api: Api, operator: OperatorRun, clock: FakeClock
+) -> None:
+    # KubeRay reports Running once it has created the submitter Job; the Job cannot start
+    # a pod (quota), so Ray never gets the job and jobStatus stays empty.
+    start = await initializing(api, {"jobDeploymentStatus": "Running"})
+    await wait_for(lambda: status_of(api).get("phase") == "Running", what="phase Running")
+    await sweeps(operator, 2)
+    assert stalled(api) is None
+    clock.set(start + timedelta(seconds=DEFAULT_STARTUP_DEADLINE_SECONDS + 1))
+    st = await wait_for(lambda: stalled(api), what="Stalled")
+    cond = conditions.get(st, STALLED)
+    assert cond is not None and cond["reason"] == "SubmitterNotStarted"
+    assert "kubectl describe job demo" in cond["message"]
+    await api.patch(RAYJOBS, NS, "demo", {"status": {"jobStatus": "RUNNING"}}, "status")
+    await wait_for(lambda: stalled(api) is None, what="Stalled cleared")
