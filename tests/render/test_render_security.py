@@ -20,7 +20,7 @@ from agentrl.api.policy import Policy
 from agentrl.api.security import BASELINE_CAPABILITIES, RDMA_RESOURCES, worker_capabilities
 from agentrl.api.validation import errors, parse_experiment
 from agentrl.render import Children, OperatorDefaults, render_all
-from agentrl.render.pods import INTERCONNECT_ENV
+from agentrl.api.security import INTERCONNECT_ENV
 from conftest import TEST_IMAGE, minimal_body
 from kube_checks import pod_templates
 

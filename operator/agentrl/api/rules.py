@@ -22,6 +22,8 @@ from agentrl.api.constants import (
     CONFIG_MOUNT_DIR,
     CONFIGMAP_MAX_BYTES,
     ENV_CONFIG_PATH,
+    ENV_NODE_NAME,
+    ENV_POD_NAME,
     METRICS_PORT,
     RAY_PORTS,
     SHM_MOUNT_DIR,
@@ -45,7 +47,15 @@ RAY_PORT_NUMBERS = frozenset(port for _, port in RAY_PORTS)
 DIGEST_PINNED = re.compile(r"^[^@\s]+@sha256:[0-9a-f]{64}$")
 # Env vars the renderer sets in every container; a user value would silently fight them.
 RESERVED_ENV = frozenset(
-    {"PYTHONPATH", "CUDA_HOME", "LD_LIBRARY_PATH", ENV_CONFIG_PATH, "NVIDIA_VISIBLE_DEVICES"}
+    {
+        "PYTHONPATH",
+        "CUDA_HOME",
+        "LD_LIBRARY_PATH",
+        ENV_CONFIG_PATH,
+        "NVIDIA_VISIBLE_DEVICES",
+        ENV_POD_NAME,
+        ENV_NODE_NAME,
+    }
 )
 
 R = "resources"
@@ -513,6 +523,25 @@ def _reserved_env_hint(name: str) -> str:
     return "remove it"
 
 
+def preflight(exp: RLExperiment) -> Iterator[Finding]:
+    """Warning: `runtime.preflight.minBusBandwidthGBps` or `onLowBandwidth: fail` set where
+    nothing uses them (`gang: false`, or `fail` without a minimum to compare with)."""
+    pre = exp.spec.runtime.preflight
+    path = "spec.runtime.preflight"
+    if not pre.gang and pre.min_bus_bandwidth_gbps is not None:
+        yield warn(
+            f"{path}.minBusBandwidthGBps",
+            "is ignored: gang is false, so no all-reduce measures the bandwidth",
+            "set gang: true, or remove minBusBandwidthGBps",
+        )
+    elif pre.on_low_bandwidth == "fail" and pre.min_bus_bandwidth_gbps is None:
+        yield warn(
+            f"{path}.onLowBandwidth",
+            "fail has no effect without minBusBandwidthGBps (the bandwidth is only reported)",
+            "set minBusBandwidthGBps (docs/launcher.md lists typical figures)",
+        )
+
+
 def extra_code(exp: RLExperiment) -> Iterator[Finding]:
     """Each extraCode ConfigMap is listed once."""
     for i, name in repeats([c.config_map for c in exp.spec.runtime.extra_code]):
@@ -661,6 +690,7 @@ ALL_RULES: tuple[Rule, ...] = (
     eval_sets,
     gateway_service,
     env_vars,
+    preflight,
     extra_code,
     extra_resources,
     checkpoint,

@@ -80,6 +80,7 @@ class Hub:
         self._runner: web.AppRunner | None = None
         self._gateway: Any = None
         self._admin: tuple[str, str] | None = None
+        self._preflight_read = False  # /metrics served since the last preflight result
 
     async def start_metrics(self) -> int:
         """Serve GET /metrics; returns the bound port (idempotent)."""
@@ -103,7 +104,19 @@ class Hub:
             if iteration is not None:
                 self.metrics.checkpoint_iteration.set(iteration)
         body = generate_latest(self.metrics.registry)
+        self._preflight_read = True
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    def publish_preflight(self, passed: bool, reason: str, message: str) -> None:
+        """The launcher's gang preflight result, one series (a retry's replaces it)."""
+        self.metrics.preflight.clear()
+        result = "passed" if passed else "failed"
+        self.metrics.preflight.labels(result, reason, message).set(1)
+        self._preflight_read = False
+
+    def preflight_read(self) -> bool:
+        """Whether /metrics was served since the last `publish_preflight`."""
+        return self._preflight_read
 
     def push(self, delta: MetricsDelta) -> None:
         apply_delta(self.metrics, delta)

@@ -275,6 +275,8 @@ class Controller:
             new = status.apply_observed(new, seen, now)
             if exp.progress is not None:
                 new = status.apply_progress(new, exp.progress, now)
+            if exp.preflight is not None:
+                new = status.apply_preflight(new, exp.preflight, now)
             patch = status.diff(base, new)
             if patch is None:
                 exp.settled = True
