@@ -28,15 +28,27 @@ import contextlib
 import os
 import signal
 import socket
+import subprocess
 import sys
+import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import psutil
+import yaml
 from ray._private import ray_constants
 from ray.cluster_utils import Cluster
+from tests.conftest import TEST_IMAGE
 from tests.support import kuberay_cli
+
+from agentrl.api.models import RLExperiment
+from agentrl.api.runtime import RuntimeConfig
+from agentrl.bundle.launch import cuda, probe
+from agentrl.render import OperatorDefaults, render_all
+
+REPO = Path(__file__).resolve().parents[2]
+FOUR_NODES = REPO / "examples" / "qwen3-32b-swe-4node-tp-pp.yaml"
 
 FAKE_NVIDIA_SMI = """#!/bin/sh
 pod="$(dirname "$0")/.."
@@ -207,3 +219,72 @@ class GangCluster:
                 if p.status() != psutil.STATUS_ZOMBIE:
                     out.append(" ".join(p.cmdline()[:3]))
         return out
+
+
+def cache_major() -> int:
+    """The libcudart major this machine's ldconfig cache holds (12 when it holds none)."""
+    majors = {c.major for c in cuda.parse_ldconfig(probe.ldconfig_text())}
+    return majors.pop() if len(majors) == 1 else 12
+
+
+def gang_doc(workers: int, shm: str, timeout: int) -> dict[str, Any]:
+    """The four-node example reshaped to `workers` nodes of one GPU each (a rank per GPU;
+    CPU ranks are costly on this machine), with its gang preflight's budget."""
+    (doc,) = [d for d in yaml.safe_load_all(FOUR_NODES.read_text()) if d]
+    spec = doc["spec"]
+    res = spec["resources"]
+    res.update({"nodes": workers, "gpusPerNode": 1, "shmSize": shm, "colocate": True})
+    res["parallelism"] = {"tensor": 1, "pipeline": 1}
+    res["rolloutGpusPerEngine"] = 1
+    for key in ("extraResources", "rolloutGpus"):
+        res.pop(key, None)
+    spec.setdefault("runtime", {})["preflight"] = {"timeoutSeconds": timeout}
+    return dict(doc)
+
+
+class Gang:
+    """A GangCluster of the rendered RayJob, and the launcher's runtime config for it."""
+
+    def __init__(self, root: Path, workers: int, shm: str, timeout: int) -> None:
+        doc = gang_doc(workers, shm, timeout)
+        self.major = cache_major()
+        for name in (f"libcudart.so.{self.major}", f"libcudart.so.{self.major}.0.76"):
+            (root / "cuda" / "lib64").mkdir(parents=True, exist_ok=True)
+            (root / "cuda" / "lib64" / name).write_text("")
+        doc["spec"]["runtime"]["cudaHome"] = str(root / "cuda")
+        self.exp = RLExperiment.model_validate(doc)
+        objs = render_all(self.exp, OperatorDefaults(image=TEST_IMAGE), {})
+        (self.rayjob,) = [o for o in objs if o["kind"] == "RayJob"]
+        self.metrics_port = free_port()
+        self.config_path = root / "config.json"
+        self.config_path.write_text(
+            RuntimeConfig(
+                experiment="gang",
+                namespace="rl",
+                bundle_version="t",
+                spec=self.exp.spec,
+                gateway_url="http://gw:9090",
+                metrics_port=self.metrics_port,
+            ).to_json()
+        )
+        self.cluster = GangCluster(self.rayjob, root / "pods", workers)
+
+    def launch(self, mib: int = 1) -> subprocess.Popen[str]:
+        """The launcher as the RayJob's driver runs it, gang preflight only, on gloo."""
+        cmd = [sys.executable, "-m", "agentrl.bundle.launch", "--config", str(self.config_path)]
+        cmd += ["--gang-preflight", "--preflight-backend", "gloo", "--preflight-mib", str(mib)]
+        env = {
+            "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
+            "RAY_ADDRESS": self.cluster.address,
+            "GLOO_SOCKET_IFNAME": "lo",
+            "HOME": str(self.config_path.parent),
+        }
+        return subprocess.Popen(
+            cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+
+    def metrics(self) -> str:
+        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            text: str = resp.read().decode()
+            return text

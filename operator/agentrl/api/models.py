@@ -543,8 +543,7 @@ class ExtraCode(Model):
 
 
 class PreflightSpec(Model):
-    """The launcher's gang preflight: every GPU worker checked, and one all-reduce over every
-    GPU, before slime starts (docs/launcher.md)."""
+    """The launcher's gang preflight before slime starts (docs/launcher.md)."""
 
     gang: bool = True
     """Check every GPU worker (GPU count and health, /dev/shm, the CUDA pin, the interconnect)

@@ -471,7 +471,7 @@ def gateway_service(exp: RLExperiment) -> Iterator[Finding]:
 
 def env_vars(exp: RLExperiment) -> Iterator[Finding]:
     """Env names are unique and not ones agentrl sets (CUDA_HOME, LD_LIBRARY_PATH, PYTHONPATH,
-    AGENTRL_CONFIG, secret env).
+    AGENTRL_CONFIG, AGENTRL_POD_NAME, AGENTRL_NODE_NAME, secret env).
     """
     for i, name in repeats([e.name for e in exp.spec.runtime.env]):
         yield err(f"spec.runtime.env[{i}].name", f"{name} is set twice", "keep one")

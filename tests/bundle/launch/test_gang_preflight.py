@@ -15,24 +15,17 @@ which the operator's own parser turns into the Preflight condition.
 from __future__ import annotations
 
 import subprocess
-import sys
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-from launch_pod import cache_major
-from launch_trees import EXAMPLE_B, cuda_toolkit, example_doc, experiment, ldconfig
-from tests.conftest import TEST_IMAGE
-from tests.support.ray_gang import GangCluster, free_port
+from launch_trees import ldconfig
+from tests.support import ray_gang
 
 from agentrl.api.constants import ConditionType
-from agentrl.api.runtime import RuntimeConfig
 from agentrl.controller import preflight as operator_preflight
 from agentrl.controller import status
-from agentrl.render import OperatorDefaults, render_all
 
 pytestmark = pytest.mark.slow  # a five-node Ray cluster on this machine
 WORKERS = 4
@@ -40,58 +33,10 @@ TIMEOUT = 30  # spec.runtime.preflight.timeoutSeconds: the frozen worker's ranks
 SHM = "256Mi"  # spec.resources.shmSize; the host's /dev/shm is larger, the bad pod's smaller
 
 
-def gang_doc() -> dict[str, Any]:
-    """The four-node example, one GPU a node (a rank per GPU; CPU ranks are costly here)."""
-    doc = example_doc(EXAMPLE_B)
-    res = doc["spec"]["resources"]
-    res.update({"nodes": WORKERS, "gpusPerNode": 1, "shmSize": SHM})
-    res.pop("extraResources", None)
-    res["parallelism"] = {"tensor": 1, "pipeline": 1}
-    res["rolloutGpusPerEngine"] = 1
-    res.pop("rolloutGpus", None)
-    res["colocate"] = True
-    return doc
-
-
-class Gang:
+class Gang(ray_gang.Gang):
     def __init__(self, root: Path) -> None:
-        doc = gang_doc()
-        self.major = cache_major()
-        cuda_toolkit(root, "/cuda", self.major)
-        doc["spec"].setdefault("runtime", {}).update(
-            {"cudaHome": str(root / "cuda"), "preflight": {"timeoutSeconds": TIMEOUT}}
-        )
-        self.exp = experiment(doc)
-        objs = render_all(self.exp, OperatorDefaults(image=TEST_IMAGE), {})
-        (self.rayjob,) = [o for o in objs if o["kind"] == "RayJob"]
-        self.metrics_port = free_port()
-        self.config_path = root / "config.json"
-        self.config_path.write_text(
-            RuntimeConfig(
-                experiment="gang",
-                namespace="rl",
-                bundle_version="t",
-                spec=self.exp.spec,
-                gateway_url="http://gw:9090",
-                metrics_port=self.metrics_port,
-            ).to_json()
-        )
-        self.cluster = GangCluster(self.rayjob, root / "pods", WORKERS)
+        super().__init__(root, WORKERS, SHM, TIMEOUT)
         self.last: str | None = None  # the last Preflight message read
-
-    def launch(self) -> subprocess.Popen[str]:
-        """The launcher as the RayJob's driver runs it, gang preflight only, on gloo."""
-        cmd = [sys.executable, "-m", "agentrl.bundle.launch", "--config", str(self.config_path)]
-        cmd += ["--gang-preflight", "--preflight-backend", "gloo", "--preflight-mib", "1"]
-        env = {
-            "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
-            "RAY_ADDRESS": self.cluster.address,
-            "GLOO_SOCKET_IFNAME": "lo",
-            "HOME": str(self.config_path.parent),
-        }
-        return subprocess.Popen(
-            cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-        )
 
     def reading(self, launcher: subprocess.Popen[str]) -> operator_preflight.Reading | None:
         """The Preflight reading /metrics shows once the launcher published it (it waits for
@@ -107,12 +52,6 @@ class Gang:
             time.sleep(0.5)
         reading = operator_preflight.parse_preflight(self.metrics())
         return reading if reading is not None and reading.message != self.last else None
-
-    def metrics(self) -> str:
-        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
-        with urllib.request.urlopen(url, timeout=10) as resp:
-            text: str = resp.read().decode()
-            return text
 
 
 @pytest.fixture(scope="module")

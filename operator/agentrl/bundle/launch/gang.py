@@ -305,7 +305,8 @@ def collective_problems(
     `joined` holds the ranks that reached the rendezvous, `results` those that returned;
     `stopped` says why the driver stopped waiting early (None: it waited to the end)."""
     problems = []
-    missing = [s for s in spots if s.rank not in joined]
+    # Stopped early (a rank failed), a slower rank may simply not have joined yet.
+    missing = [s for s in spots if s.rank not in joined] if stopped is None else []
     for spot in missing:
         problems.append(
             Problem(
