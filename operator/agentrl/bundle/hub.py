@@ -12,6 +12,11 @@ Gateway wiring (issue 6's `GatewayServer`): `start_gateway(router_url)` builds
 hub's event loop with the hub's `BundleMetrics`, and returns `(admin_url, admin_token)`
 for the rollout's `GatewayClient`. The import is lazy so the hub runs (metrics only)
 where the gateway package or its tokenizer is unavailable.
+
+The launcher's gang preflight starts the hub before slime does and publishes its result
+(`publish_preflight`), which /metrics serves to the operator; a launcher stopping the run
+waits until /metrics has been read once (`preflight_read`), since the job's end takes the
+hub with it.
 """
 
 from __future__ import annotations
