@@ -1,15 +1,25 @@
 #!/usr/bin/env bash
-# Builds kube-apiserver v1.20.2 offline from Debian's `kubernetes` source package, for the
-# real-apiserver (e2e) test tier. No registry ships a kube-apiserver binary we can use here, and
-# Debian's source package carries the full tree with vendor/, so a GOPATH-mode `make` works
-# without a module proxy. Idempotent: returns at once when the binary is cached under
-# ~/.cache/agentrl/kube-apiserver-1.20.2/. Needs root (apt) on the first run only.
+# Builds kube-apiserver and kube-controller-manager v1.20.2 offline from Debian's `kubernetes`
+# source package, for the real-apiserver (e2e) test tier. No registry ships binaries we can use
+# here, and Debian's source package carries the full tree with vendor/, so a GOPATH-mode `make`
+# works without a module proxy. The controller manager runs only the controllers a test names
+# (e.g. clusterrole-aggregation, which fills the built-in edit/view/admin roles). Idempotent:
+# returns at once when both binaries are cached under ~/.cache/agentrl/kube-apiserver-1.20.2/,
+# and builds only the one missing otherwise. Needs root (apt) on the first run only.
 source "$(dirname "$0")/lib.sh"
 
 VERSION=1.20.2
 DEST="$CACHE/kube-apiserver-$VERSION"
-BIN="$DEST/kube-apiserver"
-if [[ -x "$BIN" ]] && "$BIN" --version 2>/dev/null | grep -q "v$VERSION"; then
+BINARIES=(kube-apiserver kube-controller-manager)
+missing() {
+  local name
+  for name in "${BINARIES[@]}"; do
+    if ! { [[ -x "$DEST/$name" ]] && "$DEST/$name" --version 2>/dev/null | grep -q "v$VERSION"; }; then
+      echo "$name"
+    fi
+  done
+}
+if [[ -z "$(missing)" ]]; then
   exit 0
 fi
 
@@ -21,7 +31,8 @@ mkdir -p "$WORK" "$DEST" "$GOCACHE"
 # A lock so two concurrent callers (setup + a test) do not build twice.
 exec 9>"$DEST/.lock"
 flock 9
-if [[ -x "$BIN" ]]; then exit 0; fi
+mapfile -t TODO < <(missing)
+if (( ${#TODO[@]} == 0 )); then exit 0; fi
 
 need=()
 command -v go >/dev/null || need+=(golang-go)
@@ -66,13 +77,17 @@ if ! grep -qs 'agentrl: reflect2 swapped' "$V/.agentrl"; then
   echo 'agentrl: reflect2 swapped' >"$V/.agentrl"
 fi
 
-log "building kube-apiserver $VERSION (5-15 min on 2 cores)"
+log "building ${TODO[*]} $VERSION (5-15 min each on 2 cores)"
 cd "$WORK/gp/src/k8s.io/kubernetes"
-GOPATH="$WORK/gp" make WHAT=cmd/kube-apiserver >"$WORK/build.log" 2>&1 \
+targets=()
+for name in "${TODO[@]}"; do targets+=("cmd/$name"); done
+GOPATH="$WORK/gp" make WHAT="${targets[*]}" >"$WORK/build.log" 2>&1 \
   || { tail -40 "$WORK/build.log" >&2; exit 1; }
-install -m 0755 _output/bin/kube-apiserver "$BIN.tmp"
-mv "$BIN.tmp" "$BIN"
-"$BIN" --version
+for name in "${TODO[@]}"; do
+  install -m 0755 "_output/bin/$name" "$DEST/$name.tmp"
+  mv "$DEST/$name.tmp" "$DEST/$name"
+  "$DEST/$name" --version
+done
 # The extracted tree is ~600 MB and only needed for a rebuild; the tarball stays for that.
 rm -rf "$tree" "$WORK/gp"
-log "kube-apiserver cached at $BIN"
+log "${TODO[*]} cached in $DEST"

@@ -196,7 +196,7 @@ def test_every_violation_at_once() -> None:
                                  "extraResources": {"vpc.amazonaws.com/efa": 1}}  # fmt: skip
     policy = Policy(imageRegistries=["images.corp.example/"])
     _, problems = parse_experiment(body, policy)
-    assert sorted(p.path for p in problems) == [
+    assert sorted(p.path for p in errors(problems)) == [
         "spec.resources.extraResources",
         "spec.resources.priorityClassName",
         "spec.runtime.image",
@@ -207,7 +207,7 @@ def test_every_violation_at_once() -> None:
 
 def test_message_reads_as_a_sentence_with_the_fix() -> None:
     _, problems = parse_experiment(host_volume("/var/run/docker.sock"), BASELINE)
-    assert str(problems[0]) == (
+    assert str(errors(problems)[0]) == (
         "spec.runtime.volumes[0].hostPath.path: host path /var/run/docker.sock is not allowed by "
         "the operator's policy.hostPaths (none: Kubernetes' baseline Pod Security level forbids "
         "hostPath) (mount your data through a persistentVolumeClaim instead, or ask your "

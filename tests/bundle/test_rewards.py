@@ -34,8 +34,8 @@ class S:
     metadata: dict[str, Any] = field(default_factory=dict)
 
 
-def write_config(directory: Path, mode: str, std: bool) -> str:
-    """A runtime config whose spec.grpo.rewardNormalization is (mode, std)."""
+def write_config(directory: Path, mode: str, std: bool, **grpo: Any) -> str:
+    """A runtime config whose spec.grpo.rewardNormalization is (mode, std), plus `grpo`."""
     config = RuntimeConfig.model_validate(
         {
             "experiment": "exp",
@@ -46,11 +46,16 @@ def write_config(directory: Path, mode: str, std: bool) -> str:
                 "model": {"path": "/m", "type": "qwen2.5-0.5B"},
                 "data": {"train": "/d.jsonl"},
                 "agent": {"http": {"url": "http://agent"}},
-                "grpo": {"numRollouts": 1, "rewardNormalization": {"mode": mode, "std": std}},
+                "grpo": {
+                    "numRollouts": 1,
+                    "rewardNormalization": {"mode": mode, "std": std},
+                    **grpo,
+                },
             },
         }
     )
-    path = directory / f"config-{mode}-{std}.json"
+    extra = "".join(f"-{k}={v}" for k, v in sorted(grpo.items()))
+    path = directory / f"config-{mode}-{std}{extra}.json"
     path.write_text(config.to_json(), encoding="utf-8")
     return str(path)
 
@@ -59,12 +64,13 @@ def write_config(directory: Path, mode: str, std: bool) -> str:
 _CONFIGS = Path(tempfile.mkdtemp(prefix="agentrl-rewards-"))
 
 
-def args(mode: str = "grpo", std: bool = False, **kw: Any) -> SimpleNamespace:
+def args(
+    mode: str = "grpo", std: bool = False, grpo: dict[str, Any] | None = None, **kw: Any
+) -> SimpleNamespace:
     """slime's args as the launcher leaves them: the custom config names the runtime config."""
-    path = _CONFIGS / f"config-{mode}-{std}.json"
-    if not path.exists():
-        write_config(_CONFIGS, mode, std)
-    return SimpleNamespace(agentrl_config_path=str(path), **kw)
+    return SimpleNamespace(
+        agentrl_config_path=write_config(_CONFIGS, mode, std, **(grpo or {})), **kw
+    )
 
 
 def episode(group: int, rid: int, reward: float, segments: int = 1) -> list[S]:
@@ -206,3 +212,38 @@ def test_segments_per_episode_never_change_advantages(
     for group in {g for g, _, _ in episodes}:
         values = [v for s, v in zip(single, single_rewards, strict=True) if s.group_index == group]
         assert math.fsum(values) == pytest.approx(0.0, abs=1e-6)
+
+
+def failed(group: int, rid: int, reason: str = "timeout") -> S:
+    """The stand-in sample of an episode that failed (what the rollout builds)."""
+    return S(group, rid, 0.0, metadata={"episode_error": reason})
+
+
+@pytest.mark.parametrize("std", [False, True])
+def test_an_infrastructure_failure_does_not_shift_its_siblings_advantages(std: bool) -> None:
+    """The issue's case: rewards {1,1,1,0,0,0,0} and one timeout. The siblings get exactly the
+    advantages of the seven alone (mean 3/7, not 3/8), the failed episode gets 0."""
+    rewards = [1.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0]
+    seven = [S(0, rid, r) for rid, r in enumerate(rewards)]
+    _, alone = post_process_rewards(args(std=std), seven)
+    _, with_failure = post_process_rewards(args(std=std), [*seven, failed(0, 7)])
+    assert with_failure[:7] == alone and with_failure[7] == 0.0
+    assert alone[0] == pytest.approx((1 - 3 / 7) / (statistics.stdev(rewards) + 1e-6 if std else 1))
+
+
+def test_zero_reward_keeps_a_failure_in_the_group_as_a_zero() -> None:
+    rewards = [1.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0]
+    samples = [*(S(0, rid, r) for rid, r in enumerate(rewards)), failed(0, 7)]
+    _, out = post_process_rewards(args(grpo={"failedEpisodes": "zeroReward"}), samples)
+    assert out[0] == pytest.approx(1 - 3 / 8) and out[7] == pytest.approx(-3 / 8)
+
+
+def test_a_group_with_too_few_task_outcomes_gets_no_advantage_anywhere() -> None:
+    group0 = [S(0, 1, 1.0), failed(0, 2), failed(0, 3, "agent_error"), S(0, 4, 0.0)]
+    group1 = [S(1, 5, 1.0), failed(1, 6), failed(1, 7), failed(1, 8)]  # one task outcome
+    _, out = post_process_rewards(args(grpo={"minValidSamplesPerGroup": 2}), group0 + group1)
+    assert out[:4] == [0.5, 0.0, 0.0, -0.5] and out[4:] == [0.0] * 4
+    _, strict = post_process_rewards(
+        args(grpo={"minValidSamplesPerGroup": 3, "samplesPerPrompt": 4}), group0
+    )
+    assert strict == [0.0] * 4

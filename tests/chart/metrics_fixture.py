@@ -34,8 +34,11 @@ def set_gauges(bundle: BundleMetrics, operator: OperatorMetrics) -> None:
     bundle.connection_pool_in_use.set(61)  # 95%: saturated
     bundle.zero_variance_group_share.set(0.3)
     bundle.episode_length_bias.set(-0.08)
+    bundle.excluded_episode_share.set(0.3)
     bundle.rollout_total_steps.set(200)
-    bundle.wandb_run_info.labels("https://wandb.ai/ml-research/agentrl-swe/runs/abc123").set(1)
+    bundle.wandb_run_info.labels(
+        "https://wandb.ai/ml-research/agentrl-swe/runs/abc123", "rl/demo"
+    ).set(1)
     operator.link(("rl", "a"), None, "a-raycluster-x-head-svc.rl.svc.cluster.local:8265")
     for name, reward in (("gsm8k-test", 0.58), ("math-hard", 0.21)):
         bundle.eval_reward_mean.labels(name).set(reward)
@@ -68,6 +71,15 @@ def tick(bundle: BundleMetrics, operator: OperatorMetrics, n: int) -> None:
     for outcome, groups in (("kept", 8), ("filtered", 2), ("carried_over", 1)):
         bundle.groups.labels(outcome).inc(groups)
     bundle.aborted_episodes.labels("train", "batch_full").inc(3)
+    # The failed train episodes of trained groups, left out of their groups' statistics.
+    bundle.excluded_episodes.labels("timeout").inc(2)
+    bundle.excluded_episodes.labels("agent_error").inc(1)
+    bundle.groups.labels("skipped").inc(1)
+    for lag in (0, 0, 0, 0, 0, 0, 0, 1):  # one carried-over episode among eight
+        bundle.policy_lag.observe(lag)
+    bundle.stale_tokens.labels("masked").inc(900)
+    bundle.stale_episodes_restarted.inc(1)
+    bundle.context_full_turns.inc(1)
     for reason, seconds in (("cut", 400.0), ("filtered", 900.0)):
         bundle.discarded_episode_seconds.labels(reason).inc(seconds)
     for split, seconds in (("train", (60.0, 180.0, 900.0)), ("eval", (30.0, 120.0))):

@@ -42,6 +42,10 @@ REQUIRED_PANELS = {
     "Zero-variance group share",
     "Episode duration quantiles",
     "Rollout step duration",
+    "Excluded episodes by reason",
+    "Excluded episode share",
+    "Policy lag of trained episodes",
+    "Stale tokens",
 }
 
 
@@ -173,6 +177,12 @@ def test_queries_name_only_exported_metrics() -> None:
         "agentrl_experiment_info",
         "agentrl_wandb_run_info",
         "agentrl_checkpoint_iteration",
+        "agentrl_excluded_episodes_total",
+        "agentrl_excluded_episode_share",
+        "agentrl_policy_lag_steps_bucket",
+        "agentrl_stale_tokens_total",
+        "agentrl_stale_episodes_restarted_total",
+        "agentrl_context_full_turns_total",
     }
     assert families <= used, families - used
 

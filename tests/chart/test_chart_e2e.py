@@ -1,21 +1,27 @@
 """`helm install` into a real kube-apiserver (tests/support/kube.py), then `kubectl auth can-i`
-as the operator's ServiceAccount: it can do what the operator needs and nothing else.
+as the operator's ServiceAccount: it can do what the operator needs and nothing else; and as
+researchers holding the built-in `edit`, `view` and `admin` roles in a namespace, which the
+chart's aggregated ClusterRoles extend to RLExperiments.
 
-The harness has no controller-manager, so the Deployment never gets pods; what is under test is
-that the chart installs on a real API server and that its RBAC is exactly right.
+The Deployment never gets pods (no scheduler, no kubelet); what is under test is that the chart
+installs on a real API server and that its RBAC is exactly right. Aggregation is the real
+kube-controller-manager's clusterrole-aggregation controller, started for that test only.
 """
 
 from __future__ import annotations
 
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 from chart_helpers import CHART, HELMS, OPERATOR_IMAGE, helm_env
-from test_chart_rbac import CLUSTER, NAMED, NAMESPACED
+from test_chart_rbac import CLUSTER, NAMED, NAMESPACED, RESEARCHERS
+from tests.conftest import minimal_body
 
-from support.kube import KubeHarness, running_harness
+from support.kube import KubeHarness, controller_manager, running_harness
 
 pytestmark = pytest.mark.e2e
 
@@ -134,7 +140,14 @@ def test_release_objects_exist(installed: KubeHarness) -> None:
     kube.kubectl("get", "configmap", "agentrl-dashboard", "-n", "agentrl")
     kube.kubectl("get", "clusterrole", "agentrl")
     roles = kube.kubectl_json("get", "roles", "-A", "-l", "app.kubernetes.io/instance=scoped")
-    assert [r["metadata"]["namespace"] for r in roles["items"]] == ["team-a"]
+    assert sorted((r["metadata"]["namespace"], r["metadata"]["name"]) for r in roles["items"]) == [
+        ("scoped", "scoped-agentrl-leader-election"),  # the leader Lease's, release namespace
+        ("team-a", "scoped-agentrl"),
+    ]
+    # Two replicas, and a disruption budget in the API version this cluster serves (1.20:
+    # policy/v1beta1; policy/v1 from 1.21).
+    pdb = kube.kubectl_json("get", "poddisruptionbudgets.policy", "agentrl", "-n", "agentrl")
+    assert pdb["spec"]["maxUnavailable"] == 1
 
 
 def test_cluster_wide_account_can_do_exactly_what_the_operator_needs(
@@ -188,3 +201,53 @@ def test_real_token_of_the_account(installed: KubeHarness) -> None:
     installed.kubectl("delete", "configmap", "probe", "-n", "rl")
     denied = installed.kubectl("get", "secrets", "-n", "rl", kubeconfig=config, check=False)
     assert denied.returncode != 0 and "forbidden" in denied.stderr
+
+
+def aggregated(kube: KubeHarness, role: str) -> set[str]:
+    """The verbs the built-in `role` holds on rlexperiments.agentrl.io right now."""
+    rules = kube.kubectl_json("get", "clusterrole", role).get("rules") or []
+    return {
+        verb for rule in rules
+        if "agentrl.io" in rule.get("apiGroups", ()) and "rlexperiments" in rule["resources"]
+        for verb in rule["verbs"]
+    }  # fmt: skip
+
+
+def test_namespace_editors_create_experiments_and_viewers_only_read(
+    installed: KubeHarness,
+) -> None:
+    kube = installed
+    users = {"alice": "edit", "bob": "view", "carol": "admin"}
+    for user, role in users.items():
+        kube.kubectl("create", "rolebinding", f"{user}-{role}", f"--clusterrole={role}",
+                     f"--user={user}", "-n", "team-b")  # fmt: skip
+    with controller_manager(kube, ["clusterrole-aggregation"]):
+        deadline = time.monotonic() + 60
+        while any(aggregated(kube, role) != verbs_of(role) for role in ("view", "edit", "admin")):
+            assert time.monotonic() < deadline, "the built-in roles were never aggregated"
+            time.sleep(0.5)
+    for user, role in users.items():
+        for (group, resource), verbs in RESEARCHERS[role].items():
+            name = resource_name(group, resource)
+            for verb in VERBS:
+                assert can_i(kube, user, verb, name, "team-b") == (verb in verbs), (user, verb)
+            assert not can_i(kube, user, "get", name, "team-a")  # only where they are bound
+        assert not can_i(kube, user, "patch", "rlexperiments.agentrl.io/status", "team-b")
+    # For real, as each user: alice creates, bob reads and may not delete, alice deletes.
+    exp = yaml.safe_dump({**minimal_body(), "metadata": {"name": "alices", "namespace": "team-b"}})
+    alice, bob = kube.user_kubeconfig("alice"), kube.user_kubeconfig("bob")
+    kube.kubectl("apply", "-f", "-", input=exp, kubeconfig=alice)
+    got = kube.kubectl_json("get", "rlx", "alices", "-n", "team-b", kubeconfig=bob)
+    assert got["spec"]["model"]["path"] == minimal_body()["spec"]["model"]["path"]
+    kube.kubectl("get", "--raw", "/apis/agentrl.io/v1alpha1/namespaces/team-b/rlexperiments/"
+                 "alices/status", kubeconfig=bob)  # fmt: skip
+    suspend = ("patch", "rlx", "alices", "--type=merge", "-p", '{"spec": {"suspend": true}}')
+    for verb in (("delete", "rlx", "alices"), suspend):
+        denied = kube.kubectl(*verb, "-n", "team-b", kubeconfig=bob, check=False)
+        assert denied.returncode != 0 and "forbidden" in denied.stderr, denied.stderr
+    kube.kubectl(*suspend, "-n", "team-b", kubeconfig=alice)
+    kube.kubectl("delete", "rlx", "alices", "-n", "team-b", kubeconfig=alice)
+
+
+def verbs_of(role: str) -> set[str]:
+    return RESEARCHERS[role][("agentrl.io", "rlexperiments")]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from chart_helpers import CHART, find, one, render
+from chart_helpers import CHART, RELEASE, find, one, render
 
 from agentrl.controller.kube import PLURALS
 
@@ -31,6 +31,11 @@ NAMED: dict[tuple[str, str, str], set[str]] = {
 }
 
 
+def operator_roles(objs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The Roles of the watched namespaces, without the leader Lease's (test_chart_ha.py)."""
+    return [r for r in find(objs, "Role") if not r["metadata"]["name"].endswith("-leader-election")]
+
+
 def grants(rules: list[dict[str, Any]]) -> dict[tuple[str, str], set[str]]:
     """Verbs on every object of a resource (rules without resourceNames)."""
     out: dict[tuple[str, str], set[str]] = {}
@@ -55,12 +60,18 @@ def named_grants(rules: list[dict[str, Any]]) -> dict[tuple[str, str, str], set[
     return out
 
 
+def operator_role(objs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The operator's own ClusterRole (the others are researchers' aggregated roles)."""
+    (role,) = find(objs, "ClusterRole", RELEASE)
+    return role
+
+
 def test_cluster_wide_mode_grants_exactly_what_the_operator_uses() -> None:
     objs = render()
-    role = one(objs, "ClusterRole")
+    role = operator_role(objs)
     assert grants(role["rules"]) == {**NAMESPACED, **CLUSTER}
     assert named_grants(role["rules"]) == NAMED
-    assert not find(objs, "Role")
+    assert not operator_roles(objs)
     binding = one(objs, "ClusterRoleBinding")
     assert binding["roleRef"] == {
         "apiGroup": "rbac.authorization.k8s.io",
@@ -77,14 +88,15 @@ def test_cluster_wide_mode_grants_exactly_what_the_operator_uses() -> None:
 
 def test_namespaced_mode_grants_per_namespace_and_only_crd_reads_cluster_wide() -> None:
     objs = render(values=CHART / "ci" / "namespaced-values.yaml")
-    assert grants(one(objs, "ClusterRole")["rules"]) == CLUSTER
-    assert named_grants(one(objs, "ClusterRole")["rules"]) == NAMED
-    roles = find(objs, "Role")
+    assert grants(operator_role(objs)["rules"]) == CLUSTER
+    assert named_grants(operator_role(objs)["rules"]) == NAMED
+    roles = operator_roles(objs)
     assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
     for role in roles:
         assert grants(role["rules"]) == NAMESPACED
         assert named_grants(role["rules"]) == {}
-    bindings = find(objs, "RoleBinding")
+    bindings = [b for b in find(objs, "RoleBinding") if b["roleRef"]["name"] in
+                {r["metadata"]["name"] for r in roles}]  # fmt: skip
     assert sorted(b["metadata"]["namespace"] for b in bindings) == ["team-a", "team-b"]
     for binding in bindings:
         assert binding["roleRef"]["kind"] == "Role"
@@ -94,7 +106,7 @@ def test_namespaced_mode_grants_per_namespace_and_only_crd_reads_cluster_wide() 
 def test_no_secrets_no_wildcards_no_exec_no_experiment_deletes() -> None:
     for values in (None, CHART / "ci" / "namespaced-values.yaml"):
         objs = render(values=values)
-        for role in find(objs, "ClusterRole") + find(objs, "Role"):
+        for role in [operator_role(objs), *find(objs, "Role")]:
             for (group, resource), verbs in grants(role["rules"]).items():
                 assert "*" not in verbs and "*" not in group and "*" not in resource
                 assert resource not in {"secrets", "pods/exec", "pods/attach", "serviceaccounts"}
@@ -106,7 +118,51 @@ def test_no_secrets_no_wildcards_no_exec_no_experiment_deletes() -> None:
 
 def test_every_kind_the_operator_client_touches_is_granted() -> None:
     granted = {resource for _, resource in NAMESPACED} | {r for _, r, _ in NAMED}
+    granted.add("leases")  # the leader Lease, in the release namespace (test_chart_ha.py)
     assert set(PLURALS.values()) <= granted
+
+
+# Researchers' roles: label -> what the built-in role of that name gains for RLExperiments.
+AGGREGATE = "rbac.authorization.k8s.io/aggregate-to-"
+READ = {"get", "list", "watch"}
+WRITE = {"create", "update", "patch", "delete", "deletecollection"}
+RESEARCHERS: dict[str, dict[tuple[str, str], set[str]]] = {
+    "view": {("agentrl.io", "rlexperiments"): READ, ("agentrl.io", "rlexperiments/status"): READ},
+    "edit": {
+        ("agentrl.io", "rlexperiments"): READ | WRITE,
+        ("agentrl.io", "rlexperiments/status"): READ,
+    },
+}
+RESEARCHERS["admin"] = RESEARCHERS["edit"]
+
+
+def aggregated_grants(objs: list[dict[str, Any]]) -> dict[str, dict[tuple[str, str], set[str]]]:
+    """What each built-in role (view, edit, admin) gains from the chart's ClusterRoles."""
+    out: dict[str, dict[tuple[str, str], set[str]]] = {}
+    for role in find(objs, "ClusterRole"):
+        for label, value in role["metadata"]["labels"].items():
+            if label.startswith(AGGREGATE) and value == "true":
+                gained = out.setdefault(label.removeprefix(AGGREGATE), {})
+                for key, verbs in grants(role["rules"]).items():
+                    gained.setdefault(key, set()).update(verbs)
+    return out
+
+
+def test_researchers_get_experiments_through_view_edit_and_admin() -> None:
+    objs = render()
+    assert aggregated_grants(objs) == RESEARCHERS
+    for role in find(objs, "ClusterRole"):
+        if role is not operator_role(objs):
+            assert role["metadata"]["name"].startswith(f"{RELEASE}-")
+            assert not find(objs, "ClusterRoleBinding", role["metadata"]["name"])  # unbound
+    # Watching namespaces changes nothing: RoleBindings of view/edit/admin scope them.
+    namespaced = render(values=CHART / "ci" / "namespaced-values.yaml")
+    assert aggregated_grants(namespaced) == RESEARCHERS
+
+
+def test_researchers_roles_can_be_switched_off() -> None:
+    for sets in (("rbac.aggregateClusterRoles=false",), ("rbac.create=false",)):
+        assert aggregated_grants(render(sets=sets)) == {}
 
 
 def test_rbac_can_be_left_to_the_platform() -> None:

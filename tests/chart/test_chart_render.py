@@ -126,12 +126,17 @@ def test_default_install_objects() -> None:
     assert kinds == sorted(
         [
             "ClusterRole",
+            "ClusterRole",  # researchers' view, aggregated into view/edit/admin
+            "ClusterRole",  # researchers' edit, aggregated into edit/admin
             "ClusterRoleBinding",
             "ConfigMap",
             "CustomResourceDefinition",
             "Deployment",
+            "PodDisruptionBudget",
             "PodMonitor",
             "PrometheusRule",
+            "Role",  # the leader Lease's, in the release namespace
+            "RoleBinding",
             "Service",
             "ServiceAccount",
             "ServiceMonitor",
@@ -331,8 +336,9 @@ def test_operator_deployment_is_hardened_and_pinned() -> None:
     assert env["AGENTRL_LIVENESS_ENDPOINT"] == f"http://0.0.0.0:{ports['http-health']}/healthz"
     for probe in ("livenessProbe", "readinessProbe"):
         assert container[probe]["httpGet"] == {"path": "/healthz", "port": "http-health"}
-    assert deploy["spec"]["replicas"] == 1  # kopf standalone: one reconciler at a time
-    assert deploy["spec"]["strategy"]["type"] == "Recreate"
+    # Two replicas, one leading on the Lease (test_chart_ha.py has the rest).
+    assert deploy["spec"]["replicas"] == 2
+    assert deploy["spec"]["strategy"]["type"] == "RollingUpdate"
     svc = one(objs, "Service")
     assert {p["targetPort"] for p in svc["spec"]["ports"]} == set(ports)
     assert (

@@ -446,3 +446,31 @@ async def test_phase_and_ray_dashboard_series_follow_the_experiment(
     await api.delete(EXP, NS, "demo")
     await wait_for(lambda: not _sample(operator, "agentrl_experiment_info"), what="link removed")
     assert _sample(operator, "agentrl_experiment_phase") == []
+
+
+# The W&B run in status: read from the run's metrics, like progress.
+RUN = 'agentrl_wandb_run_info{{url="https://wandb.ai/ml/gsm8k/runs/{run}",group="rl/demo"}} 1\n'
+
+
+async def test_the_run_url_reaches_status_and_follows_each_attempt(
+    api: Api, operator: OperatorRun, metrics_server: tuple[MetricsServer, int]
+) -> None:
+    server, _ = metrics_server
+    server.text = METRICS_TEXT + "# TYPE agentrl_wandb_run_info gauge\n" + RUN.format(run="a1")
+    await created(api)
+    await api.patch(RAYJOBS, NS, "demo", {"status": {"jobDeploymentStatus": "Running"}}, "status")
+    await wait_for(
+        lambda: status_of(api).get("wandbRunURL") == "https://wandb.ai/ml/gsm8k/runs/a1",
+        what="status.wandbRunURL",
+    )
+    # A retry logs a new run (same name, same group); the link follows it.
+    server.text = server.text.replace("runs/a1", "runs/b2")
+    await wait_for(
+        lambda: status_of(api).get("wandbRunURL") == "https://wandb.ai/ml/gsm8k/runs/b2",
+        what="the retry's run",
+    )
+    # Metrics without the run (the head restarting): the last one known stays.
+    server.text = METRICS_TEXT
+    hits = len(server.hits)
+    await wait_for(lambda: len(server.hits) > hits + 3, what="more scrapes")
+    assert status_of(api)["wandbRunURL"] == "https://wandb.ai/ml/gsm8k/runs/b2"

@@ -63,7 +63,7 @@ def test_the_preview_marks_what_the_pod_decides() -> None:
         Cond.HF_MODE_FLAG: ("--megatron-to-hf-mode", "bridge"),
         Cond.RESTART: ("--load", ckpt),
         Cond.FIRST_RUN: ("--finetune", "--no-load-optim", "--no-load-rng"),
-        Cond.WANDB_KEY: tuple(wandb_args(spec)),
+        Cond.WANDB_KEY: tuple(wandb_args(spec, None)),
     }
     argv = cmd.argv()
     assert f"<restart, only when {ckpt}/latest_checkpointed_iteration.txt exists:>" in argv
@@ -111,3 +111,14 @@ def test_file_docs_follow_the_paths_in_the_argv() -> None:
     argv = cmd.argv()
     for path in docs:
         assert path in argv
+
+
+def test_wandb_names_the_run_and_group_after_the_experiment() -> None:
+    spec = _spec(EXAMPLE_A)
+    assert spec.tracking.wandb is not None and spec.tracking.wandb.group is None
+    argv = slimecmd.compose(spec, PodFacts(**{**FACTS.__dict__, "experiment": "rl/a"})).argv()
+    i = argv.index("--wandb-group")
+    assert argv[i + 1] == "rl/a" and "--disable-wandb-random-suffix" in argv
+    # The preview without the experiment shows where it goes.
+    assert "<namespace>/<name>" in slimecmd.preview(spec)
+    assert "rl/a" in slimecmd.preview(spec, slimecmd.wandb_run_name("rl", "a"))

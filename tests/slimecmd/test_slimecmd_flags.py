@@ -42,7 +42,9 @@ def _resolved(spec: RLExperimentSpec, **facts: Any) -> list[str]:
 
 @pytest.mark.parametrize("name", sorted(EXAMPLES))
 def test_preview_golden(name: str) -> None:
-    got = slimecmd.preview(spec_of(load_example(name)))
+    body = load_example(name)
+    meta = body["metadata"]
+    got = slimecmd.preview(spec_of(body), slimecmd.wandb_run_name(meta["namespace"], meta["name"]))
     path = GOLDEN / f"{name}.argv.json"
     if os.environ.get("AGENTRL_UPDATE_GOLDEN"):
         path.write_text(json.dumps(got, indent=1) + "\n")

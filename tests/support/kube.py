@@ -5,7 +5,9 @@ Debian's source package by `hack/build-kube-apiserver.sh` (cached under ~/.cache
 Debian's etcd. The apiserver authenticates a static admin token and ServiceAccount tokens it
 signs itself (TokenRequest), and authorizes with RBAC, so `kubectl auth can-i` and an operator
 running under the chart's ClusterRole see exactly what a cluster would show them. There is no
-controller-manager: owner-reference garbage collection and pods never happen by themselves.
+controller-manager unless a test starts one with the controllers it needs
+(`controller_manager`): owner-reference garbage collection and pods never happen by
+themselves.
 
 API (keep it small; the chart and operator tests share it):
 
@@ -16,6 +18,7 @@ API (keep it small; the chart and operator tests share it):
         kube.apply(obj_or_yaml)                # `kubectl apply -f -`
         kube.user_kubeconfig("alice", groups=["devs"])        # impersonating kubeconfig
         kube.service_account_kubeconfig("agentrl-system", "agentrl")  # a real SA token
+        with controller_manager(kube, ["clusterrole-aggregation"]): ...  # a few controllers
 
 CRDs installed at start: ours (`crds/rlexperiments.agentrl.io.yaml`) and KubeRay's
 (`shared/schemas/kuberay`, or the copy vendored in `tests/data/kuberay`), both transformed for
@@ -57,6 +60,10 @@ def apiserver_binary() -> Path:
     if override:
         return Path(override)
     return CACHE / f"kube-apiserver-{APISERVER_VERSION}" / "kube-apiserver"
+
+
+def controller_manager_binary() -> Path:
+    return apiserver_binary().with_name("kube-controller-manager")
 
 
 def kubectl_binary() -> str:
@@ -329,6 +336,31 @@ def running_harness(workdir: Path | None = None) -> Iterator[KubeHarness]:
         harness.stop()
         if workdir is None and not os.environ.get("AGENTRL_KEEP_KUBE"):
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def controller_manager(
+    harness: KubeHarness, controllers: Sequence[str]
+) -> Iterator[subprocess.Popen[bytes]]:
+    """kube-controller-manager (the same release, built by hack/build-kube-apiserver.sh)
+    running only `controllers` against `harness`, e.g. `clusterrole-aggregation`, which fills
+    the built-in view/edit/admin roles from the ClusterRoles labelled to aggregate into them."""
+    binary = controller_manager_binary()
+    if not binary.is_file():
+        raise RuntimeError(f"{binary} is missing: run hack/setup.sh (it builds it once)")
+    cmd = [str(binary), f"--kubeconfig={harness.kubeconfig}",
+           f"--controllers={','.join(controllers)}", "--leader-elect=false",
+           "--port=0", "--secure-port=0", "--use-service-account-credentials=false"]  # fmt: skip
+    proc = _start(cmd, harness.workdir / "kube-controller-manager.log")
+    try:
+        yield proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=5)
 
 
 @pytest.fixture(scope="session")

@@ -178,3 +178,20 @@ def slime_preload(row: str, pylib: Path) -> dict[str, str | None]:
     assert done.returncode == 0, done.stderr[-4000:]
     result: dict[str, str | None] = json.loads(done.stdout.splitlines()[-1])
     return result
+
+
+def slime_wandb(row: str, argv: list[str]) -> dict[str, str | None]:
+    """What the row's own `init_wandb_primary` passes to `wandb.init` (entity, project, group,
+    name) for `argv`, or `{"error": ...}` (see upstream_site/slime_wandb)."""
+    done = subprocess.run(
+        [sys.executable, str(SITE / "slime_wandb.py")],
+        input=json.dumps(argv),
+        env=env(row),
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    result: dict[str, str | None] = json.loads(done.stdout.splitlines()[-1])
+    return result

@@ -408,6 +408,28 @@ class GrpoSpec(Model):
     their prompts to slime's data source; `carryOver`: as abort, but keep their finished
     episodes, so the group resumes in the next step. A group is cut at most once.
     """
+    failed_episodes: Literal["exclude", "zeroReward"] = "exclude"
+    """Episodes that end without a reward the agent reported (engine, transport, timeout,
+    throttling, agent crash, contract violation): `exclude` leaves them out of their group's
+    mean and std and gives them no gradient; `zeroReward` counts them as reward 0 (the old
+    behaviour), which pulls the group mean down and so raises every sibling's advantage.
+    """
+    min_valid_samples_per_group: PositiveInt = 2
+    """Episodes of a group that must end in a reported reward for the group to train (with
+    `failedEpisodes: exclude` and GRPO normalisation); a group with fewer is dropped like a
+    zero-variance one: replaced under dynamicSamplingFilter, otherwise counted and trained
+    with zero advantage. At most samplesPerPrompt.
+    """
+    max_policy_lag: Annotated[int, Field(ge=0, le=100)] = 1
+    """How many weight updates old a carried-over episode may be (`stragglerPolicy:
+    carryOver`): an older one is run again from its prompt instead of reused; 0 reuses none.
+    """
+    off_policy_tokens: Literal["train", "mask"] = "mask"
+    """Tokens of carried-over episodes, sampled by an older policy: `mask` keeps their reward
+    in the group's statistics but trains none of their tokens (as slime's
+    `--mask-offpolicy-in-partial-rollout`); `train` trains them with their logprobs as sampled,
+    which slime's `--use-tis` then corrects (docs/rollout.md).
+    """
 
     @property
     def effective_global_batch_size(self) -> int:
@@ -416,6 +438,13 @@ class GrpoSpec(Model):
     @property
     def effective_over_sampling_batch_size(self) -> int:
         return self.over_sampling_batch_size or self.rollout_batch_size
+
+    @property
+    def effective_min_valid_samples(self) -> int:
+        """minValidSamplesPerGroup where it applies (failed episodes excluded, rewards compared
+        within a group); otherwise 1: every group trains."""
+        applies = self.reward_normalization.mode == "grpo" and self.failed_episodes == "exclude"
+        return self.min_valid_samples_per_group if applies else 1
 
 
 # ---- resources ---------------------------------------------------------------------

@@ -18,15 +18,12 @@ from urllib.parse import urlsplit
 from agentrl.api import slime_flags
 from agentrl.api.bounds import MAX_OBJECT_BYTES, join
 from agentrl.api.constants import (
-    BUNDLE_MOUNT_DIR,
-    CONFIG_MOUNT_DIR,
     CONFIGMAP_MAX_BYTES,
     ENV_CONFIG_PATH,
     ENV_NODE_NAME,
     ENV_POD_NAME,
     METRICS_PORT,
     RAY_PORTS,
-    SHM_MOUNT_DIR,
 )
 from agentrl.api.findings import Finding, Rule, err, repeats, warn
 from agentrl.api.formats import EXTENDED_RESOURCE, FORMATS
@@ -148,7 +145,7 @@ def renderer_for_local_model(exp: RLExperiment) -> Iterator[Finding]:
     inferred from a path).
     """
     model = exp.spec.model
-    if model.renderer_family in (None, AUTO) and is_local_path(model.path):
+    if model.renderer_family in (None, AUTO) and model.path.startswith("/"):
         yield err(
             "spec.model.rendererFamily",
             f"required because model.path {model.path!r} is a local directory"
@@ -182,22 +179,30 @@ def trainer_weights_on_disk(exp: RLExperiment) -> Iterator[Finding]:
             f"required because model.path {model.path!r} is a Hugging Face id: slime loads "
             "the trainer's weights from a directory inside the pods",
             "mount the checkpoint (HF or Megatron) on a volume and set refLoad to its path, "
-            "or make model.path that directory",
+            f"or make model.path that directory (a directory is an absolute path: "
+            f"/{model.path.strip('/')} if that is what {model.path!r} means)",
         )
     for field, path in (("path", model.path), ("refLoad", model.ref_load)):
         if path is None or not is_local_path(path) or path.startswith("/"):
             continue
-        yield err(
-            f"spec.model.{field}",
-            f"{path!r} is not an absolute path",
-            "give the directory's absolute path inside the pods (see volumeMounts)",
-        )
+        yield err(f"spec.model.{field}", f"{path!r} is not an absolute path", _relative_hint(path))
     if model.ref_load is not None and not is_local_path(model.ref_load):
         yield err(
             "spec.model.refLoad",
             f"{model.ref_load!r} looks like a Hugging Face id; slime loads --ref-load from disk",
             "mount the checkpoint (HF or Megatron) on a volume and give its absolute path",
         )
+
+
+def _relative_hint(path: str) -> str:
+    """Why a relative path means nothing in the pods, and what to write instead."""
+    if path.startswith("~"):
+        return "nothing expands '~' in the pods; give the directory's absolute path there"
+    return (
+        "the pods have no working directory of yours and agentrl copies no local files: "
+        "put the checkpoint on a volume and give the absolute path where runtime.volumeMounts "
+        f"mounts it (e.g. /{path.lstrip('./')})"
+    )
 
 
 def is_local_path(path: str) -> bool:
@@ -323,7 +328,8 @@ def grpo_groups(exp: RLExperiment) -> Iterator[Finding]:
 def dynamic_sampling(exp: RLExperiment) -> Iterator[Finding]:
     """`grpo.overSamplingBatchSize` is between rolloutBatchSize and twice it, and above it only
     with a stragglerPolicy that cuts (with `wait` the extra groups would run and be thrown away); a
-    dynamicSamplingFilter needs samplesPerPrompt >= 2.
+    dynamicSamplingFilter needs samplesPerPrompt >= 2; minValidSamplesPerGroup is at most
+    samplesPerPrompt.
     """
     grpo = exp.spec.grpo
     path = "spec.grpo"
@@ -355,6 +361,13 @@ def dynamic_sampling(exp: RLExperiment) -> Iterator[Finding]:
             f"{grpo.straggler_policy} has no effect: without over-sampling every started group "
             "is needed for the batch, so none is ever cut",
             "set overSamplingBatchSize above rolloutBatchSize (e.g. 1.125 x it)",
+        )
+    if 2 <= grpo.samples_per_prompt < grpo.effective_min_valid_samples:
+        yield err(
+            f"{path}.minValidSamplesPerGroup",
+            f"{grpo.min_valid_samples_per_group} is more than samplesPerPrompt "
+            f"{grpo.samples_per_prompt}, so no group could ever train",
+            f"use at most {grpo.samples_per_prompt} (2, the default, is what GRPO needs)",
         )
     if grpo.dynamic_sampling_filter is not None and grpo.samples_per_prompt < 2:
         yield err(
@@ -575,39 +588,6 @@ def _native(resource: str) -> bool:
     return domain == "kubernetes.io" or domain.endswith(".kubernetes.io")
 
 
-def checkpoint(exp: RLExperiment) -> Iterator[Finding]:
-    """`checkpoint.saveInterval` needs `checkpoint.path`, which is not inside a directory
-    agentrl mounts read-only; a warning when it is on no volume (checkpoints would be written
-    into the container and lost with the pod).
-    """
-    ckpt = exp.spec.checkpoint
-    if ckpt.save_interval is not None and ckpt.path is None:
-        yield err("spec.checkpoint.path", "required when saveInterval is set", "set a PVC path")
-    if ckpt.path is None:
-        return
-    if any(_under(ckpt.path, d) for d in (CONFIG_MOUNT_DIR, BUNDLE_MOUNT_DIR, SHM_MOUNT_DIR)):
-        yield err(
-            "spec.checkpoint.path",
-            f"{ckpt.path} is inside a directory agentrl mounts (read-only or in memory)",
-            "put checkpoints on a volume of your own (runtime.volumes/volumeMounts)",
-        )
-        return
-    mounts = [m.get("mountPath") for m in exp.spec.runtime.volume_mounts]
-    if not any(isinstance(m, str) and _under(ckpt.path, m) for m in mounts):
-        yield warn(
-            "spec.checkpoint.path",
-            f"{ckpt.path} is on no volume of runtime.volumeMounts: checkpoints would be "
-            "written into the container and lost with the pod (and each node would keep "
-            "its own shards)",
-            "mount a shared PVC there",
-        )
-
-
-def _under(path: str, directory: str) -> bool:
-    directory = directory.rstrip("/") + "/"
-    return (path.rstrip("/") + "/").startswith(directory)
-
-
 def children_fit(exp: RLExperiment) -> Iterator[Finding]:
     """The objects agentrl creates fit Kubernetes' limits: the runtime-config ConfigMap holds
     at most 1 MiB (the spec, extraArgs included), the RayJob at most 1.5 MiB (env, volumes
@@ -693,7 +673,6 @@ ALL_RULES: tuple[Rule, ...] = (
     preflight,
     extra_code,
     extra_resources,
-    checkpoint,
     secrets_in_plain_text,
     children_fit,
 )

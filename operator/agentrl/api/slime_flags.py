@@ -209,7 +209,7 @@ REPLACED: Final = {
     "--over-sampling-batch-size": "spec.grpo.overSamplingBatchSize",
     "--dynamic-sampling-filter-path": "spec.grpo.dynamicSamplingFilter",
     "--partial-rollout": "spec.grpo.stragglerPolicy",
-    "--mask-offpolicy-in-partial-rollout": "spec.grpo.stragglerPolicy",
+    "--mask-offpolicy-in-partial-rollout": "spec.grpo.offPolicyTokens",
     "--disable-rewards-normalization": "spec.grpo.rewardNormalization.mode",
     "--disable-grpo-std-normalization": "spec.grpo.rewardNormalization.std",
 }

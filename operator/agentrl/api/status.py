@@ -78,6 +78,10 @@ class RLExperimentStatus(Model):
     """Ray dashboard URL."""
     gateway_url: str | None = Field(default=None, alias="gatewayURL")
     """URL agents reach the gateway at."""
+    wandb_run_url: str | None = Field(default=None, alias="wandbRunURL")
+    """The W&B run of the current attempt, as the run reports it (needs
+    `spec.tracking.wandb.team`). Every attempt's run is named `<namespace>/<name>` and logs
+    into the group of that name (or `spec.tracking.wandb.group`)."""
     start_time: str | None = None
     """When the run started (RFC 3339)."""
     completion_time: str | None = None

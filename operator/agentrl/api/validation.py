@@ -26,7 +26,16 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 from pydantic.alias_generators import to_camel
 
-from agentrl.api import bounds, kube_rules, partial, rules, security
+from agentrl.api import (
+    bounds,
+    gpu_layout,
+    kube_rules,
+    model_names,
+    partial,
+    paths,
+    rules,
+    security,
+)
 from agentrl.api.findings import Rule, Severity
 from agentrl.api.formats import text_format
 from agentrl.api.images import DefaultImage, image_findings
@@ -117,8 +126,18 @@ def validate_experiment(
     return _document_problems(exp.dump()) + _rule_problems(exp, checks)
 
 
+# Every rule on a typed experiment, each owning its field paths and messages, by concern.
+SPEC_RULES: tuple[Rule, ...] = (
+    *rules.ALL_RULES,
+    *gpu_layout.RULES,
+    *paths.RULES,
+    *model_names.RULES,
+    *security.RULES,
+)
+
+
 def _checks(policy: Policy | None, default_image: DefaultImage | None) -> list[Rule]:
-    checks: list[Rule] = [*rules.ALL_RULES, *security.RULES]
+    checks: list[Rule] = list(SPEC_RULES)
     if policy is not None:
         checks.append(lambda exp: policy_check(exp, policy))
     if default_image is not None:

@@ -27,6 +27,8 @@ LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 
 # Agent episodes and rollout steps: seconds (a tool call) to hours (a long coding task).
 EPISODE_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 14400)
 STEP_BUCKETS = (10, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 14400, 28800)
+# Weight updates between sampling an episode and training it (carried-over episodes are older).
+POLICY_LAG_BUCKETS = (0, 1, 2, 3, 4, 8)
 # Powers of two up to 64k tokens: response lengths span short answers to long agent traces.
 RESPONSE_TOKEN_BUCKETS = tuple(2**i for i in range(4, 17))
 
@@ -55,7 +57,7 @@ class BundleMetrics:
         )
         self.episode_reward = Histogram(
             PREFIX + "episode_reward",
-            "Raw reward per finished episode.",
+            "Raw reward per episode that ended in a reported reward (a task outcome).",
             ["split"],
             buckets=REWARD_BUCKETS,
             registry=r,
@@ -201,8 +203,42 @@ class BundleMetrics:
         )
         self.wandb_run_info = Gauge(
             PREFIX + "wandb_run_info",
-            "1 for the W&B run this training logs to (needs spec.tracking.wandb.team).",
-            ["url"],
+            "1 for the W&B run this training logs to (needs spec.tracking.wandb.team); `group`"
+            " is its W&B group and name (<namespace>/<name> unless the spec names a group).",
+            ["url", "group"],
+            registry=r,
+        )
+        self.excluded_episodes = Counter(
+            PREFIX + "excluded_episodes",
+            "Train episodes of trained groups left out of their group's mean and std and given "
+            "no gradient (infrastructure failures, spec.grpo.failedEpisodes: exclude), by "
+            "failure reason.",
+            ["reason"],
+            registry=r,
+        )
+        self.excluded_episode_share = Gauge(
+            PREFIX + "excluded_episode_share",
+            "Last train step: share of its trained groups' episodes excluded from the "
+            "advantage (infrastructure failures).",
+            registry=r,
+        )
+        self.policy_lag = Histogram(
+            PREFIX + "policy_lag_steps",
+            "Age of each trained episode in weight updates: 0 = sampled by the policy being "
+            "trained; carried-over episodes are older.",
+            buckets=POLICY_LAG_BUCKETS,
+            registry=r,
+        )
+        self.stale_tokens = Counter(
+            PREFIX + "stale_tokens",
+            "Tokens of trained episodes sampled by an older policy, by what was done with them "
+            "(masked or trained, spec.grpo.offPolicyTokens).",
+            ["action"],
+            registry=r,
+        )
+        self.stale_episodes_restarted = Counter(
+            PREFIX + "stale_episodes_restarted",
+            "Carried-over episodes older than spec.grpo.maxPolicyLag, run again from the prompt.",
             registry=r,
         )
         self.episode_length_bias = Gauge(

@@ -32,6 +32,9 @@ class Turn:
     completion_ids: Sequence[int]
     logprobs: Sequence[float] | None  # one per completion token, None if the engine gave none
     finish_reason: str  # "stop", "length", "abort", ...
+    # The policy that sampled it: the rollout step whose weights the engines held (slime
+    # updates them only between steps); stamped by the rollout, None where unknown.
+    policy_version: int | None = None
 
 
 @dataclass
@@ -44,6 +47,7 @@ class Segment:
     logprobs: list[float]  # len == response_length; 0.0 where loss_mask is 0
     num_turns: int
     truncated: bool
+    policy_version: int | None = None  # the oldest policy among its turns; None if unknown
 
 
 # Why a turn started a new segment instead of extending one (label of trace_breaks_total).
@@ -101,7 +105,7 @@ class _Chain:
     once, in `segment`.
     """
 
-    __slots__ = ("finish", "full_len", "prompt_len", "sampled", "spans")
+    __slots__ = ("finish", "full_len", "prompt_len", "sampled", "spans", "versions")
 
     def __init__(self, prompt: list[int]) -> None:
         self.prompt_len = len(prompt)
@@ -110,6 +114,7 @@ class _Chain:
         self.spans: list[tuple[int, int, list[float] | None]] = []
         self.sampled = 0  # completion tokens, trainable or not
         self.finish = ""
+        self.versions: set[int | None] = set()  # policy versions of its turns
 
     def append(
         self, turn: Turn, prompt: list[int], completion: list[int], stats: MergeStats
@@ -129,6 +134,7 @@ class _Chain:
         self.sampled += n
         self.full_len = len(prompt) + n
         self.finish = turn.finish_reason
+        self.versions.add(turn.policy_version)
 
     def segment(
         self, tokens: list[int], max_response: int | None, stats: MergeStats
@@ -151,7 +157,8 @@ class _Chain:
             length, truncated = max_response, True
             del tokens[self.prompt_len + length :]
         mask, logprobs = self._layout(length)
-        return Segment(tokens, length, mask, logprobs, len(self.spans), truncated)
+        version = None if None in self.versions else min(v for v in self.versions if v is not None)
+        return Segment(tokens, length, mask, logprobs, len(self.spans), truncated, version)
 
     def _layout(self, length: int) -> tuple[list[int], list[float]]:
         """loss_mask and logprobs of the first `length` response tokens: all 0 / 0.0 (bridges

@@ -34,7 +34,7 @@ from agentrl.cli import completion, logs, rehearse, summary
 from agentrl.cli.load import Document, LoadError, load_document, load_documents
 from agentrl.render import OperatorDefaults, collect_bundle_files, render_all
 from agentrl.render.defaults import DEFAULT_IMAGE
-from agentrl.slimecmd import preview
+from agentrl.slimecmd import preview, wandb_run_name
 
 ENV_IMAGE = "AGENTRL_IMAGE"
 ENV_BUNDLE_VERSION = "AGENTRL_BUNDLE_VERSION"
@@ -146,7 +146,7 @@ _BlockDumper.add_representer(str, _str_presenter)
 
 def _command_text(exp: RLExperiment) -> str:
     """slime's command line as the launcher will run it (pod-only values shown as <...>)."""
-    argv = preview(exp.spec)
+    argv = preview(exp.spec, wandb_run_name(exp.metadata.namespace, exp.metadata.name))
     lines, i = [], 0
     while i < len(argv):  # one flag and its values per line; "<...:>" notes start a line too
         j = i + 1

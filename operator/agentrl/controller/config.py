@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from agentrl.api.policy import BASELINE, Policy, PolicyError, load_policy
+from agentrl.controller.leader import LEASE_DURATION, RENEW_DEADLINE, RETRY_PERIOD, Timing
 from agentrl.render.defaults import DEFAULT_IMAGE, OperatorDefaults
 
 # How the operator reaches an experiment's metrics port: the metrics Service the renderer
@@ -19,6 +20,10 @@ from agentrl.render.defaults import DEFAULT_IMAGE, OperatorDefaults
 DEFAULT_METRICS_URL = "http://{service}.{namespace}.svc:{port}/metrics"
 # The policy as JSON (the chart's `policy` value); unset or empty: the baseline default.
 ENV_POLICY = "AGENTRL_POLICY"
+# The Lease replicas elect a leader on (the chart names it after the release).
+DEFAULT_LEASE_NAME = "agentrl-operator"
+LEASE_TIMING_ENV = ("AGENTRL_LEASE_DURATION_SECONDS", "AGENTRL_RENEW_DEADLINE_SECONDS",
+                    "AGENTRL_RETRY_PERIOD_SECONDS")  # fmt: skip
 
 
 class ConfigError(ValueError):
@@ -43,6 +48,11 @@ class OperatorConfig:
     stuck_creating_after: float = 300.0
     metrics_url: str = DEFAULT_METRICS_URL  # format keys: service, namespace, port, name
     policy: Policy = BASELINE  # what experiments may ask for (agentrl.api.policy)
+    # Leader election (agentrl.controller.leader): off, this process always acts (one replica).
+    leader_election: bool = False
+    lease_name: str = DEFAULT_LEASE_NAME
+    lease_namespace: str | None = None  # None: the namespace of the credentials (in a pod, its own)
+    lease_timing: Timing = field(default_factory=Timing)
 
     def defaults(self) -> OperatorDefaults:
         return OperatorDefaults(
@@ -68,6 +78,29 @@ def _number(env: Mapping[str, str], key: str, default: float, minimum: float) ->
     if value < minimum:
         raise ConfigError(f"{key}={raw!r} must be at least {minimum:g}")
     return value
+
+
+def _flag(env: Mapping[str, str], key: str) -> bool:
+    raw = (env.get(key) or "").strip().lower()
+    if raw in ("", "false", "0", "no"):
+        return False
+    if raw in ("true", "1", "yes"):
+        return True
+    raise ConfigError(f"{key}={env.get(key)!r}: write true or false")
+
+
+def _timing(env: Mapping[str, str]) -> Timing:
+    lease_key, renew_key, retry_key = LEASE_TIMING_ENV
+    lease = _number(env, lease_key, LEASE_DURATION, 1)
+    if lease != int(lease):
+        raise ConfigError(f"{lease_key}={env.get(lease_key)!r}: whole seconds (the Lease "
+                          "records an integer)")  # fmt: skip
+    timing = Timing(lease_duration=int(lease),
+                    renew_deadline=_number(env, renew_key, RENEW_DEADLINE, 0.001),
+                    retry_period=_number(env, retry_key, RETRY_PERIOD, 0.001))  # fmt: skip
+    if problems := timing.problems():
+        raise ConfigError(f"{', '.join(LEASE_TIMING_ENV)}: {'; '.join(problems)}")
+    return timing
 
 
 def _labels(raw: str) -> dict[str, str]:
@@ -116,4 +149,8 @@ def load(env: Mapping[str, str]) -> OperatorConfig:
         stuck_creating_after=_number(env, "AGENTRL_STUCK_CREATING_SECONDS", 300.0, 0),
         metrics_url=url,
         policy=read_policy(env.get(ENV_POLICY)),
+        leader_election=_flag(env, "AGENTRL_LEADER_ELECTION"),
+        lease_name=env.get("AGENTRL_LEASE_NAME") or DEFAULT_LEASE_NAME,
+        lease_namespace=env.get("AGENTRL_LEASE_NAMESPACE") or None,
+        lease_timing=_timing(env),
     )

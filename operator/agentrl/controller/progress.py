@@ -29,6 +29,7 @@ from agentrl.api.constants import (
     METRIC_EPISODES_TOTAL,
     METRIC_FAILED_SESSIONS_TOTAL,
     METRIC_ROLLOUT_STEP,
+    METRIC_WANDB_RUN_INFO,
     SPLIT_TRAIN,
 )
 from agentrl.controller.status import format_time
@@ -41,16 +42,24 @@ STEP_SECONDS_DIGITS = 1
 
 def parse_progress(text: str) -> dict[str, float]:
     """Raw sums from a scrape: rollout, train/eval reward, episodes and failures (train)."""
+    return parse_reading(text)[0]
+
+
+def parse_reading(text: str) -> tuple[dict[str, float], str | None]:
+    """`parse_progress`'s sums, and the W&B run's URL when the run reports one."""
     out: dict[str, float] = {}
     eval_rewards: list[float] = []
     episodes = failed = 0.0
+    run_url: str | None = None
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             name, labels, value = sample.name, sample.labels, float(sample.value)
             if math.isnan(value):  # NaN: the gauge was never set
                 continue
             split = labels.get("split")
-            if name == METRIC_ROLLOUT_STEP:
+            if name == METRIC_WANDB_RUN_INFO and value == 1 and labels.get("url"):
+                run_url = labels["url"]
+            elif name == METRIC_ROLLOUT_STEP:
                 out["rollout"] = value
             elif name == METRIC_BATCH_REWARD_MEAN:
                 if split == SPLIT_TRAIN:
@@ -65,7 +74,7 @@ def parse_progress(text: str) -> dict[str, float]:
         out["evalReward"] = sum(eval_rewards) / len(eval_rewards)
     if episodes:
         out["episodes"], out["failed"] = episodes, failed
-    return out
+    return out, run_url
 
 
 @dataclass(frozen=True)

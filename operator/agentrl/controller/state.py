@@ -58,6 +58,7 @@ class Experiment:
     progress: dict[str, Any] | None = None  # status.progress values from the last reading
     pace: Pace | None = None  # rollout step timing
     preflight: Reading | None = None  # the launcher's gang preflight result, last read
+    wandb_run_url: str | None = None  # the W&B run the run's metrics last reported
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # one status sync at a time
 
     @classmethod

@@ -66,10 +66,12 @@ async def scrape(controller: Controller, exp: Experiment, gate: asyncio.Semaphor
     if reading is not None and reading != exp.preflight:
         exp.preflight, exp.settled = reading, False
     try:
-        raw = progress.parse_progress(text)
+        raw, run_url = progress.parse_reading(text)
     except ValueError:
         logger.debug("metrics of %s/%s not parseable", *exp.key)
         return
+    if run_url is not None and run_url != exp.wandb_run_url:
+        exp.wandb_run_url, exp.settled = run_url, False
     if "rollout" in raw:
         rollout, at = int(raw["rollout"]), parse_time(controller.now())
         if exp.pace is None:  # first reading here: keep the step time the status shows

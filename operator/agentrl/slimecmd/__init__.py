@@ -17,6 +17,7 @@ from agentrl.slimecmd.compose import (
     file_docs,
     preview,
     train_env_vars,
+    wandb_run_name,
 )
 from agentrl.slimecmd.files import FILES_DIR
 
@@ -34,4 +35,5 @@ __all__ = [
     "file_docs",
     "preview",
     "train_env_vars",
+    "wandb_run_name",
 ]

@@ -77,6 +77,8 @@ class PodFacts:
     hf_mode_flag: bool | None = None
     """Whether the image's slime defines --megatron-to-hf-mode."""
     files_dir: str = files.FILES_DIR
+    experiment: str | None = None
+    """`<namespace>/<name>` of the experiment (the W&B run's name and group)."""
 
 
 @dataclass(frozen=True)
@@ -104,13 +106,27 @@ def train_env_vars(pinned: Mapping[str, str]) -> dict[str, str]:
     return {k: pinned[k] for k in TRAIN_ENV_KEYS if pinned.get(k)}
 
 
-def wandb_args(spec: RLExperimentSpec) -> list[str]:
+EXPERIMENT_PLACEHOLDER: Final = "<namespace>/<name>"
+
+
+def wandb_run_name(namespace: str, name: str) -> str:
+    """The W&B run name and group of an experiment."""
+    return f"{namespace}/{name}"
+
+
+def wandb_args(spec: RLExperimentSpec, experiment: str | None) -> list[str]:
+    """slime's W&B flags. slime names a run after its W&B group, and adds a random suffix to
+    both unless told not to (`init_wandb_primary` in slime/utils/wandb_utils.py at fa3c990,
+    slime/observability/wandb_utils.py at 624b824); it also needs a group, or it fails
+    concatenating None. So the group is `spec.tracking.wandb.group`, else the experiment's
+    `<namespace>/<name>`, with the suffix off: every attempt (each backoffLimit retry, each
+    resume) logs a run of that name into that one group."""
     wandb = spec.tracking.wandb
     if wandb is None:
         return []
-    args = ["--use-wandb", "--wandb-project", wandb.project]
-    if wandb.group:
-        args += ["--wandb-group", wandb.group]
+    group = wandb.group or experiment or EXPERIMENT_PLACEHOLDER
+    args = ["--use-wandb", "--wandb-project", wandb.project, "--wandb-group", group,
+            "--disable-wandb-random-suffix"]  # fmt: skip
     if wandb.team:
         args += ["--wandb-team", wandb.team]
     if wandb.host:
@@ -200,7 +216,7 @@ def compose(spec: RLExperimentSpec, facts: PodFacts) -> Command:
         train_env,
         *_switch(
             "spec.tracking.wandb",
-            wandb_args(spec),
+            wandb_args(spec, facts.experiment),
             facts.wandb_key,
             Cond.WANDB_KEY,
             f"only when {ENV_WANDB_API_KEY} is set",
@@ -214,9 +230,10 @@ def compose(spec: RLExperimentSpec, facts: PodFacts) -> Command:
     )
 
 
-def preview(spec: RLExperimentSpec) -> list[str]:
-    """The command as `agentrl render --show-command` prints it: pod facts as conditions."""
-    return compose(spec, PodFacts()).argv()
+def preview(spec: RLExperimentSpec, experiment: str | None = None) -> list[str]:
+    """The command as `agentrl render --show-command` prints it: pod facts as conditions.
+    `experiment`: `<namespace>/<name>` (None: shown as a placeholder)."""
+    return compose(spec, PodFacts(experiment=experiment)).argv()
 
 
 def file_docs(

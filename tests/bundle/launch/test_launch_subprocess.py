@@ -28,6 +28,7 @@ from launch_pod import (
 from launch_trees import touch
 
 from agentrl import slimecmd
+from agentrl.api.runtime import RuntimeConfig
 from agentrl.slimecmd.checkpoint import FIRST_RUN_FLAGS
 from agentrl.slimecmd.compose import HF_MODE_FLAG
 
@@ -204,7 +205,10 @@ def test_render_preview_is_the_command_the_launcher_execs(tmp_path: Path) -> Non
         slimecmd.Cond.RESTART: False,
         slimecmd.Cond.WANDB_KEY: True,
     }
-    preview = slimecmd.compose(pod.exp.spec, slimecmd.PodFacts(files_dir=str(pod.files_dir)))
+    config = RuntimeConfig.load(pod.config_path)  # the experiment the operator rendered it for
+    run = slimecmd.wandb_run_name(config.namespace, config.experiment)
+    facts = slimecmd.PodFacts(files_dir=str(pod.files_dir), experiment=run)
+    preview = slimecmd.compose(pod.exp.spec, facts)  # as `agentrl render --show-command` does
     model_args = argv[2 : argv.index("--actor-num-nodes")]
     expected: list[str] = []
     for part in preview.parts:

@@ -16,7 +16,7 @@ from tests.support import upstream
 from agentrl import slimecmd
 from agentrl.bundle.launch import argcheck, probe
 from agentrl.slimecmd.checkpoint import FIRST_RUN_FLAGS
-from agentrl.slimecmd.compose import HF_MODE_FLAG
+from agentrl.slimecmd.compose import HF_MODE_FLAG, wandb_args
 
 ROWS = slime_upstream.ROWS
 DOCS = example_docs()
@@ -90,3 +90,25 @@ def test_every_flag_of_the_preview_exists_where_it_can_be_passed(row: str) -> No
         cmd = slimecmd.compose(experiment(doc).spec, slimecmd.PodFacts())
         bad = [f for f, _ in argcheck.unknown_flags(cmd.parts, flags)]
         assert bad == ([] if row == "fa3c990" else [HF_MODE_FLAG]), (name, bad)
+
+
+@pytest.mark.parametrize("row", ROWS)
+def test_wandb_names_the_run_and_group_after_the_experiment(row: str) -> None:
+    """slime's own W&B start on agentrl's flags: the run and its group are `<namespace>/<name>`
+    (no random suffix, so a retry's run lands in the same group under the same name), and a
+    spec's own group names both."""
+    body = DOCS["qwen2.5-3b-gsm8k-agentcore"]
+    spec = experiment(body).spec
+    assert spec.tracking.wandb is not None and spec.tracking.wandb.group is None
+    flags = wandb_args(spec, "team-a/gsm8k")
+    got = slime_upstream.slime_wandb(row, flags)
+    assert got == {"entity": spec.tracking.wandb.team, "project": spec.tracking.wandb.project,
+                   "group": "team-a/gsm8k", "name": "team-a/gsm8k"}  # fmt: skip
+    # What agentrl passed before: no group, suffix on. slime fails on it.
+    old = [f for f in flags if f != "--disable-wandb-random-suffix"]
+    del old[old.index("--wandb-group") : old.index("--wandb-group") + 2]
+    assert "TypeError" in str(slime_upstream.slime_wandb(row, old).get("error"))
+    sweep = spec.model_copy(update={"tracking": spec.tracking.model_copy(update={
+        "wandb": spec.tracking.wandb.model_copy(update={"group": "lr-sweep"})})})  # fmt: skip
+    got = slime_upstream.slime_wandb(row, wandb_args(sweep, "team-a/gsm8k"))
+    assert (got["group"], got["name"]) == ("lr-sweep", "lr-sweep")

@@ -105,7 +105,8 @@ Script = Callable[[AgentRequest, int], float]  # (request, attempt of its row) -
 
 
 class StubAgent:
-    """metadata["behavior"]: ok | fanout | error | hang | own_timeout | no_turns | bad_result.
+    """metadata["behavior"]: ok | fanout | error | hang | own_timeout | no_turns | bad_result
+    (or a list of them, indexed by the attempt).
 
     own_timeout: a request of the backend to its agent times out on the backend's own clock
     (an aiohttp total timeout, 5 s) long before the episode deadline.
@@ -160,6 +161,8 @@ class StubAgent:
         info = meta["_rollout"]
         sid, token = info["session_id"], info["api_key"]
         behavior = meta.get("behavior", "ok")
+        if isinstance(behavior, list):  # per attempt, like sleep and reward
+            behavior = behavior[attempt % len(behavior)]
         for _ in range(self.yields):
             await asyncio.sleep(0)
         if self.delay:

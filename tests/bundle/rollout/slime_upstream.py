@@ -1,7 +1,8 @@
 """slime's real data-source classes, loaded from the upstream snapshots without torch.
 
 `slime/rollout/data_source.py` at each pinned commit is executed as it is; only its imports
-are stood in for: `torch` (used by save/load, which these tests never call), the tokenizer
+are stood in for: `torch` (its `save`/`load` of the cursor are pickle, which is what
+`torch.save` of a dict of numbers is), the tokenizer
 and processor loaders (no model here), `load_function`, `Sample` (the plain twin with the
 same fields), and `Dataset`, reduced to reading the JSONL rows into samples with `prompt`,
 `label` and `metadata`. Everything the rollout relies on (offsets, epochs, group_index and
@@ -13,6 +14,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import json
+import pickle
 import sys
 import types
 from collections.abc import Iterator
@@ -62,6 +64,16 @@ def _load_function(path: str) -> Any:
     return getattr(importlib.import_module(module), attr)
 
 
+def _torch_save(obj: Any, path: str) -> None:
+    with open(path, "wb") as out:
+        pickle.dump(obj, out)
+
+
+def _torch_load(path: str) -> Any:
+    with open(path, "rb") as src:
+        return pickle.load(src)
+
+
 @contextmanager
 def _stand_ins() -> Iterator[None]:
     fakes = {
@@ -73,6 +85,8 @@ def _stand_ins() -> Iterator[None]:
         "slime.utils.processing_utils": types.ModuleType("slime.utils.processing_utils"),
         "slime.utils.types": types.ModuleType("slime.utils.types"),
     }
+    fakes["torch"].save = _torch_save  # type: ignore[attr-defined]
+    fakes["torch"].load = _torch_load  # type: ignore[attr-defined]
     fakes["slime.utils.data"].Dataset = JsonlDataset  # type: ignore[attr-defined]
     fakes["slime.utils.misc"].load_function = _load_function  # type: ignore[attr-defined]
     fakes["slime.utils.processing_utils"].load_tokenizer = lambda *a, **k: None  # type: ignore[attr-defined]

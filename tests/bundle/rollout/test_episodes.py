@@ -176,7 +176,8 @@ async def test_batch_stats_and_summary_line() -> None:
     assert stats.summary("Rollout", 7) == (
         "Rollout 7 batch: episodes=3 (succeeded=2 failed=1) sequences=4"
     )
-    assert stats.reward_mean == pytest.approx(0.5)
+    # Over the episodes that reported a reward: a failure's stand-in 0 is no reward.
+    assert stats.reward_mean == pytest.approx(0.75)
 
 
 def test_an_interrupted_call_returns_only_after_the_batch_cleaned_up() -> None:
@@ -215,8 +216,16 @@ async def test_rewards_post_process_weighs_each_episode_once_in_its_group(tmp_pa
 
     assert raw == [1.0, 1.0, 0.0, 0.5, 0.0]
     # Group 0: episodes 1.0 (two sequences) and 0.0 -> mean 0.5, not the per-sample 2/3.
-    # Group 1: 0.5 and the failed episode's 0.0 -> mean 0.25.
-    assert rewards == pytest.approx([0.5, 0.5, -0.5, 0.25, -0.25])
+    # Group 1: the failed episode counts in nothing, which leaves one task outcome, fewer
+    # than minValidSamplesPerGroup (2): no advantage anywhere in it.
+    assert rewards == pytest.approx([0.5, 0.5, -0.5, 0.0, 0.0])
+    assert flat[4].remove_sample and flat[4].loss_mask == [0]
+
+    zero = tmp_path / "zero.json"
+    zero.write_text(runtime_config(failedEpisodes="zeroReward").to_json())
+    _, counted = post_process_rewards(SimpleNamespace(agentrl_config_path=str(zero)), flat)
+    # zeroReward: the failure is a 0 like any other -> group 1's mean is 0.25.
+    assert counted == pytest.approx([0.5, 0.5, -0.5, 0.25, -0.25])
 
 
 @pytest.mark.looptime

@@ -172,7 +172,8 @@ def test_metrics_reach_the_hub_and_pass_promtool(rig: Rig, tmp_path: Path) -> No
     assert "agentrl_connection_pool_size 4.0" in text
     assert "agentrl_samples_total 6.0" in text  # train sequences only, eval not counted
     assert "agentrl_truncated_samples_total 2.0" in text  # the fan-out's length-stopped turns
-    assert 'agentrl_episode_reward_count{split="eval"} 6.0' in text
+    # Only the 4 eval episodes that reported a reward: a failure's 0 is no reward.
+    assert 'agentrl_episode_reward_count{split="eval"} 4.0' in text
     (tmp_path / "metrics.txt").write_text(text)
     check = subprocess.run(
         ["promtool", "check", "metrics"], input=text, capture_output=True, text=True, check=False

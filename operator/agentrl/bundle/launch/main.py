@@ -244,6 +244,7 @@ def build_plan(
             start=start.start,
             hf_mode_flag=known is not None and HF_MODE_FLAG in known,
             files_dir=files_dir,
+            experiment=slimecmd.wandb_run_name(config.namespace, config.experiment),
         ),
     )
     if known is not None and (bad := argcheck.unknown_flags(cmd.parts, known)):

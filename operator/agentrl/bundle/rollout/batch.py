@@ -52,6 +52,7 @@ class RolloutContext:
     recorder: Recorder = field(default_factory=Recorder)
     rollout_ids: Iterator[int] = field(default_factory=itertools.count)
     carry: CarryStore = field(default_factory=CarryStore)  # what cut groups left behind
+    resumed: bool = False  # the first train step looked for a checkpoint's rollout state
 
 
 async def run_one(
@@ -114,7 +115,7 @@ class BatchStats:
     succeeded: int
     failed: int
     sequences: int
-    reward_mean: float
+    reward_mean: float  # over the episodes that reported a reward (task outcomes)
     masked_turns: int = 0  # turns without usable logprobs: kept, never trained
     dropped_over_budget: int = 0  # sequences whose prompt alone exceeded the budget
     clipped_segments: int = 0  # responses cut to maxResponseLength
@@ -129,7 +130,7 @@ class BatchStats:
 def batch_stats(outcomes: Sequence[Sequence[EpisodeOutcome]]) -> BatchStats:
     flat = [o for g in outcomes for o in g]
     failed = sum(o.failure is not None for o in flat)
-    rewards = [o.reward for o in flat]
+    rewards = [o.reward for o in flat if o.failure is None]  # a failure's 0 is no reward
     merges = [o.merge for o in flat if o.merge is not None]
     return BatchStats(
         episodes=len(flat),

@@ -9,6 +9,9 @@ already divides (agentrl validates that).
 Eval: every eval set of the spec, and back `{name: {"rewards", "truncated", "samples"}}`
 where rewards and truncated are per episode in prompt order (what slime's eval/<name>
 mean and pass@k expect) and samples are all merged sequences.
+A train step ends by writing what a restart from its checkpoint needs (`resume.py`: the
+prompt cursor, the groups handed back, the carried-over episodes) under slime's `--save`;
+the first train step of a process restores it from `--load`.
 Both return only once the model engines are idle (`settle_engines`): slime offloads the
 engines or updates their weights right after, and a request still running there trips
 SGLang's "server is idle" assertion and crashes the scheduler (docs/rollout.md, "Concurrency
@@ -20,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from agentrl.api.runtime import RuntimeConfig
@@ -27,6 +31,7 @@ from agentrl.bundle.rollout.batch import RolloutContext, batch_stats, group_samp
 from agentrl.bundle.rollout.episode import EpisodeInput, EpisodeOutcome
 from agentrl.bundle.rollout.filters import load_filter
 from agentrl.bundle.rollout.inputs import eval_spec, load_eval_groups, train_spec, wandb_run_url
+from agentrl.bundle.rollout.resume import resume, save_step
 from agentrl.bundle.rollout.runtime import RolloutRuntime
 from agentrl.bundle.rollout.sampling import SamplingPlan, StepReport, fill_batch
 from agentrl.bundle.rollout.source import DataSource
@@ -89,7 +94,10 @@ async def train_batch(
         source.check_returns()  # before any episode starts
     group_filter = load_filter(grpo.dynamic_sampling_filter, args)
     ctx = await rt.context()
-    ctx.recorder.run_link(wandb_run_url(args))
+    if not ctx.resumed:  # a restarted job: what its checkpoint's step left behind
+        ctx.resumed = True
+        resume(args, data_source, ctx.carry, rollout_id)
+    ctx.recorder.run_link(wandb_run_url(args), getattr(args, "wandb_group", None))
 
     def to_samples(outcomes: Sequence[EpisodeOutcome]) -> list[Any]:
         return [to_sample(s, types) for o in outcomes for s in o.samples]
@@ -98,12 +106,14 @@ async def train_batch(
         ctx,
         source,
         plan,
-        spec=train_spec(config.spec, args),
+        spec=replace(train_spec(config.spec, args), policy_version=rollout_id),
         group_filter=group_filter,
         to_samples=to_samples,
         step=rollout_id,
     )
     await settle_engines(ctx, "Rollout", rollout_id)
+    # Before slime trains and checkpoints this step: a checkpoint of it resumes from here.
+    await asyncio.to_thread(save_step, args, data_source, ctx.carry, rollout_id)
     stats = batch_stats(outcomes)
     record_step(ctx, report)
     ctx.recorder.batch_finished(
@@ -131,6 +141,16 @@ async def train_batch(
         "agentrl/groups_cut": report.aborted + report.carried_over,
         "agentrl/episodes_cut": report.episodes_cut,
         "agentrl/zero_variance_share": report.zero_variance_share,
+        # Infrastructure failures left out of their groups' statistics (failedEpisodes).
+        "agentrl/excluded_episodes": sum(report.excluded.values()),
+        "agentrl/excluded_share": report.excluded_share,
+        "agentrl/groups_skipped": report.skipped,
+        "agentrl/groups_too_few_valid": report.too_few_valid,
+        # Token age: carried-over episodes are sampled by an older policy.
+        "agentrl/policy_lag_max": max(report.policy_lags, default=0),
+        "agentrl/stale_tokens_masked": report.stale_tokens_masked,
+        "agentrl/stale_tokens_trained": report.stale_tokens_trained,
+        "agentrl/stale_episodes_restarted": report.stale_restarted,
     }
     if report.length_bias is not None:
         metrics["agentrl/length_bias"] = report.length_bias
@@ -146,6 +166,7 @@ def record_step(ctx: RolloutContext, report: StepReport) -> None:
         ("kept", report.kept),
         ("filtered", report.filtered),
         ("backfilled", report.backfilled),
+        ("skipped", report.skipped),
         ("aborted", report.aborted),
         ("carried_over", report.carried_over),
     ):
@@ -154,6 +175,14 @@ def record_step(ctx: RolloutContext, report: StepReport) -> None:
     # Episodes cut while running count themselves (reason "cut", as they stop).
     rec.discarded("aborted", report.aborted_seconds)
     rec.step_shape(report.zero_variance_share, report.length_bias)
+    rec.signal(
+        report.excluded,
+        report.excluded_share,
+        report.policy_lags,
+        masked=report.stale_tokens_masked,
+        trained=report.stale_tokens_trained,
+        restarted=report.stale_restarted,
+    )
 
 
 async def eval_batch(
@@ -175,7 +204,8 @@ async def eval_batch(
         key = (eval_set.name, eval_set.path, eval_set.samples_per_prompt)
         if key not in _eval_cache:
             _eval_cache[key] = load_eval_groups(eval_set, f"spec.data.eval[{i}]")
-        outcomes = await run_groups(ctx, _eval_cache[key], eval_spec(config.spec, eval_set), "eval")
+        spec = replace(eval_spec(config.spec, eval_set), policy_version=rollout_id)
+        outcomes = await run_groups(ctx, _eval_cache[key], spec, "eval")
         all_outcomes.extend(outcomes)
         flat = [o for g in outcomes for o in g]
         data[eval_set.name] = {

@@ -1,9 +1,15 @@
 """One episode: gateway session -> agent -> turns -> merged samples, session closed always.
 
-An episode that fails for any reason still yields exactly one zero-gradient sample
-(reward 0, loss mask all 0), so its group keeps its size, the episode counts once as a
-reward-0 rollout, and slime's rollout-count arithmetic never shifts. The reason is
+An episode that fails for any reason still yields exactly one zero-gradient sample (loss
+mask all 0, `remove_sample` set, reward 0 as a stand-in), so its group keeps its size and
+slime's rollout-count arithmetic never shifts. The sample names the reason
+(`failures.SAMPLE_KEY`): every reason is an infrastructure failure, which the reward
+post-process leaves out of the group's statistics (`spec.grpo.failedEpisodes`). The reason is
 returned to the caller, which counts it and logs it once with the session id.
+
+Every turn records the policy that sampled it (`Turn.policy_version`): the step the episode
+ran in, since slime updates the engines' weights only between steps and every step ends with
+the engines idle (`driver.settle_engines`).
 """
 
 from __future__ import annotations
@@ -12,7 +18,7 @@ import asyncio
 import logging
 import secrets
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from agentrl.bundle.agents.base import AgentBackend, AgentError, AgentRequest
@@ -53,6 +59,7 @@ class EpisodeSpec:
     max_response_len: int | None
     timeout_s: float
     model_id: str
+    policy_version: int = 0  # the rollout step: whose weights the engines hold
 
 
 @dataclass
@@ -65,6 +72,7 @@ class EpisodeOutcome:
     error: BaseException | None = None  # an unexpected error, logged with its traceback
     merge: MergeStats | None = None  # what merging the turns counted (breaks, masking...)
     seconds: float = 0.0  # wall time from getting a slot to the end (set by the batch)
+    policy_version: int = 0  # the step it ran in (its turns' policy)
 
 
 def new_session_id() -> str:
@@ -102,7 +110,13 @@ def build_payload(
 
 
 def segment_samples(
-    inp: EpisodeInput, segments: Sequence[Segment], sid: str, reward: float, rollout_id: int
+    inp: EpisodeInput,
+    segments: Sequence[Segment],
+    sid: str,
+    reward: float,
+    rollout_id: int,
+    *,
+    policy_version: int = 0,
 ) -> list[SampleFields]:
     return [
         SampleFields(
@@ -125,6 +139,9 @@ def segment_samples(
                 "segment_index": i,
                 "num_turns": seg.num_turns,
                 "raw_reward": reward,
+                "policy_version": (
+                    policy_version if seg.policy_version is None else seg.policy_version
+                ),
             },
         )
         for i, seg in enumerate(segments)
@@ -147,6 +164,7 @@ def failed_sample(inp: EpisodeInput, sid: str, reason: str, rollout_id: int) -> 
         status=Status.FAILED,
         rollout_id=rollout_id,
         session_id=sid,
+        remove_sample=True,
         label=inp.label,
         metadata={
             **dict(inp.metadata),
@@ -158,6 +176,18 @@ def failed_sample(inp: EpisodeInput, sid: str, reason: str, rollout_id: int) -> 
 
 
 async def run_episode(
+    inp: EpisodeInput,
+    spec: EpisodeSpec,
+    rollout_id: int,
+    sessions: GatewaySessions,
+    backend: AgentBackend,
+) -> EpisodeOutcome:
+    outcome = await _run(inp, spec, rollout_id, sessions, backend)
+    outcome.policy_version = spec.policy_version
+    return outcome
+
+
+async def _run(
     inp: EpisodeInput,
     spec: EpisodeSpec,
     rollout_id: int,
@@ -190,7 +220,9 @@ async def run_episode(
         outcome = _failed(inp, sid, rollout_id, INTERNAL, describe_error(exc, 300))
         outcome.error = exc
         return outcome
-    samples = segment_samples(inp, segments, sid, reward, rollout_id)
+    samples = segment_samples(
+        inp, segments, sid, reward, rollout_id, policy_version=spec.policy_version
+    )
     return EpisodeOutcome(sid, samples, reward, failure=None, merge=stats)
 
 
@@ -221,7 +253,10 @@ async def _play(
                 f"a request of the agent backend timed out ({describe_error(exc)}) "
                 f"before the episode deadline of {spec.timeout_s:g}s",
             ) from exc
-        turns = await sessions.get_turns(sid)
+        turns = [
+            t if t.policy_version is not None else replace(t, policy_version=spec.policy_version)
+            for t in await sessions.get_turns(sid)
+        ]
     finally:
         # Shielded so a cancelled or timed-out episode still frees its gateway session.
         await asyncio.shield(_close(sessions, sid))

@@ -11,7 +11,7 @@ rather than thousands.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from agentrl.bundle.agents.base import PoolStats
 from agentrl.bundle.hub import Key, MetricsDelta, apply_delta
@@ -52,7 +52,8 @@ class Recorder:
         self._inc("episodes", (split, "failed" if failure else "succeeded"))
         if failure:
             self._inc("failed_sessions", (split, failure))
-        self._observations.append((("episode_reward", (split,)), reward))
+        else:  # a failed episode's 0 is a stand-in, not a reward anybody reported
+            self._observations.append((("episode_reward", (split,)), reward))
         if seconds is not None:
             self._observations.append((("episode_seconds", (split,)), seconds))
         if split == "train":  # eval sequences are never trained on
@@ -84,6 +85,29 @@ class Recorder:
         if length_bias is not None:
             self._gauges[("episode_length_bias", ())] = length_bias
 
+    def signal(
+        self,
+        excluded: Mapping[str, int],
+        excluded_share: float,
+        policy_lags: Sequence[int],
+        *,
+        masked: int,
+        trained: int,
+        restarted: int,
+    ) -> None:
+        """One train step's signal hygiene: episodes excluded from their group's statistics
+        (by failure reason) and their share, the age of every trained episode, and what
+        happened to tokens sampled by an older policy."""
+        for reason, n in excluded.items():
+            self._inc("excluded_episodes", (reason,), n)
+        self._gauges[("excluded_episode_share", ())] = excluded_share
+        self._observations += [(("policy_lag", ()), float(lag)) for lag in policy_lags]
+        for action, n in (("masked", masked), ("trained", trained)):
+            if n:
+                self._inc("stale_tokens", (action,), n)
+        if restarted:
+            self._inc("stale_episodes_restarted", value=restarted)
+
     def step_seconds(self, split: str, seconds: float) -> None:
         self._observations.append((("rollout_step_seconds", (split,)), seconds))
 
@@ -102,10 +126,10 @@ class Recorder:
         if total_steps is not None:
             self._gauges[("rollout_total_steps", ())] = total_steps
 
-    def run_link(self, url: str | None) -> None:
-        """The W&B run this training logs to (the dashboard's run link)."""
+    def run_link(self, url: str | None, group: str | None) -> None:
+        """The W&B run this training logs to, and its group (the dashboard's run link)."""
         if url:
-            self._gauges[("wandb_run_info", (url,))] = 1
+            self._gauges[("wandb_run_info", (url, group or ""))] = 1
 
     def eval_set_finished(self, name: str, rollout_id: int, reward_mean: float) -> None:
         """One eval set's pass, by the set's name (bounded: the spec lists the sets)."""

@@ -24,6 +24,17 @@ it does the same here, at group granularity, with agents:
    redrawn when they run again; the step measures the resulting shift
    (`agentrl_episode_length_bias`). docs/rollout.md has the numbers.
 
+Infrastructure failures (`failures.py`) never shape a group's signal under
+`failedEpisodes: exclude`: the filter sees the rewards of the task outcomes only, and a group
+with fewer than `minValidSamplesPerGroup` of them is dropped like a zero-variance group:
+replaced under a dynamicSamplingFilter, otherwise counted and trained with zero advantage
+(`skipped`; the reward post-process zeroes it).
+
+Carried-over episodes are as old as the step they ran in (`policy_version`): one more than
+`maxPolicyLag` updates old is run again from its prompt; a younger one is reused, and under
+`offPolicyTokens: mask` its tokens are masked when the batch is assembled (its reward still
+counts in the group), with its logprobs kept as sampled.
+
 With the defaults (O = B, no filter, `wait`) this is exactly a wait-for-all batch.
 Eval never comes here: every episode of every eval set runs to its end (`batch.run_groups`).
 """
@@ -35,20 +46,22 @@ import functools
 import logging
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from agentrl.api.constants import SPLIT_TRAIN
 from agentrl.api.models import GrpoSpec
 from agentrl.bundle.rollout.batch import RolloutContext, Ticket, run_one
 from agentrl.bundle.rollout.episode import EpisodeOutcome, EpisodeSpec
-from agentrl.bundle.rollout.filters import KEEP, GroupFilter, has_reward_variance
+from agentrl.bundle.rollout.filters import KEEP, GroupFilter, Verdict, has_reward_variance
 from agentrl.bundle.rollout.source import DataSource, PromptGroup
+from agentrl.bundle.rollout.types import SampleFields
 
 log = logging.getLogger("agentrl.rollout")
 
 Policy = Literal["wait", "abort", "carryOver"]
 TRAIN = SPLIT_TRAIN
+TOO_FEW_VALID = "too_few_valid"  # drop reason: fewer task outcomes than minValidSamplesPerGroup
 
 
 @dataclass(frozen=True)
@@ -57,6 +70,10 @@ class SamplingPlan:
     in_flight: int  # O: candidate groups kept in flight (overSamplingBatchSize)
     max_refill_rounds: int
     policy: Policy
+    exclude_failed: bool = True  # failedEpisodes: exclude
+    min_valid: int = 1  # task outcomes a group needs to train
+    max_policy_lag: int = 1
+    mask_stale: bool = True  # offPolicyTokens: mask
 
     @classmethod
     def from_spec(cls, grpo: GrpoSpec, batch_size: int) -> SamplingPlan:
@@ -66,7 +83,23 @@ class SamplingPlan:
         # the groups cut in one step might not all fit the next batch as reserved ones
         # (validation refuses it; slime's args could still disagree with the spec).
         in_flight = batch_size if policy == "wait" else min(max(batch_size, over), 2 * batch_size)
-        return cls(batch_size, in_flight, grpo.max_refill_rounds, policy)
+        return cls(
+            batch_size,
+            in_flight,
+            grpo.max_refill_rounds,
+            policy,
+            exclude_failed=grpo.failed_episodes == "exclude",
+            min_valid=grpo.effective_min_valid_samples,
+            max_policy_lag=grpo.max_policy_lag,
+            mask_stale=grpo.off_policy_tokens == "mask",
+        )
+
+    def counted(self, outcomes: Sequence[EpisodeOutcome]) -> list[EpisodeOutcome]:
+        """The episodes that count in their group's statistics: task outcomes only, unless
+        failed episodes count as reward 0 (`zeroReward`)."""
+        if not self.exclude_failed:
+            return list(outcomes)
+        return [o for o in outcomes if o.failure is None]
 
     @property
     def max_groups(self) -> int:
@@ -85,6 +118,8 @@ class StepReport:
     kept: int = 0
     filtered: int = 0
     backfilled: int = 0
+    skipped: int = 0  # too few task outcomes, no dynamic sampling: trained with zero advantage
+    too_few_valid: int = 0  # finished groups with too few task outcomes (skipped or filtered)
     aborted: int = 0  # groups cut under `abort`
     carried_over: int = 0  # groups cut under `carryOver`
     unstarted: int = 0  # groups handed back before any of their episodes started
@@ -98,6 +133,18 @@ class StepReport:
     aborted_seconds: float = 0.0  # finished episodes of groups cut under `abort`
     cut_seconds: float = 0.0  # elapsed time of episodes cancelled while running
     other_seconds: list[float] = field(default_factory=list)  # every other episode the step ran
+    # Token age (carried-over episodes): per trained episode, how many updates old it is.
+    policy_lags: list[int] = field(default_factory=list)
+    stale_restarted: int = 0  # carried episodes older than maxPolicyLag, run again
+    stale_tokens_masked: int = 0
+    stale_tokens_trained: int = 0
+    # Trained groups' episodes that count in no statistic (failedEpisodes: exclude), by reason.
+    excluded: Counter[str] = field(default_factory=Counter)
+    trained_episodes: int = 0
+
+    @property
+    def excluded_share(self) -> float:
+        return sum(self.excluded.values()) / self.trained_episodes if self.trained_episodes else 0.0
 
     @property
     def zero_variance_share(self) -> float:
@@ -120,10 +167,12 @@ class StepReport:
         return (
             f"Rollout {rollout_id} groups: kept={self.kept} filtered={self.filtered}"
             f"{f' ({reasons})' if reasons else ''} backfilled={self.backfilled} "
-            f"aborted={self.aborted} carried_over={self.carried_over} "
+            f"skipped={self.skipped} aborted={self.aborted} carried_over={self.carried_over} "
             f"returned_unstarted={self.unstarted} episodes_cut={self.episodes_cut} "
             f"episodes_reused={self.episodes_reused} "
-            f"zero_variance_share={self.zero_variance_share:.2f}"
+            f"zero_variance_share={self.zero_variance_share:.2f} "
+            f"excluded_episodes={sum(self.excluded.values())} "
+            f"stale_restarted={self.stale_restarted}"
         )
 
 
@@ -169,6 +218,7 @@ class _Step:
         self.unfinished: set[GroupRun] = set()
         self.kept: list[GroupRun] = []
         self.backfilled: list[GroupRun] = []
+        self.skipped: list[GroupRun] = []  # too few task outcomes, no replacement wanted
         self.cut_runs: list[GroupRun] = []
         self.unstarted: list[GroupRun] = []
         self.cancelled: list[asyncio.Task[EpisodeOutcome]] = []
@@ -180,7 +230,7 @@ class _Step:
 
     @property
     def have(self) -> int:
-        return len(self.kept) + len(self.backfilled)
+        return len(self.kept) + len(self.backfilled) + len(self.skipped)
 
     def reserved(self) -> int:
         return sum(1 for r in self.unfinished if r.protected)
@@ -201,6 +251,11 @@ class _Step:
                     if self.plan.policy == "carryOver"
                     else None
                 )
+                if reused is not None and self.step - reused.policy_version > (
+                    self.plan.max_policy_lag
+                ):
+                    self.report.stale_restarted += 1  # too old: from the prompt again
+                    reused = None
                 if reused is not None:
                     run.outcomes[slot] = reused
                     run.carried += 1
@@ -250,25 +305,34 @@ class _Step:
     def trim(self) -> None:
         """Never more than B groups: a group that completed in the same instant as the cut
         (or came back with every episode already finished) can push the count over.
-        Backfills go first, then the latest started; they are handed back like a cut."""
+        Skipped groups and backfills go first, then the latest started; they are handed back
+        like a cut."""
         extra = self.have - self.plan.batch_size
         if extra <= 0:
             return
-        by_preference = sorted(self.backfilled, key=lambda r: -r.order) + sorted(
-            self.kept, key=lambda r: -r.order
-        )
-        for run in by_preference[:extra]:
-            (self.backfilled if run in self.backfilled else self.kept).remove(run)
+        by_preference = [
+            (group, run)
+            for group in (self.skipped, self.backfilled, self.kept)
+            for run in sorted(group, key=lambda r: -r.order)
+        ]
+        for group, run in by_preference[:extra]:
+            group.remove(run)
             self.cut_runs.append(run)
         log.debug("Rollout %d: %d group(s) over the batch handed back", self.step, extra)
 
     def classify(self, run: GroupRun) -> None:
-        outcomes = run.done_outcomes()
+        outcomes = self.plan.counted(run.done_outcomes())
         rewards = [o.reward for o in outcomes]
         self.report.finished += 1
         self.report.zero_variance += not has_reward_variance(rewards)
         verdict = KEEP
-        if self.filter is not None:
+        if len(outcomes) < self.plan.min_valid:
+            self.report.too_few_valid += 1
+            if self.filter is None:  # no dynamic sampling: counted, trained with no advantage
+                self.skipped.append(run)
+                return
+            verdict = Verdict(keep=False, reason=TOO_FEW_VALID)
+        elif self.filter is not None:
             verdict = self.filter(rewards, lambda: self.to_samples(outcomes))
         if verdict.keep:
             self.kept.append(run)
@@ -359,14 +423,41 @@ class _Step:
                 )
 
     def batch(self) -> list[list[EpisodeOutcome]]:
-        trained = sorted(self.kept + self.backfilled, key=lambda r: r.order)
+        trained = sorted(self.kept + self.backfilled + self.skipped, key=lambda r: r.order)
         for run in trained:
             self.report.trained_seconds += [o.seconds for o in run.done_outcomes()]
         for run in self.runs:
             if run not in trained and run not in self.cut_runs and run.finished:
                 self.report.other_seconds += [o.seconds for o in run.done_outcomes()]
         self.report.kept, self.report.backfilled = len(self.kept), len(self.backfilled)
-        return [r.done_outcomes() for r in trained]
+        self.report.skipped = len(self.skipped)
+        return [[self.settle_age(o) for o in r.done_outcomes()] for r in trained]
+
+    def settle_age(self, outcome: EpisodeOutcome) -> EpisodeOutcome:
+        """Count a trained episode's age and exclusion; under `offPolicyTokens: mask`, an
+        episode sampled by an older policy comes back with every loss mask 0 (its reward
+        still counts in its group; its logprobs stay as sampled)."""
+        report = self.report
+        report.trained_episodes += 1
+        if outcome.failure is not None and self.plan.exclude_failed:
+            report.excluded[outcome.failure] += 1
+        lag = max(0, self.step - outcome.policy_version)
+        report.policy_lags.append(lag)
+        if lag == 0:
+            return outcome
+        tokens = sum(sum(s.loss_mask) for s in outcome.samples)
+        if not tokens:
+            return outcome
+        if not self.plan.mask_stale:
+            report.stale_tokens_trained += tokens
+            return outcome
+        report.stale_tokens_masked += tokens
+        return replace(outcome, samples=[masked(s) for s in outcome.samples])
+
+
+def masked(sample: SampleFields) -> SampleFields:
+    """The sample with no token trained: loss mask all 0, everything else as it was."""
+    return replace(sample, loss_mask=[0] * len(sample.loss_mask))
 
 
 async def fill_batch(

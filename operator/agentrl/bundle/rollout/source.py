@@ -11,9 +11,9 @@ Two calls exist at both pinned commits (fa3c990, 624b824):
 https://github.com/THUDM/slime/blob/fa3c990af/slime/rollout/data_source.py
 https://github.com/THUDM/slime/blob/624b824a8/slime/rollout/data_source.py
 A cut group goes back as the very `Sample` objects it came as: the rollout never mutates
-them, so they are still pending prompts. slime does not save its buffer in checkpoints, so
-a job restarted from a checkpoint loses at most the groups handed back since (the same
-holds for slime's own partial rollout).
+them, so they are still pending prompts. slime does not save its buffer in checkpoints;
+agentrl does, with the prompt cursor and the carried-over episodes (`resume.py`), so a job
+restarted from a checkpoint skips and repeats no prompt.
 """
 
 from __future__ import annotations

@@ -42,6 +42,7 @@ class SampleFields:
     label: Any = None
     metadata: dict[str, Any] = field(default_factory=dict)
     response: str = ""
+    remove_sample: bool = False  # slime zeroes the loss mask of such a sample (no gradient)
 
 
 @dataclass
@@ -127,4 +128,5 @@ def to_sample(fields: SampleFields, types: SlimeTypes) -> Any:
     # work with every release, and newer slime counts each episode once by rollout_id.
     sample.rollout_id = fields.rollout_id
     sample.session_id = fields.session_id
+    sample.remove_sample = fields.remove_sample
     return sample

@@ -1,0 +1,185 @@
+"""Resume without losing or repeating prompts: what a restart needs beyond Megatron's checkpoint.
+
+A train step leaves state that Megatron's checkpoint does not hold: the groups it handed back
+to slime's data source (`add_samples`: slime's buffer, which slime never saves), the
+finished episodes `stragglerPolicy: carryOver` keeps for them (`carry.CarryStore`), and the
+data source's prompt cursor. slime saves the cursor itself (`data_source.save`), but only
+after Megatron has written its tracker (train.py saves the model, then the rollout manager),
+so a job killed in between restarts from the saved weights with the cursor at the epoch's
+start, and every prompt of the epoch so far is trained again.
+
+So at the end of every train step the rollout writes all three, atomically, next to slime's
+own cursor file: `<--save>/rollout/agentrl_state_<step>.pkl`. The state after step k's
+rollout is exactly what a checkpoint saved at step k must resume from (training and saving
+step k change none of it), and it exists before the tracker can name k. A restart
+(`backoffLimit`, a Kueue preemption, a resume after suspend) starts slime at the tracker's
+step + 1 with `--load` set; the first train call of the process then restores the state of the
+tracker's step: the cursor (over slime's, which may be missing), the handed-back groups into
+the fresh data source's buffer, and the carried episodes. States older than the tracker's are
+deleted; newer ones belong to steps the restart runs again and are overwritten.
+
+The file is a pickle, like slime's own `torch.save` of its cursor in the same directory: the
+buffer holds slime's `Sample` objects as they were handed back.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import re
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Final
+
+from agentrl.bundle.rollout.carry import CarryStore
+from agentrl.slimecmd.checkpoint import TRACKER
+
+log = logging.getLogger("agentrl.rollout")
+
+STATE_DIR: Final = "rollout"  # where slime keeps `global_dataset_state_dict_<step>.pt`
+_STATE_FILE = re.compile(r"^agentrl_state_(\d+)\.pkl$")
+# slime's data-source cursor: the fields its save() writes (both pinned commits).
+CURSOR_FIELDS: Final = (
+    "sample_offset",
+    "epoch_id",
+    "sample_group_index",
+    "sample_index",
+    "metadata",
+)
+FORMAT: Final = 1
+
+
+@dataclass
+class RolloutState:
+    """Everything a restart from step `step`'s checkpoint needs from the rollout."""
+
+    step: int
+    cursor: dict[str, Any]
+    buffer: list[list[Any]]  # groups handed back to slime's data source, as they were
+    carry: CarryStore = field(default_factory=CarryStore)
+    format: int = FORMAT
+
+
+def state_path(root: str | os.PathLike[str], step: int) -> Path:
+    return Path(root) / STATE_DIR / f"agentrl_state_{step}.pkl"
+
+
+def capture(data_source: Any, carry: CarryStore, step: int) -> RolloutState:
+    """The state after step `step`'s rollout (slime's attributes where the source has them)."""
+    cursor = {f: getattr(data_source, f) for f in CURSOR_FIELDS if hasattr(data_source, f)}
+    buffer = list(getattr(data_source, "buffer", None) or [])
+    # An unexpected error object may not pickle, and a restart has no use for it.
+    kept = CarryStore(
+        episodes={k: (s, replace(o, error=None)) for k, (s, o) in carry.episodes.items()},
+        cut_groups=dict(carry.cut_groups),
+    )
+    return RolloutState(step, cursor, buffer, kept)
+
+
+def write(root: str | os.PathLike[str], state: RolloutState) -> Path:
+    """Write atomically (a kill mid-write leaves the previous file or none, never half of
+    one), then delete the states a restart can no longer need (older than the tracker's)."""
+    path = state_path(root, state.step)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as out:
+            pickle.dump(state, out, protocol=pickle.HIGHEST_PROTOCOL)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    prune(root)
+    return path
+
+
+def tracker_step(root: str | os.PathLike[str]) -> int | None:
+    """The step Megatron's tracker names (slime saves iteration = rollout step)."""
+    try:
+        text = (Path(root) / TRACKER).read_text(encoding="utf-8").strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None
+
+
+def prune(root: str | os.PathLike[str]) -> None:
+    keep_from = tracker_step(root)
+    if keep_from is None:
+        return
+    for entry in (Path(root) / STATE_DIR).iterdir():
+        match = _STATE_FILE.match(entry.name)
+        if match and int(match.group(1)) < keep_from:
+            entry.unlink(missing_ok=True)
+
+
+def read(root: str | os.PathLike[str], step: int) -> RolloutState | None:
+    path = state_path(root, step)
+    try:
+        with path.open("rb") as src:
+            state = pickle.load(src)
+    except FileNotFoundError:
+        return None
+    if not isinstance(state, RolloutState) or state.format != FORMAT or state.step != step:
+        raise ValueError(f"{path} is not an agentrl rollout state for step {step}")
+    return state
+
+
+def restore(data_source: Any, carry: CarryStore, state: RolloutState, shuffle: bool) -> None:
+    """Put the state back into a fresh data source (and the process's carry store)."""
+    for name, value in state.cursor.items():
+        if hasattr(data_source, name):
+            setattr(data_source, name, value)
+    dataset = getattr(data_source, "dataset", None)
+    if shuffle and dataset is not None and "epoch_id" in state.cursor:
+        dataset.shuffle(state.cursor["epoch_id"])  # as slime's load() does (idempotent)
+    if state.buffer:
+        data_source.add_samples(state.buffer)
+    carry.episodes.update(state.carry.episodes)
+    carry.cut_groups.update(state.carry.cut_groups)
+
+
+def save_step(args: Any, data_source: Any, carry: CarryStore, step: int) -> None:
+    """End of a train step: write its state under slime's `--save` (nothing without one)."""
+    root = getattr(args, "save", None)
+    if root:
+        write(root, capture(data_source, carry, step))
+
+
+def resume(args: Any, data_source: Any, carry: CarryStore, step: int) -> bool:
+    """First train step of a process: restore the state of the checkpoint slime loaded
+    (`--load`, at step - 1). True if a state was restored."""
+    root = getattr(args, "load", None)
+    if not root or step <= 0:
+        return False  # a first run: nothing to resume
+    state = read(root, step - 1)
+    if state is None:
+        log.warning(
+            "Rollout %d: resuming from %s without agentrl's rollout state of step %d (%s is "
+            "missing): groups handed back to slime's data source and carried-over episodes "
+            "from before the restart are lost, and the prompt cursor is slime's own",
+            step,
+            root,
+            step - 1,
+            state_path(root, step - 1),
+        )
+        return False
+    restore(data_source, carry, state, bool(getattr(args, "rollout_shuffle", False)))
+    log.info(
+        "Rollout %d: resumed the rollout state of step %d: cursor %s, %d handed-back "
+        "group(s), %d carried-over episode(s)",
+        step,
+        step - 1,
+        _brief(state.cursor),
+        len(state.buffer),
+        len(state.carry.episodes),
+    )
+    return True
+
+
+def _brief(cursor: Mapping[str, Any]) -> str:
+    return " ".join(f"{k}={v}" for k, v in cursor.items())

@@ -1,0 +1,263 @@
+"""Resuming a killed job: no prompt skipped, none trained twice, on slime's own data source.
+
+The kill test runs slime's train.py loop (generate, train, then at each save interval the
+model's checkpoint with Megatron's tracker, then `rollout_manager.save`, which is
+`data_source.save`) around agentrl's real `generate_rollout` (over-sampling, carryOver),
+on slime's `RolloutDataSourceWithBuffer` executed from the snapshots at both pinned
+commits. The job is killed 20 times at random points (before or after a step's rollout,
+after training, between the tracker and slime's own cursor file, after it); each restart
+starts as slime does: a fresh process (data source, rollout runtime), `--load` set when a
+tracker exists, `start_rollout_id` = the tracker's step + 1, `rollout_manager.load(start - 1)`.
+"Training" appends a step's groups to the model; the model is what the last checkpoint
+saved, so steps after it are lost with the kill, as their weights would be.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import pickle
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from tests.support.metrics import LocalSink
+
+from agentrl.bundle.metrics import BundleMetrics
+from agentrl.bundle.rollout import generate_rollout, install_runtime
+from agentrl.bundle.rollout.batch import RolloutContext
+from agentrl.bundle.rollout.carry import CarryStore
+from agentrl.bundle.rollout.resume import (
+    RolloutState,
+    prune,
+    read,
+    resume,
+    state_path,
+    tracker_step,
+    write,
+)
+from agentrl.bundle.rollout.runtime import RolloutRuntime
+from agentrl.bundle.rollout.types import slime_types
+from agentrl.slimecmd.checkpoint import TRACKER
+
+from .doubles import FakeGateway, StubAgent, runtime_config, simulated_clock
+from .slime_upstream import COMMITS, data_source_module, slime_args, write_rows
+
+PROMPTS, SAMPLES, BATCH, OVER = 7, 2, 2, 4
+STEPS, SAVE_INTERVAL, KILLS = 60, 3, 20
+# Points after a (re)start a kill falls within: two save intervals (3 steps x 3 points, and
+# 2 at a save), so a restart often gets past a checkpoint and 20 kills fit in the run.
+KILL_WITHIN = 2 * (3 * SAVE_INTERVAL + 2)
+
+
+class Killed(BaseException):
+    """The process dies here: nothing after it happens, only the disk survives."""
+
+
+@dataclass
+class Job:
+    """slime's train.py for one process lifetime, killed (if `kill`) at a random point."""
+
+    root: Path
+    commit: str
+    rows: Path
+    kill: bool
+    rng: random.Random
+    kill_at: int | None = None
+    points: int = 0
+    restored: list[RolloutState] = field(default_factory=list)
+
+    def point(self) -> None:
+        self.points += 1
+        if self.points == self.kill_at:
+            raise Killed
+
+    def run(self) -> list[tuple[int, int]]:
+        tracker = tracker_step(self.root)
+        load = str(self.root) if tracker is not None else None
+        args = slime_args(
+            self.rows,
+            SAMPLES,
+            save=str(self.root),
+            load=load,
+            rollout_batch_size=BATCH,
+            rollout_max_response_len=64,
+            rollout_temperature=1.0,
+            reward_key=None,
+        )
+        source = data_source_module(self.commit).RolloutDataSourceWithBuffer(args)
+        start = 0 if tracker is None else tracker + 1
+        if self.kill:
+            self.kill_at = self.rng.randint(1, min(KILL_WITHIN, events(start)))
+        model = self.load_model(tracker)
+        if load is not None:  # create_training_models: rollout_manager.load(start - 1)
+            source.load(start - 1)
+            state = read(self.root, start - 1)
+            if state is not None:
+                self.restored.append(state)
+        runtime = self.runtime()
+        try:
+            for step in range(start, STEPS):
+                self.point()  # a kill here is a kill anywhere in the rollout: it writes last
+                out = generate_rollout(args, step, source)
+                self.point()
+                model += [(g[0].group_index, g[0].metadata["id"]) for g in out.samples]
+                self.point()
+                if (step + 1) % SAVE_INTERVAL == 0 or step == STEPS - 1:
+                    self.save_model(step, model)  # Megatron: the weights, then the tracker
+                    self.point()
+                    source.save(step)  # rollout_manager.save: slime's cursor
+                    self.point()
+        finally:
+            install_runtime(None)
+            runtime.close()
+        return model
+
+    def runtime(self) -> RolloutRuntime:
+        config = runtime_config(
+            max_concurrent=8,
+            timeout=10**6,
+            rolloutBatchSize=BATCH,
+            samplesPerPrompt=SAMPLES,
+            overSamplingBatchSize=OVER,
+            stragglerPolicy="carryOver",
+            maxPolicyLag=3,
+        )
+        gateway = FakeGateway()
+        rng = self.rng
+
+        def delay(request: Any, attempt: int) -> float:
+            return rng.lognormvariate(3.0, 1.2)  # long-tailed: cuts and carried episodes
+
+        agent = StubAgent(gateway, delay=delay, reward=lambda r, a: float(rng.random() < 0.5))
+
+        async def build() -> RolloutContext:
+            return RolloutContext(gateway, agent, asyncio.Semaphore(8))
+
+        runtime = RolloutRuntime(build, LocalSink(BundleMetrics()), loop_factory=simulated_clock)
+        install_runtime(runtime, config, slime_types(prefer_plain=True))
+        return runtime
+
+    def save_model(self, step: int, model: list[tuple[int, int]]) -> None:
+        (self.root / f"model_{step}.json").write_text(json.dumps(model))
+        (self.root / TRACKER).write_text(str(step))
+
+    def load_model(self, tracker: int | None) -> list[tuple[int, int]]:
+        if tracker is None:
+            return []
+        return [tuple(g) for g in json.loads((self.root / f"model_{tracker}.json").read_text())]  # type: ignore[misc]
+
+
+def events(start: int) -> int:
+    """The kill points of a run from step `start` to the end."""
+    steps = range(start, STEPS)
+    saves = sum(1 for s in steps if (s + 1) % SAVE_INTERVAL == 0 or s == STEPS - 1)
+    return 3 * len(steps) + 2 * saves
+
+
+@pytest.mark.parametrize("commit", COMMITS)
+def test_twenty_random_kills_train_every_prompt_exactly_once_per_epoch(
+    tmp_path: Path, commit: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.ERROR, logger="agentrl.rollout")  # 20 restarts' worth of lines
+    rows = write_rows(tmp_path / "rows.jsonl", [{"id": i} for i in range(PROMPTS)])
+    root = tmp_path / "ckpt"
+    root.mkdir()
+    rng = random.Random(f"kill-{commit}")
+    kills, jobs = 0, []
+    while True:
+        job = Job(root, commit, rows, kills < KILLS, rng)
+        jobs.append(job)
+        try:
+            model = job.run()
+        except Killed:
+            kills += 1
+            continue
+        break
+    assert kills == KILLS and tracker_step(root) == STEPS - 1
+
+    # Every group slime numbered went to training exactly once, or is still handed back
+    # (pending for the next step, in the final rollout state): none skipped, none twice.
+    trained = [g for g, _ in model]
+    assert len(trained) == len(set(trained)) == STEPS * BATCH
+    final = read(root, STEPS - 1)
+    assert final is not None
+    pending = {s.group_index for group in final.buffer for s in group[:1]}
+    assert set(trained).isdisjoint(pending)
+    assert set(trained) | pending == set(range(final.cursor["sample_group_index"]))
+    # Group g is prompt g mod 7 of epoch g // 7 (slime numbers groups in dataset order).
+    assert all(prompt == g % PROMPTS for g, prompt in model)
+    epochs: dict[int, list[int]] = {}
+    for g, prompt in model:
+        epochs.setdefault(g // PROMPTS, []).append(prompt)
+    complete = [e for e in epochs if all(e * PROMPTS + i not in pending for i in range(PROMPTS))]
+    assert len(complete) >= 15
+    for e in complete:
+        assert sorted(epochs[e]) == list(range(PROMPTS)), e
+    # The restarts really had something to resume: handed-back groups and carried episodes.
+    restored = [s for job in jobs for s in job.restored]
+    print(f"{len(restored)} restarts restored a state; {sum(bool(s.buffer) for s in restored)} "
+          f"with handed-back groups, {sum(bool(s.carry.episodes) for s in restored)} with "
+          "carried episodes")  # fmt: skip
+    assert len(restored) >= KILLS // 2
+    assert any(s.buffer for s in restored) and any(s.carry.episodes for s in restored)
+
+
+# ---- the state file ------------------------------------------------------------------------
+
+
+def state(step: int) -> RolloutState:
+    return RolloutState(step, {"sample_offset": step}, [], CarryStore())
+
+
+def test_states_older_than_the_tracker_are_deleted_newer_ones_kept(tmp_path: Path) -> None:
+    for step in range(6):
+        write(tmp_path, state(step))
+    assert sorted(p.name for p in (tmp_path / "rollout").iterdir())[0] == "agentrl_state_0.pkl"
+    (tmp_path / TRACKER).write_text("3")
+    prune(tmp_path)
+    names = {p.name for p in (tmp_path / "rollout").iterdir()}
+    assert names == {f"agentrl_state_{s}.pkl" for s in (3, 4, 5)}
+    (tmp_path / TRACKER).write_text("release")  # no step: nothing is deleted
+    prune(tmp_path)
+    assert len(list((tmp_path / "rollout").iterdir())) == 3
+
+
+def test_a_write_killed_midway_leaves_the_previous_state(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write(tmp_path, state(4))
+    before = state_path(tmp_path, 4).read_bytes()
+
+    def dies(*_: Any) -> None:
+        raise Killed
+
+    monkeypatch.setattr("agentrl.bundle.rollout.resume.os.replace", dies)
+    with pytest.raises(Killed):
+        write(tmp_path, RolloutState(4, {"sample_offset": 99}, [], CarryStore()))
+    assert state_path(tmp_path, 4).read_bytes() == before
+    assert [p.name for p in (tmp_path / "rollout").iterdir()] == ["agentrl_state_4.pkl"]
+
+
+def test_a_file_that_is_not_the_steps_state_is_refused(tmp_path: Path) -> None:
+    write(tmp_path, state(2))
+    state_path(tmp_path, 5).write_bytes(state_path(tmp_path, 2).read_bytes())
+    with pytest.raises(ValueError, match="not an agentrl rollout state for step 5"):
+        read(tmp_path, 5)
+    state_path(tmp_path, 6).write_bytes(pickle.dumps({"sample_offset": 1}))
+    with pytest.raises(ValueError):
+        read(tmp_path, 6)
+
+
+def test_a_restart_without_a_state_says_what_is_lost(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="agentrl.rollout")
+    args = SimpleNamespace(load=str(tmp_path))
+    assert not resume(args, object(), CarryStore(), 4)
+    assert "without agentrl's rollout state of step 3" in caplog.text
+    assert not resume(SimpleNamespace(load=None), object(), CarryStore(), 4)  # a first run

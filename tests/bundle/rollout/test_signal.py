@@ -1,0 +1,252 @@
+"""The GRPO signal under failure and staleness, on the real rollout path.
+
+`generate_rollout` runs as slime calls it, on slime's own data source at both pinned
+commits, with the stub agent and gateway on a simulated clock (see test_dynamic_sampling).
+Checked: an infrastructure failure never shapes its group's filter verdict or advantages,
+a group with too few task outcomes is replaced or skipped, and a carried-over episode's
+tokens are masked (or trained, or the episode run again) by its age.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from tests.support.metrics import LocalSink
+
+from agentrl.bundle.metrics import BundleMetrics
+from agentrl.bundle.rewards import post_process_rewards
+from agentrl.bundle.rollout import generate_rollout, install_runtime
+from agentrl.bundle.rollout.batch import RolloutContext
+from agentrl.bundle.rollout.runtime import RolloutRuntime
+from agentrl.bundle.rollout.types import slime_types
+
+from .doubles import FakeGateway, StubAgent, runtime_config, simulated_clock
+from .slime_upstream import COMMITS, buffered_source, write_rows
+
+
+def args(batch: int, config_path: Path) -> SimpleNamespace:
+    return SimpleNamespace(
+        rollout_batch_size=batch,
+        rollout_max_response_len=64,
+        rollout_temperature=1.0,
+        reward_key=None,
+        agentrl_config_path=str(config_path),  # what the reward post-process reads
+    )
+
+
+@dataclass
+class Rig:
+    agent: StubAgent
+    metrics: BundleMetrics
+    config_path: Path
+
+    def metric(self, name: str, **labels: str) -> float:
+        value = self.metrics.registry.get_sample_value(name, labels)
+        return 0.0 if value is None else value
+
+    def advantages(self, out: Any) -> list[float]:
+        flat = [s for g in out.samples for s in g]
+        return post_process_rewards(args(len(out.samples), self.config_path), flat)[1]
+
+
+@pytest.fixture
+def make_rig(tmp_path: Path) -> Iterator[Any]:
+    runtimes: list[RolloutRuntime] = []
+
+    def make(**grpo: Any) -> Rig:
+        config = runtime_config(max_concurrent=16, timeout=3600, **grpo)
+        path = tmp_path / f"config-{len(runtimes)}.json"
+        path.write_text(config.to_json())
+        gateway = FakeGateway()
+        agent = StubAgent(gateway)
+
+        async def build() -> RolloutContext:
+            return RolloutContext(gateway, agent, asyncio.Semaphore(16))
+
+        metrics = BundleMetrics()
+        runtime = RolloutRuntime(build, LocalSink(metrics), loop_factory=simulated_clock)
+        install_runtime(runtime, config, slime_types(prefer_plain=True))
+        runtimes.append(runtime)
+        return Rig(agent, metrics, path)
+
+    yield make
+    install_runtime(None)
+    for runtime in runtimes:
+        runtime.close()
+
+
+def ids(out: Any) -> list[int]:
+    return [g[0].metadata["id"] for g in out.samples]
+
+
+# ---- infrastructure failures --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("commit", COMMITS)
+def test_a_group_whose_only_variance_is_a_failure_is_filtered_not_trained(
+    make_rig: Any, tmp_path: Path, commit: str
+) -> None:
+    """Prompt 0 scores 1, 1 and a crashed agent's stand-in 0: counting the 0, its rewards
+    vary and the filter keeps it, and both successes train on a +1/3 advantage nobody
+    earned. Without it the group has no signal: dropped and replaced, like any zero-variance
+    group."""
+    rig = make_rig(samplesPerPrompt=3, dynamicSamplingFilter="zeroRewardVariance")
+    rows = [
+        {"id": 0, "sleep": 5, "reward": 1, "behavior": ["ok", "ok", "error"]},
+        {"id": 1, "sleep": 10, "reward": [1, 0, 1]},
+        {"id": 2, "sleep": 20, "reward": [0, 1, 0]},
+    ]
+    source = buffered_source(commit, write_rows(tmp_path / "rows.jsonl", rows), 3)
+
+    out = generate_rollout(args(2, rig.config_path), 0, source)
+
+    assert ids(out) == [1, 2]
+    assert rig.metric("agentrl_groups_total", outcome="filtered") == 1
+    assert out.metrics["rollout/dynamic_filter/drop_zero_std_1.0"] == 1
+
+
+@pytest.mark.parametrize("commit", COMMITS)
+def test_too_few_task_outcomes_is_replaced_under_dynamic_sampling(
+    make_rig: Any, tmp_path: Path, commit: str
+) -> None:
+    rig = make_rig(dynamicSamplingFilter="zeroRewardVariance")
+    rows = [
+        {"id": 0, "sleep": 5, "behavior": ["ok", "error"], "reward": 1},
+        {"id": 1, "sleep": 10, "reward": [1, 0]},
+        {"id": 2, "sleep": 20, "reward": [0, 1]},
+    ]
+    source = buffered_source(commit, write_rows(tmp_path / "rows.jsonl", rows), 2)
+
+    out = generate_rollout(args(2, rig.config_path), 0, source)
+
+    assert ids(out) == [1, 2]  # group 0 had one task outcome: dropped, group 2 took its place
+    assert out.metrics["rollout/dynamic_filter/drop_too_few_valid"] == 1
+    assert out.metrics["agentrl/groups_too_few_valid"] == 1
+    assert rig.metric("agentrl_groups_total", outcome="filtered") == 1
+
+
+@pytest.mark.parametrize("commit", COMMITS)
+def test_too_few_task_outcomes_without_dynamic_sampling_is_counted_and_skipped(
+    make_rig: Any, tmp_path: Path, commit: str
+) -> None:
+    rig = make_rig()
+    rows = [
+        {"id": 0, "sleep": 5, "behavior": ["ok", "error"], "reward": 1},
+        {"id": 1, "sleep": 10, "reward": [1, 0]},
+    ]
+    source = buffered_source(commit, write_rows(tmp_path / "rows.jsonl", rows), 2)
+
+    out = generate_rollout(args(2, rig.config_path), 0, source)
+
+    assert ids(out) == [0, 1]  # slime still gets rolloutBatchSize groups
+    assert rig.advantages(out) == [0.0, 0.0, 0.5, -0.5]  # group 0 trains nothing
+    failed = out.samples[0][1]
+    assert failed.remove_sample and failed.loss_mask == [0]
+    assert rig.metric("agentrl_groups_total", outcome="skipped") == 1
+    assert out.metrics["agentrl/groups_skipped"] == 1
+    assert rig.metric("agentrl_excluded_episodes_total", reason="agent_error") == 1
+    assert rig.metric("agentrl_excluded_episode_share") == pytest.approx(1 / 4)
+    assert out.metrics["agentrl/excluded_share"] == pytest.approx(1 / 4)
+    # A failure's stand-in 0 is not a reward: not in the reward histogram or the mean.
+    assert rig.metric("agentrl_episode_reward_count", split="train") == 3
+    assert rig.metric("agentrl_batch_reward_mean", split="train") == pytest.approx(2 / 3)
+
+
+@pytest.mark.parametrize("commit", COMMITS)
+def test_zero_reward_keeps_the_old_behaviour(make_rig: Any, tmp_path: Path, commit: str) -> None:
+    rig = make_rig(failedEpisodes="zeroReward")
+    rows = [
+        {"id": 0, "sleep": 5, "behavior": ["ok", "error"], "reward": 1},
+        {"id": 1, "sleep": 10, "reward": [1, 0]},
+    ]
+    source = buffered_source(commit, write_rows(tmp_path / "rows.jsonl", rows), 2)
+
+    out = generate_rollout(args(2, rig.config_path), 0, source)
+
+    assert rig.advantages(out) == [0.5, -0.5, 0.5, -0.5]  # the failure counted as a 0
+    assert rig.metric("agentrl_groups_total", outcome="skipped") == 0
+    assert rig.metric("agentrl_excluded_episodes_total", reason="agent_error") == 0
+
+
+# ---- stale tokens ---------------------------------------------------------------------------
+
+# Prompt 2 has one fast and one slow episode, prompt 3 only slow ones: with 4 candidates for
+# a batch of 2, both are cut at t=20 and come back in the next step; prompt 2's finished
+# episode (reward 0, sampled by step 0's policy) is carried over.
+STRAGGLER_ROWS = [
+    {"id": 0, "sleep": 10, "reward": [0, 1]},
+    {"id": 1, "sleep": 20, "reward": [1, 0]},
+    {"id": 2, "sleep": [5, 1000, 7], "reward": [0, 1, 1]},
+    {"id": 3, "sleep": [1000, 1000, 50, 60], "reward": [1, 0, 1, 0]},
+]
+
+
+def two_steps(rig: Rig, source: Any) -> tuple[Any, Any]:
+    first = generate_rollout(args(2, rig.config_path), 0, source)
+    return first, generate_rollout(args(2, rig.config_path), 1, source)
+
+
+@pytest.mark.parametrize("commit", COMMITS)
+def test_a_carried_over_episode_is_masked_by_default(
+    make_rig: Any, tmp_path: Path, commit: str
+) -> None:
+    rig = make_rig(overSamplingBatchSize=4, stragglerPolicy="carryOver")
+    source = buffered_source(commit, write_rows(tmp_path / "rows.jsonl", STRAGGLER_ROWS), 2)
+
+    first, second = two_steps(rig, source)
+
+    assert ids(second) == [2, 3]
+    versions = [[s.metadata["policy_version"] for s in g] for g in second.samples]
+    assert versions == [[0, 1], [1, 1]]  # prompt 2's first episode ran in step 0
+    old = second.samples[0][0]
+    assert old.loss_mask == [0] * old.response_length  # sampled by an older policy
+    assert any(old.rollout_log_probs)  # logprobs kept exactly as sampled, for TIS
+    assert all(any(s.loss_mask) for g in second.samples for s in g if s is not old)
+    # Its reward still counts: prompt 2 is (0, 1), so the fresh episode's advantage is +0.5.
+    assert rig.advantages(second)[:2] == [-0.5, 0.5]
+    tokens = sum(second.samples[0][1].loss_mask)  # what it would train: its sampled tokens
+    assert tokens == 4 and rig.metric("agentrl_stale_tokens_total", action="masked") == tokens
+    assert rig.metric("agentrl_stale_tokens_total", action="trained") == 0
+    assert second.metrics["agentrl/stale_tokens_masked"] == tokens
+    assert second.metrics["agentrl/policy_lag_max"] == 1
+    assert rig.metric("agentrl_policy_lag_steps_count") == 8
+    assert rig.metric("agentrl_policy_lag_steps_bucket", le="0.0") == 7  # 4 + 3 fresh
+    assert all(s.metadata["policy_version"] == 0 for g in first.samples for s in g)
+
+
+@pytest.mark.parametrize("commit", COMMITS)
+def test_off_policy_tokens_train_keeps_them_trained_and_counted(
+    make_rig: Any, tmp_path: Path, commit: str
+) -> None:
+    rig = make_rig(overSamplingBatchSize=4, stragglerPolicy="carryOver", offPolicyTokens="train")
+    source = buffered_source(commit, write_rows(tmp_path / "rows.jsonl", STRAGGLER_ROWS), 2)
+
+    _, second = two_steps(rig, source)
+
+    old = second.samples[0][0]
+    assert old.metadata["policy_version"] == 0 and sum(old.loss_mask) == 4
+    assert rig.metric("agentrl_stale_tokens_total", action="trained") == 4
+    assert second.metrics["agentrl/stale_tokens_trained"] == 4
+
+
+@pytest.mark.parametrize("commit", COMMITS)
+def test_an_episode_older_than_max_policy_lag_runs_again_from_its_prompt(
+    make_rig: Any, tmp_path: Path, commit: str
+) -> None:
+    rig = make_rig(overSamplingBatchSize=4, stragglerPolicy="carryOver", maxPolicyLag=0)
+    source = buffered_source(commit, write_rows(tmp_path / "rows.jsonl", STRAGGLER_ROWS), 2)
+
+    _, second = two_steps(rig, source)
+
+    assert ids(second) == [2, 3]
+    assert len(rig.agent.requests) == 8 + 4  # prompt 2's finished episode ran again too
+    assert all(s.metadata["policy_version"] == 1 for g in second.samples for s in g)
+    assert rig.metric("agentrl_stale_episodes_restarted_total") == 1
+    assert second.metrics["agentrl/stale_episodes_restarted"] == 1
+    assert rig.metric("agentrl_stale_tokens_total", action="masked") == 0
