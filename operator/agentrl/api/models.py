@@ -274,8 +274,8 @@ class HttpAgent(Model):
         max_length=16,
         description="request headers whose values come from Secrets",
     )
-    poll_interval_seconds: Annotated[float, Field(gt=0)] = 30.0
-    """Seconds between result polls when the agent answers asynchronously."""
+    poll_interval_seconds: Annotated[float, Field(ge=0.1, le=3600)] = 30.0
+    """Seconds between result polls when the agent answers asynchronously (0.1 to 3600)."""
 
 
 class AgentSpec(Model):
