@@ -44,6 +44,8 @@ import math
 import random
 import sys
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import NormalDist
@@ -156,7 +158,37 @@ def rows(n: int, seed: int) -> list[dict[str, Any]]:
     ]
 
 
-def run_policy(grpo: dict[str, Any], sigma: float, steps: int, seed: int) -> Figures:
+@dataclass
+class Replay:
+    """The workload on the real `generate_rollout`: its agent, metrics and slime's args."""
+
+    agent: Any  # the TimedAgent, or what `wrap` made of it
+    metrics: Any  # the BundleMetrics the rollout records into
+    args: SimpleNamespace  # slime's args for each call
+    source: Any
+
+    def step(self, rollout_id: int) -> Any:
+        from agentrl.bundle.rollout import generate_rollout
+
+        return generate_rollout(self.args, rollout_id, self.source)
+
+    def metric(self, name: str, **labels: str) -> float:
+        value = self.metrics.registry.get_sample_value(name, labels or None)
+        return 0.0 if value is None else float(value)
+
+
+@contextmanager
+def replay(
+    grpo: dict[str, Any],
+    sigma: float,
+    steps: int,
+    seed: int,
+    wrap: Callable[[TimedAgent], Any] = lambda agent: agent,
+    **slime_args: Any,
+) -> Iterator[Replay]:
+    """The rollout runtime for one run of the workload under `grpo` (wire names), on the
+    simulated clock; `wrap` may put something around the agent (benchmarks/signal.py
+    injects failures), `slime_args` go into slime's args."""
     from tests.bundle.rollout.doubles import (
         FakeGateway,
         SlimeDataSource,
@@ -166,9 +198,8 @@ def run_policy(grpo: dict[str, Any], sigma: float, steps: int, seed: int) -> Fig
     from tests.support.metrics import LocalSink
 
     from agentrl.bundle.metrics import BundleMetrics
-    from agentrl.bundle.rollout import generate_rollout, install_runtime
+    from agentrl.bundle.rollout import install_runtime
     from agentrl.bundle.rollout.batch import RolloutContext
-    from agentrl.bundle.rollout.filters import has_reward_variance
     from agentrl.bundle.rollout.runtime import RolloutRuntime
     from agentrl.bundle.rollout.types import slime_types
 
@@ -179,31 +210,39 @@ def run_policy(grpo: dict[str, Any], sigma: float, steps: int, seed: int) -> Fig
         samplesPerPrompt=SAMPLES,
         **grpo,
     )
-    gateway = FakeGateway()
-    agent = TimedAgent(gateway, sigma, seed)
+    agent = wrap(TimedAgent(gateway := FakeGateway(), sigma, seed))
 
     async def build() -> RolloutContext:
-        return RolloutContext(gateway, agent, asyncio.Semaphore(MAX_CONCURRENT))  # type: ignore[arg-type]
+        return RolloutContext(gateway, agent, asyncio.Semaphore(MAX_CONCURRENT))
 
     metrics = BundleMetrics()
     runtime = RolloutRuntime(build, LocalSink(metrics), loop_factory=simulated_clock)
     install_runtime(runtime, config, slime_types(prefer_plain=True))
-    source = SlimeDataSource(rows(GROUPS * (steps + 2) * 4, seed), SAMPLES)
     args = SimpleNamespace(
         rollout_batch_size=GROUPS,
         rollout_max_response_len=64,
         rollout_temperature=1.0,
         reward_key=None,
+        **slime_args,
     )
+    source = SlimeDataSource(rows(GROUPS * (steps + 2) * 4, seed), SAMPLES)
+    try:
+        yield Replay(agent, metrics, args, source)
+    finally:
+        install_runtime(None)
+        runtime.close()
+
+
+def run_policy(grpo: dict[str, Any], sigma: float, steps: int, seed: int) -> Figures:
+    from agentrl.bundle.rollout.filters import has_reward_variance
+
     figures = Figures()
     step_sum = 0.0
-    try:
+    with replay(grpo, sigma, steps, seed) as run:
+        agent = run.agent
         for step in range(steps):
-            out = generate_rollout(args, step, source)
-            seconds = metrics.registry.get_sample_value(
-                "agentrl_rollout_step_seconds_sum", {"split": "train"}
-            )
-            assert seconds is not None
+            out = run.step(step)
+            seconds = run.metric("agentrl_rollout_step_seconds_sum", split="train")
             figures.seconds += seconds - step_sum
             step_sum = seconds
             figures.steps += 1
@@ -215,9 +254,6 @@ def run_policy(grpo: dict[str, Any], sigma: float, steps: int, seed: int) -> Fig
                 figures.trained_seconds += durations
                 if not useful:
                     figures.zero_variance_trained_seconds += sum(durations)
-    finally:
-        install_runtime(None)
-        runtime.close()
     figures.run_seconds = sum(agent.ran.values())
     figures.drawn = list(agent.duration.values())
     figures.cut = len(agent.stub.cancelled)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import renderers
 from renderers.configs import _CONFIG_BY_NAME
+from renderers.parsers import REASONING_PARSERS, TOOL_PARSERS
 
 OUT = Path(__file__).resolve().parent.parent / "operator/agentrl/api/renderer_families.py"
 
@@ -37,7 +38,17 @@ RENDERERS_VERSION: Final = "{renderers.__version__}"
 AUTO: Final = "auto"
 FAMILIES: Final = (
 {body})
+# The parsers the `default` family takes (renderers.parsers), by the gateway's own names.
+TOOL_PARSERS: Final = {_tuple(sorted(TOOL_PARSERS))}
+REASONING_PARSERS: Final = {_tuple(sorted(REASONING_PARSERS))}
 '''
+
+
+def _tuple(names: list[str]) -> str:
+    """A tuple literal as ruff format writes it."""
+    if len(names) == 1:
+        return f'("{names[0]}",)'
+    return "(\n" + "".join(f'    "{n}",\n' for n in names) + ")"
 
 
 if __name__ == "__main__":

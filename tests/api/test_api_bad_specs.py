@@ -108,16 +108,18 @@ CASES: list[tuple[str, dict[str, Any], str]] = [
                                         "globalBatchSize": 32}),
      "spec.grpo.samplesPerPrompt"),
     ("response longer than context",
-     spec(model={"path": "Qwen/Q", "type": "q", "refLoad": "/m", "contextLength": 1024}),
+     spec(model={"path": "Qwen/Q", "type": "qwen2.5-0.5B", "refLoad": "/m", "contextLength": 1024}),
      "spec.grpo.maxResponseLength"),
-    ("hub id without weights on disk", spec(model={"path": "Qwen/Q", "type": "q"}),
+    ("hub id without weights on disk", spec(model={"path": "Qwen/Q", "type": "qwen2.5-0.5B"}),
      "spec.model.refLoad"),
-    ("relative refLoad", spec(model={"path": "Qwen/Q", "type": "q", "refLoad": "models/a/b"}),
+    ("relative refLoad",
+     spec(model={"path": "Qwen/Q", "type": "qwen2.5-0.5B", "refLoad": "models/a/b"}),
      "spec.model.refLoad"),
-    ("hub id as refLoad", spec(model={"path": "Qwen/Q", "type": "q", "refLoad": "Qwen/Q"}),
+    ("hub id as refLoad",
+     spec(model={"path": "Qwen/Q", "type": "qwen2.5-0.5B", "refLoad": "Qwen/Q"}),
      "spec.model.refLoad"),
     ("relative model path",
-     spec(model={"path": "models/qwen/7b", "type": "q", "rendererFamily": "default"}),
+     spec(model={"path": "models/qwen/7b", "type": "qwen2.5-0.5B", "rendererFamily": "default"}),
      "spec.model.path"),
     ("duplicate eval names",
      spec(data={"train": "/t.jsonl", "eval": [{"name": "a", "path": "/a.jsonl"},
@@ -157,6 +159,21 @@ CASES: list[tuple[str, dict[str, Any], str]] = [
     ("head shm over head memory", spec(resources={"head": {"memory": "4Gi"}}),
      "spec.resources.head.shmSize"),
     ("quantity with a doubled suffix", spec(resources={"cpu": "5Kii"}), "spec.resources.cpu"),
+    # --- the launcher's gang preflight
+    ("preflight timeout below the floor", spec(runtime={"preflight": {"timeoutSeconds": 1}}),
+     "spec.runtime.preflight.timeoutSeconds"),
+    ("preflight bandwidth of zero", spec(runtime={"preflight": {"minBusBandwidthGBps": 0}}),
+     "spec.runtime.preflight.minBusBandwidthGBps"),
+    ("preflight bandwidth in Gbps spelling",
+     spec(runtime={"preflight": {"minBusBandwidthGbps": 40}}),
+     "spec.runtime.preflight.minBusBandwidthGbps"),
+    ("preflight action unknown", spec(runtime={"preflight": {"onLowBandwidth": "abort"}}),
+     "spec.runtime.preflight.onLowBandwidth"),
+    ("preflight timeout as a string", spec(runtime={"preflight": {"timeoutSeconds": "60"}}),
+     "spec.runtime.preflight.timeoutSeconds"),
+    ("agentrl's pod name env set by hand",
+     spec(runtime={"env": [{"name": "AGENTRL_POD_NAME", "value": "x"}]}),
+     "spec.runtime.env[0].name"),
     # --- Kubernetes objects passed through (the API server would prune typos silently)
     ("volume source misspelt",
      spec(runtime={"volumes": [{"name": "m", "persistentVolumeClam": {"claimName": "m"}}]}),
@@ -196,3 +213,26 @@ def test_rejected_with_exact_path(case: str, body: dict[str, Any], path: str) ->
     found = errors(problems)
     assert [p.path for p in found] == [path], found  # one mistake, one problem, right field
     assert all(p.message for p in found)
+
+
+@pytest.mark.parametrize(
+    ("preflight", "path"),
+    [
+        ({"gang": False, "minBusBandwidthGBps": 40}, "spec.runtime.preflight.minBusBandwidthGBps"),
+        ({"onLowBandwidth": "fail"}, "spec.runtime.preflight.onLowBandwidth"),
+    ],
+)
+def test_preflight_settings_nothing_uses_are_warned_about(
+    preflight: dict[str, Any], path: str
+) -> None:
+    exp, problems = parse_experiment(spec(runtime={"preflight": preflight}))
+    assert exp is not None and errors(problems) == []
+    assert [p.path for p in problems if p.path.startswith("spec.runtime.preflight")] == [path]
+
+
+def test_a_preflight_bandwidth_floor_in_whole_gbps_is_accepted() -> None:
+    # YAML writes 40, not 40.0: strict typing still takes an integer for a number.
+    body = spec(runtime={"preflight": {"minBusBandwidthGBps": 40, "onLowBandwidth": "fail"}})
+    exp, problems = parse_experiment(body)
+    assert exp is not None and problems == []
+    assert exp.spec.runtime.preflight.min_bus_bandwidth_gbps == 40

@@ -48,7 +48,9 @@ def test_examples_use_valid_families() -> None:
     [("qwen2.5", "qwen3.5"), ("llama3", "llama-3"), ("glm4.5", "glm-4.5"), ("Qwen3", "qwen3")],
 )
 def test_unknown_family_names_the_nearest_and_default(given: str, nearest: str) -> None:
-    body = minimal_body(model={"path": "/models/q", "type": "q", "rendererFamily": given})
+    body = minimal_body(
+        model={"path": "/models/q", "type": "qwen2.5-0.5B", "rendererFamily": given}
+    )
     exp, problems = parse_experiment(body)
     assert exp is None
     (problem,) = problems
@@ -57,7 +59,9 @@ def test_unknown_family_names_the_nearest_and_default(given: str, nearest: str) 
 
 
 def test_hint_for_a_missing_family_names_real_families() -> None:
-    _, problems = parse_experiment(minimal_body(model={"path": "/models/q", "type": "q"}))
+    _, problems = parse_experiment(
+        minimal_body(model={"path": "/models/q", "type": "qwen2.5-0.5B"})
+    )
     (problem,) = problems
     assert "qwen2.5" not in problem.hint.replace("(Qwen2.5)", "") and "llama3" not in problem.hint
     for named in re.findall(r"e\.g\. (\S+) or (\S+),", problem.hint)[0]:
@@ -65,7 +69,9 @@ def test_hint_for_a_missing_family_names_real_families() -> None:
 
 
 def test_auto_needs_a_hub_id() -> None:
-    local = minimal_body(model={"path": "/models/q", "type": "q", "rendererFamily": AUTO})
+    local = minimal_body(
+        model={"path": "/models/q", "type": "qwen2.5-0.5B", "rendererFamily": AUTO}
+    )
     assert [p.path for p in parse_experiment(local)[1]] == ["spec.model.rendererFamily"]
     hub = minimal_body()
     hub["spec"]["model"]["rendererFamily"] = AUTO

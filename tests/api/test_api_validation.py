@@ -254,7 +254,7 @@ def test_image_references_follow_the_kubelets_grammar(image: str, ok: bool) -> N
      ("/models/q\nx", False)],
 )  # fmt: skip
 def test_hub_ids_and_control_characters_in_model_paths(path: str, ok: bool) -> None:
-    body = minimal_body(model={"path": path, "type": "q", "refLoad": "/models/q",
+    body = minimal_body(model={"path": path, "type": "qwen2.5-0.5B", "refLoad": "/models/q",
                                "rendererFamily": "default"})  # fmt: skip
     exp, problems = parse_experiment(body)
     assert (exp is not None) is ok, problems

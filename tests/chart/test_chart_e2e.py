@@ -140,7 +140,14 @@ def test_release_objects_exist(installed: KubeHarness) -> None:
     kube.kubectl("get", "configmap", "agentrl-dashboard", "-n", "agentrl")
     kube.kubectl("get", "clusterrole", "agentrl")
     roles = kube.kubectl_json("get", "roles", "-A", "-l", "app.kubernetes.io/instance=scoped")
-    assert [r["metadata"]["namespace"] for r in roles["items"]] == ["team-a"]
+    assert sorted((r["metadata"]["namespace"], r["metadata"]["name"]) for r in roles["items"]) == [
+        ("scoped", "scoped-agentrl-leader-election"),  # the leader Lease's, release namespace
+        ("team-a", "scoped-agentrl"),
+    ]
+    # Two replicas, and a disruption budget in the API version this cluster serves (1.20:
+    # policy/v1beta1; policy/v1 from 1.21).
+    pdb = kube.kubectl_json("get", "poddisruptionbudgets.policy", "agentrl", "-n", "agentrl")
+    assert pdb["spec"]["maxUnavailable"] == 1
 
 
 def test_cluster_wide_account_can_do_exactly_what_the_operator_needs(

@@ -136,8 +136,11 @@ def test_default_install_objects() -> None:
             "ConfigMap",
             "CustomResourceDefinition",
             "Deployment",
+            "PodDisruptionBudget",
             "PodMonitor",
             "PrometheusRule",
+            "Role",  # the leader Lease's, in the release namespace
+            "RoleBinding",
             "Service",
             "ServiceAccount",
             "ServiceMonitor",
@@ -337,8 +340,9 @@ def test_operator_deployment_is_hardened_and_pinned() -> None:
     assert env["AGENTRL_LIVENESS_ENDPOINT"] == f"http://0.0.0.0:{ports['http-health']}/healthz"
     for probe in ("livenessProbe", "readinessProbe"):
         assert container[probe]["httpGet"] == {"path": "/healthz", "port": "http-health"}
-    assert deploy["spec"]["replicas"] == 1  # kopf standalone: one reconciler at a time
-    assert deploy["spec"]["strategy"]["type"] == "Recreate"
+    # Two replicas, one leading on the Lease (test_chart_ha.py has the rest).
+    assert deploy["spec"]["replicas"] == 2
+    assert deploy["spec"]["strategy"]["type"] == "RollingUpdate"
     svc = one(objs, "Service")
     assert {p["targetPort"] for p in svc["spec"]["ports"]} == set(ports)
     assert (

@@ -22,11 +22,14 @@ HELM = CACHE / "tools" / "helm4" / "helm" / "helm"
 
 
 def chart_rbac() -> list[dict[str, Any]]:
-    """The chart's ClusterRole + ClusterRoleBinding, rendered with default values (plus the
-    one the chart requires, the operator image: a test value; only the RBAC is used)."""
+    """The chart's ClusterRole + ClusterRoleBinding and its leader Lease's Role + RoleBinding,
+    rendered with default values (plus the one the chart requires, the operator image: a test
+    value; only the RBAC is used)."""
     proc = subprocess.run(
-        [str(HELM), "template", str(ROOT / "charts" / "agentrl"), "--show-only",
-         "templates/rbac.yaml", "--set", "image.repository=agentrl-operator"],
+        [str(HELM), "template", str(ROOT / "charts" / "agentrl"),
+         "--show-only", "templates/rbac.yaml",
+         "--show-only", "templates/leader-election-rbac.yaml",
+         "--set", "image.repository=agentrl-operator"],
         capture_output=True, text=True, check=True, timeout=60,
         env={**os.environ, "HELM_CACHE_HOME": "/tmp/agentrl-helm-cache",
              "HELM_CONFIG_HOME": "/tmp/agentrl-helm-config",
@@ -42,6 +45,13 @@ def install_chart_rbac(kube: KubeHarness) -> Path:
     binding = next(d for d in docs if d["kind"] == "ClusterRoleBinding")
     (subject,) = [s for s in binding["subjects"] if s["kind"] == "ServiceAccount"]
     return kube.service_account_kubeconfig(subject["namespace"], subject["name"])
+
+
+def chart_lease() -> tuple[str, str]:
+    """(namespace, name) of the one Lease the chart's RBAC lets the operator write."""
+    (role,) = [d for d in chart_rbac() if d["kind"] == "Role"]
+    (name,) = [n for r in role["rules"] for n in r.get("resourceNames") or ()]
+    return role["metadata"]["namespace"], name
 
 
 class OperatorProcess:
@@ -78,6 +88,18 @@ class OperatorProcess:
             self.proc.send_signal(signal.SIGKILL)
             self.proc.wait(timeout=30)
         self.proc = None
+
+    def signal(self, sig: signal.Signals) -> None:
+        """Send `sig` (SIGSTOP freezes it, as a stalled node or a long pause would)."""
+        assert self.proc is not None
+        self.proc.send_signal(sig)
+
+    def exited(self, timeout: float) -> int:
+        """Wait for the process to end by itself; its exit status."""
+        assert self.proc is not None
+        code = self.proc.wait(timeout=timeout)
+        self.proc = None
+        return code
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

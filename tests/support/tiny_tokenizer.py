@@ -2,7 +2,8 @@
 
 Built with the `tokenizers` library (the same code that runs Qwen's tokenizer.json) with
 Qwen's special tokens, and saved as a checkpoint-like directory (`tokenizer.json` +
-`tokenizer_config.json`) so the gateway loads it through its production path.
+`tokenizer_config.json`, with a chat template) so the gateway loads it through its
+production path: `tokenizers` for the hand-written families, transformers for `default`.
 """
 
 from __future__ import annotations
@@ -46,10 +47,51 @@ def build_tokenizer(vocab_size: int = 800) -> Tokenizer:
     return tok
 
 
+# A chat template in the shape of Qwen2.5's (ChatML turns; tools listed in the system turn;
+# calls as <tool_call> JSON; tool results in a user turn as <tool_response>), for the
+# chat-template family (`rendererFamily: default`), which transformers renders.
+CHAT_TEMPLATE = """\
+{%- if tools %}<|im_start|>system
+{{ messages[0].content if messages[0].role == 'system' else 'You are a helpful assistant.' }}
+
+# Tools
+
+<tools>
+{%- for tool in tools %}
+{{ tool | tojson }}
+{%- endfor %}
+</tools>
+
+Call a function as <tool_call>{"name": <name>, "arguments": <object>}</tool_call><|im_end|>
+{% elif messages[0].role == 'system' %}<|im_start|>system
+{{ messages[0].content }}<|im_end|>
+{% endif %}
+{%- for m in messages %}
+{%- if m.role == 'tool' %}<|im_start|>user
+<tool_response>
+{{ m.content }}
+</tool_response><|im_end|>
+{% elif m.role != 'system' %}<|im_start|>{{ m.role }}
+{{ m.content or '' }}
+{%- for call in m.tool_calls or [] %}
+<tool_call>
+{"name": "{{ call.function.name }}", "arguments": {{ call.function.arguments | tojson }}}
+</tool_call>
+{%- endfor %}<|im_end|>
+{% endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}<|im_start|>assistant
+{% endif %}"""
+
+
 def write_checkpoint(directory: Path) -> Path:
-    """A checkpoint-like dir holding the tokenizer; returns it."""
+    """A checkpoint-like dir holding the tokenizer and its chat template; returns it."""
     directory.mkdir(parents=True, exist_ok=True)
     build_tokenizer().save(str(directory / "tokenizer.json"))
-    config = {"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"}
+    config = {
+        "eos_token": "<|im_end|>",
+        "pad_token": "<|endoftext|>",
+        "chat_template": CHAT_TEMPLATE,
+    }
     (directory / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
     return directory

@@ -190,3 +190,23 @@ An alert's labels: the chart's (`base`) merged with monitoring.prometheusRule.al
 {{- end }}
 {{- join "," $items }}
 {{- end }}
+
+{{/*
+Leader election settings the operator would refuse at start, refused at render time instead,
+with the fix: several replicas without election would all reconcile and write status, and
+the durations must satisfy client-go's rules (lease > renew deadline > 1.2 x retry period).
+*/}}
+{{- define "agentrl.checkLeaderElection" -}}
+{{- $le := .Values.leaderElection }}
+{{- if and (gt (int .Values.replicaCount) 1) (not $le.enabled) }}
+{{- fail (printf "replicaCount=%d needs leaderElection.enabled=true: without it every replica would reconcile and write status. Enable leader election, or set replicaCount=1" (int .Values.replicaCount)) }}
+{{- end }}
+{{- if $le.enabled }}
+{{- if not (gt (float64 $le.leaseDurationSeconds) (float64 $le.renewDeadlineSeconds)) }}
+{{- fail (printf "leaderElection.leaseDurationSeconds (%v) must be greater than leaderElection.renewDeadlineSeconds (%v): the leader must stop before a standby may take over" $le.leaseDurationSeconds $le.renewDeadlineSeconds) }}
+{{- end }}
+{{- if not (gt (float64 $le.renewDeadlineSeconds) (mulf 1.2 $le.retryPeriodSeconds)) }}
+{{- fail (printf "leaderElection.renewDeadlineSeconds (%v) must be greater than 1.2 x leaderElection.retryPeriodSeconds (%v): the leader needs more than one jittered retry to renew" $le.renewDeadlineSeconds $le.retryPeriodSeconds) }}
+{{- end }}
+{{- end }}
+{{- end }}

@@ -41,3 +41,11 @@ FAMILIES: Final = (
     "qwen3.6",
     "qwen3.8",
 )
+# The parsers the `default` family takes (renderers.parsers), by the gateway's own names.
+TOOL_PARSERS: Final = (
+    "deepseek-v3",
+    "glm",
+    "qwen3",
+    "qwen3.5",
+)
+REASONING_PARSERS: Final = ("think",)

@@ -26,7 +26,16 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 from pydantic.alias_generators import to_camel
 
-from agentrl.api import bounds, kube_rules, partial, paths, rules, security
+from agentrl.api import (
+    bounds,
+    gpu_layout,
+    kube_rules,
+    model_names,
+    partial,
+    paths,
+    rules,
+    security,
+)
 from agentrl.api.findings import Rule, Severity
 from agentrl.api.formats import text_format
 from agentrl.api.images import DefaultImage, image_findings
@@ -98,7 +107,10 @@ def parse_experiment(
         found = _document_problems(body) + _rule_problems(typed, checks, complete=False)
         seen = {p.path for p in structural}
         return None, structural + [p for p in found if p.path not in seen]
-    problems = validate_experiment(exp, policy, default_image=default_image)
+    # The document rules read the body as written: the typed model keeps only what it knows
+    # (an unknown metadata key, which the API server would drop, is not in it).
+    checks = _checks(policy, default_image)
+    problems = _document_problems(body) + _rule_problems(exp, checks)
     return (None if errors(problems) else exp), problems
 
 
@@ -118,7 +130,13 @@ def validate_experiment(
 
 
 # Every rule on a typed experiment, each owning its field paths and messages, by concern.
-SPEC_RULES: tuple[Rule, ...] = (*rules.ALL_RULES, *paths.RULES, *security.RULES)
+SPEC_RULES: tuple[Rule, ...] = (
+    *rules.ALL_RULES,
+    *gpu_layout.RULES,
+    *paths.RULES,
+    *model_names.RULES,
+    *security.RULES,
+)
 
 
 def _checks(policy: Policy | None, default_image: DefaultImage | None) -> list[Rule]:

@@ -17,6 +17,11 @@ Once the gateway knows slime's router, the same port also serves `GET /engine-me
 SGLang engine's own metrics, read through the router's worker list at each scrape
 (`engine_metrics`), since the engines' ports are chosen at run time and no PodMonitor could
 name them.
+
+The launcher's gang preflight starts the hub before slime does and publishes its result
+(`publish_preflight`), which /metrics serves to the operator; a launcher stopping the run
+waits until /metrics has been read once (`preflight_read`), since the job's end takes the
+hub with it.
 """
 
 from __future__ import annotations
@@ -90,6 +95,7 @@ class Hub:
         self._router: str | None = None  # slime's router, once the gateway knows it
         self._relay: EngineMetricsRelay | None = None
         self._relay_http: aiohttp.ClientSession | None = None
+        self._preflight_read = False  # /metrics served since the last preflight result
 
     async def start_metrics(self) -> int:
         """Serve GET /metrics; returns the bound port (idempotent)."""
@@ -114,6 +120,7 @@ class Hub:
             if iteration is not None:
                 self.metrics.checkpoint_iteration.set(iteration)
         body = generate_latest(self.metrics.registry)
+        self._preflight_read = True
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     def relay_engines(self, router_url: str) -> None:
@@ -131,6 +138,17 @@ class Hub:
                 self._relay = EngineMetricsRelay(engines, self._relay_http)
             body = await self._relay.render()
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    def publish_preflight(self, passed: bool, reason: str, message: str) -> None:
+        """The launcher's gang preflight result, one series (a retry's replaces it)."""
+        self.metrics.preflight.clear()
+        result = "passed" if passed else "failed"
+        self.metrics.preflight.labels(result, reason, message).set(1)
+        self._preflight_read = False
+
+    def preflight_read(self) -> bool:
+        """Whether /metrics was served since the last `publish_preflight`."""
+        return self._preflight_read
 
     def push(self, delta: MetricsDelta) -> None:
         apply_delta(self.metrics, delta)

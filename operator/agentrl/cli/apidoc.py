@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import types
 import typing
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any, Literal, get_args, get_origin
 
 from pydantic import BaseModel
@@ -22,6 +22,7 @@ from agentrl.api import kube_rules, kube_schema
 from agentrl.api.base import _quantity_text
 from agentrl.api.crd import CEL_RULES, IMMUTABLE_SPEC_FIELDS, MUTABLE_SPEC_FIELDS, ROOT_RULES
 from agentrl.api.formats import FORMATS
+from agentrl.api.model_names import GATEWAY_REASONING_PARSERS, GATEWAY_TOOL_PARSERS
 from agentrl.api.models import (
     DATA_SUFFIX,
     RLExperimentSpec,
@@ -30,6 +31,12 @@ from agentrl.api.models import (
     _renderer_family,
 )
 from agentrl.api.renderer_families import AUTO, FAMILIES, RENDERERS_VERSION
+from agentrl.api.upstream_names import (
+    MODEL_TYPES,
+    REASONING_PARSERS,
+    SGLANG_OF_ROW,
+    TOOL_CALL_PARSERS,
+)
 from agentrl.api.validation import SPEC_RULES
 from agentrl.cli.main import EXIT_CODES
 from agentrl.cli.rehearse import EXIT_CODES as REHEARSE_EXIT_CODES
@@ -213,6 +220,31 @@ other name, and `agentrl validate` suggests the nearest one.
 """
 
 
+def names_section() -> str:
+    def listed(table: Mapping[str, tuple[str, ...]]) -> str:
+        every = tuple(SGLANG_OF_ROW)
+        return ", ".join(
+            f"`{name}`" + ("" if rows == every else f" ({', '.join(rows)} only)")
+            for name, rows in table.items()
+        )
+
+    rows = ", ".join(f"slime `{row}` (SGLang {v})" for row, v in SGLANG_OF_ROW.items())
+    return f"""## Model types and parsers
+
+`spec.model.type`, `toolCallParser` and `reasoningParser` must be names the image's slime
+and SGLang accept; `agentrl validate` knows those of the supported images ({rows}) and
+suggests the nearest name. A name only some of them have is a warning naming them; with a
+`runtime.slimeDir` of your own, an unknown model type is a warning. With `rendererFamily:
+default` the gateway parses tool calls itself and reads these SGLang formats:
+{", ".join(f"`{k}`" for k in GATEWAY_TOOL_PARSERS)} (reasoning:
+{", ".join(f"`{k}`" for k in GATEWAY_REASONING_PARSERS)}).
+
+- model types (slime's `scripts/models/<type>.sh`): {listed(MODEL_TYPES)}
+- tool-call parsers: {listed(TOOL_CALL_PARSERS)}
+- reasoning parsers: {listed(REASONING_PARSERS)}
+"""
+
+
 LIMITS = (
     ("a document (one request)", f"{limits.MAX_REQUEST_BYTES // 2**20} MiB",
      "the API server's request limit"),
@@ -227,7 +259,7 @@ LIMITS = (
     ("numbers", "finite", "JSON has no inf or NaN"),
     ("characters", "no NUL, no bidirectional controls",
      "NUL ends strings in the container runtime; bidi controls hide what runs"),
-    ("values", "JSON only", "YAML dates and `!!binary` must be quoted"),
+    ("values", "JSON only", "what kubectl makes of the YAML (see the `agentrl` command below)"),
 )  # fmt: skip
 
 
@@ -272,7 +304,11 @@ files with one or more YAML documents (or JSON, or a `kind: List`), directories 
 than once. Documents of other kinds are skipped with a note. Errors and warnings go to
 stderr, each prefixed with the file (and `#N` for the Nth document of a file); stdout
 carries only the OK lines of `validate` and the objects of `render`, which renders nothing
-when any experiment is invalid.
+when any experiment is invalid. `validate -o json` prints one document instead: every
+experiment's `source`, `valid`, `namespace`/`name` and `problems` (each with `path`,
+`message`, `hint` and `severity`), with the same exit status. One input that holds the same
+namespace/name twice is refused at the second: applied together, the later would replace the
+earlier.
 
 Values mean what kubectl sends, which is not always what a YAML library reads: kubectl
 converts YAML to JSON with go-yaml v2's rules, so `1e-6` is a number, `y`, `n`, `yes`, `no`,
@@ -301,6 +337,7 @@ def render_markdown() -> str:
     parts = [HEADER, "## Spec\n"]
     parts += list(sections(RLExperimentSpec, "spec"))
     parts.append(families_section())
+    parts.append(names_section())
     parts.append(rules_section())
     parts.append(limits_section())
     parts.append(command_section())

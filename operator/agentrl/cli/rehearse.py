@@ -109,13 +109,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--gateway-url",
         metavar="URL",
-        help="how agents reach the gateway, if not at the listen address (a tunnel)",
-    )
-    p.add_argument(
-        "--callback-host",
-        metavar="HOST",
-        help="the address the gateway relays HTTP agents' results to, the callback "
-        "listener's (default: the listen address); agents post them to the gateway's URL",
+        help="how agents reach the gateway, if not at the listen address (a tunnel); HTTP "
+        "agents post their results there too, as in the cluster",
     )
     p.set_defaults(func=cmd_rehearse)
 
@@ -171,7 +166,6 @@ def cmd_rehearse(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         listen=args.listen,
         gateway_port=args.gateway_port,
         gateway_url=args.gateway_url,
-        callback_host=args.callback_host,
     )
     try:
         report = rehearse.rehearse(config, options)

@@ -8,11 +8,15 @@ rather than running with a guess. That holds for the policy above all: an unread
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from agentrl.api.policy import BASELINE, Policy, PolicyError, load_policy
+from agentrl.api.policy import BASELINE, Policy, PolicyError, load_policy, policy_warnings
+from agentrl.controller.leader import LEASE_DURATION, RENEW_DEADLINE, RETRY_PERIOD, Timing
 from agentrl.render.defaults import DEFAULT_IMAGE, OperatorDefaults
+
+logger = logging.getLogger(__name__)
 
 # How the operator reaches an experiment's metrics port: the metrics Service the renderer
 # creates (`{service}` is its name).
@@ -26,6 +30,10 @@ DEFAULT_RAY_DASHBOARD_URL = "http://{address}"
 RAY_DASHBOARD_KEYS = ("namespace", "experiment", "cluster", "service", "address")
 # The policy as JSON (the chart's `policy` value); unset or empty: the baseline default.
 ENV_POLICY = "AGENTRL_POLICY"
+# The Lease replicas elect a leader on (the chart names it after the release).
+DEFAULT_LEASE_NAME = "agentrl-operator"
+LEASE_TIMING_ENV = ("AGENTRL_LEASE_DURATION_SECONDS", "AGENTRL_RENEW_DEADLINE_SECONDS",
+                    "AGENTRL_RETRY_PERIOD_SECONDS")  # fmt: skip
 
 
 class ConfigError(ValueError):
@@ -51,6 +59,11 @@ class OperatorConfig:
     metrics_url: str = DEFAULT_METRICS_URL  # format keys: service, namespace, port, name
     ray_dashboard_url: str = DEFAULT_RAY_DASHBOARD_URL  # format keys: RAY_DASHBOARD_KEYS
     policy: Policy = BASELINE  # what experiments may ask for (agentrl.api.policy)
+    # Leader election (agentrl.controller.leader): off, this process always acts (one replica).
+    leader_election: bool = False
+    lease_name: str = DEFAULT_LEASE_NAME
+    lease_namespace: str | None = None  # None: the namespace of the credentials (in a pod, its own)
+    lease_timing: Timing = field(default_factory=Timing)
 
     def defaults(self) -> OperatorDefaults:
         return OperatorDefaults(
@@ -76,6 +89,29 @@ def _number(env: Mapping[str, str], key: str, default: float, minimum: float) ->
     if value < minimum:
         raise ConfigError(f"{key}={raw!r} must be at least {minimum:g}")
     return value
+
+
+def _flag(env: Mapping[str, str], key: str) -> bool:
+    raw = (env.get(key) or "").strip().lower()
+    if raw in ("", "false", "0", "no"):
+        return False
+    if raw in ("true", "1", "yes"):
+        return True
+    raise ConfigError(f"{key}={env.get(key)!r}: write true or false")
+
+
+def _timing(env: Mapping[str, str]) -> Timing:
+    lease_key, renew_key, retry_key = LEASE_TIMING_ENV
+    lease = _number(env, lease_key, LEASE_DURATION, 1)
+    if lease != int(lease):
+        raise ConfigError(f"{lease_key}={env.get(lease_key)!r}: whole seconds (the Lease "
+                          "records an integer)")  # fmt: skip
+    timing = Timing(lease_duration=int(lease),
+                    renew_deadline=_number(env, renew_key, RENEW_DEADLINE, 0.001),
+                    retry_period=_number(env, retry_key, RETRY_PERIOD, 0.001))  # fmt: skip
+    if problems := timing.problems():
+        raise ConfigError(f"{', '.join(LEASE_TIMING_ENV)}: {'; '.join(problems)}")
+    return timing
 
 
 def _labels(raw: str) -> dict[str, str]:
@@ -106,9 +142,12 @@ def read_policy(raw: str | None) -> Policy:
     except ValueError as err:
         raise ConfigError(f"{ENV_POLICY} is not JSON ({err})") from None
     try:
-        return load_policy(doc, ENV_POLICY)
+        policy = load_policy(doc, ENV_POLICY)
     except PolicyError as err:
         raise ConfigError(str(err)) from None
+    for warning in policy_warnings(policy):
+        logger.warning("%s: %s", ENV_POLICY, warning)
+    return policy
 
 
 def load(env: Mapping[str, str]) -> OperatorConfig:
@@ -143,4 +182,8 @@ def load(env: Mapping[str, str]) -> OperatorConfig:
         metrics_url=url,
         ray_dashboard_url=ray_url,
         policy=read_policy(env.get(ENV_POLICY)),
+        leader_election=_flag(env, "AGENTRL_LEADER_ELECTION"),
+        lease_name=env.get("AGENTRL_LEASE_NAME") or DEFAULT_LEASE_NAME,
+        lease_namespace=env.get("AGENTRL_LEASE_NAMESPACE") or None,
+        lease_timing=_timing(env),
     )

@@ -63,30 +63,41 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     cfg = memo.get("config") or config_mod.load(os.environ)
     metrics = memo.get("metrics") or OperatorMetrics()
     clock = memo.get("clock") or utcnow  # tests pass a fake clock for deadlines
-    memo.controller = Controller(Kube(), cfg, collect_bundle_files(), metrics, clock=clock)
+    # With leader election, every write asks the Lease first (agentrl.controller.leader).
+    kube = Kube(fence=memo.get("fence"))
+    memo.controller = Controller(kube, cfg, collect_bundle_files(), metrics, clock=clock)
     memo.controller.start()
     memo.sweeper = asyncio.create_task(sweep.forever(memo.controller))
 
 
 @kopf.on.login()
-async def login(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any) -> Any:
+async def login(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Any:
     """In-cluster ServiceAccount first, then a kubeconfig; our client follows the same one."""
-    info = kopf.login_with_service_account(settings=settings, **kwargs) or (
-        kopf.login_with_kubeconfig(settings=settings, **kwargs)
-    )
-    if info is None:
-        raise kopf.LoginError("no in-cluster ServiceAccount token and no usable kubeconfig")
-    await memo.controller.kube.configure(
-        Credentials(server=info.server, token=info.token, scheme=info.scheme,
-                    ca_path=_str(info.ca_path), ca_data=_str(info.ca_data),
-                    insecure=bool(info.insecure),
-                    certificate_path=_str(info.certificate_path),
-                    private_key_path=_str(info.private_key_path))
-    )  # fmt: skip
+    info = connection(settings)
+    await memo.controller.kube.configure(credentials(info))
     # Which KubeRay is installed: read once the client can (a failure is logged and retried
     # by the first reconcile that needs it).
     await memo.controller.kuberay.read()
     return info
+
+
+def connection(settings: kopf.OperatorSettings | None = None) -> kopf.ConnectionInfo:
+    """kopf's own login: the in-cluster ServiceAccount, else a kubeconfig (the leader
+    election's client logs in the same way before kopf runs)."""
+    settings = settings or kopf.OperatorSettings()
+    info = kopf.login_with_service_account(settings=settings) or (
+        kopf.login_with_kubeconfig(settings=settings)
+    )
+    if info is None:
+        raise kopf.LoginError("no in-cluster ServiceAccount token and no usable kubeconfig")
+    return info
+
+
+def credentials(info: kopf.ConnectionInfo) -> Credentials:
+    return Credentials(server=info.server, token=info.token, scheme=info.scheme,
+                       ca_path=_str(info.ca_path), ca_data=_str(info.ca_data),
+                       insecure=bool(info.insecure), certificate_path=_str(info.certificate_path),
+                       private_key_path=_str(info.private_key_path))  # fmt: skip
 
 
 def _str(value: Any) -> str | None:
@@ -118,8 +129,3 @@ async def rayjob_event(body: kopf.Body, type: str | None, memo: kopf.Memo, **_: 
 @kopf.on.event("v1", "pods", labels={LABEL_EXPERIMENT: kopf.PRESENT})
 async def pod_event(body: kopf.Body, type: str | None, memo: kopf.Memo, **_: Any) -> None:
     await memo.controller.on_pod(body, deleted=type == "DELETED")
-
-
-@kopf.on.probe(id="experiments")
-def experiments_probe(memo: kopf.Memo, **_: Any) -> int:
-    return len(memo.controller.experiments)

@@ -4,13 +4,18 @@ Everything else in the controller is pure or kopf glue; this module owns sockets
 codes and retries-by-caller semantics. It speaks plain JSON objects, maps 404 to None and
 409-on-create to "here is the existing object", and keeps one connection pool for the life
 of the operator (kopf's own watches use kopf's client; these are our reads and writes).
+
+With leader election, a client can be fenced: every write asks the fence first and is not
+sent unless it says this replica still leads (`NotLeading`). That one check covers every
+write the controller makes (children, status, events), so a replica that has lost its Lease,
+or was frozen past its renew deadline, writes nothing even before it notices and exits.
 """
 
 from __future__ import annotations
 
 import json
 import ssl
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -31,6 +36,7 @@ PLURALS = {
     "RayJob": "rayjobs",
     "RLExperiment": "rlexperiments",
     "CustomResourceDefinition": "customresourcedefinitions",
+    "Lease": "leases",
 }
 MERGE_PATCH = "application/merge-patch+json"
 
@@ -67,6 +73,13 @@ class KubeError(Exception):
     def transient(self) -> bool:
         """Whether the same request may succeed later (else: refused until it changes)."""
         return self.status >= 500 or self.status in TRANSIENT_STATUSES
+
+
+class NotLeading(Exception):
+    """A write that was not sent: the fence says this replica does not hold the leader Lease.
+
+    Not a KubeError on purpose: the API server never saw the request, so nothing may read it
+    as the server's refusal of a child (which would be recorded on the experiment)."""
 
 
 @dataclass(frozen=True)
@@ -111,10 +124,13 @@ def _ssl_context(creds: Credentials) -> ssl.SSLContext | bool:
 class Kube:
     """Async Kubernetes client; `configure` (re)points it after each kopf login."""
 
-    def __init__(self, request_timeout: float = 30.0) -> None:
+    def __init__(
+        self, request_timeout: float = 30.0, *, fence: Callable[[], bool] | None = None
+    ) -> None:
         self._session: aiohttp.ClientSession | None = None
         self._creds: Credentials | None = None
         self._timeout = aiohttp.ClientTimeout(total=request_timeout)
+        self._fence = fence  # None: every write may go (no leader election)
 
     async def configure(self, creds: Credentials) -> None:
         if creds == self._creds and self._session is not None:
@@ -141,6 +157,9 @@ class Kube:
     ) -> tuple[int, Obj | None]:  # fmt: skip
         if self._session is None:
             raise RuntimeError("kube client used before login")
+        if method != "GET" and self._fence is not None and not self._fence():
+            raise NotLeading(f"{method} {path} not sent: this replica does not hold the "
+                             "leader Lease")  # fmt: skip
         # orjson: an experiment's children are ~370 KB of JSON (the bundle ConfigMap), which
         # the standard library encodes about 7x slower.
         data = None if body is None else orjson.dumps(body)
@@ -186,6 +205,14 @@ class Kube:
             "GET", object_path(api_version, kind, namespace, name), ok404=True
         )
         return obj
+
+    async def replace(self, obj: Mapping[str, Any]) -> Obj:
+        """PUT the whole object. Its `metadata.resourceVersion` makes the write conditional:
+        if the object changed since it was read, the API server answers 409 (a KubeError)."""
+        meta = obj["metadata"]
+        path = object_path(obj["apiVersion"], obj["kind"], meta.get("namespace"), meta["name"])
+        _, replaced = await self._call("PUT", path, obj)
+        return replaced or {}
 
     async def patch(
         self, api_version: str, kind: str, namespace: str | None, name: str,

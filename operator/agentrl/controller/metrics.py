@@ -65,6 +65,14 @@ class OperatorMetrics:
             registry=self.registry,
             buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
         )
+        # Which replica acts: 1 on the leader (or on the one operator without leader
+        # election), 0 on a standby. Prometheus's pod label names the replica; a standby
+        # has no experiments, so its per-experiment series are absent and its counts zero.
+        self.leader = Gauge(
+            "agentrl_operator_leader",
+            "1 while this operator replica leads (reconciles, writes status), 0 on standby.",
+            registry=self.registry,
+        )
         for phase in Phase:
             self.experiments.labels(str(phase)).set(0)
         for result in RESULTS:

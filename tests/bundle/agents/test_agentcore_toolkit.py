@@ -24,14 +24,7 @@ import asyncio
 import importlib.metadata
 import json
 import logging
-import os
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +32,15 @@ import boto3
 import botocore.exceptions
 import pytest
 import stamina
-from moto.server import ThreadedMotoServer
+from tests.support.agentcore_app import (
+    CREDENTIALS,
+    REGION,
+    AgentApp,
+    free_port,
+    keys,
+    moto_s3,
+    toolkit_app,
+)
 from tests.support.agentcore_dataplane import AgentCoreDataPlane
 from tests.support.retries import scheduled_retries
 from tests.support.sglang_stub import StubEngine, StubRouter
@@ -64,88 +65,24 @@ from agentrl.bundle.rollout.batch import RolloutContext, run_groups
 from agentrl.bundle.rollout.episode import EpisodeInput, EpisodeSpec, run_episode
 
 AGENT_APP = Path(__file__).with_name("toolkit_math_agent.py")
-REGION = "us-east-1"
 ARN = f"arn:aws:bedrock-agentcore:{REGION}:123456789012:runtime/math_agent-AbCdEf1234"
 BUCKET = "rl-results"
 EXP = experiment_id("ns", "math")
-CREDENTIALS = {
-    "AWS_ACCESS_KEY_ID": "testing",
-    "AWS_SECRET_ACCESS_KEY": "testing",
-    "AWS_DEFAULT_REGION": REGION,
-}
 REPLY = "6 times 7 is 42.\n#### 42"  # what the stub model answers, whatever it is asked
 SAMPLING = {"temperature": 1.0, "top_p": 1.0, "max_new_tokens": 32}
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def s3_url() -> Iterator[str]:
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=free_port(), verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    url = f"http://{host}:{port}"
-    s3 = boto3.client("s3", endpoint_url=url, region_name=REGION, **_keys())
-    s3.create_bucket(Bucket=BUCKET)
-    try:
+    with moto_s3(BUCKET) as url:
         yield url
-    finally:
-        server.stop()
-
-
-def _keys() -> dict[str, str]:
-    return {
-        "aws_access_key_id": CREDENTIALS["AWS_ACCESS_KEY_ID"],
-        "aws_secret_access_key": CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
-    }
-
-
-@dataclass
-class AgentApp:
-    url: str
-    log: Path
-
-    def log_tail(self) -> str:
-        return self.log.read_text(errors="replace")[-4000:]
 
 
 @pytest.fixture(scope="module")
 def agent_app(s3_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[AgentApp]:
     """The toolkit app in its own process, as AgentCore runs it (one container)."""
-    port = free_port()
-    log = tmp_path_factory.mktemp("agent") / "agent.log"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "OPENAI_", "HTTP"))}
-    env.update(CREDENTIALS, AWS_ENDPOINT_URL_S3=s3_url, PYTHONUNBUFFERED="1")
-    with log.open("wb") as sink:
-        proc = subprocess.Popen(
-            [sys.executable, str(AGENT_APP), str(port)], env=env, stdout=sink, stderr=sink
-        )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120  # a bound, not a timing assertion (2 loaded cores)
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"the agent app exited ({proc.returncode}):\n{log.read_text()}")
-            try:
-                with urllib.request.urlopen(f"{url}/ping", timeout=2) as resp:
-                    assert json.loads(resp.read())["status"] in ("Healthy", "HealthyBusy")
-                    break
-            except OSError:
-                if time.monotonic() > deadline:
-                    pytest.fail(f"the agent app never answered /ping:\n{log.read_text()}")
-                time.sleep(0.1)
-        yield AgentApp(url, log)
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    with toolkit_app(AGENT_APP, s3_url, tmp_path_factory.mktemp("agent") / "agent.log") as app:
+        yield app
 
 
 @pytest.fixture
@@ -231,7 +168,7 @@ async def backend(
 
 
 def s3(url: str) -> Any:
-    return boto3.client("s3", endpoint_url=url, region_name=REGION, **_keys())
+    return boto3.client("s3", endpoint_url=url, region_name=REGION, **keys())
 
 
 def row(prompt: str, answer: str, behaviour: str = "solve") -> dict[str, Any]:

@@ -24,7 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import yaml
+from aiohttp import web
 from tests.support.sglang_stub import StubEngine
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -166,16 +168,17 @@ class AgentProcess:
         return self.log.read_text(errors="replace")[-4000:]
 
 
-def run_agent(
-    script: Path, log: Path, extra_env: dict[str, str] | None = None
-) -> Iterator[AgentProcess]:
-    """The agent in its own process until the generator is closed (a fixture's body)."""
+def run_agent(script: Path, log: Path, *args: str) -> Iterator[AgentProcess]:
+    """The agent in its own process until the generator is closed (a fixture's body). The
+    example agent takes `--port N`, the test agent the port alone."""
     port = free_port()
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", **(extra_env or {})}
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    where = ["--port", str(port)] if script == EXAMPLE_AGENT else [str(port)]
     with log.open("wb") as sink:
         proc = subprocess.Popen(
-            [sys.executable, str(script), str(port)], env=env, stdout=sink, stderr=sink, cwd=ROOT
-        )
+            [sys.executable, str(script), *where, *args],
+            env=env, stdout=sink, stderr=sink, cwd=ROOT,
+        )  # fmt: skip
     try:
         wait_for_port(port, proc, log)
         yield AgentProcess(f"http://127.0.0.1:{port}/v1/episodes", log)
@@ -200,6 +203,53 @@ def wait_for_port(port: int, proc: subprocess.Popen[bytes], log: Path) -> None:
             if time.monotonic() > deadline:
                 raise AssertionError(f"the agent never listened:\n{log.read_text()}") from None
             time.sleep(0.1)
+
+
+# ---- the network between them ----------------------------------------------------------
+
+
+class ModelApiProxy:
+    """A reverse proxy in front of the gateway that routes only the model API (`/sessions/`),
+    as an ingress rule written for an OpenAI endpoint would: agents reach the model through
+    it, and their result callbacks (`/agentrl/callback/`) find nothing there."""
+
+    def __init__(self, target: str) -> None:
+        self.target = target
+        self.url = ""
+        self.refused: list[str] = []
+        self._runner: web.AppRunner | None = None
+        self._http: aiohttp.ClientSession | None = None
+
+    async def start(self) -> str:
+        self._http = aiohttp.ClientSession()
+        app = web.Application(client_max_size=1 << 26)
+        app.router.add_route("*", "/{tail:.*}", self._forward)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self.url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"  # type: ignore[union-attr]
+        return self.url
+
+    async def _forward(self, request: web.Request) -> web.Response:
+        if not request.path.startswith("/sessions/"):
+            self.refused.append(request.path)
+            return web.json_response({"error": "no route"}, status=404)
+        assert self._http is not None
+        headers = {k: v for k, v in request.headers.items() if k.lower() != "host"}
+        async with self._http.request(
+            request.method, self.target + request.path_qs, data=await request.read(),
+            headers=headers,
+        ) as resp:  # fmt: skip
+            body = await resp.read()
+            kind = resp.headers.get("Content-Type", "application/json")
+            return web.Response(body=body, status=resp.status, headers={"Content-Type": kind})
+
+    async def stop(self) -> None:
+        if self._http is not None:
+            await self._http.close()
+        if self._runner is not None:
+            await self._runner.cleanup()
 
 
 # ---- the CLI ---------------------------------------------------------------------------

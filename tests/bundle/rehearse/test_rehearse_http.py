@@ -22,6 +22,8 @@ from .rig import (
     AGENT,
     AgentProcess,
     Model,
+    ModelApiProxy,
+    free_port,
     http_agent,
     rehearse,
     row,
@@ -149,23 +151,30 @@ async def test_a_tool_call_format_the_spec_does_not_parse_is_named(
 async def test_a_callback_url_the_agent_cannot_reach_is_named(
     tmp_path: Path, checkpoint: Path, model: Model, agent: AgentProcess
 ) -> None:
-    """The gateway relays the agent's callback to an address where nothing listens (the
-    listener's, --callback-host); the result reaches agentrl only through the status poll,
-    the backstop, and the report names the callback URL the agent was handed."""
+    """The agent reaches the gateway through a proxy that routes only the model API: its
+    model calls get through, its result callbacks do not, and the result reaches agentrl
+    only through the status poll, the backstop."""
     engine = await start_engine(model.tok, model.click_then_finish())
+    port = free_port()
+    proxy = ModelApiProxy(f"http://127.0.0.1:{port}")
+    await proxy.start()
     try:
         body = spec(http_agent(agent.url, pollIntervalSeconds=0.5))
         spec_path, data = write(tmp_path, body, [row()])
         run = await rehearse("-f", spec_path, *flags(engine, checkpoint, data, tmp_path / "out"),
-                             "--callback-host", "127.0.0.2", "-o", "json")  # fmt: skip
+                             "--gateway-port", port, "--gateway-url", proxy.url,
+                             "-o", "json")  # fmt: skip
     finally:
+        await proxy.stop()
         await engine.stop()
     assert run.code == 1, run.out + run.err
     for e in run.episodes():
         assert e["reason"] is None and e["reward"] == 1.0 and e["result_via"] == "poll"
-        assert e["callback_url"].startswith(run.json()["gateway"] + "/agentrl/callback/")
+        assert e["base_url"].startswith(proxy.url + "/sessions/") and e["model_calls"] == 2
+        assert e["callback_url"] == f"{proxy.url}/agentrl/callback/{e['session_id']}"
         assert [c["name"] for c in e["checks"]] == ["callback_unreachable"]
     assert run.json()["network"]["results_via"] == {"poll": 4}
+    assert len(proxy.refused) == 4  # each agent tried, and the proxy had no route for it
 
 
 async def test_a_conversation_that_outgrows_the_context_is_named(

@@ -53,3 +53,40 @@ def test_rollout_efficiency_benchmark_quick_mode_prints_its_table() -> None:
     assert re.search(r"^  wait-for-all\s+\d+\.\d", out.stdout, re.M)
     assert re.search(r"^  agentrl\s+\d+\.\d", out.stdout, re.M)
     assert re.search(r"useful groups per unit time: \d+\.\d\dx", out.stdout)
+
+
+SIGNAL = BENCH.parent / "signal.py"
+
+
+def test_signal_benchmark_quick_mode_prints_the_fixed_json_keys() -> None:
+    """benchmarks/signal.py --json: the issue's four keys; excluded failures never reach
+    an advantage and masked stale tokens never train, while the old zeroReward behaviour, run
+    alongside, lets failures in (so the measurement can see them)."""
+    out = subprocess.run(
+        [sys.executable, str(SIGNAL), "--quick", "--json"],
+        capture_output=True, text=True, check=False, timeout=600, env=dict(os.environ),
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout.strip().splitlines()[-1])
+    assert doc["failed_episodes_in_advantage"] == 0
+    assert doc["stale_tokens_trained"] == 0 and doc["stale_tokens_masked"] > 0
+    assert 0.0 < doc["advantage_error_p99"] < doc["zero_reward"]["advantage_error_p99"]
+    assert doc["zero_reward"]["failed_episodes_in_advantage"] > 0
+    assert doc["useful_groups_per_time_ratio"] > 0
+    assert doc["by_failure_rate"]["0.0"]["exclude"]["advantage_error_max"] == 0.0
+
+
+def test_a_benchmark_beside_signal_py_gets_the_standard_librarys_signal() -> None:
+    """benchmarks/ is first on sys.path for its scripts, where signal.py would shadow the
+    standard library's module; imported as `signal`, it hands the real one over."""
+    probe = (
+        "import runpy, sys; sys.path.insert(0, sys.argv[1]); import signal, asyncio; "
+        "print(signal.__file__, signal.SIGTERM.name, asyncio.get_event_loop_policy() is not None)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe, str(BENCH.parent)],
+        capture_output=True, text=True, check=False, timeout=60,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    path, name, loop = out.stdout.split()
+    assert not path.startswith(str(BENCH.parent)) and name == "SIGTERM" and loop == "True"

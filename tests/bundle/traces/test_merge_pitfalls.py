@@ -183,3 +183,13 @@ def test_no_turns_no_segments() -> None:
 def test_an_empty_first_prompt_still_merges() -> None:
     turns = [turn([], [5]), turn([5, 6], [7]), turn([5, 6, 7, 8], [9])]
     assert merge_turns(turns) == [seg([5, 6, 7, 8, 9], [1, 0, 1, 0, 1], 3)]
+
+
+def test_a_segment_is_as_old_as_its_oldest_turn() -> None:
+    first = Turn([1, 2], [3], [-0.1], "stop", policy_version=4)
+    second = Turn([1, 2, 3, 9], [5], [-0.2], "stop", policy_version=5)
+    fresh = Turn([7], [8], [-0.3], "stop", policy_version=5)
+    (chain, alone) = merge_turns([first, second, fresh])
+    assert chain.policy_version == 4 and alone.policy_version == 5
+    unknown = Turn([1, 2, 3, 9], [5], [-0.2], "stop")  # recorded without a version
+    assert merge_turns([first, unknown])[0].policy_version is None

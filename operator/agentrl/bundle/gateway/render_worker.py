@@ -127,11 +127,10 @@ def main() -> None:
         return
     config, _ = frame
     try:
-        from agentrl.bundle.gateway.tokenizer import build_renderer, load_tokenizer
+        from agentrl.bundle.gateway.tokenizer import load_renderer
 
-        tokenizer = load_tokenizer(config["tokenizer_path"])
-        renderer = build_renderer(
-            tokenizer,
+        _, renderer = load_renderer(
+            config["tokenizer_path"],
             config["renderer_family"],
             config.get("tool_call_parser"),
             config.get("reasoning_parser"),

@@ -23,7 +23,7 @@ from agentrl.bundle.gateway.prompt import PromptBuilder
 from agentrl.bundle.gateway.render_pool import PromptRenderer, RenderPool, WorkerConfig
 from agentrl.bundle.gateway.session_store import SessionStore
 from agentrl.bundle.gateway.settings import GatewaySettings
-from agentrl.bundle.gateway.tokenizer import build_renderer, load_tokenizer
+from agentrl.bundle.gateway.tokenizer import load_renderer
 from agentrl.bundle.gateway.turns import TurnRunner
 from agentrl.bundle.metrics import BundleMetrics
 from agentrl.bundle.session import QuiesceReport, SessionHandle
@@ -69,9 +69,12 @@ class GatewayServer:
         s = self.settings
         spec = s.spec
         configure_logging(spec.log_level)
-        tokenizer = await asyncio.to_thread(load_tokenizer, s.tokenizer_path)
-        renderer = build_renderer(
-            tokenizer, s.renderer_family, s.tool_call_parser, s.reasoning_parser
+        tokenizer, renderer = await asyncio.to_thread(
+            load_renderer,
+            s.tokenizer_path,
+            s.renderer_family,
+            s.tool_call_parser,
+            s.reasoning_parser,
         )
         # Workers start on the first large prompt (most test gateways never see one).
         self._pool = RenderPool(

@@ -4,7 +4,8 @@ Prompts are rendered to token ids by the `renderers` package (a hand-written, to
 port of each family's chat template) and completions are parsed back by the same renderer.
 A checkpoint directory with a `tokenizer.json` is loaded with the `tokenizers` library
 directly, so the gateway needs neither `transformers` nor network; anything else goes
-through `renderers.load_tokenizer` (which needs `transformers`, present in slime's image).
+through `renderers`' own loader (which needs `transformers`, present in slime's image), as does
+any checkpoint rendered with its chat template (`default`): only transformers applies one.
 """
 
 from __future__ import annotations
@@ -16,8 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import renderers
+from renderers.base import load_tokenizer as renderers_load_tokenizer
 from renderers.configs import DefaultRendererConfig, config_from_name
 from tokenizers import Tokenizer as HFTokenizer
+
+from agentrl.api.model_names import GATEWAY_REASONING_PARSERS, GATEWAY_TOOL_PARSERS
 
 ENCODE_CACHE_CHARS = 16_000_000  # text remembered by the encode cache (about 16-64 MB)
 
@@ -96,19 +100,45 @@ def _eos_from_config(directory: Path) -> str | None:
     return eos if isinstance(eos, str) else None
 
 
-def load_tokenizer(path: str) -> Any:
-    """The tokenizer for `path`: a local dir with tokenizer.json, or anything transformers loads."""
+def load_tokenizer(path: str, chat_template: bool = False) -> Any:
+    """The tokenizer for `path`: a local dir with tokenizer.json, read with `tokenizers`, or
+    anything transformers loads (a hub id; and any checkpoint when the renderer needs the
+    chat template, which only transformers' tokenizer applies)."""
     directory = Path(path)
-    if (directory / "tokenizer.json").is_file():
+    if not chat_template and (directory / "tokenizer.json").is_file():
         tok = HFTokenizer.from_file(str(directory / "tokenizer.json"))
         return TokenizerAdapter(tok, str(directory), _eos_from_config(directory))
     try:
-        return renderers.load_tokenizer(path)
+        return renderers_load_tokenizer(path)
     except ImportError as exc:
+        need = "the chat template (rendererFamily default)" if chat_template else "a hub id"
         raise RuntimeError(
-            f"gateway: {path!r} has no tokenizer.json and transformers is not installed; "
-            "point spec.model.path at a checkpoint directory with tokenizer.json"
+            f"gateway: {path!r} needs transformers for {need}, and it is not installed "
+            "(it is in slime's image; elsewhere: pip install transformers)"
         ) from exc
+
+
+def uses_chat_template(family: str, path: str) -> bool:
+    """Whether the renderer is the checkpoint's chat template: `default`, or `auto` for a hub
+    id without a hand-written family (renderers' own fallback)."""
+    return family == "default" or (
+        family == "auto" and not Path(path).is_dir() and hub_family(path) is None
+    )
+
+
+def load_renderer(
+    path: str,
+    family: str,
+    tool_call_parser: str | None = None,
+    reasoning_parser: str | None = None,
+) -> tuple[Any, Any]:
+    """(tokenizer, renderer) for the model, as the gateway and its render workers use them."""
+    template = uses_chat_template(family, path)
+    tokenizer = load_tokenizer(path, chat_template=template)
+    renderer = build_renderer(
+        tokenizer, "default" if template else family, tool_call_parser, reasoning_parser
+    )
+    return tokenizer, renderer
 
 
 def build_renderer(
@@ -117,10 +147,17 @@ def build_renderer(
     tool_call_parser: str | None = None,
     reasoning_parser: str | None = None,
 ) -> Any:
-    """A `renderers` Renderer for `family`; "auto" resolves from the tokenizer's hub id."""
+    """A `renderers` Renderer for `family`; "auto" resolves from the tokenizer's hub id.
+
+    The spec names SGLang's parsers (they are passed to SGLang too); the `default` family
+    parses with renderers' own, which read the same formats under other names.
+    """
     if family == "default":
         config: Any = DefaultRendererConfig(
-            tool_parser=tool_call_parser, reasoning_parser=reasoning_parser
+            tool_parser=GATEWAY_TOOL_PARSERS.get(tool_call_parser or "", tool_call_parser),
+            reasoning_parser=GATEWAY_REASONING_PARSERS.get(
+                reasoning_parser or "", reasoning_parser
+            ),
         )
     else:
         try:

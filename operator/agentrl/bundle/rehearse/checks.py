@@ -137,7 +137,8 @@ def callback_findings(seen: Seen, callback_url: str | None) -> Iterator[Finding]
         yield Finding(
             CALLBACK,
             f"the result came by the status poll: the agent's callback to {callback_url} never "
-            "arrived (the agent cannot reach that URL, or does not post its result)",
+            "arrived (the agent cannot reach that URL: whatever routes the gateway's /sessions/ "
+            "to it must route /agentrl/callback/ too; or it does not post its result)",
         )
 
 

@@ -37,7 +37,6 @@ class Options:
     listen: str = "127.0.0.1"  # the interface the gateway and the callback listener bind
     gateway_port: int = 0  # 0: any free port
     gateway_url: str | None = None  # how agents reach the gateway (e.g. through a tunnel)
-    callback_host: str | None = None  # where the gateway relays HTTP agents' results to
 
 
 @dataclass(frozen=True)

@@ -97,12 +97,11 @@ async def _rehearse(config: RuntimeConfig, options: Options, plan: Plan) -> Repo
     started = time.perf_counter()
     spec = config.spec
     engine_model = await check_engine(options.engine, config, options)
-    advertise = options.callback_host or _advertised(options.listen)
-    server = await _start_gateway(config, options, advertise)
+    server = await _start_gateway(config, options)
     client = GatewayClient(f"http://{_loopback(options.listen)}:{server.admin_port}",
                            server.settings.admin_token)  # fmt: skip
     try:
-        backend = await _backend(config, options, advertise, client)
+        backend = await _backend(config, options, client)
     except BaseException:
         await client.aclose()
         await server.stop()
@@ -213,13 +212,14 @@ def _advertised(listen: str) -> str:
         return "127.0.0.1"
 
 
-async def _start_gateway(config: RuntimeConfig, options: Options, advertise: str) -> GatewayServer:
+async def _start_gateway(config: RuntimeConfig, options: Options) -> GatewayServer:
     model = config.spec.model
     family = model.renderer_family or "auto"
     tokenizer = str(options.model_dir) if options.model_dir else model.path
     if options.model_dir and family == "auto":
-        # `auto` resolves from the hub id, which a local copy's path no longer is.
-        family = hub_family(model.path) or family
+        # `auto` resolves from the hub id, which a local copy's path no longer is: the
+        # hand-written family it names, else the checkpoint's chat template.
+        family = hub_family(model.path) or "default"
     settings = dataclasses.replace(
         GatewaySettings.from_runtime_config(config, options.engine, host=options.listen),
         tokenizer_path=tokenizer,
@@ -238,7 +238,7 @@ async def _start_gateway(config: RuntimeConfig, options: Options, advertise: str
         ) from None
     if not options.gateway_url and options.listen in WILDCARDS:
         # Bound to every interface: agents get this machine's address, not 0.0.0.0.
-        url = f"http://{advertise}:{server.port}"
+        url = f"http://{_advertised(options.listen)}:{server.port}"
         server.settings = dataclasses.replace(server.settings, public_base_url=url)
     return server
 
@@ -261,14 +261,15 @@ def with_agent_url(config: RuntimeConfig, url: str | None) -> RuntimeConfig:
     return config.model_copy(update={"spec": spec})
 
 
-async def _backend(
-    config: RuntimeConfig, options: Options, advertise: str, client: GatewayClient
-) -> Any:
-    """As in the pods: HTTP agents post results to the gateway, which relays them to the
-    backend's listener."""
+async def _backend(config: RuntimeConfig, options: Options, client: GatewayClient) -> Any:
+    """As in the pods: HTTP agents post results to the gateway's URL, which relays them to
+    the backend's listener (on this machine: bound with the gateway, reached on loopback)."""
     try:
         return await build_backend(
-            config, callbacks=client, listen_host=options.listen, advertise_host=advertise
+            config,
+            callbacks=client,
+            listen_host=options.listen,
+            advertise_host=_loopback(options.listen),
         )
     except ValueError as exc:
         http = config.spec.agent.http

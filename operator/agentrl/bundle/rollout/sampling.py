@@ -443,8 +443,10 @@ class _Step:
             report.excluded[outcome.failure] += 1
         lag = max(0, self.step - outcome.policy_version)
         report.policy_lags.append(lag)
+        if lag == 0:
+            return outcome
         tokens = sum(sum(s.loss_mask) for s in outcome.samples)
-        if lag == 0 or not tokens:
+        if not tokens:
             return outcome
         if not self.plan.mask_stale:
             report.stale_tokens_trained += tokens
