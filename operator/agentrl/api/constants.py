@@ -142,3 +142,9 @@ class ConditionType(StrEnum):
     CONFIG_WARNING = "ConfigWarning"
     CHILD_REJECTED = "ChildRejected"
     KUBERAY_INCOMPATIBLE = "KubeRayIncompatible"
+
+
+# Kubernetes' documented scalability limit: clusters of at most 5,000 nodes
+# (https://kubernetes.io/docs/setup/best-practices/cluster-large/); a spec asking for more
+# GPU nodes than any cluster has renders a RayJob that never starts.
+MAX_GPU_NODES: Final = 5000

@@ -37,6 +37,7 @@ QUALIFIED_NAME: Final = (
     r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
 )
 QUALIFIED_NAME_MAX: Final = 253 + 1 + 63
+QUALIFIED_NAME_PART_MAX: Final = 63  # the name after the prefix
 # A key of a ConfigMap or Secret.
 CONFIG_KEY: Final = r"^[-._a-zA-Z0-9]+$"
 # An extended resource (`nvidia.com/gpu`): a domain-prefixed name. cpu, memory,

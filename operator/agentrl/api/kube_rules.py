@@ -45,6 +45,7 @@ from agentrl.api.formats import (
     LABEL_VALUE,
     QUALIFIED_NAME,
     QUALIFIED_NAME_MAX,
+    QUALIFIED_NAME_PART_MAX,
 )
 
 RESERVED_MOUNTS = (SHM_MOUNT_DIR, CONFIG_MOUNT_DIR, BUNDLE_MOUNT_DIR, EXTRA_CODE_MOUNT_ROOT)
@@ -261,6 +262,7 @@ def placement(body: Mapping[str, Any]) -> Iterator[Finding]:
             yield from found
             if not found:
                 yield from _selector_operators(affinity, base)
+                yield from _node_selector_terms(affinity, base)
     for base, selector in (
         ("spec.resources.nodeSelector", _at(res, "nodeSelector")),
         ("spec.resources.head.nodeSelector", _at(res, "head", "nodeSelector")),
@@ -270,11 +272,45 @@ def placement(body: Mapping[str, Any]) -> Iterator[Finding]:
 
 
 def _keys(base: str, mapping: Mapping[Any, Any], what: str) -> Iterator[Finding]:
-    fmt = FORMATS[QUALIFIED_NAME]
     for key in mapping:
         text = str(key)
-        if len(text) > QUALIFIED_NAME_MAX or not _QUALIFIED.match(text):
-            yield err(join(base, text), f"{text!r} is not a valid {what} key", fmt.hint)
+        problem = qualified_name_problem(text)
+        if problem is not None:
+            yield err(join(base, text), f"{text!r} is not a valid {what} key: {problem}",
+                      FORMATS[QUALIFIED_NAME].hint)  # fmt: skip
+
+
+def qualified_name_problem(key: str) -> str | None:
+    """What Kubernetes' IsQualifiedName says of a label or annotation key: an optional
+    prefix that is a DNS subdomain of at most 253 characters, then '/', then a name of at most
+    63 characters; None when it is valid."""
+    if len(key) > QUALIFIED_NAME_MAX or not _QUALIFIED.match(key):
+        return "not an optional DNS prefix and '/' and a name"
+    prefix, _, name = key.rpartition("/")
+    if len(prefix) > DNS1123_SUBDOMAIN_MAX:
+        return f"the prefix is {len(prefix)} characters; at most {DNS1123_SUBDOMAIN_MAX}"
+    if len(name) > QUALIFIED_NAME_PART_MAX:
+        return f"the name after the prefix is {len(name)} characters; at most 63"
+    return None
+
+
+def _node_selector_terms(affinity: Mapping[str, Any], base: str) -> Iterator[Finding]:
+    """A required node affinity has terms, and no empty one: Kubernetes refuses an empty
+    list, and an empty term matches no node, so the pods would wait forever."""
+    required = _at(affinity, "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution")
+    if not isinstance(required, Mapping):
+        return
+    path = f"{base}.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms"
+    terms = required.get("nodeSelectorTerms")
+    if not terms:
+        yield err(path, "required node affinity needs at least one term", "add a term or drop it")
+    for i, term in _dicts(terms):
+        if not term.get("matchExpressions") and not term.get("matchFields"):
+            yield err(
+                f"{path}[{i}]",
+                "an empty term matches no node: the pods would never be scheduled",
+                "give it matchExpressions (or matchFields), or remove it",
+            )
 
 
 def _selector_operators(node: Any, path: str) -> Iterator[Finding]:
@@ -301,12 +337,12 @@ def _selector_operators(node: Any, path: str) -> Iterator[Finding]:
 def _toleration(path: str, tol: Mapping[str, Any]) -> Iterator[Finding]:
     yield from kube_schema.check(tol, kube_schema.TOLERATION, path)
     key = tol.get("key")
-    if (
-        isinstance(key, str)
-        and key
-        and (len(key) > QUALIFIED_NAME_MAX or not _QUALIFIED.match(key))
-    ):
-        yield err(f"{path}.key", f"{key!r} is not a valid taint key", FORMATS[QUALIFIED_NAME].hint)
+    problem = qualified_name_problem(key) if isinstance(key, str) and key else None
+    if problem is not None:
+        yield err(
+            f"{path}.key", f"{key!r} is not a valid taint key: {problem}",
+            FORMATS[QUALIFIED_NAME].hint,
+        )  # fmt: skip
     op = tol.get("operator", "Equal")
     if op not in TOLERATION_OPERATORS:
         yield err(f"{path}.operator", f"{op!r} is not Exists or Equal", "")

@@ -31,6 +31,7 @@ from agentrl.api.constants import (
     DEFAULT_STARTUP_DEADLINE_SECONDS,
     GATEWAY_PORT_DEFAULT,
     IMAGE_CUDA_HOME,
+    MAX_GPU_NODES,
 )
 from agentrl.api.formats import (
     ABSOLUTE_PATH,
@@ -481,8 +482,9 @@ class HeadSpec(Model):
 
 
 class ResourcesSpec(Model):
-    nodes: PositiveInt = 1
-    """GPU nodes (one Ray worker pod each)."""
+    nodes: Annotated[int, Field(ge=1, le=MAX_GPU_NODES)] = 1
+    """GPU nodes (one Ray worker pod each); at most 5,000, the largest cluster Kubernetes
+    supports."""
     gpus_per_node: PositiveInt = 8
     """GPUs per node."""
     gpu_resource_name: ExtendedResource = DEFAULT_GPU_RESOURCE

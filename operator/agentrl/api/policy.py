@@ -69,6 +69,28 @@ class HostPath(Model):
         return _clean(value)
 
 
+class SecretsPolicy(Model):
+    """The Secrets an experiment may reference (env, headers, W&B key, volumes)."""
+
+    model_config = ConfigDict(frozen=True, strict=False)
+
+    names: tuple[str, ...] = ()
+    """Secret names (`*` wildcards) experiments may reference; empty: any Secret of the
+    namespace."""
+
+    @field_validator("names")
+    @classmethod
+    def _secret_names(cls, values: tuple[str, ...]) -> tuple[str, ...]:
+        for value in values:
+            if not _NAME_PATTERN.match(value) or "/" in value:
+                raise ValueError(f"{value!r} is not a Secret name or a `*` pattern")
+        return values
+
+    @property
+    def any(self) -> bool:
+        return not self.names
+
+
 class Policy(Model):
     """What RLExperiments may ask for; the defaults are the safe ones (see the module doc).
 
@@ -97,6 +119,9 @@ class Policy(Model):
     """PriorityClasses `resources.priorityClassName` may name (`*` wildcards); empty: any but
     Kubernetes' own `system-` classes, which only an exact entry allows.
     """
+    secrets: SecretsPolicy = Field(default_factory=SecretsPolicy)
+    """Secrets experiments may reference by name (env `secretKeyRef`, HTTP headers, the W&B
+    key, secret and projected volumes); the default: any Secret of the namespace."""
 
     @field_validator("volume_types")
     @classmethod
@@ -126,6 +151,18 @@ class Policy(Model):
                 raise ValueError(f"{value!r} is not a name or a `*` pattern")
         return values
 
+    @field_validator("priority_classes")
+    @classmethod
+    def _system_classes_by_name(cls, values: tuple[str, ...]) -> tuple[str, ...]:
+        for value in values:
+            if value.startswith(SYSTEM_PRIORITY_PREFIX) and any(c in value for c in "*?["):
+                raise ValueError(
+                    f"{value!r}: Kubernetes' own {SYSTEM_PRIORITY_PREFIX} classes are allowed "
+                    "only by their exact names (system-cluster-critical, system-node-critical), "
+                    "never by a pattern"
+                )
+        return values
+
     @field_validator("image_registries")
     @classmethod
     def _prefixes(cls, values: tuple[str, ...]) -> tuple[str, ...]:
@@ -147,6 +184,15 @@ def load_policy(doc: object, source: str) -> Policy:
         return Policy()
     if not isinstance(doc, Mapping):
         raise PolicyError(f"{source}: a policy is a mapping like the chart's `policy` value")
+    entries = {f.alias or n for n, f in Policy.model_fields.items()}
+    near = [k for k in doc if difflib.get_close_matches(str(k), entries, n=1)]
+    if doc and not set(doc) & entries and not near:  # a typo of an entry says "did you mean"
+        raise PolicyError(
+            f"{source}: holds no policy: neither a `policy:` key (as chart values have it) nor "
+            f"a policy entry ({', '.join(sorted(entries))}); the keys are "
+            f"{', '.join(map(str, list(doc)[:8]))}. Chart values without `policy:` mean the "
+            "chart's default policy: leave out --policy"
+        )
     try:
         return Policy.model_validate(doc, by_alias=True, by_name=False)
     except ValidationError as exc:
@@ -164,7 +210,27 @@ def _describe(source: str, error: Mapping[str, Any]) -> str:
 
 
 def _model_at(loc: Sequence[int | str]) -> type[Model]:
+    if loc and loc[0] == "secrets" and len(loc) > 1:
+        return SecretsPolicy
     return HostPath if loc and loc[0] == "hostPaths" and len(loc) > 2 else Policy
+
+
+def policy_warnings(policy: Policy) -> list[str]:
+    """What a readable policy says twice or in a way that reads wrongly: a host path listed
+    both read-only and writable (the writable entry wins)."""
+    found: list[str] = []
+    seen: dict[str, tuple[int, bool]] = {}
+    for i, rule in enumerate(policy.host_paths):
+        before = seen.get(rule.path_prefix)
+        if before is not None and before[1] != rule.read_only:
+            writable = before[0] if not before[1] else i
+            found.append(
+                f"policy.hostPaths[{i}]: {rule.path_prefix} is listed read-only and writable "
+                f"(hostPaths[{before[0]}]); the writable entry, hostPaths[{writable}], wins: "
+                "keep one entry"
+            )
+        seen.setdefault(rule.path_prefix, (i, rule.read_only))
+    return found
 
 
 def _clean(path: str) -> str:
@@ -182,6 +248,7 @@ def check(exp: RLExperiment, policy: Policy) -> Iterator[Finding]:
     yield from _service_account(exp, policy)
     yield from _image(exp, policy)
     yield from _priority_class(exp, policy)
+    yield from _secrets(exp, policy)
 
 
 def _refused(path: str, what: str, field: str, allowed: str, fix: str) -> Finding:
@@ -378,3 +445,64 @@ def _one_priority_class(path: str, name: str, policy: Policy) -> Iterator[Findin
         allowed,
         "remove it or name one of your cluster's workload classes",
     )
+
+
+def secret_references(exp: RLExperiment) -> list[tuple[str, str]]:
+    """(wire path, Secret name) of every Secret the spec makes the pods read."""
+    spec = exp.spec
+    refs = [
+        (f"spec.runtime.env[{i}].valueFrom.secretKeyRef.name", env.value_from.secret_key_ref.name)
+        for i, env in enumerate(spec.runtime.env)
+        if env.value_from is not None
+    ]
+    if spec.agent.http is not None:
+        refs += [
+            (f"spec.agent.http.headers[{i}].secretKeyRef.name", h.secret_key_ref.name)
+            for i, h in enumerate(spec.agent.http.headers)
+        ]
+    if spec.tracking.wandb is not None:
+        refs.append(
+            ("spec.tracking.wandb.apiKeySecret.name", spec.tracking.wandb.api_key_secret.name)
+        )
+    for i, volume in enumerate(spec.runtime.volumes):
+        refs += _volume_secrets(volume, f"spec.runtime.volumes[{i}]")
+    return refs
+
+
+def _volume_secrets(node: Any, path: str) -> list[tuple[str, str]]:
+    """Secret names inside a volume: `secret.secretName`, a projected `secret.name`, and the
+    `secretRef`/`nodePublishSecretRef`/`secretName` of the volume plugins that take one."""
+    found: list[tuple[str, str]] = []
+    if isinstance(node, list):
+        for i, item in enumerate(node):
+            found += _volume_secrets(item, f"{path}[{i}]")
+    elif isinstance(node, Mapping):
+        for key, value in node.items():
+            where = f"{path}.{key}"
+            if key == "secretName" and isinstance(value, str):
+                found.append((where, value))
+            elif key in ("secretRef", "nodePublishSecretRef") and isinstance(value, Mapping):
+                if isinstance(value.get("name"), str):
+                    found.append((f"{where}.name", value["name"]))
+            elif key == "secret" and isinstance(value, Mapping) and "name" in value:
+                if isinstance(value["name"], str):  # a projected volume's source
+                    found.append((f"{where}.name", value["name"]))
+            else:
+                found += _volume_secrets(value, where)
+    return found
+
+
+def _secrets(exp: RLExperiment, policy: Policy) -> Iterator[Finding]:
+    rules = policy.secrets
+    if rules.any:
+        return
+    for path, name in secret_references(exp):
+        if any(fnmatch.fnmatchcase(name, p) for p in rules.names):
+            continue
+        yield _refused(
+            path,
+            f"Secret {name!r}",
+            "secrets",
+            "allowed: " + ", ".join(rules.names),
+            "reference a Secret the policy lists",
+        )

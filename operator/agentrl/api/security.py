@@ -152,7 +152,39 @@ def gateway_exposure(exp: RLExperiment) -> Iterator[Finding]:
             yield warn(f"{path}[{i}]", f"{cidr} admits every address", hint)
 
 
-RULES: tuple[Rule, ...] = (mount_propagation, gateway_exposure)
+# The annotations Kubernetes' baseline Pod Security level judges (AppArmor, and seccomp's
+# deprecated ones): a profile that turns the confinement off is forbidden.
+APPARMOR_PREFIX = "container.apparmor.security.beta.kubernetes.io/"
+SECCOMP_KEYS = ("seccomp.security.alpha.kubernetes.io/pod",)
+SECCOMP_PREFIX = "container.seccomp.security.alpha.kubernetes.io/"
+
+
+def pod_annotations_confined(exp: RLExperiment) -> Iterator[Finding]:
+    """`runtime.podAnnotations` keep AppArmor and seccomp on: Kubernetes' baseline Pod
+    Security level forbids an `unconfined` profile (and AppArmor profiles other than
+    `runtime/default` and `localhost/*`), so a namespace that enforces it refuses every pod
+    KubeRay creates, and agentrl never runs unconfined containers anyway."""
+    for key, value in exp.spec.runtime.pod_annotations.items():
+        path = f"spec.runtime.podAnnotations.{key}"
+        if key.startswith(APPARMOR_PREFIX):
+            if value != "runtime/default" and not value.startswith("localhost/"):
+                yield err(
+                    path,
+                    f"AppArmor profile {value!r} is forbidden by Kubernetes' baseline Pod "
+                    "Security level",
+                    "remove it (the runtime's default profile applies) or name a "
+                    "localhost/<profile>",
+                )
+        elif (key in SECCOMP_KEYS or key.startswith(SECCOMP_PREFIX)) and value == "unconfined":
+            yield err(
+                path,
+                "an unconfined seccomp profile is forbidden by Kubernetes' baseline Pod "
+                "Security level",
+                "remove it: agentrl's pods run with the RuntimeDefault profile",
+            )
+
+
+RULES: tuple[Rule, ...] = (mount_propagation, pod_annotations_confined, gateway_exposure)
 
 
 def mounts_of(exp: RLExperiment, volume: str) -> list[tuple[int, Mapping[str, object]]]:

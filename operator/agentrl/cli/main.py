@@ -28,7 +28,7 @@ from agentrl import __version__
 from agentrl.api.crd import crd
 from agentrl.api.images import DefaultImage
 from agentrl.api.models import RLExperiment
-from agentrl.api.policy import BASELINE, Policy, PolicyError, load_policy
+from agentrl.api.policy import BASELINE, Policy, PolicyError, load_policy, policy_warnings
 from agentrl.api.validation import Problem, errors, parse_experiment
 from agentrl.cli import completion, logs, rehearse, summary
 from agentrl.cli.load import Document, LoadError, load_document, load_documents
@@ -162,7 +162,15 @@ Parsed = list[tuple[str, RLExperiment | None, list[Problem]]]
 
 def _parse(args: argparse.Namespace, err: TextIO, image: DefaultImage) -> Parsed:
     """Every RLExperiment of the inputs, parsed; other kinds are skipped with a note."""
+    if args.policy == "-" and "-" in args.file:
+        raise LoadError(
+            "-f - and --policy - both read stdin, which can be read once: give one of them "
+            "as a file (e.g. --policy values.yaml)"
+        )
     policy = _policy(args)
+    source = args.policy or ENV_POLICY
+    for warning in policy_warnings(policy):
+        print(f"{source}: warning: {warning}", file=err)
     parsed: Parsed = []
     for doc in load_documents(args.file, recursive=args.recursive):
         if not doc.is_experiment:

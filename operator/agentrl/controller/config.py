@@ -8,12 +8,15 @@ rather than running with a guess. That holds for the policy above all: an unread
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from agentrl.api.policy import BASELINE, Policy, PolicyError, load_policy
+from agentrl.api.policy import BASELINE, Policy, PolicyError, load_policy, policy_warnings
 from agentrl.controller.leader import LEASE_DURATION, RENEW_DEADLINE, RETRY_PERIOD, Timing
 from agentrl.render.defaults import DEFAULT_IMAGE, OperatorDefaults
+
+logger = logging.getLogger(__name__)
 
 # How the operator reaches an experiment's metrics port: the metrics Service the renderer
 # creates (`{service}` is its name).
@@ -122,9 +125,12 @@ def read_policy(raw: str | None) -> Policy:
     except ValueError as err:
         raise ConfigError(f"{ENV_POLICY} is not JSON ({err})") from None
     try:
-        return load_policy(doc, ENV_POLICY)
+        policy = load_policy(doc, ENV_POLICY)
     except PolicyError as err:
         raise ConfigError(str(err)) from None
+    for warning in policy_warnings(policy):
+        logger.warning("%s: %s", ENV_POLICY, warning)
+    return policy
 
 
 def load(env: Mapping[str, str]) -> OperatorConfig:
