@@ -12,6 +12,11 @@ Gateway wiring (issue 6's `GatewayServer`): `start_gateway(router_url)` builds
 hub's event loop with the hub's `BundleMetrics`, and returns `(admin_url, admin_token)`
 for the rollout's `GatewayClient`. The import is lazy so the hub runs (metrics only)
 where the gateway package or its tokenizer is unavailable.
+
+The launcher's gang preflight starts the hub before slime does and publishes its result
+(`publish_preflight`), which /metrics serves to the operator; a launcher stopping the run
+waits until /metrics has been read once (`preflight_read`), since the job's end takes the
+hub with it.
 """
 
 from __future__ import annotations
@@ -80,6 +85,7 @@ class Hub:
         self._runner: web.AppRunner | None = None
         self._gateway: Any = None
         self._admin: tuple[str, str] | None = None
+        self._preflight_read = False  # /metrics served since the last preflight result
 
     async def start_metrics(self) -> int:
         """Serve GET /metrics; returns the bound port (idempotent)."""
@@ -103,7 +109,19 @@ class Hub:
             if iteration is not None:
                 self.metrics.checkpoint_iteration.set(iteration)
         body = generate_latest(self.metrics.registry)
+        self._preflight_read = True
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    def publish_preflight(self, passed: bool, reason: str, message: str) -> None:
+        """The launcher's gang preflight result, one series (a retry's replaces it)."""
+        self.metrics.preflight.clear()
+        result = "passed" if passed else "failed"
+        self.metrics.preflight.labels(result, reason, message).set(1)
+        self._preflight_read = False
+
+    def preflight_read(self) -> bool:
+        """Whether /metrics was served since the last `publish_preflight`."""
+        return self._preflight_read
 
     def push(self, delta: MetricsDelta) -> None:
         apply_delta(self.metrics, delta)

@@ -18,6 +18,7 @@ from typing import Any
 from agentrl.api.constants import Phase
 from agentrl.api.models import startup_deadline
 from agentrl.controller import conditions, status
+from agentrl.controller.preflight import Reading
 from agentrl.controller.progress import Pace
 
 Key = tuple[str, str]  # (namespace, name)
@@ -56,6 +57,7 @@ class Experiment:
     scrape: dict[str, float] | None = None  # the previous progress reading, raw
     progress: dict[str, Any] | None = None  # status.progress values from the last reading
     pace: Pace | None = None  # rollout step timing
+    preflight: Reading | None = None  # the launcher's gang preflight result, last read
     wandb_run_url: str | None = None  # the W&B run the run's metrics last reported
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # one status sync at a time
 
