@@ -284,7 +284,11 @@ class Gang:
         )
 
     def metrics(self) -> str:
-        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
-        with urllib.request.urlopen(url, timeout=10) as resp:
-            text: str = resp.read().decode()
-            return text
+        return read_metrics(self.metrics_port)
+
+
+def read_metrics(port: int) -> str:
+    """The hub's /metrics on this machine."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
+        text: str = resp.read().decode()
+        return text
