@@ -154,7 +154,7 @@ def test_attempt_n_reads_its_file_on_the_volume_through_the_head_pod() -> None:
     head = f"{CLUSTER}-head-x7k2q"
     assert got.argv == [
         "exec", "-n", NS, head, "-c", "ray-head", "--", "sh", "-c", ATTEMPT_SCRIPT,
-        "agentrl-logs", "/checkpoints/qwen3b-gsm8k/logs", NAME, "1", "0",
+        "agentrl-logs", "/checkpoints/qwen3b-gsm8k/logs", NAME, "1", "0", "+1",
     ]  # fmt: skip
     assert got.shown is not None and got.shown[-3:] == [
         "sh", "-c", f"cat /checkpoints/qwen3b-gsm8k/logs/{NAME}-attempt-1-*.log",
@@ -173,9 +173,11 @@ def test_attempt_n_without_a_pod_or_without_a_volume() -> None:
 # ---- the script `--attempt` runs in the head container, run here with /bin/sh ----------
 
 
-def _script(logs_dir: Path, attempt: str, follow: str = "0") -> subprocess.Popen[str]:
+def _script(
+    logs_dir: Path, attempt: str, follow: str = "0", lines: str = "+1"
+) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        ["sh", "-c", ATTEMPT_SCRIPT, "agentrl-logs", str(logs_dir), NAME, attempt, follow],
+        ["sh", "-c", ATTEMPT_SCRIPT, "agentrl-logs", str(logs_dir), NAME, attempt, follow, lines],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -237,3 +239,84 @@ def test_kubectl_gets_the_context_on_every_call() -> None:
     want = ["/usr/bin/kubectl", "--context", "lab", "get", "pods"]
     assert kubectl.command(["get", "pods"]) == want
     assert logs.Kubectl("kubectl").command(["logs", "p"]) == ["kubectl", "logs", "p"]
+
+
+# ---- --tail, --since, names and kubectl's own errors (issue 22) ---------------------------
+
+
+def test_tail_and_since_read_the_submitter_pod_through_kubectl_logs() -> None:
+    got = choose(experiment(), RAYJOB, running_pods(), attempt=None, follow=True, tail=20,
+                 since="10m")  # fmt: skip
+    assert isinstance(got, Stream) and got.argv[0] == "logs"
+    assert got.argv[-3:] == ["--follow", "--tail=20", "--since=10m"]
+
+
+def test_without_a_submitter_the_head_gives_the_tail_alone() -> None:
+    head_only = running_pods()[:2]  # head and worker; no submitter pod
+    assert len(head_only) == 2
+    got = choose(experiment(), RAYJOB, head_only, attempt=None, follow=False, tail=5)
+    assert isinstance(got, Stream) and got.argv[-4:] == [
+        "agentrl-logs", "http://127.0.0.1:8265", JOB_ID, "5",
+    ]  # fmt: skip
+    assert got.argv[-5] == logs.HEAD_TAIL_SCRIPT
+    since = choose(experiment(), RAYJOB, head_only, attempt=None, follow=False, since="1h")
+    assert isinstance(since, Nothing) and "--since needs the submitter pod's log" in since.message
+
+
+def test_attempt_tail_and_since() -> None:
+    got = choose(experiment(attempts=2), RAYJOB, running_pods(), attempt=1, follow=True, tail=3)
+    assert isinstance(got, Stream) and got.argv[-2:] == ["1", "3"]
+    assert got.shown is not None and got.shown[-1].startswith("tail -n 3 -f ")
+    since = choose(experiment(), RAYJOB, running_pods(), attempt=1, follow=False, since="1h")
+    assert isinstance(since, Nothing) and "no timestamps" in since.message
+
+
+def test_the_attempt_script_prints_the_last_lines(tmp_path: Path) -> None:
+    (tmp_path / f"{NAME}-attempt-1-20250304T050607Z.log").write_text("a\nb\nc\n")
+    assert _script(tmp_path, "1", lines="2").communicate(timeout=60) == ("b\nc\n", "")
+
+
+@pytest.mark.parametrize("argv", [["--", "--all-namespaces"], ["--", "-l=a"], ["Bad_Name"]])
+def test_a_flag_or_a_bad_name_is_no_experiment_name(
+    capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    """`-- --all-namespaces` used to reach kubectl, which listed every experiment, and the
+    CLI then crashed reading the list as one (KeyError: 'namespace')."""
+    with pytest.raises(SystemExit) as exc:
+        main(["logs", *argv])
+    assert exc.value.code == 2 and "is not an RLExperiment name" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("flag", "value"), [("--tail", "-3"), ("--since", "ten minutes")])
+def test_tail_and_since_are_checked(
+    capsys: pytest.CaptureFixture[str], flag: str, value: str
+) -> None:
+    with pytest.raises(SystemExit):
+        main(["logs", NAME, flag, value])
+    assert flag.removeprefix("--") in capsys.readouterr().err
+
+
+def _fake_kubectl(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stderr: str) -> None:
+    fake = tmp_path / "kubectl"
+    fake.write_text(f"#!/bin/sh\necho '{stderr}' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+
+
+def test_an_unknown_context_is_kubectls_error_not_a_missing_experiment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _fake_kubectl(tmp_path, monkeypatch, "error: context was not found for specified context: nope")
+    assert main(["logs", NAME, "--context", "nope"]) == 1
+    err = capsys.readouterr().err
+    assert "context was not found for specified context: nope" in err
+    assert "not found. A deleted" not in err
+
+
+def test_a_missing_experiment_is_said_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = f'Error from server (NotFound): rlexperiments.agentrl.io "{NAME}" not found'
+    _fake_kubectl(tmp_path, monkeypatch, missing)
+    assert main(["logs", NAME, "-n", NS]) == 1
+    assert f"experiment {NS}/{NAME} not found. A deleted" in capsys.readouterr().err

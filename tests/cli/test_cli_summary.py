@@ -58,7 +58,10 @@ def test_summary_gpu_layout_of_a_disaggregated_multi_node_run(
 ) -> None:
     out = _summary(capsys, EXAMPLES_DIR / "qwen3-32b-swe-4node-tp-pp.yaml")
     assert "GPU layout: 32 GPUs, disaggregated: rollout has GPUs of its own" in out
-    assert re.search(r"workers\s+4 pods x 8 nvidia.com/gpu \(.*vpc.amazonaws.com/efa 32\)", out)
+    assert re.search(r"workers\s+4 pods x 8 nvidia.com/gpu \(.*vpc.amazonaws.com/efa 32\); "
+                     r"slime's driver runs on one of them", out)  # fmt: skip
+    head = next(line for line in out.splitlines() if line.lstrip().startswith("head "))
+    assert "driver" not in head  # the head holds no GPU; the driver runs on a worker
     assert re.search(r"training\s+16 GPUs, Megatron: tensor 4 x pipeline 2 x context 1 -> "
                      r"data parallel 2", out)  # fmt: skip
     assert re.search(r"rollout\s+16 GPUs, 4 SGLang engine\(s\) x 4 GPUs", out)

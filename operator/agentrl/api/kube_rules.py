@@ -16,6 +16,7 @@ toleration next to the type errors, instead of one round of fixes at a time.
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -119,6 +120,20 @@ def name_fits(body: Mapping[str, Any]) -> Iterator[Finding]:
             f"{name!r} is not a DNS-1035 label",
             "use lower-case letters, digits and '-', starting with a letter",
         )
+
+
+def metadata_known(body: Mapping[str, Any]) -> Iterator[Finding]:
+    """`metadata` has only Kubernetes' ObjectMeta fields: the API server drops an unknown one
+    (`metadata.lables`) silently, or refuses it under strict field validation."""
+    meta = body.get("metadata")
+    if not isinstance(meta, Mapping):
+        return
+    fields = kube_schema.definition(kube_schema.OBJECT_META)["properties"]
+    for key in meta:
+        if key not in fields:
+            close = difflib.get_close_matches(str(key), list(fields), n=1)
+            hint = f"did you mean {close[0]!r}?" if close else "remove it"
+            yield err(join("metadata", str(key)), "unknown field", hint)
 
 
 def metadata_fits(body: Mapping[str, Any]) -> Iterator[Finding]:
@@ -400,4 +415,7 @@ def _annotations(base: str, annotations: Mapping[Any, Any]) -> Iterator[Finding]
 
 
 # Rules over the document as written; run whether or not the typed parse succeeded.
-DOCUMENT_RULES = (name_fits, metadata_fits, volumes, placement, service_annotations, pod_metadata)
+DOCUMENT_RULES = (
+    name_fits, metadata_known, metadata_fits, volumes, placement, service_annotations,
+    pod_metadata,
+)  # fmt: skip

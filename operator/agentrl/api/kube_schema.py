@@ -30,6 +30,7 @@ VOLUME_MOUNT: Final = "io.k8s.api.core.v1.VolumeMount"
 TOLERATION: Final = "io.k8s.api.core.v1.Toleration"
 AFFINITY: Final = "io.k8s.api.core.v1.Affinity"
 QUANTITY: Final = "io.k8s.apimachinery.pkg.api.resource.Quantity"
+OBJECT_META: Final = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"
 _INT_RANGES: Final = {"int32": (-(2**31), 2**31 - 1), "int64": (-(2**63), 2**63 - 1)}
 # Findings per object: enough to fix a paste of the wrong object without flooding the output.
 _MAX_FINDINGS: Final = 20

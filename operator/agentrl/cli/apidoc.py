@@ -304,7 +304,11 @@ files with one or more YAML documents (or JSON, or a `kind: List`), directories 
 than once. Documents of other kinds are skipped with a note. Errors and warnings go to
 stderr, each prefixed with the file (and `#N` for the Nth document of a file); stdout
 carries only the OK lines of `validate` and the objects of `render`, which renders nothing
-when any experiment is invalid.
+when any experiment is invalid. `validate -o json` prints one document instead: every
+experiment's `source`, `valid`, `namespace`/`name` and `problems` (each with `path`,
+`message`, `hint` and `severity`), with the same exit status. One input that holds the same
+namespace/name twice is refused at the second: applied together, the later would replace the
+earlier.
 
 Values mean what kubectl sends, which is not always what a YAML library reads: kubectl
 converts YAML to JSON with go-yaml v2's rules, so `1e-6` is a number, `y`, `n`, `yes`, `no`,

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shlex
 import shutil
 import subprocess
@@ -32,6 +33,7 @@ from typing import Any, TextIO
 
 from agentrl.api.constants import (
     GROUP,
+    KIND,
     LABEL_COMPONENT,
     LABEL_EXPERIMENT,
     LAUNCH_LOG_DIR,
@@ -58,11 +60,18 @@ EXPERIMENT_RESOURCE = f"{PLURAL}.{GROUP}"
 KUBELET_LOG_MAX = "10 MiB"  # kubelet's default containerLogMaxSize
 # Reads one attempt's file on the volume (positional args; nothing is interpolated).
 ATTEMPT_SCRIPT = (
-    'dir=$1 name=$2 n=$3 follow=$4; for f in "$dir/$name-attempt-$n-"*.log; do '
+    'dir=$1 name=$2 n=$3 follow=$4 lines=${5:-+1}; for f in "$dir/$name-attempt-$n-"*.log; do '
     'if [ ! -e "$f" ]; then echo "agentrl logs: $dir holds no log file of attempt $n; '
     'it holds:" >&2; ls "$dir" 2>/dev/null | grep -- "^$name-attempt-" >&2; exit 3; fi; '
-    'if [ "$follow" = 1 ]; then exec tail -n +1 -f "$f"; fi; exec cat "$f"; done'
+    'if [ "$follow" = 1 ]; then exec tail -n "$lines" -f "$f"; fi; '
+    'exec tail -n "$lines" "$f"; done'
 )
+# `ray job logs` has no --tail; the last lines of its output, in the head container.
+HEAD_TAIL_SCRIPT = 'ray job logs --address "$1" "$2" | tail -n "$3"'
+# An RLExperiment name (a DNS-1035 label): anything else is not one, e.g. a kubectl flag.
+NAME = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
+# kubectl's --since: a Go duration (5s, 2m, 1h30m).
+DURATION = re.compile(r"^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$")
 
 
 @dataclass(frozen=True)
@@ -92,7 +101,7 @@ def add_parser(sub: Any) -> None:
             "submitter pod; --attempt N reads attempt N's file on the checkpoint volume."
         ),
     )
-    mark(p.add_argument("name", help="RLExperiment name"), "experiment")
+    mark(p.add_argument("name", type=_experiment_name, help="RLExperiment name"), "experiment")
     mark(
         p.add_argument("-n", "--namespace", help="namespace (default: the context's)"), "namespace"
     )
@@ -103,8 +112,46 @@ def add_parser(sub: Any) -> None:
         metavar="N",
         help="attempt N's log file on the checkpoint volume (status.attempts counts them)",
     )
+    p.add_argument(
+        "--tail",
+        type=_lines,
+        metavar="N",
+        help="only the last N lines (as kubectl logs --tail)",
+    )
+    p.add_argument(
+        "--since",
+        type=_duration,
+        metavar="DURATION",
+        help="only lines newer than DURATION, e.g. 10m or 2h (as kubectl logs --since; "
+        "from the submitter pod, whose log has kubelet's timestamps)",
+    )
     mark(p.add_argument("--context", help="kubeconfig context to use"), "context")
     p.set_defaults(func=cmd_logs)
+
+
+def _experiment_name(text: str) -> str:
+    if not NAME.match(text):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not an RLExperiment name (lower-case letters, digits and '-', "
+            "starting with a letter); agentrl logs passes no flags to kubectl"
+        )
+    return text
+
+
+def _lines(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be a whole number from 0 on, not {text!r}")
+    return value
+
+
+def _duration(text: str) -> str:
+    if not DURATION.match(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a duration like 30s, 10m or 1h30m")
+    return text
 
 
 def _positive(text: str) -> int:
@@ -121,16 +168,35 @@ def _positive(text: str) -> int:
 
 
 def choose(
-    exp: Obj, rayjob: Obj | None, pods: Sequence[Obj], attempt: int | None, follow: bool
+    exp: Obj,
+    rayjob: Obj | None,
+    pods: Sequence[Obj],
+    attempt: int | None,
+    follow: bool,
+    *,
+    tail: int | None = None,
+    since: str | None = None,
 ) -> Stream | Nothing:
+    """Where to read and with which kubectl command. With `tail` or `since` the submitter
+    pod is preferred: kubelet keeps its log with timestamps, and kubectl cuts it."""
     meta, spec, status = exp["metadata"], exp.get("spec") or {}, exp.get("status") or {}
     name, ns = meta["name"], meta["namespace"]
     ckpt = (spec.get("checkpoint") or {}).get("path")
     head = head_pod(status, pods)
     if attempt is not None:
-        return _attempt(exp, ckpt, head, attempt, follow)
+        if since is not None:
+            return Nothing("--since: the attempt files carry no timestamps; use --tail N")
+        return _attempt(exp, ckpt, head, attempt, follow, tail=tail)
     job_id = ((rayjob or {}).get("status") or {}).get("jobId")
-    if head is not None and job_id:
+    window = tail is not None or since is not None
+    if (
+        head is not None
+        and job_id
+        and window
+        and submitter_pod(status.get("rayJobName") or name, pods)[0] is None
+    ):
+        return _head_tail(ns, name, head, job_id, follow=follow, tail=tail, since=since)
+    if head is not None and job_id and not window:
         address = f"http://127.0.0.1:{RAY_DASHBOARD_PORT}"
         cmd = ["ray", "job", "logs", "--address", address, *(["--follow"] if follow else [])]
         return Stream(
@@ -155,11 +221,34 @@ def choose(
                 "-c",
                 SUBMITTER_CONTAINER,
                 *(["--follow"] if follow else []),
+                *([f"--tail={tail}"] if tail is not None else []),
+                *([f"--since={since}"] if since is not None else []),
             ],
             f"{ns}/{name}: driver output from KubeRay's submitter pod {submitter} (kubelet keeps "
             f"the newest {KUBELET_LOG_MAX} of it; {kept})",
         )
     return Nothing(_nothing_left(exp, head is not None, waiting))
+
+
+def _head_tail(
+    ns: str, name: str, head: str, job_id: str, *, follow: bool, tail: int | None,
+    since: str | None,
+) -> Stream | Nothing:  # fmt: skip
+    """The last lines of Ray's job log in the head pod (no submitter pod is left to cut)."""
+    if since is not None or follow:
+        flag = "--since" if since is not None else "--tail with --follow"
+        return Nothing(
+            f"{ns}/{name}: {flag} needs the submitter pod's log (kubelet's timestamps and "
+            "stream), and none is left; the head pod's Ray job log can give --tail N alone"
+        )
+    address = f"http://127.0.0.1:{RAY_DASHBOARD_PORT}"
+    exec_in_head = ["exec", "-n", ns, head, "-c", HEAD_CONTAINER, "--"]
+    return Stream(
+        [*exec_in_head, "sh", "-c", HEAD_TAIL_SCRIPT, "agentrl-logs", address, job_id, str(tail)],
+        f"{ns}/{name}: the last {tail} lines of Ray job {job_id}'s driver output, from head pod "
+        f"{head}",
+        shown=[*exec_in_head, "sh", "-c", f"ray job logs {job_id} | tail -n {tail}"],
+    )
 
 
 def head_pod(status: Obj, pods: Sequence[Obj]) -> str | None:
@@ -188,7 +277,7 @@ def submitter_pod(rayjob_name: str, pods: Sequence[Obj]) -> tuple[str | None, st
 
 
 def _attempt(
-    exp: Obj, ckpt: str | None, head: str | None, n: int, follow: bool
+    exp: Obj, ckpt: str | None, head: str | None, n: int, follow: bool, *, tail: int | None = None
 ) -> Stream | Nothing:
     name, ns = exp["metadata"]["name"], exp["metadata"]["namespace"]
     if not ckpt:
@@ -205,9 +294,10 @@ def _attempt(
     directory = f"{ckpt.rstrip('/')}/{LAUNCH_LOG_DIR}"
     script = ["sh", "-c", ATTEMPT_SCRIPT, "agentrl-logs", directory, name, str(n)]
     exec_in_head = ["exec", "-n", ns, head, "-c", HEAD_CONTAINER, "--"]
-    reader = "tail -n +1 -f" if follow else "cat"
+    lines = "+1" if tail is None else str(tail)
+    reader = f"tail -n {lines}" + (" -f" if follow else "") if tail or follow else "cat"
     return Stream(
-        [*exec_in_head, *script, "1" if follow else "0"],
+        [*exec_in_head, *script, "1" if follow else "0", lines],
         f"{ns}/{name}: attempt {n}'s log file {_volume_files(exp, n)}, read through head pod "
         f"{head}",
         shown=[*exec_in_head, "sh", "-c", f"{reader} {_volume_files(exp, n)}"],
@@ -332,6 +422,9 @@ def cmd_logs(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     except KubectlError as e:
         print(_experiment_error(args, str(e)), file=err)
         return 1
+    if not isinstance(exp, Mapping) or exp.get("kind") != KIND or "metadata" not in exp:
+        print(f"error: kubectl get rlx {args.name} did not return one RLExperiment", file=err)
+        return 1
     ns = exp["metadata"]["namespace"]
     try:
         pods = kubectl.get("pods", "-n", ns, "-l", f"{LABEL_EXPERIMENT}={args.name}")["items"]
@@ -343,7 +436,7 @@ def cmd_logs(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         rayjob = kubectl.get(RAYJOB_RESOURCE, rayjob_name, "-n", ns)
     except KubectlError:
         rayjob = None  # deleted, or not readable: the submitter pod and the volume remain
-    choice = choose(exp, rayjob, pods, args.attempt, args.follow)
+    choice = choose(exp, rayjob, pods, args.attempt, args.follow, tail=args.tail, since=args.since)
     if isinstance(choice, Nothing):
         print(choice.message, file=err)
         return 1
@@ -358,12 +451,14 @@ def cmd_logs(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 def _experiment_error(args: argparse.Namespace, message: str) -> str:
     where = f"{args.namespace}/" if args.namespace else ""
-    if "NotFound" in message or "not found" in message:
-        if "the server doesn't have a resource type" in message:
-            return (
-                f"error: this cluster has no RLExperiment resource ({message}); install the "
-                "agentrl chart, or pick another --context"
-            )
+    if "the server doesn't have a resource type" in message:
+        return (
+            f"error: this cluster has no RLExperiment resource ({message}); install the "
+            "agentrl chart, or pick another --context"
+        )
+    # Only the API server's own answer means the experiment is missing; kubectl's errors
+    # (an unknown --context, no kubeconfig, an unreachable server) pass through as they are.
+    if "(NotFound)" in message:
         return (
             f"error: experiment {where}{args.name} not found. A deleted experiment takes its "
             "RayJob, pods and their logs with it; each launch's output stays on its "

@@ -15,6 +15,7 @@ put in the pods) and `validate` warns (the cluster's operator may have a default
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import shlex
@@ -64,8 +65,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def cmd_validate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    code = EXIT_OK
     image = DefaultImage(args.image or None, missing="warning")
+    if args.output == "json":
+        notes = io.StringIO()
+        parsed = _parse(args, notes, image)
+        out.write(json.dumps(_report(args, parsed, notes.getvalue()), indent=2) + "\n")
+        return EXIT_OK if all(exp is not None for _, exp, _ in parsed) else EXIT_INVALID
+    code = EXIT_OK
     for source, exp, problems in _parse(args, err, image):
         for problem in problems:
             print(f"{source}: {problem}", file=err)
@@ -81,6 +87,26 @@ def cmd_validate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             file=out,
         )
     return code
+
+
+def _report(args: argparse.Namespace, parsed: Parsed, notes: str) -> dict[str, Any]:
+    """`validate -o json`: one document of every experiment's problems, for tools."""
+    documents = []
+    for source, exp, problems in parsed:
+        entry: dict[str, Any] = {"source": source, "valid": exp is not None}
+        if exp is not None:
+            entry.update(namespace=exp.metadata.namespace, name=exp.metadata.name)
+        entry["problems"] = [
+            {"path": p.path, "message": p.message, "hint": p.hint, "severity": p.severity}
+            for p in problems
+        ]
+        documents.append(entry)
+    return {
+        "valid": all(d["valid"] for d in documents),
+        "policy": _policy_name(args),
+        "documents": documents,
+        "notes": notes.splitlines(),  # skipped documents, policy warnings
+    }
 
 
 def cmd_render(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -179,7 +205,29 @@ def _parse(args: argparse.Namespace, err: TextIO, image: DefaultImage) -> Parsed
         parsed.append((doc.source, *_parse_one(doc, policy, image)))
     if not parsed:
         raise LoadError(f"{', '.join(args.file)}: no RLExperiment found")
-    return parsed
+    return _once_each(parsed)
+
+
+def _once_each(parsed: Parsed) -> Parsed:
+    """The same namespace/name twice in one input is one object to kubectl: the later
+    document would replace the earlier one, so both cannot be what the user means."""
+    first: dict[tuple[str, str], str] = {}
+    out: Parsed = []
+    for source, exp, problems in parsed:
+        if exp is not None:
+            key = (exp.metadata.namespace, exp.metadata.name)
+            if key in first:
+                problem = Problem(
+                    "metadata.name",
+                    f"RLExperiment {key[0]}/{key[1]} is also defined in {first[key]}: applied "
+                    "together, the later document replaces the earlier one",
+                    "rename one of them, or keep one",
+                )
+                out.append((source, None, [*problems, problem]))
+                continue
+            first[key] = source
+        out.append((source, exp, problems))
+    return out
 
 
 def _parse_one(
@@ -272,6 +320,14 @@ def _parser() -> argparse.ArgumentParser:
     _file_arg(validate)
     _image_arg(validate)
     _policy_arg(validate)
+    validate.add_argument(
+        "-o",
+        "--output",
+        choices=("text", "json"),
+        default="text",
+        help="json: one document on stdout with every problem (path, message, hint, severity) "
+        "of every experiment; the exit status is the same",
+    )
     validate.set_defaults(func=cmd_validate)
 
     crd = sub.add_parser("crd", help="print the RLExperiment CustomResourceDefinition")

@@ -50,10 +50,11 @@ def gpu_layout(exp: RLExperiment) -> list[str]:
     engines = res.engine_gpus // res.rollout_gpus_per_engine
     pods = "pod" if res.nodes == 1 else "pods"
     rows = [
-        ["head", f"1 pod, CPU only (cpu {head.cpu}, memory {head.memory}): slime's driver, "
-         "the gateway, metrics"],
+        ["head", f"1 pod, CPU only (cpu {head.cpu}, memory {head.memory}): the gateway, "
+         "metrics, Ray's head"],
         ["workers", f"{res.nodes} {pods} x {res.gpus_per_node} {res.gpu_resource_name} (cpu "
-         f"{res.cpu}, memory {res.memory}, /dev/shm {res.shm_size}{extra})"],
+         f"{res.cpu}, memory {res.memory}, /dev/shm {res.shm_size}{extra}); slime's driver "
+         "runs on one of them"],
         ["training", f"{res.actor_gpus} GPUs, Megatron: tensor {par.tensor} x pipeline "
          f"{par.pipeline} x context {par.context} -> data parallel {data_parallel}"],
         ["rollout", f"{res.engine_gpus} GPUs, {engines} SGLang engine(s) x "
