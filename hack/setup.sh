@@ -20,7 +20,8 @@ fi
 stamp="$VENV/.agentrl-deps-$(sha256sum "$ROOT/pyproject.toml" | cut -c1-16)"
 if [[ ! -f "$stamp" ]]; then
   log "installing Python dependencies (dev extras)"
-  # torch is not needed; the CPU Ray and the rest come from PyPI.
+  # The CPU Ray and the rest come from PyPI; torch is the CPU build pinned in the dev extras
+  # (the gang preflight tests run torch.distributed with gloo on CPU tensors).
   "$VENV/bin/pip" install -q -e "$ROOT[dev]"
   rm -f "$VENV"/.agentrl-deps-*; touch "$stamp"
 fi

@@ -159,6 +159,21 @@ CASES: list[tuple[str, dict[str, Any], str]] = [
     ("head shm over head memory", spec(resources={"head": {"memory": "4Gi"}}),
      "spec.resources.head.shmSize"),
     ("quantity with a doubled suffix", spec(resources={"cpu": "5Kii"}), "spec.resources.cpu"),
+    # --- the launcher's gang preflight
+    ("preflight timeout below the floor", spec(runtime={"preflight": {"timeoutSeconds": 1}}),
+     "spec.runtime.preflight.timeoutSeconds"),
+    ("preflight bandwidth of zero", spec(runtime={"preflight": {"minBusBandwidthGBps": 0}}),
+     "spec.runtime.preflight.minBusBandwidthGBps"),
+    ("preflight bandwidth in Gbps spelling",
+     spec(runtime={"preflight": {"minBusBandwidthGbps": 40}}),
+     "spec.runtime.preflight.minBusBandwidthGbps"),
+    ("preflight action unknown", spec(runtime={"preflight": {"onLowBandwidth": "abort"}}),
+     "spec.runtime.preflight.onLowBandwidth"),
+    ("preflight timeout as a string", spec(runtime={"preflight": {"timeoutSeconds": "60"}}),
+     "spec.runtime.preflight.timeoutSeconds"),
+    ("agentrl's pod name env set by hand",
+     spec(runtime={"env": [{"name": "AGENTRL_POD_NAME", "value": "x"}]}),
+     "spec.runtime.env[0].name"),
     # --- Kubernetes objects passed through (the API server would prune typos silently)
     ("volume source misspelt",
      spec(runtime={"volumes": [{"name": "m", "persistentVolumeClam": {"claimName": "m"}}]}),
@@ -198,3 +213,26 @@ def test_rejected_with_exact_path(case: str, body: dict[str, Any], path: str) ->
     found = errors(problems)
     assert [p.path for p in found] == [path], found  # one mistake, one problem, right field
     assert all(p.message for p in found)
+
+
+@pytest.mark.parametrize(
+    ("preflight", "path"),
+    [
+        ({"gang": False, "minBusBandwidthGBps": 40}, "spec.runtime.preflight.minBusBandwidthGBps"),
+        ({"onLowBandwidth": "fail"}, "spec.runtime.preflight.onLowBandwidth"),
+    ],
+)
+def test_preflight_settings_nothing_uses_are_warned_about(
+    preflight: dict[str, Any], path: str
+) -> None:
+    exp, problems = parse_experiment(spec(runtime={"preflight": preflight}))
+    assert exp is not None and errors(problems) == []
+    assert [p.path for p in problems if p.path.startswith("spec.runtime.preflight")] == [path]
+
+
+def test_a_preflight_bandwidth_floor_in_whole_gbps_is_accepted() -> None:
+    # YAML writes 40, not 40.0: strict typing still takes an integer for a number.
+    body = spec(runtime={"preflight": {"minBusBandwidthGBps": 40, "onLowBandwidth": "fail"}})
+    exp, problems = parse_experiment(body)
+    assert exp is not None and problems == []
+    assert exp.spec.runtime.preflight.min_bus_bandwidth_gbps == 40

@@ -8,9 +8,11 @@ from typing import Any
 
 import aiohttp.web
 import pytest
+from prometheus_client import generate_latest
 from tests.conftest import minimal_body
 
 from agentrl.api.constants import LABEL_EXPERIMENT, ConditionType
+from agentrl.bundle.hub import Hub
 from agentrl.controller import conditions
 from agentrl.controller.config import OperatorConfig
 from agentrl.controller.status import parse_time
@@ -355,6 +357,40 @@ async def test_progress_scrape(
     assert status_of(api)["progress"]["rolloutText"] == "6/10"
 
 
+def hub_metrics(passed: bool, reason: str, message: str) -> str:
+    """What the hub's /metrics serves once the launcher published its preflight result."""
+    hub = Hub(None, "127.0.0.1", 0)
+    hub.publish_preflight(passed, reason, message)
+    return generate_latest(hub.metrics.registry).decode()
+
+
+def preflight_of(api: Api) -> dict[str, Any] | None:
+    return conditions.get(status_of(api), ConditionType.PREFLIGHT)
+
+
+async def test_the_gang_preflight_result_becomes_the_preflight_condition(
+    api: Api, operator: OperatorRun, metrics_server: tuple[MetricsServer, int]
+) -> None:
+    server, _ = metrics_server
+    problem = (
+        "pod rlx-gpu-worker-2 on node ip-10-0-1-7: Shm: /dev/shm holds 64.0 MiB, "
+        "spec.resources.shmSize asks for 64Gi (64.0 GiB) (and 1 more problem)"
+    )
+    server.text = hub_metrics(False, "Shm", problem)
+    await created(api)
+    await api.patch(RAYJOBS, NS, "demo", {"status": {"jobDeploymentStatus": "Running"}}, "status")
+    cond = await wait_for(lambda: preflight_of(api), what="the Preflight condition")
+    assert (cond["status"], cond["reason"], cond["message"]) == ("False", "Shm", problem)
+    await wait_for(lambda: "PreflightFailed" in api.reasons("demo"), what="its event")
+    # A retry's launcher passes: the condition turns True with what it measured.
+    passed = "4 GPU workers, 32 GPUs checked in 41.0 s; nccl all-reduce busbw 310.20 GB/s"
+    server.text = hub_metrics(True, "Passed", passed)
+    cond = await wait_for(
+        lambda: (c := preflight_of(api)) and c["status"] == "True" and c, what="Preflight True"
+    )
+    assert (cond["reason"], cond["message"]) == ("Passed", passed)
+
+
 async def test_step_time_and_eta_on_a_fake_clock(
     api: Api, operator: OperatorRun, metrics_server: tuple[MetricsServer, int], clock: FakeClock
 ) -> None:
@@ -406,7 +442,9 @@ async def test_phase_and_ray_dashboard_series_follow_the_experiment(
     phases = await wait_for(lambda: _sample(operator, "agentrl_experiment_phase"))
     assert phases == [{"experiment_namespace": NS, "experiment": "demo", "phase": "Running"}]
     links = await wait_for(lambda: _sample(operator, "agentrl_experiment_info"))
-    assert links == [{"experiment_namespace": NS, "experiment": "demo", "ray_dashboard_url": url}]
+    assert links == [
+        {"experiment_namespace": NS, "experiment": "demo", "ray_dashboard_url": f"http://{url}"}
+    ]
     await api.delete(EXP, NS, "demo")
     await wait_for(lambda: not _sample(operator, "agentrl_experiment_info"), what="link removed")
     assert _sample(operator, "agentrl_experiment_phase") == []

@@ -17,10 +17,14 @@ from hypothesis import strategies as st
 from agentrl.api.constants import GATEWAY_PORT_NAME, METRICS_PORT, METRICS_PORT_NAME
 from agentrl.api.models import RLExperiment
 from agentrl.api.policy import Policy
-from agentrl.api.security import BASELINE_CAPABILITIES, RDMA_RESOURCES, worker_capabilities
+from agentrl.api.security import (
+    BASELINE_CAPABILITIES,
+    INTERCONNECT_ENV,
+    RDMA_RESOURCES,
+    worker_capabilities,
+)
 from agentrl.api.validation import errors, parse_experiment
 from agentrl.render import Children, OperatorDefaults, render_all
-from agentrl.render.pods import INTERCONNECT_ENV
 from conftest import TEST_IMAGE, minimal_body
 from kube_checks import pod_templates
 

@@ -38,6 +38,10 @@ HEAD_RAY_RESOURCE: Final = "agentrl_head"
 # Ray logical resource that every GPU worker pod advertises and the RayJob's entrypoint
 # asks for, so slime's driver (which needs a CUDA device) runs on a GPU worker.
 DRIVER_RAY_RESOURCE: Final = "agentrl_driver"
+# Keeps Ray from hiding a zero-GPU process's GPUs (older releases blank CUDA_VISIBLE_DEVICES
+# for it): the RayJob's runtime env sets it for slime's driver (render/rayjob.py says why),
+# and the gang preflight for its ranks.
+RAY_NOSET_CUDA_VISIBLE_DEVICES: Final = "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES"
 
 # spec.startupDeadlineSeconds when unset: an hour from the start of each attempt (or resume)
 # until the run is Running and Ray has its job. Long enough for GPU nodes to be provisioned and
@@ -45,6 +49,25 @@ DRIVER_RAY_RESOURCE: Final = "agentrl_driver"
 # GPUs through the night. Past it the experiment is Stalled (and alerts) and KubeRay fails
 # the attempt (its preRunningDeadlineSeconds).
 DEFAULT_STARTUP_DEADLINE_SECONDS: Final = 3600
+
+# spec.runtime.preflight: the launcher's gang preflight (docs/launcher.md). Its default
+# budget covers NCCL's communicator set-up for the whole gang and one round of node pairs per
+# node, on a few dozen nodes; the bounds keep a typo from holding the gang for hours.
+PREFLIGHT_TIMEOUT_SECONDS: Final = 300
+PREFLIGHT_TIMEOUT_MIN_SECONDS: Final = 10
+PREFLIGHT_TIMEOUT_MAX_SECONDS: Final = 3600
+# Above any interconnect's all-reduce bus bandwidth today (NVLink 5 is ~900 GB/s a GPU): a
+# larger minBusBandwidthGBps could never be met.
+PREFLIGHT_BUS_BANDWIDTH_MAX_GBPS: Final = 10000
+# How long a launcher whose checks failed waits for the experiment's /metrics to be read
+# once (the operator scrapes Running experiments every AGENTRL_SWEEP_INTERVAL, 30 s by
+# default) before it exits, so the Preflight condition shows the problem.
+PREFLIGHT_REPORT_WAIT_SECONDS: Final = 90
+# The pod and Kubernetes node a GPU worker runs on, from the downward API: the gang
+# preflight names them in every problem.
+ENV_POD_NAME: Final = "AGENTRL_POD_NAME"
+ENV_NODE_NAME: Final = "AGENTRL_NODE_NAME"
+METRIC_PREFLIGHT_INFO: Final = "agentrl_preflight_info"
 
 # Ports on the head pod.
 GATEWAY_PORT_DEFAULT: Final = 9090
@@ -142,6 +165,7 @@ class ConditionType(StrEnum):
     CONFIG_WARNING = "ConfigWarning"
     CHILD_REJECTED = "ChildRejected"
     KUBERAY_INCOMPATIBLE = "KubeRayIncompatible"
+    PREFLIGHT = "Preflight"
 
 
 # Kubernetes' documented scalability limit: clusters of at most 5,000 nodes

@@ -32,6 +32,10 @@ from agentrl.api.constants import (
     GATEWAY_PORT_DEFAULT,
     IMAGE_CUDA_HOME,
     MAX_GPU_NODES,
+    PREFLIGHT_BUS_BANDWIDTH_MAX_GBPS,
+    PREFLIGHT_TIMEOUT_MAX_SECONDS,
+    PREFLIGHT_TIMEOUT_MIN_SECONDS,
+    PREFLIGHT_TIMEOUT_SECONDS,
 )
 from agentrl.api.formats import (
     ABSOLUTE_PATH,
@@ -569,6 +573,26 @@ class ExtraCode(Model):
     """ConfigMap name; its keys become files under `/opt/agentrl/extra/<index>`."""
 
 
+class PreflightSpec(Model):
+    """The launcher's gang preflight before slime starts (docs/launcher.md)."""
+
+    gang: bool = True
+    """Check every GPU worker (GPU count and health, /dev/shm, the CUDA pin, the interconnect)
+    and run one NCCL all-reduce over the gang before slime starts; a problem stops the run."""
+    timeout_seconds: Annotated[
+        int, Field(ge=PREFLIGHT_TIMEOUT_MIN_SECONDS, le=PREFLIGHT_TIMEOUT_MAX_SECONDS)
+    ] = PREFLIGHT_TIMEOUT_SECONDS
+    """Seconds the whole gang preflight may take; ranks that have not joined by then are
+    named."""
+    min_bus_bandwidth_gbps: (
+        Annotated[float, Field(gt=0, le=PREFLIGHT_BUS_BANDWIDTH_MAX_GBPS)] | None
+    ) = Field(default=None, alias="minBusBandwidthGBps")  # GB/s, as nccl-tests writes it
+    """Lowest all-reduce bus bandwidth (GB/s, nccl-tests' busbw) accepted between any two
+    nodes, or within the node of a one-node run; unset: measured and reported only."""
+    on_low_bandwidth: Literal["warn", "fail"] = "warn"
+    """What a node pair below `minBusBandwidthGBps` does: a warning, or stop the run."""
+
+
 class RuntimeSpec(Model):
     image: ImageRef | None = Field(
         default=None, description="defaults to the operator's pinned image"
@@ -599,6 +623,8 @@ class RuntimeSpec(Model):
     pod_annotations: dict[str, Text] = Field(default_factory=dict, max_length=64)
     """Annotations on every pod; they override agentrl's own (e.g.
     `karpenter.sh/do-not-disrupt: "false"` for a run that may be interrupted)."""
+    preflight: PreflightSpec = Field(default_factory=PreflightSpec)
+    """The launcher's gang preflight before slime starts."""
 
 
 # ---- checkpoint, tracking, scheduling ----------------------------------------------

@@ -20,6 +20,8 @@ from agentrl.api.bounds import MAX_OBJECT_BYTES, join
 from agentrl.api.constants import (
     CONFIGMAP_MAX_BYTES,
     ENV_CONFIG_PATH,
+    ENV_NODE_NAME,
+    ENV_POD_NAME,
     METRICS_PORT,
     RAY_PORTS,
 )
@@ -42,7 +44,15 @@ RAY_PORT_NUMBERS = frozenset(port for _, port in RAY_PORTS)
 DIGEST_PINNED = re.compile(r"^[^@\s]+@sha256:[0-9a-f]{64}$")
 # Env vars the renderer sets in every container; a user value would silently fight them.
 RESERVED_ENV = frozenset(
-    {"PYTHONPATH", "CUDA_HOME", "LD_LIBRARY_PATH", ENV_CONFIG_PATH, "NVIDIA_VISIBLE_DEVICES"}
+    {
+        "PYTHONPATH",
+        "CUDA_HOME",
+        "LD_LIBRARY_PATH",
+        ENV_CONFIG_PATH,
+        "NVIDIA_VISIBLE_DEVICES",
+        ENV_POD_NAME,
+        ENV_NODE_NAME,
+    }
 )
 
 R = "resources"
@@ -474,7 +484,7 @@ def gateway_service(exp: RLExperiment) -> Iterator[Finding]:
 
 def env_vars(exp: RLExperiment) -> Iterator[Finding]:
     """Env names are unique and not ones agentrl sets (CUDA_HOME, LD_LIBRARY_PATH, PYTHONPATH,
-    AGENTRL_CONFIG, secret env).
+    AGENTRL_CONFIG, AGENTRL_POD_NAME, AGENTRL_NODE_NAME, secret env).
     """
     for i, name in repeats([e.name for e in exp.spec.runtime.env]):
         yield err(f"spec.runtime.env[{i}].name", f"{name} is set twice", "keep one")
@@ -524,6 +534,25 @@ def _reserved_env_hint(name: str) -> str:
     if name == "NVIDIA_VISIBLE_DEVICES":
         return "remove it: the device plugin sets it on GPU workers, agentrl hides GPUs on the head"
     return "remove it"
+
+
+def preflight(exp: RLExperiment) -> Iterator[Finding]:
+    """Warning: `runtime.preflight.minBusBandwidthGBps` or `onLowBandwidth: fail` set where
+    nothing uses them (`gang: false`, or `fail` without a minimum to compare with)."""
+    pre = exp.spec.runtime.preflight
+    path = "spec.runtime.preflight"
+    if not pre.gang and pre.min_bus_bandwidth_gbps is not None:
+        yield warn(
+            f"{path}.minBusBandwidthGBps",
+            "is ignored: gang is false, so no all-reduce measures the bandwidth",
+            "set gang: true, or remove minBusBandwidthGBps",
+        )
+    elif pre.on_low_bandwidth == "fail" and pre.min_bus_bandwidth_gbps is None:
+        yield warn(
+            f"{path}.onLowBandwidth",
+            "fail has no effect without minBusBandwidthGBps (the bandwidth is only reported)",
+            "set minBusBandwidthGBps (docs/launcher.md lists typical figures)",
+        )
 
 
 def extra_code(exp: RLExperiment) -> Iterator[Finding]:
@@ -641,6 +670,7 @@ ALL_RULES: tuple[Rule, ...] = (
     eval_sets,
     gateway_service,
     env_vars,
+    preflight,
     extra_code,
     extra_resources,
     secrets_in_plain_text,

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from agentrl.api.findings import Finding, Rule, err, warn
@@ -39,6 +39,19 @@ BASELINE_CAPABILITIES = frozenset(
 # Extended resources that are RDMA NICs (a name ending in "/" is a prefix).
 RDMA_RESOURCES = ("vpc.amazonaws.com/efa", "rdma/")
 
+# The env the interconnect behind an RDMA device resource needs (NCCL over libfabric on EFA;
+# NCCL's own IB transport on RDMA devices): the render sets it in every Ray container (a
+# user env var of the same name wins) and the launcher's gang preflight checks it on every
+# GPU worker. The keys are RDMA_RESOURCES (a test keeps them equal).
+INTERCONNECT_ENV: dict[str, dict[str, str]] = {
+    RDMA_RESOURCES[0]: {
+        "FI_PROVIDER": "efa",
+        "FI_EFA_USE_DEVICE_RDMA": "1",
+        "FI_EFA_FORK_SAFE": "1",
+    },
+    RDMA_RESOURCES[1]: {"NCCL_IB_DISABLE": "0"},
+}
+
 # Env vars that turn on PyTorch's expandable segments, for the whole process or (slime's own
 # switch, read by its train actors) for Megatron only.
 ALLOC_CONF_ENV = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
@@ -46,11 +59,30 @@ SLIME_EXPANDABLE_ENV = "SLIME_ENABLE_EXPANDABLE_SEGMENTS"
 _EXPANDABLE_ON = re.compile(r"(^|,)\s*expandable_segments\s*:\s*true\s*(,|$)", re.IGNORECASE)
 
 
-def is_rdma(resource: str) -> bool:
-    return any(
-        resource == prefix or (prefix.endswith("/") and resource.startswith(prefix))
-        for prefix in RDMA_RESOURCES
+def rdma_prefix(resource: str) -> str | None:
+    """The RDMA_RESOURCES entry `resource` falls under, or None."""
+    return next(
+        (
+            prefix
+            for prefix in RDMA_RESOURCES
+            if resource == prefix or (prefix.endswith("/") and resource.startswith(prefix))
+        ),
+        None,
     )
+
+
+def is_rdma(resource: str) -> bool:
+    return rdma_prefix(resource) is not None
+
+
+def interconnect_env(extra_resources: Iterable[str]) -> dict[str, str]:
+    """The env NCCL needs for the RDMA devices among `extra_resources`."""
+    env: dict[str, str] = {}
+    for resource in sorted(extra_resources):
+        prefix = rdma_prefix(resource)
+        if prefix is not None:
+            env.update(INTERCONNECT_ENV[prefix])
+    return env
 
 
 @dataclass(frozen=True)

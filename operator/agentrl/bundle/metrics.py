@@ -14,6 +14,7 @@ from agentrl.api.constants import (
     METRIC_BATCH_REWARD_MEAN,
     METRIC_EPISODES_TOTAL,
     METRIC_FAILED_SESSIONS_TOTAL,
+    METRIC_PREFLIGHT_INFO,
     METRIC_ROLLOUT_STEP,
 )
 
@@ -38,6 +39,13 @@ class BundleMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
         r = self.registry
+        self.preflight = Gauge(
+            METRIC_PREFLIGHT_INFO,
+            "The launcher's gang preflight: 1 with its result (passed or failed), the check "
+            "that failed first (Passed when none) and the one-line message.",
+            ["result", "reason", "message"],
+            registry=r,
+        )
         self.rollout_step = Gauge(
             METRIC_ROLLOUT_STEP, "Last rollout step slime asked for.", registry=r
         )

@@ -27,7 +27,8 @@ WARNING_CONDITIONS: dict[str, str | None] = {
 
 
 # Conditions whose being True is a problem (agentrl_experiment_condition exports them); Valid
-# is one when False. Running, Suspended, Succeeded and RayJobCreated are the normal course.
+# and Preflight are one when False. Running, Suspended, Succeeded and RayJobCreated are the
+# normal course.
 PROBLEM_CONDITIONS = frozenset(
     {*WARNING_CONDITIONS, ConditionType.FAILED, ConditionType.CONFIG_WARNING}
 )
@@ -106,6 +107,17 @@ def events_between(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Event
         )
     ):
         events.append(Event("Warning", "InvalidSpec", valid_new.get("message", "")))
+    pre_old, pre_new = get(old, ConditionType.PREFLIGHT), get(new, ConditionType.PREFLIGHT)
+    if (
+        pre_new
+        and pre_new["status"] == "False"
+        and (
+            pre_old is None
+            or pre_old.get("status") != "False"
+            or pre_old.get("message") != pre_new.get("message")
+        )
+    ):
+        events.append(Event("Warning", "PreflightFailed", pre_new.get("message", "")))
     for ctype, reason in WARNING_CONDITIONS.items():
         cond = get(new, ctype)
         was = get(old, ctype)
@@ -142,7 +154,7 @@ def problems(status: Mapping[str, Any]) -> frozenset[tuple[str, str]]:
     for cond in status.get("conditions") or ():
         ctype, value = cond.get("type"), cond.get("status")
         if (ctype in PROBLEM_CONDITIONS and value == "True") or (
-            ctype == ConditionType.VALID and value == "False"
+            ctype in (ConditionType.VALID, ConditionType.PREFLIGHT) and value == "False"
         ):
             found.add((str(ctype), str(cond.get("reason") or "")))
     return frozenset(found)

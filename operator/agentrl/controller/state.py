@@ -18,6 +18,7 @@ from typing import Any
 from agentrl.api.constants import Phase
 from agentrl.api.models import startup_deadline
 from agentrl.controller import conditions, status
+from agentrl.controller.preflight import Reading
 from agentrl.controller.progress import Pace
 
 Key = tuple[str, str]  # (namespace, name)
@@ -43,6 +44,7 @@ class Experiment:
     # pod -> (reason, message), in the order the pods were found stuck (the first speaks)
     stuck: dict[str, tuple[str, str]] = field(default_factory=dict)
     creating: dict[str, str] = field(default_factory=dict)  # pod -> when it began creating
+    pods: dict[str, str] = field(default_factory=dict)  # pod -> component (metrics' pod map)
     written: Obj | None = None  # the status this process last wrote
     counted: str | None = None  # the phase agentrl_experiments counts it under
     linked: str | None = None  # the Ray dashboard address agentrl_experiment_info carries
@@ -56,6 +58,7 @@ class Experiment:
     scrape: dict[str, float] | None = None  # the previous progress reading, raw
     progress: dict[str, Any] | None = None  # status.progress values from the last reading
     pace: Pace | None = None  # rollout step timing
+    preflight: Reading | None = None  # the launcher's gang preflight result, last read
     wandb_run_url: str | None = None  # the W&B run the run's metrics last reported
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # one status sync at a time
 

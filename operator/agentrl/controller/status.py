@@ -20,6 +20,7 @@ from agentrl.api.constants import ConditionType as C
 from agentrl.api.constants import Phase
 from agentrl.controller import conditions
 from agentrl.controller.conditions import Status
+from agentrl.controller.preflight import Reading
 
 # jobDeploymentStatus -> phase. Retrying means KubeRay is building a new cluster for the next
 # attempt, so the experiment is initializing again (not training); Waiting only occurs in
@@ -346,6 +347,15 @@ def apply_progress(old: Mapping[str, Any], values: Mapping[str, Any], now: str) 
     before.pop("updatedAt", None)
     if after != before:
         st["progress"] = {**after, "updatedAt": now}
+    return st
+
+
+def apply_preflight(old: Mapping[str, Any], reading: Reading, now: str) -> Status:
+    """The launcher's gang preflight result as the Preflight condition: True when it passed
+    (the message says what was checked and measured), False with the first problem."""
+    st: Status = copy.deepcopy(dict(old))
+    conditions.put(st, C.PREFLIGHT, reading.passed, reason=reading.reason,
+                   message=reading.message, now=now)  # fmt: skip
     return st
 
 

@@ -16,7 +16,7 @@ import asyncio
 import logging
 
 from agentrl.api.constants import METRICS_PORT, Phase
-from agentrl.controller import progress
+from agentrl.controller import preflight, progress
 from agentrl.controller.reconcile import Controller
 from agentrl.controller.scrape import read_metrics
 from agentrl.controller.state import Experiment
@@ -59,6 +59,12 @@ async def scrape(controller: Controller, exp: Experiment, gate: asyncio.Semaphor
         text = await read_metrics(url, controller.config.scrape_timeout)
     if text is None:
         return  # unreachable: progress stays as it was
+    try:
+        reading = preflight.parse_preflight(text)
+    except ValueError:
+        reading = None
+    if reading is not None and reading != exp.preflight:
+        exp.preflight, exp.settled = reading, False
     try:
         raw, run_url = progress.parse_reading(text)
     except ValueError:

@@ -14,7 +14,6 @@ so that one is covered too.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +26,8 @@ from agentrl.api.constants import (
     CONFIG_PATH,
     CONFIG_VOLUME,
     ENV_CONFIG_PATH,
+    ENV_NODE_NAME,
+    ENV_POD_NAME,
     EXTRA_CODE_MOUNT_ROOT,
     LABEL_COMPONENT,
     LABEL_EXPERIMENT,
@@ -38,7 +39,7 @@ from agentrl.api.constants import (
 )
 from agentrl.api.models import RLExperiment
 from agentrl.api.runtime import ENV_WANDB_API_KEY, http_header_env_name
-from agentrl.api.security import RDMA_RESOURCES, worker_capabilities
+from agentrl.api.security import interconnect_env, worker_capabilities
 from agentrl.render import names
 from agentrl.render.defaults import OperatorDefaults
 
@@ -47,18 +48,6 @@ Obj = dict[str, Any]
 # Driver libraries the NVIDIA device plugin mounts on some clouds (GKE); they hold
 # libcuda, never a libcudart, so they cannot cause a CUDA-major clash.
 NVIDIA_DRIVER_LIBS = "/usr/local/nvidia/lib64"
-
-# The env the interconnect behind an extra device resource needs (NCCL over libfabric on
-# EFA; NCCL's own IB transport on RDMA devices). A user env var of the same name wins. The
-# keys are `agentrl.api.security.RDMA_RESOURCES` (a test keeps them equal).
-INTERCONNECT_ENV: dict[str, dict[str, str]] = {
-    RDMA_RESOURCES[0]: {
-        "FI_PROVIDER": "efa",
-        "FI_EFA_USE_DEVICE_RDMA": "1",
-        "FI_EFA_FORK_SAFE": "1",
-    },
-    RDMA_RESOURCES[1]: {"NCCL_IB_DISABLE": "0"},
-}
 
 
 def labels(exp: RLExperiment, defaults: OperatorDefaults, component: str | None = None) -> Obj:
@@ -74,15 +63,6 @@ def labels(exp: RLExperiment, defaults: OperatorDefaults, component: str | None 
     if component is not None:
         out[LABEL_COMPONENT] = component
     return out
-
-
-def interconnect_env(extra_resources: Mapping[str, int]) -> dict[str, str]:
-    env: dict[str, str] = {}
-    for resource in sorted(extra_resources):
-        for prefix, values in INTERCONNECT_ENV.items():
-            if resource == prefix or (prefix.endswith("/") and resource.startswith(prefix)):
-                env.update(values)
-    return env
 
 
 def python_path(exp: RLExperiment, defaults: OperatorDefaults) -> str:
@@ -103,6 +83,9 @@ def container_env(exp: RLExperiment, defaults: OperatorDefaults) -> list[Obj]:
         {"name": "LD_LIBRARY_PATH", "value": f"{cuda}/lib64:{NVIDIA_DRIVER_LIBS}"},
         {"name": "PYTHONPATH", "value": python_path(exp, defaults)},
         {"name": ENV_CONFIG_PATH, "value": CONFIG_PATH},
+        # The launcher's gang preflight names the pod and node of every problem it finds.
+        _field_env(ENV_POD_NAME, "metadata.name"),
+        _field_env(ENV_NODE_NAME, "spec.nodeName"),
     ]
     user = {e.name for e in spec.runtime.env}
     for name, value in interconnect_env(spec.resources.extra_resources).items():
@@ -115,6 +98,10 @@ def container_env(exp: RLExperiment, defaults: OperatorDefaults) -> list[Obj]:
             env.append(_secret_env(http_header_env_name(i), header.secret_key_ref.dump()))
     env.extend(e.dump() for e in spec.runtime.env)
     return env
+
+
+def _field_env(name: str, path: str) -> Obj:
+    return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}}
 
 
 def _secret_env(name: str, ref: Obj) -> Obj:

@@ -29,6 +29,7 @@ from agentrl.api.constants import (
     LABEL_KUEUE_QUEUE,
     METRICS_PORT,
     METRICS_PORT_NAME,
+    RAY_NOSET_CUDA_VISIBLE_DEVICES,
     RAY_PORTS,
 )
 from agentrl.api.models import RLExperiment
@@ -61,7 +62,7 @@ DRIVER_RAY_RESOURCE_UNITS = 1
 # job's runtime env. That env reaches every actor of the job: slime's GPU actors set the
 # same variable themselves, and its GPU-less ones (RolloutManager, agentrl's hub) create no
 # CUDA context.
-RAY_NOSET_CUDA_VISIBLE_DEVICES = "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES"
+# (The name lives in agentrl.api.constants: the launcher's gang preflight sets it too.)
 # The submitter pod only submits the job and follows its log; KubeRay fails the RayJob (and
 # deletes the cluster) once the submitter Job fails, and its default of 2 retries is spent
 # by a node drain or a broken log stream on a days-long run. Pod failures of a Job back off

@@ -95,6 +95,7 @@ class Pod:
         slime_package: bool = True,
         checkpoint: bool = True,
         pylib: Path = POD_IMAGE / "pylib",
+        gang: bool = False,
     ) -> None:
         self.root, self.row, self.pylib = root, row, pylib
         self.record = root / "record.json"
@@ -127,6 +128,9 @@ class Pod:
             "cudaHome": str(root / "cuda"),
             "slimeDir": str(self.image),
             "extraArgs": ["--rollout-temperature", "0.9"] if extra_args is None else extra_args,
+            # The pod stands for one GPU worker without torch.distributed; the gang
+            # preflight has its own gang (test_gang_preflight.py). Off unless asked for.
+            "preflight": {"gang": gang},
         }
         self.exp = experiment(doc)
         self.config_path = root / "config.json"

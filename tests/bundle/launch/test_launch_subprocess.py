@@ -179,7 +179,8 @@ def test_an_image_without_slime_stops_the_launch(tmp_path: Path) -> None:
 
 
 def test_slime_that_cannot_build_its_parser_stops_the_launch(tmp_path: Path) -> None:
-    """slime imports, but Megatron needs torch, which this Python lacks (no stand-ins here)."""
+    """slime imports, but Megatron's argument code does not import in this Python (no
+    stand-ins here: the Megatron-LM snapshot needs its GPU stack)."""
     pod = Pod(tmp_path)
     env = pod.env()
     env.pop("AGENTRL_UPSTREAM_ROOTS")
@@ -188,7 +189,9 @@ def test_slime_that_cannot_build_its_parser_stops_the_launch(tmp_path: Path) -> 
     )
     assert done.returncode == 2
     assert "could not build slime's argument parser" in done.stderr
-    assert "No module named 'torch'" in done.stderr
+    # Whichever import fails first (torch where it is absent, Megatron's core without its
+    # GPU stack), slime's own traceback is in the message.
+    assert "Error: " in done.stderr.split("could not build slime's argument parser", 1)[1]
     assert not pod.record.exists()
 
 

@@ -60,7 +60,8 @@ async def test_a_clean_rehearsal_reports_every_episode_and_exits_0(
 ) -> None:
     engine = await start_engine(model.tok, model.click_then_finish())
     try:
-        spec_path, data = write(tmp_path, spec(http_agent(agent.url)), [row()])
+        body = spec(http_agent(agent.url), dynamicSamplingFilter="zeroRewardVariance")
+        spec_path, data = write(tmp_path, body, [row()])
         run = await rehearse("-f", spec_path, *flags(engine, checkpoint, data, tmp_path / "j"),
                              "-o", "json")  # fmt: skip
         text = await rehearse("-f", spec_path, *flags(engine, checkpoint, data, tmp_path / "t"))
@@ -74,8 +75,11 @@ async def test_a_clean_rehearsal_reports_every_episode_and_exits_0(
         assert e["turns"] == 2 and e["sequences"] == 1 and e["result_via"] == "callback"
         assert e["trained_tokens"] > 0 and e["masked_tokens"] > 0  # the tool result is masked
         assert e["base_url"].endswith(f"/sessions/{e['session_id']}/v1") and e["model_calls"] == 2
+    # Every episode scored 1: the spec's dynamic sampling would drop the group, as slime's.
     (group,) = report["groups"]
     assert group["rewards"] == [1.0] * 4 and group["zero_variance"] is True
+    assert group["dynamic_sampling"] == {"filter": "zeroRewardVariance", "verdict": "dropped",
+                                         "reason": "zero_std_1.0", "error": None}  # fmt: skip
     assert report["network"]["episodes_calling_base_url"] == 4
     assert report["network"]["results_via"] == {"callback": 4}
     # The samples slime would train on, with the advantage the reward hook gives them.
@@ -105,6 +109,9 @@ async def test_a_reward_sent_as_a_string_is_bad_result_and_shown_as_sent(
         assert (e["status"], e["reason"]) == ("failed", "bad_result")
         assert e["reward_received"] == {"value": "1.0", "type": "string"} and e["reward"] == 0.0
         assert "not a number: '1.0'" in e["message"]
+    # No episode is a task outcome: the group has too few valid ones to train.
+    (group,) = run.json()["groups"]
+    assert group["counted"] == 0 and group["dynamic_sampling"]["verdict"] == "skipped"
 
 
 async def test_an_agent_ignoring_base_url_is_no_turns_and_never_called_it(

@@ -33,7 +33,7 @@ from agentrl.api.constants import (
 )
 from agentrl.api.models import RLExperimentSpec
 from agentrl.api.runtime import ENV_WANDB_API_KEY, RuntimeConfig
-from agentrl.bundle.launch import argcheck, capture, cuda, preflight, probe
+from agentrl.bundle.launch import argcheck, capture, cuda, gang, gangrun, preflight, probe
 from agentrl.slimecmd import policy
 from agentrl.slimecmd.compose import HF_MODE_FLAG
 
@@ -63,6 +63,8 @@ class Plan:
     secret_names: list[str]
     start: slimecmd.Decision
     hf_mode_flag: bool
+    config: RuntimeConfig
+    cuda_env: cuda.CudaEnv
     warnings: list[str] = field(default_factory=list)
 
     def describe(self) -> dict[str, Any]:
@@ -268,6 +270,8 @@ def build_plan(
         secret_names=[key_env, *config.http_header_envs.values()],
         start=start,
         hf_mode_flag=HF_MODE_FLAG in known,
+        config=config,
+        cuda_env=cuda_env,
         warnings=warnings,
     )
 
@@ -311,6 +315,23 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         default=os.environ.get("CUDA_HOME", IMAGE_CUDA_HOME),
         help="for --check-cuda",
     )
+    parser.add_argument(
+        "--gang-preflight",
+        action="store_true",
+        help="only run the gang preflight on the Ray cluster of RAY_ADDRESS, then exit 0 or 2",
+    )
+    parser.add_argument(
+        "--preflight-backend",
+        choices=gangrun.BACKENDS,
+        default=gangrun.BACKENDS[0],
+        help="torch.distributed backend of the gang all-reduce (gloo: CPU tensors, no GPU)",
+    )
+    parser.add_argument(
+        "--preflight-mib",
+        type=int,
+        default=gangrun.MESSAGE_BYTES >> 20,
+        help="MiB each rank all-reduces",
+    )
     return parser.parse_args(argv)
 
 
@@ -339,10 +360,72 @@ def check_cuda(cuda_home: str, ambient: Mapping[str, str]) -> int:
     return 0
 
 
+def gang_preflight(
+    config: RuntimeConfig,
+    cuda_env: cuda.CudaEnv,
+    ambient: Mapping[str, str],
+    backend: str = gangrun.BACKENDS[0],
+    nbytes: int = gangrun.MESSAGE_BYTES,
+) -> int:
+    """Check every GPU worker and the gang's all-reduce (spec.runtime.preflight): 0 to go
+    on, 2 when a problem stops the run. Reports to the job log and the Preflight condition."""
+    if not config.spec.runtime.preflight.gang:
+        print(f"{LOG_PREFIX} gang preflight off (spec.runtime.preflight.gang: false)",
+              file=sys.stderr, flush=True)  # fmt: skip
+        return 0
+    if not ambient.get("RAY_ADDRESS"):
+        print(
+            f"{LOG_PREFIX} warning: not running as a Ray job (RAY_ADDRESS is unset): the gang "
+            "preflight did not run",
+            file=sys.stderr,
+            flush=True,
+        )
+        return 0
+    try:
+        report = gangrun.run(config, cuda_env, backend, nbytes)
+    except Exception as e:  # Ray or torch.distributed could not even start: say so, stop
+        report = gang.Report(0, 0, backend, nbytes)
+        report.problems.append(
+            gang.Problem(
+                gang.CHECK_WORKERS, "the driver", f"could not run: {type(e).__name__}: {e}"
+            )
+        )
+    for line in report.lines():
+        print(f"{LOG_PREFIX} {line}", file=sys.stderr)
+    for warning in report.warnings:
+        print(f"{LOG_PREFIX} warning: {warning.line()}", file=sys.stderr)
+    for problem in report.problems:
+        print(f"{LOG_PREFIX} error: {problem.line()}", file=sys.stderr)
+    verdict = "passed" if report.passed else f"failed with {len(report.problems)} problem(s)"
+    print(f"{LOG_PREFIX} gang preflight {verdict}: {report.summary()}", file=sys.stderr,
+          flush=True)  # fmt: skip
+    gangrun.publish(config, report.passed, report.reason(), report.summary())
+    return 0 if report.passed else 2
+
+
+def _gang_only(ns: argparse.Namespace) -> int:
+    """--gang-preflight: the CUDA pin of this pod, then the gang preflight alone."""
+    try:
+        config = load_config(ns.config)
+    except LaunchError as e:
+        print(f"{LOG_PREFIX} error: {e}", file=sys.stderr)
+        return 2
+    problems: list[str] = []
+    cuda_env = _resolve_cuda(config, os.environ, problems)
+    if cuda_env is None:
+        print(f"{LOG_PREFIX} error: {problems[0]}", file=sys.stderr)
+        return 2
+    return gang_preflight(
+        config, cuda_env, os.environ, ns.preflight_backend, ns.preflight_mib << 20
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     ns = _parse(argv)
     if ns.check_cuda:
         return check_cuda(ns.cuda_home, os.environ)
+    if ns.gang_preflight:
+        return _gang_only(ns)
     log = None if ns.dry_run else start_capture(ns.config, os.environ)
     try:
         returncode = _launch(ns, log)
@@ -387,13 +470,19 @@ def _launch(ns: argparse.Namespace, log: capture.Capture | None) -> int:
     except LaunchError as e:
         for problem in e.problems:
             print(f"{LOG_PREFIX} error: {problem}", file=sys.stderr)
-        print(f"{LOG_PREFIX} {len(e.problems)} problem(s); slime was not started", file=sys.stderr)
+        print(f"{LOG_PREFIX} {len(e.problems)} problem(s); slime was not started", file=sys.stderr,
+              flush=True)  # fmt: skip
+        if not ns.dry_run:
+            _publish_refusal(ns.config, e.problems[0], os.environ)
         return 2
     for warning in plan.warnings:
         print(f"{LOG_PREFIX} warning: {warning}", file=sys.stderr)
     if ns.dry_run:
         print(json.dumps(plan.describe(), indent=2))
         return 0
+    if gang_preflight(plan.config, plan.cuda_env, os.environ) != 0:
+        print(f"{LOG_PREFIX} slime was not started", file=sys.stderr, flush=True)
+        return 2
     try:
         write_files(plan.files)
     except OSError as e:
@@ -407,6 +496,17 @@ def _launch(ns: argparse.Namespace, log: capture.Capture | None) -> int:
     except OSError as e:
         print(f"{LOG_PREFIX} error: cannot start {plan.argv[0]}: {e.strerror}", file=sys.stderr)
         return 127
+
+
+def _publish_refusal(config_path: str, problem: str, ambient: Mapping[str, str]) -> None:
+    """In a Ray job, the launcher's first problem becomes the Preflight condition too."""
+    if not ambient.get("RAY_ADDRESS"):
+        return
+    try:
+        config = RuntimeConfig.load(config_path)
+    except (OSError, ValidationError):
+        return  # nothing to name the hub by; the job log has the problem
+    gangrun.publish(config, False, gang.CHECK_LAUNCH, f"the driver's pod: {problem}")
 
 
 def _announce(plan: Plan, verb: str) -> None:

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from agentrl.bundle.launch import cuda
+from agentrl.bundle.launch import cuda, gang
 
 _CUDART_NEEDED = re.compile(rb"libcudart\.so\.(\d+)")
 # Import-heavy (torch, Megatron, SGLang); generous, but a hung import must not hang the job.
@@ -236,3 +236,28 @@ def visible_gpus() -> tuple[int | None, str | None]:
         reason = (done.stderr or done.stdout).strip()[-200:]
         return None, f"nvidia-smi failed, GPU count not checked: {reason}"
     return sum(1 for line in done.stdout.splitlines() if line.startswith("GPU ")), None
+
+
+def gpu_health() -> tuple[list[str], str | None]:
+    """(what makes a GPU here unfit, a note when health could not be read fully) from
+    nvidia-smi's per-GPU query (`gang.HEALTH_FIELDS`); an nvidia-smi too old for the newer
+    fields is asked the base ones only."""
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return [], "nvidia-smi not found: ECC and recovery state not read"
+    note = None
+    for fields in (gang.HEALTH_FIELDS, gang.BASE_HEALTH_FIELDS):
+        done = subprocess.run(
+            [exe, *gang.health_query(fields)],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=60,
+        )
+        if done.returncode == 0:
+            return gang.gpu_health_problems(gang.parse_gpu_health(done.stdout, fields)), note
+        reason = (done.stderr or done.stdout).strip()[-200:]
+        if "not a valid field" not in reason:
+            return [], f"nvidia-smi failed, GPU health not read: {reason}"
+        note = f"this nvidia-smi reads ECC only ({reason})"
+    return [], note

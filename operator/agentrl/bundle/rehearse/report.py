@@ -112,36 +112,42 @@ class EpisodeReport:
 @dataclass
 class GroupReport:
     group: int
-    rewards: list[float]
-    std: float | None  # sample std (n - 1), as slime's filter; None for a group of one
+    rewards: list[float]  # every episode's, as trained (a failed one's is 0)
+    counted: int  # episodes in the group's statistics (failedEpisodes: exclude leaves failures out)
+    std: float | None  # of the counted rewards, sample std (n - 1) as slime; None below two
     zero_variance: bool
-    filter: str | None  # spec.grpo.dynamicSamplingFilter; None: no dynamic sampling
-    kept: bool | None  # what the filter decided (None: no filter, or eval)
+    filter: str | None  # spec.grpo.dynamicSamplingFilter (None: none, or an eval split)
+    verdict: str | None = None  # kept | dropped | skipped (too few valid, no filter); None: eval
     drop_reason: str | None = None
-    error: str | None = None  # the filter itself failed
+    error: str | None = None  # the filter could not be loaded, or failed on the group
 
     def to_json(self) -> dict[str, Any]:
         return {
             "group": self.group,
             "rewards": self.rewards,
+            "counted": self.counted,
             "std": self.std,
             "zero_variance": self.zero_variance,
             "dynamic_sampling": {
                 "filter": self.filter,
-                "kept": self.kept,
+                "verdict": self.verdict,
                 "reason": self.drop_reason,
                 "error": self.error,
             },
         }
 
-    def verdict(self) -> str:
+    def describe(self) -> str:
         if self.error:
             return f"filter failed: {self.error}"
+        if self.verdict is None:
+            return "eval: never filtered"
+        if self.verdict == "skipped":
+            return "SKIPPED: too few valid episodes; trains with no advantage"
+        if self.verdict == "dropped":
+            return f"DROPPED by dynamic sampling ({self.drop_reason or 'filtered'})"
         if self.filter is None:
-            return "no filter (kept)" + (": zero variance, trains nothing" * self.zero_variance)
-        if self.kept:
-            return f"kept by {self.filter}"
-        return f"DROPPED by {self.filter} ({self.drop_reason or 'filtered'})"
+            return "kept (no filter)" + (": zero variance, trains nothing" * self.zero_variance)
+        return f"kept by {self.filter}"
 
 
 @dataclass
@@ -196,7 +202,7 @@ class Report:
 
     @property
     def exit_code(self) -> int:
-        broken = any(g.error for g in self.groups)
+        broken = any(g.error for g in self.groups)  # the spec's own filter fails
         return EXIT_FAILED if self.failed or broken or not self.episodes else EXIT_OK
 
     def network(self) -> dict[str, Any]:
@@ -273,7 +279,7 @@ def _text_lines(r: Report) -> list[str]:
     grows = [("GROUP", "REWARDS", "STD", "DYNAMIC SAMPLING")]
     for g in r.groups:
         std = "-" if g.std is None else f"{g.std:.3f}"
-        grows.append((str(g.group), " ".join(f"{x:g}" for x in g.rewards), std, g.verdict()))
+        grows.append((str(g.group), " ".join(f"{x:g}" for x in g.rewards), std, g.describe()))
     lines += _table(grows)
     net = r.network()
     lines += ["", "NETWORK"]

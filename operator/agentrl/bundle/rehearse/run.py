@@ -64,6 +64,7 @@ from agentrl.bundle.rollout.filters import (
     load_filter,
     reward_std,
 )
+from agentrl.bundle.rollout.sampling import SamplingPlan, group_verdict
 from agentrl.bundle.rollout.types import SampleFields, Status, slime_types, to_sample
 from agentrl.slimecmd.flags import sglang_model_args
 
@@ -350,8 +351,12 @@ def _episode(
 def _groups(
     outcomes: Sequence[Sequence[EpisodeOutcome]], plan: Plan, config: RuntimeConfig
 ) -> list[GroupReport]:
-    """Each group's rewards, and what the spec's dynamic-sampling filter makes of them."""
-    name = config.spec.grpo.dynamic_sampling_filter if plan.split == SPLIT_TRAIN else None
+    """Each group's rewards, and what dynamic sampling makes of them in a train step: the
+    episodes that count (`failedEpisodes`), `minValidSamplesPerGroup` and the spec's filter,
+    decided by the rollout's own `group_verdict`. Eval groups are never filtered."""
+    grpo = config.spec.grpo
+    name = grpo.dynamic_sampling_filter if plan.split == SPLIT_TRAIN else None
+    sampling = SamplingPlan.from_spec(grpo, grpo.rollout_batch_size)
     group_filter: GroupFilter | None = None
     setup_error = None
     try:
@@ -360,23 +365,29 @@ def _groups(
         setup_error = str(exc)
     out = []
     for i, group in enumerate(outcomes):
-        rewards = [o.reward for o in group]
+        counted = sampling.counted(group)
+        rewards = [o.reward for o in counted]
         report = GroupReport(
             group=i,
-            rewards=rewards,
+            rewards=[o.reward for o in group],
+            counted=len(counted),
             std=reward_std(rewards),
             zero_variance=not has_reward_variance(rewards),
             filter=name,
-            kept=None,
             error=setup_error,
         )
-        if group_filter is not None:
+        if plan.split == SPLIT_TRAIN and setup_error is None:
             try:
-                verdict = group_filter(rewards, functools.partial(_slime_samples, group))
+                verdict = group_verdict(
+                    sampling, group_filter, counted, functools.partial(_slime_samples, counted)
+                )
             except FilterError as exc:
                 report.error = str(exc)
             else:
-                report.kept, report.drop_reason = verdict.keep, verdict.reason
+                report.verdict = (
+                    "skipped" if verdict is None else "kept" if verdict.keep else "dropped"
+                )
+                report.drop_reason = None if verdict is None else verdict.reason
         out.append(report)
     return out
 

@@ -325,15 +325,11 @@ class _Step:
         rewards = [o.reward for o in outcomes]
         self.report.finished += 1
         self.report.zero_variance += not has_reward_variance(rewards)
-        verdict = KEEP
-        if len(outcomes) < self.plan.min_valid:
-            self.report.too_few_valid += 1
-            if self.filter is None:  # no dynamic sampling: counted, trained with no advantage
-                self.skipped.append(run)
-                return
-            verdict = Verdict(keep=False, reason=TOO_FEW_VALID)
-        elif self.filter is not None:
-            verdict = self.filter(rewards, lambda: self.to_samples(outcomes))
+        self.report.too_few_valid += len(outcomes) < self.plan.min_valid
+        verdict = group_verdict(self.plan, self.filter, outcomes, lambda: self.to_samples(outcomes))
+        if verdict is None:  # no dynamic sampling: counted, trained with no advantage
+            self.skipped.append(run)
+            return
         if verdict.keep:
             self.kept.append(run)
             return
@@ -458,6 +454,23 @@ class _Step:
 def masked(sample: SampleFields) -> SampleFields:
     """The sample with no token trained: loss mask all 0, everything else as it was."""
     return replace(sample, loss_mask=[0] * len(sample.loss_mask))
+
+
+def group_verdict(
+    plan: SamplingPlan,
+    group_filter: GroupFilter | None,
+    counted: Sequence[EpisodeOutcome],
+    samples: Callable[[], list[Any]],
+) -> Verdict | None:
+    """What dynamic sampling makes of a finished group, given the episodes that count in it
+    (`plan.counted`): fewer than `minValidSamplesPerGroup` is a drop (`too_few_valid`), or,
+    without a filter, None (the group is skipped: trained with no advantage); otherwise the
+    filter's verdict, KEEP without one."""
+    if len(counted) < plan.min_valid:
+        return None if group_filter is None else Verdict(keep=False, reason=TOO_FEW_VALID)
+    if group_filter is None:
+        return KEEP
+    return group_filter([o.reward for o in counted], samples)
 
 
 async def fill_batch(

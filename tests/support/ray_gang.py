@@ -1,0 +1,294 @@
+"""A rendered RayJob's gang on this machine: a local Ray head and N GPU workers, each a "pod".
+
+Test support for the launcher's gang preflight (tests/bundle/launch/test_gang_preflight.py,
+benchmarks/preflight.py). The head and the workers start with the Ray resources the render
+gives their groups (`rayStartParams`, read by Ray's own `ray start` parser through
+tests/support/kuberay_cli), as Ray's `cluster_utils.Cluster` nodes this process owns. Each
+worker's processes see their pod through the env: its name and Kubernetes node (the
+downward-API variables the render sets), and a bin directory with
+
+- `nvidia-smi`: answers `--list-gpus` and the health query in nvidia-smi's own formats, from
+  the pod's `gpus` file (a count) and `health.csv` (rows as `--format=csv,noheader,nounits`
+  prints them), so a test can take a GPU away or break one;
+- `ldconfig`: prints the pod's `ldconfig.txt` when there is one (a loader cache that names
+  another CUDA runtime), else this machine's own `ldconfig -p`.
+
+A pod whose `shm` file holds a size gets a /dev/shm of that size: `sitecustomize` mounts a
+tmpfs there in a private mount namespace of each Python process Ray starts on that worker
+(root, as the project's machines and CI run; the check then reads a real small tmpfs).
+
+`stop(i)` freezes a worker's raylet (SIGSTOP): Ray still lists the node, but nothing starts
+there any more, as on a hung node. Teardown resumes it, shuts the cluster down by process id
+and kills any process it left behind (by id, never by name).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import psutil
+import yaml
+from ray._private import ray_constants
+from ray.cluster_utils import Cluster
+from tests.conftest import TEST_IMAGE
+from tests.support import kuberay_cli
+
+from agentrl.api.models import RLExperiment
+from agentrl.api.runtime import RuntimeConfig
+from agentrl.bundle.launch import cuda, probe
+from agentrl.render import OperatorDefaults, render_all
+
+REPO = Path(__file__).resolve().parents[2]
+FOUR_NODES = REPO / "examples" / "qwen3-32b-swe-4node-tp-pp.yaml"
+
+FAKE_NVIDIA_SMI = """#!/bin/sh
+pod="$(dirname "$0")/.."
+n=$(cat "$pod/gpus")
+case "$1" in
+  --list-gpus)
+    i=0
+    while [ "$i" -lt "$n" ]; do
+      echo "GPU $i: NVIDIA H100 80GB HBM3 (UUID: GPU-0000000$i-1111-2222-3333-444444444444)"
+      i=$((i + 1))
+    done ;;
+  --query-gpu=*)
+    if [ -f "$pod/health.csv" ]; then cat "$pod/health.csv"; exit 0; fi
+    i=0
+    while [ "$i" -lt "$n" ]; do
+      echo "$i, 00000000:0$i:00.0, 0, No, No, None"
+      i=$((i + 1))
+    done ;;
+  *) echo "fake nvidia-smi: unsupported $*" >&2; exit 2 ;;
+esac
+"""
+
+FAKE_LDCONFIG = """#!/bin/sh
+pod="$(dirname "$0")/.."
+if [ -f "$pod/ldconfig.txt" ]; then cat "$pod/ldconfig.txt"; exit 0; fi
+for real in /sbin/ldconfig /usr/sbin/ldconfig; do
+  if [ -x "$real" ]; then exec "$real" "$@"; fi
+done
+"""
+
+# Runs first in every Python process Ray starts on the pod: a private /dev/shm of the size
+# the pod's `shm` file names, in this process's own mount namespace.
+SITECUSTOMIZE = """
+import ctypes, os
+_size = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "shm")
+if os.path.exists(_size):
+    _libc = ctypes.CDLL(None, use_errno=True)
+    CLONE_NEWNS, MS_REC, MS_PRIVATE = 0x00020000, 0x4000, 0x40000
+    if _libc.unshare(CLONE_NEWNS) != 0:
+        raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWNS) for the small /dev/shm")
+    if _libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None) != 0:
+        raise OSError(ctypes.get_errno(), "making / private")
+    _opts = ("size=" + open(_size).read().strip()).encode()
+    if _libc.mount(b"tmpfs", b"/dev/shm", b"tmpfs", 0, _opts) != 0:
+        raise OSError(ctypes.get_errno(), "mounting the small /dev/shm")
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+class GangCluster:
+    """The head and `workers` GPU workers of a rendered RayJob, on this machine."""
+
+    def __init__(self, rayjob: Mapping[str, Any], root: Path, workers: int) -> None:
+        cluster_spec = rayjob["spec"]["rayClusterSpec"]
+        head = kuberay_cli.ray_start_options(cluster_spec["headGroupSpec"]["rayStartParams"])
+        (group,) = cluster_spec["workerGroupSpecs"]
+        worker = kuberay_cli.ray_start_options(group["rayStartParams"])
+        limits = group["template"]["spec"]["containers"][0]["resources"]["limits"]
+        self.gpus = int(limits["nvidia.com/gpu"])
+        self.root = root
+        self.pods = [self._pod(i) for i in range(workers)]
+        self.stopped: list[int] = []
+        self._mine = {p.pid for p in psutil.Process().children(recursive=True)}
+        self.cluster = Cluster(
+            initialize_head=True,
+            head_node_args={
+                "num_cpus": 1,
+                "num_gpus": int(head["num_gpus"]),
+                "resources": head["resources"],
+                "gcs_server_port": free_port(),
+                "include_dashboard": False,
+                "node_name": "head",
+                # A frozen worker stays listed (as a hung node does, for a while).
+                "_system_config": {"health_check_failure_threshold": 100000},
+                "env_vars": {"AGENTRL_POD_NAME": "rlx-head", "AGENTRL_NODE_NAME": "cpu-node"},
+            },
+        )
+        self.nodes = []
+        for i, pod in enumerate(self.pods):
+            node = self.cluster.add_node(
+                num_cpus=1,
+                num_gpus=self.gpus,
+                resources=worker["resources"],
+                node_name=self.pod_name(i),
+                env_vars=self._env(i, pod),
+            )
+            self.nodes.append(node)
+        self.address = self.cluster.address
+
+    @staticmethod
+    def pod_name(i: int) -> str:
+        return f"rlx-gpu-worker-{i}"
+
+    @staticmethod
+    def node_name(i: int) -> str:
+        return f"gpu-node-{i}"
+
+    def _pod(self, i: int) -> Path:
+        pod = self.root / f"pod-{i}"
+        (pod / "bin").mkdir(parents=True)
+        (pod / "site").mkdir()
+        for name, text in (("nvidia-smi", FAKE_NVIDIA_SMI), ("ldconfig", FAKE_LDCONFIG)):
+            (pod / "bin" / name).write_text(text)
+            (pod / "bin" / name).chmod(0o755)
+        (pod / "site" / "sitecustomize.py").write_text(SITECUSTOMIZE)
+        return pod
+
+    def _env(self, i: int, pod: Path) -> dict[str, str]:
+        (pod / "gpus").write_text(str(self.gpus))
+        python_path = os.pathsep.join(
+            p for p in (str(pod / "site"), os.environ.get("PYTHONPATH")) if p
+        )
+        return {
+            "AGENTRL_POD_NAME": self.pod_name(i),
+            "AGENTRL_NODE_NAME": self.node_name(i),
+            "PATH": f"{pod / 'bin'}:{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin",
+            "PYTHONPATH": python_path,
+            "GLOO_SOCKET_IFNAME": "lo",
+        }
+
+    def healthy(self) -> None:
+        """Undo every fault the pods' files inject."""
+        for pod in self.pods:
+            (pod / "gpus").write_text(str(self.gpus))
+            for name in ("health.csv", "ldconfig.txt", "shm"):
+                (pod / name).unlink(missing_ok=True)
+
+    def stop(self, i: int) -> None:
+        """Freeze worker i's raylet: listed by Ray, but nothing starts there."""
+        os.kill(self._raylet(i), signal.SIGSTOP)
+        self.stopped.append(i)
+
+    def _raylet(self, i: int) -> int:
+        (info,) = self.nodes[i].all_processes[ray_constants.PROCESS_TYPE_RAYLET]
+        pid: int = info.process.pid
+        return pid
+
+    def _started(self) -> list[psutil.Process]:
+        return [p for p in psutil.Process().children(recursive=True) if p.pid not in self._mine]
+
+    def shutdown(self) -> None:
+        """Resume frozen raylets, shut the cluster down, then kill by id every process it
+        started (seen before the shutdown, so one re-parented meanwhile is not missed)."""
+        started = self._started()
+        for i in self.stopped:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self._raylet(i), signal.SIGCONT)
+        try:
+            self.cluster.shutdown()
+        finally:
+            left = [p for p in {*started, *self._started()} if p.is_running()]
+            for p in left:
+                with contextlib.suppress(psutil.Error):
+                    p.kill()
+            psutil.wait_procs(left, timeout=10)
+
+    def leftovers(self) -> list[str]:
+        """Processes the cluster started that still run (none after `shutdown`)."""
+        out = []
+        for p in self._started():
+            with contextlib.suppress(psutil.Error):
+                if p.status() != psutil.STATUS_ZOMBIE:
+                    out.append(" ".join(p.cmdline()[:3]))
+        return out
+
+
+def cache_major() -> int:
+    """The libcudart major this machine's ldconfig cache holds (12 when it holds none)."""
+    majors = {c.major for c in cuda.parse_ldconfig(probe.ldconfig_text())}
+    return majors.pop() if len(majors) == 1 else 12
+
+
+def gang_doc(workers: int, shm: str, timeout: int) -> dict[str, Any]:
+    """The four-node example reshaped to `workers` nodes of one GPU each (a rank per GPU;
+    CPU ranks are costly on this machine), with its gang preflight's budget."""
+    (doc,) = [d for d in yaml.safe_load_all(FOUR_NODES.read_text()) if d]
+    spec = doc["spec"]
+    res = spec["resources"]
+    res.update({"nodes": workers, "gpusPerNode": 1, "shmSize": shm, "colocate": True})
+    res["parallelism"] = {"tensor": 1, "pipeline": 1}
+    res["rolloutGpusPerEngine"] = 1
+    for key in ("extraResources", "rolloutGpus"):
+        res.pop(key, None)
+    spec.setdefault("runtime", {})["preflight"] = {"timeoutSeconds": timeout}
+    return dict(doc)
+
+
+class Gang:
+    """A GangCluster of the rendered RayJob, and the launcher's runtime config for it."""
+
+    def __init__(self, root: Path, workers: int, shm: str, timeout: int) -> None:
+        doc = gang_doc(workers, shm, timeout)
+        self.major = cache_major()
+        for name in (f"libcudart.so.{self.major}", f"libcudart.so.{self.major}.0.76"):
+            (root / "cuda" / "lib64").mkdir(parents=True, exist_ok=True)
+            (root / "cuda" / "lib64" / name).write_text("")
+        doc["spec"]["runtime"]["cudaHome"] = str(root / "cuda")
+        self.exp = RLExperiment.model_validate(doc)
+        objs = render_all(self.exp, OperatorDefaults(image=TEST_IMAGE), {})
+        (self.rayjob,) = [o for o in objs if o["kind"] == "RayJob"]
+        self.metrics_port = free_port()
+        self.config_path = root / "config.json"
+        self.config_path.write_text(
+            RuntimeConfig(
+                experiment="gang",
+                namespace="rl",
+                bundle_version="t",
+                spec=self.exp.spec,
+                gateway_url="http://gw:9090",
+                metrics_port=self.metrics_port,
+            ).to_json()
+        )
+        self.cluster = GangCluster(self.rayjob, root / "pods", workers)
+
+    def launch(self, mib: int = 1) -> subprocess.Popen[str]:
+        """The launcher as the RayJob's driver runs it, gang preflight only, on gloo."""
+        cmd = [sys.executable, "-m", "agentrl.bundle.launch", "--config", str(self.config_path)]
+        cmd += ["--gang-preflight", "--preflight-backend", "gloo", "--preflight-mib", str(mib)]
+        env = {
+            "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
+            "RAY_ADDRESS": self.cluster.address,
+            "GLOO_SOCKET_IFNAME": "lo",
+            "HOME": str(self.config_path.parent),
+        }
+        return subprocess.Popen(
+            cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+
+    def metrics(self) -> str:
+        return read_metrics(self.metrics_port)
+
+
+def read_metrics(port: int) -> str:
+    """The hub's /metrics on this machine."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
+        text: str = resp.read().decode()
+        return text
