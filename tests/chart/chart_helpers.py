@@ -161,8 +161,26 @@ def metric_names(expr: str) -> set[str]:
     return names
 
 
+RECORDED = ROOT / "tests" / "support" / "recorded"
+
+
+def recorded_series_names() -> set[str]:
+    """Series names of the other exporters the dashboard reads, as recorded from their source:
+    SGLang's engines (relayed by the head) and NVIDIA's dcgm-exporter."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return {
+        sample.name
+        for path in sorted(RECORDED.glob("*.prom"))
+        for family in text_string_to_metric_families(path.read_text(encoding="utf-8"))
+        for sample in family.samples
+    }
+
+
 def exported_series_names() -> set[str]:
-    """Every series name the bundle and the operator export (from their real registries)."""
+    """Every series name the bundle and the operator export (from their real registries), the
+    head's engine relay adds, and the recorded exporters serve."""
+    from agentrl.bundle.engine_metrics import EngineMetricsRelay
     from agentrl.bundle.metrics import BundleMetrics
     from agentrl.controller.metrics import OperatorMetrics
 
@@ -171,8 +189,13 @@ def exported_series_names() -> set[str]:
         "gauge": ("",),
         "histogram": ("_bucket", "_count", "_sum", "_created"),
     }
-    names: set[str] = set()
-    for registry in (BundleMetrics().registry, OperatorMetrics().registry):
+    names: set[str] = recorded_series_names()
+    relay = EngineMetricsRelay(_no_engines, None)  # type: ignore[arg-type]  # never reads
+    for registry in (BundleMetrics().registry, OperatorMetrics().registry, relay._registry):
         for family in registry.collect():
             names.update(family.name + suffix for suffix in suffixes[family.type])
     return names
+
+
+async def _no_engines() -> list[str]:
+    return []

@@ -2,16 +2,24 @@
 
 `python metrics_fixture.py` builds `BundleMetrics` (what the Ray head pod serves) and
 `OperatorMetrics`, sets every family (both splits), serves each on 127.0.0.1 on a free port,
-prints `bundle=<port> operator=<port>` and keeps counters and histograms moving so rates are
-non-zero. The values trip every alert on purpose: the test proves each expression evaluates.
-AgentRLExperimentFailed reports new failures, so another experiment fails every few seconds.
+and keeps counters and histograms moving so rates are non-zero. The values trip every alert on
+purpose: the test proves each expression evaluates. AgentRLExperimentFailed reports new
+failures, so another experiment fails every few seconds.
+
+Beside them: the head's real hub serving /engine-metrics for two stub SGLang engines behind
+the stub router (their families recorded from SGLang's source), and a dcgm-exporter page
+(recorded from its templates) whose GPUs belong to the experiment's worker pod, which the
+operator maps to the experiment. Prints `bundle=<port> operator=<port> hub=<port> dcgm=<port>`.
 """
 
 from __future__ import annotations
 
+import asyncio
+import http.server
 import signal
 import sys
 import threading
+from pathlib import Path
 from types import FrameType
 
 from prometheus_client import start_http_server
@@ -20,6 +28,14 @@ from agentrl.bundle.metrics import BundleMetrics
 from agentrl.bundle.traces import BREAK_REASONS
 from agentrl.controller.metrics import OperatorMetrics
 
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))  # tests.support: the stub engines and router
+from tests.support.sglang_stub import StubEngine, StubRouter  # noqa: E402
+
+from agentrl.bundle.hub import Hub  # noqa: E402
+
+DCGM_PAGE = ROOT / "tests/support/recorded/dcgm-exporter.prom"
+WORKER_POD = "demo-x7k2q-gpu-worker-abcde"  # the pod dcgm-exporter's page names
 TICK_SECONDS = 0.25
 FAIL_EVERY_TICKS = 20  # a new Failed experiment every 5 s (the test's failure window: 10 s)
 
@@ -39,12 +55,14 @@ def set_gauges(bundle: BundleMetrics, operator: OperatorMetrics) -> None:
     bundle.wandb_run_info.labels(
         "https://wandb.ai/ml-research/agentrl-swe/runs/abc123", "rl/demo"
     ).set(1)
-    operator.link(("rl", "a"), None, "a-raycluster-x-head-svc.rl.svc.cluster.local:8265")
+    operator.link(("rl", "a"), None, "http://a-raycluster-x-head-svc.rl.svc.cluster.local:8265")
     for name, reward in (("gsm8k-test", 0.58), ("math-hard", 0.21)):
         bundle.eval_reward_mean.labels(name).set(reward)
     for name, phase in (("a", "Running"), ("b", "Running"), ("c", "Failed"), ("d", "Succeeded")):
         operator.move(None, phase, ("rl", name))
     operator.flag(("rl", "c"), frozenset(), frozenset({("Failed", "AppFailed")}))
+    for pod, component in (("demo-x7k2q-head-q2w3e", "head"), (WORKER_POD, "worker")):
+        operator.pod(("rl", "demo"), pod, None, component)
     operator.flag(("rl", "e"), frozenset(), frozenset({("Stalled", "ImagePullBackOff")}))
 
 
@@ -101,12 +119,45 @@ def tick(bundle: BundleMetrics, operator: OperatorMetrics, n: int) -> None:
     operator.reconcile_seconds.observe(0.02 + (n % 5) / 100)
 
 
+class _DcgmPage(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        body = DCGM_PAGE.read_bytes()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain; version=0.0.4")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+def start_engines(loop: asyncio.AbstractEventLoop) -> int:
+    """Two stub engines behind the stub router, and the hub relaying them; the hub's port."""
+
+    async def start() -> int:
+        urls = [await StubEngine().start() for _ in range(2)]
+        router = StubRouter(urls)
+        await router.start()
+        hub = Hub(None, "127.0.0.1", 0)
+        port = await hub.start_metrics()
+        hub.relay_engines(router.url)
+        return port
+
+    threading.Thread(target=loop.run_forever, daemon=True).start()
+    return asyncio.run_coroutine_threadsafe(start(), loop).result(timeout=30)
+
+
 def main() -> int:
     bundle, operator = BundleMetrics(), OperatorMetrics()
     set_gauges(bundle, operator)
     bundle_server, _ = start_http_server(0, addr="127.0.0.1", registry=bundle.registry)
     operator_server, _ = start_http_server(0, addr="127.0.0.1", registry=operator.registry)
-    print(f"bundle={bundle_server.server_port} operator={operator_server.server_port}", flush=True)
+    dcgm = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _DcgmPage)
+    threading.Thread(target=dcgm.serve_forever, daemon=True).start()
+    hub_port = start_engines(asyncio.new_event_loop())
+    print(f"bundle={bundle_server.server_port} operator={operator_server.server_port} "
+          f"hub={hub_port} dcgm={dcgm.server_port}", flush=True)  # fmt: skip
     stop = threading.Event()
 
     def on_term(signum: int, frame: FrameType | None) -> None:
@@ -118,6 +169,7 @@ def main() -> int:
         tick(bundle, operator, n)
         n += 1
     bundle_server.shutdown()
+    dcgm.shutdown()
     operator_server.shutdown()
     return 0
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -18,6 +19,8 @@ from chart_helpers import CHART, TOOLS, exported_series_names, metric_names
 
 DASHBOARD = CHART / "files" / "dashboards" / "agentrl.json"
 NODE_MODULES = TOOLS / "node" / "node_modules"
+# A Grafana variable left in a query ($1 is label_replace's capture group, not a variable).
+UNSUBSTITUTED = re.compile(r"\$(?![0-9])")
 # What Grafana substitutes before a query reaches Prometheus ("All" selected).
 GRAFANA_VARS = {"$namespace": ".+", "$experiment": ".+", "$__rate_interval": "1m"}
 # Panel type -> (module under @grafana/schema's exports, option and field-config type names).
@@ -46,6 +49,12 @@ REQUIRED_PANELS = {
     "Excluded episode share",
     "Policy lag of trained episodes",
     "Stale tokens",
+    "GPU utilisation",
+    "GPU memory used",
+    "GPU power",
+    "Engine requests running and queued",
+    "Engine token throughput",
+    "Engine prefix-cache hit rate and KV usage",
 }
 
 
@@ -66,14 +75,14 @@ def queries(dash: dict[str, Any]) -> list[tuple[str, str]]:
             expr = target["expr"]
             for var, value in GRAFANA_VARS.items():
                 expr = expr.replace(var, value)
-            assert "$" not in expr, (panel["title"], expr)
+            assert not UNSUBSTITUTED.search(expr), (panel["title"], expr)
             out.append((f"{panel['title']}/{target['refId']}", expr))
     for annotation in dash.get("annotations", {}).get("list", []):
         if "expr" in annotation.get("target", {}):
             expr = annotation["target"]["expr"]
             for var, value in GRAFANA_VARS.items():
                 expr = expr.replace(var, value)
-            assert "$" not in expr, (annotation["name"], expr)
+            assert not UNSUBSTITUTED.search(expr), (annotation["name"], expr)
             out.append((f"annotation {annotation['name']}", expr))
     return out
 
@@ -183,6 +192,18 @@ def test_queries_name_only_exported_metrics() -> None:
         "agentrl_stale_tokens_total",
         "agentrl_stale_episodes_restarted_total",
         "agentrl_context_full_turns_total",
+        "agentrl_experiment_pod_info",
+        # GPUs (dcgm-exporter) and SGLang's engines, as recorded from their source.
+        "DCGM_FI_DEV_GPU_UTIL",
+        "DCGM_FI_DEV_FB_USED",
+        "DCGM_FI_DEV_FB_FREE",
+        "DCGM_FI_DEV_POWER_USAGE",
+        "sglang:num_running_reqs",
+        "sglang:num_queue_reqs",
+        "sglang:generation_tokens_total",
+        "sglang:prompt_tokens_total",
+        "sglang:cache_hit_rate",
+        "sglang:token_usage",
     }
     assert families <= used, families - used
 
@@ -270,3 +291,75 @@ def test_tsc_rejects_a_broken_dashboard(breakage: str, tmp_path: Path) -> None:
     proc = run_tsc(dash, tmp_path)
     assert proc.returncode != 0
     assert "error TS" in proc.stdout
+
+
+def test_gpu_queries_join_dcgm_series_whether_or_not_their_pod_labels_are_honoured(
+    tmp_path: Path,
+) -> None:
+    """dcgm-exporter labels each GPU with the pod using it. Scraped with honorLabels (as some
+    installs set) the labels stay `pod`/`namespace`; with its chart's default they arrive as
+    `exported_pod`/`exported_namespace`. promtool evaluates the GPU panels' queries on both."""
+    exprs = {where: expr for where, expr in queries(dashboard()) if where.startswith("GPU ")}
+    assert len(exprs) == 4
+    rules = [{"record": f"gpu:{i}", "expr": e} for i, e in enumerate(exprs.values())]
+    (tmp_path / "rules.yaml").write_text(
+        yaml.safe_dump({"groups": [{"name": "gpu", "rules": rules}]})
+    )
+    gpu = 'modelName="NVIDIA H100 80GB HBM3",Hostname="n1"'
+    honoured = f'job="dcgm-a",namespace="team-a",pod="a-w",{gpu}'
+    scraper = 'job="dcgm-b",namespace="gpu-operator",pod="dcgm-x",exported_namespace="team-b"'
+    exported = f'{scraper},exported_pod="b-w",{gpu}'
+    stranger = f'{scraper},exported_pod="someone-else",{gpu}'
+    pods = (
+        'agentrl_experiment_pod_info{{namespace="agentrl",experiment_namespace="{}",'
+        'experiment="{}",pod="{}",component="worker"}}'
+    )
+    series = [
+        (f'DCGM_FI_DEV_GPU_UTIL{{{honoured},gpu="0"}}', "80"),
+        (f'DCGM_FI_DEV_GPU_UTIL{{{honoured},gpu="1"}}', "60"),
+        (f'DCGM_FI_DEV_GPU_UTIL{{{exported},gpu="0"}}', "30"),
+        (f'DCGM_FI_DEV_GPU_UTIL{{{stranger},gpu="1"}}', "99"),
+        (f'DCGM_FI_DEV_POWER_USAGE{{{honoured},gpu="0"}}', "500"),
+        (f'DCGM_FI_DEV_POWER_USAGE{{{exported},gpu="0"}}', "300"),
+        (f'DCGM_FI_DEV_FB_USED{{{honoured},gpu="0"}}', "1024"),
+        (f'DCGM_FI_DEV_FB_FREE{{{honoured},gpu="0"}}', "3072"),
+        (pods.format("team-a", "a", "a-w"), "1"),
+        (pods.format("team-b", "b", "b-w"), "1"),
+    ]
+    util, used, total, power = (f"gpu:{i}" for i in range(4))
+    mib, team_a = 2**20, '{namespace="team-a",experiment="a"}'
+    test = {
+        "rule_files": ["rules.yaml"],
+        "evaluation_interval": "1m",
+        "tests": [{
+            "interval": "1m",
+            "input_series": [{"series": s, "values": f"{v}x5"} for s, v in series],
+            "promql_expr_test": [
+                {"expr": util, "eval_time": "2m", "exp_samples": [
+                    {"labels": f'{util}{{namespace="team-a",experiment="a"}}', "value": 70},
+                    {"labels": f'{util}{{namespace="team-b",experiment="b"}}', "value": 30},
+                ]},
+                {"expr": power, "eval_time": "2m", "exp_samples": [
+                    {"labels": f'{power}{{namespace="team-a",experiment="a"}}', "value": 500},
+                    {"labels": f'{power}{{namespace="team-b",experiment="b"}}', "value": 300},
+                ]},
+                {"expr": used, "eval_time": "2m", "exp_samples": [
+                    {"labels": used + team_a, "value": mib * 1024},
+                ]},
+                {"expr": total, "eval_time": "2m", "exp_samples": [
+                    {"labels": total + team_a, "value": mib * 4096},
+                ]},
+            ],
+        }],
+    }  # fmt: skip
+    (tmp_path / "test.yaml").write_text(yaml.safe_dump(test))
+    promtool = shutil.which("promtool")
+    assert promtool
+    proc = subprocess.run(
+        [promtool, "test", "rules", "test.yaml"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr

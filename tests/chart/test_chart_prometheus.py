@@ -115,6 +115,26 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prom]:
                         }
                     ],
                 },
+                {  # the PodMonitor's second endpoint: the head relaying its SGLang engines
+                    "job_name": "agentrl-engines",
+                    "metrics_path": "/engine-metrics",
+                    "static_configs": [
+                        {
+                            "targets": [f"127.0.0.1:{ports['hub']}"],
+                            "labels": {"namespace": "rl", "experiment": "demo"},
+                        }
+                    ],
+                },
+                {  # dcgm-exporter as its own chart's ServiceMonitor scrapes it (honorLabels
+                    # false): its pod and namespace labels arrive as exported_pod/_namespace
+                    "job_name": "dcgm-exporter",
+                    "static_configs": [
+                        {
+                            "targets": [f"127.0.0.1:{ports['dcgm']}"],
+                            "labels": {"namespace": "gpu-operator", "pod": "nvidia-dcgm-x"},
+                        }
+                    ],
+                },
                 {  # the operator as the chart's ServiceMonitor names it (job = Service name)
                     "job_name": "agentrl",
                     "static_configs": [
@@ -160,10 +180,11 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prom]:
 def test_both_targets_are_scraped(prometheus: Prom) -> None:
     deadline = time.monotonic() + WAIT_SECONDS
     up = prometheus.wait_for("up == 1", deadline)
-    while len(up) < 2 and time.monotonic() < deadline:
+    want = {"agentrl-experiments", "agentrl", "agentrl-engines", "dcgm-exporter"}
+    while len(up) < len(want) and time.monotonic() < deadline:
         time.sleep(0.5)
         up = prometheus.query("up == 1")
-    assert {r["metric"]["job"] for r in up} == {"agentrl-experiments", "agentrl"}
+    assert {r["metric"]["job"] for r in up} == want
 
 
 def test_every_dashboard_query_returns_data(prometheus: Prom) -> None:
@@ -243,3 +264,36 @@ def test_dashboard_variables_find_the_experiment(prometheus: Prom) -> None:
         assert label == name
         values = prometheus.get(f"/api/v1/label/{label}/values", **{"match[]": metric})
         assert values == expected
+
+
+def panel_exprs(title: str) -> list[str]:
+    return [expr for where, expr in queries(dashboard()) if where.startswith(f"{title}/")]
+
+
+def test_gpu_panels_show_the_experiments_gpus_and_no_one_elses(prometheus: Prom) -> None:
+    """dcgm-exporter's page names two GPUs of the experiment's worker pod and one of another
+    team's pod; the operator maps the worker pod to rl/demo. Scraped as dcgm-exporter's own
+    chart does (its pod labels arrive as exported_pod, exported_namespace)."""
+    deadline = time.monotonic() + WAIT_SECONDS
+    (util,) = panel_exprs("GPU utilisation")
+    result = prometheus.wait_for(util, deadline)
+    assert [(r["metric"], float(r["value"][1])) for r in result] == [
+        ({"namespace": "rl", "experiment": "demo"}, 89.0)  # mean of 87 and 91
+    ]
+    used, total = panel_exprs("GPU memory used")
+    assert float(prometheus.wait_for(used, deadline)[0]["value"][1]) == (71234 + 70980) * 2**20
+    assert float(prometheus.wait_for(total, deadline)[0]["value"][1]) == 2 * 80727 * 2**20
+    (power,) = panel_exprs("GPU power")
+    assert [float(r["value"][1]) for r in prometheus.wait_for(power, deadline)] == [612.4 + 598.1]
+
+
+def test_engine_panels_show_each_engine_the_head_relays(prometheus: Prom) -> None:
+    deadline = time.monotonic() + WAIT_SECONDS
+    running, queued = panel_exprs("Engine requests running and queued")
+    result = prometheus.wait_for(running, deadline)
+    assert len({r["metric"]["engine"] for r in result}) == 2  # both stub engines
+    assert {float(r["value"][1]) for r in result} == {42.0}
+    assert {float(r["value"][1]) for r in prometheus.wait_for(queued, deadline)} == {7.0}
+    hit, kv = panel_exprs("Engine prefix-cache hit rate and KV usage")
+    assert {float(r["value"][1]) for r in prometheus.wait_for(hit, deadline)} == {0.62}
+    assert {float(r["value"][1]) for r in prometheus.wait_for(kv, deadline)} == {0.71}

@@ -32,6 +32,7 @@ from chart_helpers import (
 
 from agentrl.api.constants import LABEL_EXPERIMENT, METRICS_PORT, METRICS_PORT_NAME
 from agentrl.api.validation import parse_experiment
+from agentrl.bundle.engine_metrics import ENGINE_METRICS_PATH
 from agentrl.render.defaults import OperatorDefaults
 from agentrl.render.objects import render_all
 from kube_checks import core_errors, crd_version_schema, to_jsonschema
@@ -114,10 +115,13 @@ def check_monitoring_object(obj: dict[str, Any]) -> None:
     endpoints_key = "endpoints" if obj["kind"] == "ServiceMonitor" else "podMetricsEndpoints"
     assert set(spec) <= {"selector", "namespaceSelector", endpoints_key}
     assert spec["selector"]["matchLabels"]
+    paths = []
     for endpoint in spec[endpoints_key]:
         assert isinstance(endpoint["port"], str)  # by name, so port numbers may change
         assert DURATION.match(endpoint["interval"]) and DURATION.match(endpoint["scrapeTimeout"])
-        assert endpoint["path"] == "/metrics"
+        paths.append(endpoint["path"])
+    # The head pod also relays its SGLang engines' metrics (agentrl.bundle.engine_metrics).
+    assert paths in (["/metrics"], ["/metrics", "/engine-metrics"])
 
 
 def test_default_install_objects() -> None:
@@ -420,8 +424,9 @@ def test_pod_monitor_selects_the_rendered_head_pod_and_its_metrics_port() -> Non
         for c in head["spec"]["containers"]
         for p in c.get("ports", [])
     }
-    (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
-    assert endpoint["port"] == METRICS_PORT_NAME == "agentrl-metrics"
+    endpoint, relay = monitor["spec"]["podMetricsEndpoints"]
+    assert endpoint["port"] == relay["port"] == METRICS_PORT_NAME == "agentrl-metrics"
+    assert relay["path"] == ENGINE_METRICS_PATH
     assert head_ports[METRICS_PORT_NAME] == METRICS_PORT == 9400
     (relabel,) = [r for r in endpoint["relabelings"] if r["targetLabel"] == "experiment"]
     label = re.sub(r"[^a-zA-Z0-9_]", "_", LABEL_EXPERIMENT)
@@ -509,3 +514,13 @@ def test_operator_down_alert_keys_on_the_service_monitor_job() -> None:
         monitor = one(objs, "ServiceMonitor")["spec"]
         assert "jobLabel" not in monitor
         assert monitor["selector"]["matchLabels"].items() <= service["labels"].items()
+
+
+def test_the_engines_metrics_can_be_left_unscraped() -> None:
+    (default,) = find(render(), "PodMonitor")
+    (off,) = find(render(sets=("monitoring.podMonitor.engineMetrics=false",)), "PodMonitor")
+    paths = [[e["path"] for e in m["spec"]["podMetricsEndpoints"]] for m in (default, off)]
+    assert paths == [["/metrics", "/engine-metrics"], ["/metrics"]]
+    # The relay's endpoint is the head's metrics port, relabelled the same way.
+    first, relay = default["spec"]["podMetricsEndpoints"]
+    assert relay["port"] == first["port"] and relay["relabelings"] == first["relabelings"]

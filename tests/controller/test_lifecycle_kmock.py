@@ -442,7 +442,9 @@ async def test_phase_and_ray_dashboard_series_follow_the_experiment(
     phases = await wait_for(lambda: _sample(operator, "agentrl_experiment_phase"))
     assert phases == [{"experiment_namespace": NS, "experiment": "demo", "phase": "Running"}]
     links = await wait_for(lambda: _sample(operator, "agentrl_experiment_info"))
-    assert links == [{"experiment_namespace": NS, "experiment": "demo", "ray_dashboard_url": url}]
+    assert links == [
+        {"experiment_namespace": NS, "experiment": "demo", "ray_dashboard_url": f"http://{url}"}
+    ]
     await api.delete(EXP, NS, "demo")
     await wait_for(lambda: not _sample(operator, "agentrl_experiment_info"), what="link removed")
     assert _sample(operator, "agentrl_experiment_phase") == []

@@ -148,6 +148,7 @@ async def test_a_crash_looping_head_is_stalled_with_its_exit_code(
         }]}  # fmt: skip
         if restarts == 1:
             await api.create(pod)
+            await wait_for(lambda: stalled(api), what="Stalled")  # the pod watch has seen it
         else:
             await api.patch(PODS, NS, "demo-head-abc", {"status": pod["status"]})
     running = {"containerStatuses": [{"name": "ray-head", "state": {"running": {}}}]}

@@ -17,7 +17,9 @@ for as long as a test needs). `context_len` turns on the tokenizer manager's con
 of `context_len` tokens or more, or input + `max_new_tokens` above it, is refused with a
 ValueError's message, which the HTTP server answers as 400 `{"error": {"message"}}`, or,
 for a stream, as HTTP 200 with one `data: {"error": {..., "code": 400}}` event and `[DONE]`.
-Bodies of any size are accepted, as by SGLang's server.
+Bodies of any size are accepted, as by SGLang's server. `GET /metrics` serves SGLang's own
+families as `--enable-metrics` makes it (names, types and labels recorded from its source by
+hack/record-sglang-metrics.py); `metrics_up = False` answers 503.
 `StubRouter` lists workers like the Rust router and, like it, answers 404 to
 `/abort_request`.
 """
@@ -30,11 +32,15 @@ import itertools
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import orjson
 from aiohttp import web
 from tests.support.sglang_router import StubRouter
+
+# SGLang's metric families as its releases declare them (hack/record-sglang-metrics.py).
+RECORDED_METRICS = Path(__file__).resolve().parent / "recorded" / "sglang-engine.prom"
 
 __all__ = ["StubEngine", "StubRouter", "stub_logprob"]
 
@@ -65,6 +71,9 @@ class StubEngine:
     aborted: list[str] = field(default_factory=list)  # rids asked to abort ("*" = abort_all)
     sampled: dict[str, list[int]] = field(default_factory=dict)  # rid -> ids returned
     _live: dict[str, asyncio.Event] = field(default_factory=dict)
+    # What GET /metrics serves (SGLang's own families, recorded from its source), while up.
+    metrics_text: str = field(default_factory=RECORDED_METRICS.read_text)
+    metrics_up: bool = True
     _runner: web.AppRunner | None = None
     url: str = ""
 
@@ -96,6 +105,7 @@ class StubEngine:
             ),
         )
         app.router.add_get("/get_server_info", lambda _: _json({"version": "stub"}))
+        app.router.add_get("/metrics", self._metrics)
         app.router.add_get(
             "/v1/loads",
             lambda _: _json(
@@ -121,6 +131,11 @@ class StubEngine:
     async def stop(self) -> None:
         if self._runner is not None:
             await self._runner.cleanup()
+
+    async def _metrics(self, _: web.Request) -> web.Response:
+        if not self.metrics_up:
+            return web.Response(status=503)
+        return web.Response(text=self.metrics_text, content_type="text/plain")
 
     # ---- /generate ----------------------------------------------------------------
     def _validate(self, body: Any) -> str | None:

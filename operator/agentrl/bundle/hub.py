@@ -13,6 +13,11 @@ hub's event loop with the hub's `BundleMetrics`, and returns `(admin_url, admin_
 for the rollout's `GatewayClient`. The import is lazy so the hub runs (metrics only)
 where the gateway package or its tokenizer is unavailable.
 
+Once the gateway knows slime's router, the same port also serves `GET /engine-metrics`: every
+SGLang engine's own metrics, read through the router's worker list at each scrape
+(`engine_metrics`), since the engines' ports are chosen at run time and no PodMonitor could
+name them.
+
 The launcher's gang preflight starts the hub before slime does and publishes its result
 (`publish_preflight`), which /metrics serves to the operator; a launcher stopping the run
 waits until /metrics has been read once (`preflight_read`), since the job's end takes the
@@ -29,11 +34,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+import aiohttp
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from agentrl.api.constants import HEAD_RAY_RESOURCE, METRICS_PORT
 from agentrl.api.runtime import RuntimeConfig
+from agentrl.bundle.engine_metrics import ENGINE_METRICS_PATH, EngineMetricsRelay
 from agentrl.bundle.metrics import BundleMetrics
 from agentrl.slimecmd.checkpoint import TRACKER
 
@@ -85,6 +92,9 @@ class Hub:
         self._runner: web.AppRunner | None = None
         self._gateway: Any = None
         self._admin: tuple[str, str] | None = None
+        self._router: str | None = None  # slime's router, once the gateway knows it
+        self._relay: EngineMetricsRelay | None = None
+        self._relay_http: aiohttp.ClientSession | None = None
         self._preflight_read = False  # /metrics served since the last preflight result
 
     async def start_metrics(self) -> int:
@@ -92,6 +102,7 @@ class Hub:
         if self._runner is None:
             app = web.Application()
             app.router.add_get("/metrics", self._serve_metrics)
+            app.router.add_get(ENGINE_METRICS_PATH, self._serve_engine_metrics)
             self._runner = web.AppRunner(app, access_log=None)
             await self._runner.setup()
             site = web.TCPSite(self._runner, self._host, self._port)
@@ -110,6 +121,22 @@ class Hub:
                 self.metrics.checkpoint_iteration.set(iteration)
         body = generate_latest(self.metrics.registry)
         self._preflight_read = True
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    def relay_engines(self, router_url: str) -> None:
+        """Serve the engines behind slime's router at /engine-metrics from now on."""
+        self._router = router_url
+
+    async def _serve_engine_metrics(self, _request: web.Request) -> web.Response:
+        body = b""
+        if self._router is not None:
+            if self._relay is None:
+                from agentrl.bundle.gateway.engine import EngineClient
+
+                self._relay_http = aiohttp.ClientSession()
+                engines = EngineClient(self._router, self._relay_http).engines
+                self._relay = EngineMetricsRelay(engines, self._relay_http)
+            body = await self._relay.render()
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     def publish_preflight(self, passed: bool, reason: str, message: str) -> None:
@@ -143,6 +170,7 @@ class Hub:
             server = GatewayServer(settings, self.metrics)
             await server.start()
             self._gateway = server
+            self.relay_engines(router_url)
             # The rollout may run on another node: give it an address that reaches us.
             host = node_ip() if self._gateway_host == "0.0.0.0" else self._gateway_host
             self._admin = (f"http://{host}:{server.admin_port}", token)
@@ -151,6 +179,8 @@ class Hub:
     async def stop(self) -> None:
         if self._gateway is not None:
             await self._gateway.stop()
+        if self._relay_http is not None:
+            await self._relay_http.close()
         if self._runner is not None:
             await self._runner.cleanup()
 

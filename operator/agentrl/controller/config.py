@@ -21,6 +21,13 @@ logger = logging.getLogger(__name__)
 # How the operator reaches an experiment's metrics port: the metrics Service the renderer
 # creates (`{service}` is its name).
 DEFAULT_METRICS_URL = "http://{service}.{namespace}.svc:{port}/metrics"
+# Where users open an experiment's Ray dashboard. KubeRay reports the head Service inside the
+# cluster (`<svc>.<ns>.svc.cluster.local:8265`), which no browser outside it reaches; a
+# template turns it into a URL that does, e.g. the API server's service proxy through
+# `kubectl proxy`, or the platform's own ingress. Keys: namespace, experiment, cluster (the
+# RayCluster), service (the head Service), address (KubeRay's host:port).
+DEFAULT_RAY_DASHBOARD_URL = "http://{address}"
+RAY_DASHBOARD_KEYS = ("namespace", "experiment", "cluster", "service", "address")
 # The policy as JSON (the chart's `policy` value); unset or empty: the baseline default.
 ENV_POLICY = "AGENTRL_POLICY"
 # The Lease replicas elect a leader on (the chart names it after the release).
@@ -50,6 +57,7 @@ class OperatorConfig:
     # sandbox that holds it (an image pull of tens of GB is slow but not stuck: no such event).
     stuck_creating_after: float = 300.0
     metrics_url: str = DEFAULT_METRICS_URL  # format keys: service, namespace, port, name
+    ray_dashboard_url: str = DEFAULT_RAY_DASHBOARD_URL  # format keys: RAY_DASHBOARD_KEYS
     policy: Policy = BASELINE  # what experiments may ask for (agentrl.api.policy)
     # Leader election (agentrl.controller.leader): off, this process always acts (one replica).
     leader_election: bool = False
@@ -116,6 +124,15 @@ def _labels(raw: str) -> dict[str, str]:
     return out
 
 
+def ray_dashboard_link(
+    template: str, key: tuple[str, str], address: str, cluster: str | None
+) -> str:
+    """The Ray dashboard URL users open, from KubeRay's in-cluster address."""
+    service = address.split(":", 1)[0].split(".", 1)[0]
+    return template.format(namespace=key[0], experiment=key[1], cluster=cluster or "",
+                           service=service, address=address)  # fmt: skip
+
+
 def read_policy(raw: str | None) -> Policy:
     """The policy from `AGENTRL_POLICY` (JSON); unset or blank: the baseline default."""
     if raw is None or not raw.strip():
@@ -140,6 +157,15 @@ def load(env: Mapping[str, str]) -> OperatorConfig:
         url.format(service="s", namespace="n", port=1, name="x")
     except (KeyError, IndexError, ValueError) as err:
         raise ConfigError(f"AGENTRL_METRICS_URL={url!r}: bad placeholder {err}") from None
+    ray_url = env.get("AGENTRL_RAY_DASHBOARD_URL") or DEFAULT_RAY_DASHBOARD_URL
+    try:
+        ray_url.format(**dict.fromkeys(RAY_DASHBOARD_KEYS, "x"))
+    except (KeyError, IndexError, ValueError) as err:
+        raise ConfigError(
+            f"AGENTRL_RAY_DASHBOARD_URL={ray_url!r}: bad placeholder {err} (use "
+            + ", ".join("{" + k + "}" for k in RAY_DASHBOARD_KEYS)
+            + ")"
+        ) from None
     return OperatorConfig(
         namespaces=_list(env.get("AGENTRL_NAMESPACES", "")),
         image=env.get("AGENTRL_IMAGE") or DEFAULT_IMAGE,
@@ -154,6 +180,7 @@ def load(env: Mapping[str, str]) -> OperatorConfig:
         reconcile_concurrency=int(_number(env, "AGENTRL_RECONCILE_CONCURRENCY", 4, 1)),
         stuck_creating_after=_number(env, "AGENTRL_STUCK_CREATING_SECONDS", 300.0, 0),
         metrics_url=url,
+        ray_dashboard_url=ray_url,
         policy=read_policy(env.get(ENV_POLICY)),
         leader_election=_flag(env, "AGENTRL_LEADER_ELECTION"),
         lease_name=env.get("AGENTRL_LEASE_NAME") or DEFAULT_LEASE_NAME,

@@ -28,12 +28,22 @@ class OperatorMetrics:
             ["experiment_namespace", "experiment", "phase"],
             registry=self.registry,
         )
-        # The address of each experiment's Ray dashboard (KubeRay's status.dashboardURL, the
-        # head Service inside the cluster): the dashboard's run links read it.
+        # Where each experiment's Ray dashboard opens (KubeRay's status.dashboardURL, or the
+        # operator's AGENTRL_RAY_DASHBOARD_URL template of it): the dashboard's links read it.
         self.experiment_info = Gauge(
             "agentrl_experiment_info",
             "1 for each RLExperiment whose Ray dashboard address KubeRay has reported.",
             ["experiment_namespace", "experiment", "ray_dashboard_url"],
+            registry=self.registry,
+        )
+        # One series per pod of an experiment (head, GPU workers, submitter), from the pod
+        # watch: what joins per-pod series of other exporters (dcgm-exporter's GPU series carry
+        # `pod` and `namespace`) to the experiment, as kube-state-metrics' kube_pod_labels
+        # would with a label allow-list most clusters do not set.
+        self.experiment_pod = Gauge(
+            "agentrl_experiment_pod_info",
+            "1 for each pod of an RLExperiment, with its agentrl.io/component.",
+            ["experiment_namespace", "experiment", "pod", "component"],
             registry=self.registry,
         )
         # One series per problem an experiment's conditions report (conditions.problems):
@@ -102,6 +112,15 @@ class OperatorMetrics:
             self.experiment_condition.remove(*key, condition, reason)
         for condition, reason in new - old:
             self.experiment_condition.labels(*key, condition, reason).set(1)
+
+    def pod(self, key: tuple[str, str], pod: str, old: str | None, new: str | None) -> None:
+        """An experiment's pod appeared, changed component or went (None: not there)."""
+        if old == new:
+            return
+        if old is not None:
+            self.experiment_pod.remove(*key, pod, old)
+        if new is not None:
+            self.experiment_pod.labels(*key, pod, new).set(1)
 
     def serve(self, port: int) -> None:
         """Serve /metrics on 0.0.0.0:port in a thread (prometheus_client's own server)."""

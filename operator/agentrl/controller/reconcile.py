@@ -34,12 +34,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 from agentrl.api import validation
-from agentrl.api.constants import API_VERSION, KIND, LABEL_EXPERIMENT
+from agentrl.api.constants import API_VERSION, KIND, LABEL_COMPONENT, LABEL_EXPERIMENT
 from agentrl.api.images import DefaultImage
 from agentrl.controller import children, conditions, observe, status
 from agentrl.controller.apply import Retry, apply_children
 from agentrl.controller.compat import InstalledKubeRay
-from agentrl.controller.config import OperatorConfig
+from agentrl.controller.config import OperatorConfig, ray_dashboard_link
 from agentrl.controller.kube import Kube, KubeError
 from agentrl.controller.metrics import OperatorMetrics
 from agentrl.controller.state import Experiment, Key, key_of, uid_of
@@ -104,6 +104,7 @@ class Controller:
             exp.update(body)
         self._count(exp, exp.phase)
         self._flag(exp, exp.status)
+        self._link(exp, exp.status.get("dashboardURL"))
         if self._due(exp):
             self.queue.add(exp.key)
 
@@ -124,6 +125,8 @@ class Controller:
             self._count(exp, None)
             self._link(exp, None)
             self._flag(exp, {})
+            for pod, component in exp.pods.items():
+                self.metrics.pod(exp.key, pod, component, None)
 
     async def on_rayjob(self, rayjob: Mapping[str, Any], deleted: bool = False) -> None:
         exp = self._owner(rayjob)
@@ -139,7 +142,15 @@ class Controller:
         exp = self._owner(pod)
         if exp is None:
             return
-        name = (pod.get("metadata") or {}).get("name", "")
+        meta = pod.get("metadata") or {}
+        name = meta.get("name", "")
+        component = None if deleted else (meta.get("labels") or {}).get(LABEL_COMPONENT, "")
+        if component != exp.pods.get(name):
+            self.metrics.pod(exp.key, name, exp.pods.get(name), component)
+            if component is None:
+                exp.pods.pop(name, None)
+            else:
+                exp.pods[name] = component
         found = None if deleted else observe.pod_stuck(pod)
         creating = None if deleted or found else observe.creating_since(pod)
         if creating is None:
@@ -295,9 +306,13 @@ class Controller:
             for event in conditions.events_between(base, new):
                 await self._post_event(exp, event, now)
 
-    def _link(self, exp: Experiment, url: Any) -> None:
-        """agentrl_experiment_info{ray_dashboard_url}, moved when KubeRay reports a new one."""
-        url = url if isinstance(url, str) and url else None
+    def _link(self, exp: Experiment, address: Any) -> None:
+        """agentrl_experiment_info{ray_dashboard_url}, moved when KubeRay reports a new
+        address: the link users open (AGENTRL_RAY_DASHBOARD_URL), made from it."""
+        url = None
+        if isinstance(address, str) and address:
+            url = ray_dashboard_link(self.config.ray_dashboard_url, exp.key, address,
+                                     exp.status.get("rayClusterName"))  # fmt: skip
         if url != exp.linked:
             self.metrics.link(exp.key, exp.linked, url)
             exp.linked = url

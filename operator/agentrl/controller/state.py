@@ -44,6 +44,7 @@ class Experiment:
     # pod -> (reason, message), in the order the pods were found stuck (the first speaks)
     stuck: dict[str, tuple[str, str]] = field(default_factory=dict)
     creating: dict[str, str] = field(default_factory=dict)  # pod -> when it began creating
+    pods: dict[str, str] = field(default_factory=dict)  # pod -> component (metrics' pod map)
     written: Obj | None = None  # the status this process last wrote
     counted: str | None = None  # the phase agentrl_experiments counts it under
     linked: str | None = None  # the Ray dashboard address agentrl_experiment_info carries

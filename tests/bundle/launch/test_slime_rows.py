@@ -8,6 +8,8 @@ flags by hand: if a release drops a flag agentrl renders, these tests fail for t
 
 from __future__ import annotations
 
+import ast
+
 import pytest
 from launch_pod import slime_upstream
 from launch_trees import example_docs, experiment
@@ -112,3 +114,23 @@ def test_wandb_names_the_run_and_group_after_the_experiment(row: str) -> None:
         "wandb": spec.tracking.wandb.model_copy(update={"group": "lr-sweep"})})})  # fmt: skip
     got = slime_upstream.slime_wandb(row, wandb_args(sweep, "team-a/gsm8k"))
     assert (got["group"], got["name"]) == ("lr-sweep", "lr-sweep")
+
+
+@pytest.mark.parametrize("row", ROWS)
+def test_slime_turns_on_sglangs_metrics_itself(row: str) -> None:
+    """Every engine slime starts serves /metrics (what /engine-metrics relays): the row's own
+    server-args builder sets `enable_metrics: True` in the dict it fills `--sglang-*` values
+    into only where a key is missing, so the flag could neither add nor remove it."""
+    source = slime_upstream.slime_dir(row) / "slime/backends/sglang_utils/sglang_engine.py"
+    tree = ast.parse(source.read_text(encoding="utf-8"))
+    functions = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)]
+    (builder,) = [f for f in functions if f.name == "_compute_server_args"]
+    pinned = {
+        (key.value, value.value)
+        for node in ast.walk(builder) if isinstance(node, ast.Dict)
+        for key, value in zip(node.keys, node.values, strict=True)
+        if isinstance(key, ast.Constant) and isinstance(value, ast.Constant)
+    }  # fmt: skip
+    assert ("enable_metrics", True) in pinned
+    text = ast.unparse(builder)
+    assert "attr.name not in kwargs" in text  # --sglang-* fills only keys not yet set
