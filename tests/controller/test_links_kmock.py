@@ -110,8 +110,10 @@ async def test_a_pod_seen_before_its_experiment_counts_once_the_experiment_arriv
     assert not series(operator, "agentrl_experiment_pod_info")
     await created(api)
     await wait_for(
-        lambda: [s["pod"] for s in series(operator, "agentrl_experiment_pod_info")]
-        == ["demo-x7k2q-gpu-worker-fghij"],
+        lambda: (
+            [s["pod"] for s in series(operator, "agentrl_experiment_pod_info")]
+            == ["demo-x7k2q-gpu-worker-fghij"]
+        ),
         what="the pod replayed",
     )
     assert controller.early_pods == {}
