@@ -5,6 +5,13 @@ vaguely, crashed or hung, or silently accepted.
     python benchmarks/hostile_specs.py                      # tests/api/hostile, isolated
     python benchmarks/hostile_specs.py --corpus DIR --show  # another corpus, case by case
     python benchmarks/hostile_specs.py --quick --json       # in-process, counts as JSON
+    python benchmarks/hostile_specs.py --apiserver          # + the real kube-apiserver tier
+
+The apiserver tier (the default when hack/setup.sh has built kube-apiserver; `--no-apiserver`
+skips it) applies every case `validate` admits to a real kube-apiserver with the real
+kubectl: the file itself as kubectl reads it, then every object `render` prints and the pods
+KubeRay would make from the RayJob, all as server-side dry runs. A case the API server
+refuses there is one `validate` let through to fail later; the table counts them.
 
 A case is a .yaml/.yml/.json file. It may start with comment lines that say what it is and
 what should happen (a .json file keeps them in FILE.json.expect):
@@ -39,8 +46,11 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # the apiserver tier uses the tests' harness (tests.support.kube)
+    sys.path.insert(0, str(ROOT))
 CORPUS = ROOT / "tests" / "api" / "hostile"
 IMAGE = "registry.invalid/agentrl/runtime@sha256:" + "0" * 64  # render needs some image
 CPU_SECONDS = 60
@@ -263,12 +273,101 @@ def expected(verdict: Verdict) -> bool:
     return verdict.outcome == want and verdict.render_agrees
 
 
+# ---- the apiserver tier ----------------------------------------------------------------
+
+
+def apiserver_available() -> bool:
+    from tests.support.kube import apiserver_binary
+
+    return apiserver_binary().is_file()
+
+
+def admitted(verdicts: list[Verdict]) -> list[Verdict]:
+    """The cases `validate` let through (exit status 0): warned or accepted."""
+    return [v for v in verdicts if v.outcome in (WARNED, ACCEPTED)]
+
+
+def apiserver_refusals(kube: Any, cases: list[Case], workdir: str) -> dict[str, str]:
+    """case name -> what the API server said, for every case it refuses: the file as kubectl
+    reads it, the rendered objects, the pods KubeRay would make (server-side dry runs)."""
+    refused: dict[str, str] = {}
+    for case in cases:
+        file = _materialise(case, workdir)
+        objects = _rendered(file)
+        _prerequisites(kube, objects)
+        proc = kube.kubectl("apply", "--server-side", "--dry-run=server", "-f", file, check=False)
+        if proc.returncode != 0:
+            refused[case.name] = f"the file: {proc.stderr.strip()[:300]}"
+            continue
+        # The objects as the operator applies them (server-side apply); the pods as KubeRay
+        # creates them (a plain create: KubeRay builds them from typed Go structs, so a
+        # numeric quantity in the template is fine, which server-side apply would refuse).
+        pods = [o for o in objects if o["kind"] == "Pod"]
+        for verb, group in (("apply", [o for o in objects if o["kind"] != "Pod"]),
+                            ("create", pods)):  # fmt: skip
+            flags = ["--server-side", "--force-conflicts"] if verb == "apply" else []
+            stream = "---\n".join(json.dumps(o) + "\n" for o in group)
+            proc = kube.kubectl(verb, *flags, "--dry-run=server", "-f", "-", input=stream,
+                                check=False)  # fmt: skip
+            if proc.returncode != 0:
+                what = "rendered objects" if verb == "apply" else "pods"
+                refused[case.name] = f"{what}: {proc.stderr.strip()[:300]}"
+                break
+    return refused
+
+
+def _rendered(file: str) -> list[dict[str, Any]]:
+    """What `render` prints for the file, and the pods of its RayJob's templates."""
+    from tests.kube_checks import pod_templates
+
+    code, out, err = _cli(["render", "-f", file, "--image", IMAGE, "-o", "json"])
+    if code != 0:
+        raise RuntimeError(f"{file}: validate admitted it, render did not: {err[-300:]}")
+    objects: list[dict[str, Any]] = json.loads(out)["items"]
+    for obj in list(objects):
+        if obj["kind"] != "RayJob":
+            continue
+        for template in pod_templates(obj):
+            meta = dict(template.get("metadata") or {})
+            component = meta.get("labels", {}).get("agentrl.io/component", "pod")
+            meta.update(name=f"{obj['metadata']['name']}-{component}",
+                        namespace=obj["metadata"]["namespace"])  # fmt: skip
+            objects.append({"apiVersion": "v1", "kind": "Pod", "metadata": meta,
+                            "spec": template["spec"]})  # fmt: skip
+    return objects
+
+
+def _prerequisites(kube: Any, objects: list[dict[str, Any]]) -> None:
+    """What a cluster has before an experiment: its namespace, the ServiceAccounts and
+    PriorityClasses the pods name (the admission plugins check that they exist)."""
+    needed: list[dict[str, Any]] = []
+    for obj in objects:
+        ns = obj["metadata"]["namespace"]
+        kube.ensure_namespace(ns)
+        spec = obj.get("spec") or {}
+        if obj["kind"] == "Pod":
+            account = spec.get("serviceAccountName") or "default"
+            needed.append({"apiVersion": "v1", "kind": "ServiceAccount",
+                           "metadata": {"name": account, "namespace": ns}})  # fmt: skip
+            if spec.get("priorityClassName"):
+                needed.append({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+                               "metadata": {"name": spec["priorityClassName"]},
+                               "value": 1000})  # fmt: skip
+    if needed:
+        kube.kubectl("apply", "-f", "-", input="---\n".join(json.dumps(o) for o in needed))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--corpus", type=Path, default=CORPUS, help="directory of cases")
     parser.add_argument("--quick", action="store_true", help="run in this process")
     parser.add_argument("--json", action="store_true", help="print the counts as JSON")
     parser.add_argument("--show", action="store_true", help="print every case's verdict")
+    tier = parser.add_mutually_exclusive_group()
+    tier.add_argument("--apiserver", action="store_true", default=None,
+                      help="apply every admitted case to a real kube-apiserver (default: "
+                      "when hack/setup.sh built one)")  # fmt: skip
+    tier.add_argument("--no-apiserver", dest="apiserver", action="store_false")
     parser.add_argument("--run-one", metavar="FILE", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.run_one:
@@ -281,7 +380,30 @@ def main(argv: list[str] | None = None) -> int:
             mark = "" if expected(v) else "  <-- unexpected"
             print(f"{v.case.klass:9} {v.case.name:48} {v.outcome:26} {v.detail[:110]}{mark}")
         print()
-    print(json.dumps(summary(verdicts)) if args.json else table(verdicts))
+    counts = summary(verdicts)
+    use_apiserver = apiserver_available() if args.apiserver is None else args.apiserver
+    refused: dict[str, str] | None = None
+    if use_apiserver:
+        from tests.support.kube import running_harness
+
+        with running_harness() as kube, tempfile.TemporaryDirectory() as tmp:
+            refused = apiserver_refusals(kube, [v.case for v in admitted(verdicts)], tmp)
+        counts["apiserver_tier"] = {
+            "admitted_applied": len(admitted(verdicts)),
+            "refused_by_the_apiserver": sorted(refused),
+        }
+    if args.json:
+        print(json.dumps(counts))
+        return 0
+    print(table(verdicts))
+    if refused is not None:
+        print(
+            f"\napiserver tier (kube-apiserver + kubectl, server-side dry run): "
+            f"{len(admitted(verdicts))} admitted cases applied with their rendered objects "
+            f"and pods; {len(refused)} refused by the API server"
+        )
+        for name, reason in sorted(refused.items()):
+            print(f"  {name}: {reason}")
     return 0
 
 

@@ -61,6 +61,7 @@ class StubEngine:
     fail_next: int = 0  # failure mode: this many next /generate calls fail
     fail_status: int = 500
     incremental_stream: bool = False
+    stream_interval: int = 1  # the server's --stream-interval; a request's sampling param wins
     null_logprobs: bool = False  # every output logprob comes back as null (NaN/inf in SGLang)
     miss_rid_aborts: bool = False  # aborts by rid find nothing (they "arrived too early")
     miss_abort_all: bool = False  # abort_all finds nothing either
@@ -71,6 +72,7 @@ class StubEngine:
     aborted: list[str] = field(default_factory=list)  # rids asked to abort ("*" = abort_all)
     sampled: dict[str, list[int]] = field(default_factory=dict)  # rid -> ids returned
     _live: dict[str, asyncio.Event] = field(default_factory=dict)
+    _out: dict[str, list[int]] = field(default_factory=dict)  # rid -> ids sampled so far
     # What GET /metrics serves (SGLang's own families, recorded from its source), while up.
     metrics_text: str = field(default_factory=RECORDED_METRICS.read_text)
     metrics_up: bool = True
@@ -248,6 +250,7 @@ class StubEngine:
         budget = int(params.get("max_new_tokens") or 128)
         abort = self._live[rid] = asyncio.Event()
         out: list[int] = []
+        self._out[rid] = out
         try:
             if self.gate is not None:
                 await self.gate.wait()
@@ -256,6 +259,7 @@ class StubEngine:
             )
         finally:
             self._live.pop(rid, None)
+            self._out.pop(rid, None)
         self.sampled[rid] = out
         return self._body(prompt, out, rid, finish, body)
 
@@ -286,8 +290,8 @@ class StubEngine:
                     "err_type": None,
                 }
             out.append(tid)
-            if emit is not None:
-                await emit(self._body(prompt, out, rid, None, body))
+            if emit is not None and _streams(len(out), params, self.stream_interval):
+                await emit(None)
             if tid in stops:
                 return {"type": "stop", "matched": tid}
             matched = self._stop_string(out, params.get("stop"))
@@ -321,25 +325,21 @@ class StubEngine:
     async def _stream(self, request: web.Request, body: dict[str, Any]) -> web.StreamResponse:
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
-        sent = 0
+        rid = body.get("rid") or "anon"
+        chunks = _Chunks(body, rid, self.incremental_stream, self.null_logprobs)
 
-        async def emit(chunk: dict[str, Any]) -> None:
-            nonlocal sent
-            if self.incremental_stream:
-                n = len(chunk["output_ids"])
-                chunk["output_ids"] = chunk["output_ids"][sent:]
-                if "output_token_logprobs" in chunk["meta_info"]:
-                    chunk["meta_info"]["output_token_logprobs"] = chunk["meta_info"][
-                        "output_token_logprobs"
-                    ][sent:]
-                sent = n
-            await resp.write(b"data: " + orjson.dumps(chunk) + b"\n\n")
+        async def emit(_: Any) -> None:
+            await resp.write(chunks.next(self.sampled_so_far(rid)))
 
-        final = await self._run(body["input_ids"], body, body.get("rid") or "anon", emit)
-        await emit(final)  # the last chunk carries finish_reason (and equals the non-stream body)
+        final = await self._run(body["input_ids"], body, rid, emit)
+        # The last chunk carries finish_reason (cumulative: it equals the non-stream body).
+        await resp.write(chunks.last(final))
         await resp.write(b"data: [DONE]\n\n")
         await resp.write_eof()
         return resp
+
+    def sampled_so_far(self, rid: str) -> list[int]:
+        return self._out[rid]
 
     async def _abort(self, request: web.Request) -> web.Response:
         body = orjson.loads(await request.read() or b"{}")
@@ -385,6 +385,70 @@ class StubEngine:
         if body.get("return_token_ids"):
             out["prompt_token_ids"] = list(range(64))
         return _json(out)
+
+
+def _streams(n: int, params: dict[str, Any], default: int) -> bool:
+    """Whether SGLang sends a chunk after the n-th token (its output streamer's rule: every
+    `stream_interval` tokens, counted from the first; the request's value wins)."""
+    interval = params.get("stream_interval") or default
+    return n % interval == 1 if interval > 1 else True
+
+
+class _Chunks:
+    """SSE chunks of one streamed generation, built in time linear in what each carries: an
+    incremental chunk serialises only its new tokens; a cumulative one repeats everything
+    (as SGLang does) from bytes kept serialised, never re-encoding earlier tokens."""
+
+    def __init__(self, body: dict[str, Any], rid: str, incremental: bool, null_lp: bool) -> None:
+        self.rid, self.incremental, self.null_lp = rid, incremental, null_lp
+        self.prompt_tokens = len(body["input_ids"])
+        self.logprobs = bool(body.get("return_logprob"))
+        self.first = body["input_ids"][0]
+        self.done = 0  # tokens serialised so far
+        self.ids = bytearray()  # "1,2,3" of every token so far (cumulative chunks)
+        self.triples = bytearray()
+        self.text = bytearray()
+
+    def _pieces(self, out: list[int]) -> tuple[bytes, bytes, bytes]:
+        new = out[self.done :]
+        ids = ",".join(map(str, new)).encode()
+        triples = b",".join(
+            orjson.dumps([None if self.null_lp else stub_logprob(t, self.done + i), t, None])
+            for i, t in enumerate(new)
+        )
+        text = "".join(f"<{t}>" for t in new).encode()
+        self.done = len(out)
+        if self.incremental:
+            return ids, triples, text
+        self.ids += (b"," if self.ids and ids else b"") + ids
+        self.triples += (b"," if self.triples and triples else b"") + triples
+        self.text += text
+        return bytes(self.ids), bytes(self.triples), bytes(self.text)
+
+    def next(self, out: list[int]) -> bytes:
+        ids, triples, text = self._pieces(out)
+        meta = (
+            b'{"id":' + orjson.dumps(self.rid) + b',"finish_reason":null,"prompt_tokens":'
+            + str(self.prompt_tokens).encode() + b',"completion_tokens":'
+            + str(len(out)).encode() + b',"cached_tokens":0,"weight_version":"default"'
+        )  # fmt: skip
+        if self.logprobs:
+            meta += b',"output_token_logprobs":[' + triples + b"]"
+            meta += b',"input_token_logprobs":[[null,' + str(self.first).encode() + b",null]]"
+        return (
+            b'data: {"text":"' + text + b'","output_ids":[' + ids + b'],"meta_info":' + meta
+            + b"}}\n\n"
+        )  # fmt: skip
+
+    def last(self, final: dict[str, Any]) -> bytes:
+        if self.incremental:
+            n = self.done
+            final = {**final, "output_ids": final["output_ids"][n:], "text": final["text"]}
+            final["text"] = "".join(f"<{t}>" for t in final["output_ids"])
+            meta = final["meta_info"] = dict(final["meta_info"])
+            if "output_token_logprobs" in meta:
+                meta["output_token_logprobs"] = meta["output_token_logprobs"][n:]
+        return b"data: " + orjson.dumps(final) + b"\n\n"
 
 
 def _json(body: Any, status: int = 200) -> web.Response:

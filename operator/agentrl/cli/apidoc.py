@@ -284,7 +284,10 @@ Volumes, volume mounts, tolerations and affinity are checked against Kubernetes'
 core/v1 schema (v{version}): the API server would silently drop a misspelt field there.
 `python benchmarks/validate.py` prints what validation costs against pydantic's bare parse
 and `json.loads`, and how long the worst hostile body takes to be refused;
-`python benchmarks/hostile_specs.py` runs the hostile-spec corpus (`tests/api/hostile/`).
+`python benchmarks/hostile_specs.py` runs the hostile-spec corpus (`tests/api/hostile/`), then
+applies every case `validate` admits to a real kube-apiserver with the real kubectl (the
+file, the rendered objects and the pods KubeRay would make, as server-side dry runs) and
+counts what the API server refuses (none, today).
 """
 
 

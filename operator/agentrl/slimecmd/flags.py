@@ -1,9 +1,10 @@
 """slime's flags that follow from the spec alone, in groups (pure).
 
 Recipe defaults follow agentcore-rl-toolkit's SlimeRunner (the flags it always sets, its
-optimizer and SGLang settings), with two deliberate differences: the removed
-`--use-dynamic-global-batch-size` is never passed (slime would ignore it silently), and the
-spec's reward-std choice is passed explicitly. What depends on the pod (the checkpoint
+optimizer and SGLang settings), with three deliberate differences: the removed
+`--use-dynamic-global-batch-size` is never passed (slime would ignore it silently), the
+spec's reward-std choice is passed explicitly, and SGLang streams incrementally (for the
+gateway's streamed answers). What depends on the pod (the checkpoint
 directory's state, the slime version in the image) is decided in `compose`, not here.
 """
 
@@ -37,6 +38,10 @@ _RECIPE_FLAGS: Final = (
     "--sglang-data-parallel-size", "1",
     "--sglang-log-level", "warning",
     "--sglang-log-level-http", "warning",
+    # The gateway streams agents' answers from /generate. By default SGLang repeats every
+    # token so far in every stream chunk (quadratic on the wire and in SGLang's own front
+    # end); this sends each token once. slime's own rollout does not stream.
+    "--sglang-incremental-streaming-output",
 )  # fmt: skip
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import anthropic
 import openai
+import orjson
 import pytest
 
 from agentrl.bundle.gateway import GatewayServer
@@ -204,5 +205,5 @@ def test_an_unreadable_config_leaves_the_context_unknown_with_a_warning(
 )
 def test_a_stream_error_event_keeps_the_status_it_names(event: Any, status: int | None) -> None:
     with pytest.raises(EngineError) as err:
-        StreamState().add({"error": event})
+        StreamState().add(orjson.dumps({"error": event}))  # one chunk's JSON, as it streams
     assert err.value.status == status and "engine stream error" in str(err.value)

@@ -94,8 +94,11 @@ LONG = (
 async def test_stream_delivers_deltas_as_they_are_sampled(
     gateway: GatewayServer, cluster: Cluster, tok: Any, incremental: bool
 ) -> None:
-    cluster.set(responder=scripted(tok, LONG), token_delay_s=0.002, incremental_stream=incremental)
-    handle = await gateway.create_session(f"live-{incremental}", {"max_new_tokens": 1024})
+    # Slow enough, and in chunks small enough, that the answer goes out in several flushes.
+    cluster.set(responder=scripted(tok, LONG), token_delay_s=0.01, incremental_stream=incremental)
+    handle = await gateway.create_session(
+        f"live-{incremental}", {"max_new_tokens": 1024, "stream_interval": 2}
+    )
     c = openai.AsyncOpenAI(base_url=handle.base_url, api_key=handle.token, max_retries=0)
     stream = await c.chat.completions.create(model="m", messages=MESSAGES, stream=True)  # type: ignore[call-overload]
     deltas = [ch.choices[0].delta async for ch in stream if ch.choices]
@@ -122,8 +125,8 @@ async def test_stream_delivers_deltas_as_they_are_sampled(
 async def test_anthropic_stream_opens_thinking_then_text_blocks(
     gateway: GatewayServer, cluster: Cluster, tok: Any
 ) -> None:
-    cluster.set(responder=scripted(tok, LONG), token_delay_s=0.002)
-    handle = await gateway.create_session("live-a", {"max_new_tokens": 1024})
+    cluster.set(responder=scripted(tok, LONG), token_delay_s=0.01)
+    handle = await gateway.create_session("live-a", {"max_new_tokens": 1024, "stream_interval": 2})
     a = anthropic.AsyncAnthropic(
         base_url=handle.base_url.removesuffix("/v1"), auth_token=handle.token, max_retries=0
     )

@@ -30,6 +30,7 @@ import orjson
 from agentrl.bundle.gateway.sglang import (
     Completion,
     EngineError,
+    SseEvents,
     StreamState,
     engine_requests,
     parse_generate_response,
@@ -146,7 +147,7 @@ class EngineClient:
         on_tokens: Callable[[list[int]], Awaitable[None]],
         routing_key: str | None,
     ) -> Completion:
-        state, buffer = StreamState(), b""
+        state = StreamState()
         headers = _headers(routing_key)
         try:
             async with self._http.post(
@@ -157,32 +158,26 @@ class EngineClient:
                     raise EngineError(
                         f"engine /generate: HTTP {resp.status}: {raw[:300]!r}", resp.status
                     )
+                events = SseEvents()
                 async for piece in resp.content.iter_any():  # no line-length limit
-                    buffer += piece
-                    *events, buffer = buffer.split(b"\n\n")
-                    if await self._take(events, state, on_tokens):
+                    grew, done = False, False
+                    for data in events.feed(piece):
+                        if data == b"[DONE]":
+                            done = True
+                            break
+                        grew = state.add(data) or grew
+                        if state.finished:
+                            break
+                    if state.finished:
                         await resp.content.read()  # the trailing [DONE]: keeps the connection
                         return state.completion()
+                    if grew:  # once per read, however many chunks it held
+                        await on_tokens(state.ids)
+                    if done:
+                        break
         except aiohttp.ClientError as exc:
             raise EngineError(f"engine /generate stream broke: {exc}") from exc
-        raise EngineError("engine stream ended before a finish_reason")
-
-    @staticmethod
-    async def _take(
-        events: list[bytes], state: StreamState, on_tokens: Callable[[list[int]], Awaitable[None]]
-    ) -> bool:
-        for event in events:
-            data = event.strip().removeprefix(b"data:").strip()
-            if not data or data.startswith(b":") or data == b"[DONE]":
-                continue
-            try:
-                finished = state.add(orjson.loads(data))
-            except orjson.JSONDecodeError as exc:
-                raise EngineError(f"engine stream: invalid JSON {data[:200]!r}") from exc
-            if finished:
-                return True
-            await on_tokens(state.token_ids())
-        return False
+        return state.completion()  # an unread last chunk is read here
 
     async def _post_generate(self, payload: bytes, routing_key: str | None) -> Completion:
         headers = _headers(routing_key)

@@ -218,7 +218,15 @@ class Frontend:
             await ticket.turn()  # the session's earlier requests first
             if req.stream:
                 writer = front.StreamWriter(model, req.include_usage)
-                live = LiveStream(request, writer, self.runner.renderer, req)
+                runner = self.runner
+                live = LiveStream(
+                    request,
+                    writer,
+                    runner.renderer,
+                    req,
+                    tokenizer=runner.tokenizer,
+                    stop_ids=runner.stop_ids,
+                )
                 turn = asyncio.get_running_loop().create_task(
                     self.run_turn(session, req, live.on_tokens)
                 )

@@ -99,6 +99,7 @@ class GatewayServer:
             s.request_timeout_s,
             tokenizer=tokenizer,
             context_length=context,
+            stream_interval=s.stream_interval,
         )
         frontend = Frontend(
             self.store,

@@ -46,11 +46,17 @@ class GatewaySettings:
     admin_token: str = field(default_factory=lambda: secrets.token_urlsafe(32), repr=False)
     request_timeout_s: float = 900.0  # one engine call; on expiry it is aborted on every worker
     stream_keepalive_s: float = 10.0  # SSE comment interval while a streamed turn runs
+    # Tokens per engine stream chunk (SGLang's `stream_interval` sampling parameter) for a
+    # streamed turn whose session sets none: every chunk costs the engine and the gateway a
+    # round of work, and an agent reads the text no faster.
+    stream_interval: int = 64
     render_workers: int = field(default_factory=default_render_workers)
 
     def __post_init__(self) -> None:
         if self.request_timeout_s <= 0:
             raise ValueError("GatewaySettings.request_timeout_s must be > 0")
+        if self.stream_interval < 1:
+            raise ValueError("GatewaySettings.stream_interval must be >= 1")
         if self.render_workers < 1:
             raise ValueError("GatewaySettings.render_workers must be >= 1")
         if self.context_length is not None and self.context_length < 2:

@@ -11,8 +11,12 @@ from __future__ import annotations
 
 import math
 import re
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+import orjson
 
 
 class EngineError(Exception):
@@ -49,11 +53,31 @@ MAX_TOKEN_ID = 2**31 - 1  # no vocabulary comes near; ids travel as int32 to ren
 def token_ids(values: Any) -> list[int]:
     """Sampled token ids as the engine reports them: integers, never coerced (a float or a
     boolean is an engine or router bug, and training on `int(5.7)` would be silent)."""
-    if not isinstance(values, list) or not all(
-        type(v) is int and 0 <= v <= MAX_TOKEN_ID for v in values
+    # Type and range checked at C speed (`bool` is a type of its own here, never `int`).
+    if not isinstance(values, list) or (
+        values
+        and (not set(map(type, values)) <= {int} or min(values) < 0 or max(values) > MAX_TOKEN_ID)
     ):
         raise EngineError(f"engine returned token ids that are not integers: {str(values)[:200]}")
     return values
+
+
+def logprob_values(values: list[Any]) -> list[float]:
+    """`logprob_value` of each, at C speed when they are all floats (the usual case)."""
+    kinds = set(map(type, values))
+    if kinds <= {float}:
+        return values
+    return [logprob_value(v) for v in values]
+
+
+def from_triples(triples: Any) -> tuple[list[int], list[float]]:
+    """The sampled ids and their logprobs from `output_token_logprobs` ([logprob, id, text]
+    triples), as slime reads them; malformed triples are an engine error."""
+    if not isinstance(triples, list) or (
+        triples and (not set(map(type, triples)) <= {list} or min(map(len, triples)) < 2)
+    ):
+        raise EngineError(f"engine returned malformed output_token_logprobs: {str(triples)[:200]}")
+    return token_ids([t[1] for t in triples]), logprob_values([t[0] for t in triples])
 
 
 def parse_generate_response(body: Any) -> Completion:
@@ -61,25 +85,30 @@ def parse_generate_response(body: Any) -> Completion:
     if not isinstance(body, dict) or not isinstance(body.get("meta_info"), dict):
         raise EngineError(f"engine returned no meta_info: {str(body)[:200]}")
     meta = body["meta_info"]
+    triples = meta.get("output_token_logprobs")
+    sampled = from_triples(triples) if triples is not None else None
+    output_ids = body.get("output_ids")
+    return completion_of(meta, sampled, token_ids(output_ids) if output_ids is not None else None)
+
+
+def completion_of(
+    meta: dict[str, Any],
+    sampled: tuple[list[int], list[float]] | None,
+    output_ids: list[int] | None,
+) -> Completion:
+    """A `Completion` from a final `meta_info`, the ids and logprobs of its triples (None:
+    the engine sent none) and its `output_ids` (None: absent), which must agree."""
     finish = meta.get("finish_reason") or {}
     kind = finish.get("type") if isinstance(finish, dict) else None
     if kind not in ("stop", "length", "abort"):
         raise EngineError(f"engine returned an unknown finish_reason: {finish!r}")
-    triples = meta.get("output_token_logprobs")
-    output_ids = body.get("output_ids")
-    if triples is not None:
-        if not isinstance(triples, list) or not all(
-            isinstance(t, list) and len(t) >= 2 for t in triples
-        ):
-            raise EngineError(
-                f"engine returned malformed output_token_logprobs: {str(triples)[:200]}"
-            )
-        ids = token_ids([t[1] for t in triples])
-        logprobs: list[float] | None = [logprob_value(t[0]) for t in triples]
-        if output_ids is not None and list(output_ids) != ids:
+    logprobs: list[float] | None
+    if sampled is not None:
+        ids, logprobs = sampled
+        if output_ids is not None and output_ids != ids:
             raise EngineError("engine output_ids disagree with output_token_logprobs")
     else:  # an engine without logprobs, or an abort before prefill
-        ids = token_ids(output_ids or [])
+        ids = output_ids or []
         logprobs = None if ids else []
     version = meta.get("weight_version")
     return Completion(
@@ -104,53 +133,171 @@ def stream_error(error: Any) -> EngineError:
     return EngineError(f"engine stream error: {str(detail.get('message', detail))[:300]}", status)
 
 
-class StreamState:
-    """Accumulates `/generate` stream chunks, cumulative (SGLang's default) or incremental
-    (`--incremental-streaming-output`), told apart per field by `meta_info.completion_tokens`."""
+class SseEvents:
+    """Splits a server-sent-events byte stream into each event's `data` (comments and empty
+    events dropped), in time linear in the bytes: every byte is searched once and copied once,
+    however the events are cut into reads (a cumulative stream's chunks grow to megabytes)."""
 
     def __init__(self) -> None:
-        self.triples: list[Any] = []
-        self.ids: list[int] = []
+        self._buf = bytearray()
+        self._scan = 0  # bytes before this hold no separator
+
+    def _separator(self, start: int) -> int:
+        """Where the next event from `start` ends (a blank line), or -1. Searches for one
+        newline, which memchr finds at memory speed (a two-byte pattern is searched several
+        times slower), and JSON data holds none."""
+        buf = self._buf
+        at = buf.find(b"\n", max(start, self._scan))
+        while at >= 0:
+            if at + 1 >= len(buf):
+                self._scan = at  # the next byte decides
+                return -1
+            if buf[at + 1] == 10:
+                return at
+            at = buf.find(b"\n", at + 2)
+        self._scan = len(buf)
+        return -1
+
+    def feed(self, piece: bytes) -> list[bytes]:
+        buf = self._buf
+        buf += piece
+        out: list[bytes] = []
+        pos = 0  # the current event's first byte
+        while (at := self._separator(pos)) >= 0:
+            start = pos
+            while start < at and buf[start] in b" \t\r\n":
+                start += 1
+            if buf.startswith(b"data:", start):
+                start += 5
+                while start < at and buf[start] in b" \t":
+                    start += 1
+            end = at
+            while end > start and buf[end - 1] in b" \t\r":
+                end -= 1
+            if end > start and buf[start] != 58:  # 58 is ":": an SSE comment
+                with memoryview(buf) as view:
+                    out.append(bytes(view[start:end]))
+            pos = at + 2
+        if pos:
+            del buf[:pos]  # once per read: what is left is the next event's beginning
+            self._scan = max(0, self._scan - pos)
+        return out
+
+
+# A cumulative chunk that is not the last says so in these bytes (orjson, as SGLang writes
+# JSON, puts no space there; inside a JSON string the quotes would be escaped). A chunk
+# without them is parsed, so another spelling is slower, never wrong.
+UNFINISHED = b'"finish_reason":null'
+COMPLETION_TOKENS = b'"completion_tokens":'
+REFRESH_EVERY_S = 0.5  # cumulative: re-read the ids once they doubled, or this long after
+
+
+class StreamState:
+    """Accumulates `/generate` stream chunks in time linear in the tokens, whichever way the
+    engine streams. Incremental chunks (`--incremental-streaming-output`) carry only the new
+    tokens: they are checked and appended to flat lists of ids and logprobs (no object per
+    token is kept, so the garbage collector has nothing new to walk). Cumulative chunks
+    (SGLang's default) repeat everything so far: once every field is known to be cumulative,
+    a chunk is kept unparsed and only the newest one is read, when it is the last one and,
+    for progress, once the completion doubled or every `REFRESH_EVERY_S` (the wire itself is
+    quadratic there). Each field's mode is told apart by `meta_info.completion_tokens`,
+    per chunk, as some builds stream `output_ids` incrementally and the logprobs
+    cumulatively."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.ids: list[int] = []  # sampled ids so far, for progress; only ever grows
         self.last: dict[str, Any] | None = None
+        self.finished = False
+        self._sampled: tuple[list[int], list[float]] | None = None  # ids, logprobs of triples
+        self._output_ids: list[int] | None = None
+        self._cumulative: set[str] = set()  # fields seen repeating everything
+        self._incremental: set[str] = set()
+        self._raw: bytes | None = None  # the newest cumulative chunk, not yet parsed
+        self._clock = clock
+        self._read_at = 0.0
 
-    @staticmethod
-    def _merge(have: list[Any], part: list[Any], total: int) -> list[Any]:
-        if len(part) == total:  # cumulative: the chunk repeats everything so far
-            return list(part)
-        if len(have) + len(part) == total:  # incremental: only the new part
-            return have + list(part)
-        raise EngineError(f"engine stream: {len(part)} new items do not add up to {total} tokens")
+    @property
+    def lazy(self) -> bool:
+        """Every field repeats everything: only the newest chunk matters."""
+        return bool(self._cumulative) and not self._incremental
 
-    def add(self, chunk: Any) -> bool:
-        """Take one chunk; True once the generation finished."""
+    def _mode(self, name: str, have: int, part: int, total: int) -> bool:
+        """True if a field's chunk repeats everything (cumulative), False if it carries
+        only the new part; the two agree on a first chunk."""
+        if part == total:
+            if have:
+                self._cumulative.add(name)
+            return True
+        if have + part == total:
+            self._incremental.add(name)
+            return False
+        raise EngineError(f"engine stream: {part} new items do not add up to {total} tokens")
+
+    def add(self, data: bytes) -> bool:
+        """Take one chunk (its JSON); True when `ids` grew. A cumulative chunk is parsed only
+        when it is the last one or the progress is due (`REFRESH_*`)."""
+        if self.lazy and UNFINISHED in data:
+            self._raw = data
+            if not self._due(data):
+                return False
+        return self._take(data)
+
+    def _due(self, data: bytes) -> bool:
+        at = data.find(COMPLETION_TOKENS)
+        digits = data[at + len(COMPLETION_TOKENS) : at + len(COMPLETION_TOKENS) + 12]
+        end = next((i for i, c in enumerate(digits) if not 48 <= c <= 57), len(digits))
+        total = int(digits[:end]) if at >= 0 and end else 0
+        have = len(self.ids)
+        if total >= 2 * have:  # reads cost the whole answer each: doubling bounds them
+            return True
+        return self._clock() - self._read_at >= REFRESH_EVERY_S and total > have
+
+    def _take(self, data: bytes) -> bool:
+        self._raw = None
+        try:
+            chunk = orjson.loads(data)
+        except orjson.JSONDecodeError as exc:
+            raise EngineError(f"engine stream: invalid JSON {data[:200]!r}") from exc
         if isinstance(chunk, dict) and "error" in chunk:
             raise stream_error(chunk["error"])
         meta = chunk.get("meta_info") if isinstance(chunk, dict) else None
         if not isinstance(meta, dict):
             raise EngineError(f"engine stream chunk without meta_info: {str(chunk)[:200]}")
         total = int(meta.get("completion_tokens") or 0)
-        if meta.get("output_token_logprobs") is not None:
-            self.triples = self._merge(self.triples, meta["output_token_logprobs"], total)
-        if chunk.get("output_ids") is not None:
-            self.ids = self._merge(self.ids, chunk["output_ids"], total)
+        before = len(self.ids)
+        triples = meta.get("output_token_logprobs")
+        if triples is not None:
+            ids, logprobs = from_triples(triples)
+            have = self._sampled
+            repeated = self._mode("logprobs", len(have[0]) if have else 0, len(ids), total)
+            if repeated or not have:
+                self._sampled = ids, logprobs
+            else:
+                have[0].extend(ids)
+                have[1].extend(logprobs)
+        output_ids = chunk.get("output_ids")
+        if output_ids is not None:
+            output_ids = token_ids(output_ids)
+            have_ids = self._output_ids
+            repeated = self._mode("output_ids", len(have_ids or ()), len(output_ids), total)
+            if repeated or not have_ids:
+                self._output_ids = output_ids
+            else:
+                have_ids.extend(output_ids)
+        known = self._sampled[0] if self._sampled is not None else self._output_ids or []
+        self.ids.extend(known[len(self.ids) :])  # for progress: the new ids only
         self.last = chunk
-        return meta.get("finish_reason") is not None
-
-    def token_ids(self) -> list[int]:
-        """The ids so far (for streaming progress; the final completion is checked)."""
-        if not self.triples:
-            return list(self.ids)
-        return [
-            t[1] for t in self.triples if isinstance(t, list) and len(t) >= 2 and type(t[1]) is int
-        ]
+        self.finished = meta.get("finish_reason") is not None
+        self._read_at = self._clock()
+        return len(self.ids) > before
 
     def completion(self) -> Completion:
-        if self.last is None:
-            raise EngineError("engine stream ended without a chunk")
-        meta = {**self.last["meta_info"], "output_token_logprobs": self.triples or None}
-        if not self.triples:
-            meta.pop("output_token_logprobs")
-        return parse_generate_response({"output_ids": self.ids or None, "meta_info": meta})
+        """The finished generation (an engine error if the stream ended before that)."""
+        if self._raw is not None:  # the stream ended on an unparsed cumulative chunk
+            self._take(self._raw)
+        if self.last is None or not self.finished:
+            raise EngineError("engine stream ended before a finish_reason")
+        return completion_of(self.last["meta_info"], self._sampled, self._output_ids)
 
 
 def engine_requests(body: Any) -> int | None:

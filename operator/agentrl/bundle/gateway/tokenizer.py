@@ -89,6 +89,20 @@ class TokenizerAdapter:
     def get_vocab(self) -> dict[str, int]:
         return dict(self._tok.get_vocab(with_added_tokens=True))
 
+    @property
+    def added_tokens_decoder(self) -> dict[int, Any]:
+        """Added tokens by id, as transformers' tokenizers expose them."""
+        return dict(self._tok.get_added_tokens_decoder())
+
+
+def added_token_ids(tokenizer: Any) -> frozenset[int] | None:
+    """Ids of the tokens added to the vocabulary (specials, and markers such as `<think>` or
+    `<tool_call>` that chat formats are built from); None if the tokenizer does not say."""
+    added = getattr(tokenizer, "added_tokens_decoder", None)  # as transformers names it
+    if not isinstance(added, dict):
+        return None
+    return frozenset(i for i in added if isinstance(i, int))
+
 
 def _eos_from_config(directory: Path) -> str | None:
     cfg = directory / "tokenizer_config.json"

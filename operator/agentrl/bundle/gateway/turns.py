@@ -50,9 +50,11 @@ class TurnRunner:
         *,
         tokenizer: Any = None,  # for the text of each token when an agent asks for logprobs
         context_length: int | None = None,  # the engine's context; None: nothing is capped
+        stream_interval: int = 64,  # tokens per engine chunk of a streamed turn (settings)
     ) -> None:
         self.tokenizer = tokenizer
         self.context_length = context_length
+        self.stream_interval = stream_interval
         self.builder = builder
         self.renderer = builder.renderer
         self.engine = engine
@@ -134,6 +136,7 @@ class TurnRunner:
         async def progress(ids: list[int]) -> None:
             await on_tokens(prompt, ids)
 
+        params.setdefault("stream_interval", self.stream_interval)
         return await self.engine.generate_stream(
             prompt, params, rid, self.timeout_s, on_tokens=progress, routing_key=session.sid
         )
