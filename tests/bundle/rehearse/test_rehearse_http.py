@@ -205,3 +205,26 @@ async def test_a_conversation_that_outgrows_the_context_is_named(
         assert e["reason"] is None and e["reward"] == 0.0 and e["truncated"] is True
         (check,) = e["checks"]
         assert check["name"] == "context_exceeded" and "(1024 tokens)" in check["message"]
+
+
+async def test_an_eval_split_runs_its_own_rows_and_sampling(
+    tmp_path: Path, checkpoint: Path, model: Model, agent: AgentProcess
+) -> None:
+    engine = await start_engine(model.tok, model.click_then_finish())
+    try:
+        body = spec(http_agent(agent.url))
+        body["spec"]["data"]["eval"] = [
+            {"name": "dev", "path": "/data/web/dev.jsonl", "samplesPerPrompt": 2,
+             "temperature": 0.0}
+        ]  # fmt: skip
+        spec_path, data = write(tmp_path, body, [row("dev-1"), row("dev-2")])
+        run = await rehearse("-f", spec_path, *flags(engine, checkpoint, data, tmp_path / "out"),
+                             "--split", "eval:dev", "--prompts", 2, "-o", "json")  # fmt: skip
+    finally:
+        await engine.stop()
+    assert run.code == 0, run.out + run.err
+    report = run.json()
+    assert report["split"] == "eval:dev" and len(report["episodes"]) == 4
+    assert [g["dynamic_sampling"]["verdict"] for g in report["groups"]] == [None, None]
+    # The eval set's sampling reached the engine: greedy, as the set says.
+    assert {r["sampling_params"]["temperature"] for r in engine.requests} == {0.0}
