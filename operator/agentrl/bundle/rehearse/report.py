@@ -14,11 +14,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from agentrl.api.constants import REHEARSE_FAILED, REHEARSE_OK, REHEARSE_USAGE
 from agentrl.bundle.rehearse.checks import Finding
 
-EXIT_OK: Final = 0
-EXIT_FAILED: Final = 1
-EXIT_USAGE: Final = 2
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = REHEARSE_OK, REHEARSE_FAILED, REHEARSE_USAGE
 SID_CHARS: Final = 12  # of a session id in the text tables
 SPAN_CHARS: Final = 72  # of a token span's text in the episode view
 
