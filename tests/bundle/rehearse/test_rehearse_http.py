@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.support.process import free_port
 from tests.support.tiny_tokenizer import write_checkpoint
 
 from agentrl.bundle.gateway.tokenizer import load_tokenizer
@@ -23,7 +24,6 @@ from .rig import (
     AgentProcess,
     Model,
     ModelApiProxy,
-    free_port,
     http_agent,
     rehearse,
     row,
@@ -81,6 +81,9 @@ async def test_a_clean_rehearsal_reports_every_episode_and_exits_0(
     assert group["dynamic_sampling"] == {"filter": "zeroRewardVariance", "verdict": "dropped",
                                          "reason": "zero_std_1.0", "error": None}  # fmt: skip
     assert report["network"]["episodes_calling_base_url"] == 4
+    # Two turns are 73 response tokens, the budget is 64: the second call trains nothing.
+    assert "4 episode(s) outgrew the response budget (64 tokens" in " ".join(report["notes"])
+    assert "the engine serves 'stub', the spec names 'Qwen/Qwen3-8B'" in " ".join(report["notes"])
     assert report["network"]["results_via"] == {"callback": 4}
     # The samples slime would train on, with the advantage the reward hook gives them.
     lines = (tmp_path / "j" / "samples.jsonl").read_text().splitlines()
