@@ -4,8 +4,9 @@
 The dashboard's engine row reads SGLang's metrics as each engine serves them (slime starts
 every engine with `enable_metrics`; the hub relays them, see agentrl.bundle.engine_metrics).
 No GPU runs here, so the sample exposition the tests serve from stub engines is recorded from
-SGLang's source instead: this script downloads the wheel of every SGLang release the supported
-slime rows build on (the versions below; pip, no dependencies), reads
+SGLang's source instead: this script takes every SGLang release the supported slime rows build
+on (images/upstream.toml's [pypi.sglang] versions, unpacked from PyPI's wheels into
+~/.cache/agentrl/upstream by hack/setup.sh, or here when missing), reads
 `sglang/srt/observability/metrics_collector.py` as an AST, and for each family the dashboard
 uses takes its type and the labels of the collector that declares it: a scheduler's
 (`model_name`, `engine_type`, `tp_rank`, `pp_rank`, `moe_ep_rank`, as
@@ -21,15 +22,16 @@ not export. Values are a plausible engine's; only names, types and labels are SG
 from __future__ import annotations
 
 import ast
-import subprocess
 import sys
-import tempfile
-import zipfile
 from pathlib import Path
 
-VERSIONS = ("0.5.13", "0.5.15.post1")  # images/upstream.toml's [pypi.sglang] versions
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from tests.support import upstream  # noqa: E402  (the pins and the cache: one home)
+
+VERSIONS = tuple(str(v) for v in upstream.sglang_pin()["versions"])  # type: ignore[attr-defined]
 SOURCE = "sglang/srt/observability/metrics_collector.py"
-OUT = Path(__file__).resolve().parent.parent / "tests/support/recorded/sglang-engine.prom"
+OUT = ROOT / "tests/support/recorded/sglang-engine.prom"
 # The labels each collector gives its metrics (the `labels` dict its caller builds) for a
 # plain engine: no disaggregation, no data-parallel attention, no priority scheduling.
 COLLECTOR_LABELS = {
@@ -85,15 +87,8 @@ def declarations(text: str) -> dict[str, Declared]:
     return out
 
 
-def source(version: str, tmp: Path) -> str:
-    subprocess.run(
-        [sys.executable, "-m", "pip", "download", "-q", "--no-deps", f"sglang=={version}",
-         "-d", str(tmp / version)],
-        check=True,
-    )  # fmt: skip
-    wheel = next((tmp / version).glob("sglang-*.whl"))
-    with zipfile.ZipFile(wheel) as z:
-        return z.read(SOURCE).decode()
+def source(version: str) -> str:
+    return (upstream.fetch_sglang(version) / SOURCE).read_text(encoding="utf-8")
 
 
 def render(decl: dict[str, Declared]) -> str:
@@ -127,8 +122,7 @@ def render(decl: dict[str, Declared]) -> str:
 
 
 def main() -> int:
-    with tempfile.TemporaryDirectory() as tmp:
-        found = {v: declarations(source(v, Path(tmp))) for v in VERSIONS}
+    found = {v: declarations(source(v)) for v in VERSIONS}
     first = found[VERSIONS[0]]
     for version, decl in found.items():
         for name in FAMILIES:

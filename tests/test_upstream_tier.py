@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from tests.support import upstream
-from tests.support.shared import TIER
+from tests.support.shared import TIER, require
 
 from conftest import ROOT
 
@@ -152,3 +152,17 @@ def test_docs_name_only_pinned_slime_commits() -> None:
     for doc in [ROOT / "README.md", *ROOT.glob("docs/*.md"), ROOT / "images" / "README.md"]:
         for commit in cited.findall(doc.read_text(encoding="utf-8")):
             assert any(p.startswith(commit) for p in pinned), (doc.name, commit)
+
+
+def test_the_recorded_engine_metrics_are_what_the_pinned_sglang_releases_declare() -> None:
+    """tests/support/recorded/sglang-engine.prom (what the stub engines serve to the dashboard
+    tests) is re-derived from each pinned SGLang's metrics_collector.py: a release that renames
+    or relabels a family the dashboard reads fails here, not on a user's Grafana."""
+    for version in upstream.sglang_pin()["versions"]:  # type: ignore[attr-defined]
+        source = upstream.sglang_dir(str(version)) / "sglang/srt/observability"
+        require(source / "metrics_collector.py", f"SGLang {version}'s metrics collector")
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "hack" / "record-sglang-metrics.py"), "--check"],
+        capture_output=True, text=True, check=False, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr

@@ -10,32 +10,19 @@ address-space limits, so a regression is a failed test, not a stuck suite. The t
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+from tests.support import hostile_specs
 
-from conftest import ROOT
-
-SCRIPT = ROOT / "benchmarks" / "hostile_specs.py"
 CLASSES = {"crash", "k8s", "render", "strict", "paths", "secrets", "typos"}
 
 
-def _script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("hostile_specs", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["hostile_specs"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-hs = _script()
+hs = hostile_specs.load()
 CASES = hs.load_corpus(hs.CORPUS)
 
 
@@ -75,7 +62,7 @@ def test_table_script_prints_the_counts(tmp_path: Path) -> None:
     proc = subprocess.run(
         [
             sys.executable,
-            str(SCRIPT),
+            str(hostile_specs.SCRIPT),
             "--quick",
             "--json",
             "--no-apiserver",
@@ -92,7 +79,8 @@ def test_table_script_prints_the_counts(tmp_path: Path) -> None:
     assert counts["crashed_or_hung"] == counts["silently_accepted"] == counts["vague"] == 0
     assert counts["refused_naming_the_field"] + counts["warned"] == len(sample)
     table = subprocess.run(
-        [sys.executable, str(SCRIPT), "--quick", "--no-apiserver", "--corpus", str(tmp_path)],
+        [sys.executable, str(hostile_specs.SCRIPT), "--quick", "--no-apiserver", "--corpus",
+         str(tmp_path)],
         capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
     assert table.splitlines()[0] == "| specs tried | " + " | ".join(hs.OUTCOMES) + " |"

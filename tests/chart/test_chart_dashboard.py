@@ -8,7 +8,6 @@ import copy
 import json
 import os
 import re
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,7 @@ from typing import Any
 import pytest
 import yaml
 from chart_helpers import CHART, TOOLS, exported_series_names, metric_names
+from test_chart_alerts import promtool
 
 DASHBOARD = CHART / "files" / "dashboards" / "agentrl.json"
 NODE_MODULES = TOOLS / "node" / "node_modules"
@@ -122,15 +122,7 @@ def test_every_query_parses_with_promtool(tmp_path: Path) -> None:
     (tmp_path / "queries.yaml").write_text(
         yaml.safe_dump({"groups": [{"name": "q", "rules": rules}]})
     )
-    promtool = shutil.which("promtool")
-    assert promtool
-    proc = subprocess.run(
-        [promtool, "check", "rules", "queries.yaml"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    proc = promtool("check", "rules", "queries.yaml", cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"SUCCESS: {len(rules)} rules found" in proc.stdout
 
@@ -353,13 +345,5 @@ def test_gpu_queries_join_dcgm_series_whether_or_not_their_pod_labels_are_honour
         }],
     }  # fmt: skip
     (tmp_path / "test.yaml").write_text(yaml.safe_dump(test))
-    promtool = shutil.which("promtool")
-    assert promtool
-    proc = subprocess.run(
-        [promtool, "test", "rules", "test.yaml"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    proc = promtool("test", "rules", "test.yaml", cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -186,6 +186,7 @@ def test_operator_down_alert_only_with_the_service_monitor() -> None:
     assert not find(objs, "ServiceMonitor")
     alerts = alerts_of(objs)
     assert "AgentRLOperatorDown" not in alerts
+    assert "AgentRLOperatorNoLeader" not in alerts  # keyed on the same job
     assert "AgentRLExperimentFailed" in alerts  # the operator group keeps its other alert
 
 
@@ -245,7 +246,7 @@ def test_common_labels_override_standard_labels_but_never_selector_labels() -> N
 def test_runbook_urls_are_quoted_and_left_out_without_a_base() -> None:
     text = render_text()
     base = "https://github.com/agentrl/agentrl/blob/main/docs/monitoring.md"
-    assert text.count(f'runbook_url: "{base}#agentrl') == 7
+    assert text.count(f'runbook_url: "{base}#agentrl') == len(alerts_of(load_all(text)))
     custom = alerts_of(render(sets=("monitoring.prometheusRule.runbookUrl=https://wiki/a b",)))
     assert custom["AgentRLProgressStalled"]["annotations"]["runbook_url"] == (
         "https://wiki/a b#agentrlprogressstalled"

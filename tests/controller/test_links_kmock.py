@@ -96,3 +96,24 @@ def test_ray_dashboard_templates() -> None:
     assert load({"AGENTRL_RAY_DASHBOARD_URL": PROXY}).ray_dashboard_url == PROXY
     with pytest.raises(ConfigError, match=r"AGENTRL_RAY_DASHBOARD_URL.*\{svc\}"):
         load({"AGENTRL_RAY_DASHBOARD_URL": "http://{svc}/"})
+
+
+async def test_a_pod_seen_before_its_experiment_counts_once_the_experiment_arrives(
+    api: Api, operator: OperatorRun
+) -> None:
+    """The watches list pods and experiments at the same time (each start, each new leader);
+    a running pod may not change again for days, so one seen first is kept and replayed."""
+    await api.create(pod("demo-x7k2q-gpu-worker-fghij", "worker"))
+    assert operator.memo is not None
+    controller = operator.memo.controller
+    await wait_for(lambda: controller.early_pods, what="the pod kept aside")
+    assert not series(operator, "agentrl_experiment_pod_info")
+    await created(api)
+    await wait_for(
+        lambda: (
+            [s["pod"] for s in series(operator, "agentrl_experiment_pod_info")]
+            == ["demo-x7k2q-gpu-worker-fghij"]
+        ),
+        what="the pod replayed",
+    )
+    assert controller.early_pods == {}

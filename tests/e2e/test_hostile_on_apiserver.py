@@ -9,33 +9,19 @@ refuses because a pod would be refused is refused by the API server itself.
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
-from tests.conftest import ROOT
+from tests.support import hostile_specs
 from tests.support.kube import KubeHarness
 
 pytestmark = pytest.mark.e2e
 NS = "rl"
 
 
-def _script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "hostile_specs", ROOT / "benchmarks" / "hostile_specs.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["hostile_specs"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-hs = _script()
+hs = hostile_specs.load()
 
 
 def test_every_admitted_case_is_accepted_with_its_objects_and_pods(

@@ -172,7 +172,7 @@ def test_a_running_experiment_streams_the_head_pods_driver_log(
     assert attempt.returncode == 0, attempt.stderr
     call = cli.calls()[-1]
     assert call[:7] == ["exec", "-n", NS, f"{CLUSTER}-head-x7k2q", "-c", "ray-head", "--"]
-    assert call[-4:] == ["/checkpoints/qwen3b-gsm8k/logs", NAME, "1", "0"]
+    assert call[-5:] == ["/checkpoints/qwen3b-gsm8k/logs", NAME, "1", "0", "+1"]
 
 
 def test_after_the_cluster_is_deleted_the_submitter_pod_is_read(

@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -23,6 +22,7 @@ from pathlib import Path
 
 import boto3
 from moto.server import ThreadedMotoServer
+from tests.support.process import free_port, stop
 
 REGION = "us-east-1"
 CREDENTIALS = {
@@ -31,12 +31,6 @@ CREDENTIALS = {
     "AWS_DEFAULT_REGION": REGION,
 }
 START_BOUND_S = 120  # a bound on a process start, not a timing assertion (2 loaded cores)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def keys() -> dict[str, str]:
@@ -100,9 +94,4 @@ def toolkit_app(app: Path, s3_url: str, log: Path) -> Iterator[AgentApp]:
                 time.sleep(0.1)
         yield AgentApp(url, log)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc)

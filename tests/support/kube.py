@@ -196,12 +196,19 @@ class KubeHarness:
             if proc.poll() is None:
                 proc.terminate()
         for proc in reversed(self.processes):
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=5)
+            stop_process(proc)
         self.processes.clear()
+
+
+def stop_process(proc: subprocess.Popen[Any], wait: float = 15.0) -> None:
+    """Terminate `proc` (if it still runs) and reap it; kill it if it does not go in `wait`."""
+    if proc.poll() is None:
+        proc.terminate()
+    try:
+        proc.wait(timeout=wait)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=5)
 
 
 def _safe(name: str) -> str:
@@ -355,12 +362,7 @@ def controller_manager(
     try:
         yield proc
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
+        stop_process(proc)
 
 
 @pytest.fixture(scope="session")

@@ -116,31 +116,34 @@ def env(row: str, base: dict[str, str] | None = None) -> dict[str, str]:
     return out
 
 
-def run_slime(row: str, cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Run slime's parse_args and checkpoint loader on each case (see upstream_site/slime_run)."""
+def _run_site(
+    row: str, argv: list[str], stdin: Any = None, base: dict[str, str] | None = None,
+    timeout: float = 600,
+) -> Any:  # fmt: skip
+    """Run `python argv...` in the row's env (`stdin` as JSON); the last stdout line, parsed."""
     done = subprocess.run(
-        [sys.executable, str(SITE / "slime_run.py")],
-        input=json.dumps(cases),
-        env=env(row),
+        [sys.executable, *argv],
+        input=None if stdin is None else json.dumps(stdin),
+        env=env(row, base),
         capture_output=True,
         text=True,
         check=False,
-        timeout=600,
+        timeout=timeout,
     )
     assert done.returncode == 0, done.stderr[-4000:]
-    results: list[dict[str, Any]] = json.loads(done.stdout.splitlines()[-1])
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def run_slime(row: str, cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Run slime's parse_args and checkpoint loader on each case (see upstream_site/slime_run)."""
+    results: list[dict[str, Any]] = _run_site(row, [str(SITE / "slime_run.py")], cases)
     return results
 
 
 _DESTS = """
-import argparse, json, sys
-import megatron.training.arguments as margs
-from slime.utils.arguments import get_slime_extra_args_provider
-from slime.backends.sglang_utils.arguments import add_sglang_arguments
-p = argparse.ArgumentParser(add_help=False, allow_abbrev=False, conflict_handler="resolve")
-p = margs.add_megatron_arguments(p) or p
-get_slime_extra_args_provider()(p)
-add_sglang_arguments(p)
+import json
+from slime_parser import build_parser
+p = build_parser()
 print(json.dumps({o: a.dest for o, a in p._option_string_actions.items()}))
 """
 
@@ -149,16 +152,7 @@ print(json.dumps({o: a.dest for o, a in p._option_string_actions.items()}))
 def parser_dests(row: str) -> dict[str, str]:
     """Every option string of the row's own parser (as slime's parse_args builds it: Megatron's
     arguments, slime's, SGLang's) and the attribute of `args` it sets."""
-    done = subprocess.run(
-        [sys.executable, "-c", _DESTS],
-        env=env(row),
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stderr[-4000:]
-    dests: dict[str, str] = json.loads(done.stdout.splitlines()[-1])
+    dests: dict[str, str] = _run_site(row, ["-c", _DESTS])
     return dests
 
 
@@ -167,31 +161,16 @@ def slime_preload(row: str, pylib: Path) -> dict[str, str | None]:
     torch_memory_saver imports from `pylib` (see upstream_site/slime_preload):
     `{"LD_PRELOAD": path}`, or `{"error": ...}` with what slime raised."""
     base = {**os.environ, "PYTHONPATH": str(pylib)}
-    done = subprocess.run(
-        [sys.executable, str(SITE / "slime_preload.py")],
-        env=env(row, base),
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=300,
+    result: dict[str, str | None] = _run_site(
+        row, [str(SITE / "slime_preload.py")], base=base, timeout=300
     )
-    assert done.returncode == 0, done.stderr[-4000:]
-    result: dict[str, str | None] = json.loads(done.stdout.splitlines()[-1])
     return result
 
 
 def slime_wandb(row: str, argv: list[str]) -> dict[str, str | None]:
     """What the row's own `init_wandb_primary` passes to `wandb.init` (entity, project, group,
     name) for `argv`, or `{"error": ...}` (see upstream_site/slime_wandb)."""
-    done = subprocess.run(
-        [sys.executable, str(SITE / "slime_wandb.py")],
-        input=json.dumps(argv),
-        env=env(row),
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=300,
+    result: dict[str, str | None] = _run_site(
+        row, [str(SITE / "slime_wandb.py")], argv, timeout=300
     )
-    assert done.returncode == 0, done.stderr[-4000:]
-    result: dict[str, str | None] = json.loads(done.stdout.splitlines()[-1])
     return result

@@ -219,9 +219,10 @@ def fetch_git(sources: list[GitSource], dest_root: Path) -> bool:
 def fetch_sglang(version: str) -> Path:
     """SGLang `version`'s argument modules from its PyPI wheel (no dependencies installed)."""
     dest = sglang_dir(version)
-    if (dest / ".complete").is_file():
-        return dest
     keep = tuple(str(k) for k in sglang_pin()["keep"])  # type: ignore[attr-defined]
+    marker = dest / ".complete"  # holds the kept prefixes: a longer list unpacks again
+    if marker.is_file() and marker.read_text(encoding="utf-8").split() == list(keep):
+        return dest
     print(f"upstream sources: fetching SGLang {version}'s argument modules", file=sys.stderr)
     with tempfile.TemporaryDirectory() as tmp:
         subprocess.run(
@@ -234,7 +235,7 @@ def fetch_sglang(version: str) -> Path:
         with zipfile.ZipFile(wheel) as z:
             names = [n for n in z.namelist() if n.startswith(keep) and n.endswith(".py")]
             z.extractall(dest, names)
-    (dest / ".complete").touch()
+    marker.write_text("\n".join(keep) + "\n", encoding="utf-8")
     return dest
 
 

@@ -172,3 +172,9 @@ class ConditionType(StrEnum):
 # (https://kubernetes.io/docs/setup/best-practices/cluster-large/); a spec asking for more
 # GPU nodes than any cluster has renders a RayJob that never starts.
 MAX_GPU_NODES: Final = 5000
+
+# `agentrl rehearse`'s exit status (the CLI prints it, the bundle's report decides it), in
+# `validate`'s convention: 0 all good, 1 something the report names failed, 2 it could not run.
+REHEARSE_OK: Final = 0
+REHEARSE_FAILED: Final = 1
+REHEARSE_USAGE: Final = 2

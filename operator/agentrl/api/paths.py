@@ -12,6 +12,7 @@ longest `mountPath` that holds it, component by component.
 from __future__ import annotations
 
 import posixpath
+import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -35,8 +36,9 @@ def under(path: str, directory: str) -> bool:
 
 
 def clean(path: str) -> str:
-    """The lexical form Kubernetes and the kernel resolve (`//` and `.` removed)."""
-    return posixpath.normpath(path) if path.startswith("/") else path
+    """An absolute path's lexical normal form: no repeated, `.` or trailing separators (the
+    callers refuse `..` before they compare)."""
+    return posixpath.normpath(re.sub("/+", "/", path)) if path.startswith("/") else path
 
 
 def mount_of(exp: RLExperiment, path: str) -> tuple[int, Mapping[str, Any]] | None:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import difflib
 import fnmatch
-import posixpath
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Annotated, Any
@@ -32,6 +31,7 @@ from agentrl.api.base import Model
 from agentrl.api.findings import Finding, err
 from agentrl.api.kube_rules import VOLUME_SOURCES
 from agentrl.api.models import RLExperiment
+from agentrl.api.paths import clean
 from agentrl.api.security import BASELINE_CAPABILITIES, capability_needs, mounts_of
 
 # Volume types a baseline pod may use: all but hostPath (which `hostPaths` governs) and
@@ -66,7 +66,7 @@ class HostPath(Model):
     def _absolute(cls, value: str) -> str:
         if not value.startswith("/") or ".." in value.split("/"):
             raise ValueError(f"{value!r}: write an absolute path without '..'")
-        return _clean(value)
+        return clean(value)
 
 
 class SecretsPolicy(Model):
@@ -233,11 +233,6 @@ def policy_warnings(policy: Policy) -> list[str]:
     return found
 
 
-def _clean(path: str) -> str:
-    """A lexical normal form: no repeated, `.` or trailing separators ('..' is refused)."""
-    return "/" + posixpath.normpath(re.sub("/+", "/", path)).strip("/") if path != "/" else "/"
-
-
 # ---- the check ---------------------------------------------------------------------
 
 
@@ -300,7 +295,7 @@ def _host_path(
             "write the host directory's absolute path",
         )
         return
-    rule = _host_rule(_clean(host), policy.host_paths)
+    rule = _host_rule(clean(host), policy.host_paths)
     if rule is None:
         allowed = (
             "allowed: " + ", ".join(r.path_prefix for r in policy.host_paths)

@@ -52,6 +52,7 @@ from typing import Any, Final
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from agentrl.api import bounds
+from agentrl.api.bounds import INT64_MAX, INT64_MIN
 
 LONG_TAG: Final = "tag:yaml.org,2002:"
 STR, BOOL, INT, FLOAT, NULL, TIMESTAMP, BINARY, MERGE = (
@@ -60,10 +61,7 @@ STR, BOOL, INT, FLOAT, NULL, TIMESTAMP, BINARY, MERGE = (
 # A plain scalar without a tag: resolved by its text (the composer marks it with this).
 PLAIN: Final = "tag:agentrl.io,2025:plain"
 RESOLVABLE: Final = frozenset({"", STR, BOOL, INT, FLOAT, NULL, TIMESTAMP})
-INT64_MIN: Final = -(2**63)
-INT64_MAX: Final = 2**63 - 1
 UINT64_MAX: Final = 2**64 - 1
-FLOAT32_MAX: Final = 3.4028234663852886e38
 
 # go-yaml v2's resolveMap: text -> value, checked before any number parsing.
 _WORDS: Final[dict[str, Any]] = {

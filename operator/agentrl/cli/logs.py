@@ -27,7 +27,7 @@ import re
 import shlex
 import shutil
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TextIO
 
@@ -108,13 +108,13 @@ def add_parser(sub: Any) -> None:
     p.add_argument("-f", "--follow", action="store_true", help="keep streaming new output")
     p.add_argument(
         "--attempt",
-        type=_positive,
+        type=_whole_number(1),
         metavar="N",
         help="attempt N's log file on the checkpoint volume (status.attempts counts them)",
     )
     p.add_argument(
         "--tail",
-        type=_lines,
+        type=_whole_number(0),
         metavar="N",
         help="only the last N lines (as kubectl logs --tail)",
     )
@@ -138,30 +138,27 @@ def _experiment_name(text: str) -> str:
     return text
 
 
-def _lines(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be a whole number from 0 on, not {text!r}")
-    return value
+def _whole_number(least: int) -> Callable[[str], int]:
+    """An argparse type: a whole number from `least` on."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = least - 1
+        if value < least:
+            raise argparse.ArgumentTypeError(
+                f"must be a whole number from {least} on, not {text!r}"
+            )
+        return value
+
+    return parse
 
 
 def _duration(text: str) -> str:
     if not DURATION.match(text):
         raise argparse.ArgumentTypeError(f"{text!r} is not a duration like 30s, 10m or 1h30m")
     return text
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a whole number from 1 on, not {text!r}")
-    return value
 
 
 # ---- pure: which pod, which command -----------------------------------------------------

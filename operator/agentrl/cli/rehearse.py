@@ -20,14 +20,14 @@ import json
 from pathlib import Path
 from typing import Any, Final, TextIO
 
-from agentrl.api.constants import SPLIT_TRAIN
+from agentrl.api.constants import REHEARSE_FAILED, REHEARSE_OK, REHEARSE_USAGE, SPLIT_TRAIN
 from agentrl.api.validation import errors, parse_experiment
 from agentrl.cli.load import LoadError, load_documents
 from agentrl.render.defaults import OperatorDefaults
 from agentrl.render.objects import runtime_config
 
 EXTRA: Final = "pip install 'agentrl[bundle]'"
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = REHEARSE_OK, REHEARSE_FAILED, REHEARSE_USAGE
 EXIT_CODES: Final = f"""\
 exit status:
   {EXIT_OK}  every episode finished with a numeric reward and passed the checks

@@ -73,6 +73,11 @@ class Controller:
         self.default_image = DefaultImage(self.defaults.image)
         self.bundle = Bundle.of(bundle_files)  # hashed and laid out once, not per render
         self.experiments: dict[Key, Experiment] = {}
+        # Pods seen before their experiment: the watches list experiments and pods at the
+        # same time (every start, every new leader), so a pod may come first. Kept, by
+        # experiment, until it arrives or the pod goes (garbage collection follows a deleted
+        # experiment), then replayed: a running pod may not change again for days.
+        self.early_pods: dict[Key, dict[str, Mapping[str, Any]]] = {}
         self.kuberay = InstalledKubeRay(kube)  # read after login (handlers), and on demand
         self.sweeps = 0  # completed sweeps (tests wait on it; never on time)
         # Spec reconciles: CPU-bound (render, encode), so a few at a time in arrival order,
@@ -100,6 +105,8 @@ class Controller:
             if exp is not None:
                 self._forget(exp.key)
             exp = self.experiments[key_of(body)] = Experiment.seen(body)
+            for pod in self.early_pods.pop(exp.key, {}).values():
+                await self.on_pod(pod)
         else:
             exp.update(body)
         self._count(exp, exp.phase)
@@ -139,11 +146,20 @@ class Controller:
         await self._observed(exp)
 
     async def on_pod(self, pod: Mapping[str, Any], deleted: bool = False) -> None:
-        exp = self._owner(pod)
-        if exp is None:
-            return
         meta = pod.get("metadata") or {}
         name = meta.get("name", "")
+        exp = self._owner(pod)
+        if exp is None:
+            key = (meta.get("namespace") or "default",
+                   (meta.get("labels") or {}).get(LABEL_EXPERIMENT, ""))  # fmt: skip
+            early = self.early_pods.setdefault(key, {})
+            if deleted:
+                early.pop(name, None)
+            else:
+                early[name] = pod
+            if not early:
+                del self.early_pods[key]
+            return
         component = None if deleted else (meta.get("labels") or {}).get(LABEL_COMPONENT, "")
         if component != exp.pods.get(name):
             self.metrics.pod(exp.key, name, exp.pods.get(name), component)

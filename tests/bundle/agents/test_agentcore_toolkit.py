@@ -36,12 +36,12 @@ from tests.support.agentcore_app import (
     CREDENTIALS,
     REGION,
     AgentApp,
-    free_port,
     keys,
     moto_s3,
     toolkit_app,
 )
 from tests.support.agentcore_dataplane import AgentCoreDataPlane
+from tests.support.process import free_port
 from tests.support.retries import scheduled_retries
 from tests.support.sglang_stub import StubEngine, StubRouter
 from tests.support.tiny_tokenizer import write_checkpoint

@@ -106,7 +106,7 @@ async def rig() -> AsyncIterator[Rig]:
     port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
     listener = CallbackListener("127.0.0.1", 0, "127.0.0.1")
     await listener.start()
-    spec = HttpAgent(url=f"http://127.0.0.1:{port}/episodes", pollIntervalSeconds=0.05)
+    spec = HttpAgent(url=f"http://127.0.0.1:{port}/episodes", pollIntervalSeconds=0.1)
     backend = HttpAgentBackend(
         spec,
         headers={"X-Api-Key": SECRET},
@@ -363,7 +363,7 @@ async def test_failures_from_odd_responses_never_log_the_secret_header(
         port = server.sockets[0].getsockname()[1]
     listener = CallbackListener("127.0.0.1", 0, "127.0.0.1")
     await listener.start()
-    spec = HttpAgent(url=f"http://127.0.0.1:{port}/episodes", pollIntervalSeconds=0.01)
+    spec = HttpAgent(url=f"http://127.0.0.1:{port}/episodes", pollIntervalSeconds=0.1)
     backend = HttpAgentBackend(
         spec,
         headers={"X-Api-Key": SECRET},

@@ -27,18 +27,13 @@ from typing import Any
 import aiohttp
 import yaml
 from aiohttp import web
+from tests.support.process import free_port, stop
 from tests.support.sglang_stub import StubEngine
 
 ROOT = Path(__file__).resolve().parents[3]
 AGENT = Path(__file__).with_name("mistaken_agent.py")
 EXAMPLE_AGENT = ROOT / "examples" / "agents" / "http_agent.py"
 Responder = Callable[[list[int], dict[str, Any]], list[int]]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def agentrl() -> str:
@@ -183,12 +178,7 @@ def run_agent(script: Path, log: Path, *args: str) -> Iterator[AgentProcess]:
         wait_for_port(port, proc, log)
         yield AgentProcess(f"http://127.0.0.1:{port}/v1/episodes", log)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc)
 
 
 def wait_for_port(port: int, proc: subprocess.Popen[bytes], log: Path) -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.support.process import free_port
 from tests.support.tiny_tokenizer import write_checkpoint
 
 from agentrl.bundle.gateway.tokenizer import load_tokenizer
@@ -23,7 +24,6 @@ from .rig import (
     AgentProcess,
     Model,
     ModelApiProxy,
-    free_port,
     http_agent,
     rehearse,
     row,
@@ -81,6 +81,9 @@ async def test_a_clean_rehearsal_reports_every_episode_and_exits_0(
     assert group["dynamic_sampling"] == {"filter": "zeroRewardVariance", "verdict": "dropped",
                                          "reason": "zero_std_1.0", "error": None}  # fmt: skip
     assert report["network"]["episodes_calling_base_url"] == 4
+    # Two turns are 73 response tokens, the budget is 64: the second call trains nothing.
+    assert "4 episode(s) outgrew the response budget (64 tokens" in " ".join(report["notes"])
+    assert "the engine serves 'stub', the spec names 'Qwen/Qwen3-8B'" in " ".join(report["notes"])
     assert report["network"]["results_via"] == {"callback": 4}
     # The samples slime would train on, with the advantage the reward hook gives them.
     lines = (tmp_path / "j" / "samples.jsonl").read_text().splitlines()
@@ -202,3 +205,26 @@ async def test_a_conversation_that_outgrows_the_context_is_named(
         assert e["reason"] is None and e["reward"] == 0.0 and e["truncated"] is True
         (check,) = e["checks"]
         assert check["name"] == "context_exceeded" and "(1024 tokens)" in check["message"]
+
+
+async def test_an_eval_split_runs_its_own_rows_and_sampling(
+    tmp_path: Path, checkpoint: Path, model: Model, agent: AgentProcess
+) -> None:
+    engine = await start_engine(model.tok, model.click_then_finish())
+    try:
+        body = spec(http_agent(agent.url))
+        body["spec"]["data"]["eval"] = [
+            {"name": "dev", "path": "/data/web/dev.jsonl", "samplesPerPrompt": 2,
+             "temperature": 0.0}
+        ]  # fmt: skip
+        spec_path, data = write(tmp_path, body, [row("dev-1"), row("dev-2")])
+        run = await rehearse("-f", spec_path, *flags(engine, checkpoint, data, tmp_path / "out"),
+                             "--split", "eval:dev", "--prompts", 2, "-o", "json")  # fmt: skip
+    finally:
+        await engine.stop()
+    assert run.code == 0, run.out + run.err
+    report = run.json()
+    assert report["split"] == "eval:dev" and len(report["episodes"]) == 4
+    assert [g["dynamic_sampling"]["verdict"] for g in report["groups"]] == [None, None]
+    # The eval set's sampling reached the engine: greedy, as the set says.
+    assert {r["sampling_params"]["temperature"] for r in engine.requests} == {0.0}

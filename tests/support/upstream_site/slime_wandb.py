@@ -11,12 +11,13 @@ object (with `error` instead, if slime raised).
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import json
 import sys
 import types
 from typing import Any
+
+from slime_parser import build_parser
 
 
 class _Run:
@@ -43,21 +44,9 @@ def _recorder(calls: dict[str, Any]) -> types.ModuleType:
     return wandb
 
 
-def _parser() -> argparse.ArgumentParser:
-    import megatron.training.arguments as margs
-    from slime.backends.sglang_utils.arguments import add_sglang_arguments
-    from slime.utils.arguments import get_slime_extra_args_provider
-
-    p = argparse.ArgumentParser(add_help=False, allow_abbrev=False, conflict_handler="resolve")
-    p = margs.add_megatron_arguments(p) or p
-    get_slime_extra_args_provider()(p)
-    add_sglang_arguments(p)
-    return p
-
-
 def main() -> None:
     argv = json.loads(sys.stdin.read())
-    parser = _parser()
+    parser = build_parser()
     for action in parser._actions:  # only the W&B flags are given; the rest keep defaults
         action.required = False
     args, _ = parser.parse_known_args(argv)

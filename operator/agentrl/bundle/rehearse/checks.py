@@ -21,6 +21,7 @@ episode and names them:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
@@ -34,6 +35,7 @@ TOOL_CALLS: Final = "tool_call_parse_failed"
 CALLBACK: Final = "callback_unreachable"
 CHECKS: Final = (CONTEXT, TOOL_CALLS, CALLBACK)
 RAW_CHARS: Final = 80  # of a tool call's text quoted in a finding
+_NAME: Final = re.compile(r"[A-Za-z_][\w.-]{0,127}")  # what a function name looks like
 
 
 @dataclass(frozen=True)
@@ -118,18 +120,24 @@ class ToolCallCheck:
         return 1, f"the completion holds a tool call in the '{name}' format: {_quote(raw)}"
 
     def _other_parser(self, turn: Turn) -> tuple[str, str] | None:
-        """A parser that finds tool-call markup the gateway's parser did not look for."""
+        """A parser that finds tool-call markup the gateway's parser did not look for: the
+        one that reads a call with a function's name, else any that sees markup at all."""
         from renderers.parsers import TOOL_PARSERS, get_tool_parser
 
         ids = list(turn.completion_ids)
+        found: list[tuple[bool, str, str]] = []
         for name in sorted(TOOL_PARSERS):
             try:
                 _, calls = get_tool_parser(name, self.tokenizer).extract(ids)
             except Exception:  # a parser for another model's vocabulary: not this format
                 continue
             if calls:
-                return name, calls[0].raw
-        return None
+                named = all(_NAME.fullmatch(str(c.name or "")) for c in calls)
+                found.append((not named, name, calls[0].raw))
+        if not found:
+            return None
+        _, name, raw = min(found)
+        return name, raw
 
 
 def callback_findings(seen: Seen, callback_url: str | None) -> Iterator[Finding]:

@@ -10,15 +10,14 @@ rehearsal's checks, 1 something failed (named per episode), 2 the rehearsal coul
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from agentrl.api.constants import REHEARSE_FAILED, REHEARSE_OK, REHEARSE_USAGE
 from agentrl.bundle.rehearse.checks import Finding
 
-EXIT_OK: Final = 0
-EXIT_FAILED: Final = 1
-EXIT_USAGE: Final = 2
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = REHEARSE_OK, REHEARSE_FAILED, REHEARSE_USAGE
 SID_CHARS: Final = 12  # of a session id in the text tables
 SPAN_CHARS: Final = 72  # of a token span's text in the episode view
 
@@ -327,13 +326,3 @@ def _table(rows: Sequence[Sequence[str]]) -> list[str]:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return ["  " + "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
             for row in rows]  # fmt: skip
-
-
-def received_of(document: Mapping[str, Any] | None) -> tuple[Any, str] | None:
-    """The reward as the agent sent it (`rewards`, else `reward`), and its JSON type."""
-    if document is None:
-        return None
-    from agentrl.bundle.agents.base import received_reward
-
-    value = received_reward(document)
-    return value, json_type(value)

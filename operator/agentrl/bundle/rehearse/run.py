@@ -19,7 +19,7 @@ import logging
 import secrets
 import socket
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -32,6 +32,7 @@ from agentrl.api.constants import SPLIT_TRAIN
 from agentrl.api.models import HttpAgent
 from agentrl.api.runtime import RuntimeConfig
 from agentrl.bundle.agents import build_backend
+from agentrl.bundle.agents.base import received_reward
 from agentrl.bundle.agents.http import HttpAgentBackend
 from agentrl.bundle.gateway import GatewayClient, GatewayServer, GatewaySettings
 from agentrl.bundle.gateway.tokenizer import hub_family
@@ -51,7 +52,7 @@ from agentrl.bundle.rehearse.report import (
     RehearsalError,
     Report,
     Span,
-    received_of,
+    json_type,
 )
 from agentrl.bundle.rewards import post_process_rewards
 from agentrl.bundle.rollout.batch import RolloutContext, run_groups
@@ -67,8 +68,6 @@ from agentrl.bundle.rollout.filters import (
 from agentrl.bundle.rollout.sampling import SamplingPlan, group_verdict
 from agentrl.bundle.rollout.types import SampleFields, Status, slime_types, to_sample
 from agentrl.slimecmd.flags import sglang_model_args
-
-log = logging.getLogger("agentrl.rehearse")
 
 ENGINE_TIMEOUT_S = 10.0
 WILDCARDS = ("0.0.0.0", "::", "")
@@ -147,10 +146,36 @@ async def _rehearse(config: RuntimeConfig, options: Options, plan: Plan) -> Repo
         samples_path=str(samples_path),
         log_path=str(options.out / LOG_FILE),
         view=_view(outcomes, seen, runner.tokenizer),
-        notes=plan.notes,
+        notes=[*plan.notes, *_notes(outcomes, plan, config, engine_model)],
     )
     (options.out / "report.json").write_text(json.dumps(report.to_json(), indent=2) + "\n")
     return report
+
+
+def _notes(
+    outcomes: Sequence[Sequence[EpisodeOutcome]],
+    plan: Plan,
+    config: RuntimeConfig,
+    engine_model: str,
+) -> list[str]:
+    """What fails no episode but wastes a run: responses cut at the budget, another model."""
+    notes = []
+    merges = [o.merge for g in outcomes for o in g if o.failure is None and o.merge is not None]
+    clipped = [m for m in merges if m.clipped_segments]
+    if clipped:
+        budget, lost = plan.episode.max_response_len, sum(m.clipped_tokens for m in clipped)
+        notes.append(
+            f"{len(clipped)} episode(s) outgrew the response budget ({budget} tokens, "
+            f"grpo.maxResponseLength): {lost} sampled token(s) after it train nothing"
+        )
+    spec_model = config.spec.model.path.rstrip("/").rsplit("/", 1)[-1].lower()
+    served = engine_model.rstrip("/").rsplit("/", 1)[-1].lower()
+    if served and served != spec_model:
+        notes.append(
+            f"the engine serves {engine_model!r}, the spec names {config.spec.model.path!r}: "
+            "the rehearsal runs what the engine serves"
+        )
+    return notes
 
 
 # -- the engine -------------------------------------------------------------------------
@@ -329,7 +354,7 @@ def _episode(
         message=outcome.message,
         findings=findings,
         reward=outcome.reward,
-        received=received_of(seen.document),
+        received=_received(seen.document),
         turns=len(seen.turns),
         prompt_tokens=len(seen.turns[0].prompt_ids) if seen.turns else 0,
         completion_tokens=sum(len(t.completion_ids) for t in seen.turns),
@@ -346,6 +371,14 @@ def _episode(
         via=seen.via,
         callback_url=callback_url,
     )
+
+
+def _received(document: Mapping[str, Any] | None) -> tuple[Any, str] | None:
+    """The reward as the agent sent it (`rewards`, else `reward`), and its JSON type."""
+    if document is None:
+        return None
+    value = received_reward(document)
+    return value, json_type(value)
 
 
 def _groups(
