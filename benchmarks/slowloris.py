@@ -1,8 +1,8 @@
 """The slowloris phase of the fairness benchmark: clients that hold connections open by being
 slow, against the gateway's header, body and idle deadlines and its connection cap.
 
-An attacker process (this module, run with `--attack`) keeps, for `attack_s` seconds, four
-kinds of connections open, reopening each as soon as the gateway closes it:
+An attacker process (this module) keeps, for `attack_s` seconds, four kinds of connections
+open, reopening each as soon as the gateway closes it:
 - `headers`: a request whose headers never finish (a byte a second);
 - `silent`: a connection that never sends anything;
 - `idle`: one finished request, then an idle keep-alive connection;
@@ -10,6 +10,9 @@ kinds of connections open, reopening each as soon as the gateway closes it:
 Then it stops sending but keeps its sockets open, and after `quiet_s` reports how many the
 gateway had closed and how many were still open. Meanwhile the fairness benchmark measures
 its victims' latency and samples the gateway's open file descriptors.
+
+The attacker runs on the same machine as the gateway, so its own CPU is kept small: plain
+asyncio protocols, and one tick a second writes the next byte on every connection.
 """
 
 from __future__ import annotations
@@ -20,9 +23,10 @@ import contextlib
 import json
 import sys
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 KINDS = ("headers", "silent", "idle", "body")
+BYTE_EVERY_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -31,88 +35,106 @@ class Target:
     path: str  # a session's chat path: the bodies trickle there
     token: str  # that session's token
 
-
-BYTE_EVERY_S = 1.0
-
-
-async def _closed(reader: asyncio.StreamReader, wait_s: float) -> bool:
-    """Whether the server closed the connection within `wait_s` (what it sent is dropped)."""
-    try:
-        async with asyncio.timeout(wait_s):
-            while await reader.read(65536):
-                pass
-        return True
-    except TimeoutError:
-        return False
-    except OSError:
-        return True
-
-
-async def _behave(kind: str, writer: asyncio.StreamWriter, target: Target) -> bytes:
-    """The opening bytes of a connection of `kind`; what it then trickles, byte by byte."""
-    if kind == "silent":
-        return b""
-    if kind == "idle":
-        writer.write(b"GET /health HTTP/1.1\r\nHost: gw\r\n\r\n")
-        return b""
-    if kind == "headers":
-        writer.write(b"POST " + target.path.encode() + b" HTTP/1.1\r\nHost: gw\r\n")
-        return b"X-Slow: " + b"a" * 4000  # never ends with a blank line
-    head = (
-        f"POST {target.path} HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer {target.token}\r\n"
-        "Content-Type: application/json\r\nContent-Length: 100000\r\n\r\n"
-    )
-    writer.write(head.encode())
-    return b'{"messages": "' + b"a" * 99000  # never complete
+    def opening(self, kind: str) -> tuple[bytes, bytes]:
+        """What a connection of `kind` sends at once, and what it then trickles."""
+        if kind == "silent":
+            return b"", b""
+        if kind == "idle":
+            return b"GET /health HTTP/1.1\r\nHost: gw\r\n\r\n", b""
+        if kind == "headers":  # never ends with a blank line
+            return b"POST " + self.path.encode() + b" HTTP/1.1\r\nHost: gw\r\n", b"X-Slow: " + (
+                b"a" * 4000
+            )
+        head = (
+            f"POST {self.path} HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer {self.token}\r\n"
+            "Content-Type: application/json\r\nContent-Length: 100000\r\n\r\n"
+        )
+        return head.encode(), b'{"messages": "' + b"a" * 99000  # never complete
 
 
-async def _slot(kind: str, target: Target, until: float, stats: Counter[str]) -> None:
-    loop = asyncio.get_running_loop()
-    while loop.time() < until:
-        try:
-            reader, writer = await asyncio.open_connection("127.0.0.1", target.port)
-        except OSError:
-            stats["connect_failed"] += 1
-            await asyncio.sleep(0.1)
-            continue
-        stats["opened"] += 1
-        trickle = await _behave(kind, writer, target)
-        closed, at = False, 0
-        while not closed and loop.time() < until:
-            if trickle and at < len(trickle):
-                with contextlib.suppress(OSError):
-                    writer.write(trickle[at : at + 1])
-                at += 1
-            closed = await _closed(reader, min(BYTE_EVERY_S, max(0.0, until - loop.time())))
-        if closed:
-            stats["closed_during_attack"] += 1
-            writer.close()
-            continue
-        stats["held_at_stop"] += 1
-        _HELD.append((reader, writer))
-        return
+@dataclass(eq=False)
+class Slow(asyncio.Protocol):
+    kind: str
+    trickle: bytes
+    transport: asyncio.Transport | None = None
+    at: int = 0
+    closed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        pass  # an answer (408, 429, /health): dropped, as a slow client would
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed.set()
+
+    def tick(self) -> None:
+        if self.transport is not None and self.at < len(self.trickle):
+            with contextlib.suppress(OSError, RuntimeError):
+                self.transport.write(self.trickle[self.at : self.at + 1])
+            self.at += 1
 
 
-_HELD: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
+class Attack:
+    def __init__(self, target: Target) -> None:
+        self.target = target
+        self.live: set[Slow] = set()
+        self.stats: Counter[str] = Counter()
+        self.attacking = True
+
+    async def slot(self, kind: str) -> None:
+        """One connection of `kind` at a time, reopened while the attack lasts."""
+        loop = asyncio.get_running_loop()
+        head, trickle = self.target.opening(kind)
+        while self.attacking:
+            proto = Slow(kind, trickle)
+            try:
+                await loop.create_connection(lambda p=proto: p, "127.0.0.1", self.target.port)
+            except OSError:
+                self.stats["connect_failed"] += 1
+                await asyncio.sleep(0.1)
+                continue
+            self.stats["opened"] += 1
+            assert proto.transport is not None
+            proto.transport.write(head)
+            self.live.add(proto)
+            await proto.closed.wait()
+            self.live.discard(proto)
+            if self.attacking:
+                self.stats["closed_during_attack"] += 1
+            else:
+                self.stats["closed_after_stop"] += 1
+
+    async def ticker(self) -> None:
+        while self.attacking:
+            for proto in list(self.live):
+                proto.tick()
+            await asyncio.sleep(BYTE_EVERY_S)
 
 
 async def attack(
     target: Target, counts: dict[str, int], attack_s: float, quiet_s: float
 ) -> dict[str, int]:
-    loop = asyncio.get_running_loop()
-    stats: Counter[str] = Counter()
-    until = loop.time() + attack_s
-    await asyncio.gather(
-        *(_slot(kind, target, until, stats) for kind in KINDS for _ in range(counts[kind]))
-    )
+    run = Attack(target)
+    slots = [asyncio.create_task(run.slot(k)) for k in KINDS for _ in range(counts[k])]
+    ticker = asyncio.create_task(run.ticker())
+    await asyncio.sleep(attack_s)
     # The attack is over: nothing more is sent; the sockets stay open on this side.
+    run.attacking = False
+    await ticker
+    run.stats["held_at_stop"] = len(run.live)
     print("stopped", flush=True)
-    closed = await asyncio.gather(*(_closed(r, quiet_s) for r, _ in _HELD))
-    stats["closed_after_stop"] = sum(closed)
-    stats["still_open"] = len(closed) - sum(closed)
-    for _, writer in _HELD:
-        writer.close()
-    return dict(stats)
+    await asyncio.wait(slots, timeout=quiet_s)
+    run.stats["still_open"] = len(run.live)
+    for proto in run.live:
+        if proto.transport is not None:
+            proto.transport.close()
+    for task in slots:
+        task.cancel()
+    await asyncio.gather(*slots, return_exceptions=True)
+    return dict(run.stats)
 
 
 def main(argv: list[str] | None = None) -> int:

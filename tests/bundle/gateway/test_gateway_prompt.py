@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from array import array
 from typing import Any
 
 import pytest
@@ -12,11 +13,12 @@ from hypothesis import strategies as st
 from agentrl.bundle.gateway.prompt import (
     Chain,
     PromptBuilder,
+    PromptPlan,
     fingerprint,
     record_turn,
     reply_fingerprint,
 )
-from agentrl.bundle.gateway.token_view import TokenView
+from agentrl.bundle.gateway.token_view import History, TokenView
 
 SYSTEM = {"role": "system", "content": "You are a helpful assistant."}
 USER = {"role": "user", "content": "Weather in Paris?"}
@@ -51,8 +53,8 @@ async def test_siblings_with_one_prompt_are_told_apart_by_their_reply(
     ]
     plan = await builder.build(chains, follow, None)
     assert plan.break_reason is None and plan.extends == 1
-    prev = first.prompt_ids + sample(tok, "Rainy.")
-    assert plan.prompt_ids[: len(prev)] == prev
+    prev = first.prompt_ids.tolist() + sample(tok, "Rainy.")
+    assert plan.prompt_ids[: len(prev)].tolist() == prev
 
 
 async def test_unknown_reply_among_siblings_is_an_ambiguous_fork(renderer: Any, tok: Any) -> None:
@@ -67,7 +69,7 @@ async def test_unknown_reply_among_siblings_is_an_ambiguous_fork(renderer: Any, 
     ]
     plan = await builder.build(chains, follow, None)
     assert plan.break_reason == "ambiguous_fork" and plan.extends is None
-    assert plan.prompt_ids == renderer.render_ids(follow, add_generation_prompt=True)
+    assert plan.prompt_ids.tolist() == renderer.render_ids(follow, add_generation_prompt=True)
 
 
 async def test_a_single_chain_keeps_the_sampled_tokens_even_if_the_echo_differs(
@@ -128,7 +130,7 @@ async def test_a_bridge_that_drifts_is_refused(renderer: Any, tok: Any) -> None:
     ]
     plan = await builder.build(chains, follow, None)
     assert plan.break_reason == "bridge_mismatch"
-    assert plan.prompt_ids == renderer.render_ids(follow, add_generation_prompt=True)
+    assert plan.prompt_ids.tolist() == renderer.render_ids(follow, add_generation_prompt=True)
 
 
 def test_fingerprints_ignore_key_order_and_reply_json_spacing() -> None:
@@ -150,7 +152,7 @@ async def test_a_new_user_query_with_thinking_on_is_rerendered(renderer: Any, to
     ]
     plan = await builder.build(chains, follow, None)
     assert plan.break_reason == "bridge_refused"
-    assert plan.prompt_ids == renderer.render_ids(follow, add_generation_prompt=True)
+    assert plan.prompt_ids.tolist() == renderer.render_ids(follow, add_generation_prompt=True)
 
 
 def test_token_view_is_a_read_only_int_sequence() -> None:
@@ -179,17 +181,17 @@ async def test_turns_of_a_conversation_share_one_growing_list(renderer: Any, tok
     views = []
     for i in range(4):
         plan = await builder.build(chains, msgs, None)
-        views.append(
-            record_turn(
-                chains,
-                plan,
-                sample(tok, f"Call {i}."),
-                reply_fingerprint({"content": f"Call {i}."}),
-            )
+        prompt, completion = record_turn(
+            chains, plan, sample(tok, f"Call {i}."), reply_fingerprint({"content": f"Call {i}."})
         )
+        assert completion.tolist() == sample(tok, f"Call {i}.")  # a view on the same ids
+        views += [prompt, completion]
         msgs = [*msgs, {"role": "assistant", "content": f"Call {i}."}, TOOL]
-    assert len({id(v._ids) for v in views}) == 1  # one list, not one per turn
-    for a, b in itertools.pairwise(views):
+    assert len({id(v._ids) for v in views}) == 1  # one history, not one per turn
+    history = views[0]._ids
+    assert isinstance(history, History) and history.parent is None
+    assert type(history.own) is array  # packed: 4 bytes a token, whatever the vocabulary
+    for a, b in itertools.pairwise(views[::2]):
         assert b[: len(a)] == list(a)  # each prompt extends the previous one
 
 
@@ -201,26 +203,37 @@ async def test_a_retried_turn_bridges_from_the_same_tip(renderer: Any, tok: Any)
     record_turn(chains, first_try, sample(tok, "Done."), reply_fingerprint({"content": "Done."}))
     retry = await builder.build(chains, second, None)  # the agent resends turn two
     assert retry.break_reason is None and retry.prompt_ids == first_try.prompt_ids
-    view = record_turn(
+    view, _ = record_turn(
         chains, retry, sample(tok, "Again."), reply_fingerprint({"content": "Again."})
     )
     assert view == first_try.prompt_ids  # a fork gets its own list, with the same prompt
 
 
 @given(
-    ids=st.lists(st.integers(0, 10**6), max_size=30),
-    extra=st.lists(st.integers(0, 10**6), max_size=5),
+    parts=st.tuples(
+        st.lists(st.integers(0, 10**6), max_size=5),  # before the view
+        st.lists(st.integers(0, 10**6), max_size=30),  # the view
+        st.lists(st.integers(0, 10**6), max_size=5),  # after it
+    ),
     start=st.integers(-40, 40) | st.none(),
     stop=st.integers(-40, 40) | st.none(),
     step=st.sampled_from([None, 1, 2, 3, -1, -2]),
+    packed=st.booleans(),
 )
 def test_token_view_slices_like_a_list(
-    ids: list[int], extra: list[int], start: int | None, stop: int | None, step: int | None
+    parts: tuple[list[int], list[int], list[int]],
+    start: int | None,
+    stop: int | None,
+    step: int | None,
+    packed: bool,
 ) -> None:
-    shared = [*ids, *extra]  # the view sees only its prefix of a longer shared list
-    view = TokenView(shared, len(ids))
-    assert view[start:stop:step] == ids[start:stop:step]
-    assert view == ids and list(reversed(view)) == ids[::-1]
+    before, ids, extra = parts
+    whole = [*before, *ids, *extra]  # the view sees its window of a longer shared sequence
+    shared: Any = array("i", whole) if packed else whole
+    view = TokenView(shared, len(ids), len(before))
+    got = view[start:stop:step]
+    assert type(got) is list and got == ids[start:stop:step]
+    assert view == ids and list(reversed(view)) == ids[::-1] and view.tolist() == ids
     for i in range(-len(ids), len(ids)):
         assert view[i] == ids[i]
 
@@ -236,6 +249,59 @@ async def test_a_truncated_turn_is_closed_by_the_bridge_not_rewritten(
     record_turn(chains, first, cut, reply_fingerprint({"content": "Let me look that"}))
     follow = [SYSTEM, USER, {"role": "assistant", "content": "Let me look that"}, TOOL]
     plan = await builder.build(chains, follow, None)
-    prev = first.prompt_ids + cut
-    assert plan.break_reason is None and plan.prompt_ids[: len(prev)] == prev
+    prev = first.prompt_ids.tolist() + cut
+    assert plan.break_reason is None and plan.prompt_ids[: len(prev)].tolist() == prev
     assert plan.prompt_ids[len(prev)] == tok.convert_tokens_to_ids("<|im_end|>")
+
+
+@given(
+    steps=st.lists(
+        st.tuples(
+            st.integers(0, 10**6),  # which earlier history to fork from
+            st.integers(0, 10**6),  # where to cut it
+            st.lists(st.integers(0, 2**31 - 1), max_size=12),  # the new history's own ids
+            st.lists(st.integers(0, 2**31 - 1), max_size=6),  # appended to a random one later
+        ),
+        max_size=12,
+    )
+)
+def test_forked_histories_read_like_the_lists_they_stand_for(
+    steps: list[tuple[int, int, list[int], list[int]]],
+) -> None:
+    histories = [History(array("i", [7, 8, 9]))]
+    models = [[7, 8, 9]]
+    for pick, cut, own, more in steps:
+        i = pick % len(histories)
+        at = cut % (len(models[i]) + 1)
+        histories.append(History(array("i", own), histories[i], at))
+        models.append(models[i][:at] + own)
+        j = (pick // 7) % len(histories)  # any history may grow; its children do not see it
+        histories[j].extend(more)
+        models[j] += more
+    for h, m in zip(histories, models, strict=True):
+        assert len(h) == len(m) and h.tolist() == m and list(h) == m
+        assert h[1:-1].tolist() == m[1:-1] and [h[k] for k in range(-len(m), len(m))] == m + m
+
+
+def test_a_re_rendered_turn_shares_what_it_has_in_common() -> None:
+    """Full renders re-tokenise earlier replies: each turn's prompt stops extending the last
+    one at the previous completion. A 60-turn conversation then kept 60 growing copies."""
+    chains: list[Chain] = []
+    prompt, kept = [1, 2, 3], 0
+    for n in range(60):
+        extends = len(chains) - 1 if chains else None
+        plan = PromptPlan(array("i", prompt), [b"m"] * (n + 1), b"t", extends, None)
+        completion = [500 + n, 600 + n]
+        view, sampled = record_turn(chains, plan, completion, b"r%d" % n)
+        assert view == prompt and sampled == completion
+        # The next render spells the completion differently, then adds a new message.
+        prompt = [*prompt, 700 + n, 800 + n, 900 + n]
+    histories = {id(c.history): c.history for c in chains}
+    for h in list(histories.values()):
+        node = h.parent
+        while node is not None:
+            histories[id(node)] = node
+            node = node.parent
+    kept = sum(len(h.own) for h in histories.values())
+    assert kept <= 3 + 60 * (3 + 2)  # each turn's own ids only, not 60 copies
+    assert len(chains[-1].history) == len(prompt) - 3 + 2

@@ -34,6 +34,7 @@ from agentrl.bundle.gateway.session_store import (
     SessionStore,
     UnknownSession,
 )
+from agentrl.bundle.gateway.token_view import as_list
 from agentrl.bundle.session import QuiesceReport, SessionError
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -139,9 +140,9 @@ class AdminApi:
     async def turns(self, request: web.Request) -> web.StreamResponse:
         out = [
             {
-                "prompt_ids": list(t.prompt_ids),
-                "completion_ids": list(t.completion_ids),
-                "logprobs": None if t.logprobs is None else list(t.logprobs),
+                "prompt_ids": as_list(t.prompt_ids),
+                "completion_ids": as_list(t.completion_ids),
+                "logprobs": None if t.logprobs is None else as_list(t.logprobs),
                 "finish_reason": t.finish_reason,
             }
             for t in self.store.turns(request.match_info["sid"])

@@ -36,6 +36,7 @@ from agentrl.bundle.gateway.sglang import (
     parse_generate_response,
     worker_urls,
 )
+from agentrl.bundle.gateway.token_view import as_list
 from agentrl.bundle.session import QuiesceReport
 
 log = logging.getLogger("agentrl.gateway.engine")
@@ -94,7 +95,7 @@ class EngineClient:
         payload = orjson.dumps(
             {
                 "rid": rid,
-                "input_ids": input_ids,
+                "input_ids": as_list(input_ids),  # packed ids become a list only here
                 "return_logprob": True,
                 "sampling_params": sampling_params,
                 "stream": False,
@@ -124,7 +125,7 @@ class EngineClient:
         payload = orjson.dumps(
             {
                 "rid": rid,
-                "input_ids": input_ids,
+                "input_ids": as_list(input_ids),  # packed ids become a list only here
                 "return_logprob": True,
                 "sampling_params": sampling_params,
                 "stream": True,

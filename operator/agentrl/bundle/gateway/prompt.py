@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+from array import array
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -22,7 +23,7 @@ from typing import Any
 import orjson
 
 from agentrl.bundle.gateway.render_pool import PromptRenderer
-from agentrl.bundle.gateway.token_view import TokenView
+from agentrl.bundle.gateway.token_view import History, TokenView, common_prefix
 
 MAX_CHAINS = 32  # conversations remembered per session (sub-agents, forks)
 
@@ -56,10 +57,10 @@ def reply_fingerprint(message: Mapping[str, Any]) -> bytes:
 class Chain:
     """A conversation tip: the messages a turn was asked with and the exact ids it saw and
     sampled, `history[:prompt_len]` and `history[prompt_len:end]`. Tips of one conversation
-    share `history`, a list that is only ever appended to."""
+    share `history`, packed ids (`token_view`) that are only ever appended to."""
 
     message_fps: list[bytes]
-    history: list[int]
+    history: History
     prompt_len: int
     completion_len: int
     tools_fp: bytes
@@ -69,16 +70,16 @@ class Chain:
     def end(self) -> int:
         return self.prompt_len + self.completion_len
 
-    def prompt_ids(self) -> list[int]:
+    def prompt_ids(self) -> array[int]:
         return self.history[: self.prompt_len]
 
-    def completion_ids(self) -> list[int]:
+    def completion_ids(self) -> array[int]:
         return self.history[self.prompt_len : self.end]
 
 
 @dataclass(frozen=True)
 class PromptPlan:
-    prompt_ids: list[int]
+    prompt_ids: array[int]
     message_fps: list[bytes]
     tools_fp: bytes
     extends: int | None  # index of the chain this turn continues, if any
@@ -147,7 +148,7 @@ class PromptBuilder:
         tools_fp, tools_size = sized_fingerprint(tools or [])
         work = sum(n for _, n in sized) + tools_size
 
-        async def full() -> list[int]:
+        async def full() -> array[int]:
             return await self.render_with.render(messages, tools, work)
 
         live = [c for c in chains if c.tools_fp == tools_fp]
@@ -187,20 +188,37 @@ class PromptBuilder:
         return len(await self.render_with.render(messages, tools, work, bounded=False))
 
 
+def _fork(chains: Sequence[Chain], base: Chain | None, prompt: array[int]) -> History:
+    """A new history for `prompt`, sharing the longest prefix it has with a known one (the
+    chain it was meant to extend, else any: sub-agents share their system prompt)."""
+    best, cut = None, 0
+    for chain in [base] if base is not None else chains:
+        n = common_prefix(prompt, chain.history[: min(chain.end, len(prompt))])
+        if n > cut:
+            best, cut = chain, n
+    if best is None:
+        return History(array("i", prompt))
+    return History(prompt[cut:], best.history, cut)
+
+
 def record_turn(
-    chains: list[Chain], plan: PromptPlan, completion_ids: list[int], reply_fp: bytes
-) -> TokenView:
+    chains: list[Chain], plan: PromptPlan, completion_ids: Sequence[int], reply_fp: bytes
+) -> tuple[TokenView[int], TokenView[int]]:
     """Add the turn as a new tip (earlier tips stay, so a retried turn bridges the same way)
-    and return its prompt as a view on the conversation's shared history."""
+    and return its prompt and completion as views on the conversation's shared history."""
     prompt = plan.prompt_ids
     base = chains[plan.extends] if plan.extends is not None else None
-    if base is not None and len(base.history) == base.end and prompt[: base.end] == base.history:
-        history = base.history  # the usual case: append to the conversation's list
+    if (
+        base is not None
+        and len(base.history) == base.end
+        and prompt[: base.end] == (base.history[: base.end])
+    ):
+        history = base.history  # the usual case: append to the conversation's ids
         history.extend(prompt[base.end :])
     else:  # a new conversation, a drifted render, or a fork off an older tip
-        history = list(prompt)
-    view = TokenView(history, len(prompt))
+        history = _fork(chains, base, prompt)
     history.extend(completion_ids)
+    view = TokenView(history, len(prompt)), TokenView(history, len(completion_ids), len(prompt))
     chain = Chain(
         list(plan.message_fps), history, len(prompt), len(completion_ids), plan.tools_fp, reply_fp
     )

@@ -28,7 +28,8 @@ from typing import Any
 import orjson
 
 from agentrl.bundle.gateway.chat import ApiError
-from agentrl.bundle.gateway.render_worker import FRAME, ids_bytes
+from agentrl.bundle.gateway.render_worker import FRAME
+from agentrl.bundle.gateway.token_view import ids_of
 
 log = logging.getLogger("agentrl.gateway")
 
@@ -240,7 +241,7 @@ class PromptRenderer:
         work: int,
         *,
         bounded: bool = True,
-    ) -> list[int]:
+    ) -> array[int]:
         """The full prompt with the generation prompt; `work`: bytes of text it renders.
         `bounded=False` skips the context check (a token count must answer any length)."""
         limit = self.max_tokens if bounded else None
@@ -250,7 +251,7 @@ class PromptRenderer:
             if reply is not None:
                 return self._ids(*reply, limit=limit)
         try:
-            ids = list(
+            ids = ids_of(
                 self.renderer.render_ids(messages, tools=tools or None, add_generation_prompt=True)
             )
         except Exception as exc:
@@ -260,12 +261,12 @@ class PromptRenderer:
 
     async def bridge(
         self,
-        prompt_ids: list[int],
-        completion_ids: list[int],
+        prompt_ids: array[int],
+        completion_ids: array[int],
         messages: list[dict[str, Any]],
         tools: list[dict[str, Any]] | None,
         work: int,
-    ) -> list[int] | None:
+    ) -> array[int] | None:
         """prompt + completion + the renderer's bridge for `messages` (None: it refused);
         the result may fail to extend prompt + completion (the caller checks)."""
         pool = self._pooled(work)
@@ -276,31 +277,32 @@ class PromptRenderer:
                 "messages": messages,
                 "tools": tools,
             }
-            reply = await self._call(pool, header, ids_bytes([*prompt_ids, *completion_ids]))
+            reply = await self._call(pool, header, (prompt_ids + completion_ids).tobytes())
             if reply is not None:
                 head, body = reply
                 if head.get("refused"):
                     return None
                 if head.get("suffix"):
-                    ids = [*prompt_ids, *completion_ids, *_decode(body)]
+                    ids = prompt_ids + completion_ids
+                    ids.frombytes(body)
                     _check(len(ids), self.max_tokens)
                     return ids
                 return self._ids(head, body, limit=self.max_tokens)
         try:
             bridged = self.renderer.bridge_to_next_turn(
-                prompt_ids, completion_ids, messages, tools=tools or None
+                prompt_ids.tolist(), completion_ids.tolist(), messages, tools=tools or None
             )
         except Exception as exc:
             raise _refused(exc) from exc
         if bridged is None:
             return None
-        ids = list(bridged.token_ids)
+        ids = ids_of(bridged.token_ids)
         _check(len(ids), self.max_tokens)
         return ids
 
     @staticmethod
-    def _ids(head: dict[str, Any], body: bytes, *, limit: int | None) -> list[int]:
-        _check(len(body) // 4, limit)  # before the ids become (large) Python lists
+    def _ids(head: dict[str, Any], body: bytes, *, limit: int | None) -> array[int]:
+        _check(len(body) // 4, limit)
         return _decode(body)
 
     async def _call(
@@ -329,7 +331,7 @@ def _check(n: int, limit: int | None) -> None:
         raise ContextFull(n, limit)
 
 
-def _decode(body: bytes) -> list[int]:
+def _decode(body: bytes) -> array[int]:
     ids = array("i")
     ids.frombytes(body)
-    return ids.tolist()
+    return ids

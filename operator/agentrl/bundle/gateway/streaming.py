@@ -18,7 +18,7 @@ their HTTP status; after it they are sent in-band in the API's shape.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from aiohttp import web
@@ -126,7 +126,7 @@ class Preview:
         renderer: Any,
         tokenizer: Any,
         req: ChatRequest,
-        prompt_ids: list[int],
+        prompt_ids: Sequence[int],
         stop_ids: Collection[int] = (),
     ) -> None:
         self.renderer, self.req, self.prompt_ids = renderer, req, prompt_ids
@@ -264,7 +264,7 @@ class LiveStream:
         except ConnectionError:
             self.gone = True
 
-    async def on_tokens(self, prompt_ids: list[int], ids: list[int]) -> None:
+    async def on_tokens(self, prompt_ids: Sequence[int], ids: list[int]) -> None:
         """The ids sampled so far (a list that only grows); what they add goes out now, or
         when the last flush is `FLUSH_EVERY_S` old."""
         if self.gone:

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import logging
 import secrets
-from collections.abc import Awaitable, Callable
+from array import array
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from agentrl.bundle.gateway.chat import (
@@ -31,13 +32,14 @@ from agentrl.bundle.gateway.prompt import PromptBuilder, record_turn, reply_fing
 from agentrl.bundle.gateway.render_pool import ContextFull
 from agentrl.bundle.gateway.session_store import Session
 from agentrl.bundle.gateway.sglang import Completion
+from agentrl.bundle.gateway.token_view import TokenView
 from agentrl.bundle.metrics import BundleMetrics
 from agentrl.bundle.traces import Turn
 
 log = logging.getLogger("agentrl.gateway")
 
 # Called with (prompt ids, completion ids so far) while a streamed turn generates.
-OnTokens = Callable[[list[int], list[int]], Awaitable[None]]
+OnTokens = Callable[[Sequence[int], list[int]], Awaitable[None]]
 
 
 class TurnRunner:
@@ -101,16 +103,23 @@ class TurnRunner:
                 self.metrics.trace_breaks.labels(plan.break_reason).inc()
             session.n_requests += 1
             rid = f"{session.sid}-{session.n_requests}-{secrets.token_hex(4)}"
-            done = await self._generate(session, req, plan.prompt_ids, rid, on_tokens)
+            prompt: TokenView[int] = TokenView(plan.prompt_ids, len(plan.prompt_ids))
+            done = await self._generate(session, req, prompt, rid, on_tokens)
             # Recorded first: nothing that happens to the reply can lose a sampled turn.
             at = len(session.turns)
-            session.turns.append(Turn(plan.prompt_ids, done.ids, done.logprobs, done.finish_reason))
+            session.turns.append(Turn(prompt, done.ids, done.logprobs, done.finish_reason))
             self.metrics.generated_tokens.inc(len(done.ids))
-            out = self.parse(done, plan.prompt_ids, req, session.sid)
+            out = self.parse(done, prompt, req, session.sid)
             reply = reply_fingerprint(as_message(out))
-            seen = record_turn(session.chains, plan, done.ids, reply)
-            # The same ids, as a view on the conversation's shared history (memory).
-            session.turns[at] = Turn(seen, done.ids, done.logprobs, done.finish_reason)
+            seen, sampled = record_turn(session.chains, plan, done.ids, reply)
+            # The same ids, as views on the conversation's shared history, and the logprobs
+            # packed too: what an open session keeps is 4 bytes a token, 8 a logprob.
+            lps = (
+                None
+                if done.logprobs is None
+                else TokenView(array("d", done.logprobs), len(done.logprobs))
+            )
+            session.turns[at] = Turn(seen, sampled, lps, done.finish_reason)
         if done.finish_reason == "abort":
             raise ApiError(
                 503,
@@ -123,7 +132,7 @@ class TurnRunner:
         self,
         session: Session,
         req: ChatRequest,
-        prompt: list[int],
+        prompt: TokenView[int],
         rid: str,
         on_tokens: OnTokens | None,
     ) -> Completion:
@@ -142,7 +151,7 @@ class TurnRunner:
         )
 
     def parse(
-        self, done: Completion, prompt_ids: list[int], req: ChatRequest, sid: str = ""
+        self, done: Completion, prompt_ids: Sequence[int], req: ChatRequest, sid: str = ""
     ) -> ModelOutput:
         reasoning: str | None = None
         try:
