@@ -17,16 +17,24 @@ Scenarios:
 - `10MB, limit raised` (not with --quick): `maxRequestBytes` raised to 16 MiB so the 10 MB
   request is admitted and processed, to show what raising the limit costs.
 
+Then a slowloris phase (`benchmarks/slowloris.py`): an attacker process holds connections
+open by being slow (headers that never finish, silent connections, idle keep-alive ones and
+trickled bodies of a real session, 2,600 at once, reopened as soon as the gateway closes
+them), then stops sending but keeps its sockets; the victims are measured against a
+baseline, and the gateway's open file descriptors are sampled.
+
 Goals (for the default limit: the first two scenarios): the victims' p99 within 2x of their
-baseline, and the gateway's RSS growth <= 200 MB. Memory is sampled every 20 ms: the
-gateway process (where sessions live: what persists), and its render workers (a worker's
-memory is bounded by one job and is returned when the job ends: the worker trims or
-retires). `rss_growth_mb` is the gateway process's peak growth over its baseline;
-`workers_peak_mb` the render workers' peak.
+baseline, and the gateway's RSS growth <= 200 MB; in the slowloris phase, the victims' p99
+within 2x too, and nothing the attacker opened still open 60 s after it stopped.
+Memory is sampled every 20 ms: the gateway process (where sessions live: what persists), and
+its render workers (a worker's memory is bounded by one job and is returned when the job
+ends: the worker trims or retires). `rss_growth_mb` is the gateway process's peak growth
+over its baseline; `workers_peak_mb` the render workers' peak.
 
     python benchmarks/gateway_fairness.py            # all three scenarios
     python benchmarks/gateway_fairness.py --quick    # short, a 256 KiB limit (the tests)
-    python benchmarks/gateway_fairness.py --json     # one JSON object (p99_ratio, rss_growth_mb)
+    python benchmarks/gateway_fairness.py --json     # one JSON object (p99_ratio, rss_growth_mb,
+                                                     # slowloris_p99_ratio, slowloris_still_open)
 """
 
 from __future__ import annotations
@@ -34,6 +42,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import json
 import os
 import random
@@ -95,7 +104,11 @@ class Outcome:
 
 
 # ---- the gateway under test ------------------------------------------------------------
-async def serve_gateway(port: int, engine_url: str, limit: int, admin_port: int) -> None:
+async def serve_gateway(
+    port: int, engine_url: str, limit: int, admin_port: int, deadlines: str | None = None
+) -> None:
+    """The gateway; `deadlines` ("header,body,idle" seconds) shortens its connection limits
+    (the quick slowloris phase), which otherwise keep their defaults."""
     from tests.support.tiny_tokenizer import write_checkpoint
 
     from agentrl.api.models import GatewaySpec
@@ -112,6 +125,11 @@ async def serve_gateway(port: int, engine_url: str, limit: int, admin_port: int)
         admin_token=ADMIN_TOKEN,
         spec=GatewaySpec(max_request_bytes=limit),
     )
+    if deadlines:
+        header, body, idle = (float(x) for x in deadlines.split(","))
+        settings = dataclasses.replace(
+            settings, header_timeout_s=header, body_timeout_s=body, idle_timeout_s=idle
+        )
     server = GatewayServer(settings, BundleMetrics())
     await server.start()
     await asyncio.Event().wait()
@@ -326,7 +344,7 @@ async def run_scenario(sc: Scenario, load: Load, logdir: Path, stub: str) -> Out
     )
 
 
-async def run(quick: bool, load: Load, logdir: Path) -> list[Outcome]:
+async def run(quick: bool, load: Load, logdir: Path) -> tuple[list[Outcome], Slowloris]:
     # --quick exercises the same paths with a smaller limit, so the test suite runs it fast.
     limit, label = (QUICK_LIMIT, "quick limit") if quick else (DEFAULT_LIMIT, "default limit")
     scenarios = [
@@ -340,7 +358,99 @@ async def run(quick: bool, load: Load, logdir: Path) -> list[Outcome]:
         stub = f"http://127.0.0.1:{stub_port}"
         procs.append(spawn([ME, "--serve", "stub", "--port", str(stub_port)], logdir / "stub.log"))
         await wait_healthy(stub + "/health", procs[-1], "stub engine")
-        return [await run_scenario(sc, load, logdir, stub) for sc in scenarios]
+        outcomes = [await run_scenario(sc, load, logdir, stub) for sc in scenarios]
+        return outcomes, await run_slowloris(quick, load, logdir, stub)
+
+
+# ---- the slowloris phase ---------------------------------------------------------------------
+@dataclass
+class Slowloris:
+    connections: dict[str, int]  # attacker connections kept open, per kind (benchmarks/slowloris)
+    attack_s: float
+    quiet_s: float  # how long after the attack stopped `still_open` was counted
+    base_p50_ms: float
+    base_p99_ms: float
+    p50_ms: float
+    p99_ms: float
+    p99_ratio: float
+    victim_errors: int
+    victim_requests: int
+    fds_before: int  # the gateway's open file descriptors before the attack
+    fds_peak: int
+    fds_after: int  # `quiet_s` after the attack stopped
+    attacker: dict[str, int]  # opened, closed_during_attack, closed_after_stop, still_open, ...
+
+
+async def run_slowloris(quick: bool, load: Load, logdir: Path, stub: str) -> Slowloris:
+    counts = (
+        {"headers": 100, "silent": 20, "idle": 30, "body": 40}
+        if quick
+        else {"headers": 1500, "silent": 200, "idle": 300, "body": 600}
+    )
+    # --quick shortens the gateway's deadlines (and so the wait after the attack; aiohttp
+    # still reads and drops an answered request's unread body for 10 s before it closes).
+    deadlines, quiet_s = ("1,2,2", 14.0) if quick else (None, 60.0)
+    attack_s = 2 * load.seconds + 3.0  # 3 s for the connections to open, then measured
+    with processes() as procs:
+        port, admin_port = free_port(), free_port()
+        url, admin = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{admin_port}"
+        args = [ME, "--serve", "gateway", "--port", str(port), "--engine", stub,
+                "--admin-port", str(admin_port), "--limit", str(DEFAULT_LIMIT)]  # fmt: skip
+        if deadlines:
+            args += ["--deadlines", deadlines]
+        procs.append(spawn(args, logdir / f"gw-{port}.log"))
+        await wait_healthy(url + "/health", procs[-1], "gateway")
+        gw = psutil.Process(procs[-1].pid)
+        await window(admin, load.victims, deadline(min(2.0, load.seconds / 2)), [])  # warm-up
+        base: list[float] = []
+        errors = await window(admin, load.victims, deadline(2 * load.seconds), base)
+        await asyncio.sleep(0.5)
+        fds_before = gw.num_fds()
+        ((target, headers),) = await open_sessions(admin, 1)
+        path = target.removeprefix(url)
+        token = headers["Authorization"].removeprefix("Bearer ")
+        attacker = await asyncio.create_subprocess_exec(
+            sys.executable, str(Path(ME).with_name("slowloris.py")), "--port", str(port),
+            "--path", path, "--token", token, "--counts", json.dumps(counts),
+            "--attack-s", str(attack_s), "--quiet-s", str(quiet_s),
+            stdout=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        assert attacker.stdout is not None
+        peak = fds_before
+
+        async def sample() -> None:
+            nonlocal peak
+            while True:
+                with contextlib.suppress(psutil.Error):
+                    peak = max(peak, gw.num_fds())
+                await asyncio.sleep(0.1)
+
+        sampler = asyncio.create_task(sample())
+        await asyncio.sleep(3.0)
+        during: list[float] = []
+        errors += await window(admin, load.victims, deadline(2 * load.seconds), during)
+        await attacker.stdout.readline()  # "stopped": nothing more is sent from here on
+        sampler.cancel()
+        await asyncio.sleep(quiet_s - 0.5)
+        fds_after = gw.num_fds()
+        stats = json.loads(await attacker.stdout.readline())
+        await attacker.wait()
+    return Slowloris(
+        connections=counts,
+        attack_s=attack_s,
+        quiet_s=quiet_s,
+        base_p50_ms=p(base, 50),
+        base_p99_ms=p(base, 99),
+        p50_ms=p(during, 50),
+        p99_ms=p(during, 99),
+        p99_ratio=p(during, 99) / p(base, 99),
+        victim_errors=errors,
+        victim_requests=len(during),
+        fds_before=fds_before,
+        fds_peak=peak,
+        fds_after=fds_after,
+        attacker=stats,
+    )
 
 
 def report(outcomes: list[Outcome]) -> str:
@@ -359,18 +469,28 @@ def report(outcomes: list[Outcome]) -> str:
     return "\n".join(lines)
 
 
-def headline(outcomes: list[Outcome]) -> dict[str, object]:
-    """The goals' figures: the worst over the default-limit scenarios."""
+def headline(outcomes: list[Outcome], slow: Slowloris) -> dict[str, object]:
+    """The goals' figures: the worst over the default-limit scenarios, and the slowloris
+    phase's (victims' p99, the gateway's descriptors, what was still open after it)."""
     judged = [o for o in outcomes if o.default]
     ratio = max(o.p99_ratio for o in judged)
     growth = max(o.rss_growth_mb for o in judged)
+    still_open = slow.attacker.get("still_open", 0)
     return {
         "p99_ratio": round(ratio, 3),
         "rss_growth_mb": round(growth, 1),
         "workers_peak_mb": round(max(o.workers_peak_mb for o in judged), 1),
-        "victim_errors": sum(o.victim_errors for o in judged),
-        "goals_met": ratio <= 2.0 and growth <= 200.0,
+        "victim_errors": sum(o.victim_errors for o in judged) + slow.victim_errors,
+        "slowloris_p99_ratio": round(slow.p99_ratio, 3),
+        "slowloris_fds_peak": slow.fds_peak,
+        "slowloris_still_open": still_open,
+        "goals_met": ratio <= 2.0
+        and growth <= 200.0
+        and slow.p99_ratio <= 2.0
+        and still_open == 0
+        and slow.fds_after <= slow.fds_before + 8,
         "scenarios": [asdict(o) for o in outcomes],
+        "slowloris": asdict(slow),
     }
 
 
@@ -388,11 +508,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--engine", help=argparse.SUPPRESS)
     ap.add_argument("--limit", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--admin-port", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--deadlines", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.serve == "stub":
         asyncio.run(serve_stub(args.port))
     if args.serve == "gateway":
-        asyncio.run(serve_gateway(args.port, args.engine, args.limit, args.admin_port))
+        asyncio.run(
+            serve_gateway(args.port, args.engine, args.limit, args.admin_port, args.deadlines)
+        )
     from agentrl.api.models import GatewaySpec
     from agentrl.bundle.gateway import memory
 
@@ -403,8 +526,8 @@ def main(argv: list[str] | None = None) -> int:
     rounds = args.rounds or (1 if args.quick else 3)
     with tempfile.TemporaryDirectory(prefix="gw-fair-logs-") as logdir:
         load = Load(n_victims, seconds, rounds)
-        outcomes = asyncio.run(run(args.quick, load, Path(logdir)))
-    result = headline(outcomes)
+        outcomes, slow = asyncio.run(run(args.quick, load, Path(logdir)))
+    result = headline(outcomes, slow)
     if args.json:
         print(json.dumps(result))
         return 0
@@ -413,6 +536,12 @@ def main(argv: list[str] | None = None) -> int:
         f"{os.cpu_count()} cores (shared: read the ratios)"
     )
     print(report(outcomes))
+    print(
+        f"slowloris ({', '.join(f'{n} {k}' for k, n in slow.connections.items())} connections, "
+        f"{slow.attack_s:g} s): victims' p99 {slow.base_p99_ms:.1f} -> {slow.p99_ms:.1f} ms "
+        f"({slow.p99_ratio:.2f}x, goal <= 2x); gateway fds {slow.fds_before} -> peak "
+        f"{slow.fds_peak} -> {slow.fds_after} {slow.quiet_s:g} s after; attacker: {slow.attacker}"
+    )
     print(
         f"default limit, worst case: victims' p99 {result['p99_ratio']}x their baseline "
         f"(goal <= 2x), gateway RSS +{result['rss_growth_mb']} MB (goal <= 200 MB), render "

@@ -4,7 +4,9 @@ admin API's app (served on a listener of its own by `server.GatewayServer`).
 aiohttp with `handler_cancellation=True`, so a client that disconnects cancels its handler,
 which aborts the engine request on every worker. One agent cannot stall the others:
 - a request body is bounded (`spec.gateway.maxRequestBytes`; 413 past it, refused from its
-  Content-Length before a byte is read);
+  Content-Length before a byte is read) and must arrive within `body_timeout_s` (408), read
+  before admission so that a slow one holds no slot (at most `READS_PER_SESSION` per session);
+- connections are bounded (`connections`: header and idle deadlines, a cap on open ones);
 - admission is bounded (`maxInFlight`) and fair per session (`admission`): past the bound
   requests get 429 at once, and a flood only ever pushes back its own session;
 - large prompts are rendered off the event loop (`render_pool`).
@@ -17,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from types import ModuleType
 from typing import Any
@@ -27,7 +30,7 @@ from aiohttp import web
 
 from agentrl.bundle.gateway import anthropic_api, openai_api
 from agentrl.bundle.gateway.admin import AdminApi
-from agentrl.bundle.gateway.admission import Admission, Ticket
+from agentrl.bundle.gateway.admission import Admission, Ticket, busy
 from agentrl.bundle.gateway.callbacks import CallbackRelay
 from agentrl.bundle.gateway.chat import (
     CONTEXT_LENGTH_EXCEEDED,
@@ -50,6 +53,7 @@ from agentrl.bundle.metrics import BundleMetrics
 from agentrl.bundle.session import QuiesceReport
 
 log = logging.getLogger("agentrl.gateway")
+READS_PER_SESSION = 8  # bodies one session may be sending at once (its turns run one by one)
 FRONTS: dict[str, ModuleType] = {"openai": openai_api, "anthropic": anthropic_api}
 
 
@@ -71,15 +75,24 @@ def too_large(size: int | None, limit: int) -> ApiError:
     )
 
 
-async def read_json(request: web.Request, limit: int) -> Any:
-    """The request's JSON body, at most `limit` bytes (413 past it, 400 if not JSON)."""
+async def read_json(request: web.Request, limit: int, timeout_s: float) -> Any:
+    """The request's JSON body, at most `limit` bytes (413 past it, 400 if not JSON), all of
+    it within `timeout_s` (408 past it: a client that trickles its body holds a connection,
+    never more)."""
     size = request.content_length
     if size is not None and size > limit:
         raise too_large(size, limit)  # refused unread: a huge body costs nothing
     try:  # without a Content-Length (chunked), aiohttp stops reading at client_max_size
-        raw = await request.read()
+        async with asyncio.timeout(timeout_s):
+            raw = await request.read()
     except web.HTTPRequestEntityTooLarge as exc:
         raise too_large(None, limit) from exc
+    except TimeoutError as exc:
+        raise ApiError(
+            408,
+            f"body: not received within {timeout_s:g} s (GatewaySettings.body_timeout_s)",
+            param="body",
+        ) from exc
     try:
         return orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
@@ -102,11 +115,14 @@ class Frontend:
         max_in_flight: int,
         max_request_bytes: int,
         model: str,
-        keepalive_s: float = 10.0,
+        keepalive_s: float,
+        body_timeout_s: float,
     ) -> None:
         self.store = store
         self.runner = runner
         self.metrics = metrics
+        self.body_timeout_s = body_timeout_s
+        self.reading: Counter[str] = Counter()  # session -> bodies being read
         self.admission = Admission(max_in_flight)
         self.releaser = Releaser()
         self.max_request_bytes = max_request_bytes
@@ -148,8 +164,8 @@ class Frontend:
             size = request.content_length
             if size is not None and size > self.max_request_bytes:
                 raise too_large(size, self.max_request_bytes)  # nor do oversized bodies
+            body = await self.read_body(request, session)  # a slow body takes no slot either
             ticket = self.admission.admit(session.sid)
-            body = await read_json(request, self.max_request_bytes)
             resp, status = await serve(request, front, session, body, ticket)
             return resp
         except ApiError as err:
@@ -174,6 +190,24 @@ class Frontend:
                         self.releaser.soon()
             self.metrics.gateway_requests.labels(api, str(status)).inc()
             self.metrics.gateway_request_seconds.labels(api).observe(time.perf_counter() - start)
+
+    async def read_body(self, request: web.Request, session: Session) -> Any:
+        """The body, read before admission (so a client that trickles it holds no slot), at
+        most `READS_PER_SESSION` at once per session (so the bodies a flood has in memory
+        stay bounded; the rest get 429 unread)."""
+        sid = session.sid
+        if self.reading[sid] >= READS_PER_SESSION:
+            raise busy(
+                f"this session is already sending {READS_PER_SESSION} request bodies; "
+                "retry when one of its requests is answered"
+            )
+        self.reading[sid] += 1
+        try:
+            return await read_json(request, self.max_request_bytes, self.body_timeout_s)
+        finally:
+            self.reading[sid] -= 1
+            if not self.reading[sid]:
+                del self.reading[sid]
 
     def session(self, request: web.Request) -> Session:
         """The open session named in the path, if the request carries its token."""

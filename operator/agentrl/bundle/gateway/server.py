@@ -16,6 +16,7 @@ import aiohttp
 from aiohttp import web
 
 from agentrl.bundle.gateway.callbacks import CallbackRelay
+from agentrl.bundle.gateway.connections import ConnectionGuard, GuardedRunner, Limits
 from agentrl.bundle.gateway.context import checkpoint_context_length
 from agentrl.bundle.gateway.engine import EngineClient
 from agentrl.bundle.gateway.frontend import Frontend, build_admin_app, build_app, new_http_session
@@ -54,6 +55,11 @@ class GatewayServer:
         self.port = settings.bind_port
         self.context_length: int | None = None  # known once started (spec or config.json)
         self.admin_port = settings.admin_port
+
+    @property
+    def guards(self) -> list[ConnectionGuard]:
+        """The connection books of the agent listener, then the admin listener."""
+        return [r.guard for r in self._runners if isinstance(r, GuardedRunner)]
 
     @property
     def url(self) -> str:
@@ -109,6 +115,7 @@ class GatewayServer:
             max_request_bytes=spec.max_request_bytes,
             model=s.model_id,
             keepalive_s=s.stream_keepalive_s,
+            body_timeout_s=s.body_timeout_s,
         )
         self.frontend = frontend
         self.port = await self._serve(build_app(frontend, self.store, self.callbacks), s.bind_port)
@@ -126,7 +133,9 @@ class GatewayServer:
 
     async def _serve(self, app: web.Application, port: int) -> int:
         """Serve `app` on the settings' host and `port`; the port bound (0: the OS picks)."""
-        runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
+        s = self.settings
+        limits = Limits(s.header_timeout_s, s.idle_timeout_s, s.max_connections)
+        runner = GuardedRunner(app, limits, handler_cancellation=True, access_log=None)
         await runner.setup()
         self._runners.append(runner)
         site = web.TCPSite(runner, self.settings.host, port, backlog=4096)

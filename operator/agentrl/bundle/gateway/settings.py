@@ -50,6 +50,14 @@ class GatewaySettings:
     # streamed turn whose session sets none: every chunk costs the engine and the gateway a
     # round of work, and an agent reads the text no faster.
     stream_interval: int = 64
+    # Connections (`connections.py`, docs/gateway.md): a request's headers must arrive within
+    # header_timeout_s of its first byte, its body within body_timeout_s; a connection idle
+    # between requests is closed after idle_timeout_s (longer than agent SDKs keep an idle
+    # pooled one); at most max_connections are open per listener.
+    header_timeout_s: float = 10.0
+    body_timeout_s: float = 30.0
+    idle_timeout_s: float = 30.0
+    max_connections: int = 4096
     render_workers: int = field(default_factory=default_render_workers)
 
     def __post_init__(self) -> None:
@@ -57,6 +65,11 @@ class GatewaySettings:
             raise ValueError("GatewaySettings.request_timeout_s must be > 0")
         if self.stream_interval < 1:
             raise ValueError("GatewaySettings.stream_interval must be >= 1")
+        for name in ("header_timeout_s", "body_timeout_s", "idle_timeout_s"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"GatewaySettings.{name} must be > 0")
+        if self.max_connections < 1:
+            raise ValueError("GatewaySettings.max_connections must be >= 1")
         if self.render_workers < 1:
             raise ValueError("GatewaySettings.render_workers must be >= 1")
         if self.context_length is not None and self.context_length < 2:
