@@ -58,7 +58,7 @@ from tests.support.kmock_api import (  # noqa: E402
     install_kuberay_crd,
     write_kubeconfig,
 )
-from tests.support.kube import free_port  # noqa: E402
+from tests.support.process import free_port  # noqa: E402
 
 LOADGEN = "agentrl-bench-loadgen"
 NS = "bench"

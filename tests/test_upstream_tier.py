@@ -32,7 +32,9 @@ def test_launch_tests_without_upstream_sources_skip_in_one_line(tmp_path: Path) 
     empty.mkdir()
     env = {**os.environ, "AGENTRL_SHARED": str(empty)}
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/bundle/launch"],
+        # --tb=line: a failure is one line, so the message below names every one of them.
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--tb=line",
+         "tests/bundle/launch"],
         cwd=ROOT, env=env, capture_output=True, text=True, check=False, timeout=1800,
     )  # fmt: skip
     out = done.stdout + done.stderr

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -24,6 +23,7 @@ import pytest
 import yaml
 from chart_helpers import one, render
 from test_chart_dashboard import dashboard, queries
+from tests.support.process import free_port, stop
 
 FIXTURE = Path(__file__).parent / "metrics_fixture.py"
 WAIT_SECONDS = 90.0  # upper bound for enough scrapes; a healthy run needs a few seconds
@@ -72,22 +72,6 @@ class Prom:
             if result or time.monotonic() > deadline:
                 return result
             time.sleep(0.5)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def stop(proc: subprocess.Popen[Any]) -> None:
-    proc.terminate()
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(timeout=5)
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from tests.support.kube import CACHE, ROOT, KubeHarness, free_port
+from tests.support.kube import CACHE, ROOT, KubeHarness
+from tests.support.process import free_port
 
 HELM = CACHE / "tools" / "helm4" / "helm" / "helm"
 

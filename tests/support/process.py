@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 import subprocess
+from typing import Any
 
 STOP_GRACE_S = 30.0
 
@@ -15,9 +16,11 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def stop(proc: subprocess.Popen[bytes], grace_s: float = STOP_GRACE_S) -> None:
-    """SIGTERM, then SIGKILL if it has not exited within `grace_s`; always reaped."""
-    proc.terminate()
+def stop(proc: subprocess.Popen[Any], grace_s: float = STOP_GRACE_S) -> None:
+    """SIGTERM (if it still runs), then SIGKILL if it has not exited within `grace_s`; always
+    reaped."""
+    if proc.poll() is None:
+        proc.terminate()
     try:
         proc.wait(timeout=grace_s)
     except subprocess.TimeoutExpired:

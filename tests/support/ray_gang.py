@@ -27,7 +27,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import urllib.request
@@ -41,6 +40,7 @@ from ray._private import ray_constants
 from ray.cluster_utils import Cluster
 from tests.conftest import TEST_IMAGE
 from tests.support import kuberay_cli
+from tests.support.process import free_port
 
 from agentrl.api.models import RLExperiment
 from agentrl.api.runtime import RuntimeConfig
@@ -95,13 +95,6 @@ if os.path.exists(_size):
     if _libc.mount(b"tmpfs", b"/dev/shm", b"tmpfs", 0, _opts) != 0:
         raise OSError(ctypes.get_errno(), "mounting the small /dev/shm")
 """
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 class GangCluster:

@@ -15,23 +15,27 @@ from agentrl.api.constants import ConditionType, Phase
 
 Status = dict[str, Any]
 
-# Conditions whose turning True is a problem the user must see in `kubectl describe`, and
-# the reason of its event (None: the condition's own reason, e.g. FailedCreate).
-WARNING_CONDITIONS: dict[str, str | None] = {
-    ConditionType.STALLED: "Stalled",
-    ConditionType.NAME_CONFLICT: "NameConflict",
-    ConditionType.IMMUTABLE_FIELD_CHANGED: "ImmutableFieldChanged",
-    ConditionType.CHILD_REJECTED: None,
-    ConditionType.KUBERAY_INCOMPATIBLE: "KubeRayIncompatible",
+# Conditions whose entering their problem value (True, or False for Valid and Preflight) is
+# news the user must see in `kubectl describe`, and the reason of its Warning event (None: the
+# condition's own reason, e.g. FailedCreate).
+WARNING_CONDITIONS: dict[str, tuple[str, str | None]] = {
+    ConditionType.VALID: ("False", "InvalidSpec"),
+    ConditionType.PREFLIGHT: ("False", "PreflightFailed"),
+    ConditionType.STALLED: ("True", "Stalled"),
+    ConditionType.NAME_CONFLICT: ("True", "NameConflict"),
+    ConditionType.IMMUTABLE_FIELD_CHANGED: ("True", "ImmutableFieldChanged"),
+    ConditionType.CHILD_REJECTED: ("True", None),
+    ConditionType.KUBERAY_INCOMPATIBLE: ("True", "KubeRayIncompatible"),
 }
 
-
-# Conditions whose being True is a problem (agentrl_experiment_condition exports them); Valid
-# and Preflight are one when False. Running, Suspended, Succeeded and RayJobCreated are the
-# normal course.
-PROBLEM_CONDITIONS = frozenset(
-    {*WARNING_CONDITIONS, ConditionType.FAILED, ConditionType.CONFIG_WARNING}
-)
+# The value of each condition that is a problem (agentrl_experiment_condition exports them):
+# those above, Failed and ConfigWarning. Running, Suspended, Succeeded and RayJobCreated are
+# the normal course.
+PROBLEM_VALUES: dict[str, str] = {
+    **{ctype: value for ctype, (value, _) in WARNING_CONDITIONS.items()},
+    ConditionType.FAILED: "True",
+    ConditionType.CONFIG_WARNING: "True",
+}
 
 
 @dataclass(frozen=True)
@@ -96,37 +100,13 @@ def put_if_relevant(
 def events_between(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Event]:
     """What to post for the change old -> new: condition problems first, then the phase."""
     events: list[Event] = []
-    valid_old, valid_new = get(old, ConditionType.VALID), get(new, ConditionType.VALID)
-    if (
-        valid_new
-        and valid_new["status"] == "False"
-        and (
-            valid_old is None
-            or valid_old.get("status") != "False"
-            or valid_old.get("message") != valid_new.get("message")
-        )
-    ):
-        events.append(Event("Warning", "InvalidSpec", valid_new.get("message", "")))
-    pre_old, pre_new = get(old, ConditionType.PREFLIGHT), get(new, ConditionType.PREFLIGHT)
-    if (
-        pre_new
-        and pre_new["status"] == "False"
-        and (
-            pre_old is None
-            or pre_old.get("status") != "False"
-            or pre_old.get("message") != pre_new.get("message")
-        )
-    ):
-        events.append(Event("Warning", "PreflightFailed", pre_new.get("message", "")))
-    for ctype, reason in WARNING_CONDITIONS.items():
-        cond = get(new, ctype)
-        was = get(old, ctype)
+    for ctype, (bad, reason) in WARNING_CONDITIONS.items():
+        cond, was = get(new, ctype), get(old, ctype)
+        # Entered its problem value, or still in it with a new message (a different problem).
         if (
             cond
-            and cond["status"] == "True"
-            and (
-                not was or was.get("status") != "True" or was.get("message") != cond.get("message")
-            )
+            and cond["status"] == bad
+            and (not was or was.get("status") != bad or was.get("message") != cond.get("message"))
         ):
             events.append(
                 Event("Warning", reason or str(cond.get("reason")), cond.get("message", ""))
@@ -152,9 +132,7 @@ def problems(status: Mapping[str, Any]) -> frozenset[tuple[str, str]]:
     sets (the kubelet's, KubeRay's and our own), so a metric labelled by them stays small."""
     found = set()
     for cond in status.get("conditions") or ():
-        ctype, value = cond.get("type"), cond.get("status")
-        if (ctype in PROBLEM_CONDITIONS and value == "True") or (
-            ctype in (ConditionType.VALID, ConditionType.PREFLIGHT) and value == "False"
-        ):
+        ctype = cond.get("type")
+        if ctype in PROBLEM_VALUES and cond.get("status") == PROBLEM_VALUES[ctype]:
             found.add((str(ctype), str(cond.get("reason") or "")))
     return frozenset(found)

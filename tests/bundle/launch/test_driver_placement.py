@@ -25,7 +25,6 @@ worker's GPUs from it.
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -40,6 +39,7 @@ from ray.cluster_utils import Cluster
 from ray.job_submission import JobStatus, JobSubmissionClient
 from tests.conftest import TEST_IMAGE
 from tests.support import kuberay_cli
+from tests.support.process import free_port
 
 from agentrl.api.constants import CONFIG_PATH
 from agentrl.render import OperatorDefaults, render_all
@@ -61,13 +61,6 @@ spec = json.load(open(sys.argv[1]))
 env = {**spec["env"], **{k: v for k, v in os.environ.items() if k in spec["from_node"]}}
 os.execvpe(spec["argv"][0], spec["argv"], env)
 """
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 class RayCluster:

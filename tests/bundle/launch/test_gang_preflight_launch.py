@@ -20,6 +20,7 @@ import pytest
 from launch_pod import Pod, slime_upstream
 from tests.conftest import TEST_IMAGE
 from tests.support import ray_gang
+from tests.support.process import free_port
 
 from agentrl.api.models import RLExperiment
 from agentrl.api.runtime import RuntimeConfig
@@ -39,7 +40,7 @@ def gang_pod(tmp_path: Path) -> Iterator[tuple[Pod, ray_gang.GangCluster, int]]:
     spec.resources.shm_size = "256Mi"  # this machine's /dev/shm holds more
     pod.exp.spec.runtime.preflight.timeout_seconds = 120
     config = RuntimeConfig.load(str(pod.config_path))
-    port = ray_gang.free_port()
+    port = free_port()
     config = config.model_copy(update={"spec": spec, "metrics_port": port})
     pod.config_path.write_text(config.to_json())
     # The gang: the render of the four-node example cut to one worker of the pod's GPUs.

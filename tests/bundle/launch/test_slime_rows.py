@@ -14,6 +14,7 @@ import pytest
 from launch_pod import slime_upstream
 from launch_trees import example_docs, experiment
 from tests.support import upstream
+from tests.support.shared import require
 
 from agentrl import slimecmd
 from agentrl.bundle.launch import argcheck, probe
@@ -122,6 +123,7 @@ def test_slime_turns_on_sglangs_metrics_itself(row: str) -> None:
     server-args builder sets `enable_metrics: True` in the dict it fills `--sglang-*` values
     into only where a key is missing, so the flag could neither add nor remove it."""
     source = slime_upstream.slime_dir(row) / "slime/backends/sglang_utils/sglang_engine.py"
+    require(source, f"slime {row}'s sglang_engine.py")
     tree = ast.parse(source.read_text(encoding="utf-8"))
     functions = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)]
     (builder,) = [f for f in functions if f.name == "_compute_server_args"]

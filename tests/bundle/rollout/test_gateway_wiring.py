@@ -9,12 +9,12 @@ URL and token it was given. The engine is the protocol-level SGLang stub (no GPU
 from __future__ import annotations
 
 import asyncio
-import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 from tests.support.metrics import exposition
+from tests.support.process import free_port
 from tests.support.sglang_stub import StubEngine, StubRouter
 from tests.support.tiny_tokenizer import write_checkpoint
 
@@ -26,12 +26,6 @@ from agentrl.bundle.rollout.batch import RolloutContext, run_groups
 from agentrl.bundle.rollout.episode import EpisodeInput, EpisodeSpec
 
 from .doubles import ChatAgent, runtime_config
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture

@@ -14,7 +14,6 @@ if its callback came through.
 from __future__ import annotations
 
 import asyncio
-import socket
 import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -22,6 +21,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from tests.support.process import free_port
 from tests.support.sglang_stub import StubEngine, StubRouter
 from tests.support.tiny_tokenizer import write_checkpoint
 
@@ -41,12 +41,6 @@ REPO = Path(__file__).resolve().parents[3]
 EXAMPLE = REPO / "examples" / "qwen2.5-7b-http-agent-two-evals.yaml"
 AGENT = REPO / "tests" / "support" / "http_agent_process.py"
 AGENT_KEY = "Bearer agent-api-key"  # the example's Authorization header, from its Secret
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass

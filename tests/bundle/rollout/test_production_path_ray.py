@@ -11,7 +11,6 @@ the rollout then finds it by name, exactly as in the pod.
 from __future__ import annotations
 
 import asyncio
-import socket
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +22,7 @@ import pytest
 import ray
 from aiohttp import web
 from tests.support.metrics import scrape
+from tests.support.process import free_port
 from tests.support.sglang_stub import StubEngine, StubRouter
 from tests.support.tiny_tokenizer import write_checkpoint
 
@@ -99,12 +99,6 @@ class ChatAgentServer:
     async def stop(self) -> None:
         if self.runner is not None:
             await self.runner.cleanup()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="module")
