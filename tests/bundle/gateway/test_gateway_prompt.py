@@ -281,6 +281,24 @@ def test_forked_histories_read_like_the_lists_they_stand_for(
     for h, m in zip(histories, models, strict=True):
         assert len(h) == len(m) and h.tolist() == m and list(h) == m
         assert h[1:-1].tolist() == m[1:-1] and [h[k] for k in range(-len(m), len(m))] == m + m
+        for keep in range(len(m) + 1):  # what another prompt shares with it
+            other = [*m[:keep], -1]
+            limit = len(m) - keep // 2
+            assert h.shared_with(array("i", other), limit) == min(keep, limit)
+
+
+def test_repeated_prompts_fork_from_the_same_place() -> None:
+    """A retried prompt (or a sibling) forks off the history its first try lives in: the
+    chain of parents stays two deep, however many times it is sent."""
+    chains: list[Chain] = []
+    for n in range(200):
+        plan = PromptPlan(array("i", [1, 2, 3, 4]), [b"m"], b"t", None, None)
+        record_turn(chains, plan, [500 + n], b"r%d" % n)
+    for chain in chains:
+        depth, node = 0, chain.history
+        while node.parent is not None:
+            depth, node = depth + 1, node.parent
+        assert depth <= 1
 
 
 def test_a_re_rendered_turn_shares_what_it_has_in_common() -> None:

@@ -23,7 +23,7 @@ from typing import Any
 import orjson
 
 from agentrl.bundle.gateway.render_pool import PromptRenderer
-from agentrl.bundle.gateway.token_view import History, TokenView, common_prefix
+from agentrl.bundle.gateway.token_view import History, TokenView
 
 MAX_CHAINS = 32  # conversations remembered per session (sub-agents, forks)
 
@@ -192,8 +192,12 @@ def _fork(chains: Sequence[Chain], base: Chain | None, prompt: array[int]) -> Hi
     """A new history for `prompt`, sharing the longest prefix it has with a known one (the
     chain it was meant to extend, else any: sub-agents share their system prompt)."""
     best, cut = None, 0
+    seen: set[int] = set()
     for chain in [base] if base is not None else chains:
-        n = common_prefix(prompt, chain.history[: min(chain.end, len(prompt))])
+        if id(chain.history) in seen:
+            continue
+        seen.add(id(chain.history))
+        n = chain.history.shared_with(prompt, chain.end)
         if n > cut:
             best, cut = chain, n
     if best is None:

@@ -40,14 +40,7 @@ def as_list(ids: Sequence[T]) -> list[T]:
     return list(tolist()) if tolist is not None else list(ids)
 
 
-def common_prefix(a: array[int], b: array[int]) -> int:
-    """How many leading ids `a` and `b` share: compared 4,096 at a time at C speed."""
-    n, i, step = min(len(a), len(b)), 0, 4096
-    while i < n and a[i : i + step] == b[i : i + step]:
-        i += step
-    while i < n and a[i] == b[i]:
-        i += 1
-    return min(i, n)
+STEP = 4096  # ids compared at once, at C speed
 
 
 class History(Sequence[int]):
@@ -56,10 +49,15 @@ class History(Sequence[int]):
     never copied."""
 
     __slots__ = ("cut", "own", "parent")
+    own: array[int]
+    parent: History | None
+    cut: int
 
     def __init__(self, own: array[int], parent: History | None = None, cut: int = 0) -> None:
         if not 0 <= cut <= (0 if parent is None else len(parent)):
             raise ValueError(f"History cut {cut} outside its parent")
+        while parent is not None and parent.parent is not None and cut <= parent.cut:
+            parent = parent.parent  # the prefix lies in an ancestor: forks stay shallow
         self.own, self.parent, self.cut = own, parent, cut
 
     def __len__(self) -> int:
@@ -80,6 +78,22 @@ class History(Sequence[int]):
             node = node.parent
         pieces.reverse()
         return pieces
+
+    def shared_with(self, ids: array[int], limit: int) -> int:
+        """How many leading ids this history's first `limit` and `ids` share; costs what
+        they share, never the whole history."""
+        done = 0
+        for own, a, b in self._pieces(0, min(limit, len(ids))):
+            for i in range(a, b, STEP):
+                j = min(i + STEP, b)
+                at = done + i - a
+                if own[i:j] != ids[at : at + j - i]:
+                    k = i
+                    while own[k] == ids[at + k - i]:
+                        k += 1
+                    return at + k - i
+            done += b - a
+        return done
 
     def packed(self, start: int = 0, stop: int | None = None) -> array[int]:
         """ids[start:stop] as one array (0 <= start <= stop <= len)."""
