@@ -218,6 +218,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--requests", type=int, default=None, help="measured requests per level and target"
     )
+    p.add_argument(
+        "--levels",
+        type=lambda v: [int(x) for x in v.split(",")],
+        default=None,
+        help="concurrency levels, comma-separated (1,64,256)",
+    )
     p.add_argument("--serve", choices=["stub", "gateway"], help=argparse.SUPPRESS)
     p.add_argument("--port", type=int, help=argparse.SUPPRESS)
     p.add_argument("--engine", help=argparse.SUPPRESS)
@@ -227,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
         asyncio.run(serve_stub(args.port))
     if args.serve == "gateway":
         asyncio.run(serve_gateway(args.port, args.engine, args.admin_port))
-    levels = [1, 8] if args.quick else [1, 64, 256]
+    levels = args.levels or ([1, 8] if args.quick else [1, 64, 256])
     n = args.requests or (100 if args.quick else 2000)
     why_not = rllm_available()
     with_rllm = why_not is None and (args.rllm or not args.quick)

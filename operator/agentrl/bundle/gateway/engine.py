@@ -27,6 +27,7 @@ from typing import Any
 import aiohttp
 import orjson
 
+from agentrl.bundle.gateway.http1 import Http1Pool, HttpError
 from agentrl.bundle.gateway.sglang import (
     Completion,
     EngineError,
@@ -58,6 +59,10 @@ class EngineClient:
     def __init__(self, router_url: str, http: aiohttp.ClientSession) -> None:
         self._router = router_url.rstrip("/")
         self._http = http
+        # Unstreamed generations (one per agent turn) take the lean client, over plain HTTP;
+        # it keeps as many idle connections as aiohttp's pool would.
+        limit = getattr(http.connector, "limit", 0) or 100
+        self._lean = Http1Pool(self._router, limit) if self._router.startswith("http:") else None
         self._aborts: set[asyncio.Task[None]] = set()
         self._rid_warned = False
         self._running: set[str] = set()  # rids of engine calls in progress
@@ -183,16 +188,17 @@ class EngineClient:
     async def _post_generate(self, payload: bytes, routing_key: str | None) -> Completion:
         headers = _headers(routing_key)
         try:
-            async with self._http.post(
-                self._router + "/generate", data=payload, headers=headers
-            ) as resp:
-                raw = await resp.read()
-                if resp.status != 200:
-                    raise EngineError(
-                        f"engine /generate: HTTP {resp.status}: {raw[:300]!r}", resp.status
-                    )
-        except aiohttp.ClientError as exc:
+            if self._lean is not None:
+                status, raw = await self._lean.post("/generate", payload, headers)
+            else:
+                async with self._http.post(
+                    self._router + "/generate", data=payload, headers=headers
+                ) as resp:
+                    status, raw = resp.status, await resp.read()
+        except (aiohttp.ClientError, HttpError) as exc:
             raise EngineError(f"engine /generate unreachable: {exc}") from exc
+        if status != 200:
+            raise EngineError(f"engine /generate: HTTP {status}: {raw[:300]!r}", status)
         try:
             body = orjson.loads(raw)
         except orjson.JSONDecodeError as exc:
@@ -252,6 +258,11 @@ class EngineClient:
             what = body.get("rid") or "all requests"
             log.warning("gateway: abort of %s on %s failed: %s", what, worker, exc)
             return False
+
+    def close(self) -> None:
+        """Close the lean client's kept connections (aiohttp's are its session's)."""
+        if self._lean is not None:
+            self._lean.close()
 
     async def drain_aborts(self) -> None:
         """Wait for pending aborts (at shutdown and batch end, so none is lost or late)."""

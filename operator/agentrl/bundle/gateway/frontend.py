@@ -83,8 +83,11 @@ async def read_json(request: web.Request, limit: int, timeout_s: float) -> Any:
     if size is not None and size > limit:
         raise too_large(size, limit)  # refused unread: a huge body costs nothing
     try:  # without a Content-Length (chunked), aiohttp stops reading at client_max_size
-        async with asyncio.timeout(timeout_s):
+        if request.content.is_eof():  # it came with the headers: nothing to wait for
             raw = await request.read()
+        else:
+            async with asyncio.timeout(timeout_s):
+                raw = await request.read()
     except web.HTTPRequestEntityTooLarge as exc:
         raise too_large(None, limit) from exc
     except TimeoutError as exc:
@@ -123,6 +126,7 @@ class Frontend:
         self.metrics = metrics
         self.body_timeout_s = body_timeout_s
         self.reading: Counter[str] = Counter()  # session -> bodies being read
+        self._series: dict[tuple[str, int], tuple[Any, Any]] = {}  # (api, status) -> metrics
         self.admission = Admission(max_in_flight)
         self.releaser = Releaser()
         self.max_request_bytes = max_request_bytes
@@ -188,8 +192,7 @@ class Frontend:
                     if (request.content_length or 0) >= LARGE_BYTES:
                         session.large = True
                         self.releaser.soon()
-            self.metrics.gateway_requests.labels(api, str(status)).inc()
-            self.metrics.gateway_request_seconds.labels(api).observe(time.perf_counter() - start)
+            self.tally(api, status, time.perf_counter() - start)
 
     async def read_body(self, request: web.Request, session: Session) -> Any:
         """The body, read before admission (so a client that trickles it holds no slot), at
@@ -208,6 +211,18 @@ class Frontend:
             self.reading[sid] -= 1
             if not self.reading[sid]:
                 del self.reading[sid]
+
+    def tally(self, api: str, status: int, seconds: float) -> None:
+        """The request in `agentrl_gateway_requests_total` and `_request_seconds`; the
+        labelled series are looked up once each (a `labels()` call costs microseconds)."""
+        series = self._series.get((api, status))
+        if series is None:
+            series = self._series[api, status] = (
+                self.metrics.gateway_requests.labels(api, str(status)),
+                self.metrics.gateway_request_seconds.labels(api),
+            )
+        series[0].inc()
+        series[1].observe(seconds)
 
     def session(self, request: web.Request) -> Session:
         """The open session named in the path, if the request carries its token."""

@@ -150,6 +150,7 @@ class GatewayServer:
         self._runners.clear()
         if self._engine is not None:
             await self._engine.drain_aborts()
+            self._engine.close()
         if self._pool is not None:
             await self._pool.close()
         if self.frontend is not None:

@@ -1,0 +1,196 @@
+"""The lean HTTP/1.1 client the gateway posts unstreamed generations with, against a server
+scripted byte by byte: bodies by length or in chunks, connections kept only when they may
+be, a kept connection the server closed, broken answers, cancellation."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+
+import pytest
+
+from agentrl.bundle.gateway.http1 import Http1Pool, HttpError, _head
+
+from .gateway_helpers import until
+
+Answer = Callable[[bytes, int], bytes | None]  # (request body, nth request) -> bytes to send
+
+
+@dataclass
+class Scripted:
+    answer: Answer
+    connections: int = 0
+    requests: list[tuple[int, bytes]] = field(default_factory=list)  # (connection, body)
+    close_after: bool = False  # close each connection after its first answer
+    hold: asyncio.Event | None = None  # answers wait for it
+    url: str = ""
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        me = self.connections
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = next(
+                    int(line.split(b":")[1])
+                    for line in head.split(b"\r\n")
+                    if line.lower().startswith(b"content-length")
+                )
+                body = await reader.readexactly(length)
+                self.requests.append((me, body))
+                if self.hold is not None:
+                    await self.hold.wait()
+                out = self.answer(body, len(self.requests))
+                if out is None:  # hang up without answering
+                    break
+                writer.write(out)
+                await writer.drain()
+                if self.close_after:
+                    break
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        writer.close()
+
+
+Serve = Callable[[Answer], Awaitable[Scripted]]
+
+
+@pytest.fixture
+async def server() -> AsyncIterator[Serve]:
+    """Starts scripted servers on free ports; stops them after the test."""
+    servers: list[asyncio.Server] = []
+
+    async def serve(answer: Answer) -> Scripted:
+        s = Scripted(answer)
+        srv = await asyncio.start_server(s.handle, "127.0.0.1", 0)
+        servers.append(srv)
+        s.url = f"http://127.0.0.1:{srv.sockets[0].getsockname()[1]}"
+        return s
+
+    yield serve
+    for srv in servers:
+        srv.close()
+        await srv.wait_closed()
+
+
+def ok(body: bytes, headers: bytes = b"") -> bytes:
+    return (
+        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+        + headers
+        + b"Content-Length: "
+        + str(len(body)).encode()
+        + b"\r\n\r\n"
+        + body
+    )
+
+
+async def test_bodies_by_length_over_one_kept_connection(server: Serve) -> None:
+    s = await server(lambda body, n: ok(b'{"n": %d, "echo": ' % n + body + b"}"))
+    pool = Http1Pool(s.url, keep=4)
+    for i in range(3):
+        status, data = await pool.post("/generate", b'"x%d"' % i, {"X-K": "v"})
+        assert status == 200 and data == b'{"n": %d, "echo": "x%d"}' % (i + 1, i)
+    assert s.connections == 1  # kept alive
+    pool.close()
+
+
+async def test_chunked_bodies_with_trailers(server: Serve) -> None:
+    def answer(body: bytes, n: int) -> bytes:
+        return (
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+            b"4\r\nabcd\r\n3;ext=1\r\nefg\r\n0\r\nX-Trailer: t\r\n\r\n"
+        )
+
+    s = await server(answer)
+    pool = Http1Pool(s.url, keep=4)
+    assert await pool.post("/generate", b"{}", {}) == (200, b"abcdefg")
+    assert await pool.post("/generate", b"{}", {}) == (200, b"abcdefg")
+    assert s.connections == 1
+    pool.close()
+
+
+async def test_connection_close_is_not_reused(server: Serve) -> None:
+    s = await server(lambda body, n: ok(b"{}", b"Connection: close\r\n"))
+    s.close_after = True
+    pool = Http1Pool(s.url, keep=4)
+    for _ in range(2):
+        assert await pool.post("/generate", b"{}", {}) == (200, b"{}")
+    assert s.connections == 2
+    pool.close()
+
+
+async def test_a_kept_connection_the_server_closed_is_replaced(server: Serve) -> None:
+    """The server closes its side after answering (without saying so): the next request goes
+    on a new connection, once, and the server sees it exactly once."""
+    s = await server(lambda body, n: ok(body))
+    s.close_after = True
+    pool = Http1Pool(s.url, keep=4)
+    assert await pool.post("/generate", b"1", {}) == (200, b"1")
+    assert await pool.post("/generate", b"2", {}) == (200, b"2")
+    assert s.requests == [(1, b"1"), (2, b"2")]  # never sent twice, never lost
+    pool.close()
+
+
+async def test_a_broken_answer_is_an_error_and_drops_the_connection(server: Serve) -> None:
+    answers = {
+        1: b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nshort",  # then the server hangs up
+        2: b"SPDY/3 200 OK\r\nContent-Length: 0\r\n\r\n",
+        3: b"HTTP/1.1 200 OK\r\n\r\n",  # neither length nor chunks
+        4: None,  # hangs up before any answer, on a fresh connection
+    }
+    s = await server(lambda body, n: answers[n])
+    s.close_after = True
+    pool = Http1Pool(s.url, keep=4)
+    for _ in answers:
+        with pytest.raises(HttpError):
+            await pool.post("/generate", b"{}", {})
+    assert s.connections == 4 and len(s.requests) == 4  # none retried
+    pool.close()
+
+
+async def test_a_cancelled_request_never_leaves_its_connection_for_another(
+    server: Serve,
+) -> None:
+    s = await server(lambda body, n: ok(body))
+    s.hold = asyncio.Event()  # the answer does not come until the test says so
+    pool = Http1Pool(s.url, keep=4)
+    task = asyncio.create_task(pool.post("/generate", b"a", {}))
+    await until(lambda: bool(s.requests), "the request reached the server")
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert not pool._idle  # mid-answer: closed, not kept for the next request
+    s.hold.set()
+    assert await pool.post("/generate", b"b", {}) == (200, b"b")
+    assert s.connections == 2
+    pool.close()
+
+
+def test_only_plain_http_urls() -> None:
+    with pytest.raises(ValueError, match="http://"):
+        Http1Pool("https://router:443", keep=1)
+
+
+@pytest.mark.parametrize(
+    ("head", "parsed"),
+    [
+        (
+            b"HTTP/1.1 200 OK\r\ncontent-type: x\r\nContent-Length: 12\r\n\r\n",
+            (200, 12, False, False),
+        ),
+        (b"HTTP/1.1 400 Bad\r\nCONTENT-LENGTH:3\r\n\r\n", (400, 3, False, False)),
+        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", (200, -1, True, False)),
+        (
+            b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+            (200, 0, False, True),
+        ),
+        (b"HTTP/1.0 200 OK\r\nContent-Length: 1\r\n\r\n", (200, 1, False, True)),
+        (
+            b"HTTP/1.0 200 OK\r\nContent-Length: 1\r\nConnection: keep-alive\r\n\r\n",
+            (200, 1, False, False),
+        ),
+    ],
+)
+def test_answer_heads(head: bytes, parsed: tuple[int, int, bool, bool]) -> None:
+    assert _head(head) == parsed
