@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import os
 import socket
 import statistics
 import subprocess
@@ -115,6 +117,19 @@ class Result:
     wall: float = 0.0
 
 
+def cpu_seconds(proc: psutil.Process) -> float:
+    """CPU seconds of every thread of `proc`, to the nanosecond (the scheduler's own count in
+    /proc/<pid>/task/*/schedstat); psutil's 10 ms ticks where that is absent."""
+    try:
+        total = 0
+        for task in os.listdir(f"/proc/{proc.pid}/task"):
+            with open(f"/proc/{proc.pid}/task/{task}/schedstat", "rb") as f:
+                total += int(f.read().split()[0])
+        return total / 1e9
+    except (OSError, ValueError, IndexError):
+        return float(sum(proc.cpu_times()[:2]))
+
+
 async def closed_loop(call: Call, conc: int, n: int, proc: psutil.Process | None) -> Result:
     sessions = [aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=1)) for _ in range(conc)]
     latencies: list[float] = []
@@ -138,11 +153,11 @@ async def closed_loop(call: Call, conc: int, n: int, proc: psutil.Process | None
 
     try:
         await all_agents(max(3, (300 + 3 * conc) // conc // 4), False)  # warm-up
-        cpu0 = sum(proc.cpu_times()[:2]) if proc else 0.0
+        cpu0 = cpu_seconds(proc) if proc else 0.0
         t0 = time.perf_counter()
         await all_agents(max(1, n // conc), True)
         wall = time.perf_counter() - t0
-        cpu = sum(proc.cpu_times()[:2]) - cpu0 if proc else None
+        cpu = cpu_seconds(proc) - cpu0 if proc else None
     finally:
         for s in sessions:
             await s.close()
@@ -170,12 +185,30 @@ def direct_generate(url: str, prompt_ids: list[int]) -> Call:
     return call
 
 
-def chat(urls: list[str], headers: list[dict[str, str]]) -> Call:
-    """Agent i posts the same chat request to urls[i] with headers[i]."""
-    body = {"model": "m", "messages": MESSAGES, "max_tokens": 64}
+def chat(urls: list[str], headers: list[dict[str, str]], *, stream: bool = False) -> Call:
+    """Agent i posts the same OpenAI chat request to urls[i] with headers[i] (streamed: it
+    reads the whole event stream)."""
+    body = {"model": "m", "messages": MESSAGES, "max_tokens": 64, "stream": stream}
+    return _post(urls, headers, body)
+
+
+def messages(urls: list[str], headers: list[dict[str, str]]) -> Call:
+    """Agent i posts the same Anthropic messages request to urls[i] with headers[i]."""
+    body = {
+        "model": "m",
+        "system": MESSAGES[0]["content"],
+        "messages": MESSAGES[1:],
+        "max_tokens": 64,
+    }
+    return _post(urls, headers, body)
+
+
+def _post(urls: list[str], headers: list[dict[str, str]], body: dict[str, object]) -> Call:
+    data = json.dumps(body).encode()
 
     async def call(http: aiohttp.ClientSession, i: int) -> None:
-        async with http.post(urls[i], json=body, headers=headers[i]) as r:
+        h = {"Content-Type": "application/json", **headers[i]}
+        async with http.post(urls[i], data=data, headers=h) as r:
             checked(r)
             await r.read()
 

@@ -41,6 +41,7 @@ import psutil
 from gateway_load import (
     ADMIN_TOKEN,
     MESSAGES,
+    cpu_seconds,
     free_port,
     processes,
     serve_gateway,
@@ -132,19 +133,6 @@ async def long_answer(
         return text
 
 
-def cpu(proc: psutil.Process) -> float:
-    """CPU seconds of every thread of `proc`, to the nanosecond (the scheduler's own count in
-    /proc/<pid>/task/*/schedstat); psutil's 10 ms ticks where that is absent."""
-    try:
-        total = 0
-        for task in os.listdir(f"/proc/{proc.pid}/task"):
-            with open(f"/proc/{proc.pid}/task/{task}/schedstat", "rb") as f:
-                total += int(f.read().split()[0])
-        return total / 1e9
-    except (OSError, ValueError, IndexError):
-        return sum(proc.cpu_times()[:2])
-
-
 async def cpu_of(
     proc: psutil.Process, admin: str, tokens: int, stream: bool, repeats: int
 ) -> tuple[float, int]:
@@ -155,9 +143,9 @@ async def cpu_of(
         for _ in range(repeats):
             target = await open_session(admin, tokens)
             await asyncio.sleep(0.3)  # let the session's own work settle
-            c0 = cpu(proc)
+            c0 = cpu_seconds(proc)
             chars = await long_answer(http, target, stream)
-            seconds.append(cpu(proc) - c0)
+            seconds.append(cpu_seconds(proc) - c0)
     return statistics.median(seconds), chars
 
 

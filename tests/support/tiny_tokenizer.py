@@ -84,14 +84,21 @@ Call a function as <tool_call>{"name": <name>, "arguments": <object>}</tool_call
 {% endif %}"""
 
 
-def write_checkpoint(directory: Path) -> Path:
-    """A checkpoint-like dir holding the tokenizer and its chat template; returns it."""
+# Qwen3's own chat template (the `chat_template` of Qwen/Qwen3-* tokenizer_config.json,
+# Apache-2.0), byte for byte, for tools that recognise a model by it (agentcore-rl-toolkit's
+# gateway picks its output parser by the template's hash). From
+# https://github.com/huggingface/trl/blob/f2cd57710ae345ea6428ae95363267fcf38a3dc8/trl/chat_templates/qwen3.jinja
+QWEN3_CHAT_TEMPLATE = Path(__file__).with_name("qwen3_chat_template.jinja")
+
+
+def write_checkpoint(directory: Path, chat_template: str = CHAT_TEMPLATE) -> Path:
+    """A checkpoint-like dir holding the tokenizer and a chat template; returns it."""
     directory.mkdir(parents=True, exist_ok=True)
     build_tokenizer().save(str(directory / "tokenizer.json"))
     config = {
         "eos_token": "<|im_end|>",
         "pad_token": "<|endoftext|>",
-        "chat_template": CHAT_TEMPLATE,
+        "chat_template": chat_template,
     }
     (directory / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
     return directory

@@ -11,7 +11,14 @@ ROOT = Path(__file__).resolve().parents[3]
 
 def test_benchmark_quick_runs_end_to_end() -> None:
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "gateway.py"), "--quick", "--requests", "40"],
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "gateway.py"),
+            "--quick",
+            "--toolkit",
+            "--requests",
+            "40",
+        ],
         capture_output=True,
         text=True,
         timeout=240,
@@ -25,3 +32,7 @@ def test_benchmark_quick_runs_end_to_end() -> None:
         direct = [r for r in rows if r[:2] == ["direct", "/generate"] and r[2] == conc]
         assert len(ours) == 1 and len(direct) == 1, proc.stdout
         assert float(ours[0][5]) > 0  # requests/s were measured
+        # The agentcore-rl-toolkit anchor ran the same OpenAI, Anthropic and streamed calls.
+        for kind in ("", " (anthropic)", " (stream)"):
+            name = ("toolkit gateway" + kind).split()
+            assert [r for r in rows if r[: len(name)] == name and r[len(name)] == conc], kind
