@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from agentrl.bundle.gateway import http1
 from agentrl.bundle.gateway.http1 import Http1Pool, HttpError, _head
 
 from .gateway_helpers import until
@@ -136,7 +137,7 @@ async def test_a_broken_answer_is_an_error_and_drops_the_connection(server: Serv
     answers = {
         1: b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nshort",  # then the server hangs up
         2: b"SPDY/3 200 OK\r\nContent-Length: 0\r\n\r\n",
-        3: b"HTTP/1.1 200 OK\r\n\r\n",  # neither length nor chunks
+        3: b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n-3\r\nabc\r\n0\r\n\r\n",
         4: None,  # hangs up before any answer, on a fresh connection
     }
     s = await server(lambda body, n: answers[n])
@@ -167,6 +168,84 @@ async def test_a_cancelled_request_never_leaves_its_connection_for_another(
     pool.close()
 
 
+async def test_answers_without_a_length(server: Serve) -> None:
+    """No body for 204 and 304 (whatever the fields say); with neither a length nor chunks,
+    the body runs to the close, and that connection is not kept."""
+    answers = {
+        1: b"HTTP/1.1 204 No Content\r\n\r\n",
+        2: b"HTTP/1.1 304 Not Modified\r\nContent-Length: 5\r\n\r\n",
+        3: b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n{"until": "close"}',
+    }
+    s = await server(lambda body, n: answers[n])
+    pool = Http1Pool(s.url, keep=4)
+    assert await pool.post("/generate", b"{}", {}) == (204, b"")
+    assert await pool.post("/generate", b"{}", {}) == (304, b"")
+    s.close_after = True  # the third answer ends with the connection
+    assert await pool.post("/generate", b"{}", {}) == (200, b'{"until": "close"}')
+    assert s.connections == 1 and not pool._idle  # the first two kept it; the third did not
+    pool.close()
+
+
+@pytest.mark.parametrize("size", [b"-3", b"+3", b"0x3", b"1_0", b""])
+async def test_chunk_sizes_are_hex_digits_only(server: Serve, size: bytes) -> None:
+    """int(x, 16) takes all of these; an engine's answer framed so is broken, not data."""
+    s = await server(
+        lambda body, n: (
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+            + size
+            + b"\r\nabc\r\n0\r\n\r\n"
+        )
+    )
+    pool = Http1Pool(s.url, keep=4)
+    with pytest.raises(HttpError, match="chunk size"):
+        await pool.post("/generate", b"{}", {})
+    assert not pool._idle
+    pool.close()
+
+
+async def test_a_chunk_must_end_where_its_size_says(server: Serve) -> None:
+    s = await server(
+        lambda body, n: (
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nabc\r\n0\r\n\r\n"
+        )
+    )
+    pool = Http1Pool(s.url, keep=4)
+    with pytest.raises(HttpError, match="CRLF"):
+        await pool.post("/generate", b"{}", {})
+    pool.close()
+
+
+async def test_connecting_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A black-holed engine address fails the call as unreachable, as aiohttp's sock_connect
+    did, instead of waiting out the generation's own timeout."""
+    never = asyncio.Event()
+
+    async def black_hole(*args: object, **kwargs: object) -> object:
+        await never.wait()
+        raise AssertionError("unreachable")
+
+    monkeypatch.setattr(http1.asyncio, "open_connection", black_hole)
+    pool = Http1Pool("http://192.0.2.1:30000", keep=1, connect_timeout_s=0.01)
+    async with asyncio.timeout(30):  # only the old code, without a deadline, gets here
+        with pytest.raises(HttpError, match="within"):
+            await pool.post("/generate", b"{}", {})
+
+
+async def test_a_closed_pool_keeps_no_connection_of_an_answer_in_flight(
+    server: Serve,
+) -> None:
+    s = await server(lambda body, n: ok(body))
+    s.hold = asyncio.Event()
+    pool = Http1Pool(s.url, keep=4)
+    task = asyncio.create_task(pool.post("/generate", b"a", {}))
+    await until(lambda: bool(s.requests), "the request reached the server")
+    pool.close()  # the gateway stops while the answer is on its way
+    s.hold.set()
+    assert await task == (200, b"a")
+    assert not pool._idle  # closed with its answer, not left open in a closed pool
+    pool.close()
+
+
 def test_only_plain_http_urls() -> None:
     with pytest.raises(ValueError, match="http://"):
         Http1Pool("https://router:443", keep=1)
@@ -189,6 +268,12 @@ def test_only_plain_http_urls() -> None:
         (
             b"HTTP/1.0 200 OK\r\nContent-Length: 1\r\nConnection: keep-alive\r\n\r\n",
             (200, 1, False, False),
+        ),
+        (b"HTTP/1.1 204 No Content\r\nContent-Length: 9\r\n\r\n", (204, 0, False, False)),
+        (b"HTTP/1.1 200 OK\r\nContent-Type: x\r\n\r\n", (200, -1, False, True)),
+        (
+            b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n",
+            (200, -1, True, False),
         ),
     ],
 )

@@ -39,6 +39,7 @@ from agentrl.bundle.gateway.chat import (
     ModelOutput,
     merge_sampling,
 )
+from agentrl.bundle.gateway.http1 import CONNECT_TIMEOUT_S
 from agentrl.bundle.gateway.memory import LARGE_BYTES, Releaser
 from agentrl.bundle.gateway.session_store import (
     Session,
@@ -380,5 +381,6 @@ def new_http_session(max_in_flight: int) -> aiohttp.ClientSession:
         limit=max_in_flight + 16, limit_per_host=0, keepalive_timeout=75, ttl_dns_cache=300
     )
     return aiohttp.ClientSession(
-        connector=connector, timeout=aiohttp.ClientTimeout(total=None, sock_connect=10)
+        connector=connector,
+        timeout=aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_TIMEOUT_S),
     )
