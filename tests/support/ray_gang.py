@@ -214,6 +214,12 @@ class GangCluster:
         return out
 
 
+def auth_env() -> dict[str, str]:
+    """Ray's token auth as this process's clusters run it (tests/conftest.py sets it), for a
+    driver launched with an env of its own: as KubeRay gives every container of a cluster."""
+    return {k: os.environ[k] for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN") if k in os.environ}
+
+
 def cache_major() -> int:
     """The libcudart major this machine's ldconfig cache holds (12 when it holds none)."""
     majors = {c.major for c in cuda.parse_ldconfig(probe.ldconfig_text())}
@@ -271,6 +277,7 @@ class Gang:
             "RAY_ADDRESS": self.cluster.address,
             "GLOO_SOCKET_IFNAME": "lo",
             "HOME": str(self.config_path.parent),
+            **auth_env(),
         }
         return subprocess.Popen(
             cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
