@@ -101,12 +101,7 @@ class GangCluster:
     """The head and `workers` GPU workers of a rendered RayJob, on this machine."""
 
     def __init__(self, rayjob: Mapping[str, Any], root: Path, workers: int) -> None:
-        cluster_spec = rayjob["spec"]["rayClusterSpec"]
-        head = kuberay_cli.ray_start_options(cluster_spec["headGroupSpec"]["rayStartParams"])
-        (group,) = cluster_spec["workerGroupSpecs"]
-        worker = kuberay_cli.ray_start_options(group["rayStartParams"])
-        limits = group["template"]["spec"]["containers"][0]["resources"]["limits"]
-        self.gpus = int(limits["nvidia.com/gpu"])
+        head, worker, self.gpus = kuberay_cli.cluster_groups(rayjob)
         self.root = root
         self.pods = [self._pod(i) for i in range(workers)]
         self.stopped: list[int] = []
