@@ -7,6 +7,8 @@ every test exercises what users copy.
 from __future__ import annotations
 
 import copy
+import os
+import secrets
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +21,15 @@ EXAMPLES_DIR = ROOT / "examples"
 # The Ray pod image tests render with: agentrl publishes none yet, so the operator's default
 # is None and every render needs one. A test value, never pulled.
 TEST_IMAGE = "runtime@sha256:" + "1" * 64
+
+# Every Ray cluster the tests start authenticates with one token of this run, given to Ray
+# the way KubeRay's token mode gives it to each container (RAY_AUTH_MODE, RAY_AUTH_TOKEN).
+# Left alone, Ray 2.5x turns token auth on at the first local ray.init() (writing
+# ~/.ray/auth_token and setting RAY_AUTH_MODE in this process), so clusters started after it
+# demanded a token that drivers launched with their own HOME never had: the gang tests then
+# failed or passed by test order. Drivers a test launches take these two variables along.
+os.environ["RAY_AUTH_MODE"] = "token"
+os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(16)
 
 
 def example_paths() -> list[Path]:

@@ -2,7 +2,8 @@
 
 A fresh clone has no snapshot folder beside it; there `bash hack/test.sh` must pass, with the
 tests that read upstream code skipped and named once (tests/support/shared.py). These tests
-prove that by running the launch tests against an empty snapshot folder, check the fetch that
+prove that by running the tests that read slime most (the launcher's, the spec checks' and
+the images') against an empty snapshot folder, check the fetch that
 hack/setup.sh does against a local repository (no network needed), and keep the pins equal to
 what the images' version matrix names.
 """
@@ -25,7 +26,7 @@ GIT_ID = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME
           "GIT_COMMITTER_EMAIL": "t@t"}  # fmt: skip
 
 
-def test_launch_tests_without_upstream_sources_skip_in_one_line(tmp_path: Path) -> None:
+def test_tests_without_upstream_sources_skip_in_one_line(tmp_path: Path) -> None:
     """What a fresh clone without `shared/` and without GitHub sees: no failure, and one line
     naming the skipped tier and the command that fetches its inputs."""
     empty = tmp_path / "no-snapshots"
@@ -34,7 +35,7 @@ def test_launch_tests_without_upstream_sources_skip_in_one_line(tmp_path: Path) 
     done = subprocess.run(
         # --tb=line: a failure is one line, so the message below names every one of them.
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--tb=line",
-         "tests/bundle/launch"],
+         "tests/bundle/launch", "tests/api", "tests/images"],
         cwd=ROOT, env=env, capture_output=True, text=True, check=False, timeout=1800,
     )  # fmt: skip
     out = done.stdout + done.stderr

@@ -46,6 +46,17 @@ def ray_start_options(params: Mapping[str, str]) -> dict[str, Any]:
     return options
 
 
+def cluster_groups(rayjob: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any], int]:
+    """A rendered RayJob's head and (single) worker group as `ray start` reads them, and the
+    worker's GPU count (KubeRay's num-gpus comes from the container's GPU limit)."""
+    cluster_spec = rayjob["spec"]["rayClusterSpec"]
+    head = ray_start_options(cluster_spec["headGroupSpec"]["rayStartParams"])
+    (group,) = cluster_spec["workerGroupSpecs"]
+    worker = ray_start_options(group["rayStartParams"])
+    limits = group["template"]["spec"]["containers"][0]["resources"]["limits"]
+    return head, worker, int(limits["nvidia.com/gpu"])
+
+
 def kuberay_resources_map(params: Mapping[str, str]) -> Any:
     """How KubeRay reads `resources` back to add accelerators (`getResourcesMap`): surrounding
     quotes, backticks and spaces trimmed, then JSON."""

@@ -101,12 +101,7 @@ class GangCluster:
     """The head and `workers` GPU workers of a rendered RayJob, on this machine."""
 
     def __init__(self, rayjob: Mapping[str, Any], root: Path, workers: int) -> None:
-        cluster_spec = rayjob["spec"]["rayClusterSpec"]
-        head = kuberay_cli.ray_start_options(cluster_spec["headGroupSpec"]["rayStartParams"])
-        (group,) = cluster_spec["workerGroupSpecs"]
-        worker = kuberay_cli.ray_start_options(group["rayStartParams"])
-        limits = group["template"]["spec"]["containers"][0]["resources"]["limits"]
-        self.gpus = int(limits["nvidia.com/gpu"])
+        head, worker, self.gpus = kuberay_cli.cluster_groups(rayjob)
         self.root = root
         self.pods = [self._pod(i) for i in range(workers)]
         self.stopped: list[int] = []
@@ -214,6 +209,12 @@ class GangCluster:
         return out
 
 
+def auth_env() -> dict[str, str]:
+    """Ray's token auth as this process's clusters run it (tests/conftest.py sets it), for a
+    driver launched with an env of its own: as KubeRay gives every container of a cluster."""
+    return {k: os.environ[k] for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN") if k in os.environ}
+
+
 def cache_major() -> int:
     """The libcudart major this machine's ldconfig cache holds (12 when it holds none)."""
     majors = {c.major for c in cuda.parse_ldconfig(probe.ldconfig_text())}
@@ -271,6 +272,7 @@ class Gang:
             "RAY_ADDRESS": self.cluster.address,
             "GLOO_SOCKET_IFNAME": "lo",
             "HOME": str(self.config_path.parent),
+            **auth_env(),
         }
         return subprocess.Popen(
             cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True

@@ -67,12 +67,7 @@ class RayCluster:
     """The rendered RayJob's cluster on this machine: the head and one GPU worker."""
 
     def __init__(self, rayjob: dict[str, Any]) -> None:
-        cluster_spec = rayjob["spec"]["rayClusterSpec"]
-        head = kuberay_cli.ray_start_options(cluster_spec["headGroupSpec"]["rayStartParams"])
-        (group,) = cluster_spec["workerGroupSpecs"]
-        worker = kuberay_cli.ray_start_options(group["rayStartParams"])
-        limits = group["template"]["spec"]["containers"][0]["resources"]["limits"]
-        gpus = int(limits["nvidia.com/gpu"])  # KubeRay's num-gpus, from the GPU limit
+        head, worker, gpus = kuberay_cli.cluster_groups(rayjob)
         self.dashboard = free_port()
         self.cluster = Cluster(
             initialize_head=True,

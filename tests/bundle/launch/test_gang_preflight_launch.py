@@ -60,7 +60,7 @@ def test_a_failed_gang_preflight_stops_the_launch_and_is_reported_everywhere(
     gang_pod: tuple[Pod, ray_gang.GangCluster, int],
 ) -> None:
     pod, cluster, port = gang_pod
-    env = pod.env(RAY_ADDRESS=cluster.address, GLOO_SOCKET_IFNAME="lo")
+    env = pod.env(RAY_ADDRESS=cluster.address, GLOO_SOCKET_IFNAME="lo", **ray_gang.auth_env())
     launcher = subprocess.Popen(
         pod.command(), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
