@@ -19,9 +19,10 @@ import openai
 import orjson
 import pytest
 
-from agentrl.bundle.gateway import GatewayServer, openai_api
+from agentrl.bundle.gateway import GatewayServer, openai_api, token_view
 from agentrl.bundle.gateway.admission import Admission
 from agentrl.bundle.gateway.chat import ApiError
+from agentrl.bundle.gateway.engine import ENCODE_SLICE, generate_body
 from agentrl.bundle.gateway.memory import LARGE_BYTES
 from agentrl.bundle.gateway.render_pool import INLINE_RENDER_BYTES, RenderPool
 
@@ -160,6 +161,9 @@ async def test_other_sessions_are_served_while_a_large_prompt_renders(
     big = [{"role": "user", "content": words(LARGE_BYTES + 1000)}]  # seconds of rendering
     task = asyncio.create_task(client(hog).chat.completions.create(model="m", messages=big))  # type: ignore[arg-type]
     await until(lambda: rendering(gateway), "the large prompt is in the worker", 60)
+    # It renders on CPU nothing else wants: the loop, woken, preempts it at once.
+    (worker,) = pool(gateway).workers
+    assert os.sched_getscheduler(worker.proc.pid) == os.SCHED_IDLE
     for _ in range(3):  # the event loop is free: these finish while the worker renders
         await client(other).chat.completions.create(model="m", messages=MESSAGES)  # type: ignore[arg-type]
     assert not task.done()
@@ -359,3 +363,47 @@ async def test_refused_and_displaced_requests_are_counted_as_429(
     results = await asyncio.gather(*tasks, return_exceptions=True)
     assert sum(isinstance(r, openai.RateLimitError) for r in results) == 1
     assert metric(cluster, "agentrl_gateway_requests_total", api="openai", code="429") == 1
+
+
+@pytest.mark.parametrize("n", [0, 1, ENCODE_SLICE, ENCODE_SLICE + 1, 3 * ENCODE_SLICE + 5])
+@pytest.mark.parametrize("kind", ["list", "array", "view", "history"])
+async def test_a_long_prompt_is_encoded_in_slices_with_the_loop_served_between(
+    n: int, kind: str
+) -> None:
+    """The /generate body of a huge prompt is the same JSON as one encode would give, and
+    other sessions' tasks run between its slices (one encode of two million ids would hold
+    the event loop for tens of milliseconds)."""
+    ids = [(i * 7919) % 150_000 for i in range(n)]
+    packed = token_view.ids_of(ids)
+    prompt: Any = {
+        "list": ids,
+        "array": packed,
+        "view": token_view.TokenView(packed, n),
+        "history": token_view.History(packed),
+    }[kind]
+    params = {"max_new_tokens": 16, "temperature": 1.0}
+    ran = 0
+    stop = asyncio.Event()
+
+    async def other_session() -> None:
+        nonlocal ran
+        while not stop.is_set():
+            ran += 1
+            await asyncio.sleep(0)
+
+    other = asyncio.create_task(other_session())
+    await asyncio.sleep(0)  # it has started
+    before = ran
+    body = await generate_body(prompt, params, "rid-1", stream=True)
+    during = ran - before
+    stop.set()
+    await other
+    assert orjson.loads(body) == {
+        "rid": "rid-1",
+        "input_ids": ids,
+        "return_logprob": True,
+        "sampling_params": params,
+        "stream": True,
+    }
+    slices = -(-n // ENCODE_SLICE)
+    assert during >= max(0, slices - 1)

@@ -2,7 +2,7 @@
 
 Rendering is CPU-bound Python (the `renderers` package walks every token) plus a tokenizer
 call that holds the GIL, so a thread would stall the event loop that serves every other
-session; a separate process at lower CPU priority does not. The gateway
+session; a separate process at the idle scheduling policy does not. The gateway
 (`render_pool.RenderPool`) starts these with `python -m agentrl.bundle.gateway.render_worker`
 and talks to each over its stdin/stdout, one job at a time:
 
@@ -38,7 +38,7 @@ from agentrl.bundle.gateway.memory import release_now
 FRAME = struct.Struct(">II")
 RETIRE_RSS_BYTES = 1 << 30  # after a job leaves the worker above this, it exits and is replaced
 TRIM_AFTER_TOKENS = 1 << 18  # after a job this large, hand freed memory back to the OS
-NICE = 10  # below the event loop's priority: a huge prompt never takes its CPU
+NICE = 19  # where SCHED_IDLE is refused: the lowest priority nice gives
 
 
 def write_frame(out: BinaryIO, header: dict[str, Any], payload: bytes = b"") -> None:
@@ -117,9 +117,21 @@ class Worker:
                 return
 
 
+def lower_priority() -> None:
+    """Run on CPU the event loop leaves: SCHED_IDLE (Linux), else nice. A woken event loop
+    preempts an idle-policy task at once, where a niced one first finishes its time slice:
+    at nice 10 a prompt at the size limit doubled other sessions' p99, at SCHED_IDLE it adds
+    half (benchmarks/gateway_fairness.py). Under a saturated CPU a large prompt waits; the
+    small turns of every other session do not."""
+    try:
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    except (AttributeError, OSError):
+        with contextlib.suppress(OSError):
+            os.nice(NICE)
+
+
 def main() -> None:
-    with contextlib.suppress(OSError):
-        os.nice(NICE)
+    lower_priority()
     inp, out = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr  # nothing but frames on the pipe, whatever a library prints
     frame = read_frame(inp)

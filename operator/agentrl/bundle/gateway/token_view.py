@@ -37,7 +37,10 @@ def as_list(ids: Sequence[T]) -> list[T]:
     if type(ids) is list:
         return ids
     tolist: Any = getattr(ids, "tolist", None)
-    return list(tolist()) if tolist is not None else list(ids)
+    if tolist is None:
+        return list(ids)
+    out = tolist()  # array's and TokenView's give a new list: no second copy
+    return out if type(out) is list else list(out)
 
 
 STEP = 4096  # ids compared at once, at C speed
