@@ -42,7 +42,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import dataclasses
 import json
 import os
 import random
@@ -63,6 +62,7 @@ from gateway_load import (
     MESSAGES,
     free_port,
     processes,
+    serve_gateway,
     serve_stub,
     spawn,
     wait_healthy,
@@ -104,35 +104,20 @@ class Outcome:
 
 
 # ---- the gateway under test ------------------------------------------------------------
-async def serve_gateway(
+async def serve_fair_gateway(
     port: int, engine_url: str, limit: int, admin_port: int, deadlines: str | None = None
 ) -> None:
-    """The gateway; `deadlines` ("header,body,idle" seconds) shortens its connection limits
-    (the quick slowloris phase), which otherwise keep their defaults."""
-    from tests.support.tiny_tokenizer import write_checkpoint
-
+    """The gateway with the scenario's body limit and otherwise its defaults; `deadlines`
+    ("header,body,idle" seconds) shortens its connection limits (the quick slowloris phase)."""
     from agentrl.api.models import GatewaySpec
-    from agentrl.bundle.gateway import GatewayServer, GatewaySettings
-    from agentrl.bundle.metrics import BundleMetrics
 
-    ckpt = write_checkpoint(Path(tempfile.mkdtemp(prefix="gw-fair-")))
-    settings = GatewaySettings(
-        router_url=engine_url,
-        tokenizer_path=str(ckpt),
-        renderer_family="qwen3",
-        port=port,
-        admin_port=admin_port,
-        admin_token=ADMIN_TOKEN,
-        spec=GatewaySpec(max_request_bytes=limit),
-    )
+    timeouts: dict[str, float] = {}
     if deadlines:
         header, body, idle = (float(x) for x in deadlines.split(","))
-        settings = dataclasses.replace(
-            settings, header_timeout_s=header, body_timeout_s=body, idle_timeout_s=idle
-        )
-    server = GatewayServer(settings, BundleMetrics())
-    await server.start()
-    await asyncio.Event().wait()
+        timeouts = {"header_timeout_s": header, "body_timeout_s": body, "idle_timeout_s": idle}
+    await serve_gateway(
+        port, engine_url, admin_port, GatewaySpec(max_request_bytes=limit), **timeouts
+    )
 
 
 # ---- load ----------------------------------------------------------------------------------
@@ -514,7 +499,7 @@ def main(argv: list[str] | None = None) -> int:
         asyncio.run(serve_stub(args.port))
     if args.serve == "gateway":
         asyncio.run(
-            serve_gateway(args.port, args.engine, args.limit, args.admin_port, args.deadlines)
+            serve_fair_gateway(args.port, args.engine, args.limit, args.admin_port, args.deadlines)
         )
     from agentrl.api.models import GatewaySpec
     from agentrl.bundle.gateway import memory

@@ -19,6 +19,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import psutil
@@ -59,7 +60,12 @@ async def serve_stub(port: int) -> None:
     await asyncio.Event().wait()
 
 
-async def serve_gateway(port: int, engine_url: str, admin_port: int) -> None:
+async def serve_gateway(
+    port: int, engine_url: str, admin_port: int, spec: Any = None, **settings_: Any
+) -> None:
+    """The gateway under test, in this process until it is killed: the small test tokenizer
+    with Qwen3's template, `spec` (a GatewaySpec; default: admission wide open, so the load
+    measures the gateway, not its queue) and any GatewaySettings field in `settings_`."""
     from tests.support.tiny_tokenizer import write_checkpoint
 
     from agentrl.api.models import GatewaySpec
@@ -74,7 +80,8 @@ async def serve_gateway(port: int, engine_url: str, admin_port: int) -> None:
         port=port,
         admin_port=admin_port,
         admin_token=ADMIN_TOKEN,
-        spec=GatewaySpec(max_in_flight=4096),
+        spec=spec if spec is not None else GatewaySpec(max_in_flight=4096),
+        **settings_,
     )
     server = GatewayServer(settings, BundleMetrics())
     await server.start()

@@ -42,6 +42,7 @@ from gateway_load import (
     ADMIN_TOKEN,
     free_port,
     processes,
+    serve_gateway,
     serve_stub,
     spawn,
     wait_healthy,
@@ -53,26 +54,13 @@ SETTLE_S = 2.5  # the gateway trims freed memory a second after a large request
 ID_BYTES = 4  # a token id as int32
 
 
-async def serve_gateway(port: int, engine_url: str, admin_port: int) -> None:
-    from tests.support.tiny_tokenizer import write_checkpoint
-
+async def serve_memory_gateway(port: int, engine_url: str, admin_port: int) -> None:
+    """The gateway with room for this benchmark's largest prompts (4 MiB)."""
     from agentrl.api.models import GatewaySpec
-    from agentrl.bundle.gateway import GatewayServer, GatewaySettings
-    from agentrl.bundle.metrics import BundleMetrics
 
-    ckpt = write_checkpoint(Path(tempfile.mkdtemp(prefix="gw-mem-")))
-    settings = GatewaySettings(
-        router_url=engine_url,
-        tokenizer_path=str(ckpt),
-        renderer_family="qwen3",
-        port=port,
-        admin_port=admin_port,
-        admin_token=ADMIN_TOKEN,
-        spec=GatewaySpec(max_request_bytes=4 * 1024 * 1024),
+    await serve_gateway(
+        port, engine_url, admin_port, GatewaySpec(max_request_bytes=4 * 1024 * 1024)
     )
-    server = GatewayServer(settings, BundleMetrics())
-    await server.start()
-    await asyncio.Event().wait()
 
 
 def words(n_bytes: int, seed: int) -> str:
@@ -210,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.serve == "stub":
         asyncio.run(serve_stub(args.port))
     if args.serve == "gateway":
-        asyncio.run(serve_gateway(args.port, args.engine, args.admin_port))
+        asyncio.run(serve_memory_gateway(args.port, args.engine, args.admin_port))
     args.sessions = args.sessions or (4 if args.quick else 30)
     args.prompt_bytes = args.prompt_bytes or (200_000 if args.quick else 1_900_000)
     args.turns = args.turns or (10 if args.quick else 60)
