@@ -3,24 +3,16 @@
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
+from tests.support.process import run_benchmark
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "reconcile.py"
 NUMBER = r"\d+\.\d+"
 OPERATORS = 3  # agentrl, same-work, bare
 
 
 def run(*args: str) -> str:
-    out = subprocess.run(
-        [sys.executable, str(BENCH), *args],
-        capture_output=True, text=True, check=False, timeout=900,
-    )  # fmt: skip
-    assert out.returncode == 0, out.stdout + out.stderr
-    return out.stdout
+    return run_benchmark("reconcile.py", *args, timeout=900)
 
 
 def row(label: str, cell: str = NUMBER) -> str:

@@ -2,35 +2,16 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[3]
+from tests.support.process import run_benchmark
 
 
 def test_benchmark_quick_runs_end_to_end() -> None:
-    proc = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "benchmarks" / "gateway.py"),
-            "--quick",
-            "--toolkit",
-            "--requests",
-            "40",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=240,
-        cwd=ROOT,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    rows = [line.split() for line in proc.stdout.splitlines()]
+    out = run_benchmark("gateway.py", "--quick", "--toolkit", "--requests", "40", timeout=240)
+    rows = [line.split() for line in out.splitlines()]
     for conc in ("1", "8"):
         ours = [r for r in rows if r[:2] == ["agentrl", "gateway"] and r[2] == conc]
         direct = [r for r in rows if r[:2] == ["direct", "/generate"] and r[2] == conc]
-        assert len(ours) == 1 and len(direct) == 1, proc.stdout
+        assert len(ours) == 1 and len(direct) == 1, out
         assert float(ours[0][5]) > 0  # requests/s were measured
         # The agentcore-rl-toolkit anchor ran the same OpenAI, Anthropic and streamed calls.
         for kind in ("", " (anthropic)", " (stream)"):

@@ -8,24 +8,13 @@ phase the gateway closed everything the attacker held open and its descriptors c
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[3]
+from tests.support.process import run_benchmark
 
 
 def test_fairness_benchmark_quick_json() -> None:
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "gateway_fairness.py"), "--quick", "--json"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=ROOT,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    result = json.loads(proc.stdout)
+    out = run_benchmark("gateway_fairness.py", "--quick", "--json")
+    result = json.loads(out)
     assert isinstance(result["p99_ratio"], float) and result["p99_ratio"] > 0
     assert isinstance(result["rss_growth_mb"], float) and result["rss_growth_mb"] >= 0
     refused, served = result["scenarios"]

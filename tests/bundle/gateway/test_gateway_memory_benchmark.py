@@ -8,24 +8,13 @@ the figures are the ratios the issue's goal is stated in.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[3]
+from tests.support.process import run_benchmark
 
 
 def test_memory_benchmark_quick_json() -> None:
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "gateway_memory.py"), "--quick", "--json"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=ROOT,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    result = json.loads(proc.stdout)
+    out = run_benchmark("gateway_memory.py", "--quick", "--json")
+    result = json.loads(out)
     for key in ("rss_per_session_ratio", "conversation_ratio"):
         assert isinstance(result[key], float), key
     sessions, conversation = result["scenarios"]

@@ -7,24 +7,13 @@ same text as the unstreamed ones, in both engine modes, and no victim request fa
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[3]
+from tests.support.process import run_benchmark
 
 
 def test_stream_benchmark_quick_json() -> None:
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "gateway_stream.py"), "--quick", "--json"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=ROOT,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    result = json.loads(proc.stdout)
+    out = run_benchmark("gateway_stream.py", "--quick", "--json")
+    result = json.loads(out)
     for key in ("stream_cpu_ratio_16k", "victim_p99_ratio"):
         assert isinstance(result[key], float) and result[key] > 0, key
     assert [m["engine"] for m in result["modes"]] == ["incremental", "cumulative"]

@@ -3,21 +3,14 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
-
-from .rig import ROOT
+from tests.support.process import run_benchmark
 
 pytestmark = pytest.mark.slow
 
 
 def test_benchmark_quick_runs_end_to_end() -> None:
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "rehearse.py"), "--quick", "--json"],
-        capture_output=True, text=True, timeout=600, cwd=ROOT, check=False,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    result = json.loads(proc.stdout)
+    out = run_benchmark("rehearse.py", "--quick", "--json")
+    result = json.loads(out)
     assert result["episodes"] == 8 and result["rehearse_s"] > 0 and result["validate_s"] > 0

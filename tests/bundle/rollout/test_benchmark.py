@@ -3,38 +3,28 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
+from tests.support.process import run_benchmark
+
 BENCH = Path(__file__).resolve().parents[3] / "benchmarks" / "rollout.py"
 
 
 def test_rollout_benchmark_quick_mode_reports_both_phases_and_the_ratio() -> None:
-    out = subprocess.run(
-        [sys.executable, str(BENCH), "--quick"],
-        capture_output=True, text=True, check=False, timeout=300, env=dict(os.environ),
-    )  # fmt: skip
-    assert out.returncode == 0, out.stderr
-    assert re.search(r"^baseline\s+\d+\.\d+\s+\d+\.\d+$", out.stdout, re.M)
-    assert re.search(r"^rollout\s+\d+\.\d+\s+\d+\.\d+$", out.stdout, re.M)
-    assert re.search(r"^rollout/baseline CPU: \d+\.\d+x", out.stdout, re.M)
-
-
-EFFICIENCY = BENCH.parent / "rollout_efficiency.py"
+    out = run_benchmark("rollout.py", "--quick", timeout=300)
+    assert re.search(r"^baseline\s+\d+\.\d+\s+\d+\.\d+$", out, re.M)
+    assert re.search(r"^rollout\s+\d+\.\d+\s+\d+\.\d+$", out, re.M)
+    assert re.search(r"^rollout/baseline CPU: \d+\.\d+x", out, re.M)
 
 
 def test_rollout_efficiency_benchmark_quick_mode_prints_the_fixed_json_keys() -> None:
     """The issue's check reads `useful_groups_per_time_ratio`, `wasted_episode_seconds_share`
     and `length_bias`; quick mode runs the real generate_rollout path for a few steps."""
-    out = subprocess.run(
-        [sys.executable, str(EFFICIENCY), "--quick", "--json"],
-        capture_output=True, text=True, check=False, timeout=600, env=dict(os.environ),
-    )  # fmt: skip
-    assert out.returncode == 0, out.stderr
-    doc = json.loads(out.stdout.strip().splitlines()[-1])
+    out = run_benchmark("rollout_efficiency.py", "--quick", "--json")
+    doc = json.loads(out.strip().splitlines()[-1])
     assert doc["useful_groups_per_time_ratio"] > 0
     assert 0.0 <= doc["wasted_episode_seconds_share"] <= 1.0
     assert -1.0 < doc["length_bias"] < 1.0
@@ -45,29 +35,18 @@ def test_rollout_efficiency_benchmark_quick_mode_prints_the_fixed_json_keys() ->
 
 
 def test_rollout_efficiency_benchmark_quick_mode_prints_its_table() -> None:
-    out = subprocess.run(
-        [sys.executable, str(EFFICIENCY), "--quick"],
-        capture_output=True, text=True, check=False, timeout=600, env=dict(os.environ),
-    )  # fmt: skip
-    assert out.returncode == 0, out.stderr
-    assert re.search(r"^  wait-for-all\s+\d+\.\d", out.stdout, re.M)
-    assert re.search(r"^  agentrl\s+\d+\.\d", out.stdout, re.M)
-    assert re.search(r"useful groups per unit time: \d+\.\d\dx", out.stdout)
-
-
-SIGNAL = BENCH.parent / "signal.py"
+    out = run_benchmark("rollout_efficiency.py", "--quick")
+    assert re.search(r"^  wait-for-all\s+\d+\.\d", out, re.M)
+    assert re.search(r"^  agentrl\s+\d+\.\d", out, re.M)
+    assert re.search(r"useful groups per unit time: \d+\.\d\dx", out)
 
 
 def test_signal_benchmark_quick_mode_prints_the_fixed_json_keys() -> None:
     """benchmarks/signal.py --json: the issue's four keys; excluded failures never reach
     an advantage and masked stale tokens never train, while the old zeroReward behaviour, run
     alongside, lets failures in (so the measurement can see them)."""
-    out = subprocess.run(
-        [sys.executable, str(SIGNAL), "--quick", "--json"],
-        capture_output=True, text=True, check=False, timeout=600, env=dict(os.environ),
-    )  # fmt: skip
-    assert out.returncode == 0, out.stderr
-    doc = json.loads(out.stdout.strip().splitlines()[-1])
+    out = run_benchmark("signal.py", "--quick", "--json")
+    doc = json.loads(out.strip().splitlines()[-1])
     assert doc["failed_episodes_in_advantage"] == 0
     assert doc["stale_tokens_trained"] == 0 and doc["stale_tokens_masked"] > 0
     assert 0.0 < doc["advantage_error_p99"] < doc["zero_reward"]["advantage_error_p99"]
