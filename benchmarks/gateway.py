@@ -37,6 +37,7 @@ from gateway_load import (
     MESSAGES,
     Call,
     Result,
+    add_serve_arguments,
     chat,
     closed_loop,
     direct_generate,
@@ -292,10 +293,7 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="concurrency levels, comma-separated (1,64,256)",
     )
-    p.add_argument("--serve", choices=["stub", "gateway", "toolkit"], help=argparse.SUPPRESS)
-    p.add_argument("--port", type=int, help=argparse.SUPPRESS)
-    p.add_argument("--engine", help=argparse.SUPPRESS)
-    p.add_argument("--admin-port", type=int, help=argparse.SUPPRESS)
+    add_serve_arguments(p, ("stub", "gateway", "toolkit"))
     args = p.parse_args(argv)
     if args.serve == "stub":
         asyncio.run(serve_stub(args.port))

@@ -60,6 +60,7 @@ import psutil
 from gateway_load import (
     ADMIN_TOKEN,
     MESSAGES,
+    add_serve_arguments,
     free_port,
     processes,
     serve_gateway,
@@ -488,11 +489,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--victims", type=int, default=None, help="concurrent small sessions")
     ap.add_argument("--seconds", type=float, default=None, help="per measured window")
     ap.add_argument("--rounds", type=int, default=None, help="baseline + attack windows")
-    ap.add_argument("--serve", choices=["stub", "gateway"], help=argparse.SUPPRESS)
-    ap.add_argument("--port", type=int, help=argparse.SUPPRESS)
-    ap.add_argument("--engine", help=argparse.SUPPRESS)
+    add_serve_arguments(ap)
     ap.add_argument("--limit", type=int, help=argparse.SUPPRESS)
-    ap.add_argument("--admin-port", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--deadlines", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.serve == "stub":

@@ -6,6 +6,7 @@ the benchmark script.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import json
@@ -49,6 +50,17 @@ def free_port() -> int:
 
 
 # ---- servers (each in its own process) ---------------------------------------------------
+def add_serve_arguments(
+    ap: argparse.ArgumentParser, roles: tuple[str, ...] = ("stub", "gateway")
+) -> None:
+    """The hidden arguments with which a benchmark starts itself as one of its servers
+    (`--serve ROLE --port ...`), each in a process of its own so its CPU is counted apart."""
+    ap.add_argument("--serve", choices=roles, help=argparse.SUPPRESS)
+    ap.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--engine", help=argparse.SUPPRESS)
+    ap.add_argument("--admin-port", type=int, help=argparse.SUPPRESS)
+
+
 async def serve_stub(port: int) -> None:
     from tests.support.sglang_stub import StubEngine
 

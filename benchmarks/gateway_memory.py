@@ -40,6 +40,7 @@ import psutil
 
 from gateway_load import (
     ADMIN_TOKEN,
+    add_serve_arguments,
     free_port,
     processes,
     serve_gateway,
@@ -190,10 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sessions", type=int, default=None, help="open sessions (30)")
     ap.add_argument("--prompt-bytes", type=int, default=None, help="prompt size (1.9 MB)")
     ap.add_argument("--turns", type=int, default=None, help="turns of the conversation (60)")
-    ap.add_argument("--serve", choices=["stub", "gateway"], help=argparse.SUPPRESS)
-    ap.add_argument("--port", type=int, help=argparse.SUPPRESS)
-    ap.add_argument("--engine", help=argparse.SUPPRESS)
-    ap.add_argument("--admin-port", type=int, help=argparse.SUPPRESS)
+    add_serve_arguments(ap)
     args = ap.parse_args(argv)
     if args.serve == "stub":
         asyncio.run(serve_stub(args.port))

@@ -41,6 +41,7 @@ import psutil
 from gateway_load import (
     ADMIN_TOKEN,
     MESSAGES,
+    add_serve_arguments,
     cpu_seconds,
     free_port,
     processes,
@@ -259,10 +260,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--repeats", type=int, default=None, help="answers measured per kind (5)")
     ap.add_argument("--victims", type=int, default=4, help="concurrent small sessions")
-    ap.add_argument("--serve", choices=["stub", "gateway"], help=argparse.SUPPRESS)
-    ap.add_argument("--port", type=int, help=argparse.SUPPRESS)
-    ap.add_argument("--engine", help=argparse.SUPPRESS)
-    ap.add_argument("--admin-port", type=int, help=argparse.SUPPRESS)
+    add_serve_arguments(ap)
     ap.add_argument("--incremental", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     args.tokens = args.tokens or (2048 if args.quick else 16384)
