@@ -10,7 +10,6 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from agentrl.bundle.gateway import http1
 from agentrl.bundle.gateway.http1 import Http1Pool, HttpError, _head
 
 from .gateway_helpers import until
@@ -25,6 +24,7 @@ class Scripted:
     requests: list[tuple[int, bytes]] = field(default_factory=list)  # (connection, body)
     close_after: bool = False  # close each connection after its first answer
     hold: asyncio.Event | None = None  # answers wait for it
+    trickle: bool = False  # send each answer a byte at a time
     url: str = ""
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -45,8 +45,11 @@ class Scripted:
                 out = self.answer(body, len(self.requests))
                 if out is None:  # hang up without answering
                     break
-                writer.write(out)
-                await writer.drain()
+                for piece in [out[i : i + 1] for i in range(len(out))] if self.trickle else [out]:
+                    writer.write(piece)
+                    await writer.drain()
+                    if self.trickle:
+                        await asyncio.sleep(0.001)  # its own TCP segment
                 if self.close_after:
                     break
         except (asyncio.IncompleteReadError, ConnectionError):
@@ -107,6 +110,47 @@ async def test_chunked_bodies_with_trailers(server: Serve) -> None:
     pool = Http1Pool(s.url, keep=4)
     assert await pool.post("/generate", b"{}", {}) == (200, b"abcdefg")
     assert await pool.post("/generate", b"{}", {}) == (200, b"abcdefg")
+    assert s.connections == 1
+    pool.close()
+
+
+async def test_answers_a_byte_at_a_time(server: Serve) -> None:
+    """An answer is framed however the network splits it: by length, in chunks with
+    extensions and trailers, and to the close."""
+    answers = {
+        1: ok(b'{"a": 1}'),
+        2: b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+        b"4\r\nabcd\r\n3;ext=1\r\nefg\r\n0\r\nX-Trailer: t\r\n\r\n",
+        3: b"HTTP/1.1 200 OK\r\n\r\nto the close",
+    }
+    s = await server(lambda body, n: answers[n])
+    s.trickle = s.close_after = True  # the third answer runs to the close
+    pool = Http1Pool(s.url, keep=4)
+    assert await pool.post("/generate", b"{}", {}) == (200, b'{"a": 1}')
+    assert await pool.post("/generate", b"{}", {}) == (200, b"abcdefg")
+    assert await pool.post("/generate", b"{}", {}) == (200, b"to the close")
+    assert s.requests == [(1, b"{}"), (2, b"{}"), (3, b"{}")] and not pool._idle
+    pool.close()
+
+
+async def test_bytes_past_an_answer_spoil_its_connection(server: Serve) -> None:
+    """More than the answer framed (a second answer nobody asked for): the request is
+    answered, the connection is not kept (its next answer could be the stray one)."""
+    s = await server(lambda body, n: ok(b"one") + ok(b"two"))
+    pool = Http1Pool(s.url, keep=4)
+    assert await pool.post("/generate", b"{}", {}) == (200, b"one")
+    assert not pool._idle
+    assert await pool.post("/generate", b"{}", {}) == (200, b"one")
+    assert s.connections == 2
+    pool.close()
+
+
+async def test_interim_answers_are_skipped(server: Serve) -> None:
+    """A 100 Continue before the answer is not the answer, nor left for the next request."""
+    s = await server(lambda body, n: b"HTTP/1.1 100 Continue\r\n\r\n" + ok(body))
+    pool = Http1Pool(s.url, keep=4)
+    assert await pool.post("/generate", b"1", {}) == (200, b"1")
+    assert await pool.post("/generate", b"2", {}) == (200, b"2")
     assert s.connections == 1
     pool.close()
 
@@ -224,7 +268,7 @@ async def test_connecting_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
         await never.wait()
         raise AssertionError("unreachable")
 
-    monkeypatch.setattr(http1.asyncio, "open_connection", black_hole)
+    monkeypatch.setattr(asyncio.get_running_loop(), "create_connection", black_hole)
     pool = Http1Pool("http://192.0.2.1:30000", keep=1, connect_timeout_s=0.01)
     async with asyncio.timeout(30):  # only the old code, without a deadline, gets here
         with pytest.raises(HttpError, match="within"):

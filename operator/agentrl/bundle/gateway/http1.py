@@ -2,10 +2,12 @@
 per agent turn, to one origin (slime's router or an engine), over kept-alive connections.
 
 aiohttp's client spends about 150 µs of CPU on such a call (request and response objects,
-URL and header handling, its connector); this spends about 50: the request is one write of
-bytes it builds, the answer one read of the status line and headers and one of the body
-(`Content-Length`, or chunked). Everything else the gateway asks of an engine (streams,
-aborts, the worker list, loads) keeps using aiohttp.
+URL and header handling, its connector); this about 55, system calls included.
+Each connection is an `asyncio.Protocol` that collects the answer in one buffer and wakes
+its caller once, when the answer is complete: the request is one write of bytes built
+here, and the answer is framed in place (`Content-Length`, chunked, or to the close).
+Everything else the gateway asks of an engine (streams, aborts, the worker list, loads)
+keeps using aiohttp.
 
 A connection is reused only after a complete answer that did not say `Connection: close`,
 and dropped on any error or cancellation (it may be mid-answer). A kept connection the
@@ -15,14 +17,15 @@ more on a new connection (the server had not read it; HTTP clients do the same).
 
 Like the aiohttp session it stands in for, connecting is bounded (`CONNECT_TIMEOUT_S`, the
 gateway's one connect deadline for engines); the whole call is bounded by the caller's
-generation timeout. Answers are read as RFC 9112 says: no body for 1xx, 204 and 304, a
-chunked body before a Content-Length, and, with neither, the body runs to the close.
+generation timeout. Answers are read as RFC 9112 says: interim 1xx answers are skipped, no
+body for 204 and 304, a chunked body before a Content-Length, and, with neither, the body
+runs to the close. Bytes past the answer (a second answer nobody asked for) spoil the
+connection: kept, they would be read as the answer to the next request, another session's.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from urllib.parse import urlsplit
 
 HEAD_LIMIT = 64 * 1024  # status line and headers (SGLang's and the router's are a few hundred)
@@ -40,6 +43,144 @@ class _Stale(Exception):
     """A kept connection answered nothing: the server closed it before reading the request."""
 
 
+class _Answer:
+    """One answer being framed: its head once parsed, and for a chunked body how far the
+    chunks were read (each byte is looked at once, however the answer was split)."""
+
+    __slots__ = ("chunked", "close", "end", "length", "parts", "pos", "status")
+
+    def __init__(self, status: int, length: int, chunked: bool, close: bool, pos: int) -> None:
+        self.status, self.length, self.chunked, self.close = status, length, chunked, close
+        self.pos = pos  # where the body (or the next chunk's size line) starts in the buffer
+        self.parts: list[bytes] = []
+        self.end = -1  # past the body, once complete
+
+    def framed(self, buf: bytearray) -> bytes | None:
+        """The body if the buffer holds all of it, else None (wait for more)."""
+        if not self.chunked:
+            if len(buf) - self.pos < self.length:
+                return None
+            self.end = self.pos + self.length
+            return bytes(buf[self.pos : self.end])
+        while True:  # chunks: "<hex size>[;ext]\r\n<data>\r\n" ... "0\r\n<trailers>\r\n"
+            eol = buf.find(b"\r\n", self.pos)
+            if eol < 0:
+                if len(buf) - self.pos > HEAD_LIMIT:
+                    raise HttpError("a chunk size line without an end")
+                return None
+            size_hex = bytes(buf[self.pos : eol]).split(b";", 1)[0].strip()
+            # Hex digits only: int(x, 16) would also take "-1", "+5", "0x5" and "1_0".
+            if not size_hex or not _HEX.issuperset(size_hex):
+                raise HttpError(f"bad chunk size {size_hex[:20]!r}")
+            size = int(size_hex, 16)
+            if size == 0:  # the last chunk, then trailers (if any) and an empty line
+                end = buf.find(b"\r\n\r\n", eol)
+                if end < 0:
+                    if len(buf) - eol > HEAD_LIMIT:
+                        raise HttpError("trailers without an end")
+                    return None
+                self.end = end + 4
+                return b"".join(self.parts)
+            start = eol + 2
+            if len(buf) < start + size + 2:
+                return None
+            if buf[start + size : start + size + 2] != b"\r\n":
+                raise HttpError(f"a chunk of {size} bytes is not followed by CRLF")
+            self.parts.append(bytes(buf[start : start + size]))
+            self.pos = start + size + 2
+
+
+class _Connection(asyncio.Protocol):
+    """One kept-alive connection: a request is written whole, its answer collected here and
+    handed to the waiting caller once complete (or failed)."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.closed = False  # the server closed it, or it failed
+        self._buf = bytearray()
+        self._answer: _Answer | None = None
+        self._waiter: asyncio.Future[tuple[int, bytes, bool]] | None = None
+        self._error: Exception | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        self._buf += data
+        if self._waiter is not None and not self._waiter.done():
+            try:
+                self._advance()
+            except HttpError as exc:
+                self._fail(exc)
+
+    def eof_received(self) -> bool:
+        return False  # close our side too: a half-closed engine connection is of no use
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        waiter = self._waiter
+        if waiter is None or waiter.done():
+            return
+        answer = self._answer
+        if answer is not None and answer.length < 0 and not answer.chunked:
+            # Neither a length nor chunks: the body is everything until the close.
+            waiter.set_result((answer.status, bytes(self._buf[answer.pos :]), True))
+        elif answer is None and not self._buf:
+            waiter.set_exception(_Stale())  # nothing at all: the request was never read
+        else:
+            what = "the answer's headers" if answer is None else "the answer's end"
+            reason = f": {exc}" if exc else ""
+            self._fail(HttpError(f"the connection closed before {what}{reason}"))
+
+    def _fail(self, exc: Exception) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_exception(exc)
+
+    def _advance(self) -> None:
+        """Frame as much of the answer as has arrived; wake the caller once it is whole."""
+        buf = self._buf
+        answer = self._answer
+        while answer is None:
+            end = buf.find(b"\r\n\r\n")
+            if end < 0:
+                if len(buf) > HEAD_LIMIT:
+                    raise HttpError(f"an answer's headers longer than {HEAD_LIMIT} bytes")
+                return
+            status, length, chunked, close = _head(bytes(buf[: end + 4]))
+            if 100 <= status < 200 and status != 101:  # interim (100 Continue): the answer follows
+                del buf[: end + 4]
+                continue
+            answer = self._answer = _Answer(status, length, chunked, close, end + 4)
+        if answer.length < 0 and not answer.chunked:
+            return  # runs to the close (connection_lost)
+        body = answer.framed(buf)
+        if body is None:
+            return
+        leftover = len(buf) > answer.end  # bytes nobody asked for: the connection is spoiled
+        del buf[: answer.end]
+        assert self._waiter is not None
+        self._waiter.set_result((answer.status, body, answer.close or leftover))
+
+    async def exchange(self, request: bytes) -> tuple[int, bytes, bool]:
+        """Send `request`; its answer's status, body and whether to close the connection."""
+        assert self.transport is not None
+        self._answer = None
+        self._waiter = asyncio.get_running_loop().create_future()
+        if self._buf:  # bytes before the request: not an answer to it
+            raise HttpError("the server sent bytes nobody asked for")
+        self.transport.write(request)
+        try:
+            return await self._waiter
+        finally:
+            self._waiter = None
+
+    def close(self) -> None:
+        self.closed = True
+        if self.transport is not None:
+            self.transport.close()
+
+
 class Http1Pool:
     """Kept-alive connections to the origin of `url` (plain `http://` only)."""
 
@@ -53,7 +194,7 @@ class Http1Pool:
         self.keep = keep  # idle connections kept at most
         self.connect_timeout_s = connect_timeout_s
         self._closed = False  # after close(), answers still in flight keep no connection
-        self._idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
+        self._idle: list[_Connection] = []
         self._host_header = parts.netloc.encode()
 
     async def post(self, path: str, body: bytes, headers: dict[str, str]) -> tuple[int, bytes]:
@@ -66,22 +207,29 @@ class Http1Pool:
         )  # fmt: skip
         conn = self._take()
         if conn is not None:
-            with contextlib.suppress(_Stale):
-                return await self._exchange(conn, head + body, reused=True)
-        return await self._exchange(await self._open(), head + body, reused=False)
+            try:
+                return await self._exchange(conn, head + body)
+            except _Stale:
+                pass
+        try:
+            return await self._exchange(await self._open(), head + body)
+        except _Stale as exc:  # a new connection closed unanswered: the server's failure
+            raise HttpError("the connection closed before the answer's headers") from exc
 
-    def _take(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | None:
+    def _take(self) -> _Connection | None:
         while self._idle:
-            reader, writer = self._idle.pop()
-            if not reader.at_eof() and not writer.is_closing():
-                return reader, writer
-            writer.close()
+            conn = self._idle.pop()
+            if not conn.closed:
+                return conn
+            conn.close()
         return None
 
-    async def _open(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    async def _open(self) -> _Connection:
+        loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout(self.connect_timeout_s):
-                return await asyncio.open_connection(self.host, self.port, limit=HEAD_LIMIT)
+                _, conn = await loop.create_connection(_Connection, self.host, self.port)
+                return conn
         except TimeoutError as exc:
             raise HttpError(
                 f"cannot connect to {self.host}:{self.port} within {self.connect_timeout_s:g}s"
@@ -89,44 +237,22 @@ class Http1Pool:
         except OSError as exc:
             raise HttpError(f"cannot connect to {self.host}:{self.port}: {exc}") from exc
 
-    async def _exchange(
-        self,
-        conn: tuple[asyncio.StreamReader, asyncio.StreamWriter],
-        request: bytes,
-        *,
-        reused: bool,
-    ) -> tuple[int, bytes]:
-        reader, writer = conn
+    async def _exchange(self, conn: _Connection, request: bytes) -> tuple[int, bytes]:
         keep = False
         try:
-            writer.write(request)
-            try:
-                head = await reader.readuntil(b"\r\n\r\n")
-            except asyncio.IncompleteReadError as exc:
-                if reused and not exc.partial:
-                    raise _Stale from exc
-                raise HttpError("the connection closed before the answer's headers") from exc
-            status, length, chunked, close = _head(head)
-            if chunked:
-                data = await _chunked(reader)
-            elif length >= 0:
-                data = await reader.readexactly(length)
-            else:  # neither: the body is everything until the server closes
-                data, close = await reader.read(), True
+            status, data, close = await conn.exchange(request)
             keep = not close
             return status, data
-        except (OSError, asyncio.LimitOverrunError, asyncio.IncompleteReadError) as exc:
-            raise HttpError(f"{type(exc).__name__}: {exc}") from exc
         finally:
-            if keep and not self._closed and len(self._idle) < self.keep:
+            if keep and not conn.closed and not self._closed and len(self._idle) < self.keep:
                 self._idle.append(conn)
             else:
-                writer.close()
+                conn.close()
 
     def close(self) -> None:
         self._closed = True
-        for _, writer in self._idle:
-            writer.close()
+        for conn in self._idle:
+            conn.close()
         self._idle.clear()
 
 
@@ -159,22 +285,3 @@ def _head(head: bytes) -> tuple[int, int, bool, bool]:
             raise HttpError(f"bad Content-Length: {value[:40]!r}")
         length = int(value)
     return status, length, chunked, close or length < 0
-
-
-async def _chunked(reader: asyncio.StreamReader) -> bytes:
-    parts: list[bytes] = []
-    while True:
-        line = await reader.readuntil(b"\r\n")
-        size_hex = line.split(b";", 1)[0].strip()
-        # Hex digits only: int(x, 16) would also take "-1", "+5", "0x5" and "1_0".
-        if not size_hex or not _HEX.issuperset(size_hex):
-            raise HttpError(f"bad chunk size {size_hex[:20]!r}")
-        size = int(size_hex, 16)
-        if size == 0:
-            while await reader.readuntil(b"\r\n") != b"\r\n":  # trailers, if any
-                pass
-            return b"".join(parts)
-        chunk = await reader.readexactly(size + 2)
-        if chunk[-2:] != b"\r\n":
-            raise HttpError(f"a chunk of {size} bytes is not followed by CRLF")
-        parts.append(chunk[:-2])
