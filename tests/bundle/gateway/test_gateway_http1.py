@@ -145,6 +145,21 @@ async def test_bytes_past_an_answer_spoil_its_connection(server: Serve) -> None:
     pool.close()
 
 
+async def test_a_kept_connection_that_received_bytes_while_idle_is_not_reused(
+    server: Serve,
+) -> None:
+    """Bytes that arrive between answers answer nothing: the connection is dropped and the
+    next request goes on a new one, and succeeds."""
+    s = await server(lambda body, n: ok(body))
+    pool = Http1Pool(s.url, keep=4)
+    assert await pool.post("/generate", b"1", {}) == (200, b"1")
+    (kept,) = pool._idle
+    kept.data_received(ok(b"stray"))  # as if the server had sent it late
+    assert await pool.post("/generate", b"2", {}) == (200, b"2")
+    assert s.connections == 2 and kept.closed
+    pool.close()
+
+
 async def test_interim_answers_are_skipped(server: Serve) -> None:
     """A 100 Continue before the answer is not the answer, nor left for the next request."""
     s = await server(lambda body, n: b"HTTP/1.1 100 Continue\r\n\r\n" + ok(body))

@@ -100,7 +100,6 @@ class _Connection(asyncio.Protocol):
         self._buf = bytearray()
         self._answer: _Answer | None = None
         self._waiter: asyncio.Future[tuple[int, bytes, bool]] | None = None
-        self._error: Exception | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -151,7 +150,10 @@ class _Connection(asyncio.Protocol):
             if 100 <= status < 200 and status != 101:  # interim (100 Continue): the answer follows
                 del buf[: end + 4]
                 continue
-            answer = self._answer = _Answer(status, length, chunked, close, end + 4)
+            # 101: the connection now speaks another protocol; never reuse it.
+            answer = self._answer = _Answer(
+                status, length, chunked, close or status == 101, end + 4
+            )
         if answer.length < 0 and not answer.chunked:
             return  # runs to the close (connection_lost)
         body = answer.framed(buf)
@@ -165,15 +167,21 @@ class _Connection(asyncio.Protocol):
     async def exchange(self, request: bytes) -> tuple[int, bytes, bool]:
         """Send `request`; its answer's status, body and whether to close the connection."""
         assert self.transport is not None
+        if self._buf:  # only a new connection can have any (the pool reuses clean ones)
+            raise HttpError("the server sent bytes before the request")
         self._answer = None
         self._waiter = asyncio.get_running_loop().create_future()
-        if self._buf:  # bytes before the request: not an answer to it
-            raise HttpError("the server sent bytes nobody asked for")
         self.transport.write(request)
         try:
             return await self._waiter
         finally:
             self._waiter = None
+
+    @property
+    def reusable(self) -> bool:
+        """Open, and nothing arrived since its last answer (bytes that did are no answer to
+        the next request)."""
+        return not self.closed and not self._buf
 
     def close(self) -> None:
         self.closed = True
@@ -219,7 +227,7 @@ class Http1Pool:
     def _take(self) -> _Connection | None:
         while self._idle:
             conn = self._idle.pop()
-            if not conn.closed:
+            if conn.reusable:
                 return conn
             conn.close()
         return None
