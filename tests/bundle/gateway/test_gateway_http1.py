@@ -5,6 +5,8 @@ be, a kept connection the server closed, broken answers, cancellation."""
 from __future__ import annotations
 
 import asyncio
+import socket
+import struct
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
@@ -25,6 +27,7 @@ class Scripted:
     close_after: bool = False  # close each connection after its first answer
     hold: asyncio.Event | None = None  # answers wait for it
     trickle: bool = False  # send each answer a byte at a time
+    reset: bool = False  # hang up with a reset (RST), not a close (FIN)
     url: str = ""
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -43,6 +46,11 @@ class Scripted:
                 if self.hold is not None:
                     await self.hold.wait()
                 out = self.answer(body, len(self.requests))
+                if out is None and self.reset:  # reset: the request was read, then lost
+                    sock = writer.get_extra_info("socket")
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                    writer.transport.abort()
+                    return
                 if out is None:  # hang up without answering
                     break
                 for piece in [out[i : i + 1] for i in range(len(out))] if self.trickle else [out]:
@@ -189,6 +197,19 @@ async def test_a_kept_connection_the_server_closed_is_replaced(server: Serve) ->
     assert await pool.post("/generate", b"1", {}) == (200, b"1")
     assert await pool.post("/generate", b"2", {}) == (200, b"2")
     assert s.requests == [(1, b"1"), (2, b"2")]  # never sent twice, never lost
+    pool.close()
+
+
+async def test_a_reset_after_the_request_is_an_error_never_a_resend(server: Serve) -> None:
+    """A kept connection reset once the request was read (the engine died on it) fails the
+    call; it is not sent again as a connection closed unread would be."""
+    s = await server(lambda body, n: ok(body) if n == 1 else None)
+    s.reset = True
+    pool = Http1Pool(s.url, keep=4)
+    assert await pool.post("/generate", b"1", {}) == (200, b"1")
+    with pytest.raises(HttpError):
+        await pool.post("/generate", b"2", {})
+    assert s.requests == [(1, b"1"), (1, b"2")]  # read once, never resent
     pool.close()
 
 

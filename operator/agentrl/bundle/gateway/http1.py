@@ -125,8 +125,10 @@ class _Connection(asyncio.Protocol):
         if answer is not None and answer.length < 0 and not answer.chunked:
             # Neither a length nor chunks: the body is everything until the close.
             waiter.set_result((answer.status, bytes(self._buf[answer.pos :]), True))
-        elif answer is None and not self._buf:
-            waiter.set_exception(_Stale())  # nothing at all: the request was never read
+        elif answer is None and not self._buf and exc is None:
+            # Closed cleanly without a byte of answer: the server never read the request (a
+            # reset may come after it did, so that is an error, never sent again).
+            waiter.set_exception(_Stale())
         else:
             what = "the answer's headers" if answer is None else "the answer's end"
             reason = f": {exc}" if exc else ""
