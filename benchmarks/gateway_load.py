@@ -73,11 +73,17 @@ async def serve_stub(port: int) -> None:
 
 
 async def serve_gateway(
-    port: int, engine_url: str, admin_port: int, spec: Any = None, **settings_: Any
+    port: int,
+    engine_url: str,
+    admin_port: int,
+    spec: Any = None,
+    started: Callable[[Any], None] | None = None,
+    **settings_: Any,
 ) -> None:
     """The gateway under test, in this process until it is killed: the small test tokenizer
     with Qwen3's template, `spec` (a GatewaySpec; default: admission wide open, so the load
-    measures the gateway, not its queue) and any GatewaySettings field in `settings_`."""
+    measures the gateway, not its queue) and any GatewaySettings field in `settings_`.
+    `started(server)` is called once it serves (the profile benchmark swaps parts out)."""
     from tests.support.tiny_tokenizer import write_checkpoint
 
     from agentrl.api.models import GatewaySpec
@@ -97,6 +103,8 @@ async def serve_gateway(
     )
     server = GatewayServer(settings, BundleMetrics())
     await server.start()
+    if started is not None:
+        started(server)
     await asyncio.Event().wait()
 
 

@@ -1,6 +1,8 @@
-"""The benchmark's --quick mode runs (so it cannot rot); no timing is asserted."""
+"""The benchmarks' --quick modes run (so they cannot rot); no timing is asserted."""
 
 from __future__ import annotations
+
+import json
 
 from tests.support.process import run_benchmark
 
@@ -17,3 +19,17 @@ def test_benchmark_quick_runs_end_to_end() -> None:
         for kind in ("", " (anthropic)", " (stream)"):
             name = ("toolkit gateway" + kind).split()
             assert [r for r in rows if r[: len(name)] == name and r[len(name)] == conc], kind
+
+
+def test_profile_quick_runs_end_to_end() -> None:
+    """`gateway_profile.py` measures every target: the whole gateway and each ablation."""
+    out = run_benchmark("gateway_profile.py", "--quick", "--json", "--requests", "40")
+    cpu = json.loads(out.splitlines()[-1])
+    assert set(cpu) == {
+        "cpu_us_gateway",
+        "cpu_us_engine_in_process",
+        "cpu_us_turn_in_process",
+        "cpu_us_bare_aiohttp",
+        "cpu_us_bare_protocol",
+    }, out
+    assert all(v > 0 for v in cpu.values()), out
