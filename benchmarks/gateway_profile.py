@@ -104,6 +104,7 @@ async def serve_bare_aiohttp(port: int) -> None:
 
     app = web.Application()
     app.router.add_post("/sessions/{sid}/v1/chat/completions", handle)
+    app.router.add_get("/health", handle)
     runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", port).start()
@@ -111,8 +112,8 @@ async def serve_bare_aiohttp(port: int) -> None:
 
 
 class _Bare(asyncio.Protocol):
-    """Frames each request by its Content-Length and writes the fixed answer: what any HTTP
-    server must do at the least."""
+    """Frames each request by its Content-Length and writes the fixed answer (to any request,
+    `/health` included): what any HTTP server must do at the least."""
 
     def __init__(self, answer: bytes) -> None:
         self.answer = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
@@ -157,11 +158,10 @@ async def measure(rounds: int, n: int, logdir: Path) -> dict[str, list[float]]:
             args = [ME, "--serve", role, "--port", str(port), "--engine", stub]
             procs.append(spawn([*args, "--admin-port", str(admin)], logdir / f"{role}.log"))
             url = f"http://127.0.0.1:{port}"
+            await wait_healthy(url + "/health", procs[-1], target)
             if role in ("aiohttp", "protocol"):
-                await wait_healthy_post(url + PATH, procs[-1], target)
                 urls, headers = [url + PATH], [{}]
             else:
-                await wait_healthy(url + "/health", procs[-1], target)
                 sessions = await our_sessions(f"http://127.0.0.1:{admin}", 1)
                 urls = [sessions[0][0] + "/chat/completions"]
                 headers = [{"Authorization": f"Bearer {sessions[0][1]}"}]
@@ -172,23 +172,6 @@ async def measure(rounds: int, n: int, logdir: Path) -> dict[str, list[float]]:
                 assert result.rps_per_core, target
                 cpu[target].append(1e6 / result.rps_per_core)
     return cpu
-
-
-async def wait_healthy_post(url: str, proc: Any, what: str) -> None:
-    """The bare servers answer only the benchmark's POST: wait until one is answered."""
-    import aiohttp
-
-    async with aiohttp.ClientSession() as http:
-        for _ in range(600):
-            if proc.poll() is not None:
-                raise RuntimeError(f"{what} exited with {proc.returncode}")
-            try:
-                async with http.post(url, data=b"{}") as r:
-                    await r.read()
-                    return
-            except aiohttp.ClientError:
-                await asyncio.sleep(0.05)
-    raise RuntimeError(f"{what} never answered at {url}")
 
 
 def report(cpu: dict[str, list[float]]) -> tuple[dict[str, float], list[str]]:
