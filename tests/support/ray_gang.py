@@ -13,9 +13,12 @@ downward-API variables the render sets), and a bin directory with
 - `ldconfig`: prints the pod's `ldconfig.txt` when there is one (a loader cache that names
   another CUDA runtime), else this machine's own `ldconfig -p`.
 
-A pod whose `shm` file holds a size gets a /dev/shm of that size: `sitecustomize` mounts a
-tmpfs there in a private mount namespace of each Python process Ray starts on that worker
-(root, as the project's machines and CI run; the check then reads a real small tmpfs).
+Each pod's `shm` file holds the size of its /dev/shm: `sitecustomize` mounts a tmpfs of that
+size there in a private mount namespace of each Python process Ray starts on that worker
+(root, as the project's machines and CI run; the check then reads a real tmpfs). A healthy
+pod's is the size the rendered worker template's /dev/shm volume gives it, never this
+machine's own /dev/shm (a container's is 64 MiB by default, which would fail a healthy
+gang); a test shrinks one to inject a fault.
 
 `stop(i)` freezes a worker's raylet (SIGSTOP): Ray still lists the node, but nothing starts
 there any more, as on a hung node. Teardown resumes it, shuts the cluster down by process id
@@ -43,6 +46,7 @@ from tests.support import kuberay_cli
 from tests.support.process import free_port
 
 from agentrl.api.models import RLExperiment
+from agentrl.api.quantity import parse_quantity
 from agentrl.api.runtime import RuntimeConfig
 from agentrl.bundle.launch import cuda, probe
 from agentrl.render import OperatorDefaults, render_all
@@ -80,7 +84,7 @@ done
 """
 
 # Runs first in every Python process Ray starts on the pod: a private /dev/shm of the size
-# the pod's `shm` file names, in this process's own mount namespace.
+# the pod's `shm` file names (bytes, or tmpfs's k/m/g), in this process's own mount namespace.
 SITECUSTOMIZE = """
 import ctypes, os
 _size = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "shm")
@@ -88,12 +92,12 @@ if os.path.exists(_size):
     _libc = ctypes.CDLL(None, use_errno=True)
     CLONE_NEWNS, MS_REC, MS_PRIVATE = 0x00020000, 0x4000, 0x40000
     if _libc.unshare(CLONE_NEWNS) != 0:
-        raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWNS) for the small /dev/shm")
+        raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWNS) for the pod's /dev/shm")
     if _libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None) != 0:
         raise OSError(ctypes.get_errno(), "making / private")
     _opts = ("size=" + open(_size).read().strip()).encode()
     if _libc.mount(b"tmpfs", b"/dev/shm", b"tmpfs", 0, _opts) != 0:
-        raise OSError(ctypes.get_errno(), "mounting the small /dev/shm")
+        raise OSError(ctypes.get_errno(), "mounting the pod's /dev/shm")
 """
 
 
@@ -102,6 +106,7 @@ class GangCluster:
 
     def __init__(self, rayjob: Mapping[str, Any], root: Path, workers: int) -> None:
         head, worker, self.gpus = kuberay_cli.cluster_groups(rayjob)
+        self.shm_bytes = shm_bytes(rayjob)
         self.root = root
         self.pods = [self._pod(i) for i in range(workers)]
         self.stopped: list[int] = []
@@ -151,7 +156,7 @@ class GangCluster:
         return pod
 
     def _env(self, i: int, pod: Path) -> dict[str, str]:
-        (pod / "gpus").write_text(str(self.gpus))
+        self._as_rendered(pod)
         python_path = os.pathsep.join(
             p for p in (str(pod / "site"), os.environ.get("PYTHONPATH")) if p
         )
@@ -166,9 +171,14 @@ class GangCluster:
     def healthy(self) -> None:
         """Undo every fault the pods' files inject."""
         for pod in self.pods:
-            (pod / "gpus").write_text(str(self.gpus))
-            for name in ("health.csv", "ldconfig.txt", "shm"):
+            self._as_rendered(pod)
+            for name in ("health.csv", "ldconfig.txt"):
                 (pod / name).unlink(missing_ok=True)
+
+    def _as_rendered(self, pod: Path) -> None:
+        """The pod as the render makes it: its GPUs, and its /dev/shm volume's size."""
+        (pod / "gpus").write_text(str(self.gpus))
+        (pod / "shm").write_text(str(self.shm_bytes))
 
     def stop(self, i: int) -> None:
         """Freeze worker i's raylet: listed by Ray, but nothing starts there."""
@@ -207,6 +217,15 @@ class GangCluster:
                 if p.status() != psutil.STATUS_ZOMBIE:
                     out.append(" ".join(p.cmdline()[:3]))
         return out
+
+
+def shm_bytes(rayjob: Mapping[str, Any]) -> int:
+    """The size of the volume a rendered RayJob's worker template mounts at /dev/shm."""
+    (group,) = rayjob["spec"]["rayClusterSpec"]["workerGroupSpecs"]
+    pod = group["template"]["spec"]
+    (mount,) = [m for m in pod["containers"][0]["volumeMounts"] if m["mountPath"] == "/dev/shm"]
+    (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+    return int(parse_quantity(volume["emptyDir"]["sizeLimit"]))
 
 
 def auth_env() -> dict[str, str]:

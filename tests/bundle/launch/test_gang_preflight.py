@@ -30,7 +30,7 @@ from agentrl.controller import status
 pytestmark = pytest.mark.slow  # a five-node Ray cluster on this machine
 WORKERS = 4
 TIMEOUT = 30  # spec.runtime.preflight.timeoutSeconds: the frozen worker's ranks wait it out
-SHM = "256Mi"  # spec.resources.shmSize; the host's /dev/shm is larger, the bad pod's smaller
+SHM = "256Mi"  # spec.resources.shmSize: each pod's /dev/shm; the bad pod's is smaller
 
 
 class Gang(ray_gang.Gang):

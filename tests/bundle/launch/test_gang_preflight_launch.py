@@ -37,7 +37,7 @@ def gang_pod(tmp_path: Path) -> Iterator[tuple[Pod, ray_gang.GangCluster, int]]:
     pod = Pod(tmp_path / "pod", gang=True)
     spec = pod.exp.spec
     spec.resources.gpus_per_node = GPUS
-    spec.resources.shm_size = "256Mi"  # this machine's /dev/shm holds more
+    spec.resources.shm_size = "256Mi"  # the gang's pods below mount 1Gi
     pod.exp.spec.runtime.preflight.timeout_seconds = 120
     config = RuntimeConfig.load(str(pod.config_path))
     port = free_port()
