@@ -37,6 +37,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import orjson
 import psutil
 
 from gateway import our_sessions
@@ -65,7 +66,7 @@ def fixed_answer() -> bytes:
     from agentrl.bundle.gateway.chat import ModelOutput
 
     out = ModelOutput("x" * 40, None, prompt_tokens=40, completion_tokens=COMPLETION_TOKENS)
-    return json.dumps(openai_api.response(out, "m")).encode()
+    return orjson.dumps(openai_api.response(out, "m"))  # as the gateway encodes it
 
 
 # ---- the swapped parts (in the gateway's process) ------------------------------------------
