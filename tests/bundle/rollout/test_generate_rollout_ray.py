@@ -86,6 +86,7 @@ def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
         eval_sets=[{"name": "held-out", "path": str(eval_file), "samplesPerPrompt": 2}],
     )
     ray.init(
+        address="local",  # a cluster of this test's own, never one already running here
         num_cpus=2,
         resources={HEAD_RAY_RESOURCE: 1},
         include_dashboard=False,

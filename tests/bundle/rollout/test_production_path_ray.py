@@ -128,6 +128,7 @@ def pod(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[SimpleNamesp
     mp.setenv("AGENTRL_CONFIG", str(config_path))
     mp.setenv("AGENTRL_BIND_HOST", "127.0.0.1")
     ray.init(
+        address="local",  # a cluster of this test's own, never one already running here
         num_cpus=2,
         resources={HEAD_RAY_RESOURCE: 1},
         include_dashboard=False,
