@@ -10,8 +10,9 @@ downward-API variables the render sets), and a bin directory with
 - `nvidia-smi`: answers `--list-gpus` and the health query in nvidia-smi's own formats, from
   the pod's `gpus` file (a count) and `health.csv` (rows as `--format=csv,noheader,nounits`
   prints them), so a test can take a GPU away or break one;
-- `ldconfig`: prints the pod's `ldconfig.txt` when there is one (a loader cache that names
-  another CUDA runtime), else this machine's own `ldconfig -p`.
+- `ldconfig`: prints the pod's `ldconfig.txt`, this machine's own `ldconfig -p` with one
+  CUDA runtime major (tests/support/loader_cache.py); a test writes another to put a second
+  runtime in one pod's cache.
 
 Each pod's `shm` file holds the size of its /dev/shm: `sitecustomize` mounts a tmpfs of that
 size there in a private mount namespace of each Python process Ray starts on that worker
@@ -42,13 +43,12 @@ import yaml
 from ray._private import ray_constants
 from ray.cluster_utils import Cluster
 from tests.conftest import TEST_IMAGE
-from tests.support import kuberay_cli
+from tests.support import kuberay_cli, loader_cache
 from tests.support.process import free_port
 
 from agentrl.api.models import RLExperiment
 from agentrl.api.quantity import parse_quantity
 from agentrl.api.runtime import RuntimeConfig
-from agentrl.bundle.launch import cuda, probe
 from agentrl.render import OperatorDefaults, render_all
 
 REPO = Path(__file__).resolve().parents[2]
@@ -73,14 +73,6 @@ case "$1" in
     done ;;
   *) echo "fake nvidia-smi: unsupported $*" >&2; exit 2 ;;
 esac
-"""
-
-FAKE_LDCONFIG = """#!/bin/sh
-pod="$(dirname "$0")/.."
-if [ -f "$pod/ldconfig.txt" ]; then cat "$pod/ldconfig.txt"; exit 0; fi
-for real in /sbin/ldconfig /usr/sbin/ldconfig; do
-  if [ -x "$real" ]; then exec "$real" "$@"; fi
-done
 """
 
 # Runs first in every Python process Ray starts on the pod: a private /dev/shm of the size
@@ -147,11 +139,11 @@ class GangCluster:
 
     def _pod(self, i: int) -> Path:
         pod = self.root / f"pod-{i}"
-        (pod / "bin").mkdir(parents=True)
+        pod.mkdir(parents=True)
         (pod / "site").mkdir()
-        for name, text in (("nvidia-smi", FAKE_NVIDIA_SMI), ("ldconfig", FAKE_LDCONFIG)):
-            (pod / "bin" / name).write_text(text)
-            (pod / "bin" / name).chmod(0o755)
+        bin_dir = loader_cache.install(pod)
+        (bin_dir / "nvidia-smi").write_text(FAKE_NVIDIA_SMI)
+        (bin_dir / "nvidia-smi").chmod(0o755)
         (pod / "site" / "sitecustomize.py").write_text(SITECUSTOMIZE)
         return pod
 
@@ -172,8 +164,8 @@ class GangCluster:
         """Undo every fault the pods' files inject."""
         for pod in self.pods:
             self._as_rendered(pod)
-            for name in ("health.csv", "ldconfig.txt"):
-                (pod / name).unlink(missing_ok=True)
+            loader_cache.reset(pod)
+            (pod / "health.csv").unlink(missing_ok=True)
 
     def _as_rendered(self, pod: Path) -> None:
         """The pod as the render makes it: its GPUs, and its /dev/shm volume's size."""
@@ -234,12 +226,6 @@ def auth_env() -> dict[str, str]:
     return {k: os.environ[k] for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN") if k in os.environ}
 
 
-def cache_major() -> int:
-    """The libcudart major this machine's ldconfig cache holds (12 when it holds none)."""
-    majors = {c.major for c in cuda.parse_ldconfig(probe.ldconfig_text())}
-    return majors.pop() if len(majors) == 1 else 12
-
-
 def gang_doc(workers: int, shm: str, timeout: int) -> dict[str, Any]:
     """The four-node example reshaped to `workers` nodes of one GPU each (a rank per GPU;
     CPU ranks are costly on this machine), with its gang preflight's budget."""
@@ -260,7 +246,8 @@ class Gang:
 
     def __init__(self, root: Path, workers: int, shm: str, timeout: int) -> None:
         doc = gang_doc(workers, shm, timeout)
-        self.major = cache_major()
+        self.major = loader_cache.pod_major()
+        self.driver_bin = loader_cache.install(root / "driver")  # the driver's pod, too
         for name in (f"libcudart.so.{self.major}", f"libcudart.so.{self.major}.0.76"):
             (root / "cuda" / "lib64").mkdir(parents=True, exist_ok=True)
             (root / "cuda" / "lib64" / name).write_text("")
@@ -287,7 +274,7 @@ class Gang:
         cmd = [sys.executable, "-m", "agentrl.bundle.launch", "--config", str(self.config_path)]
         cmd += ["--gang-preflight", "--preflight-backend", "gloo", "--preflight-mib", str(mib)]
         env = {
-            "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
+            "PATH": f"{self.driver_bin}:{Path(sys.executable).parent}:/usr/bin:/bin",
             "RAY_ADDRESS": self.cluster.address,
             "GLOO_SOCKET_IFNAME": "lo",
             "HOME": str(self.config_path.parent),

@@ -24,10 +24,9 @@ from launch_trees import EXAMPLE_C, REPO, cuda_toolkit, example_doc, experiment,
 if str(REPO) not in sys.path:  # tests.support, shared with other test dirs
     sys.path.insert(0, str(REPO))
 
-from tests.support import slime_upstream
+from tests.support import loader_cache, slime_upstream
 
 from agentrl.api.runtime import RuntimeConfig
-from agentrl.bundle.launch import cuda, probe
 
 POD_IMAGE = Path(__file__).parent / "pod_image"
 SECRET = "wandb-secret-value-123"
@@ -64,13 +63,6 @@ HF_CONFIGS: dict[str, dict[str, Any]] = {
         "vocab_size": 151936,
     },
 }
-
-
-def cache_major() -> int:
-    """The libcudart major this machine's ldconfig cache holds (12 when it holds none)."""
-    majors = {c.major for c in cuda.parse_ldconfig(probe.ldconfig_text())}
-    assert len(majors) <= 1, f"this machine's ldconfig cache already mixes majors: {majors}"
-    return majors.pop() if majors else 12
 
 
 def megatron_checkpoint(path: Path, tracker: str = "release") -> Path:
@@ -123,7 +115,10 @@ class Pod:
         if checkpoint:
             spec["checkpoint"] = {"path": str(self.checkpoint), "saveInterval": 5}
         spec["tracking"] = {"wandb": {"project": "p", "apiKeySecret": {"name": "w", "key": "k"}}}
-        cuda_toolkit(root, "/cuda", cache_major())
+        # Its loader cache: this machine's, with one CUDA runtime, which its toolkit matches.
+        self.bin = loader_cache.install(root)
+        self.path = f"{self.bin}:{BASE_PATH}"
+        cuda_toolkit(root, "/cuda", loader_cache.pod_major())
         spec["runtime"] = {
             "cudaHome": str(root / "cuda"),
             "slimeDir": str(self.image),
@@ -148,7 +143,7 @@ class Pod:
 
     def env(self, **extra: str) -> dict[str, str]:
         base = {
-            "PATH": BASE_PATH,
+            "PATH": self.path,
             "PYTHONPATH": str(self.pylib),
             "MEGATRON_DIR": str(slime_upstream.MEGATRON),
             "AGENTRL_TEST_RECORD": str(self.record),

@@ -195,3 +195,21 @@ def test_torch_memory_saver_not_installed() -> None:
     assert cuda.choose_tms(None, {}, 12, cuda.KNOWN_TMS_ORDERS).problem == (
         "torch_memory_saver is not installed; colocated training offloads through it"
     )
+
+
+def test_a_test_pods_loader_cache_keeps_one_cuda_major(tmp_path: Path) -> None:
+    """The launcher tests' pods see this machine's `ldconfig -p` with one CUDA runtime
+    (tests/support/loader_cache.py), so a machine with two registered still passes them."""
+    from tests.support.loader_cache import one_major
+
+    cu12 = "/usr/local/cuda-12.9/targets/x86_64-linux/lib/libcudart.so.12"
+    cu13 = "/usr/local/cuda-13.0/lib/libcudart.so.13"
+    machine = ldconfig(cu13, cu12, "/usr/local/cuda-13.0/lib/libcudart.so")
+    cuda_toolkit(tmp_path, "/cuda", 13)
+    with pytest.raises(cuda.CudaError, match=r"majors \[12, 13\]"):
+        cuda.resolve_cuda(tmp_path, "/cuda", [], AMBIENT, machine)
+    major, pod = one_major(machine)
+    assert major == 13
+    assert pod == machine.replace(f"\tlibcudart.so.12 (libc6,x86-64) => {cu12}\n", "")
+    assert cuda.resolve_cuda(tmp_path, "/cuda", [], AMBIENT, pod).major == 13
+    assert one_major(ldconfig()) == (12, ldconfig())  # no runtime at all: a CUDA 12 pod

@@ -2,8 +2,9 @@
 
 See launch_pod: slime at a supported commit, Megatron-LM, SGLang's argument modules, and
 two stand-ins (train.py records its argv; torch_memory_saver by file name). The CUDA
-toolkit is a temporary directory whose major matches this machine's ldconfig cache, so the
-real `ldconfig -p` is consulted and must agree.
+toolkit is a temporary directory whose major matches the pod's loader cache, this machine's
+real `ldconfig -p` with one CUDA runtime (tests/support/loader_cache.py), which the launcher
+consults and must agree with.
 """
 
 from __future__ import annotations
@@ -17,15 +18,14 @@ from pathlib import Path
 import pytest
 import yaml
 from launch_pod import (
-    BASE_PATH,
     HEADER_SECRET,
     POD_IMAGE,
     SECRET,
     Pod,
-    cache_major,
     slime_upstream,
 )
 from launch_trees import touch
+from tests.support.loader_cache import pod_major
 
 from agentrl import slimecmd
 from agentrl.api.runtime import RuntimeConfig
@@ -119,7 +119,7 @@ def test_dry_run_prints_json_with_secrets_redacted(tmp_path: Path) -> None:
 
 def test_two_cuda_majors_and_preflight_problems_are_reported_together(tmp_path: Path) -> None:
     pod = Pod(tmp_path)
-    other = 13 if cache_major() == 12 else 12
+    other = 13 if pod_major() == 12 else 12
     stray = touch(tmp_path, f"opt/lib/libcudart.so.{other}").parent
     (tmp_path / "models/qwen/config.json").unlink()
     (tmp_path / "data/train.jsonl").write_text('{"prompt": "x"}\n')
@@ -152,11 +152,11 @@ def test_check_cuda_mode_for_the_image_build(tmp_path: Path) -> None:
     ok = subprocess.run(cmd, check=False, env=pod.env(), capture_output=True, text=True)
     assert ok.returncode == 0, ok.stderr
     report = json.loads(ok.stdout)
-    assert report["major"] == cache_major()
+    assert report["major"] == pod_major()
     assert report["torchMemorySaver"] == str(
         POD_IMAGE / "pylib" / "torch_memory_saver_hook_mode_preload.abi3.so"
     )
-    other = 13 if cache_major() == 12 else 12
+    other = 13 if pod_major() == 12 else 12
     stray = touch(tmp_path, f"opt/lib/libcudart.so.{other}").parent
     bad = subprocess.run(
         cmd, check=False, env=pod.env(LD_LIBRARY_PATH=str(stray)), capture_output=True, text=True
@@ -237,24 +237,25 @@ def test_unwritable_slime_config_file_stops_the_launch(tmp_path: Path) -> None:
     assert not pod.record.exists()
 
 
-def _fake_nvidia_smi(tmp_path: Path, body: str) -> str:
-    """A PATH with an `nvidia-smi` script (the real one needs a GPU driver)."""
-    exe = touch(tmp_path, "bin/nvidia-smi", f"#!/bin/sh\n{body}\n")
+def _fake_nvidia_smi(pod: Pod, body: str) -> str:
+    """The pod's PATH, with an `nvidia-smi` script (the real one needs a GPU driver)."""
+    exe = pod.bin / "nvidia-smi"
+    exe.write_text(f"#!/bin/sh\n{body}\n")
     exe.chmod(0o755)
-    return f"{exe.parent}:{BASE_PATH}"
+    return pod.path
 
 
 def test_visible_gpu_count_must_match_the_spec(tmp_path: Path) -> None:
     pod = Pod(tmp_path)
     lines = "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-0)\nGPU 1: NVIDIA H100 80GB HBM3 (UUID: GPU-1)"
-    done = pod.launch(PATH=_fake_nvidia_smi(tmp_path, f"printf '{lines}\\n'"))
+    done = pod.launch(PATH=_fake_nvidia_smi(pod, f"printf '{lines}\\n'"))
     assert done.returncode == 2
     assert "spec.resources.gpusPerNode is 8 but this node sees 2 GPUs" in done.stderr
 
 
 def test_nvidia_smi_without_a_driver_only_warns(tmp_path: Path) -> None:
     pod = Pod(tmp_path)
-    path = _fake_nvidia_smi(tmp_path, "echo 'NVIDIA-SMI has failed' >&2; exit 9")
+    path = _fake_nvidia_smi(pod, "echo 'NVIDIA-SMI has failed' >&2; exit 9")
     done = pod.launch(PATH=path)
     assert done.returncode == 0, done.stderr
     assert "warning: nvidia-smi failed, GPU count not checked: NVIDIA-SMI has failed" in done.stderr

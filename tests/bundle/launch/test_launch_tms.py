@@ -17,7 +17,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from launch_pod import POD_IMAGE, Pod, cache_major, slime_upstream
+from launch_pod import POD_IMAGE, Pod, slime_upstream
+from tests.support.loader_cache import pod_major
 
 from agentrl.bundle.launch import cuda, main
 
@@ -144,7 +145,7 @@ def test_an_unreadable_order_is_judged_by_every_row_with_a_warning(
 
 @pytest.mark.parametrize("row", slime_upstream.ROWS)
 def test_the_launch_judges_the_wheel_by_the_slime_it_holds(row: str, tmp_path: Path) -> None:
-    """End to end, in a pod of this machine's CUDA major (the ldconfig cache decides it):
+    """End to end, in a pod of this machine's CUDA major (its loader cache decides it):
     the launcher's dry run agrees with the row's own LD_PRELOAD."""
     lib = pylib(tmp_path / "pylib", WHEEL_0_0_10)
     pod = Pod(tmp_path / "pod", row=row, pylib=lib)
@@ -152,7 +153,7 @@ def test_the_launch_judges_the_wheel_by_the_slime_it_holds(row: str, tmp_path: P
     assert preload is not None
     built_for = WHEEL_0_0_10[Path(preload).name]
     done = pod.launch("--dry-run")
-    if built_for == cache_major():
+    if built_for == pod_major():
         assert done.returncode == 0, done.stderr
         assert json.loads(done.stdout)["torchMemorySaver"] == preload
     else:
