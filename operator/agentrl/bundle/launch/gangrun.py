@@ -58,6 +58,10 @@ REGISTER_SHARE: Final = 0.3
 STORE_PREFIX: Final = "agentrl-preflight"
 JOINED_KEY: Final = "joined/{rank}"
 POLL_SECONDS: Final = 0.2
+# After a rank failed, how much longer the node checks may take to answer (they usually
+# explain the failure): a Ray worker process and nvidia-smi start in seconds, so a node
+# that has not answered by then is reported as one that did not answer.
+FACTS_GRACE_SECONDS: Final = 30.0
 ERROR_CHARS: Final = 600
 MESSAGE_CHARS: Final = 1000  # of the Preflight condition's message
 log = logging.getLogger("agentrl.launch")
@@ -307,6 +311,7 @@ def _run(
         return NodeAffinitySchedulingStrategy(w.node_id, soft=False)
 
     facts_task = ray.remote(num_cpus=0, max_retries=0)(node_facts)
+    asked = time.monotonic()
     facts_refs = {
         facts_task.options(scheduling_strategy=pinned(w)).remote(expect): w for w in workers
     }
@@ -343,13 +348,14 @@ def _run(
                 log.debug("cancel: %s", e)
     spots = [gang.RankSpot(s.rank, s.node_index, s.local_rank, workers[s.node_index].where)
              for s in spots]  # fmt: skip
+    waited = time.monotonic() - asked
     for w in workers:
         if w.facts is None:
             report.problems.append(
                 gang.Problem(
                     gang.CHECK_WORKERS,
                     w.where,
-                    f"its node checks did not answer within {budget:g} s: the node is hung, "
+                    f"its node checks did not answer within {waited:.0f} s: the node is hung, "
                     "or Ray could not start a process there",
                 )
             )
@@ -373,9 +379,12 @@ def _wait(
     results: dict[int, gang.RankResult],
     deadline: float,
 ) -> str | None:
-    """Collect facts and rank results until all are in, a rank fails (the others then wait
-    for it forever) or the deadline; why it stopped early, or None."""
+    """Collect facts and rank results until all are in or the deadline. Once a rank fails
+    the others would wait for it until the deadline, so the ranks are given up on, and the
+    node checks still pending get `FACTS_GRACE_SECONDS` more: a healthy node that answers a
+    little late must not be reported as hung. Why it stopped early, or None."""
     pending = [*facts_refs, *rank_refs]
+    stopped = None
     while pending and time.monotonic() < deadline:
         wait = min(POLL_SECONDS, max(deadline - time.monotonic(), 0.0))
         ready, pending = ray.wait(pending, num_returns=len(pending), timeout=wait)
@@ -391,9 +400,11 @@ def _wait(
                     rank, error=f"{type(e).__name__}: {e}"[:ERROR_CHARS]
                 )
         failed = [r for r in results.values() if r.error is not None]
-        if failed and any(ref in rank_refs for ref in pending):
-            return f"rank {failed[0].rank} failed"
-    return None
+        if stopped is None and failed and any(ref in rank_refs for ref in pending):
+            stopped = f"rank {failed[0].rank} failed"
+            pending = [ref for ref in pending if ref in facts_refs]
+            deadline = min(deadline, time.monotonic() + FACTS_GRACE_SECONDS)
+    return stopped
 
 
 def _get(ray: Any, ref: Any) -> gang.NodeFacts | None:
