@@ -213,3 +213,7 @@ def test_a_test_pods_loader_cache_keeps_one_cuda_major(tmp_path: Path) -> None:
     assert pod == machine.replace(f"\tlibcudart.so.12 (libc6,x86-64) => {cu12}\n", "")
     assert cuda.resolve_cuda(tmp_path, "/cuda", [], AMBIENT, pod).major == 13
     assert one_major(ldconfig()) == (12, ldconfig())  # no runtime at all: a CUDA 12 pod
+    # A runtime wheel in the venv decides: no pod can hide it (a CUDA build of torch).
+    major, pod = one_major(machine, wheels={12})
+    assert major == 12
+    assert pod == machine.replace(f"\tlibcudart.so.13 (libc6,x86-64) => {cu13}\n", "")

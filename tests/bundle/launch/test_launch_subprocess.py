@@ -29,6 +29,7 @@ from tests.support.loader_cache import pod_major
 
 from agentrl import slimecmd
 from agentrl.api.runtime import RuntimeConfig
+from agentrl.bundle.launch import cuda, probe
 from agentrl.slimecmd.checkpoint import FIRST_RUN_FLAGS
 from agentrl.slimecmd.compose import HF_MODE_FLAG
 
@@ -50,7 +51,9 @@ def test_exec_replaces_the_launcher_with_train_py_and_propagates_env(tmp_path: P
     env = rec["env"]
     cuda_home = str(tmp_path / "cuda")
     assert env["CUDA_HOME"] == cuda_home
-    assert env["LD_LIBRARY_PATH"].split(":") == [f"{cuda_home}/lib64", "/opt/efa/lib"]
+    # This venv's nvidia wheels first, if it has any (a CUDA build of torch from PyPI).
+    wheels = cuda.nvidia_wheel_lib_dirs(Path("/"), probe.site_dirs())
+    assert env["LD_LIBRARY_PATH"].split(":") == [*wheels, f"{cuda_home}/lib64", "/opt/efa/lib"]
     assert env["PATH"].startswith(f"{cuda_home}/bin:")
     assert env["WANDB_API_KEY"] == SECRET and env["CUDA_DEVICE_MAX_CONNECTIONS"] == "1"
     assert env["AGENTRL_HTTP_HEADER_0"] == f"Bearer {HEADER_SECRET}"
