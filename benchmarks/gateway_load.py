@@ -78,12 +78,15 @@ async def serve_gateway(
     admin_port: int,
     spec: Any = None,
     started: Callable[[Any], None] | None = None,
+    *,
+    freeze: bool = True,
     **settings_: Any,
 ) -> None:
     """The gateway under test, in this process until it is killed: the small test tokenizer
     with Qwen3's template, `spec` (a GatewaySpec; default: admission wide open, so the load
     measures the gateway, not its queue) and any GatewaySettings field in `settings_`.
-    `started(server)` is called once it serves (the profile benchmark swaps parts out)."""
+    `started(server)` is called once it serves (the profile benchmark swaps parts out).
+    Once it serves, the heap is frozen as the hub freezes its own (`freeze=False`: not)."""
     from tests.support.tiny_tokenizer import write_checkpoint
 
     from agentrl.api.models import GatewaySpec
@@ -105,6 +108,10 @@ async def serve_gateway(
     await server.start()
     if started is not None:
         started(server)
+    if freeze:
+        from agentrl.bundle.gateway.memory import freeze_heap
+
+        freeze_heap()
     await asyncio.Event().wait()
 
 

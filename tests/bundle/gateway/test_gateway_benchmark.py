@@ -33,3 +33,12 @@ def test_profile_quick_runs_end_to_end() -> None:
         "cpu_us_bare_protocol",
     }, out
     assert all(v > 0 for v in cpu.values()), out
+
+
+def test_gc_quick_runs_end_to_end() -> None:
+    """`gateway_gc.py` loads a frozen and an unfrozen gateway and times a full collection."""
+    out = run_benchmark("gateway_gc.py", "--quick", "--json", "--sessions", "4")
+    result = json.loads(out.splitlines()[-1])
+    for key in ("cpu_ratio", "p99_ratio", "full_collection_ms_unfrozen"):
+        assert result[key] > 0, out
+    assert result["objects_frozen"] > 10_000, out  # a gateway's modules, tokenizer, renderer

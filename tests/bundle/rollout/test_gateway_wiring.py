@@ -9,6 +9,7 @@ URL and token it was given. The engine is the protocol-level SGLang stub (no GPU
 from __future__ import annotations
 
 import asyncio
+import gc
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -81,3 +82,25 @@ async def test_episodes_through_the_real_gateway(
     assert len(hub._gateway.store) == 0  # every session closed
     text = exposition(hub.metrics)
     assert 'agentrl_gateway_requests_total{api="openai",code="200"} 8.0' in text
+
+
+async def test_the_hub_freezes_its_heap_while_its_gateway_serves(tmp_path: Path) -> None:
+    """The hub's process lives as long as its gateway: once it serves, what is loaded is
+    left out of full collections (each walked it with the event loop stopped); stopping
+    the hub gives it back to the collector."""
+    engine = StubEngine(vocab_size=1000)
+    engine_url = await engine.start()
+    base = runtime_config().model_dump(by_alias=True, mode="json")
+    port = free_port()
+    base["gatewayUrl"] = f"http://127.0.0.1:{port}"
+    base["spec"]["model"]["path"] = str(write_checkpoint(tmp_path / "ckpt"))
+    base["spec"]["gateway"] = {"port": port}
+    hub = Hub(RuntimeConfig.model_validate(base).to_json(), "127.0.0.1", 0, "127.0.0.1")
+    try:
+        assert gc.get_freeze_count() == 0
+        await hub.start_gateway(engine_url)
+        assert gc.get_freeze_count() > 10_000  # modules, tokenizer, renderer, aiohttp
+    finally:
+        await hub.stop()
+        await engine.stop()
+    assert gc.get_freeze_count() == 0
