@@ -124,6 +124,17 @@ REFUSALS: Final = (
         "drop it: the agent's reward is used as it is (spec.agent)",
     ),
     Refusal(
+        "--log-passrate",
+        False,
+        _always,
+        "slime's train-side pass@k reshapes the step's per-sample raw rewards into "
+        "rollout_batch_size x n_samples_per_prompt and asserts their count "
+        "(compute_pass_rate); agentrl returns one sample per sequence, so the first step "
+        "with an episode whose trace broke into several sequences stops training there",
+        "drop it: agentrl_episode_reward and agentrl/episode_reward_mean are per episode, "
+        "and eval/<name> is slime's per-episode eval mean",
+    ),
+    Refusal(
         "--opd-type",
         True,
         _with_use_opd,

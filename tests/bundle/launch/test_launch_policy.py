@@ -56,6 +56,11 @@ FAILS_AT = {
         "ValueError: rollout_routed_experts is required",
     ),
     "--reward-key": (["--reward-key", "score"], "zero_std_metric", "TypeError: 'float' object"),
+    "--log-passrate": (
+        ["--log-passrate"],
+        "passrate",
+        "AssertionError: len(flat_rewards)=5 num_groups=1 group_size=4",
+    ),
     "--opd-type": (
         ["--use-opd", "--opd-type", "sglang"],
         "opd",

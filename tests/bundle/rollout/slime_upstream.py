@@ -115,6 +115,36 @@ def data_source_module(commit: str) -> types.ModuleType:
     return module
 
 
+def dp_schedule_module(commit: str) -> types.ModuleType:
+    """slime's `slime.utils.dp_schedule` at `commit`, executed for real with its two pure
+    helper modules (`flops_utils`, `seqlen_balancing`) from the same snapshot: how slime's
+    RolloutManager splits a step's samples into training steps by `rollout_id`."""
+    utils = UPSTREAM / "slime" / commit / "slime" / "utils"
+    require(utils / "dp_schedule.py", f"slime's snapshot at {commit}")
+    names = ("slime", "slime.utils", *(f"slime.utils.{m}" for m in _DP_MODULES))
+    saved = {name: sys.modules.get(name) for name in names}
+    sys.modules["slime"] = types.ModuleType("slime")
+    sys.modules["slime.utils"] = types.ModuleType("slime.utils")
+    try:
+        for name in _DP_MODULES:
+            path = utils / f"{name}.py"
+            spec = importlib.util.spec_from_file_location(f"slime.utils.{name}", path)
+            assert spec is not None and spec.loader is not None
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[f"slime.utils.{name}"] = module
+            spec.loader.exec_module(module)
+        return module
+    finally:
+        for name, old in saved.items():
+            if old is None:
+                sys.modules.pop(name, None)
+            else:
+                sys.modules[name] = old
+
+
+_DP_MODULES = ("flops_utils", "seqlen_balancing", "dp_schedule")  # dependencies first
+
+
 def slime_args(prompt_data: Path, n_samples: int, **kw: Any) -> SimpleNamespace:
     """The args slime's data sources read (slime's defaults where it has them)."""
     return SimpleNamespace(

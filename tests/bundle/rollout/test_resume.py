@@ -28,6 +28,7 @@ import pytest
 from tests.support.metrics import LocalSink
 
 from agentrl.bundle.metrics import BundleMetrics
+from agentrl.bundle.rewards import post_process_rewards
 from agentrl.bundle.rollout import generate_rollout, install_runtime
 from agentrl.bundle.rollout.batch import RolloutContext
 from agentrl.bundle.rollout.carry import CarryStore
@@ -45,7 +46,7 @@ from agentrl.bundle.rollout.types import slime_types
 from agentrl.slimecmd.checkpoint import TRACKER
 
 from .doubles import FakeGateway, StubAgent, runtime_config, simulated_clock
-from .slime_upstream import COMMITS, data_source_module, slime_args, write_rows
+from .slime_upstream import COMMITS, data_source_module, dp_schedule_module, slime_args, write_rows
 
 PROMPTS, SAMPLES, BATCH, OVER = 7, 2, 2, 4
 STEPS, SAVE_INTERVAL, KILLS = 60, 3, 20
@@ -205,6 +206,107 @@ def test_twenty_random_kills_train_every_prompt_exactly_once_per_epoch(
           "carried episodes")  # fmt: skip
     assert len(restored) >= KILLS // 2
     assert any(s.buffer for s in restored) and any(s.carry.episodes for s in restored)
+
+
+# ---- episode ids across a restart ------------------------------------------------------------
+
+# Prompt 0's first episode finishes at t=5, its second hangs: prompts 1 and 2 fill the batch
+# of 2 at t=20, prompts 0 and 3 are cut, and prompt 0's finished episode is carried over.
+CARRY_ROWS = [
+    {"id": 0, "sleep": [5, 1000], "reward": 1},
+    {"id": 1, "sleep": 10, "reward": [1, 0]},
+    {"id": 2, "sleep": 20, "reward": [0, 1]},
+    {"id": 3, "sleep": 1000, "reward": [1, 0]},
+]
+
+
+def one_process(
+    root: Path, rows: Path, config_path: Path, commit: str, *, step: int, reward: float | None
+) -> tuple[SimpleNamespace, Any]:
+    """A process lifetime of slime's train.py that runs step `step` (restoring the state of
+    step - 1 when there is one, as a restart does), then saves; its agent scores `reward`."""
+    load = str(root) if step > 0 else None
+    args = slime_args(
+        rows,
+        2,
+        save=str(root),
+        load=load,
+        rollout_batch_size=2,
+        rollout_max_response_len=64,
+        rollout_temperature=1.0,
+        reward_key=None,
+        agentrl_config_path=str(config_path),
+    )
+    source = data_source_module(commit).RolloutDataSourceWithBuffer(args)
+    if load is not None:
+        source.load(step - 1)
+    config = runtime_config(
+        max_concurrent=16, timeout=3600, overSamplingBatchSize=4, stragglerPolicy="carryOver"
+    )
+    config_path.write_text(config.to_json())
+    gateway = FakeGateway()
+    agent = StubAgent(gateway, reward=None if reward is None else lambda r, a: reward)
+
+    async def build() -> RolloutContext:
+        return RolloutContext(gateway, agent, asyncio.Semaphore(16))
+
+    runtime = RolloutRuntime(build, LocalSink(BundleMetrics()), loop_factory=simulated_clock)
+    install_runtime(runtime, config, slime_types(prefer_plain=True))
+    try:
+        out = generate_rollout(args, step, source)
+    finally:
+        install_runtime(None)
+        runtime.close()
+    source.save(step)
+    (root / TRACKER).write_text(str(step))  # Megatron's checkpoint of the step
+    return args, out
+
+
+@pytest.mark.parametrize("commit", COMMITS)
+def test_a_restart_never_gives_a_fresh_episode_the_rollout_id_of_a_carried_one(
+    tmp_path: Path, commit: str
+) -> None:
+    """The carried-over episode keeps the `rollout_id` its process gave it; the restarted
+    process numbers its own episodes from 0 again. slime takes a shared id for one episode:
+    its DP schedule counts 3 rollouts for 4 episodes (and asserts: fewer than the global
+    batch), and the reward post-process refuses an episode with two rewards (or, with equal
+    rewards, counts two episodes as one)."""
+    rows = write_rows(tmp_path / "rows.jsonl", CARRY_ROWS)
+    root = tmp_path / "ckpt"
+    root.mkdir()
+    config_path = tmp_path / "config.json"
+    first = one_process(root, rows, config_path, commit, step=0, reward=None)[1]
+    assert [g[0].metadata["id"] for g in first.samples] == [1, 2]
+
+    args, out = one_process(root, rows, config_path, commit, step=1, reward=0.0)  # restart
+
+    assert [g[0].metadata["id"] for g in out.samples] == [0, 3]
+    flat = [s for g in out.samples for s in g]
+    carried = out.samples[0][0]
+    assert carried.metadata["policy_version"] == 0 and carried.reward == 1.0
+    episodes: dict[int, set[str]] = {}
+    for s in flat:
+        episodes.setdefault(s.rollout_id, set()).add(s.session_id)
+    assert all(len(sessions) == 1 for sessions in episodes.values()), episodes
+    assert len(episodes) == len({s.session_id for s in flat}) == 4
+    # Prompt 0 is (1 carried, 0 fresh): the fresh episode's advantage is -0.5.
+    assert post_process_rewards(args, flat)[1] == [0.5, -0.5, 0.0, 0.0]
+    # slime's RolloutManager splits the step by rollout_id into global batches of rollouts.
+    schedule = dp_schedule_module(commit).build_dp_schedule(
+        SimpleNamespace(
+            use_dynamic_batch_size=False,
+            max_tokens_per_gpu=None,
+            micro_batch_size=1,
+            balance_by_flops=False,
+            balance_data=False,
+        ),
+        {"dp_size": 1, "cp_size": 1, "vpp_size": 1, "microbatch_group_size_per_vp_stage": 1},
+        [len(s.tokens) for s in flat],
+        global_batch_size=4,  # rolloutBatchSize x samplesPerPrompt: one training step
+        rollout_indices=[s.rollout_id for s in flat],
+    )
+    partitions, _, _, global_batch_sizes = schedule
+    assert global_batch_sizes == [4] and sorted(partitions[0]) == [0, 1, 2, 3]
 
 
 # ---- the state file ------------------------------------------------------------------------

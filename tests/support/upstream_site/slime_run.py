@@ -27,11 +27,13 @@ recorded instead of done:
   cannot load) and only the copy (`load_model_hf_weights`) is recorded.
 
 With `"samples": true`, a group of samples as agentrl's rollout returns them (its own
-`to_sample`, on slime's `Sample` class, rewards from agentrl's `post_process_rewards`) goes
+`to_sample`, on slime's `Sample` class, rewards from agentrl's `post_process_rewards`; one
+prompt, 4 episodes, the last of which broke into two sequences) goes
 through the slime code that reads them after the rollout, on the parsed args: the
 RolloutManager's conversion to train data, the zero-std reward metric slime logs each step,
 and the trainer-side readers of per-sample rollout data (the policy loss's top-p replay
-kwargs; with their flags, on-policy distillation's KL and the actor's routing replay). Each
+kwargs; with their flags, on-policy distillation's KL, the actor's routing replay and the
+trainer's pass@k, on the step's raw rewards for its shape of one prompt x 4 episodes). Each
 records "ok" or the error slime raises.
 """
 
@@ -146,6 +148,7 @@ def _samples(args: Any) -> dict[str, str]:
 
     types = slime_types()
     assert types.real, "slime's Sample did not import"
+    episodes = [0, 1, 2, 3, 3]  # episode 3's trace broke into two sequences
     samples = [
         to_sample(
             SampleFields(
@@ -163,7 +166,7 @@ def _samples(args: Any) -> dict[str, str]:
             ),
             types,
         )
-        for i in range(4)
+        for i in episodes
     ]
     rollout = importlib.import_module("slime.ray.rollout")
     manager = SimpleNamespace(
@@ -203,6 +206,17 @@ def _samples(args: Any) -> dict[str, str]:
                 rollout_data=data,
                 advantages=[],
                 student_log_probs=data.get("rollout_log_probs"),
+            ),
+        )
+    if args.log_passrate:  # the trainer's log_passrate, for this step's shape
+        try:  # where later slime releases keep it
+            passrate = importlib.import_module("slime.observability.metric_utils")
+        except ModuleNotFoundError:
+            passrate = importlib.import_module("slime.utils.metric_utils")
+        step(
+            "passrate",
+            lambda: passrate.compute_pass_rate(
+                flat_rewards=data["raw_reward"], group_size=len(set(episodes)), num_groups=1
             ),
         )
     if args.use_rollout_routing_replay:

@@ -257,7 +257,12 @@ class _Step:
                     self.report.stale_restarted += 1  # too old: from the prompt again
                     reused = None
                 if reused is not None:
-                    run.outcomes[slot] = reused
+                    # A fresh id from this process's counter: the one it was run with came
+                    # from the process that ran it, and a restarted process counts from 0
+                    # again. slime takes samples sharing an id for one episode (its DP
+                    # schedule, its per-rollout loss denominator, the reward post-process):
+                    # https://github.com/THUDM/slime/blob/fa3c990af6f18efd3fd9922698bf4bf4048d1263/slime/utils/dp_schedule.py
+                    run.outcomes[slot] = renumbered(reused, next(self.ctx.rollout_ids))
                     run.carried += 1
                     continue
                 ticket = Ticket()
@@ -449,6 +454,11 @@ class _Step:
             return outcome
         report.stale_tokens_masked += tokens
         return replace(outcome, samples=[masked(s) for s in outcome.samples])
+
+
+def renumbered(outcome: EpisodeOutcome, rollout_id: int) -> EpisodeOutcome:
+    """The episode with every sample carrying `rollout_id` (nothing else changes)."""
+    return replace(outcome, samples=[replace(s, rollout_id=rollout_id) for s in outcome.samples])
 
 
 def masked(sample: SampleFields) -> SampleFields:
