@@ -79,9 +79,12 @@ def script_origin(model_type: str) -> str:
 
 
 def spec_runs(
-    model_type: str, model_args: Sequence[str], pipeline: int, expert: int,
+    model_type: str,
+    model_args: Sequence[str],
+    pipeline: int,
+    expert: int,
     extra_args: Sequence[str],
-) -> list[Run]:  # fmt: skip
+) -> list[Run]:
     """The runs `judge` reads, in slime's command-line order, built from a spec."""
     return [
         Run(script_origin(model_type), tuple(model_args)),
@@ -175,8 +178,7 @@ def parallelism_fits_model(exp: RLExperiment) -> Iterator[Finding]:
     if model_args is None:
         return  # not a supported row's model type: names_known says so
     par = spec.resources.parallelism
-    runs = spec_runs(spec.model.type, model_args, par.pipeline, par.expert,
-                     spec.runtime.extra_args)  # fmt: skip
+    runs = spec_runs(spec.model.type, model_args, par.pipeline, par.expert, spec.runtime.extra_args)
     own_slime = spec.runtime.slime_dir != DEFAULT_SLIME_DIR
     for problem in judge(runs, spec.model.type):
         if own_slime:
