@@ -8,6 +8,11 @@ stops slime's driver on a GPU worker. This script reads them from each supported
 its `scripts/models/` and the SGLang its image builds on (the release named by the row's
 `docker/Dockerfile`, with the row's own SGLang patches applied, as the image has it).
 
+It also copies, for each model type, the flags of the script's MODEL_ARGS that Megatron's
+parallelism checks read (layers, experts, how the pipeline splits them; the list is
+`agentrl.api.model_layout.SCRIPT_FLAGS`), read through bash as the launcher reads them, and
+only where every row that has the type agrees on them.
+
     hack/gen-upstream-names.py ROW:SLIME_DIR:SGLANG_DIR ...           # write the module
     hack/gen-upstream-names.py --check ROW:SLIME_DIR:SGLANG_DIR ...   # exit 1 when it differs
 
@@ -20,6 +25,7 @@ from __future__ import annotations
 import argparse
 import ast
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -27,6 +33,44 @@ OUT = Path(__file__).resolve().parent.parent / "operator/agentrl/api/upstream_na
 TOOL_TABLE = ("sglang/srt/function_call/function_call_parser.py", "ToolCallParserEnum")
 REASONING_TABLE = ("sglang/srt/parser/reasoning_parser.py", "DetectorMap")
 SERVER_ARGS = "sglang/srt/server_args.py"
+# agentrl.api.model_layout.SCRIPT_FLAGS (tests/api/test_api_model_layout.py keeps them equal);
+# the last two groups are switches, the rest take a value.
+LAYOUT_VALUE_FLAGS = (
+    "--num-layers",
+    "--num-experts",
+    "--decoder-first-pipeline-num-layers",
+    "--decoder-last-pipeline-num-layers",
+    "--pipeline-model-parallel-layout",
+    "--num-layers-per-virtual-pipeline-stage",
+    "--num-virtual-stages-per-pipeline-rank",
+)
+LAYOUT_SWITCHES = (
+    "--account-for-embedding-in-pipeline-split",
+    "--account-for-loss-in-pipeline-split",
+)
+
+
+def model_args(script: Path) -> list[str] | None:
+    """The script's MODEL_ARGS, read through bash (a bash array); None when it fails."""
+    cmd = 'set -e; source "$1"; printf "%s\\0" "${MODEL_ARGS[@]}"'
+    done = subprocess.run(
+        ["bash", "-c", cmd, "bash", str(script)], capture_output=True, check=False, timeout=60
+    )
+    if done.returncode != 0:
+        return None
+    return [x.decode() for x in done.stdout.split(b"\0") if x]
+
+
+def layout_args(args: list[str]) -> tuple[str, ...]:
+    """The layout flags of MODEL_ARGS, in order, each with its value (switches alone)."""
+    out: list[str] = []
+    for i, arg in enumerate(args):
+        name, eq, value = arg.partition("=")
+        if name in LAYOUT_VALUE_FLAGS:
+            out += [name, value] if eq else [name, args[i + 1] if i + 1 < len(args) else ""]
+        elif arg in LAYOUT_SWITCHES:
+            out.append(arg)
+    return tuple(out)
 
 
 def dict_keys(path: Path, name: str) -> list[str]:
@@ -70,10 +114,14 @@ def table(rows: list[tuple[str, Path, Path]]) -> str:
     tools: dict[str, list[str]] = {}
     reasoning: dict[str, list[str]] = {}
     versions: dict[str, str] = {}
+    layouts: dict[str, set[tuple[str, ...] | None]] = {}
     for row, slime, sglang in rows:
         versions[row] = sglang_version(slime)
         for script in sorted((slime / "scripts" / "models").glob("*.sh")):
             types.setdefault(script.stem, []).append(row)
+            found = model_args(script)
+            layout = None if found is None else layout_args(found)
+            layouts.setdefault(script.stem, set()).add(layout)
         args = sglang / SERVER_ARGS
         for name in [*extra_choices(args, "--tool-call-parser"), *dict_keys(sglang / TOOL_TABLE[0],
                                                                             TOOL_TABLE[1])]:
@@ -90,12 +138,23 @@ def table(rows: list[tuple[str, Path, Path]]) -> str:
         return "{\n" + lines + "}"
 
     of_row = ", ".join(f"{_q(k)}: {_q(v)}" for k, v in versions.items())
+    agreed: dict[str, tuple[str, ...]] = {}
+    for name, seen in sorted(layouts.items()):
+        (only,) = seen if len(seen) == 1 else (None,)
+        if only is not None:
+            agreed[name] = only
+    layout_lines = "".join(
+        f"    {_q(name)}: ({', '.join(_q(a) for a in args)}{',' * (len(args) == 1)}),\n"
+        for name, args in agreed.items()
+    )
 
     return f'''"""Names the supported slime images accept: generated, do not edit by hand.
 
 `hack/gen-upstream-names.py` writes this file from each supported slime row (images/README.md):
 the model types of its `scripts/models/`, and the tool-call and reasoning parsers of the
-SGLang its image builds on. Each name maps to the rows that have it.
+SGLang its image builds on. Each name maps to the rows that have it. MODEL_LAYOUT_ARGS holds,
+per model type, the flags of its script's MODEL_ARGS that Megatron's parallelism checks read
+(`agentrl.api.model_layout`), where every row that has the type agrees on them.
 """
 
 from typing import Final
@@ -105,6 +164,8 @@ SGLANG_OF_ROW: Final[dict[str, str]] = {{{of_row}}}
 MODEL_TYPES: Final[dict[str, tuple[str, ...]]] = {mapping(types)}
 TOOL_CALL_PARSERS: Final[dict[str, tuple[str, ...]]] = {mapping(tools)}
 REASONING_PARSERS: Final[dict[str, tuple[str, ...]]] = {mapping(reasoning)}
+MODEL_LAYOUT_ARGS: Final[dict[str, tuple[str, ...]]] = {{
+{layout_lines}}}
 '''
 
 

@@ -2,7 +2,9 @@
 
 `hack/gen-upstream-names.py` writes this file from each supported slime row (images/README.md):
 the model types of its `scripts/models/`, and the tool-call and reasoning parsers of the
-SGLang its image builds on. Each name maps to the rows that have it.
+SGLang its image builds on. Each name maps to the rows that have it. MODEL_LAYOUT_ARGS holds,
+per model type, the flags of its script's MODEL_ARGS that Megatron's parallelism checks read
+(`agentrl.api.model_layout`), where every row that has the type agrees on them.
 """
 
 from typing import Final
@@ -111,4 +113,49 @@ REASONING_PARSERS: Final[dict[str, tuple[str, ...]]] = {
     "qwen3-thinking": ("fa3c990", "624b824"),
     "step3": ("fa3c990", "624b824"),
     "step3p5": ("fa3c990", "624b824"),
+}
+MODEL_LAYOUT_ARGS: Final[dict[str, tuple[str, ...]]] = {
+    "deepseek-v3": ("--num-layers", "61", "--num-experts", "256"),
+    "deepseek-v3-20layer": ("--num-layers", "20", "--num-experts", "256"),
+    "deepseek-v3-5layer": ("--num-layers", "5", "--num-experts", "256"),
+    "gemma4-12B": ("--num-layers", "48"),
+    "gemma4-26B-A4B": ("--num-layers", "30", "--num-experts", "128"),
+    "gemma4-31B": ("--num-layers", "60"),
+    "glm4-32B": ("--num-layers", "64"),
+    "glm4-9B": ("--num-layers", "40"),
+    "glm4.5-106B-A12B": ("--num-layers", "46", "--num-experts", "128"),
+    "glm4.5-355B-A32B": ("--num-layers", "92", "--num-experts", "160"),
+    "glm4.7-30B-A3B": ("--num-experts", "64", "--num-layers", "47"),
+    "glm5-744B-A40B": ("--num-experts", "256", "--num-layers", "78"),
+    "glm5.2-744B-A40B": ("--num-experts", "256", "--num-layers", "78"),
+    "gpt-oss-20B": ("--num-layers", "24", "--num-experts", "32"),
+    "kimi-k2": ("--num-layers", "61", "--num-experts", "384"),
+    "kimi-k2-thinking": ("--num-layers", "61", "--num-experts", "384"),
+    "llama3.1-8B-Instruct": ("--num-layers", "32"),
+    "llama3.2-3B-Instruct": ("--num-layers", "28"),
+    "llama3.2-3B-Instruct-amd": ("--num-layers", "28"),
+    "mimo-7B-rl": ("--num-layers", "36"),
+    "minimax-m2": ("--num-layers", "62", "--num-experts", "256"),
+    "moonlight": ("--num-layers", "27", "--num-experts", "64"),
+    "qwen2.5-0.5B": ("--num-layers", "24"),
+    "qwen2.5-1.5B": ("--num-layers", "28"),
+    "qwen2.5-32B": ("--num-layers", "64"),
+    "qwen2.5-3B": ("--num-layers", "36"),
+    "qwen2.5-7B": ("--num-layers", "28"),
+    "qwen3-0.6B": ("--num-layers", "28"),
+    "qwen3-1.7B": ("--num-layers", "28"),
+    "qwen3-14B": ("--num-layers", "40"),
+    "qwen3-235B-A22B": ("--num-layers", "94", "--num-experts", "128"),
+    "qwen3-30B-A3B": ("--num-layers", "48", "--num-experts", "128"),
+    "qwen3-32B": ("--num-layers", "64"),
+    "qwen3-4B": ("--num-layers", "36"),
+    "qwen3-4B-Instruct-2507": ("--num-layers", "36"),
+    "qwen3-8B": ("--num-layers", "36"),
+    "qwen3-next-80B-A3B": ("--num-layers", "48", "--num-experts", "512"),
+    "qwen3.5-0.8B": ("--num-layers", "24"),
+    "qwen3.5-27B": ("--num-layers", "64"),
+    "qwen3.5-35B-A3B": ("--num-layers", "40", "--num-experts", "256"),
+    "qwen3.5-35B-A3B-vl": ("--num-layers", "40", "--num-experts", "256"),
+    "qwen3.5-4B": ("--num-layers", "32"),
+    "qwen3.5-9B": ("--num-layers", "32"),
 }

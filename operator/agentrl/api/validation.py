@@ -30,6 +30,7 @@ from agentrl.api import (
     bounds,
     gpu_layout,
     kube_rules,
+    model_layout,
     model_names,
     partial,
     paths,
@@ -135,6 +136,7 @@ SPEC_RULES: tuple[Rule, ...] = (
     *gpu_layout.RULES,
     *paths.RULES,
     *model_names.RULES,
+    *model_layout.RULES,
     *security.RULES,
 )
 

@@ -25,6 +25,7 @@ import yaml
 from pydantic import ValidationError
 
 from agentrl import slimecmd
+from agentrl.api import model_layout
 from agentrl.api.constants import (
     CONFIG_PATH,
     ENV_CONFIG_PATH,
@@ -250,6 +251,10 @@ def build_plan(
     if known is not None and (bad := argcheck.unknown_flags(cmd.parts, known)):
         problems.append(argcheck.unknown_flags_message(bad, known))
     problems += policy.refusals(cmd.parts)
+    if model_args:  # the image's own script: Megatron's layer and expert checks, judged now
+        problems += [
+            f"{p.path}: {p.message}; {p.hint}" for p in model_layout.judge(cmd.parts, model_type)
+        ]
     warnings += policy.unhonoured(cmd.parts)
     if known is not None and HF_MODE_FLAG in known:
         hf_mode = argcheck.flag_value(cmd.argv(), HF_MODE_FLAG)

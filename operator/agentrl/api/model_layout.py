@@ -1,0 +1,191 @@
+"""The model's layers and experts against Megatron's parallelism (pure).
+
+slime's `parse_args`, in the driver on a GPU worker once the whole gang is scheduled, runs
+Megatron's `validate_args`, which stops on two facts of the model that no GPU count can show:
+
+- pipeline parallelism must divide the model's layers (`--num-layers`, plus one for each of
+  `--account-for-embedding-in-pipeline-split` and `--account-for-loss-in-pipeline-split`),
+  unless the split is made uneven (`--decoder-first/last-pipeline-num-layers`) or laid out by
+  hand (`--pipeline-model-parallel-layout`, virtual pipeline stages), which Megatron judges
+  elsewhere and which are not judged here;
+- expert parallelism above 1 needs a mixture-of-experts model (`--num-experts`), and must
+  divide its experts.
+
+See `validate_args` of the Megatron both supported slime rows build with:
+https://github.com/NVIDIA/Megatron-LM/blob/1dcf0dafa884ad52ffb243625717a3471643e087/megatron/training/arguments.py#L570-L571
+(layers) and #L1024-L1027 (experts).
+
+The model's numbers are slime's `scripts/models/<type>.sh` (its `MODEL_ARGS`, which come
+first in slime's command line): at admission, from the table generated from the supported
+rows (`upstream_names.MODEL_LAYOUT_ARGS`); in the pod, from the script the image has. The
+spec's parallelism comes next and `spec.runtime.extraArgs` last, so a flag there wins, as it
+does in argparse.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Final
+
+from agentrl.api.findings import Finding, Rule, err, warn
+from agentrl.api.models import RLExperiment, RuntimeSpec
+from agentrl.api.slime_flags import EXTRA_ARGS_ORIGIN, ArgRun, Seen, last_seen
+from agentrl.api.upstream_names import MODEL_LAYOUT_ARGS
+
+# The MODEL_ARGS flags this module reads (hack/gen-upstream-names.py copies these from each
+# model script into upstream_names.MODEL_LAYOUT_ARGS; a test keeps the two lists equal).
+NUM_LAYERS: Final = "--num-layers"
+NUM_EXPERTS: Final = "--num-experts"
+PIPELINE: Final = "--pipeline-model-parallel-size"
+EXPERT: Final = "--expert-model-parallel-size"
+# Each adds one layer to what the pipeline stages split.
+SPLIT_EXTRA: Final = (
+    "--account-for-embedding-in-pipeline-split",
+    "--account-for-loss-in-pipeline-split",
+)
+# With any of these Megatron does not require an even split of the layers (it checks the
+# uneven split or the layout in other code): not judged here.
+UNEVEN_SPLIT: Final = (
+    "--decoder-first-pipeline-num-layers",
+    "--decoder-last-pipeline-num-layers",
+    "--pipeline-model-parallel-layout",
+    "--num-layers-per-virtual-pipeline-stage",
+    "--num-virtual-stages-per-pipeline-rank",
+)
+SCRIPT_FLAGS: Final = (NUM_LAYERS, NUM_EXPERTS, *SPLIT_EXTRA, *UNEVEN_SPLIT)
+
+PIPELINE_FIELD: Final = "spec.resources.parallelism.pipeline"
+EXPERT_FIELD: Final = "spec.resources.parallelism.expert"
+
+
+@dataclass(frozen=True)
+class Run:
+    """A run of argv and where it came from (an `ArgRun`)."""
+
+    origin: str
+    args: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class LayoutProblem:
+    path: str
+    message: str
+    hint: str
+
+
+def script_origin(model_type: str) -> str:
+    return f"slime's scripts/models/{model_type}.sh"
+
+
+def spec_runs(
+    model_type: str,
+    model_args: Sequence[str],
+    pipeline: int,
+    expert: int,
+    extra_args: Sequence[str],
+) -> list[Run]:
+    """The runs `judge` reads, in slime's command-line order, built from a spec."""
+    return [
+        Run(script_origin(model_type), tuple(model_args)),
+        Run("spec.resources.parallelism", (PIPELINE, str(pipeline), EXPERT, str(expert))),
+        Run(EXTRA_ARGS_ORIGIN, tuple(extra_args)),
+    ]
+
+
+def _int(seen: Seen | None) -> int | None:
+    if seen is None or seen.value is None:
+        return None
+    try:
+        return int(seen.value)
+    except ValueError:
+        return None  # slime's own parser reports a malformed number
+
+
+def _field(seen: Seen, field: str) -> str:
+    """The spec field a parallelism flag came from."""
+    return EXTRA_ARGS_ORIGIN if seen.origin == EXTRA_ARGS_ORIGIN else field
+
+
+def _divisors(n: int) -> str:
+    return ", ".join(str(d) for d in range(1, n + 1) if n % d == 0)
+
+
+def judge(runs: Sequence[ArgRun], model_type: str) -> list[LayoutProblem]:
+    """What Megatron's `validate_args` would stop on, for the command line `runs` makes."""
+    lookup: Callable[[str], Seen | None] = last_seen(runs, takes_value=True)
+    out: list[LayoutProblem] = []
+    pipeline_seen, expert_seen = lookup(PIPELINE), lookup(EXPERT)
+    pipeline, expert = _int(pipeline_seen), _int(expert_seen)
+    layers = _int(lookup(NUM_LAYERS))
+    uneven = any(lookup(flag) is not None for flag in UNEVEN_SPLIT)
+    if pipeline_seen and pipeline and pipeline > 1 and layers is not None and not uneven:
+        extra = [flag for flag in SPLIT_EXTRA if lookup(flag) is not None]
+        split = layers + len(extra)
+        if split % pipeline:
+            added = f" (+{len(extra)}: {', '.join(extra)})" if extra else ""
+            counted = f"{layers} layers{added}"
+            out.append(
+                LayoutProblem(
+                    _field(pipeline_seen, PIPELINE_FIELD),
+                    f"pipeline parallelism {pipeline} does not divide the {counted} of "
+                    f"model.type {model_type!r}; Megatron stops on it when slime starts "
+                    "('Number of layers should be divisible by the pipeline-model-parallel "
+                    "size')",
+                    f"use a pipeline size that divides {split} ({_divisors(split)}), or split "
+                    "unevenly with --decoder-first-pipeline-num-layers / "
+                    "--decoder-last-pipeline-num-layers in spec.runtime.extraArgs",
+                )
+            )
+    if expert_seen and expert and expert > 1:
+        experts = _int(lookup(NUM_EXPERTS))
+        path = _field(expert_seen, EXPERT_FIELD)
+        if experts is None:
+            out.append(
+                LayoutProblem(
+                    path,
+                    f"expert parallelism {expert} needs a mixture-of-experts model, and "
+                    f"model.type {model_type!r} has no experts (no --num-experts); Megatron "
+                    "stops on it when slime starts ('num_experts must be non None to use "
+                    "expert model parallelism')",
+                    "set parallelism.expert to 1 for a dense model",
+                )
+            )
+        elif experts % expert:
+            out.append(
+                LayoutProblem(
+                    path,
+                    f"expert parallelism {expert} does not divide the {experts} experts of "
+                    f"model.type {model_type!r}; Megatron stops on it when slime starts",
+                    f"use an expert size that divides {experts}",
+                )
+            )
+    return out
+
+
+DEFAULT_SLIME_DIR: Final = RuntimeSpec.model_fields["slime_dir"].default
+
+
+def parallelism_fits_model(exp: RLExperiment) -> Iterator[Finding]:
+    """`parallelism.pipeline` divides the layers of `model.type` (unless `runtime.extraArgs`
+    split them unevenly), and `parallelism.expert` above 1 needs a mixture-of-experts
+    `model.type` whose experts it divides: Megatron asserts both when slime starts, after the
+    gang is scheduled. An error for the supported images' scripts; a warning with a
+    `runtime.slimeDir` of your own (the launcher then judges the image's own script before
+    slime starts)."""
+    spec = exp.spec
+    model_args = MODEL_LAYOUT_ARGS.get(spec.model.type)
+    if model_args is None:
+        return  # not a supported row's model type: names_known says so
+    par = spec.resources.parallelism
+    runs = spec_runs(spec.model.type, model_args, par.pipeline, par.expert, spec.runtime.extra_args)
+    own_slime = spec.runtime.slime_dir != DEFAULT_SLIME_DIR
+    for problem in judge(runs, spec.model.type):
+        if own_slime:
+            own = " (as the supported images' script has it; runtime.slimeDir is your own)"
+            yield warn(problem.path, problem.message + own, problem.hint)
+        else:
+            yield err(problem.path, problem.message, problem.hint)
+
+
+RULES: tuple[Rule, ...] = (parallelism_fits_model,)
