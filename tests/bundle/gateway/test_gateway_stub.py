@@ -16,6 +16,7 @@ from tests.support.sglang_stub import StubRouter, stub_logprob
 from agentrl.bundle.gateway.engine import EngineClient
 from agentrl.bundle.gateway.sglang import (
     EngineError,
+    StreamState,
     engine_requests,
     parse_generate_response,
     worker_urls,
@@ -211,6 +212,89 @@ def test_null_logprobs_are_nan_not_a_crash() -> None:
     assert done.ids == [5, 6, 7] and done.logprobs is not None
     assert math.isnan(done.logprobs[0]) and done.logprobs[1] == -0.5
     assert math.isnan(done.logprobs[2])
+
+
+TRIPLES = [[-0.1, 11, None], [-0.2, 12, None], [-0.3, 13, None]]
+
+
+def chunk(ids: list[int], finish: Any, triples: Any, total: int, **meta: Any) -> bytes:
+    """One `/generate` stream chunk's JSON, with the keys SGLang's tokenizer manager sets."""
+    info = {"id": "r", "finish_reason": finish, "weight_version": "default", **meta}
+    if triples is not None:
+        info["output_token_logprobs"] = triples
+    return orjson.dumps(
+        {"text": "", "output_ids": ids, "meta_info": info | {"completion_tokens": total}}
+    )
+
+
+@pytest.mark.parametrize("incremental", [False, True])
+def test_a_stream_aborted_in_the_engines_queue_keeps_every_sampled_token(
+    incremental: bool,
+) -> None:
+    """A request retracted to SGLang's waiting queue keeps its output; aborted there (by rid,
+    `abort_all`, a weight update), its stream ends on `_handle_abort_req`'s echo: only the
+    last id in `output_ids`, every triple so far, no prompt_tokens. Before, the parser
+    failed it ("1 new items do not add up to 3 tokens"): a 502 and no recorded turn."""
+    state = StreamState()
+    if incremental:
+        state.add(chunk([11, 12], None, TRIPLES[:2], 2, prompt_tokens=4))
+        state.add(chunk([13], None, TRIPLES[2:], 3, prompt_tokens=4))
+    else:
+        state.add(chunk([11, 12, 13], None, TRIPLES, 3, prompt_tokens=4))
+    echo = {"type": "abort", "message": "Abort in waiting queue"}
+    state.add(chunk([13], echo, TRIPLES, 3, e2e_latency=1.5))
+    done = state.completion()
+    assert (done.ids, done.logprobs, done.finish_reason) == (
+        [11, 12, 13],
+        [-0.1, -0.2, -0.3],
+        "abort",
+    )
+    broken = StreamState()  # anything else that does not add up is still an engine error
+    broken.add(chunk([11, 12, 13], None, TRIPLES, 3))
+    with pytest.raises(EngineError, match="do not add up"):
+        broken.add(chunk([13], {"type": "stop", "matched": 13}, TRIPLES, 3))
+
+
+SCHEDULER_REFUSAL = {
+    "type": "abort",
+    "message": "Input length (32762 tokens) exceeds the maximum allowed length (32762 tokens). "
+    "Use a shorter input or enable --allow-auto-truncate.",
+    "status_code": 400,
+    "err_type": "BadRequestError",
+}
+
+
+@pytest.mark.parametrize(
+    ("finish", "triples", "status"),
+    [
+        # The scheduler's refusal (`set_finish_with_abort`): one token sampled after a
+        # stand-in prompt, and the logprobs turned off ([] beside logprob requests, else none).
+        (SCHEDULER_REFUSAL, [], 400),
+        (SCHEDULER_REFUSAL, None, 400),
+        ({"type": "abort", "message": "The request queue is full.", "status_code": 503}, [], 503),
+        (
+            {"type": "abort", "message": "Out of memory", "status_code": 500, "err_type": None},
+            [],
+            500,
+        ),
+    ],
+)
+def test_a_streamed_abort_with_a_status_is_the_engines_error_not_a_turn(
+    finish: dict[str, Any], triples: Any, status: int
+) -> None:
+    """SGLang answers these with that HTTP status unstreamed, and streams them as the last
+    chunk (`_handle_abort_finish_reason`). Before, the stream was a 502 ("0 new items do
+    not add up to 1 tokens") or, without triples, an aborted turn recorded with the token
+    sampled after the stand-in prompt and answered 503 "retry"."""
+    ids = [7] if finish is SCHEDULER_REFUSAL else []
+    with pytest.raises(EngineError, match="engine refused") as err:
+        StreamState().add(chunk(ids, finish, triples, len(ids)))
+    assert err.value.status == status
+    body = {"output_ids": ids, "meta_info": {"id": "r", "finish_reason": finish}}
+    with pytest.raises(EngineError, match="engine refused"):
+        parse_generate_response(body)
+    plain = {"type": "abort", "message": "Aborted", "status_code": None, "err_type": None}
+    assert parse_generate_response(body | {"meta_info": {"finish_reason": plain}}).ids == ids
 
 
 def test_engine_loads_are_read_like_slime_reads_them() -> None:

@@ -99,6 +99,9 @@ def completion_of(
     """A `Completion` from a final `meta_info`, the ids and logprobs of its triples (None:
     the engine sent none) and its `output_ids` (None: absent), which must agree."""
     finish = meta.get("finish_reason") or {}
+    refusal = engine_refusal(finish)
+    if refusal is not None:
+        raise refusal
     kind = finish.get("type") if isinstance(finish, dict) else None
     if kind not in ("stop", "length", "abort"):
         raise EngineError(f"engine returned an unknown finish_reason: {finish!r}")
@@ -120,6 +123,24 @@ def completion_of(
         weight_version=version if isinstance(version, str) else None,
         rid=str(meta["id"]) if meta.get("id") is not None else None,
     )
+
+
+# SGLang's tokenizer manager turns a scheduler's abort that carries an HTTP status into that
+# error for an unstreamed call (400 `{"error": ...}`, or 503/500), but yields it as the last
+# chunk of a stream, after its 200 went out (`_handle_abort_finish_reason`,
+# https://github.com/sgl-project/sglang/blob/001067fffe33427bee0ed2f007fb7551a1d76b44/python/sglang/srt/managers/tokenizer_manager.py,
+# the same in 0.5.13 and 0.5.15.post1). A prompt within 6 tokens of the context passes the
+# tokenizer's check and is refused by the scheduler's (`max_req_len - 5`) as such a 400 abort,
+# whose one output token was sampled after a stand-in one-token prompt; the queue being full
+# or a timeout come as 503. Neither is a generation to record or to retry as an abort.
+def engine_refusal(finish: Any) -> EngineError | None:
+    """The error an abort `finish_reason` with an HTTP `status_code` stands for, else None."""
+    if not isinstance(finish, dict) or finish.get("type") != "abort":
+        return None
+    code = finish.get("status_code")
+    if type(code) is not int or not 400 <= code <= 599:
+        return None  # an abort by request id, `abort_all` or a weight update: status_code null
+    return EngineError(f"engine refused: {str(finish.get('message'))[:300]}", code)
 
 
 def stream_error(error: Any) -> EngineError:
@@ -263,6 +284,11 @@ class StreamState:
         meta = chunk.get("meta_info") if isinstance(chunk, dict) else None
         if not isinstance(meta, dict):
             raise EngineError(f"engine stream chunk without meta_info: {str(chunk)[:200]}")
+        finish = meta.get("finish_reason")
+        refusal = engine_refusal(finish)
+        if refusal is not None:
+            raise refusal
+        aborted = isinstance(finish, dict) and finish.get("type") == "abort"
         total = int(meta.get("completion_tokens") or 0)
         before = len(self.ids)
         triples = meta.get("output_token_logprobs")
@@ -279,11 +305,22 @@ class StreamState:
         if output_ids is not None:
             output_ids = token_ids(output_ids)
             have_ids = self._output_ids
-            repeated = self._mode("output_ids", len(have_ids or ()), len(output_ids), total)
-            if repeated or not have_ids:
-                self._output_ids = output_ids
+            try:
+                repeated = self._mode("output_ids", len(have_ids or ()), len(output_ids), total)
+            except EngineError:
+                # A stream aborted while its request waited in the engine's queue (retracted
+                # there for memory) ends on an echo carrying only the last id, beside every
+                # logprob triple so far (`_handle_abort_req`,
+                # https://github.com/sgl-project/sglang/blob/001067fffe33427bee0ed2f007fb7551a1d76b44/python/sglang/srt/managers/tokenizer_manager.py):
+                # its triples hold the ids, as slime reads them.
+                if not aborted or triples is None:
+                    raise
+                self._output_ids = None
             else:
-                have_ids.extend(output_ids)
+                if repeated or not have_ids:
+                    self._output_ids = output_ids
+                else:
+                    have_ids.extend(output_ids)
         known = self._sampled[0] if self._sampled is not None else self._output_ids or []
         self.ids.extend(known[len(self.ids) :])  # for progress: the new ids only
         self.last = chunk
