@@ -17,6 +17,11 @@ for as long as a test needs). `context_len` turns on the tokenizer manager's con
 of `context_len` tokens or more, or input + `max_new_tokens` above it, is refused with a
 ValueError's message, which the HTTP server answers as 400 `{"error": {"message"}}`, or,
 for a stream, as HTTP 200 with one `data: {"error": {..., "code": 400}}` event and `[DONE]`.
+`max_req_input_len` turns on the scheduler's own check behind it (`validate_input_length`,
+`max_req_len - 5`, so a prompt a few tokens short of the context): a prompt of that many
+tokens or more is aborted with status 400, which SGLang answers as the same 400 unstreamed,
+and streamed as one last chunk whose `finish_reason` carries the status, after one token
+sampled on a stand-in prompt with logprobs off (`set_finish_with_abort`).
 Bodies of any size are accepted, as by SGLang's server. `GET /metrics` serves SGLang's own
 families as `--enable-metrics` makes it (names, types and labels recorded from its source by
 hack/record-sglang-metrics.py); `metrics_up = False` answers 503.
@@ -68,6 +73,7 @@ class StubEngine:
     decode: Callable[[list[int]], str] | None = None  # the tokenizer, for `stop` strings
     gate: asyncio.Event | None = None  # generations wait for it (None: never held)
     context_len: int | None = None  # the engine's context (None: no check)
+    max_req_input_len: int | None = None  # the scheduler's input limit (None: no check)
     requests: list[dict[str, Any]] = field(default_factory=list)
     aborted: list[str] = field(default_factory=list)  # rids asked to abort ("*" = abort_all)
     sampled: dict[str, list[int]] = field(default_factory=dict)  # rid -> ids returned
@@ -192,6 +198,11 @@ class StubEngine:
             return await self._stream_error(request, refusal)
         if refusal is not None:
             return _json({"error": {"message": refusal}}, 400)
+        refusal = self._scheduler_refusal(body)
+        if refusal is not None and body.get("stream"):
+            return await self._stream_abort(request, body, refusal)
+        if refusal is not None:
+            return _json({"error": {"message": refusal["message"]}}, 400)
         if body.get("stream"):
             return await self._stream(request, body)
         return _json(await self._run(body["input_ids"], body, body.get("rid") or "anon", None))
@@ -216,6 +227,39 @@ class StubEngine:
                 "within the limit."
             )
         return None
+
+    def _scheduler_refusal(self, body: dict[str, Any]) -> dict[str, Any] | None:
+        """The scheduler's input check, as the abort `finish_reason` it sets."""
+        n = len(body["input_ids"])
+        if self.max_req_input_len is None or n < self.max_req_input_len:
+            return None
+        return {
+            "type": "abort",
+            "message": f"Input length ({n} tokens) exceeds the maximum allowed length "
+            f"({self.max_req_input_len} tokens). Use a shorter input or enable "
+            "--allow-auto-truncate.",
+            "status_code": 400,
+            "err_type": "BadRequestError",
+        }
+
+    async def _stream_abort(
+        self, request: web.Request, body: dict[str, Any], finish: dict[str, Any]
+    ) -> web.StreamResponse:
+        """A stream the scheduler aborted with a status: one chunk, then `[DONE]`."""
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        meta = {
+            "id": body.get("rid") or "anon",
+            "finish_reason": finish,
+            "prompt_tokens": 1,  # the stand-in prompt
+            "completion_tokens": 1,
+            "output_token_logprobs": [],  # turned off with the stand-in
+        }
+        chunk = {"text": "", "output_ids": [self.first_free_id], "meta_info": meta}
+        await resp.write(b"data: " + orjson.dumps(chunk) + b"\n\n")
+        await resp.write(b"data: [DONE]\n\n")
+        await resp.write_eof()
+        return resp
 
     async def _stream_error(self, request: web.Request, message: str) -> web.StreamResponse:
         """A stream refused by validation: the headers (200) went out before the check ran."""

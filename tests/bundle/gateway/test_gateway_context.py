@@ -154,6 +154,30 @@ async def test_a_streamed_engine_refusal_reaches_the_client_as_the_engines_400(
     assert metric(cluster, "agentrl_gateway_requests_total", api="openai", code="502") == 0
 
 
+@pytest.mark.parametrize("stream", [False, True])
+async def test_the_schedulers_length_refusal_is_a_context_error_and_no_turn(
+    gateway: GatewayServer, cluster: Cluster, renderer: Any, stream: bool
+) -> None:
+    """SGLang's scheduler refuses a prompt a few tokens short of the context (its own check,
+    after the tokenizer manager's): a 400 unstreamed, the last chunk of a stream. The agent
+    gets a 400 with `context_length_exceeded` (what agents trim their history on), and
+    nothing is recorded: the one token streamed was sampled after a stand-in prompt."""
+    cluster.set(max_req_input_len=prompt_len(renderer))
+    handle = await gateway.create_session(f"scheduler-{stream}", {"max_new_tokens": BUDGET})
+    c = openai.AsyncOpenAI(base_url=handle.base_url, api_key=handle.token, max_retries=0)
+    with pytest.raises(openai.BadRequestError, match="maximum allowed length") as err:
+        if stream:
+            async for _ in await c.chat.completions.create(  # type: ignore[call-overload]
+                model="m", messages=MESSAGES, stream=True
+            ):
+                pass
+        else:
+            await c.chat.completions.create(model="m", messages=MESSAGES)  # type: ignore[arg-type]
+    assert err.value.code == "context_length_exceeded"
+    assert await gateway.get_turns(f"scheduler-{stream}") == []
+    assert metric(cluster, "agentrl_gateway_requests_total", api="openai", code="400") == 1
+
+
 @pytest.mark.parametrize(
     ("config", "length"),
     [

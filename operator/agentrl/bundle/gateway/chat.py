@@ -17,6 +17,16 @@ import orjson
 # OpenAI's error code for a conversation longer than the model's context: agent frameworks
 # look for it to trim or summarise their history, and the rehearsal to name the mistake.
 CONTEXT_LENGTH_EXCEEDED = "context_length_exceeded"
+# What SGLang's refusals of a prompt too long for it say: the tokenizer manager's (a prompt
+# at or over the context, or prompt + max_new_tokens over it) "context length", the
+# scheduler's own (`validate_input_length`, a few tokens short of the context) "maximum
+# allowed length".
+CONTEXT_REFUSALS = ("context length", "maximum allowed length")
+
+
+def context_refusal(message: str) -> bool:
+    """Whether an engine's refusal is about the prompt's length (the agent may shorten it)."""
+    return any(words in message for words in CONTEXT_REFUSALS)
 
 
 class ApiError(Exception):

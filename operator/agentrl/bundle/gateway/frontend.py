@@ -37,6 +37,7 @@ from agentrl.bundle.gateway.chat import (
     ApiError,
     ChatRequest,
     ModelOutput,
+    context_refusal,
     merge_sampling,
 )
 from agentrl.bundle.gateway.http1 import CONNECT_TIMEOUT_S
@@ -303,9 +304,7 @@ class Frontend:
         except EngineError as exc:
             log.warning("gateway: session %s: engine call failed: %s", session.sid, exc)
             if exc.status == 400:  # the engine refused the input (e.g. longer than the context)
-                # SGLang's two context refusals both say "context length" (prompt over it;
-                # prompt + max_new_tokens over it).
-                code = CONTEXT_LENGTH_EXCEEDED if "context length" in str(exc) else None
+                code = CONTEXT_LENGTH_EXCEEDED if context_refusal(str(exc)) else None
                 raise ApiError(400, f"model engine refused the request: {exc}", code=code) from exc
             raise ApiError(502, f"model engine error: {exc}", kind="api_error") from exc
         except TimeoutError as exc:
