@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import atexit
 import math
+import shutil
 import statistics
 import tempfile
 from dataclasses import dataclass, field
@@ -62,6 +64,7 @@ def write_config(directory: Path, mode: str, std: bool, **grpo: Any) -> str:
 
 # One config per setting, written once (hypothesis re-runs tests without fixtures).
 _CONFIGS = Path(tempfile.mkdtemp(prefix="agentrl-rewards-"))
+atexit.register(shutil.rmtree, _CONFIGS, ignore_errors=True)
 
 
 def args(

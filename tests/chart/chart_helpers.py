@@ -6,9 +6,11 @@ directories point at a throwaway directory so tests never read or write the user
 
 from __future__ import annotations
 
+import atexit
 import functools
 import os
 import re
+import shutil
 import subprocess
 import tempfile
 from pathlib import Path
@@ -30,7 +32,8 @@ NAMESPACE = "agentrl"
 # pulled. Every render and dry-run install below passes it first, so a test's own --set wins.
 OPERATOR_IMAGE = ("--set", "image.repository=agentrl/operator",
                   "--set", "image.digest=sha256:" + "0" * 64)  # fmt: skip
-_HOME = Path(tempfile.mkdtemp(prefix="agentrl-helm-home-"))
+_HOME = Path(tempfile.mkdtemp(prefix="agentrl-helm-home-"))  # helm's cache/config/data, per run
+atexit.register(shutil.rmtree, _HOME, ignore_errors=True)
 
 
 def helm_env() -> dict[str, str]:
