@@ -346,7 +346,7 @@ async def test_failures_from_odd_responses_never_log_the_secret_header(
     described by type, status and message only, in the error and in every log line."""
     runner: web.AppRunner | None = None
     server: asyncio.Server | None = None
-    if case == "redirect_loop":  # 307 to itself until aiohttp gives up (TooManyRedirects)
+    if case == "redirect_loop":  # 307 to itself: answered, never followed
         app = web.Application()
 
         async def again(request: web.Request) -> web.Response:
@@ -386,7 +386,7 @@ async def test_failures_from_odd_responses_never_log_the_secret_header(
             server.close()
     assert outcome.failure == "agent_error"
     expected = {
-        "redirect_loop": "TooManyRedirects after 10 redirect(s)",
+        "redirect_loop": "HTTP 307, a redirect to http://127.0.0.1:",
         "malformed_submit": "ClientResponseError: HTTP 400",
         "malformed_poll": "result poll failed",
     }[case]
@@ -396,3 +396,77 @@ async def test_failures_from_odd_responses_never_log_the_secret_header(
     if case == "malformed_poll":
         assert "ClientResponseError: HTTP 400" in caplog.text  # the debug lines, described
     assert SECRET not in outcome.message and SECRET not in caplog.text
+
+
+@dataclass
+class Elsewhere:
+    """A server at another origin than the agent's, noting what reaches it."""
+
+    seen: list[tuple[str, dict[str, str], bytes]] = field(default_factory=list)
+
+    async def note(self, request: web.Request) -> web.Response:
+        self.seen.append((request.method, dict(request.headers), await request.read()))
+        return web.json_response({"rewards": 1.0})
+
+
+@pytest.mark.parametrize("step", ["submit", "poll", "stop"])
+async def test_a_redirect_never_carries_the_secret_header_or_the_session_token_elsewhere(
+    step: str,
+) -> None:
+    """aiohttp follows redirects and drops only Authorization, Cookie and Proxy-Authorization
+    when the origin changes: a secret header of another name (X-Api-Key), and a 307's body
+    (the session token, the callback token) went to whatever the agent's answer named, such
+    as http:// when a proxy in front of the agent redirects to its own scheme."""
+    other = Elsewhere()
+    other_app = web.Application()
+    other_app.router.add_route("*", "/{tail:.*}", other.note)
+    other_runner = web.AppRunner(other_app)
+    await other_runner.setup()
+    other_site = web.TCPSite(other_runner, "127.0.0.1", 0)
+    await other_site.start()
+    other_port = other_site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    # "localhost" is another origin than "127.0.0.1", on the same machine.
+    away = f"http://localhost:{other_port}/episodes"
+
+    async def redirect(request: web.Request) -> web.Response:
+        sid = request.match_info.get("sid")
+        raise web.HTTPTemporaryRedirect(f"{away}/{sid}" if sid else away)
+
+    async def accept(request: web.Request) -> web.Response:
+        return web.json_response({"status": "accepted"}, status=202)
+
+    app = web.Application()
+    app.router.add_post("/episodes", redirect if step == "submit" else accept)
+    app.router.add_get("/episodes/{sid}", redirect)
+    app.router.add_delete("/episodes/{sid}", redirect)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    listener = CallbackListener("127.0.0.1", 0, "127.0.0.1")
+    await listener.start()
+    backend = HttpAgentBackend(
+        HttpAgent(url=f"http://127.0.0.1:{port}/episodes", pollIntervalSeconds=0.1),
+        headers={"X-Api-Key": SECRET},
+        listener=listener,
+        pool_size=2,
+        callback_base=listener.url,
+    )
+    token = "gateway-session-token-" + "t" * 20
+    request = AgentRequest(REQUEST.session_id, {"_rollout": {"api_key": token}})
+    try:
+        if step == "stop":
+            await backend.stop(REQUEST.session_id)
+        else:
+            with pytest.raises(AgentError) as err:
+                await asyncio.wait_for(backend.run(request), 10)
+            assert "HTTP 307" in str(err.value)
+            if step == "submit":  # the message says where it pointed and what to do
+                assert f"localhost:{other_port}/episodes" in str(err.value)
+                assert "agent.http.url" in str(err.value)
+    finally:
+        await backend.aclose()
+        await runner.cleanup()
+        await other_runner.cleanup()
+    assert other.seen == []  # nothing at all went to the other origin

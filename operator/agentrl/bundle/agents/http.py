@@ -25,6 +25,12 @@ logged or put in an error message: errors are described by type, HTTP status and
 (`redact.describe_error`), never by repr, which for aiohttp response errors lists the
 request headers. Only our own exceptions, described that way, reach stamina (whose retry
 log line carries the failure's repr).
+
+Redirects are never followed: aiohttp drops only `Authorization`, `Cookie` and
+`Proxy-Authorization` when a redirect changes the origin, so a secret header of another name
+(`X-Api-Key`), and a 307's body (the session token, the callback token), would go wherever
+the agent's answer points, e.g. `http://` when a proxy in front of the agent redirects to
+the scheme it sees. A 3xx fails the episode and names where it pointed.
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ from typing import Any
 import aiohttp
 import stamina
 from aiohttp import web
+from yarl import URL
 
 from agentrl.api.constants import CALLBACK_MAX_BYTES, CALLBACK_PATH
 from agentrl.api.models import HttpAgent
@@ -194,6 +201,11 @@ class HttpAgentBackend:
         """Where the agent of episode `session_id` is told to post its result."""
         return callback_url(self._callback_base, session_id)
 
+    def _request(self, method: str, url: str, **kwargs: Any) -> Any:
+        """Every request to the agent, the session's secret headers with it; a redirect is
+        answered, never followed (see the module's docstring)."""
+        return self._client().request(method, url, allow_redirects=False, **kwargs)
+
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None:
             connector = aiohttp.TCPConnector(limit=self._pool_size)
@@ -244,12 +256,21 @@ class HttpAgentBackend:
     async def _submit_once(self, payload: Mapping[str, Any]) -> None:
         try:
             with self._in_use.hold():
-                async with self._client().post(self._url, json=payload) as resp:
+                async with self._request("POST", self._url, json=payload) as resp:
                     if resp.status < 300:
                         return
                     if resp.status in NOT_STARTED_STATUS:
                         wait = retry_after_seconds(resp.headers.get("Retry-After"))
                         raise _TryAgain(f"HTTP {resp.status}", wait)
+                    if resp.status < 400:
+                        where = _location(resp.url, resp.headers.get("Location"))
+                        raise AgentError(
+                            AGENT_ERROR,
+                            f"agent answered the episode with HTTP {resp.status}, a redirect to "
+                            f"{where}; redirects are not followed, so the agent's headers and "
+                            "the session token reach agent.http.url only: set agent.http.url "
+                            "to the endpoint itself",
+                        )
         except aiohttp.ClientConnectorError as exc:  # never connected: nothing was sent
             raise _TryAgain(describe_error(exc)) from None
         except (aiohttp.ClientError, TimeoutError) as exc:
@@ -272,6 +293,13 @@ class HttpAgentBackend:
             if status == 200:
                 self._polled(sid)
                 return doc, "poll"
+            if 300 <= status < 400:
+                raise AgentError(
+                    AGENT_ERROR,
+                    f"result poll answered HTTP {status}, a redirect, which is not followed "
+                    "(the agent's headers reach agent.http.url only): serve GET "
+                    "<agent.http.url>/<session id> at the same address",
+                )
             errors = 0 if status in (202, 404) else errors + 1
             if errors >= MAX_POLL_ERRORS:
                 raise AgentError(AGENT_ERROR, f"result poll failed {errors}x (HTTP {status})")
@@ -295,7 +323,7 @@ class HttpAgentBackend:
     async def _poll_once(self, sid: str) -> tuple[int, Any]:
         try:
             with self._in_use.hold():
-                async with self._client().get(f"{self._url}/{sid}") as resp:
+                async with self._request("GET", f"{self._url}/{sid}") as resp:
                     if resp.status != 200:
                         return resp.status, None
                     return 200, await resp.json(content_type=None)
@@ -323,7 +351,7 @@ class HttpAgentBackend:
     async def _delete_once(self, sid: str) -> None:
         timeout = aiohttp.ClientTimeout(total=STOP_REQUEST_TIMEOUT_S)
         try:
-            async with self._client().delete(f"{self._url}/{sid}", timeout=timeout) as resp:
+            async with self._request("DELETE", f"{self._url}/{sid}", timeout=timeout) as resp:
                 if resp.status == 429 or resp.status >= 500:
                     raise _TryAgain(f"HTTP {resp.status}")
         except (aiohttp.ClientError, TimeoutError) as exc:
@@ -336,6 +364,18 @@ class HttpAgentBackend:
         if self._session is not None:
             await self._session.close()
         await self._listener.stop()
+
+
+def _location(base: URL, location: str | None) -> str:
+    """Where a redirect points, without its query, fragment or user info (which may hold
+    someone's token), resolved against the request's URL."""
+    if not location:
+        return "nowhere (no Location header)"
+    try:
+        url = base.join(URL(location))
+        return str(url.with_user(None).with_query(None).with_fragment(None))[:200]
+    except ValueError:
+        return "an unparseable Location"
 
 
 def header_env_values(header_envs: Mapping[str, str]) -> dict[str, str]:
