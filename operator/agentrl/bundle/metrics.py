@@ -8,6 +8,8 @@ never collide.
 
 from __future__ import annotations
 
+import math
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from agentrl.api.constants import (
@@ -47,8 +49,14 @@ class BundleMetrics:
             registry=r,
         )
         self.rollout_step = Gauge(
-            METRIC_ROLLOUT_STEP, "Last rollout step slime asked for.", registry=r
+            METRIC_ROLLOUT_STEP,
+            "Id of the last train rollout finished (counted from 0); NaN before the first.",
+            registry=r,
         )
+        # NaN, not prometheus_client's 0, until rollout 0 finishes: that sets 0, and a change
+        # AgentRLProgressStalled must see (changes() counts NaN -> 0, not 0 -> 0); the
+        # operator's progress skips NaN instead of showing rollout 1 done before any is.
+        self.rollout_step.set(math.nan)
         self.batch_reward_mean = Gauge(
             METRIC_BATCH_REWARD_MEAN,
             "Mean raw episode reward of the last batch.",
