@@ -18,6 +18,8 @@ from agentrl.api.constants import (
     METRIC_FAILED_SESSIONS_TOTAL,
     METRIC_PREFLIGHT_INFO,
     METRIC_ROLLOUT_STEP,
+    SPLIT_EVAL,
+    SPLIT_TRAIN,
 )
 
 PREFIX = "agentrl_"
@@ -180,6 +182,10 @@ class BundleMetrics:
             buckets=STEP_BUCKETS,
             registry=r,
         )
+        # One observation per rollout call: a split's series created by its first call would
+        # start at count 1, and rate() never sees that first train step or eval pass.
+        for split in (SPLIT_TRAIN, SPLIT_EVAL):
+            self.rollout_step_seconds.labels(split)
         self.rollout_total_steps = Gauge(
             PREFIX + "rollout_total_steps",
             "Rollout steps the run is asked for (spec.grpo.numRollouts): progress and ETA.",
