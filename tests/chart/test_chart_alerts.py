@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import yaml
 from chart_helpers import CHART, ROOT, exported_series_names, metric_names, one, render
+from run_timeline import SCRAPE_S, Run, events, input_series
 
 PROMTOOL_DIR = Path(__file__).parent / "promtool"
 ALERTS = {
@@ -101,3 +102,57 @@ def test_alerts_read_only_exported_metrics() -> None:
         for rule in group["rules"]:
             names = metric_names(rule["expr"])
             assert names and names <= exported, (rule["alert"], names - exported)
+
+
+def timeline_test(run: Run, until_min: int, cases: list[dict[str, Any]]) -> dict[str, Any]:
+    """A promtool test over a run's series as the bundle's real code exports them."""
+    return {
+        "interval": f"{SCRAPE_S}s",
+        "input_series": input_series(run, until_min * 60),
+        "alert_rule_test": cases,
+    }
+
+
+def run_promtool_tests(tests: list[dict[str, Any]], tmp_path: Path) -> str:
+    (tmp_path / "agentrl-rules.yaml").write_text(yaml.safe_dump(rules()))
+    suite = {"rule_files": ["agentrl-rules.yaml"], "evaluation_interval": "15s", "tests": tests}
+    (tmp_path / "timeline_test.yaml").write_text(yaml.safe_dump(suite, width=1 << 20))
+    proc = promtool("test", "rules", "timeline_test.yaml", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout
+
+
+def test_progress_stalled_is_quiet_on_a_healthy_run_and_fires_on_a_stuck_one(
+    tmp_path: Path,
+) -> None:
+    """20-minute steps, rollout 0 done 26 minutes after the head pod started (load, eval at
+    step 0, generate): well inside stalledAfter (30m). Rollout 0 sets the step gauge to 0; the
+    gauge read 0 before it too, so the first move came only with rollout 1 (46m) and the
+    alert fired at 45m. A run whose step 0 finishes and nothing after still fires."""
+    healthy = Run()
+    assert [t for t, what, _ in events(healthy) if what == "train"][:2] == [26 * 60, 46 * 60]
+    quiet = [
+        {"eval_time": f"{m}m", "alertname": "AgentRLProgressStalled", "exp_alerts": []}
+        for m in range(30, 101, 5)
+    ]
+    stuck = {
+        "eval_time": "75m",  # rollout 0 at 26m, then nothing: 26m + 30m + 15m = 71m
+        "alertname": "AgentRLProgressStalled",
+        "exp_alerts": [
+            {
+                "exp_labels": {"severity": "warning", "namespace": "rl", "experiment": "demo"},
+                "exp_annotations": {
+                    "summary": "An experiment's rollout step has not advanced.",
+                    "description": "Experiment rl/demo has been at the same rollout step for "
+                    "more than 30m while its head pod is up.",
+                    "runbook_url": "https://github.com/agentrl/agentrl/blob/main/docs/"
+                    "monitoring.md#agentrlprogressstalled",
+                },
+            }
+        ],
+    }
+    tests = [
+        timeline_test(healthy, 100, quiet),
+        timeline_test(Run(steps=1), 80, [{**quiet[0]}, stuck]),
+    ]
+    assert "SUCCESS" in run_promtool_tests(tests, tmp_path)

@@ -347,3 +347,73 @@ def test_gpu_queries_join_dcgm_series_whether_or_not_their_pod_labels_are_honour
     (tmp_path / "test.yaml").write_text(yaml.safe_dump(test))
     proc = promtool("test", "rules", "test.yaml", cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_eval_reward_by_set_draws_every_eval_pass_of_a_run(tmp_path: Path) -> None:
+    """A healthy run as the bundle's real code exports it (run_timeline): eval passes at
+    rollout 0 before training (10m), after rollout 1 (55m) and after rollout 3 (100m). Each is
+    drawn at the scrapes after it and nowhere else. The baseline pass at rollout 0 created the
+    `agentrl_eval_step` series at 0, which changes() never counts: it was never drawn."""
+    from run_timeline import EVAL_SET, SCRAPE_S, Run, events, input_series
+
+    run = Run()
+    passes = [(t, rollout) for t, what, rollout in events(run) if what == "eval"]
+    assert passes == [(600, 0), (3300, 1), (6000, 3)]
+    (expr,) = [e for where, e in queries(dashboard()) if where.startswith("Eval reward by set/")]
+    cases = []
+    for t, rollout in passes:
+        drawn = [{"labels": f'{{eval_set="{EVAL_SET}", experiment="demo"}}',
+                  "value": 0.3 + rollout / 100}]  # fmt: skip
+        cases += [{"expr": expr, "eval_time": f"{t + s}s", "exp_samples": drawn} for s in (0, 45)]
+        cases.append({"expr": expr, "eval_time": f"{t + 600}s", "exp_samples": []})
+    suite = {
+        "rule_files": [],
+        "evaluation_interval": f"{SCRAPE_S}s",
+        "tests": [
+            {
+                "interval": f"{SCRAPE_S}s",
+                "input_series": input_series(run, 110 * 60),
+                "promql_expr_test": cases,
+            }
+        ],
+    }
+    (tmp_path / "eval_test.yaml").write_text(yaml.safe_dump(suite, width=1 << 20))
+    proc = promtool("test", "rules", "eval_test.yaml", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_rollout_step_duration_draws_every_call_of_a_run(tmp_path: Path) -> None:
+    """The same run: the baseline eval pass (300 s) ends at 10m, rollout 0 (960 s) at 26m.
+    Each split's first call used to create its histogram series at count 1, which rate()
+    never counts: neither was ever drawn. The panel draws points (the query has a value only
+    in the interval after a call ended), not a line that single values never make."""
+    from run_timeline import SCRAPE_S, Run, input_series
+
+    (panel,) = [p for p in panels(dashboard()) if p["title"] == "Rollout step duration"]
+    assert panel["fieldConfig"]["defaults"]["custom"]["drawStyle"] == "points"
+    (expr,) = [e for where, e in queries(dashboard()) if where.startswith("Rollout step duration/")]
+
+    def drawn(split: str, value: float) -> dict[str, Any]:
+        return {"labels": f'{{experiment="demo", split="{split}"}}', "value": value}
+
+    numbers = f"({expr}) > -1"  # 0/0 (no call ended in the interval) is NaN: not drawn
+    cases = [
+        {"expr": numbers, "eval_time": "10m15s", "exp_samples": [drawn("eval", 300)]},
+        {"expr": numbers, "eval_time": "26m15s", "exp_samples": [drawn("train", 960)]},
+        {"expr": numbers, "eval_time": "36m", "exp_samples": []},
+        {"expr": numbers, "eval_time": "46m15s", "exp_samples": [drawn("train", 960)]},
+    ]
+    suite = {
+        "rule_files": [],
+        "evaluation_interval": f"{SCRAPE_S}s",
+        "tests": [
+            {
+                "interval": f"{SCRAPE_S}s",
+                "input_series": input_series(Run(), 60 * 60),
+                "promql_expr_test": cases,
+            }
+        ],
+    }
+    (tmp_path / "duration_test.yaml").write_text(yaml.safe_dump(suite, width=1 << 20))
+    proc = promtool("test", "rules", "duration_test.yaml", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr

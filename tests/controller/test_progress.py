@@ -75,6 +75,16 @@ def test_parse_progress(text: str, raw: dict[str, float]) -> None:
     assert progress.parse_progress(text) == raw
 
 
+def test_a_fresh_head_pod_reports_no_rollout_done() -> None:
+    """The bundle's own registry before rollout 0 finished: no rollout in the progress (it
+    exported 0 there, which `kubectl get rlx` showed as 1/200 done before any was)."""
+    from agentrl.bundle.metrics import BundleMetrics
+
+    raw = progress.parse_progress(generate_latest(BundleMetrics().registry).decode())
+    assert raw == {}
+    assert progress.progress_fields(raw, None, 200) == {"totalRollouts": 200}
+
+
 def test_parse_progress_refuses_garbage() -> None:
     with pytest.raises(ValueError):
         progress.parse_progress("this is { not prometheus")

@@ -8,6 +8,8 @@ never collide.
 
 from __future__ import annotations
 
+import math
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from agentrl.api.constants import (
@@ -16,6 +18,8 @@ from agentrl.api.constants import (
     METRIC_FAILED_SESSIONS_TOTAL,
     METRIC_PREFLIGHT_INFO,
     METRIC_ROLLOUT_STEP,
+    SPLIT_EVAL,
+    SPLIT_TRAIN,
 )
 
 PREFIX = "agentrl_"
@@ -47,8 +51,14 @@ class BundleMetrics:
             registry=r,
         )
         self.rollout_step = Gauge(
-            METRIC_ROLLOUT_STEP, "Last rollout step slime asked for.", registry=r
+            METRIC_ROLLOUT_STEP,
+            "Id of the last train rollout finished (counted from 0); NaN before the first.",
+            registry=r,
         )
+        # NaN, not prometheus_client's 0, until rollout 0 finishes: that sets 0, and a change
+        # AgentRLProgressStalled must see (changes() counts NaN -> 0, not 0 -> 0); the
+        # operator's progress skips NaN instead of showing rollout 1 done before any is.
+        self.rollout_step.set(math.nan)
         self.batch_reward_mean = Gauge(
             METRIC_BATCH_REWARD_MEAN,
             "Mean raw episode reward of the last batch.",
@@ -172,6 +182,10 @@ class BundleMetrics:
             buckets=STEP_BUCKETS,
             registry=r,
         )
+        # One observation per rollout call: a split's series created by its first call would
+        # start at count 1, and rate() never sees that first train step or eval pass.
+        for split in (SPLIT_TRAIN, SPLIT_EVAL):
+            self.rollout_step_seconds.labels(split)
         self.rollout_total_steps = Gauge(
             PREFIX + "rollout_total_steps",
             "Rollout steps the run is asked for (spec.grpo.numRollouts): progress and ETA.",
