@@ -170,6 +170,13 @@ def slime_preload(row: str, pylib: Path) -> dict[str, str | None]:
     return result
 
 
+def slime_eval(row: str, case: dict[str, Any]) -> dict[str, Any]:
+    """The dict the row's own eval logging logs for one eval pass of agentrl's rollout, or
+    `{"error": ...}`, with agentrl's own eval gauges (see upstream_site/slime_eval)."""
+    result: dict[str, Any] = _run_site(row, [str(SITE / "slime_eval.py")], case, timeout=300)
+    return result
+
+
 def slime_wandb(row: str, argv: list[str]) -> dict[str, str | None]:
     """What the row's own `init_wandb_primary` passes to `wandb.init` (entity, project, group,
     name) for `argv`, or `{"error": ...}` (see upstream_site/slime_wandb)."""

@@ -193,7 +193,6 @@ UNHONOURED: Final = tuple(
         (
             (
                 "--eval-prompt-data",
-                "--n-samples-per-eval-prompt",
                 "--eval-temperature",
                 "--eval-top-p",
                 "--eval-top-k",
@@ -215,7 +214,7 @@ UNHONOURED: Final = tuple(
 # Where the spec's own slime flags come from in the composed command (only these are judged
 # against REPLACED and UNHONOURED: agentrl renders some of those flags itself, from spec.grpo).
 EXTRA_ARGS_ORIGIN: Final = "spec.runtime.extraArgs"
-# slime flags a spec.grpo field replaces: refused in extraArgs, with the field to use.
+# slime flags a spec field replaces: refused in extraArgs, with the field to use.
 REPLACED: Final = {
     "--over-sampling-batch-size": "spec.grpo.overSamplingBatchSize",
     "--dynamic-sampling-filter-path": "spec.grpo.dynamicSamplingFilter",
@@ -223,6 +222,21 @@ REPLACED: Final = {
     "--mask-offpolicy-in-partial-rollout": "spec.grpo.offPolicyTokens",
     "--disable-rewards-normalization": "spec.grpo.rewardNormalization.mode",
     "--disable-grpo-std-normalization": "spec.grpo.rewardNormalization.std",
+    "--n-samples-per-eval-prompt": "spec.data.eval[].samplesPerPrompt",
+}
+# Why a REPLACED flag is refused, where it is not only read by what agentrl replaces.
+_REPLACED_WHY: Final = {
+    # slime's eval logging (RolloutManager.eval, which runs on agentrl's eval output) groups
+    # the per-episode eval rewards by it for pass@k (--log-passrate): a value other than the
+    # sets' samplesPerPrompt fails its assert, or pairs episodes of different prompts.
+    # https://github.com/THUDM/slime/blob/fa3c990af6f18efd3fd9922698bf4bf4048d1263/slime/ray/rollout.py#L1273-L1279
+    # https://github.com/THUDM/slime/blob/624b824a898ab0ec1fcb4d373004c7f3852bf515/slime/observability/rollout_metrics.py#L238-L245
+    "--n-samples-per-eval-prompt": (
+        "slime's eval logging groups agentrl's per-episode eval rewards by it for pass@k "
+        "(--log-passrate), while agentrl runs each eval set's samplesPerPrompt (and renders "
+        "this flag from it): another value fails slime's pass@k assert at the eval, or "
+        "groups episodes of different prompts together"
+    ),
 }
 
 
@@ -244,10 +258,12 @@ def refused(parts: Sequence[ArgRun]) -> list[tuple[str, Seen, str]]:
     for flag, field in REPLACED.items():
         seen = lookup(flag)
         if seen is not None:
-            why = (
+            reason = _REPLACED_WHY.get(
+                flag,
                 "only slime's default rollout and reward normaliser read it, and agentrl "
-                f"replaces them. Fix: remove it and set {field}"
+                "replaces them",
             )
+            why = f"{reason}. Fix: remove it and set {field}"
             out.append((flag, seen, why))
     return out
 

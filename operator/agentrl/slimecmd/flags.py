@@ -186,7 +186,14 @@ def eval_args(spec: RLExperimentSpec, eval_config_path: str) -> list[str]:
         return []
     args = ["--eval-interval", str(spec.data.eval_interval)]
     if eval_sets_differ(sets):
-        return [*args, "--eval-config", eval_config_path]
+        args += ["--eval-config", eval_config_path]
+        sizes = {s.samples_per_prompt for s in sets}
+        if len(sizes) == 1:
+            # slime's eval logging groups every set's rewards for pass@k by this one global
+            # flag, never by the eval config's per-set value (left at 1, it logs no pass@k):
+            # https://github.com/THUDM/slime/blob/624b824a898ab0ec1fcb4d373004c7f3852bf515/slime/observability/rollout_metrics.py#L238-L245
+            args += ["--n-samples-per-eval-prompt", str(sizes.pop())]
+        return args
     first = sets[0]
     args.append("--eval-prompt-data")
     for s in sets:

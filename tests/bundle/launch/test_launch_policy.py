@@ -38,15 +38,9 @@ SLIMES_OWN = (
     "slime/utils/eval_config.py",  # defaults of slime's own eval datasets
 )
 DEFINES = "slime/utils/arguments.py"
-# Read on agentrl's path, but only to log: slime groups eval rewards by it for pass@k, while
-# agentrl's eval uses spec.data.eval[].samplesPerPrompt (which it also renders as this flag).
-# (slime/ray/rollout.py at fa3c990; its own metrics module at 624b824.)
-LOGGED_ONLY = {
-    "--n-samples-per-eval-prompt": {
-        "slime/ray/rollout.py",
-        "slime/observability/rollout_metrics.py",
-    }
-}
+# Read on agentrl's path, but only to log (none today: --n-samples-per-eval-prompt, which
+# slime's eval logging groups agentrl's eval rewards by for pass@k, is refused in extraArgs).
+LOGGED_ONLY: dict[str, set[str]] = {}
 # The step of slime's own code each refused flag fails (slime_run's sample readers).
 FAILS_AT = {
     "--rollout-top-p": (["--rollout-top-p", "0.9"], "top_p_replay", "ValueError: rollout_top_p"),

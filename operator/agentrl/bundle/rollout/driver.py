@@ -216,6 +216,12 @@ async def eval_batch(
         stats = batch_stats(outcomes)
         ctx.recorder.eval_set_finished(eval_set.name, rollout_id, stats.reward_mean)
         metrics[f"eval/{eval_set.name}/failed_ratio"] = stats.failed / max(1, stats.episodes)
+        # slime's own eval/<name> is the mean of `rewards`, one per episode so that pass@k
+        # can group them: a failed episode counts there as 0. agentrl's eval figure
+        # (agentrl_eval_reward_mean, status.evalReward) leaves failures out, so W&B gets it
+        # too, under its own name:
+        # https://github.com/THUDM/slime/blob/624b824a898ab0ec1fcb4d373004c7f3852bf515/slime/observability/rollout_metrics.py#L232
+        metrics[f"eval/{eval_set.name}/task_reward_mean"] = stats.reward_mean
         metrics[f"eval/{eval_set.name}/episodes"] = stats.episodes
     await settle_engines(ctx, "Eval", rollout_id)
     stats = batch_stats(all_outcomes)

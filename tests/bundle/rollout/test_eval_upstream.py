@@ -1,0 +1,98 @@
+"""An eval pass of agentrl's rollout, logged by slime's own eval logging at each pinned commit.
+
+slime's RolloutManager.eval hands what `generate_rollout(..., evaluation=True)` returns to its
+eval logging (`eval/<name>` is the mean of `rewards`, pass@k groups `rewards` by the global
+`--n-samples-per-eval-prompt`). tests/support/upstream_site/slime_eval.py runs the eval pass on
+slime's own `Sample` and that logging on it, with the flags agentrl renders for the spec.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.support import slime_upstream
+
+from agentrl.api.models import RLExperimentSpec
+from agentrl.api.slime_flags import judge_extra_args
+from agentrl.slimecmd import flags
+
+from .doubles import runtime_config
+
+ROWS = slime_upstream.ROWS
+
+
+def _rows(path: Path, rows: list[dict[str, Any]]) -> str:
+    path.write_text("".join(json.dumps({"prompt": f"q{i}", "metadata": r}) + "\n"
+                            for i, r in enumerate(rows)))  # fmt: skip
+    return str(path)
+
+
+def _rendered(sets: list[dict[str, Any]]) -> list[str]:
+    """The eval flags agentrl renders for these sets (launcher's compose)."""
+    spec: RLExperimentSpec = runtime_config(eval_sets=sets).spec
+    return flags.eval_args(spec, "/tmp/agentrl/slime-eval-config.yaml")
+
+
+@pytest.mark.parametrize("row", ROWS)
+def test_slime_logs_pass_at_k_of_an_eval_pass_with_the_rendered_flags(
+    row: str, tmp_path: Path
+) -> None:
+    path = _rows(tmp_path / "e.jsonl", [{"id": 0, "reward": 1}, {"id": 1, "reward": [1, 0]}])
+    sets = [{"name": "e", "path": path, "samplesPerPrompt": 2}]
+    got = slime_upstream.slime_eval(row, {"argv": [*_rendered(sets), "--log-passrate"],
+                                          "sets": sets, "rollout_id": 9})  # fmt: skip
+    log = got["log"]
+    assert log["eval/e"] == 0.75 and log["eval/e-truncated_ratio"] == 0.0
+    assert (log["eval/e-pass@1"], log["eval/e-pass@2"]) == (0.75, 1.0)
+    assert log["eval/step"] == 9.0
+
+
+@pytest.mark.parametrize("row", ROWS)
+def test_n_samples_per_eval_prompt_in_extra_args_is_refused(row: str, tmp_path: Path) -> None:
+    """slime groups agentrl's eval rewards for pass@k by --n-samples-per-eval-prompt; a value
+    in extraArgs (argparse keeps the last) that is not the sets' samplesPerPrompt fails
+    slime's assert at the eval, hours into a run. It used to be warned as having no effect."""
+    path = _rows(tmp_path / "e.jsonl", [{"id": i, "reward": i % 2} for i in range(3)])
+    sets = [{"name": "e", "path": path, "samplesPerPrompt": 1}]
+    extra = ["--n-samples-per-eval-prompt", "2", "--log-passrate"]
+    got = slime_upstream.slime_eval(row, {"argv": [*_rendered(sets), *extra], "sets": sets})
+    assert got["error"].startswith("AssertionError: len(flat_rewards)=3")
+
+    [(index, is_error, message)] = judge_extra_args(extra)
+    assert (index, is_error) == (0, True)
+    assert "pass@k" in message and "spec.data.eval[].samplesPerPrompt" in message
+
+
+@pytest.mark.parametrize("row", ROWS)
+def test_eval_sets_in_an_eval_config_still_get_pass_at_k(row: str, tmp_path: Path) -> None:
+    """Sets that differ in temperature only go to slime as --eval-config; slime's pass@k reads
+    the global flag alone, which agentrl renders too when every set has the same size."""
+    path = _rows(tmp_path / "e.jsonl", [{"id": 0, "reward": [1, 0]}])
+    sets = [
+        {"name": "greedy", "path": path, "samplesPerPrompt": 2},
+        {"name": "hot", "path": path, "samplesPerPrompt": 2, "temperature": 1.0},
+    ]
+    argv = _rendered(sets)
+    assert "--eval-config" in argv
+    got = slime_upstream.slime_eval(row, {"argv": [*argv, "--log-passrate"], "sets": sets})
+    log = got["log"]
+    assert (log["eval/greedy-pass@1"], log["eval/greedy-pass@2"]) == (0.5, 1.0)
+    assert "eval/hot-pass@2" in log
+
+
+@pytest.mark.parametrize("row", ROWS)
+def test_agentrls_eval_reward_is_logged_beside_slimes(row: str, tmp_path: Path) -> None:
+    """A failed episode is 0 in slime's eval/<name> (rewards stay one per episode for pass@k);
+    agentrl's eval reward (agentrl_eval_reward_mean, status.evalReward) leaves it out. W&B
+    gets both, so the figure on the status is the one W&B shows too."""
+    rows = [{"id": 0, "reward": 1}, {"id": 1, "reward": 0}, {"id": 2, "behavior": "error"}]
+    sets = [{"name": "e", "path": _rows(tmp_path / "e.jsonl", rows), "samplesPerPrompt": 2}]
+    got = slime_upstream.slime_eval(row, {"argv": _rendered(sets), "sets": sets})
+    log = got["log"]
+    assert log["eval/e"] == pytest.approx(1 / 3)  # slime's: the 2 failed episodes as 0
+    assert log["eval/e/failed_ratio"] == pytest.approx(1 / 3)
+    assert got["gauges"] == {"e": 0.5}
+    assert log["eval/e/task_reward_mean"] == got["gauges"]["e"]
