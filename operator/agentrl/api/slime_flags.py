@@ -132,7 +132,8 @@ REFUSALS: Final = (
         "(compute_pass_rate); agentrl returns one sample per sequence, so the first step "
         "with an episode whose trace broke into several sequences stops training there",
         "drop it: agentrl_episode_reward and agentrl/episode_reward_mean are per episode, "
-        "and eval/<name> is slime's per-episode eval mean",
+        "eval/<name> is slime's per-episode eval mean and eval/<name>/pass@<k> agentrl's "
+        "eval pass@k",
     ),
     Refusal(
         "--opd-type",

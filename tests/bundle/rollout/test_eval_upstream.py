@@ -61,7 +61,7 @@ def test_n_samples_per_eval_prompt_in_extra_args_is_refused(row: str, tmp_path: 
     got = slime_upstream.slime_eval(row, {"argv": [*_rendered(sets), *extra], "sets": sets})
     assert got["error"].startswith("AssertionError: len(flat_rewards)=3")
 
-    [(index, is_error, message)] = judge_extra_args(extra)
+    [(index, is_error, message)] = judge_extra_args(extra[:2])  # --log-passrate: its own
     assert (index, is_error) == (0, True)
     assert "pass@k" in message and "spec.data.eval[].samplesPerPrompt" in message
 
@@ -96,3 +96,24 @@ def test_agentrls_eval_reward_is_logged_beside_slimes(row: str, tmp_path: Path) 
     assert log["eval/e/failed_ratio"] == pytest.approx(1 / 3)
     assert got["gauges"] == {"e": 0.5}
     assert log["eval/e/task_reward_mean"] == got["gauges"]["e"]
+
+
+@pytest.mark.parametrize("row", ROWS)
+def test_agentrls_eval_pass_at_k_is_slimes(row: str, tmp_path: Path) -> None:
+    """--log-passrate is refused (slime's train-side pass@k asserts one sample per episode),
+    so agentrl logs eval pass@k itself: the same figures slime's own pass@k gives for the
+    same pass, a failed episode counted as no pass."""
+    rows = [
+        {"id": 0, "reward": 1},
+        {"id": 1, "reward": [1, 0, 0, 0]},
+        {"id": 2, "reward": [0, 1, 1, 0]},
+        {"id": 3, "behavior": "error"},
+    ]
+    sets = [{"name": "e", "path": _rows(tmp_path / "e.jsonl", rows), "samplesPerPrompt": 4}]
+    got = slime_upstream.slime_eval(row, {"argv": [*_rendered(sets), "--log-passrate"],
+                                          "sets": sets})  # fmt: skip
+    log = got["log"]
+    for k in (1, 2, 4):
+        assert log[f"eval/e/pass@{k}"] == pytest.approx(log[f"eval/e-pass@{k}"]), k
+    assert log["eval/e/pass@1"] == pytest.approx((1 + 0.25 + 0.5 + 0) / 4)
+    assert "eval/e/pass@8" not in log

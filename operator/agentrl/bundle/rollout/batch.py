@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
@@ -142,6 +143,28 @@ def batch_stats(outcomes: Sequence[Sequence[EpisodeOutcome]]) -> BatchStats:
         dropped_over_budget=sum(m.dropped_over_budget for m in merges),
         clipped_segments=sum(m.clipped_segments for m in merges),
     )
+
+
+def pass_at_k(outcomes: Sequence[Sequence[EpisodeOutcome]]) -> dict[int, float]:
+    """pass@k over the groups (prompts) for k = 1, 2, 4, ... up to the smallest group: the
+    unbiased estimate 1 - C(n - c, k) / C(n, k) per prompt (n episodes, c of them with reward
+    exactly 1, as slime's `compute_pass_rate` counts them; a failed episode is not a pass),
+    averaged over the prompts. Each group is taken at its own size, so eval sets of
+    different `samplesPerPrompt` each get theirs (slime's has one global group size)."""
+    groups = [g for g in outcomes if g]
+    if not groups:
+        return {}
+    smallest = min(len(g) for g in groups)
+    out: dict[int, float] = {}
+    k = 1
+    while k <= smallest:
+        per_prompt = []
+        for g in groups:
+            n, c = len(g), sum(o.failure is None and o.reward == 1 for o in g)
+            per_prompt.append(1.0 - math.comb(n - c, k) / math.comb(n, k))
+        out[k] = sum(per_prompt) / len(per_prompt)
+        k *= 2
+    return out
 
 
 def group_samples(outcomes: Sequence[Sequence[EpisodeOutcome]]) -> list[list[SampleFields]]:

@@ -27,7 +27,13 @@ from dataclasses import replace
 from typing import Any
 
 from agentrl.api.runtime import RuntimeConfig
-from agentrl.bundle.rollout.batch import RolloutContext, batch_stats, group_samples, run_groups
+from agentrl.bundle.rollout.batch import (
+    RolloutContext,
+    batch_stats,
+    group_samples,
+    pass_at_k,
+    run_groups,
+)
 from agentrl.bundle.rollout.episode import EpisodeInput, EpisodeOutcome
 from agentrl.bundle.rollout.filters import load_filter
 from agentrl.bundle.rollout.inputs import eval_spec, load_eval_groups, train_spec, wandb_run_url
@@ -223,6 +229,10 @@ async def eval_batch(
         # https://github.com/THUDM/slime/blob/624b824a898ab0ec1fcb4d373004c7f3852bf515/slime/observability/rollout_metrics.py#L232
         metrics[f"eval/{eval_set.name}/task_reward_mean"] = stats.reward_mean
         metrics[f"eval/{eval_set.name}/episodes"] = stats.episodes
+        # slime's own pass@k comes with --log-passrate, which is refused (its train-side
+        # pass@k asserts one sample per episode): agentrl logs the eval figure itself.
+        for k, value in pass_at_k(outcomes).items():
+            metrics[f"eval/{eval_set.name}/pass@{k}"] = value
     await settle_engines(ctx, "Eval", rollout_id)
     stats = batch_stats(all_outcomes)
     ctx.recorder.batch_finished("eval", rollout_id, stats.reward_mean)
