@@ -260,3 +260,31 @@ def test_hub_ids_and_control_characters_in_model_paths(path: str, ok: bool) -> N
     assert (exp is not None) is ok, problems
     if not ok:
         assert [p.path for p in problems] == ["spec.model.path"]
+
+
+@pytest.mark.parametrize(
+    ("interval", "rollouts", "words"),
+    [(10, 25, "after rollout 20"), (30, 25, "only before training")],
+)
+def test_an_eval_interval_that_misses_the_final_weights_is_warned(
+    interval: int, rollouts: int, words: str
+) -> None:
+    """slime forces a save after the last rollout but not an eval: with numRollouts 25 and
+    evalInterval 10 the weights after rollouts 21-25 are never evaluated (unless an epoch
+    of the data happens to end there)."""
+    body = minimal_body(
+        data={"train": "/data/train.jsonl", "eval": [{"name": "e", "path": "/data/e.jsonl"}],
+              "evalInterval": interval},
+        grpo={"numRollouts": rollouts},
+    )  # fmt: skip
+    exp, problems = parse_experiment(body)
+    assert exp is not None
+    (warning,) = problems
+    assert (warning.severity, warning.path) == ("warning", "spec.data.evalInterval")
+    assert words in warning.message and "multiple of evalInterval" in warning.hint
+    assert errors(problems) == []
+    body["spec"]["grpo"]["numRollouts"] = 2 * interval  # divides: nothing to say
+    assert parse_experiment(body)[1] == []
+    del body["spec"]["data"]["eval"]  # no eval sets: no eval at all
+    body["spec"]["grpo"]["numRollouts"] = rollouts
+    assert parse_experiment(body)[1] == []

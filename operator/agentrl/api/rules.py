@@ -453,6 +453,28 @@ def eval_sets(exp: RLExperiment) -> Iterator[Finding]:
         yield err(f"spec.data.eval[{i}].name", f"duplicate eval set {name!r}", "rename it")
 
 
+def final_eval(exp: RLExperiment) -> Iterator[Finding]:
+    """Warning: eval sets, and `data.evalInterval` does not divide `grpo.numRollouts`: slime
+    evaluates after every `evalInterval`-th rollout and at the end of each pass over the data,
+    but never forces an eval after the last rollout as it forces a checkpoint save, so the
+    final weights may go unevaluated."""
+    # train.py calls should_run_periodic_action without num_rollout for the eval only, at
+    # both supported slime commits, e.g.
+    # https://github.com/THUDM/slime/blob/624b824a898ab0ec1fcb4d373004c7f3852bf515/train.py
+    data, rollouts = exp.spec.data, exp.spec.grpo.num_rollouts
+    if data.eval and rollouts % data.eval_interval:
+        last = rollouts // data.eval_interval * data.eval_interval
+        after = f"after rollout {last}" if last else "only before training (rollout 0)"
+        yield warn(
+            "spec.data.evalInterval",
+            f"evalInterval {data.eval_interval} does not divide grpo.numRollouts {rollouts}: "
+            f"slime evaluates {after} and at the end of each pass over the data, never after "
+            "the last rollout, so the final weights may go unevaluated",
+            f"set numRollouts to a multiple of evalInterval (e.g. {last + data.eval_interval})"
+            " or evalInterval to a divisor of numRollouts",
+        )
+
+
 def gateway_service(exp: RLExperiment) -> Iterator[Finding]:
     """The gateway port is free on the head pod; source ranges only with a LoadBalancer, and valid
     CIDRs.
@@ -668,6 +690,7 @@ ALL_RULES: tuple[Rule, ...] = (
     shm_fits_memory,
     image_pinned,
     eval_sets,
+    final_eval,
     gateway_service,
     env_vars,
     preflight,
