@@ -280,6 +280,32 @@ def test_a_retry_gets_its_own_startup_clock() -> None:
     assert conditions.get(st, C.STALLED)["reason"] == "StartupDeadlineExceeded"  # type: ignore[index]
 
 
+def test_a_retry_after_a_long_run_is_not_stalled_while_kuberay_tears_it_down() -> None:
+    """While KubeRay tears a failed attempt's cluster down (Retrying, then New), its status
+    still carries that attempt's startTime: after ten hours of training, the next attempt
+    was reported Stalled at once, with a Warning event and a transition time nine hours in
+    the past. The end of the Running attempt starts the next one's clock."""
+    began = "2026-01-01T00:00:30Z"
+    running = {"jobDeploymentStatus": "Running", "jobStatus": "RUNNING", "startTime": began}
+    st = status.apply_observed(created(), status.Observed(running, created=T0,
+                               startup_deadline=3600), T1)  # fmt: skip
+    ended = "2026-01-01T10:00:00Z"
+    for deployment, job in (("Retrying", "FAILED"), ("", "")):
+        between = {"jobDeploymentStatus": deployment, "jobStatus": job, "failed": 1,
+                   "startTime": began}  # fmt: skip
+        seen = status.Observed(between, created=T0, startup_deadline=3600)
+        after = status.apply_observed(st, seen, ended)
+        assert after["phase"] in (Phase.INITIALIZING, Phase.PENDING)
+        assert not conditions.is_true(after, C.STALLED), conditions.get(after, C.STALLED)
+        assert "Stalled" not in [e.reason for e in conditions.events_between(st, after)]
+        st = after
+    # The teardown itself has the whole deadline: stuck in it for longer is Stalled.
+    late = status.apply_observed(st, seen, "2026-01-01T11:00:01Z")
+    cond = conditions.get(late, C.STALLED)
+    assert cond is not None and cond["status"] == "True"
+    assert cond["lastTransitionTime"] == "2026-01-01T11:00:00Z" and ended in cond["message"]
+
+
 def test_events_on_transitions_only() -> None:
     st = created()
     assert conditions.events_between({}, st) == []  # the first Pending is not news

@@ -325,16 +325,23 @@ def startup_overdue(
 
 def startup_clock(st: Mapping[str, Any], seen: Observed) -> datetime | None:
     """When the startup deadline's clock started: creation, the last resume (Suspended
-    turning False), or the start of KubeRay's current attempt (its status.startTime, set anew
+    turning False), the end of a Running attempt (Running turning False: KubeRay is
+    retrying), or the start of KubeRay's current attempt (its status.startTime, set anew
     for each backoffLimit retry, the clock KubeRay's own preRunningDeadlineSeconds uses), so
-    a retry gets its own."""
+    a retry gets its own.
+
+    KubeRay stamps startTime only when an attempt begins Initializing; while it tears the
+    failed attempt's cluster down (`Retrying`, then `New`) startTime is still the previous
+    attempt's, which may have started days ago. The end of the Running attempt starts the
+    next one's clock in between."""
     starts: list[str] = [seen.created] if seen.created else []
     attempt = (seen.rayjob or {}).get("startTime")
     if isinstance(attempt, str) and attempt:
         starts.append(attempt)
-    resumed = conditions.get(st, C.SUSPENDED)
-    if resumed and resumed.get("status") == "False" and resumed.get("lastTransitionTime"):
-        starts.append(str(resumed["lastTransitionTime"]))
+    for ctype in (C.SUSPENDED, C.RUNNING):
+        ended = conditions.get(st, ctype)
+        if ended and ended.get("status") == "False" and ended.get("lastTransitionTime"):
+            starts.append(str(ended["lastTransitionTime"]))
     return max((parse_time(s) for s in starts), default=None)
 
 
