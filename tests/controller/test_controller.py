@@ -83,3 +83,27 @@ async def test_a_rayjob_event_during_the_reconcile_costs_no_second_write(moment:
     kinds = [what for method, what, _ in kube.writes if method == "POST"]
     assert sorted(kinds[:4]) == ["ConfigMap", "ConfigMap", "Service", "Service"]
     assert kinds[4] == "RayJob"
+
+
+async def test_an_experiment_being_deleted_gets_no_new_children() -> None:
+    """Deleting with finalizers (foreground propagation, or another controller's finalizer)
+    sets deletionTimestamp and moves the generation, which the operator reconciles. Once
+    the garbage collector and KubeRay had removed the RayJob, that reconcile created the
+    ConfigMaps, Services and RayJob again: a new Ray cluster for an experiment on its way
+    out. Now an experiment being deleted gets no writes but its status."""
+    kube = FakeKube()
+    config = OperatorConfig(image="runtime@sha256:" + "1" * 64)  # a test value, never pulled
+    controller = Controller(kube, config, {"agentrl/__init__.py": ""},  # type: ignore[arg-type]
+                            OperatorMetrics(), clock=lambda: NOW)  # fmt: skip
+    body = experiment()
+    body["metadata"].update(generation=2, deletionTimestamp=NOW,
+                            finalizers=["foregroundDeletion"])  # fmt: skip
+    running = {"jobDeploymentStatus": "Running", "jobStatus": "RUNNING"}
+    body["status"] = {"phase": "Running", "rayJobName": "demo", "observedGeneration": 1,
+                      "rayJob": running}  # fmt: skip
+    await controller.on_experiment(body)
+    await controller._attempt(("rl", "demo"))
+    children = [(method, what) for method, what, _ in kube.writes
+                if what not in ("RLExperiment/status", "Event")]  # fmt: skip
+    assert children == []
+    assert controller.experiments[("rl", "demo")].reconciled == 2  # not retried either

@@ -264,7 +264,7 @@ class Controller:
         )
         if parsed is not None:
             exp.metrics_service = metrics_service_name(parsed)
-        if parsed is None or exp.finished:
+        if parsed is None or exp.finished or exp.deleting:
             await self.sync(exp, outcome)
             return "invalid" if parsed is None else "ok"
         kids = render_all(parsed, self.defaults, self.bundle)

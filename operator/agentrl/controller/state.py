@@ -98,6 +98,14 @@ class Experiment:
         return bool(st.get("phase") in (Phase.SUCCEEDED, Phase.FAILED) and not spec_failure)
 
     @property
+    def deleting(self) -> bool:
+        """Deleted, and held by a finalizer (foreground deletion waits for the garbage
+        collector to remove the children; another controller may hold it too). Setting
+        deletionTimestamp moves the generation, so it is reconciled, but never with writes
+        to children: whatever is created now is only collected again."""
+        return bool(self.body["metadata"].get("deletionTimestamp"))
+
+    @property
     def startup_deadline(self) -> int:
         """spec.startupDeadlineSeconds in force (its default when unset)."""
         return startup_deadline(self.spec.get("startupDeadlineSeconds"))
