@@ -177,12 +177,14 @@ def test_cluster_wide_account_can_do_exactly_what_the_operator_needs(
 def test_scoped_account_is_limited_to_its_namespaces(installed: KubeHarness) -> None:
     sa = "system:serviceaccount:scoped:scoped-agentrl"  # release name + chart name
     assert can_i(installed, sa, "watch", "rlexperiments.agentrl.io", "team-a")
+    assert can_i(installed, sa, "get", "rlexperiments.agentrl.io", "team-a")  # its RayJob gone
     assert can_i(installed, sa, "create", "rayjobs.ray.io", "team-a")
     assert can_i(installed, sa, "list", "customresourcedefinitions.apiextensions.k8s.io", None)
     assert can_i_named(installed, sa, "get", "customresourcedefinitions.apiextensions.k8s.io",
                        "rayjobs.ray.io")  # fmt: skip
     for ns in ("team-b", "rl"):
         assert not can_i(installed, sa, "list", "rlexperiments.agentrl.io", ns)
+        assert not can_i(installed, sa, "get", "rlexperiments.agentrl.io", ns)
         assert not can_i(installed, sa, "create", "configmaps", ns)
     assert not can_i(installed, sa, "list", "rlexperiments.agentrl.io", None)  # cluster-wide
     for verb, name in FORBIDDEN:

@@ -9,10 +9,12 @@ from chart_helpers import CHART, RELEASE, find, one, render
 from agentrl.controller.kube import PLURALS
 
 # (apiGroup, resource) -> verbs. The single source the e2e `kubectl auth can-i` test also uses.
-# The operator never GETs an RLExperiment, its status or a pod: kopf lists and watches them, and
-# the controller's client (agentrl.controller.kube) only PATCHes the status.
+# kopf lists and watches RLExperiments and pods; the controller's client (agentrl.controller.kube)
+# PATCHes the status, and GETs an RLExperiment only when its RayJob disappears (deleted by hand,
+# or by the garbage collector with the experiment: the watches' order cannot tell). Never a
+# pod or the status subresource.
 NAMESPACED: dict[tuple[str, str], set[str]] = {
-    ("agentrl.io", "rlexperiments"): {"list", "watch"},
+    ("agentrl.io", "rlexperiments"): {"get", "list", "watch"},
     ("agentrl.io", "rlexperiments/status"): {"patch"},
     ("agentrl.io", "rlexperiments/finalizers"): {"update"},
     ("ray.io", "rayjobs"): {"get", "list", "watch", "create", "patch"},

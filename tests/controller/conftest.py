@@ -78,7 +78,13 @@ class Api:
 
     def __init__(self, emulator: OperatorEmulator, url: str) -> None:
         self.emu, self.url = emulator, url
-        self.http = aiohttp.ClientSession(headers={"User-Agent": "agentrl-tests"})
+        # A connection per request: when kopf.operator() stops, it cancels every task created
+        # while it ran (it cannot tell its own from others'), the emulator's handlers of this
+        # client's keep-alive connections included; a request sent on such a connection after
+        # `OperatorRun.stop()` (a change made while no operator runs) was never answered.
+        connector = aiohttp.TCPConnector(force_close=True)
+        self.http = aiohttp.ClientSession(connector=connector,
+                                          headers={"User-Agent": "agentrl-tests"})  # fmt: skip
 
     async def create(self, obj: dict[str, Any]) -> dict[str, Any]:
         path = _collection(obj["apiVersion"], obj["metadata"].get("namespace"), _plural(obj))

@@ -13,9 +13,13 @@ import pytest
 from tests.conftest import minimal_body
 from tests.support.kmock_api import kuberay_crd
 
+from agentrl.api.constants import ConditionType
+from agentrl.controller import conditions
 from agentrl.controller.config import OperatorConfig
+from agentrl.controller.kube import KubeError
 from agentrl.controller.metrics import OperatorMetrics
 from agentrl.controller.reconcile import Controller
+from agentrl.controller.sweep import sweep
 
 NOW = "2026-01-01T00:00:00Z"
 UID = "uid-1"
@@ -28,6 +32,8 @@ class FakeKube:
     def __init__(self) -> None:
         self.writes: list[tuple[str, str, dict[str, Any] | None]] = []
         self.during: dict[str, Any] = {}
+        self.objects: dict[str, Any] = {}  # kind -> the one object GET returns (else none)
+        self.get_fails: dict[str, BaseException] = {}  # kind -> what its GET raises
 
     async def _hook(self, what: str) -> None:
         callback = self.during.pop(what, None)
@@ -40,7 +46,9 @@ class FakeKube:
         return ({"status": {}} if want_body else {}), None
 
     async def get(self, api: str, kind: str, *_: Any) -> Any:
-        return kuberay_crd() if kind == "CustomResourceDefinition" else None
+        if kind in self.get_fails:
+            raise self.get_fails[kind]
+        return kuberay_crd() if kind == "CustomResourceDefinition" else self.objects.get(kind)
 
     async def patch(self, api: str, kind: str, ns: str, name: str, patch: dict[str, Any],
                     *, subresource: str | None = None) -> bool:  # fmt: skip
@@ -56,6 +64,12 @@ def experiment() -> dict[str, Any]:
     body = minimal_body()
     body["metadata"].update(uid=UID, generation=1, creationTimestamp=NOW)
     return body
+
+
+def controller_on(kube: FakeKube) -> Controller:
+    config = OperatorConfig(image="runtime@sha256:" + "1" * 64)  # a test value, never pulled
+    return Controller(kube, config, {"agentrl/__init__.py": ""},  # type: ignore[arg-type]
+                      OperatorMetrics(), clock=lambda: NOW)  # fmt: skip
 
 
 def rayjob_event(status: dict[str, Any]) -> dict[str, Any]:
@@ -83,3 +97,173 @@ async def test_a_rayjob_event_during_the_reconcile_costs_no_second_write(moment:
     kinds = [what for method, what, _ in kube.writes if method == "POST"]
     assert sorted(kinds[:4]) == ["ConfigMap", "ConfigMap", "Service", "Service"]
     assert kinds[4] == "RayJob"
+
+
+async def test_an_experiment_being_deleted_gets_no_new_children() -> None:
+    """Deleting with finalizers (foreground propagation, or another controller's finalizer)
+    sets deletionTimestamp and moves the generation, which the operator reconciles. Once
+    the garbage collector and KubeRay had removed the RayJob, that reconcile created the
+    ConfigMaps, Services and RayJob again: a new Ray cluster for an experiment on its way
+    out. Now an experiment being deleted gets no writes but its status."""
+    kube = FakeKube()
+    config = OperatorConfig(image="runtime@sha256:" + "1" * 64)  # a test value, never pulled
+    controller = Controller(kube, config, {"agentrl/__init__.py": ""},  # type: ignore[arg-type]
+                            OperatorMetrics(), clock=lambda: NOW)  # fmt: skip
+    body = experiment()
+    body["metadata"].update(generation=2, deletionTimestamp=NOW,
+                            finalizers=["foregroundDeletion"])  # fmt: skip
+    running = {"jobDeploymentStatus": "Running", "jobStatus": "RUNNING"}
+    body["status"] = {"phase": "Running", "rayJobName": "demo", "observedGeneration": 1,
+                      "rayJob": running}  # fmt: skip
+    await controller.on_experiment(body)
+    await controller._attempt(("rl", "demo"))
+    children = [(method, what) for method, what, _ in kube.writes
+                if what not in ("RLExperiment/status", "Event")]  # fmt: skip
+    assert children == []
+    assert controller.experiments[("rl", "demo")].reconciled == 2  # not retried either
+
+
+RUNNING = {"jobDeploymentStatus": "Running", "jobStatus": "RUNNING"}
+
+
+def child_writes(kube: FakeKube) -> list[tuple[str, str]]:
+    return [(method, what) for method, what, _ in kube.writes
+            if what not in ("RLExperiment/status", "Event")]  # fmt: skip
+
+
+def events(kube: FakeKube) -> list[tuple[str, str]]:
+    return [(e["type"], e["reason"]) for _, what, e in kube.writes if what == "Event" and e]
+
+
+async def test_a_rayjob_deleted_by_hand_fails_the_running_experiment() -> None:
+    """`kubectl delete rayjob demo` while it runs: the pods go with it, so the experiment is
+    Failed (RayJobDeleted) with one Warning event, not Running for ever without pods."""
+    kube = FakeKube()
+    controller = controller_on(kube)
+    await controller.on_experiment(experiment())
+    await controller._attempt(("rl", "demo"))
+    await controller.on_rayjob(rayjob_event(RUNNING))
+    exp = controller.experiments[("rl", "demo")]
+    assert exp.status["phase"] == "Running"
+    kube.objects["RLExperiment"] = experiment()  # still there, not being deleted
+    kube.writes.clear()
+    await controller.on_rayjob(rayjob_event(RUNNING), deleted=True)
+    st = exp.status
+    assert st["phase"] == "Failed"
+    assert conditions.get(st, ConditionType.FAILED)["reason"] == "RayJobDeleted"  # type: ignore[index]
+    assert events(kube) == [("Warning", "RayJobDeleted")]
+    assert child_writes(kube) == []
+    # A new generation (a spec edit) creates nothing: the run is over.
+    body = experiment()
+    body["metadata"]["generation"] = 2
+    body["status"] = st
+    await controller.on_experiment(body)
+    await controller._attempt(("rl", "demo"))
+    assert child_writes(kube) == []
+    assert len(events(kube)) == 1
+    after = exp.status
+    assert after["observedGeneration"] == 2
+    assert conditions.get(after, ConditionType.RAYJOB_CREATED) == conditions.get(
+        st, ConditionType.RAYJOB_CREATED)  # still deleted, its words kept  # fmt: skip
+    assert conditions.get(after, ConditionType.FAILED)["message"] == (  # type: ignore[index]
+        conditions.get(st, ConditionType.FAILED)["message"])  # type: ignore[index]  # fmt: skip
+
+
+@pytest.mark.parametrize("error", [
+    KubeError(403, "GET", "/apis/agentrl.io/v1alpha1/namespaces/rl/rlexperiments/demo",
+              '{"reason": "Forbidden", "message": "forbidden"}'),
+    KubeError(503, "GET", "/apis/agentrl.io/v1alpha1/namespaces/rl/rlexperiments/demo", ""),
+    ConnectionResetError("reset"),
+], ids=["forbidden", "unavailable", "connection"])  # fmt: skip
+async def test_a_rayjob_deletion_not_told_apart_fails_nothing_until_it_is(
+    error: BaseException,
+) -> None:
+    """The experiment cannot be read when its RayJob disappears: whose deletion it was is
+    not known, so nothing is failed on a guess (it may be the experiment's own). The sweep
+    asks again: once the read works, a deletion by hand fails the run; an experiment deleted
+    meanwhile (its watch shows deletionTimestamp) does not."""
+    for then in ("still there", "being deleted"):
+        kube = FakeKube()
+        controller = controller_on(kube)
+        await controller.on_experiment(experiment())
+        await controller._attempt(("rl", "demo"))
+        await controller.on_rayjob(rayjob_event(RUNNING))
+        exp = controller.experiments[("rl", "demo")]
+        kube.get_fails["RLExperiment"] = error
+        kube.writes.clear()
+        await controller.on_rayjob(rayjob_event(RUNNING), deleted=True)
+        await sweep(controller)
+        assert exp.status["phase"] == "Running"
+        assert kube.writes == []
+        del kube.get_fails["RLExperiment"]
+        kube.objects["RLExperiment"] = experiment()
+        if then == "being deleted":
+            body = experiment()
+            body["metadata"].update(deletionTimestamp=NOW, finalizers=["foregroundDeletion"])
+            body["status"] = exp.status
+            await controller.on_experiment(body)
+        await sweep(controller)
+        if then == "being deleted":
+            assert exp.status["phase"] == "Running"
+            assert child_writes(kube) == [] and events(kube) == []
+        else:
+            reason = conditions.get(exp.status, ConditionType.FAILED)["reason"]  # type: ignore[index]
+            assert (exp.status["phase"], reason) == ("Failed", "RayJobDeleted")
+            assert events(kube) == [("Warning", "RayJobDeleted")]
+        assert exp.rayjob_gone is None  # decided: not asked again
+
+
+@pytest.mark.parametrize("experiment_state", ["gone", "being deleted", "a new object"])
+async def test_a_rayjob_deleted_with_its_experiment_fails_nothing(experiment_state: str) -> None:
+    """The garbage collector deletes the RayJob when its experiment is deleted. The watches
+    are separate streams, so the RayJob's deletion may arrive before the experiment's own
+    event: that is no failure of the run."""
+    kube = FakeKube()
+    controller = controller_on(kube)
+    await controller.on_experiment(experiment())
+    await controller._attempt(("rl", "demo"))
+    await controller.on_rayjob(rayjob_event(RUNNING))
+    current = experiment()
+    if experiment_state == "being deleted":
+        current["metadata"].update(deletionTimestamp=NOW, finalizers=["foregroundDeletion"])
+        kube.objects["RLExperiment"] = current
+    elif experiment_state == "a new object":
+        current["metadata"]["uid"] = "uid-2"
+        kube.objects["RLExperiment"] = current
+    kube.writes.clear()
+    await controller.on_rayjob(rayjob_event(RUNNING), deleted=True)
+    assert controller.experiments[("rl", "demo")].status["phase"] == "Running"
+    assert kube.writes == []
+
+
+async def test_after_a_restart_a_missing_rayjob_fails_the_experiment_and_is_not_created() -> None:
+    """The RayJob deleted while no operator watched: the next operator finds the status
+    naming a RayJob that does not exist. It reports the run Failed (RayJobDeleted), the
+    same as the watch would have, and creates nothing (a new GPU cluster nobody asked for)."""
+    kube = FakeKube()
+    controller = controller_on(kube)
+    body = experiment()
+    body["status"] = {"phase": "Running", "rayJobName": "demo", "observedGeneration": 1,
+                      "rayJob": RUNNING}  # fmt: skip
+    await controller.on_experiment(body)
+    await controller._attempt(("rl", "demo"))
+    assert child_writes(kube) == []
+    st = controller.experiments[("rl", "demo")].status
+    assert st["phase"] == "Failed"
+    assert conditions.get(st, ConditionType.FAILED)["reason"] == "RayJobDeleted"  # type: ignore[index]
+    assert events(kube) == [("Warning", "RayJobDeleted")]
+    assert controller.experiments[("rl", "demo")].reconciled == 1  # done, not retried
+
+
+async def test_a_fresh_experiment_still_gets_its_rayjob() -> None:
+    """No RayJob named in the status (new, or the operator stopped before creating it): the
+    children are created, as before."""
+    kube = FakeKube()
+    controller = controller_on(kube)
+    body = experiment()
+    body["status"] = {"phase": "Pending", "observedGeneration": 1}
+    await controller.on_experiment(body)
+    await controller._attempt(("rl", "demo"))
+    assert sorted(what for _, what in child_writes(kube)) == [
+        "ConfigMap", "ConfigMap", "RayJob", "Service", "Service"]  # fmt: skip
+    assert controller.experiments[("rl", "demo")].status["phase"] == "Pending"

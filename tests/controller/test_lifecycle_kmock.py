@@ -169,6 +169,96 @@ async def test_immutable_change_is_refused(api: Api, operator: OperatorRun) -> N
     )
 
 
+RUNNING = {"jobDeploymentStatus": "Running", "jobStatus": "RUNNING"}
+CHILD_RESOURCES = ("v1/configmaps", "v1/services", RAYJOBS)
+
+
+async def running(api: Api) -> None:
+    await created(api)
+    await api.patch(RAYJOBS, NS, "demo", {"status": RUNNING}, "status")
+    await wait_for(lambda: status_of(api).get("phase") == "Running", what="phase Running")
+
+
+def child_writes(api: Api, mark: int) -> list[tuple[str, str]]:
+    return [(r.method, r.resource) for r in api.emu.log[mark:]
+            if r.is_write and r.agent.startswith("agentrl")
+            and r.resource in CHILD_RESOURCES]  # fmt: skip
+
+
+def rayjob_deleted(api: Api) -> dict[str, Any] | None:
+    st = status_of(api)
+    failed = conditions.get(st, ConditionType.FAILED) or {}
+    return st if st.get("phase") == "Failed" and failed.get("reason") == "RayJobDeleted" else None
+
+
+async def test_a_rayjob_deleted_by_hand_fails_the_experiment(
+    api: Api, operator: OperatorRun
+) -> None:
+    """`kubectl delete rayjob demo` while the run is Running: the Ray cluster goes with it.
+    The experiment is Failed (RayJobDeleted), with one Warning event saying how to run it
+    again, and the alerts' series; nothing is created again, sweeps later either."""
+    await running(api)
+    await api.delete(RAYJOBS, NS, "demo")
+    mark = len(api.emu.log)  # after the test's own DELETE (its agent is agentrl-tests)
+    st = await wait_for(lambda: rayjob_deleted(api), what="Failed (RayJobDeleted)")
+    message = conditions.get(st, ConditionType.FAILED)["message"]  # type: ignore[index]
+    assert "RayJob demo was deleted outside the operator" in message
+    assert "delete this RLExperiment (`kubectl delete rlx`) and apply it again" in message
+    assert not conditions.is_true(st, ConditionType.STALLED)
+    await wait_for(lambda: "RayJobDeleted" in api.reasons("demo"), what="the event")
+    assert operator.memo is not None
+    controller = operator.memo.controller
+    swept = controller.sweeps
+    await wait_for(lambda: controller.sweeps >= swept + 5, what="sweeps")
+    (event,) = [e for e in api.events("demo") if e["reason"] not in ("Running",)]
+    assert (event["type"], event["reason"]) == ("Warning", "RayJobDeleted")
+    assert event["message"] == message
+    assert child_writes(api, mark) == []
+    assert api.get(RAYJOBS, NS, "demo") is None
+    assert status_of(api) == st
+    # It read the experiment to tell this from the experiment's own deletion (RBAC: get).
+    assert any(r.method == "GET" and r.resource == EXP and r.name == "demo" and not r.watch
+               and r.agent.startswith("agentrl") for r in api.emu.log[mark:])  # fmt: skip
+    assert _sample(operator, "agentrl_experiment_phase") == [
+        {"experiment_namespace": NS, "experiment": "demo", "phase": "Failed"}
+    ]
+    series = {"experiment_namespace": NS, "experiment": "demo", "condition": "Failed",
+              "reason": "RayJobDeleted"}  # fmt: skip
+    assert series in _sample(operator, "agentrl_experiment_condition")
+
+
+async def test_a_rayjob_deleted_while_no_operator_ran_is_not_created_again(
+    api: Api, operator: OperatorRun
+) -> None:
+    """The same deletion while the operator was down: the next one finds the status naming a
+    RayJob that is gone. Same outcome as the watch's, and no new children (no new cluster)."""
+    await running(api)
+    await operator.stop()
+    await api.delete(RAYJOBS, NS, "demo")
+    mark = len(api.emu.log)
+    await operator.start()
+    st = await wait_for(lambda: rayjob_deleted(api), what="Failed (RayJobDeleted)")
+    await wait_for(lambda: "RayJobDeleted" in api.reasons("demo"), what="the event")
+    await operator.stop()  # let the resumed work finish
+    # The restart path: the reconcile read the RayJob the status names and found none.
+    assert any(r.method == "GET" and r.resource == RAYJOBS and r.name == "demo" and not r.watch
+               and r.agent.startswith("agentrl") for r in api.emu.log[mark:])  # fmt: skip
+    assert child_writes(api, mark) == []
+    assert api.get(RAYJOBS, NS, "demo") is None
+    assert api.reasons("demo").count("RayJobDeleted") == 1
+    assert status_of(api) == st
+    # And a later restart changes nothing: the outcome is final.
+    mark = len(api.emu.log)
+    await operator.start()
+    await wait_for(lambda: any(r.resource == EXP and r.watch for r in api.emu.log[mark:]),
+                   what="the experiments watched again")  # fmt: skip
+    assert operator.memo is not None
+    controller = operator.memo.controller
+    await wait_for(lambda: controller.sweeps >= 3, what="sweeps")
+    writes = [r for r in api.emu.log[mark:] if r.is_write and r.agent.startswith("agentrl")]
+    assert writes == [], writes
+
+
 def stuck_pod(
     name: str, waiting: dict[str, Any] | None, unschedulable: bool = False
 ) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -280,6 +281,32 @@ def test_a_retry_gets_its_own_startup_clock() -> None:
     assert conditions.get(st, C.STALLED)["reason"] == "StartupDeadlineExceeded"  # type: ignore[index]
 
 
+def test_a_retry_after_a_long_run_is_not_stalled_while_kuberay_tears_it_down() -> None:
+    """While KubeRay tears a failed attempt's cluster down (Retrying, then New), its status
+    still carries that attempt's startTime: after ten hours of training, the next attempt
+    was reported Stalled at once, with a Warning event and a transition time nine hours in
+    the past. The end of the Running attempt starts the next one's clock."""
+    began = "2026-01-01T00:00:30Z"
+    running = {"jobDeploymentStatus": "Running", "jobStatus": "RUNNING", "startTime": began}
+    st = status.apply_observed(created(), status.Observed(running, created=T0,
+                               startup_deadline=3600), T1)  # fmt: skip
+    ended = "2026-01-01T10:00:00Z"
+    for deployment, job in (("Retrying", "FAILED"), ("", "")):
+        between = {"jobDeploymentStatus": deployment, "jobStatus": job, "failed": 1,
+                   "startTime": began}  # fmt: skip
+        seen = status.Observed(between, created=T0, startup_deadline=3600)
+        after = status.apply_observed(st, seen, ended)
+        assert after["phase"] in (Phase.INITIALIZING, Phase.PENDING)
+        assert not conditions.is_true(after, C.STALLED), conditions.get(after, C.STALLED)
+        assert "Stalled" not in [e.reason for e in conditions.events_between(st, after)]
+        st = after
+    # The teardown itself has the whole deadline: stuck in it for longer is Stalled.
+    late = status.apply_observed(st, seen, "2026-01-01T11:00:01Z")
+    cond = conditions.get(late, C.STALLED)
+    assert cond is not None and cond["status"] == "True"
+    assert cond["lastTransitionTime"] == "2026-01-01T11:00:00Z" and ended in cond["message"]
+
+
 def test_events_on_transitions_only() -> None:
     st = created()
     assert conditions.events_between({}, st) == []  # the first Pending is not news
@@ -317,3 +344,87 @@ def test_progress_updated_at_moves_only_on_change() -> None:
     assert st["progress"] == {"rollout": 3, "trainReward": 0.5, "updatedAt": T0}
     assert status.apply_progress(st, {"rollout": 3}, T1) == st
     assert status.apply_progress(st, {"rollout": 4}, T2)["progress"]["updatedAt"] == T2
+
+
+def deleted(st: dict[str, Any], rj: dict[str, Any] | None, checkpoint: str | None = None,
+            now: str = T2) -> dict[str, Any]:  # fmt: skip
+    """The RayJob gone: its last status (None: none seen since a restart) and the deletion."""
+    seen = status.Observed(rj, rayjob_deleted=True, checkpoint=checkpoint)
+    return status.apply_observed(st, seen, now)
+
+
+@pytest.mark.parametrize(
+    "before",
+    [
+        pytest.param(None, id="pending"),
+        pytest.param({"jobDeploymentStatus": "Initializing"}, id="initializing"),
+        pytest.param({"jobDeploymentStatus": "Running", "jobStatus": "RUNNING"}, id="running"),
+        pytest.param({"jobDeploymentStatus": "Suspended"}, id="suspended"),
+    ],
+)
+def test_a_rayjob_deleted_before_the_run_finished_fails_the_experiment(
+    before: dict[str, Any] | None,
+) -> None:
+    """`kubectl delete rayjob` while the run was not finished: the run is over (its pods are
+    gone with the RayJob), so the experiment is Failed, never left Running without pods."""
+    st = created() if before is None else observe(created(), before)
+    # The watch's delete event carries the RayJob's last status; after a restart nothing does.
+    for last in (before, None):
+        gone = deleted(st, last)
+        assert gone["phase"] == Phase.FAILED
+        failed = conditions.get(gone, C.FAILED)
+        assert failed is not None and failed["status"] == "True"
+        assert failed["reason"] == conditions.RAYJOB_DELETED
+        assert "RayJob exp was deleted outside the operator" in failed["message"]
+        assert "kubectl delete rlx" in failed["message"]
+        assert gone["completionTime"] == T2
+        created_cond = conditions.get(gone, C.RAYJOB_CREATED)
+        assert created_cond is not None and created_cond["status"] == "False"
+        assert created_cond["reason"] == conditions.RAYJOB_DELETED
+        assert not conditions.is_true(gone, C.STALLED)
+        # One Warning event, with the words of the condition (what happened, what to do).
+        (event,) = conditions.events_between(st, gone)
+        assert (event.type, event.reason) == ("Warning", conditions.RAYJOB_DELETED)
+        assert event.message == failed["message"]
+        # The alerts' series: condition Failed, reason RayJobDeleted.
+        assert (C.FAILED, conditions.RAYJOB_DELETED) in conditions.problems(gone)
+        # Final: seen again (the next sync, a restart) nothing moves, nothing is posted.
+        for again in (deleted(gone, None, now="2026-01-02T00:00:00Z"), observe(gone, None)):
+            assert status.diff(gone, again) is None
+            assert conditions.events_between(gone, again) == []
+        # A later reconcile (a new operator, a spec edit) names the RayJob again, as created:
+        # it is still the deleted one (nothing creates it), and Failed keeps its words.
+        later = "2026-01-02T00:00:00Z"
+        for gen in (1, 2):
+            again = observe(status.apply_spec(gone, dataclasses.replace(CREATED, generation=gen),
+                                              later), None, later)  # fmt: skip
+            for ctype, cond in ((C.RAYJOB_CREATED, created_cond), (C.FAILED, failed)):
+                now_cond = conditions.get(again, ctype) or {}
+                assert {**now_cond, "observedGeneration": 0} == {**cond, "observedGeneration": 0}
+            assert again["phase"] == Phase.FAILED
+            assert conditions.events_between(gone, again) == []
+        assert status.diff(gone, observe(status.apply_spec(gone, CREATED, later), None)) is None
+
+
+def test_a_rayjob_deleted_after_it_finished_keeps_its_outcome() -> None:
+    """KubeRay's last status before the deletion is the outcome: deleted after it finished
+    (or finishing in the delete event itself), the run is not failed by the deletion."""
+    running = observe(created(), {"jobDeploymentStatus": "Running", "jobStatus": "RUNNING"})
+    done = {"jobDeploymentStatus": "Complete", "jobStatus": "SUCCEEDED", "endTime": T1}
+    gone = deleted(running, done)
+    assert gone["phase"] == Phase.SUCCEEDED and gone["completionTime"] == T1
+    assert conditions.is_true(gone, C.RAYJOB_CREATED)
+    finished = observe(running, done)
+    assert deleted(finished, None)["phase"] == Phase.SUCCEEDED
+    failed = observe(running, {"jobDeploymentStatus": "Failed", "reason": "AppFailed"})
+    assert conditions.get(deleted(failed, None), C.FAILED)["reason"] == "AppFailed"  # type: ignore[index]
+
+
+def test_a_deleted_rayjobs_message_says_how_to_run_it_again() -> None:
+    running = observe(created(), {"jobDeploymentStatus": "Running", "jobStatus": "RUNNING"})
+    with_ckpt = conditions.get(deleted(running, None, checkpoint="/ckpt/run"), C.FAILED)
+    assert with_ckpt is not None
+    assert "resumes from the last checkpoint saved under /ckpt/run" in with_ckpt["message"]
+    without = conditions.get(deleted(running, None), C.FAILED)
+    assert without is not None and "starts from the beginning" in without["message"]
+    assert "checkpoint" in without["message"]  # says what would have let it resume

@@ -123,11 +123,13 @@ update or delete anywhere: children are removed by the garbage collector through
 owner references, and users delete RLExperiments.
 */}}
 {{- define "agentrl.namespacedRules" -}}
-# The custom resource: kopf lists and watches it (the watch is the operator's only read);
-# the operator writes only its status, with PATCH.
+# The custom resource: kopf lists and watches it; the operator GETs one only when its RayJob
+# disappears, to tell a RayJob deleted by hand (the run failed) from one the garbage collector
+# removes with its experiment (the two watches are separate streams, in no set order). It
+# writes only the status, with PATCH.
 - apiGroups: ["agentrl.io"]
   resources: ["rlexperiments"]
-  verbs: ["list", "watch"]
+  verbs: ["get", "list", "watch"]
 - apiGroups: ["agentrl.io"]
   resources: ["rlexperiments/status"]
   verbs: ["patch"]

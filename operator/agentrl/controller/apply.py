@@ -55,6 +55,9 @@ class Applied:
     immutable: Sequence[str] = field(default_factory=list)
     rejection: Rejection | None = None
     incompatible: Sequence[str] = field(default_factory=list)
+    # The status names the RayJob and it is gone: deleted outside the operator. Nothing is
+    # created: a new RayJob would be a new GPU cluster nobody asked for (the status says so).
+    rayjob_missing: bool = False
 
     @property
     def result(self) -> str:
@@ -84,7 +87,8 @@ async def apply_children(
 ) -> Applied:  # fmt: skip
     """Create (or adopt) every child, or update the existing RayJob's lifecycle values.
 
-    `known`: the status already names the RayJob, so it is read first rather than created.
+    `known`: the status already names the RayJob (it was created), so it is read, never
+    created again: one that is gone comes back as `rayjob_missing`.
     """
     try:
         return await _apply(kube, uid, kids, spec, known=known, check=check)
@@ -101,8 +105,9 @@ async def _apply(
     if known:
         read = kube.get(RAY_API, "RayJob", meta["namespace"], meta["name"])
         existing = await _call(FAILED_UPDATE, "reading", job, read)
-        if existing is not None:
-            return await _update(kube, uid, existing, job, spec, check=check)
+        if existing is None:
+            return Applied(rayjob_missing=True)
+        return await _update(kube, uid, existing, job, spec, check=check)
     if lost := await check(job):
         return Applied(incompatible=lost)
     results = await asyncio.gather(

@@ -15,6 +15,12 @@ from agentrl.api.constants import ConditionType, Phase
 
 Status = dict[str, Any]
 
+# The experiment's RayJob was deleted outside the operator (`kubectl delete rayjob`) before
+# the run finished: the reason of its Failed phase, of RayJobCreated=False and of the Warning
+# event. The run is over (KubeRay deletes the Ray cluster with the RayJob), and it is never
+# created again on its own: that would start a new GPU cluster nobody asked for.
+RAYJOB_DELETED = "RayJobDeleted"
+
 # Conditions whose entering their problem value (True, or False for Valid and Preflight) is
 # news the user must see in `kubectl describe`, and the reason of its Warning event (None: the
 # condition's own reason, e.g. FailedCreate).
@@ -112,6 +118,12 @@ def events_between(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Event
                 Event("Warning", reason or str(cond.get("reason")), cond.get("message", ""))
             )
     phase_old, phase_new = old.get("phase"), new.get("phase")
+    failed = get(new, ConditionType.FAILED) or {}
+    deleted = failed.get("reason") == RAYJOB_DELETED
+    if phase_new == Phase.FAILED and phase_old != phase_new and deleted:
+        # The operator's own finding: its event carries what happened and how to run again.
+        events.append(Event("Warning", RAYJOB_DELETED, str(failed.get("message", ""))))
+        return events
     # The first phase (Pending on create) is not news; a Failed already explained is not either.
     if (
         phase_old

@@ -139,9 +139,39 @@ class Controller:
         exp = self._owner(rayjob)
         if exp is None or not children.owned_by(rayjob, exp.uid):
             return
-        if not deleted:
-            exp.rayjob = dict(rayjob.get("status") or {})
-        else:  # the status mirror keeps the last phase
+        if deleted:
+            exp.rayjob_gone = dict(rayjob.get("status") or {})
+            await self.rayjob_gone(exp)
+            return
+        exp.rayjob, exp.rayjob_gone = dict(rayjob.get("status") or {}), None
+        await self._observed(exp)
+
+    async def rayjob_gone(self, exp: Experiment) -> None:
+        """Its RayJob was deleted: by the user (the run is over), or by the garbage collector
+        with the experiment (nothing failed). The garbage collector deletes it once the
+        experiment is gone or has a deletionTimestamp, and the RayJob's watch may show that
+        before the experiment's does (separate streams, in no set order); so read the
+        experiment. A read that fails decides nothing (the RayJob's last status stays): the
+        sweep asks again, rather than fail a run that may only be being deleted."""
+        last = exp.rayjob_gone
+        if last is None:
+            return
+        body: Mapping[str, Any] | None = exp.body
+        if not exp.deleting:
+            try:
+                body = await self.kube.get(API_VERSION, KIND, *exp.key)
+            except (KubeError, OSError) as err:
+                logger.warning("%s/%s: its RayJob was deleted and the experiment was not read "
+                               "to tell by whom (%s); asking again", *exp.key, err)  # fmt: skip
+                return
+            if exp.rayjob_gone is not last:  # a newer RayJob event came meanwhile: it decides
+                return
+        exp.rayjob_gone = None
+        meta = (body or {}).get("metadata") or {}
+        if body is not None and uid_of(body) == exp.uid and not meta.get("deletionTimestamp"):
+            # Deleted outside the operator: its last status says whether the run had ended.
+            exp.rayjob, exp.rayjob_deleted = last, True
+        else:  # the experiment's own deletion; the status mirror keeps the last phase
             exp.rayjob = None
         await self._observed(exp)
 
@@ -264,7 +294,7 @@ class Controller:
         )
         if parsed is not None:
             exp.metrics_service = metrics_service_name(parsed)
-        if parsed is None or exp.finished:
+        if parsed is None or exp.finished or exp.deleting:
             await self.sync(exp, outcome)
             return "invalid" if parsed is None else "ok"
         kids = render_all(parsed, self.defaults, self.bundle)
@@ -274,6 +304,8 @@ class Controller:
                                        check=check)  # fmt: skip
         if applied.rayjob_status is not None and exp.rayjob is None:
             exp.rayjob = applied.rayjob_status  # the watch, when it has shown one, is newer
+        if applied.rayjob_missing:  # deleted while no operator watched: as the watch would
+            exp.rayjob_deleted = True
         await self.sync(exp, status.SpecOutcome(
             generation=outcome.generation, warnings=outcome.warnings,
             conflict=applied.conflict, immutable=applied.immutable,
@@ -298,6 +330,8 @@ class Controller:
                 stuck=[(pod, r, m) for pod, (r, m) in exp.stuck.items()],
                 created=exp.body["metadata"].get("creationTimestamp"),
                 startup_deadline=exp.startup_deadline,
+                rayjob_deleted=exp.rayjob_deleted,
+                checkpoint=exp.checkpoint,
             )
             new = status.apply_observed(new, seen, now)
             if exp.progress is not None:

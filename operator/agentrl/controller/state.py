@@ -41,6 +41,10 @@ class Experiment:
     uid: str | None
     body: Obj  # metadata, spec and status as last seen
     rayjob: Obj | None = None  # its RayJob's .status as last seen (None: no RayJob seen)
+    rayjob_deleted: bool = False  # gone, not by the experiment's own deletion (status.Observed)
+    # Its RayJob's last status, deleted while the experiment could not be read to tell whose
+    # deletion it was (the read failed): the sweep asks again (Controller.rayjob_gone).
+    rayjob_gone: Obj | None = None
     # pod -> (reason, message), in the order the pods were found stuck (the first speaks)
     stuck: dict[str, tuple[str, str]] = field(default_factory=dict)
     creating: dict[str, str] = field(default_factory=dict)  # pod -> when it began creating
@@ -96,6 +100,21 @@ class Experiment:
         failed = conditions.get(st, "Failed") or {}
         spec_failure = failed.get("reason") in status.SPEC_FAILURE_REASONS
         return bool(st.get("phase") in (Phase.SUCCEEDED, Phase.FAILED) and not spec_failure)
+
+    @property
+    def deleting(self) -> bool:
+        """Deleted, and held by a finalizer (foreground deletion waits for the garbage
+        collector to remove the children; another controller may hold it too). Setting
+        deletionTimestamp moves the generation, so it is reconciled, but never with writes
+        to children: whatever is created now is only collected again."""
+        return bool(self.body["metadata"].get("deletionTimestamp"))
+
+    @property
+    def checkpoint(self) -> str | None:
+        """spec.checkpoint.path when a new run would resume from what it holds."""
+        ckpt = self.spec.get("checkpoint") or {}
+        path = ckpt.get("path")
+        return str(path) if path and ckpt.get("resume", True) is not False else None
 
     @property
     def startup_deadline(self) -> int:

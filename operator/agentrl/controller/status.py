@@ -87,6 +87,11 @@ class Observed:
     stuck: Sequence[tuple[str, str, str]] = ()
     created: str | None = None  # experiment creationTimestamp
     startup_deadline: int | None = None  # spec.startupDeadlineSeconds (None: no deadline)
+    # The RayJob is gone while the experiment is not being deleted: the watch showed its
+    # deletion (then `rayjob` is its last status), or a reconcile found none where the status
+    # names one (an operator restart). Unless that last status is finished, the run failed.
+    rayjob_deleted: bool = False
+    checkpoint: str | None = None  # spec.checkpoint.path when a new run resumes from it
 
 
 def apply_spec(old: Mapping[str, Any], out: SpecOutcome, now: str) -> Status:
@@ -123,8 +128,12 @@ def apply_spec(old: Mapping[str, Any], out: SpecOutcome, now: str) -> Status:
                                now=now)  # fmt: skip
     if out.rayjob_name:
         st["rayJobName"] = out.rayjob_name
-        conditions.put(st, C.RAYJOB_CREATED, True, reason="Created",
-                       message=f"RayJob {out.rayjob_name}", now=now)  # fmt: skip
+        # A RayJob deleted by hand stays reported deleted: a later reconcile (a new operator,
+        # a spec edit) creates nothing, and its words are what Failed carries.
+        created = conditions.get(st, C.RAYJOB_CREATED) or {}
+        if created.get("reason") != conditions.RAYJOB_DELETED:
+            conditions.put(st, C.RAYJOB_CREATED, True, reason="Created",
+                           message=f"RayJob {out.rayjob_name}", now=now)  # fmt: skip
     if out.gateway_url:
         st["gatewayURL"] = out.gateway_url
     return st
@@ -168,9 +177,17 @@ def apply_observed(old: Mapping[str, Any], seen: Observed, now: str) -> Status:
         # Not seen since a restart, or deleted by KubeRay after finishing: the mirror of its
         # last status keeps the phase, so nothing moves backwards while the watch catches up.
         rj = st["rayJob"]
+    before = st.get("phase")
     phase, reason = phase_of(st, rj)
+    if seen.rayjob_deleted and not phase.is_terminal:
+        phase, reason = Phase.FAILED, conditions.RAYJOB_DELETED
+    deleted = phase == Phase.FAILED and reason == conditions.RAYJOB_DELETED
+    if deleted and not conditions.is_true(st, C.FAILED):  # once: its words stay
+        conditions.put(st, C.RAYJOB_CREATED, False, reason=reason,
+                       message=rayjob_deleted_message(st, before, seen.checkpoint),
+                       now=now)  # fmt: skip
     st["phase"] = str(phase)
-    _times(st, rj, phase, now)
+    _times(st, rj, phase, now, ended=deleted)
     _attempts(st, rj)
     _phase_conditions(st, phase, reason, now)
     _stalled(st, seen, phase, now)
@@ -211,6 +228,20 @@ def rayjob_phase(rj: Mapping[str, Any], prev: Phase) -> tuple[Phase, str]:
     return phase, deployment or "Pending"
 
 
+def rayjob_deleted_message(st: Mapping[str, Any], phase: str | None, checkpoint: str | None) -> str:
+    """What happened to a run whose RayJob was deleted, and how to run it again."""
+    name = st.get("rayJobName") or "of this experiment"
+    if checkpoint:
+        again = (f"training resumes from the last checkpoint saved under {checkpoint} "
+                 "(spec.checkpoint), if one was saved there")  # fmt: skip
+    else:
+        again = "it starts from the beginning (no spec.checkpoint.path to resume from)"
+    return (f"RayJob {name} was deleted outside the operator while the experiment was "
+            f"{phase or Phase.PENDING}; its Ray cluster went with it, so the run has ended and "
+            "is not restarted. To run it again, delete this RLExperiment (`kubectl delete "
+            f"rlx`) and apply it again; {again}")  # fmt: skip
+
+
 def _mirror(st: Status, rj: Mapping[str, Any]) -> None:
     mirror = {k: rj[k] for k in ("jobStatus", "jobDeploymentStatus", "reason", "message")
               if rj.get(k)}  # fmt: skip
@@ -223,12 +254,15 @@ def _mirror(st: Status, rj: Mapping[str, Any]) -> None:
             st[dst] = rj[src]
 
 
-def _times(st: Status, rj: Mapping[str, Any] | None, phase: Phase, now: str) -> None:
+def _times(
+    st: Status, rj: Mapping[str, Any] | None, phase: Phase, now: str, *, ended: bool = False
+) -> None:
+    """`ended`: the run ended without KubeRay saying so (its RayJob deleted)."""
     rj = rj or {}
     started = phase in (Phase.INITIALIZING, Phase.RUNNING) or (phase.is_terminal and rj)
     if started and "startTime" not in st:
         st["startTime"] = rj.get("startTime") or now
-    if phase.is_terminal and rj and "completionTime" not in st:
+    if phase.is_terminal and (rj or ended) and "completionTime" not in st:
         st["completionTime"] = rj.get("endTime") or now
 
 
@@ -250,6 +284,8 @@ def _phase_conditions(st: Status, phase: Phase, reason: str, now: str) -> None:
         conditions.put_if_relevant(st, ctype, phase == target, reason=reason, message="", now=now)
     if phase == Phase.FAILED and reason in SPEC_FAILURES:
         message = (conditions.get(st, SPEC_FAILURES[reason]) or {}).get("message", "")
+    if phase == Phase.FAILED and reason == conditions.RAYJOB_DELETED:
+        message = (conditions.get(st, C.RAYJOB_CREATED) or {}).get("message", "")
     failed = phase == Phase.FAILED
     conditions.put_if_relevant(st, C.FAILED, failed, reason=reason,
                                message=message if failed else "", now=now)  # fmt: skip
@@ -325,16 +361,23 @@ def startup_overdue(
 
 def startup_clock(st: Mapping[str, Any], seen: Observed) -> datetime | None:
     """When the startup deadline's clock started: creation, the last resume (Suspended
-    turning False), or the start of KubeRay's current attempt (its status.startTime, set anew
+    turning False), the end of a Running attempt (Running turning False: KubeRay is
+    retrying), or the start of KubeRay's current attempt (its status.startTime, set anew
     for each backoffLimit retry, the clock KubeRay's own preRunningDeadlineSeconds uses), so
-    a retry gets its own."""
+    a retry gets its own.
+
+    KubeRay stamps startTime only when an attempt begins Initializing; while it tears the
+    failed attempt's cluster down (`Retrying`, then `New`) startTime is still the previous
+    attempt's, which may have started days ago. The end of the Running attempt starts the
+    next one's clock in between."""
     starts: list[str] = [seen.created] if seen.created else []
     attempt = (seen.rayjob or {}).get("startTime")
     if isinstance(attempt, str) and attempt:
         starts.append(attempt)
-    resumed = conditions.get(st, C.SUSPENDED)
-    if resumed and resumed.get("status") == "False" and resumed.get("lastTransitionTime"):
-        starts.append(str(resumed["lastTransitionTime"]))
+    for ctype in (C.SUSPENDED, C.RUNNING):
+        ended = conditions.get(st, ctype)
+        if ended and ended.get("status") == "False" and ended.get("lastTransitionTime"):
+            starts.append(str(ended["lastTransitionTime"]))
     return max((parse_time(s) for s in starts), default=None)
 
 

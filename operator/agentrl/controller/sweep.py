@@ -3,7 +3,8 @@
 One task for all experiments, every `AGENTRL_SWEEP_INTERVAL` seconds (per-object kopf timers
 would put a finalizer on every experiment). A sweep reads the metrics of each Running
 experiment and the events of pods creating for longer than `AGENTRL_STUCK_CREATING_SECONDS`,
-then re-evaluates only the experiments whose status can have moved: new progress, a startup
+asks again whose deletion a deleted RayJob's was where the experiment could not be read then,
+and re-evaluates only the experiments whose status can have moved: new progress, a startup
 deadline still running, or a sync that did not finish. The rest are
 current (a sync follows every watch event), so a thousand steady experiments cost nothing
 here. An unreachable or unparsable endpoint leaves progress as it was: no error loop, no
@@ -40,6 +41,8 @@ async def sweep(controller: Controller) -> None:
     running = [exp for exp in experiments if exp.phase == Phase.RUNNING]
     await asyncio.gather(*(scrape(controller, exp, gate) for exp in running))
     for exp in experiments:
+        if exp.rayjob_gone is not None:  # deleted, and whose deletion not read yet
+            await controller.rayjob_gone(exp)
         if exp.creating and not exp.finished:
             await controller.check_creating(exp)
         if exp.finished or (exp.settled and not exp.clock_matters):
