@@ -110,6 +110,11 @@ def test_bash_completes_commands_flags_values_files_and_live_names(
     assert complete("agentrl render -o ") == ["json", "yaml"]
     assert complete("agentrl render --sh") == ["--show-command"]
     assert complete("agentrl validate -f exp.") == ["exp.json", "exp.yaml"]
+    # Every option that takes a path completes one, not only -f (nothing was offered before).
+    assert complete("agentrl validate --policy exp.") == ["exp.json", "exp.yaml"]
+    assert complete("agentrl render --policy exp.") == ["exp.json", "exp.yaml"]
+    assert complete("agentrl rehearse --data exp.") == ["exp.json", "exp.yaml"]
+    assert complete("agentrl rehearse --model-dir exp.") == ["exp.json", "exp.yaml"]
     assert complete("agentrl completion ") == ["bash", "fish", "zsh"]
     assert complete("agentrl logs --f") == ["--follow"]
     assert complete("agentrl logs --context ") == ["lab", "prod"]
@@ -151,6 +156,9 @@ def test_fish_completes_commands_flags_values_and_live_names(
 ) -> None:
     script = _script(tmp_path, "fish", capsys)
     assert _fish(script, "agentrl ren", env) == ["render"]
+    (tmp_path / "values.yaml").write_text("")
+    policy = _fish(script, f"agentrl validate --policy {tmp_path}/val", env)
+    assert policy == [f"{tmp_path}/values.yaml"]
     assert _fish(script, "agentrl render -o ", env) == ["json", "yaml"]
     assert "--show-command" in _fish(script, "agentrl render --", env)
     assert _fish(script, "agentrl completion ", env) == ["bash", "fish", "zsh"]
@@ -218,6 +226,9 @@ def test_zsh_completes_commands_flags_values_and_live_names(
 ) -> None:
     script = _script(tmp_path, "zsh", capsys)
     assert _zsh(script, "agentrl ren", env, tmp_path) == ["render"]
+    (tmp_path / "values.yaml").write_text("")
+    policy = _zsh(script, f"agentrl validate --policy {tmp_path}/val", env, tmp_path)
+    assert "values.yaml" in policy
     assert _zsh(script, "agentrl render -o ", env, tmp_path) == ["json", "yaml"]
     assert "--show-command" in _zsh(script, "agentrl render --", env, tmp_path)
     assert _zsh(script, "agentrl logs -n rl ", env, tmp_path) == ["qwen32b-swe", "qwen3b-gsm8k"]

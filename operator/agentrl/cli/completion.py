@@ -3,9 +3,11 @@
 Written from the argparse parser itself rather than with a completion library: the core CLI
 stays at pydantic and pyyaml, fish is covered (shtab has no fish), and a new subcommand or
 flag is completed without anyone touching this file. What cannot be read off the parser
-is said here: `-f/--file` takes a file; a positional or option whose action carries
-`DYNAMIC` names live objects that the script asks `kubectl` for when it is installed
-(experiment names, honouring an `-n` already typed; namespaces; kubeconfig contexts).
+is said here: `-f/--file` and every option whose metavar is PATH, FILE or DIR (`--policy`,
+`rehearse --data`, `--model-dir`, `--out`) take a path, completed from the file system; a
+positional or option whose action carries `DYNAMIC` names live objects that the script asks
+`kubectl` for when it is installed (experiment names, honouring an `-n` already typed;
+namespaces; kubeconfig contexts).
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ SHELLS: Final = ("bash", "zsh", "fish")
 DYNAMIC: Final = "agentrl_complete"  # attribute on an argparse action: one of the KINDS
 KINDS: Final = ("experiment", "namespace", "context")
 FILE_DESTS: Final = frozenset({"file"})
+# An option whose metavar says it takes a path is completed with the file system's names too.
+PATH_METAVARS: Final = frozenset({"PATH", "FILE", "DIR"})
 INSTALL: Final = {
     "bash": "source <(agentrl completion bash)      # in ~/.bashrc",
     "zsh": "source <(agentrl completion zsh)       # in ~/.zshrc, after compinit",
@@ -94,7 +98,8 @@ def describe(root: argparse.ArgumentParser) -> tuple[list[Opt], list[Cmd]]:
 
 
 def _opt(action: argparse.Action) -> Opt:
-    kind = getattr(action, DYNAMIC, None) or ("file" if action.dest in FILE_DESTS else None)
+    takes_path = action.dest in FILE_DESTS or action.metavar in PATH_METAVARS
+    kind = getattr(action, DYNAMIC, None) or ("file" if takes_path else None)
     return Opt(
         flags=tuple(action.option_strings),
         help=_one_line(action.help or ""),
