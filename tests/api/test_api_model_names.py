@@ -86,6 +86,47 @@ def test_names_are_judged_with_the_nearest_and_the_fit(model: dict[str, Any], wo
     assert any(p.startswith(words) for p in found), found
 
 
+@pytest.mark.parametrize(
+    ("model", "words", "hint"),
+    [
+        ({"type": "qwen2.5-3B", "path": "/models/Qwen2.5-7B-Instruct/"},
+         "warning: spec.model.path: 'Qwen2.5-7B-Instruct' names another model than model.type "
+         "'qwen2.5-3B'", "set model.type 'qwen2.5-7B'"),
+        ({"type": "qwen3-8B", "path": "meta-llama/Llama-3.1-8B-Instruct"},
+         "warning: spec.model.path: 'Llama-3.1-8B-Instruct' names another model",
+         "set model.type 'llama3.1-8B-Instruct'"),
+        ({"type": "qwen3-30B-A3B", "path": "Qwen/Qwen3-30B-A3B", "refLoad": "/ckpt/Qwen3-32B"},
+         "warning: spec.model.refLoad: 'Qwen3-32B' names another model", "set model.type "
+         "'qwen3-32B'"),
+    ],
+)  # fmt: skip
+def test_a_checkpoint_named_for_another_model_is_a_warning(
+    model: dict[str, Any], words: str, hint: str
+) -> None:
+    """Validation said OK to /models/Qwen2.5-7B-Instruct with model.type qwen2.5-3B: slime
+    builds the 3B model and stops loading the 7B weights into it, after the gang is up."""
+    found = _problems(**model)
+    assert any(p.startswith(words) and hint in p for p in found), found
+
+
+@pytest.mark.parametrize(
+    ("model_type", "path"),
+    [
+        ("qwen2.5-3B", "/models/Qwen2.5-3B-Instruct"),
+        ("qwen3.5-9B", "Qwen/Qwen3.5-9B"),
+        ("qwen3-30B-A3B", "/models/Qwen3-30B-A3B-Thinking-2507"),
+        ("llama3.1-8B-Instruct", "/models/Meta-Llama-3.1-8B-Instruct"),
+        ("glm4.5-106B-A12B", "/models/GLM-4.5-Air"),
+        ("gemma4-26B-A4B", "/models/gemma-4-26b-a4b-it"),
+        ("qwen3-8B", "/models/my-sft-run"),
+        ("deepseek-v3", "/models/DeepSeek-V3-0324"),
+    ],
+)
+def test_a_checkpoint_named_for_its_model_is_fine(model_type: str, path: str) -> None:
+    found = _problems(type=model_type, path=path, rendererFamily="default")
+    assert not [p for p in found if "names another model" in p], found
+
+
 def test_an_own_slime_makes_an_unknown_type_a_warning() -> None:
     found = [str(p) for p in parse_experiment(minimal_body(
         model={"path": "Qwen/Q", "refLoad": "/models/q", "type": "my-model"},

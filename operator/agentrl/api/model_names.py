@@ -6,14 +6,19 @@ stops slime's driver on a GPU worker after the gang is scheduled. Both lists com
 supported slime rows (`agentrl.api.upstream_names`, generated from each row's slime and SGLang).
 With `rendererFamily: default` the gateway parses tool calls and reasoning itself, with the
 `renderers` package's parsers, whose names differ from SGLang's: `GATEWAY_TOOL_PARSERS` maps
-one to the other by the format they read. Last, a renderer family or parser written for
+one to the other by the format they read. A renderer family or parser written for
 another model family than `model.type` is a warning: it runs, and renders or parses the
-wrong format.
+wrong format. Last, a checkpoint whose directory name says it is another model than
+`model.type` (`/models/Qwen2.5-7B-Instruct` with `qwen2.5-3B`) is a warning: slime builds
+the model from the type's script and stops loading the other model's weights into it, on a
+GPU worker after the gang is scheduled. Only names are compared (the checkpoint is in the
+pods), so it is a warning, never an error.
 """
 
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Final
@@ -181,4 +186,60 @@ def fits_model_type(exp: RLExperiment) -> Iterator[Finding]:
         )
 
 
-RULES: tuple[Rule, ...] = (names_known, gateway_parsers, fits_model_type)
+# A parameter count in a model name: 3b, 0.5b, 30b, a3b (active parameters of an MoE).
+_SIZE: Final = re.compile(r"a?\d+(?:\.\d+)?b")
+
+
+def _sizes(name: str) -> frozenset[str]:
+    return frozenset(t for t in re.split(r"[-_\s]+", name.lower()) if _SIZE.fullmatch(t))
+
+
+def _key(name: str) -> str:
+    return re.sub(r"[^a-z0-9]", "", name.lower())
+
+
+def _named_family(name: str) -> ModelFamily | None:
+    """The one family a checkpoint's name names (Qwen3.5 over Qwen3 in 'Qwen3.5-9B'), or
+    None when it names none, or more than one."""
+    found = {_key(p): f for f in FAMILIES for p in f.prefixes if _key(p) in _key(name)}
+    kept = {f.name: f for k, f in found.items() if not any(k != o and k in o for o in found)}
+    return next(iter(kept.values())) if len(kept) == 1 else None
+
+
+def _checkpoint_name(path: str) -> str:
+    """The last component of a directory or of a Hugging Face id."""
+    return path.rstrip("/").rsplit("/", 1)[-1]
+
+
+def checkpoint_fits_type(exp: RLExperiment) -> Iterator[Finding]:
+    """Warning: the checkpoint's name (`model.path`, `model.refLoad`) names another model
+    family or size than `model.type` (`Qwen2.5-7B-Instruct` with `qwen2.5-3B`). slime builds
+    the model from `scripts/models/<type>.sh`; weights of another shape stop it on a GPU
+    worker after the gang is scheduled. Judged by the names alone (the checkpoint is in the
+    pods)."""
+    model = exp.spec.model
+    family, sizes = family_of(model.type), _sizes(model.type)
+    for field, path in (("path", model.path), ("refLoad", model.ref_load)):
+        if path is None:
+            continue
+        name = _checkpoint_name(path)
+        theirs, their_sizes = _named_family(name), _sizes(name)
+        other_family = family is not None and theirs is not None and theirs is not family
+        other_size = bool(sizes and their_sizes) and not sizes & their_sizes
+        if not (other_family or other_size):
+            continue
+        fits = [
+            t for t in MODEL_TYPES
+            if family_of(t) is (theirs or family) and their_sizes and _sizes(t) == their_sizes
+        ]  # fmt: skip
+        instead = f"model.type {fits[0]!r}" if len(fits) == 1 else "the checkpoint's model.type"
+        yield warn(
+            f"spec.model.{field}",
+            f"{name!r} names another model than model.type {model.type!r}: slime builds the "
+            f"model from scripts/models/{model.type}.sh and stops loading weights of another "
+            "shape into it, on a GPU worker after the gang is scheduled",
+            f"set {instead}, or point model.{field} at a {model.type} checkpoint",
+        )
+
+
+RULES: tuple[Rule, ...] = (names_known, gateway_parsers, fits_model_type, checkpoint_fits_type)
