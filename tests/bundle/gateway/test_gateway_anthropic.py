@@ -328,3 +328,37 @@ async def test_a_large_prefill_renders_in_a_worker_to_the_same_ids(
     assert gateway._pool is not None and gateway._pool.jobs == 1  # rendered by a worker
     expected = continued(renderer, tok, [{"role": "system", "content": system}, *PREFILL])
     assert cluster.all_requests()[0]["input_ids"] == expected
+
+
+async def test_structured_output_is_refused_like_openai_response_format(
+    gateway: GatewayServer, cluster: Cluster
+) -> None:
+    """`output_config.format` asks for constrained decoding, as OpenAI's `response_format`
+    does (refused there): it used to be dropped without a word, and the agent got free text
+    where it expected JSON of its schema. `output_config.effort` alone is still served."""
+    handle = await gateway.create_session("a-format", {})
+    c = client(handle)
+    schema = {"type": "object", "properties": {"city": {"type": "string"}}}
+    with pytest.raises(anthropic.BadRequestError) as err:
+        await c.messages.create(
+            model="m",
+            max_tokens=8,
+            messages=[{"role": "user", "content": "x"}],
+            output_config={"format": {"type": "json_schema", "schema": schema}},
+        )
+    assert "output_config.format" in err.value.body["error"]["message"]  # type: ignore[index]
+    with pytest.raises(anthropic.BadRequestError) as err:
+        await c.messages.create(
+            model="m",
+            max_tokens=8,
+            messages=[{"role": "user", "content": "x"}],
+            extra_body={"output_format": {"type": "json_schema", "schema": schema}},  # older beta
+        )
+    assert "output_format" in err.value.body["error"]["message"]  # type: ignore[index]
+    assert cluster.all_requests() == []
+    await c.messages.create(
+        model="m",
+        max_tokens=8,
+        messages=[{"role": "user", "content": "x"}],
+        output_config={"effort": "high", "format": None},
+    )

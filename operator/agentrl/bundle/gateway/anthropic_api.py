@@ -182,9 +182,26 @@ def _prefill(messages: list[dict[str, Any]]) -> bool:
     return True
 
 
+def _refuse_structured_output(body: Mapping[str, Any]) -> None:
+    """Structured output is constrained decoding, refused as OpenAI's `response_format` is;
+    `output_config.effort` (how hard Claude thinks) changes nothing here and is ignored."""
+    config = obj(body.get("output_config"), "output_config") or {}
+    for param, value in (
+        ("output_config.format", config.get("format")),
+        ("output_format", body.get("output_format")),  # the structured-outputs beta's name
+    ):
+        if value is not None:
+            raise bad_request(
+                param,
+                "structured output is not supported: constrained decoding would change the "
+                "distribution the trainer learns from; ask for JSON in the prompt instead",
+            )
+
+
 def parse_request(body: Any) -> ChatRequest:
     if not isinstance(body, dict):
         raise bad_request("body", "must be a JSON object")
+    _refuse_structured_output(body)
     max_tokens = positive_int(body, "max_tokens")
     if max_tokens is None:
         raise bad_request("max_tokens", "is required")
