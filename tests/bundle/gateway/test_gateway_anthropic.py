@@ -9,6 +9,7 @@ import openai
 import pytest
 
 from agentrl.bundle.gateway import GatewayServer
+from agentrl.bundle.gateway.render_pool import INLINE_RENDER_BYTES
 
 from .gateway_helpers import TOOL_REPLY, Cluster, metric, scripted
 
@@ -204,3 +205,160 @@ async def test_stop_sequence_and_tool_choice_none(
     )
     assert [b.type for b in msg.content] == ["thinking", "text"] and msg.stop_reason == "end_turn"
     assert "get_weather" in msg.content[1].text  # type: ignore[union-attr]
+
+
+PREFILL = [
+    {"role": "user", "content": "Capital of France?"},
+    {"role": "assistant", "content": "The capital is"},  # the start of the reply (prefill)
+]
+
+
+def continued(renderer: Any, tok: Any, messages: list[dict[str, Any]]) -> list[int]:
+    """The conversation rendered up to the end of its last (assistant) message's text: the
+    closed turn without its `<|im_end|>\\n`, which the model then continues."""
+    ids = renderer.render_ids(messages, add_generation_prompt=False)
+    assert ids[-2:] == [tok.convert_tokens_to_ids("<|im_end|>"), *tok.encode("\n")]
+    return ids[:-2]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_final_assistant_message_is_continued_not_closed(
+    gateway: GatewayServer, cluster: Cluster, tok: Any, renderer: Any, stream: bool
+) -> None:
+    """Anthropic's prefill: the model continues the last assistant message, and the answer is
+    only what it added. It used to be rendered as a finished turn followed by a new assistant
+    turn, so the model never saw its reply as started."""
+    cluster.set(responder=scripted(tok, " Paris."))
+    handle = await gateway.create_session(f"a-prefill-{stream}", {})
+    c = client(handle)
+    args: dict[str, Any] = {"model": "m", "max_tokens": 32, "messages": PREFILL}
+    if stream:
+        async with c.messages.stream(**args) as s:
+            msg = await s.get_final_message()
+    else:
+        msg = await c.messages.create(**args)
+    sent = cluster.all_requests()[0]["input_ids"]
+    assert sent == continued(renderer, tok, PREFILL)
+    assert tok.decode(sent).endswith("The capital is")
+    assert [(b.type, b.text) for b in msg.content] == [("text", "Paris.")]  # type: ignore[union-attr]
+    counted = await c.messages.count_tokens(model="m", messages=PREFILL)  # type: ignore[arg-type]
+    assert counted.input_tokens == len(sent)
+
+
+@pytest.mark.gateway(cumulative_token_mode=True)
+async def test_the_turn_after_a_prefill_extends_what_the_model_saw(
+    gateway: GatewayServer, cluster: Cluster, tok: Any, renderer: Any
+) -> None:
+    """The agent echoes the prefill and its continuation as one message; the next prompt is
+    still the prefilled prompt + the sampled ids (no trace break)."""
+    cluster.set(
+        responder=scripted(
+            tok,
+            "<tool_call>\n" + '{"name": "get_weather", '
+            '"arguments": {"city": "Paris"}}\n</tool_call>',
+        )
+    )
+    handle = await gateway.create_session("a-prefill-next", {})
+    c = client(handle)
+    prefill = [
+        {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "content": "Checking."},
+    ]
+    msg = await c.messages.create(model="m", max_tokens=64, messages=prefill, tools=TOOLS)  # type: ignore[arg-type]
+    (call,) = [b for b in msg.content if b.type == "tool_use"]
+    cluster.set(responder=scripted(tok, "Sunny."))
+    follow = [
+        prefill[0],
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "text", "text": "Checking."},
+                {"type": "tool_use", "id": call.id, "name": call.name, "input": call.input},
+            ],
+        },
+        {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": call.id, "content": "sunny"}],
+        },
+    ]
+    await c.messages.create(model="m", max_tokens=64, messages=follow, tools=TOOLS)  # type: ignore[arg-type]
+    first, second = await gateway.get_turns(handle.session_id)
+    seen = [*first.prompt_ids, *first.completion_ids]
+    assert list(second.prompt_ids)[: len(seen)] == seen
+    assert metric(cluster, "agentrl_trace_breaks_total", reason="bridge_refused") == 0
+    assert metric(cluster, "agentrl_trace_breaks_total", reason="history_rewrite") == 0
+
+
+async def test_a_final_assistant_tool_use_without_its_result_is_refused(
+    gateway: GatewayServer, cluster: Cluster
+) -> None:
+    handle = await gateway.create_session("a-prefill-tool", {})
+    with pytest.raises(anthropic.BadRequestError) as err:
+        await client(handle).messages.create(
+            model="m",
+            max_tokens=8,
+            tools=TOOLS,  # type: ignore[arg-type]
+            messages=[
+                {"role": "user", "content": "Weather?"},
+                {
+                    "role": "assistant",
+                    "content": [
+                        {"type": "tool_use", "id": "t1", "name": "get_weather", "input": {}}
+                    ],
+                },
+            ],
+        )
+    assert "tool_result" in err.value.body["error"]["message"]  # type: ignore[index]
+    assert cluster.all_requests() == []
+
+
+@pytest.mark.gateway(render_workers=1)
+async def test_a_large_prefill_renders_in_a_worker_to_the_same_ids(
+    gateway: GatewayServer, cluster: Cluster, tok: Any, renderer: Any
+) -> None:
+    cluster.set(responder=scripted(tok, " Paris."))
+    handle = await gateway.create_session("a-prefill-pooled", {})
+    system = "lorem ipsum " * (INLINE_RENDER_BYTES // 4)  # over the inline limit: a worker
+    await client(handle).messages.create(
+        model="m",
+        max_tokens=32,
+        system=system,
+        messages=PREFILL,  # type: ignore[arg-type]
+    )
+    assert gateway._pool is not None and gateway._pool.jobs == 1  # rendered by a worker
+    expected = continued(renderer, tok, [{"role": "system", "content": system}, *PREFILL])
+    assert cluster.all_requests()[0]["input_ids"] == expected
+
+
+async def test_structured_output_is_refused_like_openai_response_format(
+    gateway: GatewayServer, cluster: Cluster
+) -> None:
+    """`output_config.format` asks for constrained decoding, as OpenAI's `response_format`
+    does (refused there): it used to be dropped without a word, and the agent got free text
+    where it expected JSON of its schema. `output_config.effort` alone is still served."""
+    handle = await gateway.create_session("a-format", {})
+    c = client(handle)
+    schema = {"type": "object", "properties": {"city": {"type": "string"}}}
+    with pytest.raises(anthropic.BadRequestError) as err:
+        await c.messages.create(
+            model="m",
+            max_tokens=8,
+            messages=[{"role": "user", "content": "x"}],
+            output_config={"format": {"type": "json_schema", "schema": schema}},
+        )
+    assert "output_config.format" in err.value.body["error"]["message"]  # type: ignore[index]
+    with pytest.raises(anthropic.BadRequestError) as err:
+        await c.messages.create(
+            model="m",
+            max_tokens=8,
+            messages=[{"role": "user", "content": "x"}],
+            extra_body={"output_format": {"type": "json_schema", "schema": schema}},  # older beta
+        )
+    assert "output_format" in err.value.body["error"]["message"]  # type: ignore[index]
+    assert cluster.all_requests() == []
+    await c.messages.create(
+        model="m",
+        max_tokens=8,
+        messages=[{"role": "user", "content": "x"}],
+        output_config={"effort": "high", "format": None},
+    )

@@ -197,3 +197,19 @@ async def test_logprobs_are_the_sampled_ones(
         await c.chat.completions.create(
             model="m", messages=MESSAGES, response_format={"type": "json_object"}
         )  # type: ignore[arg-type]
+
+
+async def test_legacy_functions_are_refused_not_dropped(
+    gateway: GatewayServer, cluster: Cluster
+) -> None:
+    """The deprecated `functions` / `function_call` used to be ignored: the model never saw
+    the functions the agent offered, and the agent waited for calls that could not come."""
+    handle = await gateway.create_session("s-functions", {})
+    fn = {"name": "get_weather", "parameters": {"type": "object"}}
+    for extra in ({"functions": [fn]}, {"function_call": "auto"}):
+        with pytest.raises(openai.BadRequestError) as err:
+            await client(gateway, handle).chat.completions.create(
+                model="m", messages=MESSAGES, **extra
+            )  # type: ignore[call-overload]
+        assert "tools" in err.value.message
+    assert cluster.all_requests() == []

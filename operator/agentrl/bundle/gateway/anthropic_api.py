@@ -4,7 +4,8 @@ Accepts what the official `anthropic` SDK and Claude Code send: a `system` strin
 blocks, content blocks (text, thinking, tool_use, tool_result; `cache_control` ignored),
 `tools` with `input_schema`, `tool_choice`, `stop_sequences`, `stream`. Thinking blocks in
 the history become the assistant's `reasoning_content`; the model's reasoning comes back as
-a `thinking` block.
+a `thinking` block. A final assistant message (a prefill) is continued: the answer is what
+the model adds to it.
 """
 
 from __future__ import annotations
@@ -165,9 +166,42 @@ def _parse_tools(body: Mapping[str, Any], tools: list[dict[str, Any]] | None) ->
     return kind != "none" and tools is not None
 
 
+def _prefill(messages: list[dict[str, Any]]) -> bool:
+    """Whether the last message is the start of the assistant's reply (a prefill), which the
+    model continues. A tool_use there has no tool_result yet: refused, as Anthropic does."""
+    last = messages[-1]
+    if last["role"] != "assistant":
+        return False
+    if last.get("tool_calls"):
+        raise bad_request(
+            f"messages[{len(messages) - 1}].content",
+            "tool_use blocks must be followed by a user message with their tool_result "
+            "blocks; a final assistant message is continued (a prefill) and may hold only "
+            "text and thinking",
+        )
+    return True
+
+
+def _refuse_structured_output(body: Mapping[str, Any]) -> None:
+    """Structured output is constrained decoding, refused as OpenAI's `response_format` is;
+    `output_config.effort` (how hard Claude thinks) changes nothing here and is ignored."""
+    config = obj(body.get("output_config"), "output_config") or {}
+    for param, value in (
+        ("output_config.format", config.get("format")),
+        ("output_format", body.get("output_format")),  # the structured-outputs beta's name
+    ):
+        if value is not None:
+            raise bad_request(
+                param,
+                "structured output is not supported: constrained decoding would change the "
+                "distribution the trainer learns from; ask for JSON in the prompt instead",
+            )
+
+
 def parse_request(body: Any) -> ChatRequest:
     if not isinstance(body, dict):
         raise bad_request("body", "must be a JSON object")
+    _refuse_structured_output(body)
     max_tokens = positive_int(body, "max_tokens")
     if max_tokens is None:
         raise bad_request("max_tokens", "is required")
@@ -181,13 +215,15 @@ def parse_request(body: Any) -> ChatRequest:
     ):
         if value is not None:
             sampling[key] = value
+    messages = _messages(body)
     return ChatRequest(
-        messages=_messages(body),
+        messages=messages,
         tools=tools,
         parse_tools=_parse_tools(body, tools),
         sampling=sampling,
         stream=boolean(body, "stream"),
         model=string(body, "model"),
+        continue_final=_prefill(messages),
     )
 
 

@@ -65,6 +65,9 @@ class ChatRequest:
     model: str
     include_usage: bool = False
     logprobs: bool = False  # OpenAI `logprobs`: return the sampled tokens' logprobs
+    # Anthropic's prefill: the last message is the start of the assistant's reply, which the
+    # model continues (rendered up to the end of its text, not as a finished turn).
+    continue_final: bool = False
 
 
 @dataclass

@@ -253,7 +253,9 @@ class Frontend:
             body = {"max_tokens": 1, **body}  # not part of a count request
         req = anthropic_api.parse_request(body)
         await ticket.turn()
-        tokens = await self.runner.builder.count(req.messages, req.tools)
+        tokens = await self.runner.builder.count(
+            req.messages, req.tools, continue_final=req.continue_final
+        )
         return served(json_response({"input_tokens": tokens}))
 
     async def serve(

@@ -139,6 +139,13 @@ def _refuse_unsupported(body: Mapping[str, Any]) -> None:
             "structured output is not supported: constrained decoding would change the "
             "distribution the trainer learns from; ask for JSON in the prompt instead",
         )
+    for legacy in ("functions", "function_call"):
+        if body.get(legacy) is not None:  # ignored, the model would never see the functions
+            raise bad_request(
+                legacy,
+                'is the deprecated form of "tools" / "tool_choice" and is not supported; '
+                'send {"type": "function", "function": {...}} entries in "tools"',
+            )
     if integer(body, "top_logprobs", 0):
         raise bad_request("top_logprobs", "is not supported (the sampled tokens' logprobs are)")
     if obj(body.get("logit_bias"), "logit_bias"):

@@ -142,17 +142,27 @@ class PromptBuilder:
         chains: Sequence[Chain],
         messages: list[dict[str, Any]],
         tools: list[dict[str, Any]] | None,
+        *,
+        continue_final: bool = False,
     ) -> PromptPlan:
+        """`continue_final`: the last message is the start of the assistant's reply (a
+        prefill), which the model continues; the turn is then matched, and recorded, as the
+        request before it, so the agent's echo of prefill + continuation as one reply
+        extends it."""
         sized = [sized_fingerprint(m) for m in messages]
         fps = [fp for fp, _ in sized]
         tools_fp, tools_size = sized_fingerprint(tools or [])
         work = sum(n for _, n in sized) + tools_size
 
         async def full() -> array[int]:
-            return await self.render_with.render(messages, tools, work)
+            return await self.render_with.render(
+                messages, tools, work, continue_final=continue_final
+            )
 
+        asked = messages[:-1] if continue_final else messages
+        fps = fps[:-1] if continue_final else fps
         live = [c for c in chains if c.tools_fp == tools_fp]
-        idx = _continuation(live, messages, fps)
+        idx = _continuation(live, asked, fps)
         if not isinstance(idx, int):
             reason = idx or ("history_rewrite" if _rewrite(live, fps) else None)
             if reason is None and len(live) < len(chains) and _rewrite(chains, fps):
@@ -161,7 +171,7 @@ class PromptBuilder:
         extends = chains.index(live[idx])
         chain = live[idx]
         prev = chain.history[: chain.end]
-        if not self.cumulative:
+        if not self.cumulative or continue_final:  # a prefill: a full render, checked
             ids = await full()
             drift = None if ids[: len(prev)] == prev else "retokenize_drift"
             return PromptPlan(ids, fps, tools_fp, extends, drift)
@@ -180,12 +190,19 @@ class PromptBuilder:
         return PromptPlan(bridged, fps, tools_fp, extends, None)
 
     async def count(
-        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        *,
+        continue_final: bool = False,
     ) -> int:
-        """Tokens of a full render with the generation prompt, of any length (Claude Code
-        asks before it compacts a conversation that no longer fits)."""
+        """Tokens of a full render with the generation prompt (or up to a prefill), of any
+        length (Claude Code asks before it compacts a conversation that no longer fits)."""
         work = len(orjson.dumps(messages)) + len(orjson.dumps(tools or []))
-        return len(await self.render_with.render(messages, tools, work, bounded=False))
+        ids = await self.render_with.render(
+            messages, tools, work, bounded=False, continue_final=continue_final
+        )
+        return len(ids)
 
 
 def _fork(chains: Sequence[Chain], base: Chain | None, prompt: array[int]) -> History:

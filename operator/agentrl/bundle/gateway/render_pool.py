@@ -28,7 +28,7 @@ from typing import Any
 import orjson
 
 from agentrl.bundle.gateway.chat import ApiError
-from agentrl.bundle.gateway.render_worker import FRAME
+from agentrl.bundle.gateway.render_worker import FRAME, prompt_ids
 from agentrl.bundle.gateway.token_view import ids_of
 
 log = logging.getLogger("agentrl.gateway")
@@ -241,19 +241,23 @@ class PromptRenderer:
         work: int,
         *,
         bounded: bool = True,
+        continue_final: bool = False,
     ) -> array[int]:
-        """The full prompt with the generation prompt; `work`: bytes of text it renders.
-        `bounded=False` skips the context check (a token count must answer any length)."""
+        """The full prompt with the generation prompt (`continue_final`: up to the end of the
+        last message, which the model continues; `render_worker.prompt_ids`); `work`: bytes
+        of text it renders. `bounded=False` skips the context check (a token count must
+        answer any length)."""
         limit = self.max_tokens if bounded else None
         pool = self._pooled(work)
         if pool is not None:
-            reply = await self._call(pool, {"op": "render", "messages": messages, "tools": tools})
+            header: dict[str, Any] = {"op": "render", "messages": messages, "tools": tools}
+            if continue_final:
+                header["continue_final"] = True
+            reply = await self._call(pool, header)
             if reply is not None:
                 return self._ids(*reply, limit=limit)
         try:
-            ids = ids_of(
-                self.renderer.render_ids(messages, tools=tools or None, add_generation_prompt=True)
-            )
+            ids = ids_of(prompt_ids(self.renderer, messages, tools or None, continue_final))
         except Exception as exc:
             raise _refused(exc) from exc
         _check(len(ids), limit)

@@ -9,8 +9,8 @@ and talks to each over its stdin/stdout, one job at a time:
     frame   = u32 header length, u32 payload length (big-endian), header (JSON), payload
     config  = {"tokenizer_path", "renderer_family", "tool_call_parser", "reasoning_parser"}
               -> {"ok": true} once loaded, or {"ok": false, "error"}
-    render  = {"op": "render", "messages", "tools"}
-              -> {"ok": true, "n"} + ids (int32, native order)
+    render  = {"op": "render", "messages", "tools", "continue_final"}
+              -> {"ok": true, "n"} + ids (int32, native order) (`prompt_ids`)
     bridge  = {"op": "bridge", "prompt_len", "messages", "tools"} + prompt + completion ids
               -> {"ok": true, "refused": true} (the renderer cannot bridge) or
                  {"ok": true, "suffix": true, "n"} + the ids after prompt + completion, or
@@ -61,6 +61,30 @@ def ids_bytes(ids: list[int]) -> bytes:
     return array("i", ids).tobytes()
 
 
+def prompt_ids(
+    renderer: Any,
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]] | None,
+    continue_final: bool = False,
+) -> list[int]:
+    """The ids the model continues from: the messages and the generation prompt; or, with
+    `continue_final` (the last message is the start of the assistant's reply, Anthropic's
+    prefill), the messages rendered up to the end of that reply's text, as a chat template's
+    `continue_final_message` does: the closed turn without what closes it (the stop token and
+    anything the model does not sample after it)."""
+    if not continue_final:
+        ids: list[int] = renderer.render_ids(messages, tools=tools, add_generation_prompt=True)
+        return ids
+    rendered = renderer.render(messages, tools=tools, add_generation_prompt=False)
+    ids = list(rendered.token_ids)
+    owner, sampled = rendered.message_indices, rendered.sampled_mask
+    stops = set(renderer.get_stop_token_ids())
+    last, end = len(messages) - 1, len(ids)
+    while end and (owner[end - 1] != last or not sampled[end - 1] or ids[end - 1] in stops):
+        end -= 1
+    return ids[:end]
+
+
 def _rss_bytes() -> int:
     try:
         with open("/proc/self/statm", "rb") as f:
@@ -77,10 +101,8 @@ class Worker:
         op = header.get("op")
         tools = header.get("tools") or None
         if op == "render":
-            ids = list(
-                self.renderer.render_ids(
-                    header["messages"], tools=tools, add_generation_prompt=True
-                )
+            ids = prompt_ids(
+                self.renderer, header["messages"], tools, bool(header.get("continue_final"))
             )
             return {"ok": True, "n": len(ids)}, ids_bytes(ids)
         if op == "bridge":

@@ -87,7 +87,9 @@ class TurnRunner:
                     410, f"session {session.sid} is closed", kind="invalid_request_error"
                 )
             try:
-                plan = await self.builder.build(session.chains, req.messages, req.tools)
+                plan = await self.builder.build(
+                    session.chains, req.messages, req.tools, continue_final=req.continue_final
+                )
             except ContextFull as full:
                 self.metrics.context_full_turns.inc()
                 session.context_full += 1
