@@ -66,6 +66,7 @@ from gateway_load import (
     serve_gateway,
     serve_stub,
     spawn,
+    start_role,
     wait_healthy,
 )
 
@@ -340,10 +341,7 @@ async def run(quick: bool, load: Load, logdir: Path) -> tuple[list[Outcome], Slo
     if not quick:
         scenarios.append(Scenario("10MB, limit raised", 10 * MB, 16 * 1024 * 1024, False))
     with processes() as procs:
-        stub_port = free_port()
-        stub = f"http://127.0.0.1:{stub_port}"
-        procs.append(spawn([ME, "--serve", "stub", "--port", str(stub_port)], logdir / "stub.log"))
-        await wait_healthy(stub + "/health", procs[-1], "stub engine")
+        stub, _ = await start_role(ME, "stub", procs, logdir, "stub engine")
         outcomes = [await run_scenario(sc, load, logdir, stub) for sc in scenarios]
         return outcomes, await run_slowloris(quick, load, logdir, stub)
 

@@ -38,12 +38,10 @@ from gateway_load import (
     add_serve_arguments,
     chat,
     closed_loop,
-    free_port,
     processes,
     serve_gateway,
     serve_stub,
-    spawn,
-    wait_healthy,
+    start_role,
 )
 
 ME = str(Path(__file__).resolve())
@@ -55,17 +53,11 @@ async def under_load(conc: int, rounds: int, n: int, logdir: Path) -> dict[str, 
     cpu: dict[str, list[float]] = {t: [] for t in TARGETS}
     p99: dict[str, list[float]] = {t: [] for t in TARGETS}
     with processes() as procs:
-        stub_port = free_port()
-        stub = f"http://127.0.0.1:{stub_port}"
-        procs.append(spawn([ME, "--serve", "stub", "--port", str(stub_port)], logdir / "stub.log"))
-        await wait_healthy(stub + "/health", procs[-1], "stub engine")
+        stub, _ = await start_role(ME, "stub", procs, logdir, "stub engine")
         calls = {}
         for target, role in TARGETS.items():
-            port, admin = free_port(), free_port()
-            args = [ME, "--serve", role, "--port", str(port), "--engine", stub]
-            procs.append(spawn([*args, "--admin-port", str(admin)], logdir / f"{role}.log"))
-            await wait_healthy(f"http://127.0.0.1:{port}/health", procs[-1], target)
-            sessions = await our_sessions(f"http://127.0.0.1:{admin}", conc)
+            _, admin = await start_role(ME, role, procs, logdir, target, engine=stub)
+            sessions = await our_sessions(admin, conc)
             urls = [url + "/chat/completions" for url, _ in sessions]
             headers = [{"Authorization": f"Bearer {token}"} for _, token in sessions]
             calls[target] = (chat(urls, headers), psutil.Process(procs[-1].pid))

@@ -120,6 +120,28 @@ def spawn(args: list[str], log: Path) -> subprocess.Popen[bytes]:
     return subprocess.Popen([sys.executable, *args], stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
 
 
+async def start_role(
+    me: str,
+    role: str,
+    procs: list[subprocess.Popen[bytes]],
+    logdir: Path,
+    what: str,
+    *,
+    engine: str | None = None,
+) -> tuple[str, str]:
+    """Benchmark `me` started as its server `role` (`--serve role`; the gateway roles on the
+    stub at `engine`), in a process of its own appended to `procs`; its URL and the URL of
+    its admin port, once its /health answers."""
+    port, admin = free_port(), free_port()
+    args = [me, "--serve", role, "--port", str(port)]
+    if engine is not None:
+        args += ["--engine", engine, "--admin-port", str(admin)]
+    procs.append(spawn(args, logdir / f"{role}.log"))
+    url = f"http://127.0.0.1:{port}"
+    await wait_healthy(url + "/health", procs[-1], what)
+    return url, f"http://127.0.0.1:{admin}"
+
+
 async def wait_healthy(url: str, proc: subprocess.Popen[bytes], what: str) -> None:
     async with aiohttp.ClientSession() as http:
         for _ in range(600):

@@ -41,12 +41,10 @@ import psutil
 from gateway_load import (
     ADMIN_TOKEN,
     add_serve_arguments,
-    free_port,
     processes,
     serve_gateway,
     serve_stub,
-    spawn,
-    wait_healthy,
+    start_role,
 )
 
 ME = str(Path(__file__).resolve())
@@ -124,18 +122,12 @@ async def settle(proc: psutil.Process) -> float:
 async def measure(args: argparse.Namespace, logdir: Path, scenario: str) -> Figures:
     """One scenario, on a fresh gateway (memory another scenario freed would hide growth)."""
     with processes() as procs:
-        stub_port, port, admin_port = free_port(), free_port(), free_port()
-        stub = f"http://127.0.0.1:{stub_port}"
-        procs.append(spawn([ME, "--serve", "stub", "--port", str(stub_port)], logdir / "stub.log"))
-        await wait_healthy(stub + "/health", procs[-1], "stub engine")
-        serve = [ME, "--serve", "gateway", "--port", str(port), "--engine", stub,
-                 "--admin-port", str(admin_port)]  # fmt: skip
-        procs.append(spawn(serve, logdir / "gateway.log"))
-        await wait_healthy(f"http://127.0.0.1:{port}/health", procs[-1], "gateway")
+        stub, _ = await start_role(ME, "stub", procs, logdir, "stub engine")
+        _, admin = await start_role(ME, "gateway", procs, logdir, "gateway", engine=stub)
         gw = psutil.Process(procs[-1].pid)
         timeout = aiohttp.ClientTimeout(total=None)
         async with aiohttp.ClientSession(timeout=timeout) as http:
-            client = Client(http, f"http://127.0.0.1:{admin_port}")
+            client = Client(http, admin)
             tag = os.urandom(4).hex()
             # Warm-up: the code paths and the render workers, on a throwaway session.
             warm = await client.open(f"warm-{tag}")

@@ -46,12 +46,10 @@ from gateway_load import (
     add_serve_arguments,
     chat,
     closed_loop,
-    free_port,
     processes,
     serve_gateway,
     serve_stub,
-    spawn,
-    wait_healthy,
+    start_role,
 )
 
 ME = str(Path(__file__).resolve())
@@ -149,21 +147,14 @@ async def measure(rounds: int, n: int, logdir: Path) -> dict[str, list[float]]:
     """CPU µs per request of each target, one figure per round."""
     cpu: dict[str, list[float]] = {t: [] for t in TARGETS}
     with processes() as procs:
-        stub_port = free_port()
-        stub = f"http://127.0.0.1:{stub_port}"
-        procs.append(spawn([ME, "--serve", "stub", "--port", str(stub_port)], logdir / "stub.log"))
-        await wait_healthy(stub + "/health", procs[-1], "stub engine")
+        stub, _ = await start_role(ME, "stub", procs, logdir, "stub engine")
         calls = {}
         for target, role in zip(TARGETS, ROLES[1:], strict=True):
-            port, admin = free_port(), free_port()
-            args = [ME, "--serve", role, "--port", str(port), "--engine", stub]
-            procs.append(spawn([*args, "--admin-port", str(admin)], logdir / f"{role}.log"))
-            url = f"http://127.0.0.1:{port}"
-            await wait_healthy(url + "/health", procs[-1], target)
+            url, admin = await start_role(ME, role, procs, logdir, target, engine=stub)
             if role in ("aiohttp", "protocol"):
                 urls, headers = [url + PATH], [{}]
             else:
-                sessions = await our_sessions(f"http://127.0.0.1:{admin}", 1)
+                sessions = await our_sessions(admin, 1)
                 urls = [sessions[0][0] + "/chat/completions"]
                 headers = [{"Authorization": f"Bearer {sessions[0][1]}"}]
             calls[target] = (chat(urls, headers), psutil.Process(procs[-1].pid))
