@@ -101,6 +101,24 @@ def test_env_values_never_reach_the_runtime_config() -> None:
     assert all(env_of(c)["PLAIN_MARKER"] == "v-3141592653" for c in containers(rendered["rayjob"]))
 
 
+def test_runtime_env_from_secrets_is_named_in_the_runtime_config() -> None:
+    """The launcher redacts what these variables hold: the config names them, and carries
+    neither their Secret references nor any runtime.env value."""
+    body = load_example(SWE)
+    ref = {"secretKeyRef": {"name": "app-secrets", "key": "sentry-dsn"}}
+    body["spec"]["runtime"]["env"] += [
+        {"name": "SENTRY_DSN", "valueFrom": ref},
+        {"name": "PLAIN_MARKER", "value": "v-2718281828"},
+    ]
+    rendered = objects(body)
+    config = RuntimeConfig.model_validate_json(rendered["config"]["data"]["config.json"])
+    assert config.runtime_secret_envs == ["SENTRY_DSN"]
+    text = json.dumps(rendered["config"])
+    for absent in ("app-secrets", "sentry-dsn", "valueFrom", "v-2718281828", "NCCL_DEBUG"):
+        assert absent not in text
+    assert all(env_of(c)["SENTRY_DSN"] == ref for c in containers(rendered["rayjob"]))
+
+
 def test_gateway_url_defaults_to_the_in_cluster_service() -> None:
     config = runtime_config(parse(minimal_body()), DEFAULTS)
     assert config.gateway_url == "http://demo-gateway.rl.svc:9090"

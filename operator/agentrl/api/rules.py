@@ -36,6 +36,7 @@ from agentrl.api.runtime import (
     ENV_WANDB_API_KEY,
     RuntimeConfig,
     config_spec,
+    runtime_secret_env_names,
 )
 
 # Ports Ray itself listens on in the head pod (GCS, client, dashboard, node metrics).
@@ -628,6 +629,7 @@ def children_fit(exp: RLExperiment) -> Iterator[Finding]:
         bundle_version="0",
         spec=config_spec(spec),
         gateway_url="",
+        runtime_secret_envs=runtime_secret_env_names(spec),
     )
     size = len(config.to_json().encode()) + CONFIG_HEADROOM
     if size > CONFIGMAP_MAX_BYTES:

@@ -29,6 +29,13 @@ def http_header_env_name(index: int) -> str:
     return f"{ENV_HTTP_HEADER_PREFIX}{index}"
 
 
+def runtime_secret_env_names(spec: RLExperimentSpec) -> list[str]:
+    """The `runtime.env` variables whose value comes from a Secret, by name only: the config
+    leaves `runtime.env` out, so without these names the launcher could not tell a secret
+    under an ordinary name (a Sentry DSN, a database URL) from any other variable."""
+    return [e.name for e in spec.runtime.env if e.value_from is not None]
+
+
 def config_spec(spec: RLExperimentSpec) -> RLExperimentSpec:
     """The spec as the runtime config carries it: without `runtime.env` (no code in the pods
     reads it from the config; the containers get it as env)."""
@@ -47,6 +54,9 @@ class RuntimeConfig(Model):
     wandb_api_key_env: str | None = None
     http_header_envs: dict[str, str] = Field(
         default_factory=dict, description="header name -> env var holding its value"
+    )
+    runtime_secret_envs: list[str] = Field(
+        default_factory=list, description="spec.runtime.env variables set from a Secret"
     )
 
     def to_json(self) -> str:

@@ -22,6 +22,7 @@ from agentrl.api.runtime import (
     RuntimeConfig,
     config_spec,
     http_header_env_name,
+    runtime_secret_env_names,
 )
 from agentrl.api.validation import errors, validate_experiment
 from agentrl.render import bundle, names, network, pods, provenance
@@ -53,6 +54,7 @@ def runtime_config(exp: RLExperiment, defaults: OperatorDefaults) -> RuntimeConf
         gateway_url=gateway_url(exp),
         wandb_api_key_env=ENV_WANDB_API_KEY if spec.tracking.wandb is not None else None,
         http_header_envs=headers,
+        runtime_secret_envs=runtime_secret_env_names(spec),
     )
 
 

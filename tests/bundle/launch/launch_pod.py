@@ -26,7 +26,8 @@ if str(REPO) not in sys.path:  # tests.support, shared with other test dirs
 
 from tests.support import loader_cache, slime_upstream
 
-from agentrl.api.runtime import RuntimeConfig
+from agentrl.render.defaults import OperatorDefaults
+from agentrl.render.objects import runtime_config
 
 POD_IMAGE = Path(__file__).parent / "pod_image"
 SECRET = "wandb-secret-value-123"
@@ -88,6 +89,7 @@ class Pod:
         checkpoint: bool = True,
         pylib: Path = POD_IMAGE / "pylib",
         gang: bool = False,
+        env: list[dict[str, Any]] | None = None,
     ) -> None:
         self.root, self.row, self.pylib = root, row, pylib
         self.record = root / "record.json"
@@ -126,20 +128,15 @@ class Pod:
             # The pod stands for one GPU worker without torch.distributed; the gang
             # preflight has its own gang (test_gang_preflight.py). Off unless asked for.
             "preflight": {"gang": gang},
+            "env": env or [],
         }
+        doc["metadata"]["name"] = "http-agent"
         self.exp = experiment(doc)
         self.config_path = root / "config.json"
-        self.config_path.write_text(
-            RuntimeConfig(
-                experiment="http-agent",
-                namespace="rl",
-                bundle_version="t",
-                spec=self.exp.spec,
-                gateway_url="http://gw:9090",
-                wandb_api_key_env="WANDB_API_KEY",
-                http_header_envs={"Authorization": "AGENTRL_HTTP_HEADER_0"},
-            ).to_json()
-        )
+        # The config the operator renders for this experiment, so the launcher reads what
+        # the renderer writes (wandb and header variables named, runtime.env left out).
+        config = runtime_config(self.exp, OperatorDefaults(bundle_version="t"))
+        self.config_path.write_text(config.to_json())
 
     def env(self, **extra: str) -> dict[str, str]:
         base = {

@@ -354,6 +354,28 @@ def test_the_launcher_keeps_each_attempt_in_its_own_file_without_secrets(
     assert pod.recorded()["ppid"] != os.getpid()  # slime ran as the launcher's child
 
 
+def test_a_secret_loaded_under_an_ordinary_name_is_redacted_too(tmp_path: Path) -> None:
+    """spec.runtime.env may load any variable from a Secret (a Sentry DSN, a database URL):
+    its value is redacted like the wandb key's, though its name does not look secret."""
+    secrets = {
+        "SENTRY_DSN": "https://SEKRET-123@o1.ingest.sentry.io/1",
+        "DATABASE_URL": "postgres://rl:SEKRET-456@db/rl",
+    }
+    refs = [
+        {"name": n, "valueFrom": {"secretKeyRef": {"name": "app", "key": n.lower()}}}
+        for n in secrets
+    ]
+    pod = Pod(tmp_path, env=[*refs, {"name": "APP_MODE", "value": "plain-value"}])
+    said = f"connecting to {secrets['SENTRY_DSN']} and {secrets['DATABASE_URL']} as plain-value"
+    done = pod.launch(AGENTRL_TEST_TRAIN_PRINT=said, APP_MODE="plain-value", **secrets)
+    assert done.returncode == 0, done.stderr
+    [kept] = pod.log_files()
+    text = kept.read_text()
+    assert "SEKRET" not in text + done.stdout + done.stderr
+    assert "stdout: connecting to <redacted> and <redacted> as plain-value" in text
+    assert pod.recorded()["env"]["SENTRY_DSN"] == secrets["SENTRY_DSN"]  # slime still has it
+
+
 def test_a_launch_that_stops_before_slime_is_kept_too(tmp_path: Path) -> None:
     pod = Pod(tmp_path, extra_args=["--no-such-flag"])
     done = pod.launch()

@@ -272,13 +272,24 @@ def build_plan(
         cuda_major=major,
         cudarts=[f"{c.path} ({c.source})" for c in cuda_env.cudarts],
         tms=tms,
-        secret_names=[key_env, *config.http_header_envs.values()],
+        secret_names=secret_names(config),
         start=start,
         hf_mode_flag=HF_MODE_FLAG in known,
         config=config,
         cuda_env=cuda_env,
         warnings=warnings,
     )
+
+
+def secret_names(config: RuntimeConfig) -> list[str]:
+    """The variables whose values are secrets, whatever their names: the wandb key, the agent's
+    header values and the runtime.env variables set from a Secret. One list for the dry run's
+    env and for the output kept and relayed, so neither redacts less than the other."""
+    return [
+        config.wandb_api_key_env or ENV_WANDB_API_KEY,
+        *config.http_header_envs.values(),
+        *config.runtime_secret_envs,
+    ]
 
 
 def redact(env: Mapping[str, str], secret_names: Sequence[str]) -> dict[str, str]:
@@ -449,13 +460,12 @@ def start_capture(config_path: str, ambient: Mapping[str, str]) -> capture.Captu
     path = config.spec.checkpoint.path
     if not path:
         return None
-    named = [config.wandb_api_key_env or ENV_WANDB_API_KEY, *config.http_header_envs.values()]
     directory = capture.log_dir(path)
     try:
         log = capture.Capture.start(
             Path(directory),
             config.experiment,
-            capture.secret_values(ambient, named),
+            capture.secret_values(ambient, secret_names(config)),
             capture.now_utc(),
         )
     except OSError as e:
