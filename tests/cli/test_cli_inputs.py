@@ -202,3 +202,24 @@ def test_recursive_directories_do_not_follow_link_loops(
     (tmp_path / "a" / "loop").symlink_to(tmp_path, target_is_directory=True)
     code, out, _ = run(capsys, "validate", "-R", "-f", str(tmp_path))
     assert code == 0 and out.count(": OK ") == 1
+
+
+@pytest.mark.parametrize(
+    ("piped", "expected"),
+    [
+        ("", ["error: stdin: nothing was read"]),
+        (yaml.safe_dump(SECRET), ["stdin: skipped v1/Secret hf (not an RLExperiment)",
+                                  "error: stdin: no RLExperiment found"]),
+    ],
+)  # fmt: skip
+def test_stdin_is_named_stdin_in_every_message(
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    piped: str,
+    expected: list[str],
+) -> None:
+    import io
+
+    monkeypatch.setattr("sys.stdin", io.StringIO(piped))
+    code, out, err = run(capsys, "validate", "-f", "-")
+    assert code == 1 and out == "" and err.splitlines() == expected

@@ -5,6 +5,7 @@ The demo runs as a newcomer runs it, from a fresh virtualenv holding only the co
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -100,3 +101,27 @@ def test_demo_from_a_fresh_venv_prints_a_screenful_and_writes_the_yaml(tmp_path:
     assert "GPU layout: 8 GPUs" in shown and "python3 /root/slime/train.py" in shown
     assert "agentrl logs qwen3b-gsm8k -n rl -f" in shown
     assert (env_dir / "bin" / "agentrl").exists()  # installed the core CLI itself
+
+
+def test_summary_as_json_holds_what_the_text_shows(capsys: pytest.CaptureFixture[str]) -> None:
+    example = EXAMPLES_DIR / "qwen3-32b-swe-4node-tp-pp.yaml"
+    objects = _objects(capsys, example)
+    assert main(["render", "-f", str(example), *RENDER, "--summary", "-o", "json"]) == 0
+    (summary,) = json.loads(capsys.readouterr().out)["experiments"]
+    assert (summary["namespace"], summary["name"]) == ("rl", "qwen3-32b-swe")
+    expected = []
+    for obj in objects:
+        meta = obj["metadata"]
+        assert isinstance(meta, dict)
+        expected.append((obj["kind"], meta["name"]))
+    assert [(o["kind"], o["name"]) for o in summary["objects"]] == expected
+    assert all(o["bytes"] > 0 and o["what"] for o in summary["objects"])
+    assert summary["bytes"] == sum(o["bytes"] for o in summary["objects"])
+    layout = summary["gpuLayout"]
+    assert layout["gpus"] == 32 and layout["colocate"] is False
+    assert layout["workers"]["pods"] == 4 and layout["workers"]["gpusPerPod"] == 8
+    assert layout["workers"]["extraResources"] == {"vpc.amazonaws.com/efa": 32}
+    assert layout["training"] == {"gpus": 16, "tensor": 4, "pipeline": 2, "context": 1,
+                                  "dataParallel": 2}  # fmt: skip
+    assert layout["rollout"] == {"gpus": 16, "engines": 4, "gpusPerEngine": 4}
+    assert summary["command"][0] == "python3" and "--rollout-function-path" in summary["command"]

@@ -59,3 +59,66 @@ def test_the_same_namespace_and_name_twice_is_refused(
     other["metadata"]["namespace"] = "other"
     two.write_text(yaml.safe_dump(other))
     assert main(["validate", "-f", str(one), "-f", str(two), "--image", IMAGE]) == 0
+
+
+@pytest.mark.parametrize(
+    ("content", "source", "message"),
+    [
+        (None, "nope.yaml", "no such file or directory"),
+        ("", "spec.yaml", "the file is empty"),
+        (yaml.safe_dump({"apiVersion": "v1", "kind": "Secret"}), "spec.yaml",
+         "no RLExperiment found"),
+    ],
+)  # fmt: skip
+def test_json_when_the_input_cannot_be_read_is_still_a_report(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    content: str | None,
+    source: str,
+    message: str,
+) -> None:
+    """A tool reading the JSON gets a document for every outcome, with the same exit status;
+    the human message stays on stderr."""
+    path = tmp_path / source
+    if content is not None:
+        path.write_text(content)
+    code = main(["validate", "-o", "json", "-f", str(path), "--image", IMAGE])
+    out, err = capsys.readouterr()
+    report = json.loads(out)
+    assert code == 1 and report["valid"] is False
+    (document,) = report["documents"]
+    assert document["source"] == str(path) and document["valid"] is False
+    (problem,) = document["problems"]
+    assert set(problem) == {"path", "message", "hint", "severity"}
+    assert problem["severity"] == "error" and problem["message"].startswith(message)
+    assert message in err and "Traceback" not in err
+
+
+def test_json_of_a_yaml_error_is_the_document_s_problem(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "spec.yaml"
+    path.write_text("spec: [unclosed")
+    code = main(["validate", "-o", "json", "-f", str(path), "--image", IMAGE])
+    out, err = capsys.readouterr()
+    (document,) = json.loads(out)["documents"]
+    assert code == 1 and err == "" and document["source"] == str(path)
+    assert document["problems"][0]["message"].startswith("not valid YAML: line 1")
+
+
+def test_json_when_the_policy_cannot_be_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spec = tmp_path / "x.yaml"
+    spec.write_text(yaml.safe_dump(minimal_body()))
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(yaml.safe_dump({"policy": {"bogus": 1}}))
+    code = main(["validate", "-o", "json", "-f", str(spec), "--policy", str(policy),
+                 "--image", IMAGE])  # fmt: skip
+    out, err = capsys.readouterr()
+    report = json.loads(out)
+    assert code == 1 and report["valid"] is False and report["policy"] == str(policy)
+    (document,) = report["documents"]
+    assert document["source"] == str(policy)
+    assert document["problems"][0]["message"].startswith("holds no policy")
+    assert f"error: {policy}: holds no policy" in err

@@ -11,7 +11,7 @@ that enforces the limits of `agentrl.api.bounds` while it builds the document, s
 20,000 levels deep or an alias bomb stops at the first value past a limit, with that value's
 field path, instead of exhausting the stack, the CPU or the memory. Each violation is
 reported with the document it belongs to; a problem with the file itself (missing,
-unreadable, not YAML) is a LoadError.
+unreadable, empty, not UTF-8) is a LoadError.
 """
 
 from __future__ import annotations
@@ -41,7 +41,12 @@ MAX_FILE_BYTES: Final = 16 * 1024 * 1024
 
 
 class LoadError(Exception):
-    """A file cannot be read as YAML/JSON documents at all."""
+    """An input cannot be read as YAML/JSON documents at all: `source` names it as every
+    message does (`stdin` for `-`), `reason` says why."""
+
+    def __init__(self, source: str, reason: str) -> None:
+        super().__init__(f"{source}: {reason}")
+        self.source, self.reason = source, reason
 
 
 @dataclass(frozen=True)
@@ -88,10 +93,10 @@ def load_document(path: str) -> Any:
     """The one document in `path` (a policy or chart values file), within the same bounds."""
     docs = load_documents([path])
     if len(docs) != 1:
-        raise LoadError(f"{path}: holds {len(docs)} documents; expected one")
+        raise LoadError(input_name(path), f"holds {len(docs)} documents; expected one")
     (doc,) = docs
     if doc.problems:
-        raise LoadError("; ".join(f"{doc.source}: {p}" for p in doc.problems))
+        raise LoadError(doc.source, "; ".join(str(p) for p in doc.problems))
     return doc.body
 
 
@@ -100,7 +105,7 @@ def _expand(path: str, recursive: bool) -> list[str]:
         return [path]
     target = Path(path)
     if not target.exists():
-        raise LoadError(f"{path}: no such file or directory")
+        raise LoadError(path, "no such file or directory")
     if not target.is_dir():
         return [path]
     # os.walk does not follow directory symlinks, so a link loop cannot make -R spin.
@@ -113,8 +118,9 @@ def _expand(path: str, recursive: bool) -> list[str]:
     )
     if not files:
         raise LoadError(
-            f"{path}: no {', '.join(EXTENSIONS)} files"
-            + ("" if recursive else " (use --recursive for subdirectories)")
+            path,
+            f"no {', '.join(EXTENSIONS)} files"
+            + ("" if recursive else " (use --recursive for subdirectories)"),
         )
     return files
 
@@ -132,22 +138,22 @@ def _read(path: str) -> str:
             with open(path, "rb") as f:
                 data = f.read(MAX_FILE_BYTES + 1)
     except IsADirectoryError:
-        raise LoadError(f"{path}: is a directory, not a file") from None
+        raise LoadError(path, "is a directory, not a file") from None
     except OSError as exc:
-        raise LoadError(f"{path}: cannot read: {exc.strerror}") from None
+        raise LoadError(input_name(path), f"cannot read: {exc.strerror}") from None
     if len(data) > MAX_FILE_BYTES:
-        raise LoadError(f"{path}: larger than {MAX_FILE_BYTES // 2**20} MiB")
+        raise LoadError(input_name(path), f"larger than {MAX_FILE_BYTES // 2**20} MiB")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:
-        raise LoadError(f"{path}: not UTF-8 text") from None
+        raise LoadError(input_name(path), "not UTF-8 text") from None
 
 
 def _documents(path: str, text: str) -> list[Document]:
     bad = _SafeLoader.NON_PRINTABLE.search(text)
     if bad is not None:
         # YAML has no raw control characters; say which field holds one, not just where.
-        return [Document(_label(path), None, [_unprintable(text, bad.start())])]
+        return [Document(input_name(path), None, [_unprintable(text, bad.start())])]
     loader: Any = _BoundedLoader(text)
     raw: list[tuple[Any, list[Problem]]] = []
     try:
@@ -170,8 +176,9 @@ def _documents(path: str, text: str) -> list[Document]:
         loader.dispose()
     raw = [(b, p) for b, p in raw if b is not None or p]  # `---` with nothing after it
     if not raw:
-        raise LoadError(f"{path}: the file is empty")
-    label = _label(path)
+        empty = "nothing was read" if path == "-" else "the file is empty"
+        raise LoadError(input_name(path), empty)
+    label = input_name(path)
     docs: list[Document] = []
     for i, (body, problems) in enumerate(raw, 1):
         source = label if len(raw) == 1 else f"{label}#{i}"
@@ -179,7 +186,8 @@ def _documents(path: str, text: str) -> list[Document]:
     return docs
 
 
-def _label(path: str) -> str:
+def input_name(path: str) -> str:
+    """How messages name an input: its path, or `stdin` for `-`."""
     return "stdin" if path == "-" else path
 
 

@@ -32,7 +32,7 @@ from agentrl.api.models import RLExperiment
 from agentrl.api.policy import BASELINE, Policy, PolicyError, load_policy, policy_warnings
 from agentrl.api.validation import Problem, errors, parse_experiment
 from agentrl.cli import completion, logs, rehearse, summary
-from agentrl.cli.load import Document, LoadError, load_document, load_documents
+from agentrl.cli.load import Document, LoadError, input_name, load_document, load_documents
 from agentrl.render import OperatorDefaults, collect_bundle_files, render_all
 from agentrl.render.defaults import DEFAULT_IMAGE
 from agentrl.slimecmd import preview, wandb_run_name
@@ -68,7 +68,12 @@ def cmd_validate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     image = DefaultImage(args.image or None, missing="warning")
     if args.output == "json":
         notes = io.StringIO()
-        parsed = _parse(args, notes, image)
+        try:
+            parsed = _parse(args, notes, image)
+        except (LoadError, PolicyError) as exc:
+            # A document all the same, for tools; main() puts the message on stderr too.
+            out.write(json.dumps(_unread(args, exc, notes.getvalue()), indent=2) + "\n")
+            raise
         out.write(json.dumps(_report(args, parsed, notes.getvalue()), indent=2) + "\n")
         return EXIT_OK if all(exp is not None for _, exp, _ in parsed) else EXIT_INVALID
     code = EXIT_OK
@@ -109,6 +114,23 @@ def _report(args: argparse.Namespace, parsed: Parsed, notes: str) -> dict[str, A
     }
 
 
+def _unread(args: argparse.Namespace, exc: Exception, notes: str) -> dict[str, Any]:
+    """`validate -o json` when an input cannot be read (or the policy is wrong): the report's
+    shape, with the unreadable input as the one invalid document."""
+    if isinstance(exc, LoadError):
+        source, message = exc.source, exc.reason
+    else:
+        source = args.policy or ENV_POLICY
+        message = str(exc).removeprefix(f"{source}: ")
+    problem = {"path": "", "message": message, "hint": "", "severity": "error"}
+    return {
+        "valid": False,
+        "policy": _policy_name(args),
+        "documents": [{"source": source, "valid": False, "problems": [problem]}],
+        "notes": notes.splitlines(),
+    }
+
+
 def cmd_render(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     image = DefaultImage(args.image or None, missing="warning" if args.show_command else "error")
     parsed = _parse(args, err, image)
@@ -130,6 +152,10 @@ def cmd_render(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     defaults = _defaults(args)
     bundle_files = collect_bundle_files()
     rendered = [(exp, list(render_all(exp, defaults, bundle_files))) for exp in experiments]
+    if args.summary and args.output == "json":
+        experiments_data = [summary.data(e, c, _command_argv(e)) for e, c in rendered]
+        out.write(json.dumps({"experiments": experiments_data}, indent=2) + "\n")
+        return EXIT_OK
     if args.summary:
         for exp, children in rendered:
             out.write(summary.text(exp, children, _command_text(exp)))
@@ -172,7 +198,7 @@ _BlockDumper.add_representer(str, _str_presenter)
 
 def _command_text(exp: RLExperiment) -> str:
     """slime's command line as the launcher will run it (pod-only values shown as <...>)."""
-    argv = preview(exp.spec, wandb_run_name(exp.metadata.namespace, exp.metadata.name))
+    argv = _command_argv(exp)
     lines, i = [], 0
     while i < len(argv):  # one flag and its values per line; "<...:>" notes start a line too
         j = i + 1
@@ -183,6 +209,10 @@ def _command_text(exp: RLExperiment) -> str:
     return " \\\n    ".join(lines) + "\n"
 
 
+def _command_argv(exp: RLExperiment) -> list[str]:
+    return preview(exp.spec, wandb_run_name(exp.metadata.namespace, exp.metadata.name))
+
+
 Parsed = list[tuple[str, RLExperiment | None, list[Problem]]]
 
 
@@ -190,8 +220,9 @@ def _parse(args: argparse.Namespace, err: TextIO, image: DefaultImage) -> Parsed
     """Every RLExperiment of the inputs, parsed; other kinds are skipped with a note."""
     if args.policy == "-" and "-" in args.file:
         raise LoadError(
+            "stdin",
             "-f - and --policy - both read stdin, which can be read once: give one of them "
-            "as a file (e.g. --policy values.yaml)"
+            "as a file (e.g. --policy values.yaml)",
         )
     policy = _policy(args)
     source = args.policy or ENV_POLICY
@@ -204,7 +235,7 @@ def _parse(args: argparse.Namespace, err: TextIO, image: DefaultImage) -> Parsed
             continue
         parsed.append((doc.source, *_parse_one(doc, policy, image)))
     if not parsed:
-        raise LoadError(f"{', '.join(args.file)}: no RLExperiment found")
+        raise LoadError(", ".join(map(input_name, args.file)), "no RLExperiment found")
     return _once_each(parsed)
 
 
@@ -293,7 +324,8 @@ def _parser() -> argparse.ArgumentParser:
     render.add_argument(
         "--summary",
         action="store_true",
-        help="print each object's name and size, the GPU layout and slime's command instead",
+        help="print each object's name and size, the GPU layout and slime's command instead "
+        "(-o json: the same as one JSON document)",
     )
     _policy_arg(render)
     _image_arg(render)

@@ -4,7 +4,8 @@ The full render is mostly the bundle ConfigMap (agentrl's code as a base64 zip a
 which buries the RayJob and slime's command. The summary lists each object with its name,
 size and purpose, the GPU layout the spec asks for (pods, what trains, what generates),
 and slime's command line; the objects themselves go to a file (`agentrl render -f X >
-FILE`). Pure: rendered objects in, text out.
+FILE`). Pure: rendered objects in, text out (`text`), or the same as data for
+`--summary -o json` (`data`).
 """
 
 from __future__ import annotations
@@ -42,12 +43,62 @@ def text(exp: RLExperiment, objects: Sequence[Obj], command: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def data(exp: RLExperiment, objects: Sequence[Obj], argv: Sequence[str]) -> dict[str, Any]:
+    """What `text` shows, as JSON-ready data; `argv` is slime's command, one word an item."""
+    meta = exp.metadata
+    rows = [
+        {"kind": o["kind"], "name": o["metadata"]["name"], "bytes": _yaml_bytes(o),
+         "what": _purpose(exp, o)}
+        for o in objects
+    ]  # fmt: skip
+    return {
+        "namespace": meta.namespace,
+        "name": meta.name,
+        "bytes": sum(r["bytes"] for r in rows),
+        "objects": rows,
+        "gpuLayout": _layout(exp),
+        "command": list(argv),
+    }
+
+
+def _layout(exp: RLExperiment) -> dict[str, Any]:
+    res, head = exp.spec.resources, exp.spec.resources.head
+    par = res.parallelism
+    return {
+        "gpus": res.total_gpus,
+        "colocate": res.colocate,
+        "head": {"pods": 1, "cpu": str(head.cpu), "memory": str(head.memory)},
+        "workers": {
+            "pods": res.nodes,
+            "gpusPerPod": res.gpus_per_node,
+            "gpuResourceName": res.gpu_resource_name,
+            "cpu": str(res.cpu),
+            "memory": str(res.memory),
+            "shmSize": str(res.shm_size),
+            "extraResources": dict(sorted(res.extra_resources.items())),
+        },
+        "training": {
+            "gpus": res.actor_gpus,
+            "tensor": par.tensor,
+            "pipeline": par.pipeline,
+            "context": par.context,
+            "dataParallel": res.actor_gpus // par.model_parallel_size,
+        },
+        "rollout": {
+            "gpus": res.engine_gpus,
+            "engines": res.engine_gpus // res.rollout_gpus_per_engine,
+            "gpusPerEngine": res.rollout_gpus_per_engine,
+        },
+    }
+
+
 def gpu_layout(exp: RLExperiment) -> list[str]:
     res, head = exp.spec.resources, exp.spec.resources.head
     par = res.parallelism
-    extra = "".join(f", {k} {v}" for k, v in sorted(res.extra_resources.items()))
-    data_parallel = res.actor_gpus // par.model_parallel_size
-    engines = res.engine_gpus // res.rollout_gpus_per_engine
+    layout = _layout(exp)
+    extra = "".join(f", {k} {v}" for k, v in layout["workers"]["extraResources"].items())
+    data_parallel = layout["training"]["dataParallel"]
+    engines = layout["rollout"]["engines"]
     pods = "pod" if res.nodes == 1 else "pods"
     rows = [
         ["head", f"1 pod, CPU only (cpu {head.cpu}, memory {head.memory}): the gateway, "
