@@ -16,7 +16,9 @@ downward-API variables the render sets), and a bin directory with
 
 Each pod's `shm` file holds the size of its /dev/shm: `sitecustomize` mounts a tmpfs of that
 size there in a private mount namespace of each Python process Ray starts on that worker
-(root, as the project's machines and CI run; the check then reads a real tmpfs). A healthy
+(as root, as the project's machines and CI run: the check then reads a real tmpfs). Without
+the right to mount (another user, a container without CAP_SYS_ADMIN) `os.statvfs` of
+/dev/shm answers the pod's size in those processes instead. A healthy
 pod's is the size the rendered worker template's /dev/shm volume gives it, never this
 machine's own /dev/shm (a container's is 64 MiB by default, which would fail a healthy
 gang); a test shrinks one to inject a fault.
@@ -77,19 +79,49 @@ esac
 
 # Runs first in every Python process Ray starts on the pod: a private /dev/shm of the size
 # the pod's `shm` file names (bytes, or tmpfs's k/m/g), in this process's own mount namespace.
+# Without CAP_SYS_ADMIN (a user other than root, or a container that drops it) no tmpfs can
+# be mounted: statvfs of /dev/shm then answers the pod's size instead, never this machine's.
+# An exception here would only be printed by `site`, and the checks would read the host's.
 SITECUSTOMIZE = """
 import ctypes, os
 _size = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "shm")
-if os.path.exists(_size):
-    _libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _bytes(text):
+    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+    text = text.strip().lower()
+    return int(text[:-1]) * units[text[-1]] if text[-1:] in units else int(text)
+
+
+def _mounted(size):
+    libc = ctypes.CDLL(None, use_errno=True)
     CLONE_NEWNS, MS_REC, MS_PRIVATE = 0x00020000, 0x4000, 0x40000
-    if _libc.unshare(CLONE_NEWNS) != 0:
-        raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWNS) for the pod's /dev/shm")
-    if _libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None) != 0:
-        raise OSError(ctypes.get_errno(), "making / private")
-    _opts = ("size=" + open(_size).read().strip()).encode()
-    if _libc.mount(b"tmpfs", b"/dev/shm", b"tmpfs", 0, _opts) != 0:
-        raise OSError(ctypes.get_errno(), "mounting the pod's /dev/shm")
+    return (
+        libc.unshare(CLONE_NEWNS) == 0
+        and libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None) == 0
+        and libc.mount(b"tmpfs", b"/dev/shm", b"tmpfs", 0, ("size=" + size).encode()) == 0
+    )
+
+
+def _answering(size):
+    real = os.statvfs
+
+    def statvfs(path):
+        st = real(path)
+        if isinstance(path, int) or os.path.abspath(os.fsdecode(path)) != "/dev/shm":
+            return st
+        fields = list(st)  # f_bsize, f_frsize, f_blocks, f_bfree, f_bavail, ...
+        blocks = size // (st.f_frsize or 4096)
+        fields[2:5] = [blocks, min(st.f_bfree, blocks), min(st.f_bavail, blocks)]
+        return os.statvfs_result(fields)
+
+    os.statvfs = statvfs
+
+
+if os.path.exists(_size):
+    _text = open(_size).read().strip()
+    if not _mounted(_text):
+        _answering(_bytes(_text))
 """
 
 
