@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
 import subprocess
 import sys
@@ -202,3 +203,22 @@ def test_unpinned_images_are_warned(tmp_path: Path, capsys: pytest.CaptureFixtur
     spec.write_text(yaml.safe_dump(minimal_body(runtime={"image": "slime:latest"})))
     code, _, err = run(capsys, "validate", "-f", str(spec))
     assert code == 0 and "warning: spec.runtime.image: slime:latest is not pinned" in err
+
+
+def test_show_command_honours_output_json(capsys: pytest.CaptureFixture[str]) -> None:
+    """`-o json` gives the same words the text shows, one word an item, per experiment."""
+    code, text, _ = run(capsys, "render", "-f", str(EXAMPLE), "--show-command")
+    assert code == 0
+    code, out, _ = run(capsys, "render", "-f", str(EXAMPLE), "--show-command", "-o", "json")
+    assert code == 0
+    (entry,) = json.loads(out)["experiments"]
+    body = yaml.safe_load(EXAMPLE.read_text())
+    assert (entry["namespace"], entry["name"]) == (
+        body["metadata"].get("namespace", "default"),
+        body["metadata"]["name"],
+    )
+    argv = entry["command"]
+    assert argv[argv.index("--num-rollout") + 1] == "100"
+    assert " ".join(shlex.quote(a) for a in argv) == " ".join(
+        line.strip().rstrip("\\").strip() for line in text.splitlines()
+    )

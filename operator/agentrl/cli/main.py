@@ -143,6 +143,17 @@ def cmd_render(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         # applied is harder to clean up than none.
         print("error: invalid RLExperiment(s); nothing rendered", file=err)
         return EXIT_INVALID
+    if args.show_command and args.output == "json":
+        commands = [
+            {
+                "namespace": e.metadata.namespace,
+                "name": e.metadata.name,
+                "command": _command_argv(e),
+            }
+            for e in experiments
+        ]
+        out.write(json.dumps({"experiments": commands}, indent=2) + "\n")
+        return EXIT_OK
     if args.show_command:
         for exp in experiments:
             if len(experiments) > 1:
@@ -319,7 +330,9 @@ def _parser() -> argparse.ArgumentParser:
     _file_arg(render)
     render.add_argument("-o", "--output", choices=("yaml", "json"), default="yaml")
     render.add_argument(
-        "--show-command", action="store_true", help="print slime's command line instead"
+        "--show-command",
+        action="store_true",
+        help="print slime's command line instead (-o json: each experiment's as a list of words)",
     )
     render.add_argument(
         "--summary",
