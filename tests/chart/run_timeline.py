@@ -4,23 +4,28 @@ The rollout's `Recorder` is driven in the order slime's training loop calls the 
 (https://github.com/THUDM/slime/blob/005bd1a07607bdeefc454434d0eef6e8685b548e/train.py: an
 eval pass at rollout 0 before the first step, then generate, train, and an eval pass after
 every `eval_interval`-th step, each under the id of the step it follows), its deltas are
-applied to a `BundleMetrics` as the hub applies them, and the registry's exposition is read
-every scrape interval, as the PodMonitor reads the head pod. Nothing here sets a metric by
+applied to a `BundleMetrics` as the hub applies them, slime's checkpoint saves write
+Megatron's tracker file (its iteration is the rollout id) that the hub reads at each scrape,
+and the registry's exposition is read every scrape interval, as the PodMonitor reads the head
+pod. Nothing here sets a metric by
 hand: what the dashboard and the alerts see is what the code exports.
 """
 
 from __future__ import annotations
 
 import math
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from agentrl.bundle.hub import apply_delta
+from agentrl.bundle.hub import apply_delta, read_checkpoint
 from agentrl.bundle.metrics import BundleMetrics
 from agentrl.bundle.rollout.report import Recorder
+from agentrl.slimecmd.checkpoint import TRACKER
 
 SCRAPE_S = 15  # the PodMonitor's default interval
 TARGET = {"namespace": "rl", "experiment": "demo", "pod": "demo-head-x1"}
@@ -36,6 +41,7 @@ class Run:
     generate_s: int = 960  # one train rollout (generate)
     train_s: int = 240  # Megatron's step, checkpoint, weight update
     eval_interval: int = 2
+    save_interval: int = 1
     steps: int = 4
 
 
@@ -49,6 +55,8 @@ def events(run: Run) -> Iterator[tuple[int, str, int]]:
         t += run.generate_s
         yield t, "train", rollout_id
         t += run.train_s
+        if (rollout_id + 1) % run.save_interval == 0:
+            yield t, "save", rollout_id
         if (rollout_id + 1) % run.eval_interval == 0:
             t += run.eval_s
             yield t, "eval", rollout_id
@@ -56,6 +64,11 @@ def events(run: Run) -> Iterator[tuple[int, str, int]]:
 
 def scrapes(run: Run, until_s: int) -> list[tuple[int, dict[str, float]]]:
     """(second, {series: value}) at every scrape from the head pod's start to `until_s`."""
+    with tempfile.TemporaryDirectory() as checkpoints:
+        return _scrapes(run, until_s, Path(checkpoints))
+
+
+def _scrapes(run: Run, until_s: int, checkpoints: Path) -> list[tuple[int, dict[str, float]]]:
     metrics = BundleMetrics()
     pending = list(events(run))
     out = []
@@ -63,7 +76,9 @@ def scrapes(run: Run, until_s: int) -> list[tuple[int, dict[str, float]]]:
         while pending and pending[0][0] <= t:
             _, what, rollout_id = pending.pop(0)
             rec = Recorder()
-            if what == "eval":
+            if what == "save":  # what Megatron's save_checkpoint writes once a save is whole
+                (checkpoints / TRACKER).write_text(str(rollout_id))
+            elif what == "eval":
                 rec.eval_set_finished(EVAL_SET, rollout_id, 0.3 + rollout_id / 100)
                 rec.batch_finished("eval", rollout_id, 0.3 + rollout_id / 100)
                 rec.step_seconds("eval", run.eval_s)
@@ -71,6 +86,7 @@ def scrapes(run: Run, until_s: int) -> list[tuple[int, dict[str, float]]]:
                 rec.batch_finished("train", rollout_id, 0.2 + rollout_id / 100, total_steps=200)
                 rec.step_seconds("train", run.generate_s)
             apply_delta(metrics, rec.take())
+        read_checkpoint(metrics, checkpoints)
         out.append((t, read(generate_latest(metrics.registry).decode())))
     return out
 

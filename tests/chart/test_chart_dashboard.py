@@ -417,3 +417,37 @@ def test_rollout_step_duration_draws_every_call_of_a_run(tmp_path: Path) -> None
     (tmp_path / "duration_test.yaml").write_text(yaml.safe_dump(suite, width=1 << 20))
     proc = promtool("test", "rules", "duration_test.yaml", cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_checkpoint_annotation_marks_every_save_of_a_run(tmp_path: Path) -> None:
+    """A healthy run with `saveInterval: 1` as the bundle's real code exports it (run_timeline):
+    slime saves after each train step, the first as iteration 0. Each save is marked at the
+    scrapes after it with its iteration, nothing in between. The gauge read 0 before any save,
+    so the save at iteration 0 moved nothing that changes() counts and was never marked."""
+    from run_timeline import SCRAPE_S, Run, events, input_series
+
+    run = Run()
+    saves = [(t, rollout) for t, what, rollout in events(run) if what == "save"]
+    assert [rollout for _, rollout in saves] == [0, 1, 2, 3]
+    (expr,) = [e for where, e in queries(dashboard()) if where == "annotation Checkpoints"]
+    cases = []
+    for t, rollout in saves:
+        marked = [{"labels": '{experiment="demo"}', "value": rollout}]
+        at = -(-t // SCRAPE_S) * SCRAPE_S  # the first scrape that reads the tracker
+        # marked while the 1m window holds the scrape before the save (and so the change)
+        cases += [{"expr": expr, "eval_time": f"{at + s}s", "exp_samples": marked} for s in (0, 30)]
+        cases.append({"expr": expr, "eval_time": f"{at + 300}s", "exp_samples": []})
+    suite = {
+        "rule_files": [],
+        "evaluation_interval": f"{SCRAPE_S}s",
+        "tests": [
+            {
+                "interval": f"{SCRAPE_S}s",
+                "input_series": input_series(run, 110 * 60),
+                "promql_expr_test": cases,
+            }
+        ],
+    }
+    (tmp_path / "checkpoint_test.yaml").write_text(yaml.safe_dump(suite, width=1 << 20))
+    proc = promtool("test", "rules", "checkpoint_test.yaml", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr

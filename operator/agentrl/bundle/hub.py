@@ -116,9 +116,7 @@ class Hub:
     async def _serve_metrics(self, _request: web.Request) -> web.Response:
         path = self._config.spec.checkpoint.path if self._config is not None else None
         if path:  # a shared volume may be slow: never on the event loop
-            iteration = await asyncio.to_thread(checkpoint_iteration, Path(path))
-            if iteration is not None:
-                self.metrics.checkpoint_iteration.set(iteration)
+            await asyncio.to_thread(read_checkpoint, self.metrics, Path(path))
         body = generate_latest(self.metrics.registry)
         self._preflight_read = True
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
@@ -191,6 +189,14 @@ class Hub:
             await self._relay_http.close()
         if self._runner is not None:
             await self._runner.cleanup()
+
+
+def read_checkpoint(metrics: BundleMetrics, directory: Path) -> None:
+    """Set `agentrl_checkpoint_iteration` from the tracker in `directory`, as each scrape
+    does; without a readable iteration the gauge keeps what it had."""
+    iteration = checkpoint_iteration(directory)
+    if iteration is not None:
+        metrics.checkpoint_iteration.set(iteration)
 
 
 def checkpoint_iteration(directory: Path) -> int | None:

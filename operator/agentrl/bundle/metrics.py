@@ -212,9 +212,14 @@ class BundleMetrics:
         self.checkpoint_iteration = Gauge(
             PREFIX + "checkpoint_iteration",
             "Iteration Megatron's tracker file under spec.checkpoint.path names (the last "
-            "checkpoint slime saved), read at each scrape.",
+            "checkpoint slime saved), read at each scrape; NaN before the first save.",
             registry=r,
         )
+        # NaN, not 0, until a tracker is read: slime saves at rollout 0 as iteration 0 (with
+        # saveInterval 1, or at the end of a one-rollout epoch), and the dashboard's
+        # checkpoint annotation sees a save through changes(), which counts NaN -> 0 but
+        # not 0 -> 0.
+        self.checkpoint_iteration.set(math.nan)
         self.wandb_run_info = Gauge(
             PREFIX + "wandb_run_info",
             "1 for the W&B run this training logs to (needs spec.tracking.wandb.team); `group`"

@@ -3,6 +3,7 @@ each scrape (the dashboard's checkpoint annotation reads it)."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import aiohttp
@@ -30,7 +31,10 @@ async def test_the_scrape_reads_megatrons_tracker(tmp_path: Path) -> None:
     hub = Hub(RuntimeConfig.model_validate(body).to_json(), "127.0.0.1", 0)
     port = await hub.start_metrics()
     try:
-        assert await scrape(port) == {"agentrl_checkpoint_iteration": 0.0}  # no save yet
+        (before,) = (await scrape(port)).values()
+        assert math.isnan(before)  # no save yet: not 0, which is a save's iteration
+        (tmp_path / TRACKER).write_text("0")  # slime's save at rollout 0 (saveInterval 1)
+        assert await scrape(port) == {"agentrl_checkpoint_iteration": 0.0}
         (tmp_path / TRACKER).write_text("20\n")  # what Megatron writes after a save
         assert await scrape(port) == {"agentrl_checkpoint_iteration": 20.0}
         (tmp_path / TRACKER).write_text("40")
