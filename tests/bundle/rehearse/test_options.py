@@ -131,3 +131,17 @@ def test_tools_slime_s_dataset_fails_on_are_refused_before_any_gpu(
         slime_dataset(commit, data)  # in the pods: the job stops at its first data load
     with pytest.raises(RehearsalError, match=f"train.jsonl:1: 'tools' {says}"):
         plan_inputs(experiment(), Options(engine="", out=tmp_path, data=data))
+
+
+@pytest.mark.parametrize("commit", slime_rows())
+def test_a_bad_row_past_the_rehearsed_prompts_is_refused_too(tmp_path: Path, commit: str) -> None:
+    rows = [row("t-1"), {**row("t-2"), "tools": {"click": {}}}]
+    data = write_rows(tmp_path / "train.jsonl", rows)
+    with pytest.raises(AssertionError, match="tools must be a list"):
+        slime_dataset(commit, data)  # slime reads every row when the job starts
+    with pytest.raises(RehearsalError, match=r"train\.jsonl:2: 'tools' must be a list"):
+        plan_inputs(experiment(), Options(engine="", out=tmp_path, prompts=1, data=data))
+    # A metadata that is no object fails the rollout at whichever step draws its row.
+    write_rows(data, [row("t-1"), {"prompt": "p", "metadata": "task t-2"}])
+    with pytest.raises(RehearsalError, match=r"train\.jsonl:2: 'metadata' must be an object"):
+        plan_inputs(experiment(), Options(engine="", out=tmp_path, prompts=1, data=data))

@@ -142,13 +142,16 @@ def read_groups(
 
     `as_train_set` reads `spec.data.train` as slime's Dataset does with the flags agentrl
     renders (`--input-key prompt --metadata-key metadata`, no `--label-key`, `--tool-key`
-    at its default): no label, and a top-level `tools` list joins the metadata.
+    at its default): no label, and a top-level `tools` list joins the metadata. It checks
+    every row, past `limit` too: slime's Dataset reads the whole file when the job starts,
+    and the rollout meets a bad row's metadata whichever step draws it.
     """
     groups: list[list[EpisodeInput]] = []
     index = 0
     with path.open(encoding="utf-8") as lines:
         for lineno, line in enumerate(lines, 1):
-            if limit is not None and len(groups) >= limit:
+            full = limit is not None and len(groups) >= limit
+            if full and not as_train_set:
                 break
             if not line.strip():
                 continue
@@ -157,6 +160,8 @@ def read_groups(
             label = row.get("label")
             if as_train_set:
                 metadata, label = _with_tools(row, metadata, f"{path}:{lineno}"), None
+            if full:
+                continue
             group = []
             for _ in range(samples_per_prompt):
                 group.append(
