@@ -78,8 +78,10 @@ def plan_inputs(spec: RLExperimentSpec, options: Options) -> Plan:
     if not data.is_file():
         raise RehearsalError(f"--data {data}: no such file")
     samples = options.samples or size
+    is_train = options.split == SPLIT_TRAIN
     try:
-        groups = read_groups(data, samples, str(data), limit=options.prompts)
+        # The train set as slime's Dataset reads it in the pods; eval sets as the rollout does.
+        groups = read_groups(data, samples, str(data), limit=options.prompts, as_train_set=is_train)
     except (OSError, ValueError) as exc:
         raise RehearsalError(f"{where}: {exc}") from None
     notes = []

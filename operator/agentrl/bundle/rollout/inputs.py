@@ -14,7 +14,7 @@ import json
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from agentrl.api.constants import CONFIG_PATH, ENV_CONFIG_PATH
 from agentrl.api.models import EvalSet, RLExperimentSpec
@@ -123,28 +123,52 @@ def load_eval_groups(eval_set: EvalSet, where: str) -> list[list[EpisodeInput]]:
     return read_groups(path, eval_set.samples_per_prompt, f"{where}.path")
 
 
+# slime's `--tool-key` default, which agentrl's command line leaves as it is: slime's Dataset
+# moves a train row's top-level `tools` into its metadata, the agent payload.
+# https://github.com/THUDM/slime/blob/fa3c990af6f18efd3fd9922698bf4bf4048d1263/slime/utils/data.py#L225-L234
+SLIME_TOOL_KEY: Final = "tools"
+
+
 def read_groups(
-    path: Path, samples_per_prompt: int, where: str, limit: int | None = None
+    path: Path,
+    samples_per_prompt: int,
+    where: str,
+    limit: int | None = None,
+    *,
+    as_train_set: bool = False,
 ) -> list[list[EpisodeInput]]:
     """The JSONL rows of `path` (the first `limit` of them), each repeated
-    `samples_per_prompt` times as one group, as slime reads a data file (`prompt`,
-    `metadata`, `label`)."""
+    `samples_per_prompt` times as one group (`prompt`, `metadata`, `label`).
+
+    `as_train_set` reads `spec.data.train` as slime's Dataset does with the flags agentrl
+    renders (`--input-key prompt --metadata-key metadata`, no `--label-key`, `--tool-key`
+    at its default): no label, and a top-level `tools` list joins the metadata. It checks
+    every row, past `limit` too: slime's Dataset reads the whole file when the job starts,
+    and the rollout meets a bad row's metadata whichever step draws it.
+    """
     groups: list[list[EpisodeInput]] = []
     index = 0
     with path.open(encoding="utf-8") as lines:
         for lineno, line in enumerate(lines, 1):
-            if limit is not None and len(groups) >= limit:
+            full = limit is not None and len(groups) >= limit
+            if full and not as_train_set:
                 break
             if not line.strip():
                 continue
             row = _parse_row(line, f"{path}:{lineno}")
+            metadata: dict[str, Any] = row.get("metadata") or {}
+            label = row.get("label")
+            if as_train_set:
+                metadata, label = _with_tools(row, metadata, f"{path}:{lineno}"), None
+            if full:
+                continue
             group = []
             for _ in range(samples_per_prompt):
                 group.append(
                     EpisodeInput(
                         prompt=row.get("prompt", ""),
-                        metadata=row.get("metadata") or {},
-                        label=row.get("label"),
+                        metadata=metadata,
+                        label=label,
                         group_index=len(groups),
                         index=index,
                     )
@@ -154,6 +178,31 @@ def read_groups(
     if not groups:
         raise ValueError(f"{where}: {path} holds no rows")
     return groups
+
+
+def _with_tools(row: Mapping[str, Any], metadata: dict[str, Any], where: str) -> dict[str, Any]:
+    """The metadata slime's Dataset gives a train row: its `tools` (a list, or a JSON string
+    of one) as `metadata.tools`, over any the metadata has; slime stops the job at its first
+    data load on any other `tools`."""
+    if SLIME_TOOL_KEY not in row:
+        return metadata
+    tools = row[SLIME_TOOL_KEY]
+    if isinstance(tools, str):
+        try:
+            tools = json.loads(tools)
+        except json.JSONDecodeError as exc:
+            raise ValueError(
+                f"{where}: 'tools' is a string that is not JSON ({exc.msg}); slime's Dataset "
+                "parses a string there (--tool-key tools) and fails the job when it loads the "
+                "data: give a list of tool schemas, or move it into 'metadata'"
+            ) from exc
+    if not isinstance(tools, list):
+        raise ValueError(
+            f"{where}: 'tools' must be a list of tool schemas, got {type(tools).__name__}; "
+            "slime's Dataset asserts it (--tool-key tools) and fails the job when it loads the "
+            "data: give a list, or move it into 'metadata'"
+        )
+    return {**metadata, SLIME_TOOL_KEY: tools}
 
 
 def _parse_row(line: str, where: str) -> dict[str, Any]:

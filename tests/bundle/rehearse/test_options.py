@@ -1,0 +1,147 @@
+"""The rows a rehearsal runs are the rows the pods run: the train set as slime's Dataset reads it.
+
+In the pods slime reads `spec.data.train` (`slime/utils/data.py` `Dataset`, with the flags
+agentrl renders: `--input-key prompt --metadata-key metadata`, no `--label-key`, `--tool-key`
+at slime's default) and the rollout hands each sample's metadata to the agent. Here slime's
+own `data.py` at each pinned commit runs on the same file as `plan_inputs`; only its
+GPU-stack imports (`torch` through `slime.utils.types` and the timer, `ray`) are stood in for.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+import types
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.support.shared import UPSTREAM, require
+from tests.support.upstream import slime_rows
+
+from agentrl.api.models import RLExperimentSpec
+from agentrl.bundle.rehearse.options import Options, plan_inputs
+from agentrl.bundle.rehearse.report import RehearsalError
+
+from .rig import http_agent, row, spec
+
+TOOLS = [{"type": "function", "function": {"name": "click", "parameters": {}}}]
+ROWS = [
+    {**row("t-1"), "label": "cart-ok", "tools": TOOLS},  # tools join the metadata
+    {**row("t-2", tools=["old"]), "tools": json.dumps(TOOLS)},  # a JSON string, over metadata's
+    {**row("t-3"), "label": "no-tools"},
+    {"prompt": "no metadata", "tools": TOOLS},
+]
+
+
+@dataclass
+class Sample:
+    """The fields of slime's `Sample` that its Dataset sets."""
+
+    prompt: Any = ""
+    label: Any = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+    multimodal_inputs: Any = None
+
+
+@contextmanager
+def _stand_ins() -> Iterator[None]:
+    names = ("ray", "slime", "slime.utils", "slime.utils.data", "slime.utils.types",
+             "slime.utils.timer", "slime.observability", "slime.observability.timer")  # fmt: skip
+    saved = {name: sys.modules.get(name) for name in names}
+    for name in names:
+        sys.modules[name] = types.ModuleType(name)
+    sys.modules["slime.utils"].__path__ = []  # type: ignore[attr-defined]
+    sys.modules["slime.utils.types"].Sample = Sample  # type: ignore[attr-defined]
+    # No multimodal keys are rendered, so slime never looks a type up.
+    sys.modules["slime.utils.types"].MultimodalTypes = None  # type: ignore[attr-defined]
+    for timer in ("slime.utils.timer", "slime.observability.timer"):
+        sys.modules[timer].Timer = object  # type: ignore[attr-defined]
+    try:
+        yield
+    finally:
+        for name, module in saved.items():
+            if module is None:
+                sys.modules.pop(name, None)
+            else:
+                sys.modules[name] = module
+
+
+def slime_dataset(commit: str, path: Path) -> list[Any]:
+    """slime's `Dataset(path)` at `commit`, with the data flags agentrl renders."""
+    source = require(UPSTREAM / "slime" / commit / "slime" / "utils" / "data.py",
+                     f"slime's snapshot at {commit}")  # fmt: skip
+    spec_ = importlib.util.spec_from_file_location("slime.utils.data", source)
+    assert spec_ is not None and spec_.loader is not None
+    module = importlib.util.module_from_spec(spec_)
+    with _stand_ins():
+        sys.modules["slime.utils.data"] = module  # its `from .timer import Timer`
+        spec_.loader.exec_module(module)
+        dataset = module.Dataset(
+            str(path), tokenizer=None, processor=None, max_length=None, prompt_key="prompt",
+            metadata_key="metadata", label_key=None, tool_key="tools",
+        )  # fmt: skip
+    return list(dataset.samples)
+
+
+def experiment() -> RLExperimentSpec:
+    return RLExperimentSpec.model_validate(spec(http_agent("http://agent:8000/run"))["spec"])
+
+
+def write_rows(path: Path, rows: list[dict[str, Any]]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("commit", slime_rows())
+def test_the_train_rows_are_what_slime_s_dataset_gives_the_pods(
+    tmp_path: Path, commit: str
+) -> None:
+    data = write_rows(tmp_path / "train.jsonl", ROWS)
+    expected = slime_dataset(commit, data)
+    plan = plan_inputs(
+        experiment(), Options(engine="", out=tmp_path, prompts=9, samples=2, data=data)
+    )
+    assert len(plan.groups) == len(expected)
+    for group, sample in zip(plan.groups, expected, strict=True):
+        for inp in group:
+            # The agent payload is the metadata: the pods' agent gets the row's tools.
+            assert dict(inp.metadata) == sample.metadata
+            assert inp.prompt == sample.prompt and inp.label == sample.label
+    assert plan.groups[1][0].metadata["tools"] == TOOLS
+
+
+@pytest.mark.parametrize("commit", slime_rows())
+@pytest.mark.parametrize(
+    ("tools", "says"),
+    [
+        ({"click": {}}, "must be a list of tool schemas, got dict"),
+        ("click, type", "is a string that is not JSON"),
+    ],
+)
+def test_tools_slime_s_dataset_fails_on_are_refused_before_any_gpu(
+    tmp_path: Path, commit: str, tools: Any, says: str
+) -> None:
+    data = write_rows(tmp_path / "train.jsonl", [{**row("t-1"), "tools": tools}])
+    with pytest.raises((AssertionError, json.JSONDecodeError)):
+        slime_dataset(commit, data)  # in the pods: the job stops at its first data load
+    with pytest.raises(RehearsalError, match=f"train.jsonl:1: 'tools' {says}"):
+        plan_inputs(experiment(), Options(engine="", out=tmp_path, data=data))
+
+
+@pytest.mark.parametrize("commit", slime_rows())
+def test_a_bad_row_past_the_rehearsed_prompts_is_refused_too(tmp_path: Path, commit: str) -> None:
+    rows = [row("t-1"), {**row("t-2"), "tools": {"click": {}}}]
+    data = write_rows(tmp_path / "train.jsonl", rows)
+    with pytest.raises(AssertionError, match="tools must be a list"):
+        slime_dataset(commit, data)  # slime reads every row when the job starts
+    with pytest.raises(RehearsalError, match=r"train\.jsonl:2: 'tools' must be a list"):
+        plan_inputs(experiment(), Options(engine="", out=tmp_path, prompts=1, data=data))
+    # A metadata that is no object fails the rollout at whichever step draws its row.
+    write_rows(data, [row("t-1"), {"prompt": "p", "metadata": "task t-2"}])
+    with pytest.raises(RehearsalError, match=r"train\.jsonl:2: 'metadata' must be an object"):
+        plan_inputs(experiment(), Options(engine="", out=tmp_path, prompts=1, data=data))
