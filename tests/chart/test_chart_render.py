@@ -522,6 +522,8 @@ def test_the_engines_metrics_can_be_left_unscraped() -> None:
     (off,) = find(render(sets=("monitoring.podMonitor.engineMetrics=false",)), "PodMonitor")
     paths = [[e["path"] for e in m["spec"]["podMetricsEndpoints"]] for m in (default, off)]
     assert paths == [["/metrics", "/engine-metrics"], ["/metrics"]]
-    # The relay's endpoint is the head's metrics port, relabelled the same way.
+    # The relay's endpoint is the head's metrics port, relabelled the same way, and its
+    # targets get an `endpoint` label of their own (test_chart_podmonitor_targets.py).
     first, relay = default["spec"]["podMetricsEndpoints"]
-    assert relay["port"] == first["port"] and relay["relabelings"] == first["relabelings"]
+    own = {"targetLabel": "endpoint", "replacement": "agentrl-engine-metrics", "action": "replace"}
+    assert relay["port"] == first["port"] and relay["relabelings"] == [*first["relabelings"], own]
