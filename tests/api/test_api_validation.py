@@ -141,6 +141,28 @@ def test_agentcore_without_public_url_is_warned() -> None:
 
 
 @pytest.mark.parametrize(
+    ("region", "ok"), [("us-west-2", True), ("us-east-1", False), ("eu-central-1", False)]
+)
+def test_agentcore_region_must_be_the_runtime_arns(region: str, ok: bool) -> None:
+    """boto3 sends the invoke to `region`'s endpoint whatever the ARN says (agentcore-rl-
+    toolkit's client takes the region from the ARN): another region fails every episode."""
+    arn = "arn:aws:bedrock-agentcore:us-west-2:111122223333:runtime/math_agent-AbCdEf1234"
+    body = minimal_body(
+        agent={"agentCore": {"runtimeArn": arn, "region": region, "s3Bucket": "rl-results"}}
+    )
+    body["spec"]["gateway"] = {"publicUrl": "http://gw.example.internal:9090"}
+    exp, problems = parse_experiment(body)
+    if ok:
+        assert problems == []
+        return
+    assert exp is None  # refused before anything is created
+    (problem,) = errors(problems)
+    assert problem.path == "spec.agent.agentCore.region"
+    assert region in problem.message and "us-west-2" in problem.message
+    assert "region: us-west-2" in problem.hint
+
+
+@pytest.mark.parametrize(
     ("url", "outside"),
     [
         ("https://agents.example.com/v1/episodes", True),

@@ -82,6 +82,27 @@ def one_agent_backend(exp: RLExperiment) -> Iterator[Finding]:
         yield err("spec.agent", "both agentCore and http are set", "keep exactly one backend")
 
 
+def agentcore_region_matches_arn(exp: RLExperiment) -> Iterator[Finding]:
+    """`agent.agentCore.region` is the region of `runtimeArn`: boto3 sends every call to the
+    region's endpoint, and a runtime exists in its ARN's region only.
+    """
+    # agentcore-rl-toolkit's client takes its boto3 region from the ARN for that reason:
+    # https://github.com/awslabs/agentcore-rl-toolkit/blob/7bdd4159b505d8fc3571027b1a9c5f817011cceb/src/agentcore_rl_toolkit/client.py#L402-L403
+    core = exp.spec.agent.agent_core
+    if core is None:
+        return
+    # arn:<partition>:bedrock-agentcore:<region>:<account>:runtime/<id>
+    parts = core.runtime_arn.split(":")
+    arn_region = parts[3] if len(parts) > 3 else ""
+    if arn_region and arn_region != core.region:
+        yield err(
+            "spec.agent.agentCore.region",
+            f"region {core.region} is not the region of runtimeArn ({arn_region}): every "
+            f"invoke would go to the {core.region} endpoint, where the runtime does not exist",
+            f"set region: {arn_region}, or name the runtime of that region in runtimeArn",
+        )
+
+
 def pool_covers_concurrency(exp: RLExperiment) -> Iterator[Finding]:
     """Warning: `agent.maxPoolConnections` below `agent.maxConcurrent` (connections would be
     dropped and re-opened under load).
@@ -677,6 +698,7 @@ def _sizes(tree: dict[str, Any], depth: int, prefix: str = "") -> dict[str, int]
 
 ALL_RULES: tuple[Rule, ...] = (
     one_agent_backend,
+    agentcore_region_matches_arn,
     pool_covers_concurrency,
     agents_reach_gateway,
     renderer_for_local_model,

@@ -7,6 +7,7 @@ test depends on how fast this machine is.
 from __future__ import annotations
 
 import asyncio
+import logging
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -147,7 +148,10 @@ async def test_one_semaphore_bounds_train_and_eval_together() -> None:
 
 
 @pytest.mark.looptime
-async def test_cancelling_a_batch_closes_every_session_and_stops_agents() -> None:
+async def test_cancelling_a_batch_closes_every_session_and_stops_agents(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING, logger="agentrl.rollout")
     ctx, gateway, agent = context(max_concurrent=2)
     task = asyncio.create_task(run_groups(ctx, inputs([[{"behavior": "hang"}] * 5]), SPEC, "eval"))
     for _ in range(20):
@@ -161,6 +165,13 @@ async def test_cancelling_a_batch_closes_every_session_and_stops_agents() -> Non
     delta = ctx.recorder.take()
     assert delta.counters[("failed_sessions", ("eval", "cancelled"))] == 2
     assert delta.gauges[("sessions_in_flight", ("eval",))] == 0
+    # Counted as failures, so logged like failures: once each, naming its session.
+    lines = [r.getMessage() for r in caplog.records if "episode failed" in r.getMessage()]
+    assert sorted(lines) == sorted(
+        f"eval episode failed: session={sid} reason=cancelled: the batch was cancelled "
+        "while it ran (its agent was stopped)"
+        for sid in gateway.created
+    )
 
 
 @pytest.mark.looptime

@@ -22,7 +22,13 @@ from dataclasses import dataclass, field
 from agentrl.bundle.agents.base import AgentBackend
 from agentrl.bundle.failures import CANCELLED
 from agentrl.bundle.rollout.carry import CarryStore
-from agentrl.bundle.rollout.episode import EpisodeInput, EpisodeOutcome, EpisodeSpec, run_episode
+from agentrl.bundle.rollout.episode import (
+    EpisodeInput,
+    EpisodeOutcome,
+    EpisodeSpec,
+    new_session_id,
+    run_episode,
+)
 from agentrl.bundle.rollout.report import Recorder
 from agentrl.bundle.rollout.types import SampleFields, Status
 from agentrl.bundle.session import GatewaySessions
@@ -69,13 +75,25 @@ async def run_one(
     async with ctx.semaphore:
         ticket.started_at = loop.time()
         ctx.recorder.episode_started(split)
+        sid = new_session_id()
         try:
-            outcome = await run_episode(inp, spec, next(ctx.rollout_ids), ctx.sessions, ctx.backend)
+            outcome = await run_episode(
+                inp, spec, next(ctx.rollout_ids), ctx.sessions, ctx.backend, session_id=sid
+            )
         except BaseException:  # cancelled: count it, then let the cancellation go on
-            if ticket.cut:
+            if ticket.cut:  # the sampling policy's: in the step's summary line, not a failure
                 ctx.recorder.episode_aborted(split, BATCH_FULL, ticket.elapsed(loop.time()))
             else:
                 ctx.recorder.episode_finished(split, CANCELLED, 0.0, samples=0, truncated=0)
+                # A failure like any other: logged once, with the session id its agent
+                # (AgentCore session, S3 result key) and gateway session were known by.
+                log.warning(
+                    "%s episode failed: session=%s reason=%s: the batch was cancelled while "
+                    "it ran (its agent was stopped)",
+                    split,
+                    sid,
+                    CANCELLED,
+                )
             raise
     outcome.seconds = ticket.elapsed(loop.time())
     truncated = sum(s.status is Status.TRUNCATED for s in outcome.samples)

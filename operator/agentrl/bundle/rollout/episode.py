@@ -181,8 +181,13 @@ async def run_episode(
     rollout_id: int,
     sessions: GatewaySessions,
     backend: AgentBackend,
+    *,
+    session_id: str | None = None,
 ) -> EpisodeOutcome:
-    outcome = await _run(inp, spec, rollout_id, sessions, backend)
+    """`session_id`: the caller's `new_session_id()`, so that it can name the episode if
+    the episode is cancelled (no outcome then); a fresh one when None."""
+    sid = session_id or new_session_id()
+    outcome = await _run(inp, spec, rollout_id, sessions, backend, sid=sid)
     outcome.policy_version = spec.policy_version
     return outcome
 
@@ -193,8 +198,9 @@ async def _run(
     rollout_id: int,
     sessions: GatewaySessions,
     backend: AgentBackend,
+    *,
+    sid: str,
 ) -> EpisodeOutcome:
-    sid = new_session_id()
     deadline = asyncio.timeout(spec.timeout_s)
     try:
         async with deadline:
