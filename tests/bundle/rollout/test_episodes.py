@@ -15,7 +15,7 @@ import pytest
 
 from agentrl.bundle.rewards import post_process_rewards
 from agentrl.bundle.rollout.batch import RolloutContext, batch_stats, group_samples, run_groups
-from agentrl.bundle.rollout.episode import EpisodeInput, EpisodeSpec
+from agentrl.bundle.rollout.episode import EpisodeInput, EpisodeSpec, new_session_id
 from agentrl.bundle.rollout.types import Status, slime_types, to_sample
 
 from .doubles import FakeGateway, StubAgent, runtime_config
@@ -240,3 +240,12 @@ async def test_close_failures_do_not_fail_episodes_or_flood_the_log(
     assert all(o.failure is None for g in outcomes for o in g)
     warnings = [r for r in caplog.records if r.levelname == "WARNING"]
     assert len(warnings) == 1 and "closing the gateway session failed" in warnings[0].getMessage()
+
+
+def test_docs_state_the_session_id_the_code_makes() -> None:
+    """docs/rollout.md says what an episode's session id looks like (agents and AgentCore
+    runtime session ids depend on it): the very call and length `new_session_id` has."""
+    sid = new_session_id()
+    assert len(sid) == 48 and all(c in "0123456789abcdef" for c in sid)
+    text = (Path(__file__).resolve().parents[3] / "docs" / "rollout.md").read_text()
+    assert "session id (`secrets.token_hex(24)`, 48 lowercase hex characters)" in text
