@@ -1,0 +1,105 @@
+"""`merge_turns` against slime's own multi-turn merger, on the same turns.
+
+slime 624b824 ships `slime/agent/trajectory.py`: its `_SampleBuilder` folds a chain of
+turns, each prompt extending the last prompt + completion, into one training `Sample`
+(tool results and headers between turns as loss_mask 0, each sampled completion as
+loss_mask 1 with its logprobs, the first prompt stripped from the response region). On
+such chains agentrl's merge must give the very same tokens, response_length, loss_mask and
+rollout_log_probs, whatever the number of turns, the bridges (empty ones included) and the
+finish reasons ("length": a turn cut without its stop token). The file runs as it is; only
+`slime.utils.types.Sample` is stood in for (the plain twin with the same fields).
+
+Where the two differ by design (a retry after an empty completion, drift healing, the
+budget) docs/traces.md has agentrl's rules; those cases are not generated here.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import random
+import sys
+import types
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from tests.support.shared import UPSTREAM, require
+
+from agentrl.bundle.rollout.types import PlainSample
+from agentrl.bundle.traces import Turn, merge_turns
+
+
+@dataclass
+class _Sample(PlainSample):
+    """slime's `Sample` as trajectory.py builds it (it also passes `rollout_id`)."""
+
+    rollout_id: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _trajectory() -> Any:
+    path = require(
+        UPSTREAM / "slime" / "624b824" / "slime" / "agent" / "trajectory.py",
+        "slime 624b824's snapshot",
+    )
+    fakes = {n: types.ModuleType(n) for n in ("slime", "slime.utils", "slime.utils.types")}
+    fakes["slime.utils.types"].Sample = _Sample  # type: ignore[attr-defined]
+    name = "slime_624b824_trajectory"
+    saved = {n: sys.modules.get(n) for n in (*fakes, name)}
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.update(fakes)
+    sys.modules[name] = module  # dataclasses look the module up while it executes
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        for n, old in saved.items():
+            if old is None:
+                sys.modules.pop(n, None)
+            else:
+                sys.modules[n] = old
+    return module
+
+
+def _upstream(module: Any, turns: list[Turn]) -> list[tuple[Any, ...]]:
+    """slime's builders over `turns`, as `TrajectoryManager._split_chain_into_builders`
+    runs them on one chain."""
+    builders: list[Any] = []
+    for t in turns:
+        rec = module.TurnRecord(
+            list(t.prompt_ids), list(t.completion_ids), t.finish_reason, list(t.logprobs or [])
+        )
+        kind = builders[-1].classify_token_drift(rec) if builders else module.DriftKind.FORK
+        if kind is module.DriftKind.FORK:
+            builders.append(module._SampleBuilder(1024))
+            kind = module.DriftKind.CLEAN
+        builders[-1].append_turn(rec, kind)
+    samples = [
+        b.to_sample(_Sample(index=0, group_index=0), {})
+        for b in builders
+        if b.has_trained_response()
+    ]
+    return [(s.tokens, s.response_length, s.loss_mask, s.rollout_log_probs) for s in samples]
+
+
+def _chain(rng: random.Random) -> list[Turn]:
+    prompt = [rng.randrange(1000) for _ in range(rng.randint(1, 6))]
+    turns = []
+    for _ in range(rng.randint(1, 5)):
+        completion = [rng.randrange(1000) for _ in range(rng.randint(1, 5))]
+        logprobs = [-rng.random() for _ in completion]
+        turns.append(Turn(list(prompt), completion, logprobs, rng.choice(["stop", "length"])))
+        bridge = [rng.randrange(1000) for _ in range(rng.randint(0, 3))]
+        prompt = [*prompt, *completion, *bridge]
+    return turns
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_chains_merge_as_slimes_own_trajectory_builder(seed: int) -> None:
+    module = _trajectory()
+    rng = random.Random(seed)
+    for _ in range(250):
+        turns = _chain(rng)
+        ours = [(s.tokens, s.response_length, s.loss_mask, s.logprobs) for s in merge_turns(turns)]
+        assert ours == _upstream(module, turns), [(t.prompt_ids, t.completion_ids) for t in turns]
