@@ -354,7 +354,7 @@ def test_eval_reward_by_set_draws_every_eval_pass_of_a_run(tmp_path: Path) -> No
     rollout 0 before training (10m), after rollout 1 (55m) and after rollout 3 (100m). Each is
     drawn at the scrapes after it and nowhere else. The baseline pass at rollout 0 created the
     `agentrl_eval_step` series at 0, which changes() never counts: it was never drawn."""
-    from run_timeline import EVAL_SET, SCRAPE_S, Run, events, input_series
+    from run_timeline import EVAL_SET, Run, events
 
     run = Run()
     passes = [(t, rollout) for t, what, rollout in events(run) if what == "eval"]
@@ -366,20 +366,7 @@ def test_eval_reward_by_set_draws_every_eval_pass_of_a_run(tmp_path: Path) -> No
                   "value": 0.3 + rollout / 100}]  # fmt: skip
         cases += [{"expr": expr, "eval_time": f"{t + s}s", "exp_samples": drawn} for s in (0, 45)]
         cases.append({"expr": expr, "eval_time": f"{t + 600}s", "exp_samples": []})
-    suite = {
-        "rule_files": [],
-        "evaluation_interval": f"{SCRAPE_S}s",
-        "tests": [
-            {
-                "interval": f"{SCRAPE_S}s",
-                "input_series": input_series(run, 110 * 60),
-                "promql_expr_test": cases,
-            }
-        ],
-    }
-    (tmp_path / "eval_test.yaml").write_text(yaml.safe_dump(suite, width=1 << 20))
-    proc = promtool("test", "rules", "eval_test.yaml", cwd=tmp_path)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert_over_timeline(tmp_path, run, 110 * 60, cases)
 
 
 def test_rollout_step_duration_draws_every_call_of_a_run(tmp_path: Path) -> None:
@@ -387,7 +374,7 @@ def test_rollout_step_duration_draws_every_call_of_a_run(tmp_path: Path) -> None
     Each split's first call used to create its histogram series at count 1, which rate()
     never counts: neither was ever drawn. The panel draws points (the query has a value only
     in the interval after a call ended), not a line that single values never make."""
-    from run_timeline import SCRAPE_S, Run, input_series
+    from run_timeline import Run
 
     (panel,) = [p for p in panels(dashboard()) if p["title"] == "Rollout step duration"]
     assert panel["fieldConfig"]["defaults"]["custom"]["drawStyle"] == "points"
@@ -403,20 +390,7 @@ def test_rollout_step_duration_draws_every_call_of_a_run(tmp_path: Path) -> None
         {"expr": numbers, "eval_time": "36m", "exp_samples": []},
         {"expr": numbers, "eval_time": "46m15s", "exp_samples": [drawn("train", 960)]},
     ]
-    suite = {
-        "rule_files": [],
-        "evaluation_interval": f"{SCRAPE_S}s",
-        "tests": [
-            {
-                "interval": f"{SCRAPE_S}s",
-                "input_series": input_series(Run(), 60 * 60),
-                "promql_expr_test": cases,
-            }
-        ],
-    }
-    (tmp_path / "duration_test.yaml").write_text(yaml.safe_dump(suite, width=1 << 20))
-    proc = promtool("test", "rules", "duration_test.yaml", cwd=tmp_path)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert_over_timeline(tmp_path, Run(), 60 * 60, cases)
 
 
 def test_checkpoint_annotation_marks_every_save_of_a_run(tmp_path: Path) -> None:
@@ -424,7 +398,7 @@ def test_checkpoint_annotation_marks_every_save_of_a_run(tmp_path: Path) -> None
     slime saves after each train step, the first as iteration 0. Each save is marked at the
     scrapes after it with its iteration, nothing in between. The gauge read 0 before any save,
     so the save at iteration 0 moved nothing that changes() counts and was never marked."""
-    from run_timeline import SCRAPE_S, Run, events, input_series
+    from run_timeline import SCRAPE_S, Run, events
 
     run = Run()
     saves = [(t, rollout) for t, what, rollout in events(run) if what == "save"]
@@ -437,17 +411,20 @@ def test_checkpoint_annotation_marks_every_save_of_a_run(tmp_path: Path) -> None
         # marked while the 1m window holds the scrape before the save (and so the change)
         cases += [{"expr": expr, "eval_time": f"{at + s}s", "exp_samples": marked} for s in (0, 30)]
         cases.append({"expr": expr, "eval_time": f"{at + 300}s", "exp_samples": []})
-    suite = {
-        "rule_files": [],
-        "evaluation_interval": f"{SCRAPE_S}s",
-        "tests": [
-            {
-                "interval": f"{SCRAPE_S}s",
-                "input_series": input_series(run, 110 * 60),
-                "promql_expr_test": cases,
-            }
-        ],
-    }
-    (tmp_path / "checkpoint_test.yaml").write_text(yaml.safe_dump(suite, width=1 << 20))
-    proc = promtool("test", "rules", "checkpoint_test.yaml", cwd=tmp_path)
+    assert_over_timeline(tmp_path, run, 110 * 60, cases)
+
+
+def assert_over_timeline(
+    tmp_path: Path, run: Any, until_s: int, cases: list[dict[str, Any]]
+) -> None:
+    """promtool evaluates `cases` (promql_expr_test) over what the bundle's code exports for
+    `run` (a run_timeline.Run) from the head pod's start to `until_s`, scraped as the
+    PodMonitor scrapes."""
+    from run_timeline import SCRAPE_S, input_series
+
+    test = {"interval": f"{SCRAPE_S}s", "input_series": input_series(run, until_s),
+            "promql_expr_test": cases}  # fmt: skip
+    suite = {"rule_files": [], "evaluation_interval": f"{SCRAPE_S}s", "tests": [test]}
+    (tmp_path / "timeline_test.yaml").write_text(yaml.safe_dump(suite, width=1 << 20))
+    proc = promtool("test", "rules", "timeline_test.yaml", cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr

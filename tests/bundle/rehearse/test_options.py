@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 from tests.support.shared import UPSTREAM, require
+from tests.support.stand_ins import stand_in
 from tests.support.upstream import slime_rows
 
 from agentrl.api.models import RLExperimentSpec
@@ -52,23 +53,15 @@ class Sample:
 def _stand_ins() -> Iterator[None]:
     names = ("ray", "slime", "slime.utils", "slime.utils.data", "slime.utils.types",
              "slime.utils.timer", "slime.observability", "slime.observability.timer")  # fmt: skip
-    saved = {name: sys.modules.get(name) for name in names}
-    for name in names:
-        sys.modules[name] = types.ModuleType(name)
-    sys.modules["slime.utils"].__path__ = []  # type: ignore[attr-defined]
-    sys.modules["slime.utils.types"].Sample = Sample  # type: ignore[attr-defined]
+    fakes = {name: types.ModuleType(name) for name in names}
+    fakes["slime.utils"].__path__ = []  # type: ignore[attr-defined]
+    fakes["slime.utils.types"].Sample = Sample  # type: ignore[attr-defined]
     # No multimodal keys are rendered, so slime never looks a type up.
-    sys.modules["slime.utils.types"].MultimodalTypes = None  # type: ignore[attr-defined]
+    fakes["slime.utils.types"].MultimodalTypes = None  # type: ignore[attr-defined]
     for timer in ("slime.utils.timer", "slime.observability.timer"):
-        sys.modules[timer].Timer = object  # type: ignore[attr-defined]
-    try:
+        fakes[timer].Timer = object  # type: ignore[attr-defined]
+    with stand_in(fakes):
         yield
-    finally:
-        for name, module in saved.items():
-            if module is None:
-                sys.modules.pop(name, None)
-            else:
-                sys.modules[name] = module
 
 
 def slime_dataset(commit: str, path: Path) -> list[Any]:

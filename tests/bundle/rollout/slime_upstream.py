@@ -15,7 +15,6 @@ import importlib
 import importlib.util
 import json
 import pickle
-import sys
 import types
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -24,6 +23,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from tests.support.shared import UPSTREAM, require
+from tests.support.stand_ins import stand_in
 from tests.support.upstream import slime_rows
 
 from agentrl.bundle.rollout.types import PlainSample
@@ -92,16 +92,8 @@ def _stand_ins() -> Iterator[None]:
     fakes["slime.utils.processing_utils"].load_tokenizer = lambda *a, **k: None  # type: ignore[attr-defined]
     fakes["slime.utils.processing_utils"].load_processor = lambda *a, **k: None  # type: ignore[attr-defined]
     fakes["slime.utils.types"].Sample = PlainSample  # type: ignore[attr-defined]
-    saved = {name: sys.modules.get(name) for name in fakes}
-    sys.modules.update(fakes)
-    try:
+    with stand_in(fakes):
         yield
-    finally:
-        for name, module in saved.items():
-            if module is None:
-                sys.modules.pop(name, None)
-            else:
-                sys.modules[name] = module
 
 
 def data_source_module(commit: str) -> types.ModuleType:
@@ -121,25 +113,16 @@ def dp_schedule_module(commit: str) -> types.ModuleType:
     RolloutManager splits a step's samples into training steps by `rollout_id`."""
     utils = UPSTREAM / "slime" / commit / "slime" / "utils"
     require(utils / "dp_schedule.py", f"slime's snapshot at {commit}")
-    names = ("slime", "slime.utils", *(f"slime.utils.{m}" for m in _DP_MODULES))
-    saved = {name: sys.modules.get(name) for name in names}
-    sys.modules["slime"] = types.ModuleType("slime")
-    sys.modules["slime.utils"] = types.ModuleType("slime.utils")
-    try:
-        for name in _DP_MODULES:
-            path = utils / f"{name}.py"
-            spec = importlib.util.spec_from_file_location(f"slime.utils.{name}", path)
-            assert spec is not None and spec.loader is not None
-            module = importlib.util.module_from_spec(spec)
-            sys.modules[f"slime.utils.{name}"] = module
-            spec.loader.exec_module(module)
-        return module
-    finally:
-        for name, old in saved.items():
-            if old is None:
-                sys.modules.pop(name, None)
-            else:
-                sys.modules[name] = old
+    loaded = {}
+    for name in _DP_MODULES:
+        spec = importlib.util.spec_from_file_location(f"slime.utils.{name}", utils / f"{name}.py")
+        assert spec is not None and spec.loader is not None
+        loaded[name] = (spec.loader, importlib.util.module_from_spec(spec))
+    fakes = {"slime": types.ModuleType("slime"), "slime.utils": types.ModuleType("slime.utils")}
+    with stand_in({**fakes, **{f"slime.utils.{n}": m for n, (_, m) in loaded.items()}}):
+        for loader, module in loaded.values():  # dependencies first
+            loader.exec_module(module)
+    return module
 
 
 _DP_MODULES = ("flops_utils", "seqlen_balancing", "dp_schedule")  # dependencies first

@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import importlib.util
 import random
-import sys
 import types
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 from tests.support.shared import UPSTREAM, require
+from tests.support.stand_ins import stand_in
 
 from agentrl.bundle.rollout.types import PlainSample
 from agentrl.bundle.traces import Turn, merge_turns
@@ -45,20 +45,12 @@ def _trajectory() -> Any:
     fakes = {n: types.ModuleType(n) for n in ("slime", "slime.utils", "slime.utils.types")}
     fakes["slime.utils.types"].Sample = _Sample  # type: ignore[attr-defined]
     name = "slime_624b824_trajectory"
-    saved = {n: sys.modules.get(n) for n in (*fakes, name)}
     spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
-    sys.modules.update(fakes)
-    sys.modules[name] = module  # dataclasses look the module up while it executes
-    try:
+    # dataclasses look the module up while it executes
+    with stand_in({**fakes, name: module}):
         spec.loader.exec_module(module)
-    finally:
-        for n, old in saved.items():
-            if old is None:
-                sys.modules.pop(n, None)
-            else:
-                sys.modules[n] = old
     return module
 
 
