@@ -15,6 +15,7 @@ from agentrl.bundle.rollout.inputs import (
     inputs_from_slime,
     load_eval_groups,
     load_runtime_config,
+    read_groups,
     train_spec,
     wandb_run_url,
 )
@@ -53,6 +54,24 @@ def test_eval_rows_become_groups_of_samples_per_prompt(tmp_path: Path) -> None:
     assert [i.index for g in groups for i in g] == list(range(6))
     assert groups[0][0].metadata == {"q": 1} and groups[1][0].metadata == {}
     assert {i.group_index for i in groups[1]} == {1}
+
+
+def test_eval_rows_hand_the_agent_their_tools_as_train_rows_do(tmp_path: Path) -> None:
+    """A row's top-level `tools` joins its metadata in the train set (slime's Dataset,
+    `--tool-key tools`): an eval row of the same shape must give the agent the same payload."""
+    path = tmp_path / "eval.jsonl"
+    tools = [{"type": "function", "function": {"name": "search", "parameters": {}}}]
+    rows = [{"prompt": "a", "metadata": {"q": 1, "tools": []}, "tools": tools, "label": "x"},
+            {"prompt": "b", "tools": json.dumps(tools)}]  # fmt: skip
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    evals = load_eval_groups(EvalSet(name="e", path=str(path)), "spec.data.eval[0]")
+    train = read_groups(path, 1, "spec.data.train", as_train_set=True)
+    assert [g[0].metadata for g in evals] == [{"q": 1, "tools": tools}, {"tools": tools}]
+    assert [g[0].metadata for g in evals] == [g[0].metadata for g in train]
+    assert evals[0][0].label == "x" and train[0][0].label is None  # eval keeps its label
+    path.write_text(json.dumps({"prompt": "c", "tools": {"name": "search"}}) + "\n")
+    with pytest.raises(ValueError, match=r"eval.jsonl:1: 'tools' must be a list of tool schemas"):
+        load_eval_groups(EvalSet(name="e", path=str(path)), "spec.data.eval[0]")
 
 
 @pytest.mark.parametrize(

@@ -124,7 +124,8 @@ def load_eval_groups(eval_set: EvalSet, where: str) -> list[list[EpisodeInput]]:
 
 
 # slime's `--tool-key` default, which agentrl's command line leaves as it is: slime's Dataset
-# moves a train row's top-level `tools` into its metadata, the agent payload.
+# moves a train row's top-level `tools` into its metadata, the agent payload; the rollout
+# does the same with eval rows, so that an agent gets its tools in both splits.
 # https://github.com/THUDM/slime/blob/fa3c990af6f18efd3fd9922698bf4bf4048d1263/slime/utils/data.py#L225-L234
 SLIME_TOOL_KEY: Final = "tools"
 
@@ -138,7 +139,8 @@ def read_groups(
     as_train_set: bool = False,
 ) -> list[list[EpisodeInput]]:
     """The JSONL rows of `path` (the first `limit` of them), each repeated
-    `samples_per_prompt` times as one group (`prompt`, `metadata`, `label`).
+    `samples_per_prompt` times as one group (`prompt`, `metadata`, `label`), a top-level
+    `tools` list joining the metadata.
 
     `as_train_set` reads `spec.data.train` as slime's Dataset does with the flags agentrl
     renders (`--input-key prompt --metadata-key metadata`, no `--label-key`, `--tool-key`
@@ -157,9 +159,8 @@ def read_groups(
                 continue
             row = _parse_row(line, f"{path}:{lineno}")
             metadata: dict[str, Any] = row.get("metadata") or {}
-            label = row.get("label")
-            if as_train_set:
-                metadata, label = _with_tools(row, metadata, f"{path}:{lineno}"), None
+            metadata = _with_tools(row, metadata, f"{path}:{lineno}")
+            label = None if as_train_set else row.get("label")
             if full:
                 continue
             group = []
@@ -181,9 +182,9 @@ def read_groups(
 
 
 def _with_tools(row: Mapping[str, Any], metadata: dict[str, Any], where: str) -> dict[str, Any]:
-    """The metadata slime's Dataset gives a train row: its `tools` (a list, or a JSON string
-    of one) as `metadata.tools`, over any the metadata has; slime stops the job at its first
-    data load on any other `tools`."""
+    """The metadata slime's Dataset gives a train row, and the rollout an eval row: its
+    `tools` (a list, or a JSON string of one) as `metadata.tools`, over any the metadata has;
+    slime stops the job at its first data load on any other `tools` (the rollout, the eval)."""
     if SLIME_TOOL_KEY not in row:
         return metadata
     tools = row[SLIME_TOOL_KEY]
@@ -192,15 +193,17 @@ def _with_tools(row: Mapping[str, Any], metadata: dict[str, Any], where: str) ->
             tools = json.loads(tools)
         except json.JSONDecodeError as exc:
             raise ValueError(
-                f"{where}: 'tools' is a string that is not JSON ({exc.msg}); slime's Dataset "
-                "parses a string there (--tool-key tools) and fails the job when it loads the "
-                "data: give a list of tool schemas, or move it into 'metadata'"
+                f"{where}: 'tools' is a string that is not JSON ({exc.msg}); a row's 'tools' "
+                "joins its metadata, and slime's Dataset (--tool-key tools) fails the job on "
+                "this when it loads the train set: give a list of tool schemas, or move it "
+                "into 'metadata'"
             ) from exc
     if not isinstance(tools, list):
         raise ValueError(
-            f"{where}: 'tools' must be a list of tool schemas, got {type(tools).__name__}; "
-            "slime's Dataset asserts it (--tool-key tools) and fails the job when it loads the "
-            "data: give a list, or move it into 'metadata'"
+            f"{where}: 'tools' must be a list of tool schemas, got {type(tools).__name__}; a "
+            "row's 'tools' joins its metadata, and slime's Dataset (--tool-key tools) asserts "
+            "it and fails the job when it loads the train set: give a list, or move it into "
+            "'metadata'"
         )
     return {**metadata, SLIME_TOOL_KEY: tools}
 
