@@ -118,12 +118,65 @@ def test_docs_list_every_flag_of_the_one_table() -> None:
     the table may be missing from them."""
     text = (ROOT / "docs" / "launcher.md").read_text(encoding="utf-8")
     flags = [r.flag for r in policy.REFUSALS] + [u.flag for u in policy.UNHONOURED]
-    flags += list(policy.REPLACED)
+    flags += list(policy.REPLACED) + list(policy.DATA_CONTRACT)
     assert [f for f in flags if f"`{f}" not in text] == []
 
 
 def test_a_flag_has_one_verdict() -> None:
     """Refused, replaced or unhonoured: never two of them."""
     groups = [{r.flag for r in policy.REFUSALS}, set(policy.REPLACED),
-              {u.flag for u in policy.UNHONOURED}]  # fmt: skip
+              {u.flag for u in policy.UNHONOURED}, set(policy.DATA_CONTRACT)]  # fmt: skip
     assert all(not (a & b) for i, a in enumerate(groups) for b in groups[i + 1 :])
+
+
+# What agentrl renders from the spec (or fixes for the data rows), set again in extraArgs.
+# argparse keeps the extraArgs value, behind validation's and `agentrl rehearse`'s backs
+# (tests/bundle/launch/test_launch_policy.py runs slime's own code on each).
+OVERRIDES = {
+    ("--n-samples-per-prompt", "4"): "spec.grpo.samplesPerPrompt",
+    ("--rollout-batch-size", "3"): "spec.grpo.rolloutBatchSize",
+    ("--global-batch-size", "16"): "spec.grpo.globalBatchSize",
+    ("--num-rollout", "5"): "spec.grpo.numRollouts",
+    ("--rollout-temperature", "0.2"): "spec.grpo.temperature",
+    ("--rollout-max-response-len", "99"): "spec.grpo.maxResponseLength",
+    ("--prompt-data", "/x.jsonl"): "spec.data.train",
+    ("--input-key", "question"): "`prompt`",
+    ("--metadata-key", "meta"): "`metadata`",
+    ("--apply-chat-template",): "chat template",
+}
+
+
+@pytest.mark.parametrize(("args", "instead"), list(OVERRIDES.items()))
+def test_a_spec_value_set_again_in_extra_args_is_refused(
+    args: tuple[str, ...], instead: str
+) -> None:
+    body: dict[str, Any] = load_example("qwen2.5-3b-gsm8k-agentcore")
+    body["spec"].setdefault("runtime", {})["extraArgs"] = ["--lr", "1e-6", *args]
+    _, problems = parse_experiment(body)
+    (problem,) = [p for p in errors(problems) if args[0] in p.message]
+    assert problem.path == "spec.runtime.extraArgs[2]"
+    assert instead in problem.hint
+    # The launcher judges the composed command with the same table (the spec renders the
+    # same flag earlier, which is not judged: only the extraArgs occurrence is).
+    exp = RLExperiment.model_validate(body)
+    (message,) = policy.refusals(slimecmd.compose(exp.spec, slimecmd.PodFacts()).parts)
+    assert message.startswith(f"{args[0]}") and f"(from {EXTRA_ARGS_ORIGIN})" in message
+
+
+@pytest.mark.parametrize("flag", ["--input-key", "--label-key", "--tool-key", "--metadata-key",
+                                  "--eval-input-key", "--eval-label-key"])  # fmt: skip
+def test_a_flag_naming_a_data_key_is_not_called_a_secret(flag: str) -> None:
+    body: dict[str, Any] = minimal_body()
+    body["spec"].setdefault("runtime", {})["extraArgs"] = [flag, "answer"]
+    _, problems = parse_experiment(body)
+    assert [p.message for p in problems if "takes a secret" in p.message] == []
+
+
+@pytest.mark.parametrize("flag", ["--wandb-key", "--sglang-api-key", "--sglang-admin-api-key"])
+def test_a_flag_taking_a_secret_still_warns(flag: str) -> None:
+    body: dict[str, Any] = minimal_body()
+    body["spec"].setdefault("runtime", {})["extraArgs"] = [f"{flag}=s3cr3t"]
+    _, problems = parse_experiment(body)
+    assert [p.path for p in problems if "takes a secret" in p.message] == [
+        "spec.runtime.extraArgs[0]"
+    ]

@@ -410,9 +410,14 @@ def dynamic_sampling(exp: RLExperiment) -> Iterator[Finding]:
 
 def slime_flags_in_extra_args(exp: RLExperiment) -> Iterator[Finding]:
     """slime flags in `runtime.extraArgs` that agentrl's rollout cannot honour
-    (`agentrl.api.slime_flags`, the launcher's table too): the ones slime would stop on, or
-    that a `spec.grpo` field replaces, are errors; ones only slime's own rollout reads are
-    warnings. Judged here, before any GPU is scheduled."""
+    (`agentrl.api.slime_flags`, the launcher's table too): the ones slime would stop on, that
+    a spec field replaces (agentrl renders `--n-samples-per-prompt`, `--rollout-batch-size`,
+    `--global-batch-size`, `--num-rollout`, `--rollout-temperature`,
+    `--rollout-max-response-len` and `--prompt-data` from `spec.grpo` and `spec.data`), or
+    that change the train rows' fixed contract (`--input-key`, `--metadata-key`,
+    `--apply-chat-template`: each row's `prompt` and `metadata`) are errors naming the field
+    to use; ones only slime's own rollout reads are warnings. Judged here, before any GPU is
+    scheduled."""
     for i, is_error, message in slime_flags.judge_extra_args(exp.spec.runtime.extra_args):
         path = f"spec.runtime.extraArgs[{i}]"
         if is_error:
@@ -549,7 +554,8 @@ def looks_secret(name: str) -> bool:
 def secrets_in_plain_text(exp: RLExperiment) -> Iterator[Finding]:
     """Warning: an env var whose name looks like a secret has a plain-text `value` (it would
     sit in the RayJob, readable by anyone who may read RayJobs); `valueFrom.secretKeyRef` keeps
-    it in a Secret. The same for a slime flag in `extraArgs` that takes a key or a password.
+    it in a Secret. The same for a slime flag in `extraArgs` that takes a key or a password
+    (not the ones that name a key of the data rows, such as `--input-key` or `--label-key`).
     """
     for i, env in enumerate(exp.spec.runtime.env):
         if env.value is not None and env.value != "" and looks_secret(env.name):
@@ -560,6 +566,8 @@ def secrets_in_plain_text(exp: RLExperiment) -> Iterator[Finding]:
             )
     for i, arg in enumerate(exp.spec.runtime.extra_args):
         flag = arg.split("=", 1)[0]
+        if flag in slime_flags.DATA_KEY_FLAGS:
+            continue  # names a JSON key of the data rows, not a secret
         if flag.startswith("--") and looks_secret(flag[2:].replace("-", "_")):
             yield warn(
                 f"spec.runtime.extraArgs[{i}]",

@@ -212,6 +212,24 @@ UNHONOURED: Final = tuple(
 )
 
 
+# slime flags whose value names a key of the data rows (a JSON field name, never a secret), so
+# the plain-text secret warning on extraArgs passes them by although their names end in -key.
+# https://github.com/THUDM/slime/blob/fa3c990af6f18efd3fd9922698bf4bf4048d1263/slime/utils/data.py#L202-L262
+DATA_KEY_FLAGS: Final = frozenset(
+    {
+        "--input-key",
+        "--label-key",
+        "--tool-key",
+        "--metadata-key",
+        "--reward-key",
+        "--eval-input-key",
+        "--eval-label-key",
+        "--eval-tool-key",
+        "--eval-reward-key",
+    }
+)
+
+
 # Where the spec's own slime flags come from in the composed command (only these are judged
 # against REPLACED and UNHONOURED: agentrl renders some of those flags itself, from spec.grpo).
 EXTRA_ARGS_ORIGIN: Final = "spec.runtime.extraArgs"
@@ -224,7 +242,32 @@ REPLACED: Final = {
     "--disable-rewards-normalization": "spec.grpo.rewardNormalization.mode",
     "--disable-grpo-std-normalization": "spec.grpo.rewardNormalization.std",
     "--n-samples-per-eval-prompt": "spec.data.eval[].samplesPerPrompt",
+    # Rendered by agentrl from the spec (`agentrl.slimecmd.flags.data_args`); a later value in
+    # extraArgs wins in slime's argparse, behind validation's and `agentrl rehearse`'s backs.
+    "--prompt-data": "spec.data.train",
+    "--num-rollout": "spec.grpo.numRollouts",
+    "--rollout-batch-size": "spec.grpo.rolloutBatchSize",
+    "--n-samples-per-prompt": "spec.grpo.samplesPerPrompt",
+    "--global-batch-size": "spec.grpo.globalBatchSize",
+    "--rollout-max-response-len": "spec.grpo.maxResponseLength",
+    "--rollout-temperature": "spec.grpo.temperature",
 }
+# How slime's Dataset turns a train row into the sample agentrl's rollout hands to the agent;
+# agentrl fixes it (`--input-key prompt --metadata-key metadata`, no chat template), and
+# `agentrl rehearse` reads the rows the same way: refused in extraArgs.
+# https://github.com/THUDM/slime/blob/fa3c990af6f18efd3fd9922698bf4bf4048d1263/slime/utils/data.py#L202-L262
+DATA_CONTRACT: Final = {
+    "--input-key": "slime's Dataset would take each train row's prompt from another key",
+    "--metadata-key": "slime's Dataset would take each train row's agent payload from another key",
+    "--apply-chat-template": "slime's Dataset would hand the agent the chat-template text of "
+    "the prompt (<|im_start|>user ... <|im_start|>assistant), which the gateway templates "
+    "again as the agent's user message",
+}
+_DATA_CONTRACT_FIX: Final = (
+    "remove it: the train rows' contract is fixed, each row's `prompt` (the agent's input as "
+    "it is) and `metadata` (the agent payload), as `agentrl rehearse` and the validation of "
+    "spec.data.train read them; the gateway applies the model's chat template"
+)
 # Why a REPLACED flag is refused, where it is not only read by what agentrl replaces.
 _REPLACED_WHY: Final = {
     # slime's eval logging (RolloutManager.eval, which runs on agentrl's eval output) groups
@@ -237,6 +280,32 @@ _REPLACED_WHY: Final = {
         "(--log-passrate), while agentrl runs each eval set's samplesPerPrompt (and renders "
         "this flag from it): another value fails slime's pass@k assert at the eval, or "
         "groups episodes of different prompts together"
+    ),
+    # slime trains `--global-batch-size` rollouts per optimizer step and drops the rollouts
+    # past the last whole step, or asserts at the first step when a rollout has fewer
+    # (build_dp_schedule, the same at both commits):
+    # https://github.com/THUDM/slime/blob/fa3c990af6f18efd3fd9922698bf4bf4048d1263/slime/utils/dp_schedule.py#L135-L150
+    **dict.fromkeys(
+        ("--rollout-batch-size", "--n-samples-per-prompt", "--global-batch-size"),
+        "slime splits each rollout's rolloutBatchSize x samplesPerPrompt episodes into optimizer "
+        "steps of globalBatchSize, dropping the episodes past the last whole step or stopping "
+        "at the first step when there are fewer (agentrl renders all three from spec.grpo and "
+        "validates that they divide; a value here skips that check, and GRPO's group-size "
+        "checks and `agentrl rehearse` keep the spec's)",
+    ),
+    "--num-rollout": (
+        "slime's train loop stops after it, while agentrl's progress metric "
+        "(agentrl_rollout_total_steps) and the evalInterval check use spec.grpo.numRollouts"
+    ),
+    **dict.fromkeys(
+        ("--rollout-max-response-len", "--rollout-temperature"),
+        "agentrl renders it from the spec; a value here changes what training samples with, "
+        "while `agentrl rehearse` and validation (maxResponseLength below "
+        "model.contextLength) keep the spec's",
+    ),
+    "--prompt-data": (
+        "agentrl renders it from spec.data.train; a value here trains on another file than "
+        "the one `agentrl rehearse` runs and validation checks"
     ),
 }
 
@@ -266,6 +335,10 @@ def refused(parts: Sequence[ArgRun]) -> list[tuple[str, Seen, str]]:
             )
             why = f"{reason}. Fix: remove it and set {field}"
             out.append((flag, seen, why))
+    for flag, reason in DATA_CONTRACT.items():
+        seen = lookup(flag)
+        if seen is not None:
+            out.append((flag, seen, f"{reason}. Fix: {_DATA_CONTRACT_FIX}"))
     return out
 
 

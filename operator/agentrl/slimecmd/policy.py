@@ -9,12 +9,27 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from agentrl.api.slime_flags import EXTRA_ARGS_ORIGIN, REFUSALS, REPLACED, UNHONOURED, last_seen
+from agentrl.api.slime_flags import (
+    DATA_CONTRACT,
+    EXTRA_ARGS_ORIGIN,
+    REFUSALS,
+    REPLACED,
+    UNHONOURED,
+    last_seen,
+)
 from agentrl.api.slime_flags import refused as _refused
 from agentrl.api.slime_flags import unhonoured as _unhonoured
 from agentrl.slimecmd.compose import Part
 
-__all__ = ["REFUSALS", "REPLACED", "UNHONOURED", "last_seen", "refusals", "unhonoured"]
+__all__ = [
+    "DATA_CONTRACT",
+    "REFUSALS",
+    "REPLACED",
+    "UNHONOURED",
+    "last_seen",
+    "refusals",
+    "unhonoured",
+]
 
 
 def refusals(parts: Sequence[Part]) -> list[str]:

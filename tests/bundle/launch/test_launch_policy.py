@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from functools import cache
 from pathlib import Path
@@ -19,6 +20,7 @@ from pathlib import Path
 import pytest
 from launch_pod import Pod, slime_upstream
 
+from agentrl.api.slime_flags import DATA_KEY_FLAGS
 from agentrl.slimecmd import Part, policy
 
 ROWS = slime_upstream.ROWS
@@ -150,3 +152,85 @@ def test_the_launcher_warns_about_flags_only_slimes_rollout_reads(tmp_path: Path
     assert len(warnings) == 2
     assert "--rollout-top-k" in warnings[0] and "spec.grpo" in warnings[0]
     assert "--eval-top-p" in warnings[1] and "spec.data.eval" in warnings[1]
+
+
+@pytest.mark.parametrize("row", ROWS)
+def test_every_flag_refused_in_extra_args_and_every_data_key_flag_is_slimes(row: str) -> None:
+    dests = slime_upstream.parser_dests(row)
+    named = [*policy.REPLACED, *policy.DATA_CONTRACT, *sorted(DATA_KEY_FLAGS)]
+    assert [f for f in named if f not in dests] == []
+
+
+_DP_SCHEDULE = r"""
+import json
+from types import SimpleNamespace
+from slime.utils.dp_schedule import build_dp_schedule
+args = SimpleNamespace(micro_batch_size=1, use_dynamic_batch_size=True, max_tokens_per_gpu=4096,
+                       balance_data=False, balance_by_flops=False)
+cfg = {"dp_size": 1, "cp_size": 1, "vpp_size": 1, "microbatch_group_size_per_vp_stage": 1}
+out = {}
+for gbs in (16, 12, 32):
+    try:
+        parts, _, _, steps = build_dp_schedule(args, cfg, [10] * 16, global_batch_size=gbs,
+                                               rollout_indices=list(range(16)))
+        out[str(gbs)] = sum(len(p) for p in parts)
+    except AssertionError as e:
+        out[str(gbs)] = "AssertionError: " + str(e)
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.parametrize("row", ROWS)
+def test_slime_trains_global_batch_size_episodes_per_step(row: str) -> None:
+    """A rollout of 16 episodes (4 prompts x 4, as the spec renders): slime's own schedule
+    trains all 16 with the spec's --global-batch-size 16, silently drops 4 with an extraArgs
+    --global-batch-size 12 (or --n-samples-per-prompt 3 against a rendered 16...), and stops
+    with 32: why the three batch flags are refused in extraArgs."""
+    trained = slime_upstream._run_site(row, ["-c", _DP_SCHEDULE])
+    assert trained["16"] == 16 and trained["12"] == 12
+    assert str(trained["32"]).startswith("AssertionError: num_rollouts (16) < global_batch_size")
+    for flag in ("--global-batch-size", "--n-samples-per-prompt", "--rollout-batch-size"):
+        (message,) = policy.refusals([Part("spec.runtime.extraArgs", (flag, "3"))])
+        assert "Fix: remove it and set spec.grpo." in message
+
+
+_DATASET = r"""
+import json, sys
+from transformers import AutoTokenizer
+from slime.utils.data import Dataset
+tok = AutoTokenizer.from_pretrained(sys.argv[1])
+out = {}
+for name, kw in {"rendered": {}, "--input-key": {"prompt_key": "question"},
+                 "--metadata-key": {"metadata_key": "meta"},
+                 "--apply-chat-template": {"apply_chat_template": True}}.items():
+    kw = {"prompt_key": "prompt", "metadata_key": "metadata", **kw}
+    s = Dataset(sys.argv[2], tok, None, None, **kw).samples[0]
+    out[name] = {"prompt": s.prompt, "metadata": s.metadata}
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.parametrize("row", ROWS)
+def test_slimes_dataset_with_the_data_contract_flags(row: str, tmp_path: Path) -> None:
+    """slime's own Dataset on a train row: with agentrl's flags it hands the rollout the
+    row's `prompt` and `metadata`, as `agentrl rehearse` reads them (read_groups); each
+    refused flag hands it something else, and --apply-chat-template the prompt's chat-template
+    text, which the gateway would template again as the agent's user message."""
+    from tests.support.tiny_tokenizer import write_checkpoint
+
+    from agentrl.bundle.rollout.inputs import read_groups
+
+    ckpt = write_checkpoint(tmp_path / "tok")
+    rows = tmp_path / "train.jsonl"
+    row_ = {"prompt": "What is 6*7?", "question": "Q?", "metadata": {"t": 1}, "meta": {"t": 2}}
+    rows.write_text(json.dumps(row_) + "\n", encoding="utf-8")
+    got = slime_upstream._run_site(row, ["-c", _DATASET, str(ckpt), str(rows)])
+    ((rehearsed,),) = read_groups(rows, 1, "spec.data.train", as_train_set=True)
+    assert got["rendered"] == {"prompt": rehearsed.prompt, "metadata": rehearsed.metadata}
+    assert got["--input-key"]["prompt"] != rehearsed.prompt
+    assert got["--metadata-key"]["metadata"] != rehearsed.metadata
+    templated = got["--apply-chat-template"]["prompt"]
+    assert templated.startswith("<|im_start|>user\nWhat is 6*7?<|im_end|>")
+    for flag in policy.DATA_CONTRACT:
+        (message,) = policy.refusals([Part("spec.runtime.extraArgs", (flag,))])
+        assert "`prompt`" in message and "`metadata`" in message
