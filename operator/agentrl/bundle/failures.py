@@ -108,7 +108,8 @@ REASONS: Final[Mapping[str, Reason]] = {
         Reason(
             INTERNAL,
             Category.INTERNAL,
-            "a bug in agentrl's rollout (logged with its traceback)",
+            "a bug in agentrl's rollout, or its agent backend ending an episode in a cancellation "
+            "nobody asked for (logged with its traceback)",
         ),
         Reason(
             CANCELLED,

@@ -106,10 +106,12 @@ Script = Callable[[AgentRequest, int], float]  # (request, attempt of its row) -
 
 class StubAgent:
     """metadata["behavior"]: ok | fanout | error | hang | own_timeout | no_turns | bad_result
-    (or a list of them, indexed by the attempt).
+    | cancel_itself (or a list of them, indexed by the attempt).
 
     own_timeout: a request of the backend to its agent times out on the backend's own clock
     (an aiohttp total timeout, 5 s) long before the episode deadline.
+    cancel_itself: the backend raises `asyncio.CancelledError` although nobody cancelled the
+    episode (what awaiting a thread-pool future that its executor's shutdown cancelled does).
     metadata["sleep"] / ["reward"]: a number, or a list indexed by the attempt (the how-many-th
     episode of the row `metadata["id"]` this is, counting episodes run again after a cut);
     `delay` / `reward` callables take precedence (the benchmark draws from distributions)."""
@@ -176,6 +178,8 @@ class StubAgent:
         if behavior == "own_timeout":
             async with asyncio.timeout(5):
                 await asyncio.Event().wait()
+        if behavior == "cancel_itself":
+            raise asyncio.CancelledError()
         if behavior == "error":
             raise AgentError("agent_error", "the agent crashed")
         if behavior == "bad_result":

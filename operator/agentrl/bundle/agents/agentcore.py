@@ -36,7 +36,7 @@ import hashlib
 import json
 import logging
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
@@ -70,6 +70,9 @@ INVOKE_WAIT_INITIAL_S, INVOKE_WAIT_MAX_S, INVOKE_WAIT_JITTER_S = 1.0, 8.0, 1.0
 # Refusals of an invoke that never ran: throttling, and the conflict botocore's model marks
 # retryable (https://github.com/boto/botocore/blob/1.44.8/botocore/data/bedrock-agentcore/2024-02-28/service-2.json).
 NEVER_RAN: Final = frozenset({"ThrottlingException", "RetryableConflictException"})
+# aclose() waits this long for the stops still owed to sessions whose invoke outlived its
+# episode (see `_stop_after_invoke`) before the pool shuts down.
+LATE_STOP_WAIT_S = 60.0
 # Keys that make an invoke's answer a result document (the toolkit's "processing" has none).
 _RESULT_KEYS: Final = frozenset({"rewards", "reward", "status_code", "error"})
 
@@ -222,6 +225,10 @@ class AgentCoreBackend:
         self._executor = ThreadPoolExecutor(pool_size, thread_name_prefix="agentrl-boto")
         self._in_use = InUseGauge()
         self._stop_failures = 0
+        # Invokes in flight by session id, and the stops owed to sessions whose episode
+        # ended before its invoke returned (`_stop_after_invoke`).
+        self._invokes: dict[str, Future[bytes]] = {}
+        self._late_stops: set[asyncio.Task[None]] = set()
         install_discard_counter()
 
     @property
@@ -229,12 +236,15 @@ class AgentCoreBackend:
         """The first part of every result key this backend's episodes get."""
         return self._exp_id
 
-    async def _call(self, fn: Callable[..., T], **kwargs: Any) -> T:
+    def _submit(self, fn: Callable[..., T], **kwargs: Any) -> Future[T]:
         def held() -> T:
             with self._in_use.hold():
                 return fn(**kwargs)
 
-        return await asyncio.get_running_loop().run_in_executor(self._executor, held)
+        return self._executor.submit(held)
+
+    async def _call(self, fn: Callable[..., T], **kwargs: Any) -> T:
+        return await asyncio.wrap_future(self._submit(fn, **kwargs))
 
     async def run(self, request: AgentRequest) -> AgentResult:
         sid = request.session_id
@@ -253,8 +263,28 @@ class AgentCoreBackend:
             except AgentError as exc:  # say where the document is, for whoever debugs it
                 raise AgentError(exc.reason, f"{exc} (result {where})", exc.document) from None
         finally:
+            invoke = self._invokes.pop(sid, None)
             # Shielded: a cancelled episode must still free its AgentCore session.
             await asyncio.shield(self.stop(sid))
+            if invoke is not None and not invoke.done():
+                self._stop_after_invoke(sid, invoke)
+
+    def _stop_after_invoke(self, sid: str, invoke: Future[bytes]) -> None:
+        """The episode ended (its deadline, a cut) while its invoke was still running on a
+        pool thread, which cancelling cannot stop (a cold start takes seconds). The stop just
+        sent may have reached AgentCore before the invoke did, found no session
+        (ResourceNotFoundException) and freed nothing; the invoke then starts a session that
+        runs, billed, until AgentCore's idle timeout. So the session is stopped again once
+        the invoke returns, in the background: the step does not wait for it, and botocore's
+        read timeout on invoke bounds how late it comes."""
+
+        async def stop_when_returned() -> None:
+            await asyncio.wait([asyncio.wrap_future(invoke)])  # its outcome is the episode's
+            await self.stop(sid)
+
+        task = asyncio.get_running_loop().create_task(stop_when_returned())
+        self._late_stops.add(task)
+        task.add_done_callback(self._late_stops.discard)
 
     async def _invoke(self, sid: str, request: bytes) -> bytes:
         try:
@@ -268,14 +298,13 @@ class AgentCoreBackend:
             ):
                 with attempt:
                     await self._limiter.acquire()
-                    return await self._invoke_once(sid, request)
+                    invoke = self._submit(self._invoke_and_read, sid=sid, request=request)
+                    self._invokes[sid] = invoke
+                    return await asyncio.wrap_future(invoke)
         except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as exc:
             reason = THROTTLED if _error_code(exc) in NEVER_RAN else AGENT_ERROR
             raise AgentError(reason, _invoke_failure(exc)) from exc
         raise AssertionError("unreachable: stamina re-raises the last failure")
-
-    async def _invoke_once(self, sid: str, request: bytes) -> bytes:
-        return await self._call(self._invoke_and_read, sid=sid, request=request)
 
     def _invoke_and_read(self, sid: str, request: bytes) -> bytes:
         # One call for both: the connection stays checked out until the body is read.
@@ -350,6 +379,20 @@ class AgentCoreBackend:
         return PoolStats(size=self._pool_size, in_use=self._in_use.value)
 
     async def aclose(self) -> None:
+        # The stops still owed run first: shutting down with cancel_futures drops queued calls.
+        if self._late_stops:
+            pending = set(self._late_stops)
+            _, left = await asyncio.wait(pending, timeout=LATE_STOP_WAIT_S)
+            if left:
+                log.warning(
+                    "%d AgentCore runtime session(s) whose invoke was still running when their "
+                    "episode ended were not stopped within %gs; they stay up until "
+                    "AgentCore's idle timeout",
+                    len(left),
+                    LATE_STOP_WAIT_S,
+                )
+                for task in left:
+                    task.cancel()
         self._executor.shutdown(wait=False, cancel_futures=True)
 
 

@@ -213,6 +213,21 @@ async def _run(
         outcome = _failed(inp, sid, rollout_id, INTERNAL, describe_error(exc, 300))
         outcome.error = exc
         return outcome
+    except asyncio.CancelledError as exc:
+        task = asyncio.current_task()
+        if task is None or task.cancelling():
+            raise  # cancelled (a cut, the batch's end): the caller counts it
+        # Nobody cancelled this episode: its backend raised CancelledError on its own
+        # (awaiting a thread-pool future that the executor's shutdown cancelled does). Left
+        # to propagate, it would end the episode's task as cancelled with no outcome, and a
+        # train step would wait for that slot forever.
+        msg = (
+            "the agent backend raised CancelledError although the episode was not cancelled "
+            "(an executor shut down under it, or a bug in the backend)"
+        )
+        outcome = _failed(inp, sid, rollout_id, INTERNAL, msg)
+        outcome.error = exc
+        return outcome
     except AgentError as exc:
         return _failed(inp, sid, rollout_id, exc.reason, str(exc))
     except SessionError as exc:
