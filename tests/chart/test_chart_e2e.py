@@ -4,7 +4,9 @@ researchers holding the built-in `edit`, `view` and `admin` roles in a namespace
 chart's aggregated ClusterRoles extend to RLExperiments.
 
 The Deployment never gets pods (no scheduler, no kubelet); what is under test is that the chart
-installs on a real API server and that its RBAC is exactly right. Aggregation is the real
+installs on a real API server and that its RBAC is exactly right; the scoped release's operator
+also runs here as a local process, as its account with its Deployment's settings, to show that
+RBAC is enough for it to reconcile at once. Aggregation is the real
 kube-controller-manager's clusterrole-aggregation controller, started for that test only.
 """
 
@@ -18,8 +20,9 @@ from pathlib import Path
 import pytest
 import yaml
 from chart_helpers import CHART, HELMS, OPERATOR_IMAGE, helm_env
-from test_chart_rbac import CLUSTER, NAMED, NAMESPACED, RESEARCHERS
+from test_chart_rbac import CLUSTER, NAMED, NAMESPACED, RESEARCHERS, SCOPED_CLUSTER
 from tests.conftest import minimal_body
+from tests.e2e.operator_process import OperatorProcess
 
 from support.kube import KubeHarness, controller_manager, running_harness
 
@@ -172,6 +175,8 @@ def test_cluster_wide_account_can_do_exactly_what_the_operator_needs(
         assert not can_i_named(installed, sa, "get", name, "rayclusters.ray.io")
     for verb, name in FORBIDDEN:
         assert not can_i(installed, sa, verb, name, "rl"), (verb, name)
+    # Cluster-wide, kopf never reads namespaces: only the scoped account may.
+    assert not can_i(installed, sa, "list", "namespaces", None)
 
 
 def test_scoped_account_is_limited_to_its_namespaces(installed: KubeHarness) -> None:
@@ -179,7 +184,10 @@ def test_scoped_account_is_limited_to_its_namespaces(installed: KubeHarness) -> 
     assert can_i(installed, sa, "watch", "rlexperiments.agentrl.io", "team-a")
     assert can_i(installed, sa, "get", "rlexperiments.agentrl.io", "team-a")  # its RayJob gone
     assert can_i(installed, sa, "create", "rayjobs.ray.io", "team-a")
-    assert can_i(installed, sa, "list", "customresourcedefinitions.apiextensions.k8s.io", None)
+    for (group, resource), verbs in SCOPED_CLUSTER.items():
+        name = resource_name(group, resource)
+        for verb in VERBS:
+            assert can_i(installed, sa, verb, name, None) == (verb in verbs), (verb, name)
     assert can_i_named(installed, sa, "get", "customresourcedefinitions.apiextensions.k8s.io",
                        "rayjobs.ray.io")  # fmt: skip
     for ns in ("team-b", "rl"):
@@ -189,6 +197,48 @@ def test_scoped_account_is_limited_to_its_namespaces(installed: KubeHarness) -> 
     assert not can_i(installed, sa, "list", "rlexperiments.agentrl.io", None)  # cluster-wide
     for verb, name in FORBIDDEN:
         assert not can_i(installed, sa, verb, name, "team-a"), (verb, name)
+
+
+def test_scoped_operator_reconciles_at_once_as_its_account(
+    installed: KubeHarness, tmp_path: Path
+) -> None:
+    """The scoped release's operator, run with its Deployment's own settings as its own
+    ServiceAccount, takes the Lease and creates an experiment's RayJob within the failover
+    promise (a lease duration plus a retry period), with no request refused on the way.
+
+    kopf serving named namespaces (not cluster-wide) lists and watches `namespaces` first; a
+    403 there is retried through its error backoffs (54 s) before it falls back, so every
+    start and failover of a scoped release reconciled nothing for a minute, logging errors.
+    """
+    kube = installed
+    pod = kube.kubectl_json("get", "deployment", "scoped-agentrl", "-n", "scoped")["spec"][
+        "template"
+    ]["spec"]
+    (container,) = pod["containers"]
+    env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
+    # This host's free ports instead of the pod's; everything else as the chart sets it.
+    for key in ("AGENTRL_METRICS_PORT", "AGENTRL_LIVENESS_ENDPOINT"):
+        env.pop(key)
+    assert env["AGENTRL_NAMESPACES"] == "team-a"
+    promise = float(env["AGENTRL_LEASE_DURATION_SECONDS"]) + float(
+        env["AGENTRL_RETRY_PERIOD_SECONDS"]
+    )
+    kubeconfig = kube.service_account_kubeconfig("scoped", pod["serviceAccountName"])
+    kube.apply({**minimal_body(), "metadata": {"name": "prompt", "namespace": "team-a"}})
+    op = OperatorProcess(kubeconfig, tmp_path, **env)
+    started = time.monotonic()
+    op.start()
+    try:
+        while not kube.kubectl_json("get", "rayjobs.ray.io", "-n", "team-a")["items"]:
+            elapsed = time.monotonic() - started
+            assert elapsed < promise, f"no RayJob after {elapsed:.0f}s:\n{op.logs()}"
+            time.sleep(0.5)
+    finally:
+        op.stop()
+        kube.kubectl("delete", "rlx", "prompt", "-n", "team-a", "--wait=false")
+    logs = op.logs()
+    for refused in ("403", "Forbidden", "Not enough permissions"):
+        assert refused not in logs, logs
 
 
 def test_real_token_of_the_account(installed: KubeHarness) -> None:

@@ -164,7 +164,11 @@ owner references, and users delete RLExperiments.
 {{/*
 Cluster-scoped reads wherever the operator runs: kopf watches CRDs to find its resources, and
 the operator reads KubeRay's RayJob CRD (that one object) to refuse experiments whose RayJob
-the installed KubeRay would silently prune.
+the installed KubeRay would silently prune. With watchNamespaces, also list/watch namespaces:
+kopf serving named namespaces (not cluster-wide) lists and then watches them before it serves
+any (kopf/_core/reactor/observation.py, namespace_observer); refused, it retries the 403
+through its error backoffs (54 s, logged at ERROR) before it falls back, on every start and
+failover. Cluster-wide, kopf never reads namespaces, so nothing is granted.
 */}}
 {{- define "agentrl.clusterRules" -}}
 - apiGroups: ["apiextensions.k8s.io"]
@@ -174,6 +178,11 @@ the installed KubeRay would silently prune.
   resources: ["customresourcedefinitions"]
   resourceNames: ["rayjobs.ray.io"]
   verbs: ["get"]
+{{- if .Values.watchNamespaces }}
+- apiGroups: [""]
+  resources: ["namespaces"]
+  verbs: ["list", "watch"]
+{{- end }}
 {{- end }}
 
 {{/*
