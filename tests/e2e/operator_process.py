@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,15 +23,18 @@ from tests.support.process import free_port
 HELM = CACHE / "tools" / "helm4" / "helm" / "helm"
 
 
-def chart_rbac() -> list[dict[str, Any]]:
+def chart_rbac(watch: Sequence[str] = ()) -> list[dict[str, Any]]:
     """The chart's ClusterRole + ClusterRoleBinding and its leader Lease's Role + RoleBinding,
     rendered with default values (plus the one the chart requires, the operator image: a test
-    value; only the RBAC is used)."""
+    value; only the RBAC is used); with `watch`, as `watchNamespaces` renders it (a Role and
+    RoleBinding in each)."""
+    values = [f"watchNamespaces={{{','.join(watch)}}}"] if watch else []
     proc = subprocess.run(
         [str(HELM), "template", str(ROOT / "charts" / "agentrl"),
          "--show-only", "templates/rbac.yaml",
          "--show-only", "templates/leader-election-rbac.yaml",
-         "--set", "image.repository=agentrl-operator"],
+         "--set", "image.repository=agentrl-operator",
+         *(arg for value in values for arg in ("--set", value))],
         capture_output=True, text=True, check=True, timeout=60,
         env={**os.environ, "HELM_CACHE_HOME": "/tmp/agentrl-helm-cache",
              "HELM_CONFIG_HOME": "/tmp/agentrl-helm-config",
@@ -39,9 +43,13 @@ def chart_rbac() -> list[dict[str, Any]]:
     return [doc for doc in yaml.safe_load_all(proc.stdout) if doc]
 
 
-def install_chart_rbac(kube: KubeHarness) -> Path:
-    """Apply the chart's RBAC; return a kubeconfig of the ServiceAccount it binds."""
-    docs = chart_rbac()
+def install_chart_rbac(kube: KubeHarness, watch: Sequence[str] = ()) -> Path:
+    """Apply the chart's RBAC; return a kubeconfig of the ServiceAccount it binds. `watch`:
+    the namespaces an operator started with AGENTRL_NAMESPACES serves, which the chart's
+    `watchNamespaces` grants (created first: the chart puts a Role in each)."""
+    for namespace in watch:
+        kube.ensure_namespace(namespace)
+    docs = chart_rbac(watch)
     kube.apply(docs)
     binding = next(d for d in docs if d["kind"] == "ClusterRoleBinding")
     (subject,) = [s for s in binding["subjects"] if s["kind"] == "ServiceAccount"]

@@ -43,7 +43,9 @@ def chaos_operator(
     # test modules left in the session's API server (their experiments, under this
     # operator's default policy) and post events those modules' tests then count.
     proc = OperatorProcess(
-        install_chart_rbac(kube_harness), tmp_path_factory.mktemp("chaos"), AGENTRL_NAMESPACES=NS
+        install_chart_rbac(kube_harness, watch=[NS]),
+        tmp_path_factory.mktemp("chaos"),
+        AGENTRL_NAMESPACES=NS,
     )
     proc.start()
     try:

@@ -60,10 +60,9 @@ def replicas(
 ) -> Iterator[dict[str, Any]]:
     """Start operator replicas on demand (`start("a")`); stop them all at the end."""
     kube = kube_harness
-    kubeconfig = install_chart_rbac(kube)
+    kubeconfig = install_chart_rbac(kube, watch=[NS])
     lease_ns, lease_name = chart_lease()
     kube.kubectl("delete", "lease", lease_name, "-n", lease_ns, "--ignore-not-found")
-    kube.ensure_namespace(NS)
     started: dict[str, OperatorProcess] = {}
 
     def start(name: str) -> OperatorProcess:
