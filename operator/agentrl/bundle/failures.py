@@ -77,8 +77,8 @@ REASONS: Final[Mapping[str, Reason]] = {
         Reason(
             THROTTLED,
             Category.THROTTLING,
-            "the agent service refused every attempt to start the episode (throttled, or a "
-            "conflicting operation on the runtime session)",
+            "the agent service refused every attempt to start the episode (throttled, a "
+            "conflicting operation on the runtime session, or an account quota used up)",
         ),
         Reason(
             BAD_RESULT,

@@ -29,6 +29,7 @@ from agentrl.api.models import AgentCoreAgent
 from agentrl.bundle.agents.agentcore import (
     INVOKE_ATTEMPTS,
     NEVER_RAN,
+    OVER_QUOTA,
     AgentCoreBackend,
     AgentCoreClients,
     ResultLocation,
@@ -294,6 +295,28 @@ async def test_refused_every_time_is_throttled_after_the_attempts(
         stub.assert_no_pending_responses()  # exactly INVOKE_ATTEMPTS invokes, then the stop
     assert err.value.reason == THROTTLED
     assert f"refused {INVOKE_ATTEMPTS} times" in str(err.value) and code in str(err.value)
+
+
+@pytest.mark.looptime
+async def test_an_invoke_over_the_accounts_quota_is_throttled_not_an_agent_crash(
+    aws: tuple[Any, Any],
+) -> None:
+    """botocore's model declares ServiceQuotaExceededException (402) for InvokeAgentRuntime:
+    the service refused the episode before any agent ran, so it is counted as throttled (the
+    capacity category), with the knob to turn; it is not retried (a quota outlasts seconds)."""
+    model = botocore.session.get_session().get_service_model("bedrock-agentcore")
+    errors = {e.name: e for e in model.operation_model("InvokeAgentRuntime").error_shapes}
+    assert errors[OVER_QUOTA].metadata["error"]["httpStatusCode"] == 402
+    agentcore, s3 = aws
+    be = backend(agentcore, s3)
+    with stamina.set_testing(True, attempts=INVOKE_ATTEMPTS), Stubber(agentcore) as stub:
+        stub.add_client_error("invoke_agent_runtime", OVER_QUOTA, "quota", http_status_code=402)
+        expect_stop(stub)
+        with pytest.raises(AgentError) as err:
+            await be.run(REQUEST)
+        stub.assert_no_pending_responses()  # one invoke, then the stop
+    assert err.value.reason == THROTTLED
+    assert "spec.agent.maxConcurrent" in str(err.value) and OVER_QUOTA in str(err.value)
 
 
 def test_the_refusals_retried_are_the_ones_botocores_model_says_never_ran() -> None:

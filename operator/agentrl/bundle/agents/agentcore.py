@@ -70,6 +70,10 @@ INVOKE_WAIT_INITIAL_S, INVOKE_WAIT_MAX_S, INVOKE_WAIT_JITTER_S = 1.0, 8.0, 1.0
 # Refusals of an invoke that never ran: throttling, and the conflict botocore's model marks
 # retryable (https://github.com/boto/botocore/blob/1.44.8/botocore/data/bedrock-agentcore/2024-02-28/service-2.json).
 NEVER_RAN: Final = frozenset({"ThrottlingException", "RetryableConflictException"})
+# The account's quota (402; e.g. concurrent runtime sessions) refused the invoke: it never ran
+# either, but the model does not mark it retryable and a retry seconds later meets the same
+# quota. Not the agent's failure: counted as throttled, with what to change.
+OVER_QUOTA: Final = "ServiceQuotaExceededException"
 # aclose() waits this long for the stops still owed to sessions whose invoke outlived its
 # episode (see `_stop_after_invoke`) before the pool shuts down.
 LATE_STOP_WAIT_S = 60.0
@@ -302,7 +306,8 @@ class AgentCoreBackend:
                     self._invokes[sid] = invoke
                     return await asyncio.wrap_future(invoke)
         except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as exc:
-            reason = THROTTLED if _error_code(exc) in NEVER_RAN else AGENT_ERROR
+            code = _error_code(exc)
+            reason = THROTTLED if code in NEVER_RAN or code == OVER_QUOTA else AGENT_ERROR
             raise AgentError(reason, _invoke_failure(exc)) from exc
         raise AssertionError("unreachable: stamina re-raises the last failure")
 
@@ -421,6 +426,11 @@ def _invoke_failure(exc: BaseException) -> str:
             f"invoke_agent_runtime: the agent app answered with an error ({_brief(exc)}); "
             "its log (CloudWatch, for a deployed runtime) says why; an app built with "
             "agentcore-rl-toolkit answers 500 when _rollout lacks exp_id, input_id or s3_bucket"
+        )
+    if _error_code(exc) == OVER_QUOTA:
+        return (
+            f"invoke_agent_runtime refused: an AgentCore quota of the account is used up "
+            f"({_brief(exc)}); lower spec.agent.maxConcurrent below it, or ask AWS to raise it"
         )
     if _error_code(exc) in NEVER_RAN:
         return (
