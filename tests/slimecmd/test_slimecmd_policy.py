@@ -180,3 +180,29 @@ def test_a_flag_taking_a_secret_still_warns(flag: str) -> None:
     assert [p.path for p in problems if "takes a secret" in p.message] == [
         "spec.runtime.extraArgs[0]"
     ]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [("--rollout-stop-token-ids", "151645"), ("--rl-skip-bos-token",),
+     ("--calculate-per-token-loss",), ("--moe-token-dispatcher-type", "alltoall")],
+)  # fmt: skip
+def test_a_flag_with_token_in_its_name_but_no_secret_is_not_called_a_secret(
+    args: tuple[str, ...],
+) -> None:
+    """slime's token-id, per-token and switch flags carry no secret: only a flag whose last
+    word names one, and that is given a value, is warned about."""
+    body: dict[str, Any] = minimal_body()
+    body["spec"].setdefault("runtime", {})["extraArgs"] = [*args, "--lr", "1e-6"]
+    _, problems = parse_experiment(body)
+    assert [p.message for p in problems if "takes a secret" in p.message] == []
+
+
+@pytest.mark.parametrize("args", [("--wandb-key", "s3cr3t"), ("--hf-token", "hf_x")])
+def test_a_secret_flag_given_its_value_apart_still_warns(args: tuple[str, ...]) -> None:
+    body: dict[str, Any] = minimal_body()
+    body["spec"].setdefault("runtime", {})["extraArgs"] = ["--lr", "1e-6", *args]
+    _, problems = parse_experiment(body)
+    assert [p.path for p in problems if "takes a secret" in p.message] == [
+        "spec.runtime.extraArgs[2]"
+    ]

@@ -564,11 +564,10 @@ def secrets_in_plain_text(exp: RLExperiment) -> Iterator[Finding]:
                 f"{env.name} looks like a secret but its value is plain text in the spec",
                 "use valueFrom.secretKeyRef (a Secret key) instead of value",
             )
-    for i, arg in enumerate(exp.spec.runtime.extra_args):
-        flag = arg.split("=", 1)[0]
-        if flag in slime_flags.DATA_KEY_FLAGS:
-            continue  # names a JSON key of the data rows, not a secret
-        if flag.startswith("--") and looks_secret(flag[2:].replace("-", "_")):
+    args = exp.spec.runtime.extra_args
+    for i, arg in enumerate(args):
+        if _flag_takes_secret(arg, args[i + 1] if i + 1 < len(args) else None):
+            flag = arg.split("=", 1)[0]
             yield warn(
                 f"spec.runtime.extraArgs[{i}]",
                 f"{flag} takes a secret; extraArgs are stored in plain text in the runtime-config "
@@ -576,6 +575,20 @@ def secrets_in_plain_text(exp: RLExperiment) -> Iterator[Finding]:
                 "pass secrets as env from a Secret (runtime.env[].valueFrom; W&B: "
                 "tracking.wandb.apiKeySecret)",
             )
+
+
+def _flag_takes_secret(arg: str, following: str | None) -> bool:
+    """A slime flag named for what it carries (`--wandb-key`, `--sglang-api-key`, `--hf-token`)
+    and given a value: its last word says so, where an env var's may be any word. slime's own
+    `--rollout-stop-token-ids`, `--calculate-per-token-loss` or the switch `--rl-skip-bos-token`
+    carry token ids, a mode or nothing; `--input-key` and the like name a key of the data rows."""
+    flag, has_value = arg.split("=", 1)[0], "=" in arg
+    if not flag.startswith("--") or flag in slime_flags.DATA_KEY_FLAGS:
+        return False
+    if not has_value and (following is None or following.startswith("--")):
+        return False  # a switch: nothing to keep secret
+    last = flag[2:].upper().replace("-", "_").split("_")[-1]
+    return last == "KEY" or last in _SECRET_WORDS or last.endswith("TOKEN")
 
 
 def _reserved_env_hint(name: str) -> str:
