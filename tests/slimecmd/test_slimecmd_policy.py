@@ -142,6 +142,7 @@ OVERRIDES = {
     ("--prompt-data", "/x.jsonl"): "spec.data.train",
     ("--input-key", "question"): "`prompt`",
     ("--metadata-key", "meta"): "`metadata`",
+    ("--tool-key", "fns"): "`metadata`",
     ("--apply-chat-template",): "chat template",
 }
 

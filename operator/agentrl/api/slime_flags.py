@@ -259,6 +259,9 @@ REPLACED: Final = {
 DATA_CONTRACT: Final = {
     "--input-key": "slime's Dataset would take each train row's prompt from another key",
     "--metadata-key": "slime's Dataset would take each train row's agent payload from another key",
+    "--tool-key": "slime's Dataset would add another key of each train row to the agent payload "
+    "as `metadata.tools` (the rows' `tools`, which `agentrl rehearse` and eval sets use, "
+    "would no longer reach it)",
     "--apply-chat-template": "slime's Dataset would hand the agent the chat-template text of "
     "the prompt (<|im_start|>user ... <|im_start|>assistant), which the gateway templates "
     "again as the agent's user message",

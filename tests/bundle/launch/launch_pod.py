@@ -124,7 +124,7 @@ class Pod:
         spec["runtime"] = {
             "cudaHome": str(root / "cuda"),
             "slimeDir": str(self.image),
-            "extraArgs": ["--rollout-temperature", "0.9"] if extra_args is None else extra_args,
+            "extraArgs": ["--seed", "1234"] if extra_args is None else extra_args,
             # The pod stands for one GPU worker without torch.distributed; the gang
             # preflight has its own gang (test_gang_preflight.py). Off unless asked for.
             "preflight": {"gang": gang},

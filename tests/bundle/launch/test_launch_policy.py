@@ -202,8 +202,9 @@ tok = AutoTokenizer.from_pretrained(sys.argv[1])
 out = {}
 for name, kw in {"rendered": {}, "--input-key": {"prompt_key": "question"},
                  "--metadata-key": {"metadata_key": "meta"},
+                 "--tool-key": {"tool_key": "fns"},
                  "--apply-chat-template": {"apply_chat_template": True}}.items():
-    kw = {"prompt_key": "prompt", "metadata_key": "metadata", **kw}
+    kw = {"prompt_key": "prompt", "metadata_key": "metadata", "tool_key": "tools", **kw}
     s = Dataset(sys.argv[2], tok, None, None, **kw).samples[0]
     out[name] = {"prompt": s.prompt, "metadata": s.metadata}
 print(json.dumps(out))
@@ -222,15 +223,18 @@ def test_slimes_dataset_with_the_data_contract_flags(row: str, tmp_path: Path) -
 
     ckpt = write_checkpoint(tmp_path / "tok")
     rows = tmp_path / "train.jsonl"
-    row_ = {"prompt": "What is 6*7?", "question": "Q?", "metadata": {"t": 1}, "meta": {"t": 2}}
+    row_ = {"prompt": "What is 6*7?", "question": "Q?", "metadata": {"t": 1}, "meta": {"t": 2},
+            "tools": [{"name": "calc"}], "fns": [{"name": "web"}]}  # fmt: skip
     rows.write_text(json.dumps(row_) + "\n", encoding="utf-8")
     got = slime_upstream._run_site(row, ["-c", _DATASET, str(ckpt), str(rows)])
     ((rehearsed,),) = read_groups(rows, 1, "spec.data.train", as_train_set=True)
     assert got["rendered"] == {"prompt": rehearsed.prompt, "metadata": rehearsed.metadata}
     assert got["--input-key"]["prompt"] != rehearsed.prompt
     assert got["--metadata-key"]["metadata"] != rehearsed.metadata
+    assert rehearsed.metadata["tools"] == [{"name": "calc"}]
+    assert got["--tool-key"]["metadata"]["tools"] == [{"name": "web"}]
     templated = got["--apply-chat-template"]["prompt"]
-    assert templated.startswith("<|im_start|>user\nWhat is 6*7?<|im_end|>")
+    assert templated.endswith("<|im_start|>user\nWhat is 6*7?<|im_end|>\n<|im_start|>assistant\n")
     for flag in policy.DATA_CONTRACT:
         (message,) = policy.refusals([Part("spec.runtime.extraArgs", (flag,))])
         assert "`prompt`" in message and "`metadata`" in message

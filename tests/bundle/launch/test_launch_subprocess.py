@@ -44,7 +44,7 @@ def test_exec_replaces_the_launcher_with_train_py_and_propagates_env(tmp_path: P
     argv = rec["argv"]
     assert argv[0] == str(pod.image / "train.py")
     assert argv[1:4] == ["--swiglu", "--num-layers", "28"]  # MODEL_ARGS first, from bash
-    assert argv[-2:] == ["--rollout-temperature", "0.9"]  # extraArgs last
+    assert argv[-2:] == ["--seed", "1234"]  # extraArgs last
     i = argv.index("--use-wandb")
     assert argv[i : i + 3] == ["--use-wandb", "--wandb-project", "p"]
     assert SECRET not in " ".join(argv)
