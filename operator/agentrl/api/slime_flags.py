@@ -251,6 +251,8 @@ REPLACED: Final = {
     "--global-batch-size": "spec.grpo.globalBatchSize",
     "--rollout-max-response-len": "spec.grpo.maxResponseLength",
     "--rollout-temperature": "spec.grpo.temperature",
+    "--num-epoch": "spec.grpo.numRollouts",
+    "--num-steps-per-rollout": "spec.grpo.globalBatchSize",
 }
 # How slime's Dataset turns a train row into the sample agentrl's rollout hands to the agent;
 # agentrl fixes it (`--input-key prompt --metadata-key metadata`, no chat template), and
@@ -305,6 +307,18 @@ _REPLACED_WHY: Final = {
         "agentrl renders it from the spec; a value here changes what training samples with, "
         "while `agentrl rehearse` and validation (maxResponseLength below "
         "model.contextLength) keep the spec's",
+    ),
+    # slime ignores --num-epoch when --num-rollout is set (it logs so), and derives the global
+    # batch size from --num-steps-per-rollout, asserting it equals --global-batch-size:
+    # https://github.com/THUDM/slime/blob/fa3c990af6f18efd3fd9922698bf4bf4048d1263/slime/utils/arguments.py#L1941-L1966
+    "--num-epoch": (
+        "slime ignores it, since agentrl always renders --num-rollout (from "
+        "spec.grpo.numRollouts): the run would train numRollouts steps, not the epochs asked for"
+    ),
+    "--num-steps-per-rollout": (
+        "slime derives a global batch size from it and stops at start unless it equals the "
+        "--global-batch-size agentrl renders from spec.grpo (globalBatchSize, or "
+        "rolloutBatchSize x samplesPerPrompt)"
     ),
     "--prompt-data": (
         "agentrl renders it from spec.data.train; a value here trains on another file than "

@@ -238,3 +238,29 @@ def test_slimes_dataset_with_the_data_contract_flags(row: str, tmp_path: Path) -
     for flag in policy.DATA_CONTRACT:
         (message,) = policy.refusals([Part("spec.runtime.extraArgs", (flag,))])
         assert "`prompt`" in message and "`metadata`" in message
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("row", ROWS)
+def test_slime_ignores_num_epoch_and_stops_on_num_steps_per_rollout(
+    row: str, tmp_path: Path
+) -> None:
+    """slime's own parse_args on the launcher's argv: an extraArgs --num-epoch is ignored (the
+    run still has the spec's numRollouts: the user asked for epochs and got something else,
+    silently), and --num-steps-per-rollout that does not match the rendered global batch
+    stops slime at start; both are refused, naming the spec field."""
+    pod = Pod(tmp_path, row=row)
+    assert pod.launch().returncode == 0
+    argv, env = pod.slime_args(), pod.driver_env()
+    extras = [[], ["--num-epoch", "3"], ["--num-steps-per-rollout", "3"]]
+    base, epochs, steps = slime_upstream.run_slime(
+        row, [{"argv": [*argv, *extra], "env": env} for extra in extras]
+    )
+    grpo = pod.exp.spec.grpo
+    assert base["args"]["num_rollout"] == grpo.num_rollouts
+    assert "parse_error" not in epochs and epochs["args"]["num_rollout"] == grpo.num_rollouts
+    assert base["args"]["global_batch_size"] == grpo.effective_global_batch_size
+    assert "global_batch_size" in steps["parse_error"] and "is not equal" in steps["parse_error"]
+    for flag, field in (("--num-epoch", "numRollouts"), ("--num-steps-per-rollout", "global")):
+        (message,) = policy.refusals([Part("spec.runtime.extraArgs", (flag, "3"))])
+        assert f"Fix: remove it and set spec.grpo.{field}" in message

@@ -62,6 +62,8 @@ FIELDS = (
     "start_rollout_id",
     "megatron_to_hf_mode",
     "use_kl_loss",
+    "num_rollout",
+    "global_batch_size",
 )
 
 
