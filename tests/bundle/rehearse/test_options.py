@@ -9,19 +9,12 @@ GPU-stack imports (`torch` through `slime.utils.types` and the timer, `ray`) are
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-import types
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.support.shared import UPSTREAM, require
-from tests.support.stand_ins import stand_in
+from tests.support.slime_data import data_module
 from tests.support.upstream import slime_rows
 
 from agentrl.api.models import RLExperimentSpec
@@ -39,45 +32,12 @@ ROWS = [
 ]
 
 
-@dataclass
-class Sample:
-    """The fields of slime's `Sample` that its Dataset sets."""
-
-    prompt: Any = ""
-    label: Any = None
-    metadata: dict[str, Any] = field(default_factory=dict)
-    multimodal_inputs: Any = None
-
-
-@contextmanager
-def _stand_ins() -> Iterator[None]:
-    names = ("ray", "slime", "slime.utils", "slime.utils.data", "slime.utils.types",
-             "slime.utils.timer", "slime.observability", "slime.observability.timer")  # fmt: skip
-    fakes = {name: types.ModuleType(name) for name in names}
-    fakes["slime.utils"].__path__ = []  # type: ignore[attr-defined]
-    fakes["slime.utils.types"].Sample = Sample  # type: ignore[attr-defined]
-    # No multimodal keys are rendered, so slime never looks a type up.
-    fakes["slime.utils.types"].MultimodalTypes = None  # type: ignore[attr-defined]
-    for timer in ("slime.utils.timer", "slime.observability.timer"):
-        fakes[timer].Timer = object  # type: ignore[attr-defined]
-    with stand_in(fakes):
-        yield
-
-
 def slime_dataset(commit: str, path: Path) -> list[Any]:
     """slime's `Dataset(path)` at `commit`, with the data flags agentrl renders."""
-    source = require(UPSTREAM / "slime" / commit / "slime" / "utils" / "data.py",
-                     f"slime's snapshot at {commit}")  # fmt: skip
-    spec_ = importlib.util.spec_from_file_location("slime.utils.data", source)
-    assert spec_ is not None and spec_.loader is not None
-    module = importlib.util.module_from_spec(spec_)
-    with _stand_ins():
-        sys.modules["slime.utils.data"] = module  # its `from .timer import Timer`
-        spec_.loader.exec_module(module)
-        dataset = module.Dataset(
-            str(path), tokenizer=None, processor=None, max_length=None, prompt_key="prompt",
-            metadata_key="metadata", label_key=None, tool_key="tools",
-        )  # fmt: skip
+    dataset = data_module(commit).Dataset(
+        str(path), tokenizer=None, processor=None, max_length=None, prompt_key="prompt",
+        metadata_key="metadata", label_key=None, tool_key="tools",
+    )  # fmt: skip
     return list(dataset.samples)
 
 

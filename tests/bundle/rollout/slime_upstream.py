@@ -23,6 +23,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from tests.support.shared import UPSTREAM, require
+from tests.support.slime_data import data_module
 from tests.support.stand_ins import stand_in
 from tests.support.upstream import slime_rows
 
@@ -34,29 +35,6 @@ COMMITS = slime_rows()
 def snapshot(commit: str) -> Path:
     path = UPSTREAM / "slime" / commit / "slime" / "rollout" / "data_source.py"
     return require(path, f"slime's snapshot at {commit}")
-
-
-class JsonlDataset:
-    """`slime.utils.data.Dataset` reduced to what the data source reads: `.samples`."""
-
-    def __init__(self, path: str, **kw: Any) -> None:
-        prompt_key, label_key = kw.get("prompt_key", "prompt"), kw.get("label_key")
-        metadata_key = kw.get("metadata_key", "metadata")
-        rows = [json.loads(line) for line in Path(path).read_text().splitlines() if line]
-        self.samples = [
-            PlainSample(
-                prompt=row[prompt_key],
-                label=row.get(label_key) if label_key else None,
-                metadata=row.get(metadata_key) or {},
-            )
-            for row in rows
-        ]
-
-    def __len__(self) -> int:
-        return len(self.samples)
-
-    def shuffle(self, epoch: int) -> None:
-        pass  # the tests run with rollout_shuffle off
 
 
 def _load_function(path: str) -> Any:
@@ -75,19 +53,18 @@ def _torch_load(path: str) -> Any:
 
 
 @contextmanager
-def _stand_ins() -> Iterator[None]:
+def _stand_ins(commit: str) -> Iterator[None]:
     fakes = {
         "torch": types.ModuleType("torch"),
         "slime": types.ModuleType("slime"),
         "slime.utils": types.ModuleType("slime.utils"),
-        "slime.utils.data": types.ModuleType("slime.utils.data"),
+        "slime.utils.data": data_module(commit),  # slime's own Dataset reads the train file
         "slime.utils.misc": types.ModuleType("slime.utils.misc"),
         "slime.utils.processing_utils": types.ModuleType("slime.utils.processing_utils"),
         "slime.utils.types": types.ModuleType("slime.utils.types"),
     }
     fakes["torch"].save = _torch_save  # type: ignore[attr-defined]
     fakes["torch"].load = _torch_load  # type: ignore[attr-defined]
-    fakes["slime.utils.data"].Dataset = JsonlDataset  # type: ignore[attr-defined]
     fakes["slime.utils.misc"].load_function = _load_function  # type: ignore[attr-defined]
     fakes["slime.utils.processing_utils"].load_tokenizer = lambda *a, **k: None  # type: ignore[attr-defined]
     fakes["slime.utils.processing_utils"].load_processor = lambda *a, **k: None  # type: ignore[attr-defined]
@@ -102,7 +79,7 @@ def data_source_module(commit: str) -> types.ModuleType:
     spec = importlib.util.spec_from_file_location(f"slime_{commit}_data_source", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
-    with _stand_ins():
+    with _stand_ins(commit):
         spec.loader.exec_module(module)
     return module
 
@@ -138,9 +115,9 @@ def slime_args(prompt_data: Path, n_samples: int, **kw: Any) -> SimpleNamespace:
         rollout_max_prompt_len=None,
         input_key="prompt",
         multimodal_keys=None,
-        label_key="label",
+        label_key=None,  # as agentrl renders: no --label-key, --tool-key at its default
         metadata_key="metadata",
-        tool_key=None,
+        tool_key="tools",
         apply_chat_template=False,
         apply_chat_template_kwargs=None,
         rollout_seed=42,
