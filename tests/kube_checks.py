@@ -196,6 +196,11 @@ def _cluster_errors(cluster: dict[str, Any]) -> list[str]:
         if not w.get("minReplicas", 0) <= w.get("replicas", 0) <= w.get("maxReplicas", 2**31):
             out.append(f"{w['groupName']}: replicas outside [minReplicas, maxReplicas]")
     head_env = head["template"]["spec"]["containers"][0].get("env", [])
+    head_env_names = {e["name"] for e in head_env}
+    if "gcsFaultToleranceOptions" not in cluster and "RAY_REDIS_ADDRESS" in head_env_names:
+        out.append("RAY_REDIS_ADDRESS set while GcsFaultToleranceOptions is not set")
+    if "REDIS_USERNAME" in head_env_names:
+        out.append("cannot set redis username in environment variables")
     if not cluster.get("enableInTreeAutoscaling") and any(
         e["name"] == "RAY_enable_autoscaler_v2" and e.get("value") in ("1", "true")
         for e in head_env

@@ -182,6 +182,15 @@ CASES: list[tuple[str, dict[str, Any], str]] = [
     ("agentrl's pod name env set by hand",
      spec(runtime={"env": [{"name": "AGENTRL_POD_NAME", "value": "x"}]}),
      "spec.runtime.env[0].name"),
+    # --- env KubeRay's validation refuses in the head pod (the RayJob: ValidationFailed)
+    ("Ray's Redis address without GCS fault tolerance",
+     spec(runtime={"env": [{"name": "RAY_REDIS_ADDRESS", "value": "redis:6379"}]}),
+     "spec.runtime.env[0].name"),
+    ("a Redis username", spec(runtime={"env": [{"name": "REDIS_USERNAME", "value": "ray"}]}),
+     "spec.runtime.env[0].name"),
+    ("autoscaler v2 on a cluster without an autoscaler",
+     spec(runtime={"env": [{"name": "RAY_enable_autoscaler_v2", "value": "1"}]}),
+     "spec.runtime.env[0].name"),
     # --- Kubernetes objects passed through (the API server would prune typos silently)
     ("volume source misspelt",
      spec(runtime={"volumes": [{"name": "m", "persistentVolumeClam": {"claimName": "m"}}]}),

@@ -26,7 +26,7 @@ from agentrl.api.validation import parse_experiment
 from agentrl.render import OperatorDefaults, collect_bundle_files, render_all
 from agentrl.render.kuberay import KUBERAY_MIN_VERSION
 from agentrl.render.rayjob import NO_EVICTION_ANNOTATIONS, SUBMITTER_BACKOFF_LIMIT
-from conftest import TEST_IMAGE
+from conftest import TEST_IMAGE, minimal_body
 from kube_checks import (
     kuberay_controller_errors,
     kuberay_releases,
@@ -211,3 +211,37 @@ def test_the_head_takes_the_workers_priority_class_unless_it_has_its_own(
     head, (workers,) = groups(rayjob(body))
     assert head["template"]["spec"]["priorityClassName"] == "gpu-training"
     assert workers["template"]["spec"]["priorityClassName"] == "gpu-training"
+
+
+# Env a user might set, and whether KubeRay's ValidateRayClusterSpec refuses it in the head pod
+# (RAY_REDIS_ADDRESS without gcsFaultToleranceOptions, any REDIS_USERNAME, autoscaler v2 on
+# a cluster without enableInTreeAutoscaling).
+USER_ENV = (
+    ("RAY_REDIS_ADDRESS", "redis:6379", True),
+    ("REDIS_USERNAME", "ray", True),
+    ("RAY_enable_autoscaler_v2", "1", True),
+    ("RAY_enable_autoscaler_v2", "true", True),
+    ("RAY_enable_autoscaler_v2", "0", False),
+    ("RAY_DEDUP_LOGS", "0", False),
+)
+
+
+@pytest.mark.parametrize(("name", "value", "kuberay_refuses"), USER_ENV)
+def test_env_kuberay_refuses_is_refused_before_the_rayjob(
+    name: str, value: str, kuberay_refuses: bool
+) -> None:
+    body = minimal_body(runtime={"env": [{"name": name, "value": value}]})
+    exp, problems = parse_experiment(body)
+    refused = [p for p in problems if p.severity == "error"]
+    if not kuberay_refuses:
+        assert exp is not None and not refused, problems
+        job = render_all(exp, OperatorDefaults(image=TEST_IMAGE), collect_bundle_files()).rayjob
+        assert kuberay_controller_errors(job) == []
+        return
+    assert [p.path for p in refused] == ["spec.runtime.env[0].name"], problems
+    assert "KubeRay refuses" in refused[0].message and refused[0].hint.startswith("remove it")
+    # What KubeRay would have done with it: the same spec, rendered without the check.
+    job = rayjob(minimal_body())
+    head, _ = groups(job)
+    head["template"]["spec"]["containers"][0]["env"].append({"name": name, "value": value})
+    assert kuberay_controller_errors(job) != []

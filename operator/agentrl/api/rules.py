@@ -55,6 +55,29 @@ RESERVED_ENV = frozenset(
         ENV_NODE_NAME,
     }
 )
+# Env KubeRay's own validation refuses in the head container (the spec's env reaches every
+# Ray container): it marks the RayJob ValidationFailed, no cluster is created, and since
+# spec.runtime is immutable only a new experiment recovers. agentrl renders no GCS fault
+# tolerance and no autoscaler, so each of these is refused there. Name -> (values refused,
+# None for any; the hint).
+# https://github.com/ray-project/kuberay/blob/598eb66aa077c55ae04fa87b192238a3ec184e88/ray-operator/controllers/ray/utils/validation.go#L153-L205
+KUBERAY_REFUSED_ENV: dict[str, tuple[frozenset[str] | None, str]] = {
+    "RAY_REDIS_ADDRESS": (
+        None,
+        "remove it: it turns on GCS fault tolerance, which KubeRay allows only with its "
+        "gcsFaultToleranceOptions, and agentrl renders none",
+    ),
+    "REDIS_USERNAME": (
+        None,
+        "remove it: KubeRay allows a Redis username only in gcsFaultToleranceOptions, and "
+        "agentrl renders none",
+    ),
+    "RAY_enable_autoscaler_v2": (
+        frozenset({"1", "true"}),
+        "remove it: KubeRay allows autoscaler v2 only with enableInTreeAutoscaling, and "
+        "agentrl's Ray cluster is a fixed-size gang without an autoscaler",
+    ),
+}
 
 R = "resources"
 # A Hugging Face repo id (huggingface_hub's validate_repo_id): owner/name, 96 characters.
@@ -532,8 +555,9 @@ def gateway_service(exp: RLExperiment) -> Iterator[Finding]:
 
 
 def env_vars(exp: RLExperiment) -> Iterator[Finding]:
-    """Env names are unique and not ones agentrl sets (CUDA_HOME, LD_LIBRARY_PATH, PYTHONPATH,
-    AGENTRL_CONFIG, AGENTRL_POD_NAME, AGENTRL_NODE_NAME, secret env).
+    """Env names are unique, not ones agentrl sets (CUDA_HOME, LD_LIBRARY_PATH, PYTHONPATH,
+    AGENTRL_CONFIG, AGENTRL_POD_NAME, AGENTRL_NODE_NAME, secret env), and not ones KubeRay
+    refuses in the head pod (RAY_REDIS_ADDRESS, REDIS_USERNAME, RAY_enable_autoscaler_v2=1).
     """
     for i, name in repeats([e.name for e in exp.spec.runtime.env]):
         yield err(f"spec.runtime.env[{i}].name", f"{name} is set twice", "keep one")
@@ -543,6 +567,12 @@ def env_vars(exp: RLExperiment) -> Iterator[Finding]:
             yield err(path, f"{env.name} is set by agentrl", _reserved_env_hint(env.name))
         elif env.name == ENV_WANDB_API_KEY and exp.spec.tracking.wandb is not None:
             yield err(path, f"{env.name} comes from tracking.wandb.apiKeySecret", "remove it")
+        elif env.name in KUBERAY_REFUSED_ENV:
+            values, hint = KUBERAY_REFUSED_ENV[env.name]
+            if values is None or env.value in values:
+                shown = env.name if values is None else f"{env.name}={env.value}"
+                yield err(path, f"KubeRay refuses {shown} in the head pod (the RayJob would "
+                          "be ValidationFailed and no cluster created)", hint)  # fmt: skip
 
 
 def looks_secret(name: str) -> bool:
