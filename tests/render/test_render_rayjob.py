@@ -245,3 +245,14 @@ def test_env_kuberay_refuses_is_refused_before_the_rayjob(
     head, _ = groups(job)
     head["template"]["spec"]["containers"][0]["env"].append({"name": name, "value": value})
     assert kuberay_controller_errors(job) != []
+
+
+def test_the_submitter_runs_kuberays_own_idempotent_command() -> None:
+    """KubeRay gives the submitter container its own command only when it has none: that
+    command checks `ray job status` before `ray job submit --submission-id <jobId>`, which
+    Ray refuses a second time. With a command of ours, each of the submitter Job's retries
+    could submit the training entrypoint again onto the same gang."""
+    job = rayjob(minimal_body())
+    (container,) = job["spec"]["submitterPodTemplate"]["spec"]["containers"]
+    assert "command" not in container and "args" not in container
+    assert job["spec"]["submitterConfig"]["backoffLimit"] > 1  # retries happen: the reason

@@ -196,7 +196,13 @@ def worker_group(exp: RLExperiment, defaults: OperatorDefaults, base: pods.PodPa
 
 
 def submitter_template(exp: RLExperiment, defaults: OperatorDefaults, base: pods.PodParts) -> Obj:
-    """KubeRay's submitter pod (runs `ray job submit`), labelled like every other pod."""
+    """KubeRay's submitter pod (runs `ray job submit`), labelled like every other pod.
+
+    Its container has no `command`: KubeRay then puts in its own, which asks `ray job status`
+    first and submits with the RayJob's `--submission-id`, so a retry of the submitter (20
+    of them) never starts a second slime driver on the gang
+    (https://github.com/ray-project/kuberay/blob/v1.6.2/ray-operator/controllers/ray/common/job.go).
+    """
     spec: Obj = {
         **base.pod,
         "restartPolicy": "Never",
