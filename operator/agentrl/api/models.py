@@ -704,7 +704,9 @@ class RLExperimentSpec(Model):
     """Retries of a failed run, each on a fresh Ray cluster (mutable)."""
     ttl_seconds_after_finished: NonNegativeInt = 0
     """Seconds KubeRay keeps the Ray cluster (head and worker pods, and their logs) after the
-    run ends before deleting it; the RayJob and its submitter pod stay (mutable)."""
+    run ends before deleting it; the RayJob and its submitter pod stay (mutable). After
+    `activeDeadlineSeconds` or a failed submitter, KubeRay does not stop the Ray job: training
+    goes on, on the GPUs, writing checkpoints, for these seconds."""
 
     @property
     def startup_deadline(self) -> int:
