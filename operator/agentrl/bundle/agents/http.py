@@ -75,6 +75,9 @@ RETRY_AFTER_CAP_S = 30.0
 # while a cancelled batch waits).
 STOP_ATTEMPTS, STOP_TIMEOUT_S, STOP_REQUEST_TIMEOUT_S = 3, 15.0, 5.0
 MAX_POLL_ERRORS = 5  # consecutive failed status GETs before the episode fails
+# Per request: the whole request, and getting a connection (a free one of the pool's
+# `maxPoolConnections`, or a new TCP connection), which aiohttp bounds together as `connect`.
+REQUEST_TIMEOUT_S, CONNECT_TIMEOUT_S = 60.0, 10.0
 
 
 class _TryAgain(Exception):
@@ -209,7 +212,7 @@ class HttpAgentBackend:
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None:
             connector = aiohttp.TCPConnector(limit=self._pool_size)
-            timeout = aiohttp.ClientTimeout(total=60, connect=10)
+            timeout = aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S, connect=CONNECT_TIMEOUT_S)
             self._session = aiohttp.ClientSession(
                 connector=connector, timeout=timeout, headers=self._headers
             )
@@ -271,7 +274,11 @@ class HttpAgentBackend:
                             "the session token reach agent.http.url only: set agent.http.url "
                             "to the endpoint itself",
                         )
-        except aiohttp.ClientConnectorError as exc:  # never connected: nothing was sent
+        # Never connected, so nothing was sent: refused, or no connection within
+        # CONNECT_TIMEOUT_S, which is also the wait for a free one of the pool's connections
+        # (a burst of slow-to-accept episodes holds them all). ConnectionTimeoutError is a
+        # TimeoutError too, hence before the clause below.
+        except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
             raise _TryAgain(describe_error(exc)) from None
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise AgentError(
