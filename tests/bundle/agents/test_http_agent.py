@@ -278,6 +278,47 @@ async def test_a_submit_that_found_no_free_connection_is_tried_again(
         await runner.cleanup()
 
 
+async def test_an_agent_that_runs_the_episode_before_answering_is_told_the_limit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An agent that plays the whole episode inside the POST: past the request timeout
+    (60 s) every episode failed as a bare "TimeoutError", a limit docs/agents.md did not
+    state."""
+    monkeypatch.setattr("agentrl.bundle.agents.http.REQUEST_TIMEOUT_S", 0.3)
+    release = asyncio.Event()
+
+    async def busy(request: web.Request) -> web.Response:
+        await release.wait()
+        return web.json_response({"rewards": 1.0})
+
+    app = web.Application()
+    app.router.add_post("/episodes", busy)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    listener = CallbackListener("127.0.0.1", 0, "127.0.0.1")
+    await listener.start()
+    be = HttpAgentBackend(
+        HttpAgent(url=f"http://127.0.0.1:{port}/episodes"),
+        headers={},
+        listener=listener,
+        pool_size=1,
+        callback_base=listener.url,
+    )
+    try:
+        with pytest.raises(AgentError) as err:
+            await be._submit({"_rollout": {}})
+        assert err.value.reason == "agent_error"
+        assert "did not answer the episode's submit within 0.3s" in str(err.value)
+        assert "answer the POST at once (202)" in str(err.value)
+    finally:
+        release.set()
+        await be.aclose()
+        await runner.cleanup()
+
+
 async def test_retries_of_many_episodes_are_spread_by_jitter(rig: Rig) -> None:
     """Five episodes refused together come back at different times (real stamina waits,
     under a second; what is checked is the waits it drew, not how long anything took)."""

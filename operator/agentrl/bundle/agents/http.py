@@ -280,7 +280,14 @@ class HttpAgentBackend:
         # TimeoutError too, hence before the clause below.
         except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
             raise _TryAgain(describe_error(exc)) from None
-        except (aiohttp.ClientError, TimeoutError) as exc:
+        except TimeoutError:  # the request went out; the answer did not come in time
+            raise AgentError(
+                AGENT_ERROR,
+                f"the agent did not answer the episode's submit within {REQUEST_TIMEOUT_S:g}s "
+                "(not retried: the agent may have started the episode); answer the POST at "
+                "once (202) and run the episode in the background",
+            ) from None
+        except aiohttp.ClientError as exc:
             raise AgentError(
                 AGENT_ERROR,
                 f"submit to agent failed: {describe_error(exc)} (not retried: the agent may "
