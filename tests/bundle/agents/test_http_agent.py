@@ -483,7 +483,8 @@ async def test_failures_from_odd_responses_never_log_the_secret_header(
     expected = {
         "redirect_loop": "HTTP 307, a redirect to http://127.0.0.1:",
         "malformed_submit": "ClientResponseError: HTTP 400",
-        "malformed_poll": "result poll failed",
+        # What failed, described (it said "HTTP 0": no HTTP status was ever answered).
+        "malformed_poll": "result poll failed 5x (ClientResponseError: HTTP 400",
     }[case]
     assert expected in outcome.message
     failure_lines = [r.getMessage() for r in caplog.records if outcome.session_id in r.getMessage()]

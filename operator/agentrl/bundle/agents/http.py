@@ -316,7 +316,9 @@ class HttpAgentBackend:
                 )
             errors = 0 if status in (202, 404) else errors + 1
             if errors >= MAX_POLL_ERRORS:
-                raise AgentError(AGENT_ERROR, f"result poll failed {errors}x (HTTP {status})")
+                # Status 0: no answer at all; `doc` then says what went wrong instead.
+                last = f"HTTP {status}" if status else str(doc)
+                raise AgentError(AGENT_ERROR, f"result poll failed {errors}x ({last})")
 
     def _polled(self, sid: str) -> None:
         """Said once: a result came by polling while no callback ever did."""
@@ -335,6 +337,8 @@ class HttpAgentBackend:
         )
 
     async def _poll_once(self, sid: str) -> tuple[int, Any]:
+        """(HTTP status, the result document when 200); (0, what failed) without an answer
+        (a timeout, a dropped connection, a 200 that is not JSON)."""
         try:
             with self._in_use.hold():
                 async with self._request("GET", f"{self._url}/{sid}") as resp:
@@ -342,8 +346,9 @@ class HttpAgentBackend:
                         return resp.status, None
                     return 200, await resp.json(content_type=None)
         except (TimeoutError, aiohttp.ClientError, ValueError) as exc:
-            log.debug("result poll for %s failed: %s", sid, describe_error(exc))
-            return 0, None
+            what = describe_error(exc)
+            log.debug("result poll for %s failed: %s", sid, what)
+            return 0, what
 
     async def stop(self, session_id: str) -> None:
         """`DELETE <url>/<session_id>`; idempotent, never raises (an agent that cannot stop
