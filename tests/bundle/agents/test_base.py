@@ -37,6 +37,10 @@ def test_valid_results(doc: dict[str, Any], reward: float) -> None:
         ({"rewards": "high"}, "bad_result"),
         ({"rewards": True}, "bad_result"),
         ({"rewards": float("nan")}, "bad_result"),
+        # A JSON integer too large for a float: json.loads keeps it an int, float() raised
+        # OverflowError, and the episode was counted as agentrl's own bug (internal_error).
+        ({"rewards": 10**400}, "bad_result"),
+        ({"rewards": [0, -(10**309)]}, "bad_result"),
         ({"rewards": None}, "bad_result"),
         ({"rewards": "1.0"}, "bad_result"),
         ({"rewards": 1.0, "status_code": 500}, "agent_error"),

@@ -224,6 +224,101 @@ async def test_a_refused_connection_is_tried_again_a_dropped_one_is_not() -> Non
         await listener.stop()
 
 
+async def test_a_submit_that_found_no_free_connection_is_tried_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """maxPoolConnections 1, and an agent slow to accept (it boots a sandbox first) holds
+    the one connection: the next episode's submit never left, so it is not an agent that
+    "may have started" it. It used to fail at once as agent_error, "not retried"."""
+    monkeypatch.setattr("agentrl.bundle.agents.http.CONNECT_TIMEOUT_S", 0.2)
+    release, holding = asyncio.Event(), asyncio.Event()
+    received: list[str] = []
+
+    async def slow_accept(request: web.Request) -> web.Response:
+        received.append((await request.json())["_rollout"]["session_id"])
+        holding.set()
+        await release.wait()
+        return web.json_response({}, status=202)
+
+    app = web.Application()
+    app.router.add_post("/episodes", slow_accept)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    listener = CallbackListener("127.0.0.1", 0, "127.0.0.1")
+    await listener.start()
+    be = HttpAgentBackend(
+        HttpAgent(url=f"http://127.0.0.1:{port}/episodes"),
+        headers={},
+        listener=listener,
+        pool_size=1,
+        callback_base=listener.url,
+    )
+    try:
+        first = asyncio.create_task(be._submit({"_rollout": {"session_id": "a"}}))
+        await holding.wait()  # the one connection is taken
+        with (
+            stamina.set_testing(True, attempts=SUBMIT_ATTEMPTS),
+            scheduled_retries() as retries,
+            pytest.raises(AgentError) as err,
+        ):
+            await be._submit({"_rollout": {"session_id": "b"}})
+        assert received == ["a"]  # the second never reached the agent ...
+        assert len(retries) == SUBMIT_ATTEMPTS - 1  # ... and was tried again
+        assert "ConnectionTimeoutError" in str(err.value) and "may have" not in str(err.value)
+        release.set()
+        await first
+        await be._submit({"_rollout": {"session_id": "c"}})  # a free connection: accepted
+        assert received == ["a", "c"]
+    finally:
+        release.set()
+        await be.aclose()
+        await runner.cleanup()
+
+
+async def test_an_agent_that_runs_the_episode_before_answering_is_told_the_limit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An agent that plays the whole episode inside the POST: past the request timeout
+    (60 s) every episode failed as a bare "TimeoutError", a limit docs/agents.md did not
+    state."""
+    monkeypatch.setattr("agentrl.bundle.agents.http.REQUEST_TIMEOUT_S", 0.3)
+    release = asyncio.Event()
+
+    async def busy(request: web.Request) -> web.Response:
+        await release.wait()
+        return web.json_response({"rewards": 1.0})
+
+    app = web.Application()
+    app.router.add_post("/episodes", busy)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    listener = CallbackListener("127.0.0.1", 0, "127.0.0.1")
+    await listener.start()
+    be = HttpAgentBackend(
+        HttpAgent(url=f"http://127.0.0.1:{port}/episodes"),
+        headers={},
+        listener=listener,
+        pool_size=1,
+        callback_base=listener.url,
+    )
+    try:
+        with pytest.raises(AgentError) as err:
+            await be._submit({"_rollout": {}})
+        assert err.value.reason == "agent_error"
+        assert "did not answer the episode's submit within 0.3s" in str(err.value)
+        assert "answer the POST at once (202)" in str(err.value)
+    finally:
+        release.set()
+        await be.aclose()
+        await runner.cleanup()
+
+
 async def test_retries_of_many_episodes_are_spread_by_jitter(rig: Rig) -> None:
     """Five episodes refused together come back at different times (real stamina waits,
     under a second; what is checked is the waits it drew, not how long anything took)."""
@@ -388,7 +483,8 @@ async def test_failures_from_odd_responses_never_log_the_secret_header(
     expected = {
         "redirect_loop": "HTTP 307, a redirect to http://127.0.0.1:",
         "malformed_submit": "ClientResponseError: HTTP 400",
-        "malformed_poll": "result poll failed",
+        # What failed, described (it said "HTTP 0": no HTTP status was ever answered).
+        "malformed_poll": "result poll failed 5x (ClientResponseError: HTTP 400",
     }[case]
     assert expected in outcome.message
     failure_lines = [r.getMessage() for r in caplog.records if outcome.session_id in r.getMessage()]

@@ -191,3 +191,21 @@ async def test_many_callbacks_at_once_each_reach_their_episode(
     )
     assert {a[0] for a in answers} == {200}
     assert [fut.result()["rewards"] for (_, fut), _ in waits.values()] == list(range(32))
+
+
+async def test_the_first_result_counts_and_later_ones_change_nothing(
+    gateway: GatewayServer, admin: GatewayClient, listener: CallbackListener
+) -> None:
+    """docs/agents.md: a second callback (another reward, say) is ignored: 200 while the
+    episode is still being closed, 404 once the rollout stopped listening or closed it."""
+    await admin.relay_callbacks_to(listener.url)
+    await gateway.create_session(SID, {})
+    token, fut = listener.expect(SID)
+    assert (await post(gateway, SID, b'{"rewards": 1}', token))[0] == 200
+    assert (await post(gateway, SID, b'{"rewards": 0}', token))[0] == 200
+    assert fut.result() == {"rewards": 1}
+    listener.forget(SID)  # the backend's run() returned
+    assert (await post(gateway, SID, b'{"rewards": 0}', token))[0] == 404
+    await gateway.close_session(SID)
+    assert (await post(gateway, SID, b'{"rewards": 0}', token))[0] == 404
+    assert fut.result() == {"rewards": 1}

@@ -107,7 +107,10 @@ def parse_result(document: Any) -> AgentResult:
         rewards = rewards[-1]
     if isinstance(rewards, bool) or not isinstance(rewards, int | float):
         raise AgentError(BAD_RESULT, f"result 'rewards' is not a number: {rewards!r:.80}", document)
-    reward = float(rewards)
+    try:
+        reward = float(rewards)
+    except OverflowError:  # a JSON integer past float's range (1e309 written out in digits)
+        reward = math.inf
     if not math.isfinite(reward):
         raise AgentError(BAD_RESULT, f"result reward is not finite: {reward}", document)
     return AgentResult(reward=reward, document=document)

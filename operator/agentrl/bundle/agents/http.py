@@ -75,6 +75,9 @@ RETRY_AFTER_CAP_S = 30.0
 # while a cancelled batch waits).
 STOP_ATTEMPTS, STOP_TIMEOUT_S, STOP_REQUEST_TIMEOUT_S = 3, 15.0, 5.0
 MAX_POLL_ERRORS = 5  # consecutive failed status GETs before the episode fails
+# Per request: the whole request, and getting a connection (a free one of the pool's
+# `maxPoolConnections`, or a new TCP connection), which aiohttp bounds together as `connect`.
+REQUEST_TIMEOUT_S, CONNECT_TIMEOUT_S = 60.0, 10.0
 
 
 class _TryAgain(Exception):
@@ -209,7 +212,7 @@ class HttpAgentBackend:
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None:
             connector = aiohttp.TCPConnector(limit=self._pool_size)
-            timeout = aiohttp.ClientTimeout(total=60, connect=10)
+            timeout = aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S, connect=CONNECT_TIMEOUT_S)
             self._session = aiohttp.ClientSession(
                 connector=connector, timeout=timeout, headers=self._headers
             )
@@ -271,9 +274,20 @@ class HttpAgentBackend:
                             "the session token reach agent.http.url only: set agent.http.url "
                             "to the endpoint itself",
                         )
-        except aiohttp.ClientConnectorError as exc:  # never connected: nothing was sent
+        # Never connected, so nothing was sent: refused, or no connection within
+        # CONNECT_TIMEOUT_S, which is also the wait for a free one of the pool's connections
+        # (a burst of slow-to-accept episodes holds them all). ConnectionTimeoutError is a
+        # TimeoutError too, hence before the clause below.
+        except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
             raise _TryAgain(describe_error(exc)) from None
-        except (aiohttp.ClientError, TimeoutError) as exc:
+        except TimeoutError:  # the request went out; the answer did not come in time
+            raise AgentError(
+                AGENT_ERROR,
+                f"the agent did not answer the episode's submit within {REQUEST_TIMEOUT_S:g}s "
+                "(not retried: the agent may have started the episode); answer the POST at "
+                "once (202) and run the episode in the background",
+            ) from None
+        except aiohttp.ClientError as exc:
             raise AgentError(
                 AGENT_ERROR,
                 f"submit to agent failed: {describe_error(exc)} (not retried: the agent may "
@@ -302,7 +316,9 @@ class HttpAgentBackend:
                 )
             errors = 0 if status in (202, 404) else errors + 1
             if errors >= MAX_POLL_ERRORS:
-                raise AgentError(AGENT_ERROR, f"result poll failed {errors}x (HTTP {status})")
+                # Status 0: no answer at all; `doc` then says what went wrong instead.
+                last = f"HTTP {status}" if status else str(doc)
+                raise AgentError(AGENT_ERROR, f"result poll failed {errors}x ({last})")
 
     def _polled(self, sid: str) -> None:
         """Said once: a result came by polling while no callback ever did."""
@@ -321,6 +337,8 @@ class HttpAgentBackend:
         )
 
     async def _poll_once(self, sid: str) -> tuple[int, Any]:
+        """(HTTP status, the result document when 200); (0, what failed) without an answer
+        (a timeout, a dropped connection, a 200 that is not JSON)."""
         try:
             with self._in_use.hold():
                 async with self._request("GET", f"{self._url}/{sid}") as resp:
@@ -328,8 +346,9 @@ class HttpAgentBackend:
                         return resp.status, None
                     return 200, await resp.json(content_type=None)
         except (TimeoutError, aiohttp.ClientError, ValueError) as exc:
-            log.debug("result poll for %s failed: %s", sid, describe_error(exc))
-            return 0, None
+            what = describe_error(exc)
+            log.debug("result poll for %s failed: %s", sid, what)
+            return 0, what
 
     async def stop(self, session_id: str) -> None:
         """`DELETE <url>/<session_id>`; idempotent, never raises (an agent that cannot stop
