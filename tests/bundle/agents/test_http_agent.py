@@ -40,7 +40,7 @@ SECRET = "sk-live-very-secret-value"
 
 @dataclass
 class Agent:
-    mode: str = "callback"  # callback | poll | refuse
+    mode: str = "callback"  # callback | poll | poll-html | refuse
     submitted: list[dict[str, Any]] = field(default_factory=list)
     api_keys: list[str | None] = field(default_factory=list)
     deleted: list[str] = field(default_factory=list)
@@ -77,6 +77,8 @@ class Agent:
     async def status(self, request: web.Request) -> web.Response:
         if self.mode == "poll":
             return web.json_response({"rewards": 0.25})
+        if self.mode == "poll-html":  # a framework's error page, served with 200
+            return web.Response(text="<html>oops</html>", content_type="text/html")
         return web.json_response({"status": "running"}, status=202)
 
     async def delete(self, request: web.Request) -> web.Response:
@@ -146,6 +148,19 @@ async def test_result_by_fallback_poll_when_no_callback_comes(
     # Said once: results come late, and the callback URL agents cannot reach is named.
     (line,) = [r.getMessage() for r in caplog.records]
     assert f"no agent has posted a result to {rig.listener.url}/agentrl/callback/" in line
+
+
+async def test_a_status_get_answering_200_without_json_is_a_bad_result_at_once(
+    rig: Rig,
+) -> None:
+    """docs/agents.md: a result that is not JSON is `bad_result`. A whole 200 answer to the
+    status GET is the agent's result; it was taken for a failed poll, five in a row made an
+    `agent_error` five poll intervals (150 s by default) later."""
+    rig.agent.mode = "poll-html"
+    with pytest.raises(AgentError) as err:
+        await rig.backend.run(REQUEST)
+    assert err.value.reason == "bad_result" and "not JSON" in str(err.value)
+    assert rig.agent.deleted == [REQUEST.session_id]
 
 
 async def test_refused_episode_is_an_agent_error_without_secrets(

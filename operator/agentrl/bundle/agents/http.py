@@ -38,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import hmac
+import json
 import logging
 import os
 import secrets
@@ -59,7 +60,7 @@ from agentrl.bundle.agents.base import (
     parse_result,
 )
 from agentrl.bundle.agents.pool import InUseGauge
-from agentrl.bundle.failures import AGENT_ERROR
+from agentrl.bundle.failures import AGENT_ERROR, BAD_RESULT
 from agentrl.bundle.redact import describe_error
 from agentrl.bundle.session import callback_url
 
@@ -338,17 +339,26 @@ class HttpAgentBackend:
 
     async def _poll_once(self, sid: str) -> tuple[int, Any]:
         """(HTTP status, the result document when 200); (0, what failed) without an answer
-        (a timeout, a dropped connection, a 200 that is not JSON)."""
+        (a timeout, a dropped connection). A whole 200 answer that is not JSON is the agent's
+        result, and not a usable one: `bad_result`, as a callback's would be."""
         try:
             with self._in_use.hold():
                 async with self._request("GET", f"{self._url}/{sid}") as resp:
                     if resp.status != 200:
                         return resp.status, None
-                    return 200, await resp.json(content_type=None)
-        except (TimeoutError, aiohttp.ClientError, ValueError) as exc:
+                    body = await resp.read()
+        except (TimeoutError, aiohttp.ClientError) as exc:
             what = describe_error(exc)
             log.debug("result poll for %s failed: %s", sid, what)
             return 0, what
+        try:
+            return 200, json.loads(body)
+        except ValueError:
+            raise AgentError(
+                BAD_RESULT,
+                f"the status GET answered 200 with {len(body)} bytes that are not JSON: serve "
+                "the result document there, or 202/404 while the episode runs",
+            ) from None
 
     async def stop(self, session_id: str) -> None:
         """`DELETE <url>/<session_id>`; idempotent, never raises (an agent that cannot stop
