@@ -126,6 +126,20 @@ def test_small_pool_is_a_warning_not_an_error() -> None:
     assert warning.severity == "warning"
     assert warning.path == "spec.agent.maxPoolConnections"
     assert "64" in warning.hint
+    assert "wait for a free connection" in warning.message  # an HTTP agent: aiohttp's pool
+
+
+def test_small_pool_of_an_agentcore_agent_says_connections_are_discarded() -> None:
+    """boto3's (urllib3's) pool discards and re-opens connections past its size."""
+    body = minimal_body()
+    agent = body["spec"]["agent"]
+    agent.pop("http")
+    arn = "arn:aws:bedrock-agentcore:us-west-2:1:runtime/a"
+    agent.update(agentCore={"runtimeArn": arn, "region": "us-west-2", "s3Bucket": "rl-results"},
+                 maxConcurrent=64, maxPoolConnections=10)  # fmt: skip
+    _, problems = parse_experiment(body)
+    (warning,) = [p for p in problems if p.path == "spec.agent.maxPoolConnections"]
+    assert "discarded and re-opened" in warning.message
 
 
 def test_agentcore_without_public_url_is_warned() -> None:

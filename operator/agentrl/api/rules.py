@@ -127,16 +127,21 @@ def agentcore_region_matches_arn(exp: RLExperiment) -> Iterator[Finding]:
 
 
 def pool_covers_concurrency(exp: RLExperiment) -> Iterator[Finding]:
-    """Warning: `agent.maxPoolConnections` below `agent.maxConcurrent` (connections would be
-    dropped and re-opened under load).
+    """Warning: `agent.maxPoolConnections` below `agent.maxConcurrent` (AgentCore: boto3's
+    pool discards and re-opens connections under load; HTTP agents: requests wait for a free
+    connection, and a submit that finds none within 10 s is sent again).
     """
     agent = exp.spec.agent
     pool = agent.max_pool_connections
     if pool is not None and pool < agent.max_concurrent:
+        what = (
+            "requests to the agent will wait for a free connection under load"
+            if agent.http is not None
+            else "connections will be discarded and re-opened under load"
+        )
         yield warn(
             "spec.agent.maxPoolConnections",
-            f"{pool} connections for {agent.max_concurrent} concurrent episodes: "
-            "connections will be discarded and re-opened under load",
+            f"{pool} connections for {agent.max_concurrent} concurrent episodes: {what}",
             f"unset it (derived) or set it to at least {agent.max_concurrent}",
         )
 
