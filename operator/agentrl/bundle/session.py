@@ -13,12 +13,25 @@ the listener the rollout registered (`CallbackRouting`).
 
 from __future__ import annotations
 
+import hmac
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from agentrl.api.constants import CALLBACK_PATH
 from agentrl.bundle.traces import Turn
+
+
+def secret_matches(presented: str | None, expected: str) -> bool:
+    """Whether a presented token or `Authorization` header is `expected`, compared in
+    constant time so it cannot be guessed byte by byte. Tokens are ASCII; a header with other
+    bytes (undecodable ones arrive as surrogates, which cannot be encoded) is wrong, not an
+    error."""
+    return (
+        presented is not None
+        and presented.isascii()
+        and hmac.compare_digest(presented.encode(), expected.encode())
+    )
 
 
 class SessionError(Exception):

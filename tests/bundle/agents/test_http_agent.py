@@ -581,3 +581,30 @@ async def test_a_redirect_never_carries_the_secret_header_or_the_session_token_e
         await runner.cleanup()
         await other_runner.cleanup()
     assert other.seen == []  # nothing at all went to the other origin
+
+
+@pytest.mark.parametrize(
+    "authorization", [b"Bearer \xff\xfe\xfd", b"Bearer caf\xe9", "Bearer tökén".encode()]
+)
+async def test_a_callback_with_undecodable_credentials_is_401_not_500(
+    rig: Rig, authorization: bytes
+) -> None:
+    """Header bytes that are not ASCII reach the handler as surrogates, which cannot be
+    encoded: the listener answered 500 (an exception in its handler), the gateway's own
+    APIs 401. The episode still waits for its real result."""
+    sid = "sid-undecodable"
+    _, fut = rig.listener.expect(sid)
+    host, port = "127.0.0.1", rig.listener.port
+    reader, writer = await asyncio.open_connection(host, port)
+    body = b'{"rewards": 1.0}'
+    writer.write(
+        b"POST " + callback_url("", sid).encode() + b" HTTP/1.1\r\nHost: x\r\n"
+        b"Authorization: " + authorization + b"\r\nContent-Type: application/json\r\n"
+        b"Content-Length: " + str(len(body)).encode() + b"\r\nConnection: close\r\n\r\n" + body
+    )
+    await writer.drain()
+    status_line = await reader.readline()
+    writer.close()
+    assert status_line.split()[1] == b"401", status_line
+    assert not fut.done()
+    rig.listener.forget(sid)

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import hmac
 import json
 import logging
 import os
@@ -62,7 +61,7 @@ from agentrl.bundle.agents.base import (
 from agentrl.bundle.agents.pool import InUseGauge
 from agentrl.bundle.failures import AGENT_ERROR, BAD_RESULT
 from agentrl.bundle.redact import describe_error
-from agentrl.bundle.session import callback_url
+from agentrl.bundle.session import callback_url, secret_matches
 
 log = logging.getLogger("agentrl.agents.http")
 
@@ -163,7 +162,7 @@ class CallbackListener:
         if entry is None:
             return web.json_response({"error": "unknown or finished session"}, status=404)
         token, fut = entry
-        if not hmac.compare_digest(auth.encode(), f"Bearer {token}".encode()):
+        if not secret_matches(auth, f"Bearer {token}"):
             return web.json_response({"error": "bad callback token"}, status=401)
         try:
             doc = await request.json()

@@ -18,7 +18,6 @@ agent can never open, read or close another episode's session.
 from __future__ import annotations
 
 import dataclasses
-import hmac
 import math
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -35,7 +34,7 @@ from agentrl.bundle.gateway.session_store import (
     UnknownSession,
 )
 from agentrl.bundle.gateway.token_view import as_list
-from agentrl.bundle.session import QuiesceReport, SessionError
+from agentrl.bundle.session import QuiesceReport, SessionError, secret_matches
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -88,7 +87,7 @@ class AdminApi:
         self.callbacks = callbacks
         self.store = store
         self.max_body = max_body  # the gateway's maxRequestBytes (admin bodies are small)
-        self.expected = ("Bearer " + admin_token).encode()
+        self.expected = "Bearer " + admin_token
         self.session_url = session_url
         self.quiesce_engines = quiesce
 
@@ -105,11 +104,7 @@ class AdminApi:
         """Admin token checked in constant time; session errors mapped to statuses."""
 
         async def wrapper(request: web.Request) -> web.StreamResponse:
-            presented = request.headers.get("Authorization", "")
-            # Undecodable header bytes arrive as surrogates: never a token, never a 500.
-            if not presented.isascii() or not hmac.compare_digest(
-                presented.encode(), self.expected
-            ):
+            if not secret_matches(request.headers.get("Authorization"), self.expected):
                 return _error(401, "admin API: invalid or missing admin token")
             try:
                 return await handler(request)

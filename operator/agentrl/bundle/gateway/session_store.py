@@ -9,7 +9,6 @@ one lock so its turns never interleave (select chain -> render -> generate -> re
 from __future__ import annotations
 
 import asyncio
-import hmac
 import math
 import re
 import secrets
@@ -19,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentrl.bundle.gateway.prompt import Chain
-from agentrl.bundle.session import SessionError
+from agentrl.bundle.session import SessionError, secret_matches
 from agentrl.bundle.traces import Turn
 
 SESSION_ID = re.compile(r"[A-Za-z0-9._-]{1,128}")  # the whole id: `fullmatch`, never `$`
@@ -189,13 +188,7 @@ class Session:
         self.last_refusal = message[:REFUSAL_CHARS]
 
     def check_token(self, presented: str | None) -> bool:
-        """Constant-time comparison, so the token cannot be guessed byte by byte. Tokens are
-        ASCII; a header with other bytes (undecodable ones arrive as surrogates) is wrong."""
-        return (
-            presented is not None
-            and presented.isascii()
-            and hmac.compare_digest(presented.encode(), self.token.encode())
-        )
+        return secret_matches(presented, self.token)
 
 
 class SessionStore:
