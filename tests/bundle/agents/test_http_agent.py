@@ -11,6 +11,7 @@ import asyncio
 import logging
 import socket
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -94,13 +95,13 @@ class Rig:
     listener: CallbackListener
 
 
-@pytest.fixture
-async def rig() -> AsyncIterator[Rig]:
-    agent = Agent()
-    app = web.Application()
-    app.router.add_post("/episodes", agent.submit)
-    app.router.add_get("/episodes/{sid}", agent.status)
-    app.router.add_delete("/episodes/{sid}", agent.delete)
+@asynccontextmanager
+async def agent_at(
+    app: web.Application, *, pool_size: int = 1, headers: dict[str, str] | None = None,
+    **spec: Any,
+) -> AsyncIterator[tuple[HttpAgentBackend, CallbackListener]]:  # fmt: skip
+    """`app` served on 127.0.0.1 as the agent at `/episodes`, a callback listener, and a
+    backend for it (`spec`: more HttpAgent fields); all closed at the end."""
     runner = web.AppRunner(app)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -108,20 +109,32 @@ async def rig() -> AsyncIterator[Rig]:
     port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
     listener = CallbackListener("127.0.0.1", 0, "127.0.0.1")
     await listener.start()
-    spec = HttpAgent(url=f"http://127.0.0.1:{port}/episodes", pollIntervalSeconds=0.1)
     backend = HttpAgentBackend(
-        spec,
-        headers={"X-Api-Key": SECRET},
+        HttpAgent(url=f"http://127.0.0.1:{port}/episodes", **spec),
+        headers=headers or {},
         listener=listener,
-        pool_size=4,
+        pool_size=pool_size,
         callback_base=listener.url,
     )
     try:
-        yield Rig(agent, backend, listener)
+        yield backend, listener
     finally:
         await backend.aclose()
         await listener.stop()
         await runner.cleanup()
+
+
+@pytest.fixture
+async def rig() -> AsyncIterator[Rig]:
+    agent = Agent()
+    app = web.Application()
+    app.router.add_post("/episodes", agent.submit)
+    app.router.add_get("/episodes/{sid}", agent.status)
+    app.router.add_delete("/episodes/{sid}", agent.delete)
+    async with agent_at(
+        app, pool_size=4, headers={"X-Api-Key": SECRET}, pollIntervalSeconds=0.1
+    ) as (backend, listener):
+        yield Rig(agent, backend, listener)
 
 
 REQUEST = AgentRequest("sid-" + "x" * 40, {"task": 7, "_rollout": {"base_url": "http://gw/v1"}})
@@ -257,40 +270,25 @@ async def test_a_submit_that_found_no_free_connection_is_tried_again(
 
     app = web.Application()
     app.router.add_post("/episodes", slow_accept)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    listener = CallbackListener("127.0.0.1", 0, "127.0.0.1")
-    await listener.start()
-    be = HttpAgentBackend(
-        HttpAgent(url=f"http://127.0.0.1:{port}/episodes"),
-        headers={},
-        listener=listener,
-        pool_size=1,
-        callback_base=listener.url,
-    )
-    try:
-        first = asyncio.create_task(be._submit({"_rollout": {"session_id": "a"}}))
-        await holding.wait()  # the one connection is taken
-        with (
-            stamina.set_testing(True, attempts=SUBMIT_ATTEMPTS),
-            scheduled_retries() as retries,
-            pytest.raises(AgentError) as err,
-        ):
-            await be._submit({"_rollout": {"session_id": "b"}})
-        assert received == ["a"]  # the second never reached the agent ...
-        assert len(retries) == SUBMIT_ATTEMPTS - 1  # ... and was tried again
-        assert "ConnectionTimeoutError" in str(err.value) and "may have" not in str(err.value)
-        release.set()
-        await first
-        await be._submit({"_rollout": {"session_id": "c"}})  # a free connection: accepted
-        assert received == ["a", "c"]
-    finally:
-        release.set()
-        await be.aclose()
-        await runner.cleanup()
+    async with agent_at(app) as (be, _):
+        try:
+            first = asyncio.create_task(be._submit({"_rollout": {"session_id": "a"}}))
+            await holding.wait()  # the one connection is taken
+            with (
+                stamina.set_testing(True, attempts=SUBMIT_ATTEMPTS),
+                scheduled_retries() as retries,
+                pytest.raises(AgentError) as err,
+            ):
+                await be._submit({"_rollout": {"session_id": "b"}})
+            assert received == ["a"]  # the second never reached the agent ...
+            assert len(retries) == SUBMIT_ATTEMPTS - 1  # ... and was tried again
+            assert "ConnectionTimeoutError" in str(err.value) and "may have" not in str(err.value)
+            release.set()
+            await first
+            await be._submit({"_rollout": {"session_id": "c"}})  # a free connection: accepted
+            assert received == ["a", "c"]
+        finally:
+            release.set()
 
 
 async def test_an_agent_that_runs_the_episode_before_answering_is_told_the_limit(
@@ -308,30 +306,15 @@ async def test_an_agent_that_runs_the_episode_before_answering_is_told_the_limit
 
     app = web.Application()
     app.router.add_post("/episodes", busy)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    listener = CallbackListener("127.0.0.1", 0, "127.0.0.1")
-    await listener.start()
-    be = HttpAgentBackend(
-        HttpAgent(url=f"http://127.0.0.1:{port}/episodes"),
-        headers={},
-        listener=listener,
-        pool_size=1,
-        callback_base=listener.url,
-    )
-    try:
-        with pytest.raises(AgentError) as err:
-            await be._submit({"_rollout": {}})
-        assert err.value.reason == "agent_error"
-        assert "did not answer the episode's submit within 0.3s" in str(err.value)
-        assert "answer the POST at once (202)" in str(err.value)
-    finally:
-        release.set()
-        await be.aclose()
-        await runner.cleanup()
+    async with agent_at(app) as (be, _):
+        try:
+            with pytest.raises(AgentError) as err:
+                await be._submit({"_rollout": {}})
+            assert err.value.reason == "agent_error"
+            assert "did not answer the episode's submit within 0.3s" in str(err.value)
+            assert "answer the POST at once (202)" in str(err.value)
+        finally:
+            release.set()
 
 
 async def test_retries_of_many_episodes_are_spread_by_jitter(rig: Rig) -> None:
