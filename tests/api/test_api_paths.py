@@ -29,9 +29,10 @@ def test_a_writable_mount_inside_a_read_only_one_takes_checkpoints() -> None:
         {"name": "models", "mountPath": "/models"},
         {"name": "models", "mountPath": "/data"},
     )
-    assert _problems(runtime=runtime, checkpoint={"path": "/store/ckpt/run"}) == []
+    ckpt = {"saveInterval": 5}
+    assert _problems(runtime=runtime, checkpoint={**ckpt, "path": "/store/ckpt/run"}) == []
     assert [
-        p.split(":")[0] for p in _problems(runtime=runtime, checkpoint={"path": "/store/x"})
+        p.split(":")[0] for p in _problems(runtime=runtime, checkpoint={**ckpt, "path": "/store/x"})
     ] == ["spec.checkpoint.path"]
 
 
