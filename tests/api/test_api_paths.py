@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from tests.conftest import minimal_body
 
 from agentrl.api.validation import parse_experiment
@@ -28,9 +29,10 @@ def test_a_writable_mount_inside_a_read_only_one_takes_checkpoints() -> None:
         {"name": "models", "mountPath": "/models"},
         {"name": "models", "mountPath": "/data"},
     )
-    assert _problems(runtime=runtime, checkpoint={"path": "/store/ckpt/run"}) == []
+    ckpt = {"saveInterval": 5}
+    assert _problems(runtime=runtime, checkpoint={**ckpt, "path": "/store/ckpt/run"}) == []
     assert [
-        p.split(":")[0] for p in _problems(runtime=runtime, checkpoint={"path": "/store/x"})
+        p.split(":")[0] for p in _problems(runtime=runtime, checkpoint={**ckpt, "path": "/store/x"})
     ] == ["spec.checkpoint.path"]
 
 
@@ -52,3 +54,40 @@ def test_a_relative_model_path_gets_one_error_with_the_fix() -> None:
     assert len(found) == 1 and "e.g. /models/qwen" in found[0], found
     found = _problems(model={"path": "~/qwen", "type": "qwen2.5-0.5B"})
     assert len(found) == 1 and "nothing expands '~'" in found[0], found
+
+
+@pytest.mark.parametrize(
+    ("source", "owner"),
+    [
+        ({"emptyDir": {}}, "pod"),
+        ({"ephemeral": {"volumeClaimTemplate": {"spec": {}}}}, "pod"),
+        ({"hostPath": {"path": "/mnt/nvme/ckpt", "type": "DirectoryOrCreate"}}, "node"),
+    ],
+)
+def test_checkpoints_on_a_volume_of_each_pod_or_node_are_lost_to_a_retry(
+    source: dict[str, Any], owner: str
+) -> None:
+    # KubeRay runs each backoffLimit retry on a new RayCluster: the launcher of attempt 2
+    # would find an empty directory and start over from the model.
+    runtime = _volumes({"name": "m", "mountPath": "/models"}, {"name": "m", "mountPath": "/data"})
+    runtime["volumes"].append({"name": "ckpt", **source})
+    runtime["volumeMounts"].append({"name": "ckpt", "mountPath": "/ckpt"})
+    found = _problems(runtime=runtime, checkpoint={"path": "/ckpt/run", "saveInterval": 5})
+    assert len(found) == 1, found
+    assert found[0].startswith(
+        "warning: spec.checkpoint.path: /ckpt/run is on runtime.volumeMounts[2]"
+    )
+    assert (
+        f"volume, which each {owner} has its own" in found[0]
+        and "start over from the model" in found[0]
+    )
+    assert "PersistentVolumeClaim" in found[0]
+
+
+def test_checkpoints_on_a_claim_are_kept_for_a_retry() -> None:
+    runtime = _volumes(
+        {"name": "m", "mountPath": "/models"},
+        {"name": "m", "mountPath": "/data"},
+        {"name": "ckpt", "mountPath": "/ckpt"},
+    )
+    assert _problems(runtime=runtime, checkpoint={"path": "/ckpt/run", "saveInterval": 5}) == []

@@ -90,9 +90,19 @@ def test_a_restart_loads_the_checkpoint() -> None:
 
 
 def test_extra_args_that_set_the_start_take_it_over() -> None:
-    for extra in (["--load", "/elsewhere"], ["--no-load-optim"], ["--load=/x"]):
+    for extra in (["--load", "/elsewhere"], ["--finetune"], ["--load=/x"]):
         argv = slimecmd.compose(_spec(EXAMPLE_A, extraArgs=extra), FACTS).argv()
-        assert "--finetune" not in argv and argv[-len(extra) :] == extra
+        assert "--no-load-optim" not in argv and argv[-len(extra) :] == extra
+
+
+def test_a_no_load_flag_in_extra_args_leaves_the_restart_to_the_launcher() -> None:
+    """`--no-load-optim` says what a load leaves out; the restart must still `--load` the run
+    (tests/bundle/launch/test_slime_start.py runs slime's parser on it)."""
+    for flag in ("--no-load-optim", "--no-load-rng"):
+        spec = _spec(EXAMPLE_A, extraArgs=[flag])
+        resume = PodFacts(**{**FACTS.__dict__, "start": Start.RESUME})
+        argv = slimecmd.compose(spec, resume).argv()
+        assert argv[argv.index("--load") + 1] == spec.checkpoint.path and argv[-1] == flag
 
 
 def test_file_docs_follow_the_paths_in_the_argv() -> None:

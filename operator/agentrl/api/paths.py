@@ -117,7 +117,9 @@ def checkpoint(exp: RLExperiment) -> Iterator[Finding]:
     """`checkpoint.saveInterval` needs `checkpoint.path`, which is writable: not inside a
     directory agentrl mounts (read-only or in memory), not under a `readOnly` volumeMount or
     a read-only PersistentVolumeClaim; a warning when it is on no volume (checkpoints would
-    be written into the container and lost with the pod)."""
+    be written into the container and lost with the pod) or on a volume each pod or node has
+    its own (`emptyDir`, `ephemeral`, `hostPath`): every KubeRay retry runs on a new
+    RayCluster, whose pods find no checkpoint and start over from the model."""
     ckpt = exp.spec.checkpoint
     if ckpt.save_interval is not None and ckpt.path is None:
         yield err("spec.checkpoint.path", "required when saveInterval is set", "set a PVC path")
@@ -155,6 +157,28 @@ def checkpoint(exp: RLExperiment) -> Iterator[Finding]:
             "save there",
             "drop persistentVolumeClaim.readOnly, or put checkpoints on a writable volume",
         )
+    elif (source := _unshared_source(exp, mount.get("name"))) is not None:
+        yield warn(
+            "spec.checkpoint.path",
+            f"{ckpt.path} is on {where}, a {source} volume, which each "
+            f"{'node' if source == 'hostPath' else 'pod'} has its own: a retry (backoffLimit) "
+            "or a resume runs on new pods that find no checkpoint and start over from the "
+            "model, and on several nodes each keeps its own shards",
+            "put checkpoints on a PersistentVolumeClaim every Ray pod mounts (ReadWriteMany)",
+        )
+
+
+# Volume sources that are not one directory for all pods of all attempts: `emptyDir` and a
+# generic `ephemeral` volume live and die with the pod, a `hostPath` is per node.
+_UNSHARED_SOURCES = ("emptyDir", "ephemeral", "hostPath")
+
+
+def _unshared_source(exp: RLExperiment, name: Any) -> str | None:
+    """The per-pod or per-node source of the volume `name`, None for any other."""
+    for volume in exp.spec.runtime.volumes:
+        if volume.get("name") == name:
+            return next((s for s in _UNSHARED_SOURCES if s in volume), None)
+    return None
 
 
 def _read_only_claim(exp: RLExperiment, name: Any) -> bool:

@@ -530,6 +530,29 @@ def final_eval(exp: RLExperiment) -> Iterator[Finding]:
         )
 
 
+def checkpoint_saves(exp: RLExperiment) -> Iterator[Finding]:
+    """Warning: `checkpoint.path` without `checkpoint.saveInterval` (nor `--save-interval` in
+    `runtime.extraArgs`): slime saves a checkpoint every `saveInterval` rollouts and after the
+    last one, and without the interval never, so the trained weights are not saved and a
+    retry or a resume starts over from the model."""
+    # train.py saves when should_run_periodic_action(rollout_id, args.save_interval, ...) holds,
+    # and that is False for every rollout when the interval is None, the last one included
+    # (slime/utils/misc.py at both supported commits, e.g.
+    # https://github.com/THUDM/slime/blob/624b824a898ab0ec1fcb4d373004c7f3852bf515/slime/utils/misc.py).
+    ckpt, rollouts = exp.spec.checkpoint, exp.spec.grpo.num_rollouts
+    given = any(a.split("=", 1)[0] == "--save-interval" for a in exp.spec.runtime.extra_args)
+    if ckpt.path is not None and ckpt.save_interval is None and not given:
+        yield warn(
+            "spec.checkpoint.saveInterval",
+            f"unset while checkpoint.path is set: slime saves no checkpoint at all (it saves "
+            "every saveInterval rollouts and after the last one, and never without the "
+            f"interval), so the trained weights are not saved to {ckpt.path}, and a retry "
+            "(backoffLimit) or a resume starts over from the model",
+            "set saveInterval, the rollouts between checkpoints: a retry redoes fewer than "
+            f"that many (grpo.numRollouts, {rollouts}, saves the final weights)",
+        )
+
+
 def gateway_service(exp: RLExperiment) -> Iterator[Finding]:
     """The gateway port is free on the head pod; source ranges only with a LoadBalancer, and valid
     CIDRs.
@@ -771,6 +794,7 @@ ALL_RULES: tuple[Rule, ...] = (
     image_pinned,
     eval_sets,
     final_eval,
+    checkpoint_saves,
     gateway_service,
     env_vars,
     preflight,

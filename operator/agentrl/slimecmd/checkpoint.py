@@ -36,8 +36,12 @@ TRACKER: Final = "latest_checkpointed_iteration.txt"
 RELEASE: Final = "release"
 _ITER_DIR = re.compile(r"^iter_\d{7}$")
 FIRST_RUN_FLAGS: Final = ("--finetune", "--no-load-optim", "--no-load-rng")
-# Flags whose presence in extraArgs means the user decides the start themselves.
-START_FLAGS: Final = frozenset({"--load", *FIRST_RUN_FLAGS})
+# Flags whose presence in extraArgs means the user decides the start themselves: `--load`,
+# and `--finetune` (with `--load` of the run Megatron would load its weights as iteration 0,
+# and slime would go on at rollout 1). `--no-load-optim` and `--no-load-rng` only say what a
+# load leaves out: a restart still loads the run, or slime takes `--ref-load` at rollout 0
+# and its saves overwrite the run's checkpoints.
+START_FLAGS: Final = frozenset({"--load", "--finetune"})
 
 
 class Start(StrEnum):
@@ -120,5 +124,5 @@ def start_args(spec: RLExperimentSpec, start: Start) -> list[str]:
 
 
 def user_decides_start(extra_args: Iterable[str]) -> bool:
-    """extraArgs that set `--load` or a first-run flag take the decision over."""
+    """extraArgs that set `--load` or `--finetune` take the decision over."""
     return any(a.split("=", 1)[0] in START_FLAGS for a in extra_args)

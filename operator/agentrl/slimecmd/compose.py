@@ -148,7 +148,7 @@ def _switch(
 def _start_parts(spec: RLExperimentSpec, start: Start | None) -> list[Part]:
     origin = "spec.checkpoint (judged at pod start)"
     if checkpoint.user_decides_start(spec.runtime.extra_args):
-        return []  # extraArgs set --load or a first-run flag themselves
+        return []  # extraArgs set --load or --finetune themselves
     ckpt = spec.checkpoint
     if start is None and not (ckpt.path and ckpt.resume):
         start = Start.FIRST_RUN  # nothing to resume from: known without the pod

@@ -158,6 +158,28 @@ def test_resume_false_starts_from_the_model_beside_a_saved_run(row: str, tmp_pat
     _starts_from_model(run, pod.exp.spec.model.path)
 
 
+@pytest.mark.parametrize("row", ROWS)
+@pytest.mark.parametrize("flag", ["--no-load-optim", "--no-load-rng"])
+def test_a_retry_with_a_no_load_flag_in_extra_args_still_resumes(
+    row: str, flag: str, tmp_path: Path
+) -> None:
+    """extraArgs `--no-load-optim` says what not to load, not to start over: attempt 2 must
+    still load the saved run (without --load slime took --ref-load at rollout 0, and its saves
+    overwrote the run's checkpoints)."""
+    pod = Pod(tmp_path, row=row, extra_args=["--seed", "1234", flag])
+    first = _launched(pod)
+    assert "--load" not in first
+    megatron_checkpoint(pod.checkpoint, "10")
+    second = _launched(pod)
+    run1, run2 = _slime(pod, first, second)
+    _starts_from_model(run1, pod.exp.spec.model.path)
+    args = run2["args"]
+    assert args["load"] == str(pod.checkpoint) and not args["finetune"]
+    assert args["start_rollout_id"] is None  # slime takes it from the checkpoint
+    assert run2["loaded"]["kind"] == "megatron" and run2["loaded"]["iteration"] == 10
+    assert args[flag[2:].replace("-", "_")] is True  # the user's flag holds
+
+
 def test_a_tracker_naming_a_missing_iteration_stops_the_launch(tmp_path: Path) -> None:
     pod = Pod(tmp_path)
     megatron_checkpoint(pod.checkpoint, "10")

@@ -1,0 +1,79 @@
+"""checkpoint.path without saveInterval: slime's own train-loop rule saves nothing.
+
+slime's train.py saves when `should_run_periodic_action(rollout_id, args.save_interval, ...)`
+holds; the function is run here from each supported slime commit on the save interval that
+agentrl's command line gives slime, so the warning follows slime's rule, not a restatement.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from tests.conftest import minimal_body
+from tests.support import slime_upstream
+
+from agentrl.api.validation import errors, parse_experiment
+from agentrl.slimecmd import flags
+
+_VOLUMES = {
+    "volumes": [{"name": "v", "persistentVolumeClaim": {"claimName": "v"}}],
+    "volumeMounts": [{"name": "v", "mountPath": p} for p in ("/ckpt", "/models", "/data")],
+}
+
+
+def _periodic(row: str) -> Callable[..., bool]:
+    source = (slime_upstream.slime_dir(row) / "slime/utils/misc.py").read_text()
+    (func,) = [
+        n for n in ast.parse(source).body if getattr(n, "name", "") == "should_run_periodic_action"
+    ]
+    namespace: dict[str, Any] = {}
+    exec(compile(ast.Module([func], []), "misc.py", "exec"), namespace)
+    return namespace["should_run_periodic_action"]  # type: ignore[no-any-return]
+
+
+def _saved_rollouts(row: str, checkpoint: dict[str, Any], rollouts: int) -> list[int]:
+    """The rollouts slime's train loop saves after, with agentrl's --save-interval."""
+    exp, _ = parse_experiment(
+        minimal_body(runtime=_VOLUMES, checkpoint=checkpoint, grpo={"numRollouts": rollouts})
+    )
+    assert exp is not None
+    args = flags.save_args(exp.spec)
+    interval = int(args[args.index("--save-interval") + 1]) if "--save-interval" in args else None
+    periodic = _periodic(row)
+    # train.py: should_run_periodic_action(rollout_id, args.save_interval,
+    # num_rollout_per_epoch, args.num_rollout); one pass over the data is longer here.
+    return [r for r in range(rollouts) if periodic(r, interval, None, rollouts)]
+
+
+@pytest.mark.parametrize("row", slime_upstream.ROWS)
+def test_a_checkpoint_path_without_save_interval_saves_nothing_and_is_warned(row: str) -> None:
+    assert _saved_rollouts(row, {"path": "/ckpt/run"}, 25) == []
+    exp, problems = parse_experiment(
+        minimal_body(runtime=_VOLUMES, checkpoint={"path": "/ckpt/run"}, grpo={"numRollouts": 25})
+    )
+    assert exp is not None and errors(problems) == []
+    (warning,) = problems
+    assert (warning.severity, warning.path) == ("warning", "spec.checkpoint.saveInterval")
+    assert "saves no checkpoint at all" in warning.message
+    assert "starts over from the model" in warning.message
+    assert "set saveInterval" in warning.hint and "25" in warning.hint
+
+
+@pytest.mark.parametrize("row", slime_upstream.ROWS)
+def test_a_save_interval_saves_and_is_not_warned(row: str) -> None:
+    checkpoint = {"path": "/ckpt/run", "saveInterval": 10}
+    assert _saved_rollouts(row, checkpoint, 25) == [9, 19, 24]
+    body = minimal_body(runtime=_VOLUMES, checkpoint=checkpoint, grpo={"numRollouts": 25})
+    assert parse_experiment(body)[1] == []
+    assert parse_experiment(minimal_body(runtime=_VOLUMES))[1] == []  # no path: nothing saved
+
+
+def test_a_save_interval_in_extra_args_is_not_warned() -> None:
+    for extra in (["--save-interval", "7"], ["--save-interval=7"]):
+        body = minimal_body(
+            runtime={**_VOLUMES, "extraArgs": extra}, checkpoint={"path": "/ckpt/run"}
+        )
+        assert parse_experiment(body)[1] == [], extra
