@@ -160,7 +160,8 @@ def checkpoint(exp: RLExperiment) -> Iterator[Finding]:
     elif (source := _unshared_source(exp, mount.get("name"))) is not None:
         yield warn(
             "spec.checkpoint.path",
-            f"{ckpt.path} is on {where}, a {source} volume, which each "
+            f"{ckpt.path} is on {where}, {'an' if source[0] in 'eE' else 'a'} {source} "
+            "volume, which each "
             f"{'node' if source == 'hostPath' else 'pod'} has its own: a retry (backoffLimit) "
             "or a resume runs on new pods that find no checkpoint and start over from the "
             "model, and on several nodes each keeps its own shards",
