@@ -553,6 +553,24 @@ def checkpoint_saves(exp: RLExperiment) -> Iterator[Finding]:
         )
 
 
+def start_taken_over(exp: RLExperiment) -> Iterator[Finding]:
+    """Warning: `--finetune` in `runtime.extraArgs` while `checkpoint.resume` would resume:
+    agentrl then leaves the start of every attempt to the flags, and `--finetune` makes each
+    one (a backoffLimit retry, a resume) start from iteration 0 and save over the run's
+    checkpoints. `--load` alone is the user's own resume, and is let be."""
+    extra, ckpt = exp.spec.runtime.extra_args, exp.spec.checkpoint
+    finetune = [i for i, a in enumerate(extra) if a.split("=", 1)[0] == "--finetune"]
+    if finetune and ckpt.path is not None and ckpt.resume:
+        yield warn(
+            f"spec.runtime.extraArgs[{finetune[-1]}]",
+            "--finetune takes the start of every attempt over: a retry (backoffLimit) or a "
+            f"resume starts from iteration 0 again and saves over the checkpoints in "
+            f"{ckpt.path}, not resuming them",
+            "remove it: agentrl starts a first run as a fine-tune of the model itself and "
+            "resumes the run's own checkpoints on a restart",
+        )
+
+
 def gateway_service(exp: RLExperiment) -> Iterator[Finding]:
     """The gateway port is free on the head pod; source ranges only with a LoadBalancer, and valid
     CIDRs.
@@ -795,6 +813,7 @@ ALL_RULES: tuple[Rule, ...] = (
     eval_sets,
     final_eval,
     checkpoint_saves,
+    start_taken_over,
     gateway_service,
     env_vars,
     preflight,

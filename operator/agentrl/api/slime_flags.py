@@ -22,7 +22,7 @@ value of a repeated flag, so each rule looks at the last occurrence.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Final, Protocol
 
@@ -228,6 +228,19 @@ DATA_KEY_FLAGS: Final = frozenset(
         "--eval-reward-key",
     }
 )
+
+
+# slime flags in extraArgs that take the start of every attempt over from agentrl: `--load`,
+# and `--finetune` (with `--load` of the run Megatron would load its weights as iteration 0,
+# and slime would go on at rollout 1). `--no-load-optim` and `--no-load-rng` only say what a
+# load leaves out: a restart still loads the run, or slime takes `--ref-load` at rollout 0
+# and its saves overwrite the run's checkpoints.
+START_FLAGS: Final = frozenset({"--load", "--finetune"})
+
+
+def user_decides_start(extra_args: Iterable[str]) -> bool:
+    """extraArgs that set `--load` or `--finetune` take the decision over."""
+    return any(a.split("=", 1)[0] in START_FLAGS for a in extra_args)
 
 
 # Where the spec's own slime flags come from in the composed command (only these are judged

@@ -24,7 +24,6 @@ The filesystem is read by the launcher; this module only judges what it read.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Final
@@ -36,12 +35,6 @@ TRACKER: Final = "latest_checkpointed_iteration.txt"
 RELEASE: Final = "release"
 _ITER_DIR = re.compile(r"^iter_\d{7}$")
 FIRST_RUN_FLAGS: Final = ("--finetune", "--no-load-optim", "--no-load-rng")
-# Flags whose presence in extraArgs means the user decides the start themselves: `--load`,
-# and `--finetune` (with `--load` of the run Megatron would load its weights as iteration 0,
-# and slime would go on at rollout 1). `--no-load-optim` and `--no-load-rng` only say what a
-# load leaves out: a restart still loads the run, or slime takes `--ref-load` at rollout 0
-# and its saves overwrite the run's checkpoints.
-START_FLAGS: Final = frozenset({"--load", "--finetune"})
 
 
 class Start(StrEnum):
@@ -121,8 +114,3 @@ def start_args(spec: RLExperimentSpec, start: Start) -> list[str]:
         assert spec.checkpoint.path  # a restart needs a checkpoint directory
         return ["--load", spec.checkpoint.path]
     return list(FIRST_RUN_FLAGS)
-
-
-def user_decides_start(extra_args: Iterable[str]) -> bool:
-    """extraArgs that set `--load` or `--finetune` take the decision over."""
-    return any(a.split("=", 1)[0] in START_FLAGS for a in extra_args)

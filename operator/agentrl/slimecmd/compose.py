@@ -22,7 +22,7 @@ from typing import Any, Final
 
 from agentrl.api.models import RLExperimentSpec
 from agentrl.api.runtime import ENV_WANDB_API_KEY, RuntimeConfig
-from agentrl.api.slime_flags import EXTRA_ARGS_ORIGIN
+from agentrl.api.slime_flags import EXTRA_ARGS_ORIGIN, user_decides_start
 from agentrl.slimecmd import checkpoint, files, flags
 from agentrl.slimecmd.checkpoint import Start
 
@@ -147,7 +147,7 @@ def _switch(
 
 def _start_parts(spec: RLExperimentSpec, start: Start | None) -> list[Part]:
     origin = "spec.checkpoint (judged at pod start)"
-    if checkpoint.user_decides_start(spec.runtime.extra_args):
+    if user_decides_start(spec.runtime.extra_args):
         return []  # extraArgs set --load or --finetune themselves
     ckpt = spec.checkpoint
     if start is None and not (ckpt.path and ckpt.resume):

@@ -17,6 +17,8 @@ from typing import Any
 import pytest
 from launch_pod import Pod, megatron_checkpoint, slime_upstream
 
+from agentrl.api.rules import start_taken_over
+
 ROWS = slime_upstream.ROWS
 pytestmark = pytest.mark.slow  # each test launches the launcher and runs slime's parser
 
@@ -178,6 +180,26 @@ def test_a_retry_with_a_no_load_flag_in_extra_args_still_resumes(
     assert args["start_rollout_id"] is None  # slime takes it from the checkpoint
     assert run2["loaded"]["kind"] == "megatron" and run2["loaded"]["iteration"] == 10
     assert args[flag[2:].replace("-", "_")] is True  # the user's flag holds
+
+
+@pytest.mark.parametrize("row", ROWS)
+def test_a_retry_with_finetune_in_extra_args_starts_over_and_is_warned(
+    row: str, tmp_path: Path
+) -> None:
+    """extraArgs `--finetune` takes every attempt's start over: attempt 2, beside the run's
+    saved iteration 10, starts from the model at rollout 0 (and saves over the run), which
+    validation warns about before any GPU is scheduled."""
+    pod = Pod(tmp_path, row=row, extra_args=["--seed", "1234", "--finetune"])
+    first = _launched(pod)
+    megatron_checkpoint(pod.checkpoint, "10")
+    second = _launched(pod)
+    assert "--load" not in second
+    _, run2 = _slime(pod, first, second)
+    assert run2["args"]["load"] == pod.exp.spec.model.path  # the model, not the run
+    assert run2["args"]["start_rollout_id"] == 0
+    ((path, message, _, severity),) = list(start_taken_over(pod.exp))
+    assert path == "spec.runtime.extraArgs[2]" and "iteration 0" in message
+    assert severity == "warning"
 
 
 def test_a_tracker_naming_a_missing_iteration_stops_the_launch(tmp_path: Path) -> None:
