@@ -87,6 +87,8 @@ class Cli:
             "AGENTRL_KUBECTL_RECORD": str(self.record),
             "AGENTRL_REAL_KUBECTL": kubectl_binary(),
             "HOME": str(tmp),
+            # This checkout's agentrl, not whichever one the venv installed.
+            "PYTHONPATH": f"{ROOT / 'operator'}:{ROOT}",
         }
 
     def run(self, *argv: str, **env: str) -> subprocess.CompletedProcess[str]:
@@ -225,3 +227,35 @@ def test_a_missing_experiment_and_a_context(kube: KubeHarness, cli: Cli, tmp_pat
     assert unreachable.returncode == 1 and "error: kubectl get rlx" in unreachable.stderr
     picked = cli.run("no-such-experiment", "-n", NS, "--context", "e2e", KUBECONFIG=str(kubeconfig))
     assert "not found" in picked.stderr  # reached the apiserver through the named context
+
+
+def test_an_experiment_in_another_namespace_than_the_contexts_is_found_with_n(
+    kube: KubeHarness, cli: Cli, tmp_path: Path
+) -> None:
+    # The harness's kubeconfig context sets no namespace, as many do: kubectl looks in
+    # `default`, and the error must say so and give the fix, not call the experiment deleted.
+    _clean(kube)
+    _experiment(kube, "Running")
+    missed = cli.run(NAME)
+    assert missed.returncode == 1
+    assert missed.stderr.count("\n") == 1 and "Traceback" not in missed.stderr
+    assert f"experiment {NAME} not found in namespace default" in missed.stderr
+    assert "pass -n NAMESPACE" in missed.stderr and "kubectl get rlx -A" in missed.stderr
+    # A context that names a namespace: the error names that one.
+    config = yaml.safe_load(Path(cli.env["KUBECONFIG"]).read_text())
+    config["contexts"][0]["context"]["namespace"] = "team-a"
+    kubeconfig = tmp_path / "with-namespace"
+    kubeconfig.write_text(yaml.safe_dump(config))
+    other = cli.run(NAME, KUBECONFIG=str(kubeconfig))
+    assert f"experiment {NAME} not found in namespace team-a" in other.stderr
+
+
+def test_a_user_without_read_access_is_told_which_role_to_ask_for(
+    kube: KubeHarness, cli: Cli
+) -> None:
+    _clean(kube)
+    _experiment(kube, "Running")
+    denied = cli.run(NAME, "-n", NS, KUBECONFIG=str(kube.user_kubeconfig("logs-e2e-nobody")))
+    assert denied.returncode == 1
+    assert denied.stderr.count("\n") == 1 and "Traceback" not in denied.stderr
+    assert "(Forbidden)" in denied.stderr and "ask for the `view` role" in denied.stderr

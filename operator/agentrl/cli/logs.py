@@ -399,6 +399,16 @@ class Kubectl:
             raise KubectlError(proc.stderr.strip() or f"kubectl exited {proc.returncode}")
         return json.loads(proc.stdout)
 
+    def namespace(self) -> str:
+        """The namespace kubectl uses without -n: the context's, else `default`."""
+        proc = subprocess.run(
+            self.command(["config", "view", "--minify", "-o", "jsonpath={..namespace}"]),
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        return (proc.stdout.strip() if proc.returncode == 0 else "") or "default"
+
     def stream(self, argv: Sequence[str]) -> int:
         return subprocess.call(self.command(argv))
 
@@ -417,7 +427,9 @@ def cmd_logs(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     try:
         exp = kubectl.get(EXPERIMENT_RESOURCE, args.name, *where)
     except KubectlError as e:
-        print(_experiment_error(args, str(e)), file=err)
+        # kubectl's NotFound names no namespace: say which one it looked in.
+        looked_in = args.namespace or (kubectl.namespace() if "(NotFound)" in str(e) else None)
+        print(_experiment_error(args, str(e), looked_in), file=err)
         return 1
     if not isinstance(exp, Mapping) or exp.get("kind") != KIND or "metadata" not in exp:
         print(f"error: kubectl get rlx {args.name} did not return one RLExperiment", file=err)
@@ -446,7 +458,8 @@ def cmd_logs(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         return 130
 
 
-def _experiment_error(args: argparse.Namespace, message: str) -> str:
+def _experiment_error(args: argparse.Namespace, message: str, looked_in: str | None = None) -> str:
+    """`looked_in`: the namespace kubectl searched, when the error is a NotFound."""
     where = f"{args.namespace}/" if args.namespace else ""
     if "the server doesn't have a resource type" in message:
         return (
@@ -456,10 +469,26 @@ def _experiment_error(args: argparse.Namespace, message: str) -> str:
     # Only the API server's own answer means the experiment is missing; kubectl's errors
     # (an unknown --context, no kubeconfig, an unreachable server) pass through as they are.
     if "(NotFound)" in message:
+        if not args.namespace:
+            # A context without a namespace makes kubectl look in `default`: the most common
+            # reason an experiment that exists is "not found".
+            return (
+                f"error: experiment {args.name} not found in namespace {looked_in or 'default'} "
+                "(your kubeconfig context's, or `default` when it sets none); pass "
+                f"-n NAMESPACE, or find it with `kubectl get rlx -A | grep {args.name}` (a "
+                "deleted experiment's output stays on its checkpoint volume, in "
+                f"<spec.checkpoint.path>/{LAUNCH_LOG_DIR}/)"
+            )
         return (
             f"error: experiment {where}{args.name} not found. A deleted experiment takes its "
             "RayJob, pods and their logs with it; each launch's output stays on its "
             f"checkpoint volume as <spec.checkpoint.path>/{LAUNCH_LOG_DIR}/"
             + LAUNCH_LOG_NAME.format(experiment=args.name, attempt="<N>", time="<UTC time>")
+        )
+    if "(Forbidden)" in message:
+        return (
+            f"error: kubectl get rlx {where}{args.name}: {message}; ask for the `view` role in "
+            "that namespace (the agentrl chart adds RLExperiments to view, edit and admin; "
+            "`edit` also grants pods/exec, which reading the head pod needs)"
         )
     return f"error: kubectl get rlx {where}{args.name}: {message}"
