@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 from tests.support.process import free_port
 from tests.support.tiny_tokenizer import write_checkpoint
@@ -115,6 +116,27 @@ async def test_a_reward_sent_as_a_string_is_bad_result_and_shown_as_sent(
     # No episode is a task outcome: the group has too few valid ones to train.
     (group,) = run.json()["groups"]
     assert group["counted"] == 0 and group["dynamic_sampling"]["verdict"] == "skipped"
+
+
+async def test_a_nan_reward_is_bad_result_and_the_json_report_stays_json(
+    tmp_path: Path, checkpoint: Path, model: Model, agent: AgentProcess
+) -> None:
+    """A Python agent's 0/0 reward goes out as the bare token NaN. The rehearsal names it,
+    and its JSON report (stdout and report.json) must still parse with a strict parser
+    (orjson, JavaScript's JSON.parse, Go's encoding/json): NaN is no JSON value."""
+    engine = await start_engine(model.tok, model.click_then_finish())
+    try:
+        spec_path, data = write(tmp_path, spec(http_agent(agent.url)), [row(mistake="nan_reward")])
+        run = await rehearse("-f", spec_path, *flags(engine, checkpoint, data, tmp_path / "out"),
+                             "-o", "json")  # fmt: skip
+    finally:
+        await engine.stop()
+    assert run.code == 1, run.out + run.err
+    for text in (run.out, (tmp_path / "out" / "report.json").read_text()):
+        report = orjson.loads(text)
+        for e in report["episodes"]:
+            assert (e["reason"], e["reward"]) == ("bad_result", 0.0)
+            assert e["reward_received"] == {"value": "NaN", "type": "number"}
 
 
 async def test_an_agent_ignoring_base_url_is_no_turns_and_never_called_it(
