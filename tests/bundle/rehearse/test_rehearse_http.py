@@ -209,6 +209,32 @@ async def test_a_callback_url_the_agent_cannot_reach_is_named(
     assert len(proxy.refused) == 4  # each agent tried, and the proxy had no route for it
 
 
+async def test_a_refused_result_that_came_by_poll_names_the_callback_too(
+    tmp_path: Path, checkpoint: Path, model: Model, agent: AgentProcess
+) -> None:
+    """Two mistakes in one episode: a reward sent as a string, by an agent whose callbacks
+    cannot reach the gateway. Both are named (`bad_result`, then the check), not the first
+    alone, so the second does not wait for the next rehearsal, or the GPU gang."""
+    engine = await start_engine(model.tok, model.click_then_finish())
+    port = free_port()
+    proxy = ModelApiProxy(f"http://127.0.0.1:{port}")
+    await proxy.start()
+    try:
+        body = spec(http_agent(agent.url, pollIntervalSeconds=0.5), samples=2)
+        spec_path, data = write(tmp_path, body, [row(mistake="string_reward")])
+        run = await rehearse("-f", spec_path, *flags(engine, checkpoint, data, tmp_path / "out"),
+                             "--gateway-port", port, "--gateway-url", proxy.url,
+                             "-o", "json")  # fmt: skip
+    finally:
+        await proxy.stop()
+        await engine.stop()
+    assert run.code == 1, run.out + run.err
+    for e in run.episodes():
+        assert (e["reason"], e["result_via"]) == ("bad_result", "poll")
+        assert [c["name"] for c in e["checks"]] == ["callback_unreachable"]
+    assert run.json()["network"]["results_via"] == {"poll": 2}
+
+
 async def test_a_conversation_that_outgrows_the_context_is_named(
     tmp_path: Path, checkpoint: Path, model: Model, agent: AgentProcess
 ) -> None:
