@@ -3,7 +3,9 @@
 Run as its own process by the rehearsal tests: `python mistaken_agent.py <port>`. A row's
 `metadata.mistake` picks what goes wrong; without one, the episode is the example's own:
 - `string_reward`: plays the episode, then sends its reward as the string "1.0";
-- `ignores_base_url`: never calls the model it was handed, and reports reward 1.0.
+- `ignores_base_url`: never calls the model it was handed, and reports reward 1.0;
+- `nan_reward`: plays the episode, then sends its reward as NaN (Python's `json.dumps`
+  writes the bare token `NaN`, which no JSON parser is bound to accept).
 (The other mistakes a rehearsal names are not the agent's: a tool-call format the spec does
 not parse, a callback URL out of reach, a context too small; the tests set those up.)
 """
@@ -30,6 +32,8 @@ async def play(row: dict[str, Any], http: aiohttp.ClientSession) -> dict[str, An
     result = await honest_play(row, http)
     if mistake == "string_reward":
         return {"rewards": str(float(result["rewards"]))}
+    if mistake == "nan_reward":
+        return {"rewards": float("nan")}
     return result
 
 

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 from tests.support.process import free_port
 from tests.support.tiny_tokenizer import write_checkpoint
@@ -117,6 +118,27 @@ async def test_a_reward_sent_as_a_string_is_bad_result_and_shown_as_sent(
     assert group["counted"] == 0 and group["dynamic_sampling"]["verdict"] == "skipped"
 
 
+async def test_a_nan_reward_is_bad_result_and_the_json_report_stays_json(
+    tmp_path: Path, checkpoint: Path, model: Model, agent: AgentProcess
+) -> None:
+    """A Python agent's 0/0 reward goes out as the bare token NaN. The rehearsal names it,
+    and its JSON report (stdout and report.json) must still parse with a strict parser
+    (orjson, JavaScript's JSON.parse, Go's encoding/json): NaN is no JSON value."""
+    engine = await start_engine(model.tok, model.click_then_finish())
+    try:
+        spec_path, data = write(tmp_path, spec(http_agent(agent.url)), [row(mistake="nan_reward")])
+        run = await rehearse("-f", spec_path, *flags(engine, checkpoint, data, tmp_path / "out"),
+                             "-o", "json")  # fmt: skip
+    finally:
+        await engine.stop()
+    assert run.code == 1, run.out + run.err
+    for text in (run.out, (tmp_path / "out" / "report.json").read_text()):
+        report = orjson.loads(text)
+        for e in report["episodes"]:
+            assert (e["reason"], e["reward"]) == ("bad_result", 0.0)
+            assert e["reward_received"] == {"value": "NaN", "type": "number"}
+
+
 async def test_an_agent_ignoring_base_url_is_no_turns_and_never_called_it(
     tmp_path: Path, checkpoint: Path, model: Model, agent: AgentProcess
 ) -> None:
@@ -185,6 +207,32 @@ async def test_a_callback_url_the_agent_cannot_reach_is_named(
         assert [c["name"] for c in e["checks"]] == ["callback_unreachable"]
     assert run.json()["network"]["results_via"] == {"poll": 4}
     assert len(proxy.refused) == 4  # each agent tried, and the proxy had no route for it
+
+
+async def test_a_refused_result_that_came_by_poll_names_the_callback_too(
+    tmp_path: Path, checkpoint: Path, model: Model, agent: AgentProcess
+) -> None:
+    """Two mistakes in one episode: a reward sent as a string, by an agent whose callbacks
+    cannot reach the gateway. Both are named (`bad_result`, then the check), not the first
+    alone, so the second does not wait for the next rehearsal, or the GPU gang."""
+    engine = await start_engine(model.tok, model.click_then_finish())
+    port = free_port()
+    proxy = ModelApiProxy(f"http://127.0.0.1:{port}")
+    await proxy.start()
+    try:
+        body = spec(http_agent(agent.url, pollIntervalSeconds=0.5), samples=2)
+        spec_path, data = write(tmp_path, body, [row(mistake="string_reward")])
+        run = await rehearse("-f", spec_path, *flags(engine, checkpoint, data, tmp_path / "out"),
+                             "--gateway-port", port, "--gateway-url", proxy.url,
+                             "-o", "json")  # fmt: skip
+    finally:
+        await proxy.stop()
+        await engine.stop()
+    assert run.code == 1, run.out + run.err
+    for e in run.episodes():
+        assert (e["reason"], e["result_via"]) == ("bad_result", "poll")
+        assert [c["name"] for c in e["checks"]] == ["callback_unreachable"]
+    assert run.json()["network"]["results_via"] == {"poll": 2}
 
 
 async def test_a_conversation_that_outgrows_the_context_is_named(

@@ -34,6 +34,7 @@ class AgentError(Exception):
         super().__init__(message)
         self.reason = reason
         self.document = document
+        self.via = ""  # how a refused document arrived, as AgentResult.via ("": none came)
 
 
 @dataclass(frozen=True)

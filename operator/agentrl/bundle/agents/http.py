@@ -232,7 +232,12 @@ class HttpAgentBackend:
             await self._submit(payload)
             doc, via = await self._await_result(sid, fut)
             finished = True
-            return dataclasses.replace(parse_result(doc), via=via)
+            try:
+                result = parse_result(doc)
+            except AgentError as exc:
+                exc.via = via  # a refused result came somehow too: the rehearsal says how
+                raise
+            return dataclasses.replace(result, via=via)
         finally:
             self._listener.forget(sid)
             if not finished:

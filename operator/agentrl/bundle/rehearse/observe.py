@@ -107,7 +107,7 @@ class ObservedBackend:
         try:
             result = await self.inner.run(request)
         except AgentError as exc:
-            seen.document = exc.document
+            seen.document, seen.via = exc.document, exc.via
             raise
         seen.document, seen.via = result.document, result.via
         return result

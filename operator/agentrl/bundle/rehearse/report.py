@@ -9,6 +9,7 @@ rehearsal's checks, 1 something failed (named per episode), 2 the rehearsal coul
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -40,6 +41,20 @@ def json_type(value: Any) -> str:
     if isinstance(value, list):
         return "array"
     return "object"
+
+
+def json_value(value: Any) -> Any:
+    """The value with each non-finite number as the token the agent wrote ("NaN",
+    "Infinity", "-Infinity"), a string: Python's json module would print the bare token,
+    which strict parsers (orjson, JSON.parse, Go's encoding/json) refuse, so one agent's
+    NaN reward would leave the whole `-o json` report and report.json unreadable."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else "Infinity" if value > 0 else "-Infinity"
+    if isinstance(value, list):
+        return [json_value(v) for v in value]
+    if isinstance(value, dict):
+        return {k: json_value(v) for k, v in value.items()}
+    return value
 
 
 @dataclass
@@ -90,7 +105,7 @@ class EpisodeReport:
             "reward": self.reward,
             "reward_received": None
             if self.received is None
-            else {"value": self.received[0], "type": self.received[1]},
+            else {"value": json_value(self.received[0]), "type": self.received[1]},
             "turns": self.turns,
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
