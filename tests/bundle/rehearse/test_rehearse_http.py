@@ -180,25 +180,35 @@ async def test_a_tool_call_format_the_spec_does_not_parse_is_named(
         assert "invalid_json" in check["message"] and "rendererFamily qwen3" in check["message"]
 
 
-async def test_a_callback_url_the_agent_cannot_reach_is_named(
-    tmp_path: Path, checkpoint: Path, model: Model, agent: AgentProcess
-) -> None:
-    """The agent reaches the gateway through a proxy that routes only the model API: its
-    model calls get through, its result callbacks do not, and the result reaches agentrl
-    only through the status poll, the backstop."""
+async def rehearse_behind_proxy(
+    tmp_path: Path, checkpoint: Path, model: Model, body: dict[str, Any], data_row: Any
+) -> tuple[Any, ModelApiProxy]:
+    """`agentrl rehearse -o json` of `body` on one row, the agent reaching the gateway through
+    a proxy that routes only the model API (its callbacks get nowhere), against an engine
+    that clicks, then finishes."""
     engine = await start_engine(model.tok, model.click_then_finish())
     port = free_port()
     proxy = ModelApiProxy(f"http://127.0.0.1:{port}")
     await proxy.start()
     try:
-        body = spec(http_agent(agent.url, pollIntervalSeconds=0.5))
-        spec_path, data = write(tmp_path, body, [row()])
+        spec_path, data = write(tmp_path, body, [data_row])
         run = await rehearse("-f", spec_path, *flags(engine, checkpoint, data, tmp_path / "out"),
                              "--gateway-port", port, "--gateway-url", proxy.url,
                              "-o", "json")  # fmt: skip
     finally:
         await proxy.stop()
         await engine.stop()
+    return run, proxy
+
+
+async def test_a_callback_url_the_agent_cannot_reach_is_named(
+    tmp_path: Path, checkpoint: Path, model: Model, agent: AgentProcess
+) -> None:
+    """The agent reaches the gateway through a proxy that routes only the model API: its
+    model calls get through, its result callbacks do not, and the result reaches agentrl
+    only through the status poll, the backstop."""
+    body = spec(http_agent(agent.url, pollIntervalSeconds=0.5))
+    run, proxy = await rehearse_behind_proxy(tmp_path, checkpoint, model, body, row())
     assert run.code == 1, run.out + run.err
     for e in run.episodes():
         assert e["reason"] is None and e["reward"] == 1.0 and e["result_via"] == "poll"
@@ -215,19 +225,10 @@ async def test_a_refused_result_that_came_by_poll_names_the_callback_too(
     """Two mistakes in one episode: a reward sent as a string, by an agent whose callbacks
     cannot reach the gateway. Both are named (`bad_result`, then the check), not the first
     alone, so the second does not wait for the next rehearsal, or the GPU gang."""
-    engine = await start_engine(model.tok, model.click_then_finish())
-    port = free_port()
-    proxy = ModelApiProxy(f"http://127.0.0.1:{port}")
-    await proxy.start()
-    try:
-        body = spec(http_agent(agent.url, pollIntervalSeconds=0.5), samples=2)
-        spec_path, data = write(tmp_path, body, [row(mistake="string_reward")])
-        run = await rehearse("-f", spec_path, *flags(engine, checkpoint, data, tmp_path / "out"),
-                             "--gateway-port", port, "--gateway-url", proxy.url,
-                             "-o", "json")  # fmt: skip
-    finally:
-        await proxy.stop()
-        await engine.stop()
+    body = spec(http_agent(agent.url, pollIntervalSeconds=0.5), samples=2)
+    run, _ = await rehearse_behind_proxy(
+        tmp_path, checkpoint, model, body, row(mistake="string_reward")
+    )
     assert run.code == 1, run.out + run.err
     for e in run.episodes():
         assert (e["reason"], e["result_via"]) == ("bad_result", "poll")
