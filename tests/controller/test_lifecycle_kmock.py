@@ -566,3 +566,35 @@ async def test_the_run_url_reaches_status_and_follows_each_attempt(
     hits = len(server.hits)
     await wait_for(lambda: len(server.hits) > hits + 3, what="more scrapes")
     assert status_of(api)["wandbRunURL"] == "https://wandb.ai/ml/gsm8k/runs/b2"
+
+
+async def test_a_lowered_ttl_after_the_run_ended_reaches_the_rayjob(
+    api: Api, operator: OperatorRun
+) -> None:
+    """KubeRay reads `ttlSecondsAfterFinished` on every reconcile of a finished RayJob
+    (`handleShutdownAfterJobFinishes` at v1.6.2), and after a deadline the Ray job trains on,
+    on the GPUs, until it expires: lowering it on the ended experiment must reach the RayJob,
+    so the cluster goes now. Nothing is created, and a restart reads nothing again."""
+    await created(api, minimal_body(ttlSecondsAfterFinished=86400))
+    ended = {"jobDeploymentStatus": "Failed", "jobStatus": "RUNNING",
+             "reason": "DeadlineExceeded", "endTime": "2026-01-01T05:00:00Z"}  # fmt: skip
+    await api.patch(RAYJOBS, NS, "demo", {"status": ended}, "status")
+    await wait_for(lambda: status_of(api).get("phase") == "Failed", what="phase Failed")
+    mark = len(api.emu.log)
+    await api.patch(EXP, NS, "demo", {"spec": {"ttlSecondsAfterFinished": 0}})
+    await wait_for(
+        lambda: api.get(RAYJOBS, NS, "demo")["spec"]["ttlSecondsAfterFinished"] == 0,  # type: ignore[index]
+        what="the lowered TTL on the RayJob",
+    )
+    assert child_writes(api, mark) == [("PATCH", RAYJOBS)]
+    st = await wait_for(lambda: status_of(api).get("observedGeneration") == 2 and status_of(api))
+    assert st["phase"] == "Failed"
+    await operator.stop()
+    mark = len(api.emu.log)
+    await operator.start()
+    assert operator.memo is not None
+    swept = operator.memo.controller.sweeps
+    await wait_for(lambda: operator.memo.controller.sweeps >= swept + 2, what="sweeps")  # type: ignore[union-attr]
+    assert not [r for r in api.emu.log[mark:]
+                if r.agent.startswith("agentrl") and r.resource == RAYJOBS and r.name == "demo"
+                and not r.watch]  # fmt: skip

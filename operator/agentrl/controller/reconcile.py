@@ -294,11 +294,16 @@ class Controller:
         )
         if parsed is not None:
             exp.metrics_service = metrics_service_name(parsed)
-        if parsed is None or exp.finished or exp.deleting:
+        known = bool(exp.status.get("rayJobName"))
+        # An ended run is never created again, but an edit made after the end still reaches
+        # its RayJob: KubeRay keeps reading `ttlSecondsAfterFinished` until the cluster is
+        # gone, and after a deadline the Ray job trains on, on the GPUs, until then. Only a
+        # new generation is read (not every finished experiment at each operator start).
+        edited_after_end = known and exp.generation > (exp.status.get("observedGeneration") or 0)
+        if parsed is None or exp.deleting or (exp.finished and not edited_after_end):
             await self.sync(exp, outcome)
             return "invalid" if parsed is None else "ok"
         kids = render_all(parsed, self.defaults, self.bundle)
-        known = bool(exp.status.get("rayJobName"))
         check = functools.partial(self.kuberay.losses, defaulted=kuberay.defaulted(parsed.spec))
         applied = await apply_children(self.kube, exp.uid, kids, parsed.spec, known=known,
                                        check=check)  # fmt: skip
