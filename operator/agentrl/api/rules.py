@@ -439,13 +439,11 @@ def dynamic_sampling(exp: RLExperiment) -> Iterator[Finding]:
 def slime_flags_in_extra_args(exp: RLExperiment) -> Iterator[Finding]:
     """slime flags in `runtime.extraArgs` that agentrl's rollout cannot honour
     (`agentrl.api.slime_flags`, the launcher's table too): the ones slime would stop on, that
-    a spec field replaces (agentrl renders `--n-samples-per-prompt`, `--rollout-batch-size`,
-    `--global-batch-size`, `--num-rollout`, `--rollout-temperature`,
-    `--rollout-max-response-len` and `--prompt-data` from `spec.grpo` and `spec.data`), or
-    that change the train rows' fixed contract (`--input-key`, `--metadata-key`,
-    `--apply-chat-template`: each row's `prompt` and `metadata`) are errors naming the field
-    to use; ones only slime's own rollout reads are warnings. Judged here, before any GPU is
-    scheduled."""
+    a spec field replaces (among them the batch shape, the number of rollouts, the sampling
+    temperature and length and the train file, which agentrl renders from `spec.grpo` and
+    `spec.data`), or that change the train rows' fixed contract (each row's `prompt` and
+    `metadata`, its `tools` joining the metadata) are errors naming the field to use; ones
+    only slime's own rollout reads are warnings. Judged here, before any GPU is scheduled."""
     for i, is_error, message in slime_flags.judge_extra_args(exp.spec.runtime.extra_args):
         path = f"spec.runtime.extraArgs[{i}]"
         if is_error:
