@@ -538,7 +538,9 @@ def checkpoint_saves(exp: RLExperiment) -> Iterator[Finding]:
     # (slime/utils/misc.py at both supported commits, e.g.
     # https://github.com/THUDM/slime/blob/624b824a898ab0ec1fcb4d373004c7f3852bf515/slime/utils/misc.py).
     ckpt, rollouts = exp.spec.checkpoint, exp.spec.grpo.num_rollouts
-    given = any(a.split("=", 1)[0] == "--save-interval" for a in exp.spec.runtime.extra_args)
+    given = any(
+        slime_flags.option_name(a) == "--save-interval" for a in exp.spec.runtime.extra_args
+    )
     if ckpt.path is not None and ckpt.save_interval is None and not given:
         yield warn(
             "spec.checkpoint.saveInterval",
@@ -557,7 +559,7 @@ def start_taken_over(exp: RLExperiment) -> Iterator[Finding]:
     one (a backoffLimit retry, a resume) start from iteration 0 and save over the run's
     checkpoints. `--load` alone is the user's own resume, and is let be."""
     extra, ckpt = exp.spec.runtime.extra_args, exp.spec.checkpoint
-    finetune = [i for i, a in enumerate(extra) if a.split("=", 1)[0] == "--finetune"]
+    finetune = [i for i, a in enumerate(extra) if slime_flags.option_name(a) == "--finetune"]
     if finetune and ckpt.path is not None and ckpt.resume:
         yield warn(
             f"spec.runtime.extraArgs[{finetune[-1]}]",
@@ -640,8 +642,10 @@ def secrets_in_plain_text(exp: RLExperiment) -> Iterator[Finding]:
             )
     args = exp.spec.runtime.extra_args
     for i, arg in enumerate(args):
-        if _flag_takes_secret(arg, args[i + 1] if i + 1 < len(args) else None):
-            flag = arg.split("=", 1)[0]
+        flag = slime_flags.option_name(arg)
+        if flag is not None and _flag_takes_secret(
+            flag, "=" in arg, args[i + 1] if i + 1 < len(args) else None
+        ):
             yield warn(
                 f"spec.runtime.extraArgs[{i}]",
                 f"{flag} takes a secret; extraArgs are stored in plain text in the runtime-config "
@@ -651,13 +655,12 @@ def secrets_in_plain_text(exp: RLExperiment) -> Iterator[Finding]:
             )
 
 
-def _flag_takes_secret(arg: str, following: str | None) -> bool:
+def _flag_takes_secret(flag: str, has_value: bool, following: str | None) -> bool:
     """A slime flag named for what it carries (`--wandb-key`, `--sglang-api-key`, `--hf-token`)
     and given a value: its last word says so, where an env var's may be any word. slime's own
     `--rollout-stop-token-ids`, `--calculate-per-token-loss` or the switch `--rl-skip-bos-token`
     carry token ids, a mode or nothing; `--input-key` and the like name a key of the data rows."""
-    flag, has_value = arg.split("=", 1)[0], "=" in arg
-    if not flag.startswith("--") or flag in slime_flags.DATA_KEY_FLAGS:
+    if flag in slime_flags.DATA_KEY_FLAGS:
         return False
     if not has_value and (following is None or following.startswith("--")):
         return False  # a switch: nothing to keep secret

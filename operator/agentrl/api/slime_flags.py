@@ -49,19 +49,27 @@ class Seen:
     origin: str
 
 
+def option_name(arg: str) -> str | None:
+    """The option `arg` names, as argparse reads it: `--flag` or `--flag=value`; None for a
+    value or anything else."""
+    m = _FLAG.match(arg)
+    if not m or (len(arg) > m.end() and arg[m.end()] != "="):
+        return None
+    return m.group(0)
+
+
 def last_seen(parts: Sequence[ArgRun], takes_value: bool) -> Callable[[str], Seen | None]:
     """Lookup of each flag's last occurrence in `parts` (argparse keeps the last one)."""
     seen: dict[str, Seen] = {}
     for part in parts:
         args = part.args
         for i, arg in enumerate(args):
-            m = _FLAG.match(arg)
-            if not m:
+            name = option_name(arg)
+            if name is None:
                 continue
-            name = m.group(0)
-            if len(arg) > len(name) and arg[len(name)] == "=":
+            if len(arg) > len(name):  # --flag=value
                 seen[name] = Seen(arg[len(name) + 1 :], part.origin)
-            elif len(arg) == len(name):
+            else:
                 value = args[i + 1] if takes_value and i + 1 < len(args) else None
                 seen[name] = Seen(value, part.origin)
     return seen.get
@@ -240,7 +248,7 @@ START_FLAGS: Final = frozenset({"--load", "--finetune"})
 
 def user_decides_start(extra_args: Iterable[str]) -> bool:
     """extraArgs that set `--load` or `--finetune` take the decision over."""
-    return any(a.split("=", 1)[0] in START_FLAGS for a in extra_args)
+    return any(option_name(a) in START_FLAGS for a in extra_args)
 
 
 # Where the spec's own slime flags come from in the composed command (only these are judged
