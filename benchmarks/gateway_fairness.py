@@ -395,7 +395,8 @@ async def run_slowloris(quick: bool, load: Load, logdir: Path, stub: str) -> Slo
         token = headers["Authorization"].removeprefix("Bearer ")
         attacker = await asyncio.create_subprocess_exec(
             sys.executable, str(Path(ME).with_name("slowloris.py")), "--port", str(port),
-            "--path", path, "--token", token, "--counts", json.dumps(counts),
+            # `=`: a token may start with "-", which argparse would take for an option
+            "--path", path, f"--token={token}", "--counts", json.dumps(counts),
             "--attack-s", str(attack_s), "--quiet-s", str(quiet_s),
             stdout=asyncio.subprocess.PIPE,
         )  # fmt: skip
