@@ -11,7 +11,6 @@ import asyncio
 import contextlib
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -29,6 +28,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from tests.support.process import free_port  # noqa: E402
+
 MESSAGES = [
     {
         "role": "system",
@@ -41,12 +42,6 @@ MESSAGES = [
 ]
 COMPLETION_TOKENS = 16
 ADMIN_TOKEN = "bench-admin"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 # ---- servers (each in its own process) ---------------------------------------------------

@@ -7,7 +7,6 @@ tests/bundle/rehearse.)
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +14,7 @@ from typing import Any
 
 import pytest
 import yaml
+from tests.support.process import free_port
 
 from agentrl.cli.main import main
 from conftest import EXAMPLES_DIR
@@ -29,12 +29,6 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str | Path) -> tuple[int, str
     return code, out, err
 
 
-def closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_without_engine_the_error_says_how_to_start_one(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
@@ -46,7 +40,7 @@ def test_without_engine_the_error_says_how_to_start_one(
 def test_an_engine_nobody_serves_is_refused_with_the_spec_s_launch_command(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    url = f"http://127.0.0.1:{closed_port()}"
+    url = f"http://127.0.0.1:{free_port()}"
     data = EXAMPLES_DIR / "data" / "web-train.jsonl"
     code, _, err = run(capsys, "rehearse", "-f", HTTP_EXAMPLE, "--engine", url,
                        "--data", data, "--out", tmp_path)  # fmt: skip

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -19,6 +18,7 @@ import aiohttp
 import pytest
 import stamina
 from aiohttp import web
+from tests.support.process import free_port
 from tests.support.retries import scheduled_retries
 
 from agentrl.api.models import HttpAgent
@@ -216,9 +216,7 @@ async def test_an_agent_refusing_every_time_fails_after_the_attempts(rig: Rig) -
 
 async def test_a_refused_connection_is_tried_again_a_dropped_one_is_not() -> None:
     """Connection refused: nothing was sent. Dropped after the request: it may have run."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        closed_port = s.getsockname()[1]
+    closed_port = free_port()
     dropped = 0
 
     async def drop(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

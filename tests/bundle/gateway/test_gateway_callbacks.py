@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import socket
 from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
 import pytest
+from tests.support.process import free_port
 
 from agentrl.api.constants import CALLBACK_MAX_BYTES
 from agentrl.bundle.agents.http import CallbackListener
@@ -110,9 +110,7 @@ async def test_before_the_rollout_registers_the_agent_is_told_to_try_again(
 async def test_an_unreachable_rollout_is_a_502_logged_without_the_token(
     gateway: GatewayServer, admin: GatewayClient, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with socket.socket() as s:  # a port nothing listens on
-        s.bind(("127.0.0.1", 0))
-        gone = f"http://127.0.0.1:{s.getsockname()[1]}"
+    gone = f"http://127.0.0.1:{free_port()}"  # a port nothing listens on
     await admin.relay_callbacks_to(gone)
     await gateway.create_session(SID, {})
     with caplog.at_level(logging.WARNING, "agentrl.gateway"):

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import socket
 from typing import Any
 
 import aiohttp
 import openai
 import pytest
+from tests.support.process import free_port
 
 from agentrl.bundle.gateway import GatewayClient, GatewayServer
 from agentrl.bundle.session import SessionError
@@ -273,10 +273,7 @@ async def test_stop_aborts_what_is_running(cluster: Cluster, checkpoint: Any) ->
 
 
 async def test_client_errors_are_session_errors() -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]  # nothing listens here once closed
-    client = GatewayClient(f"http://127.0.0.1:{port}", "t")
+    client = GatewayClient(f"http://127.0.0.1:{free_port()}", "t")  # nothing listens there
     try:
         with pytest.raises(SessionError, match="admin API"):
             await client.get_turns("x")
