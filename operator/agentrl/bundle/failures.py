@@ -98,7 +98,9 @@ REASONS: Final[Mapping[str, Reason]] = {
         Reason(
             NO_TURNS,
             Category.CONTRACT,
-            "the agent reported a reward without ever calling the model through its session",
+            "the agent reported a reward without a sampled model call: it never called the "
+            "model through its session, or every prompt it sent filled the model's context "
+            "(the message then says so, with the sizes)",
         ),
         Reason(
             EMPTY_MERGE,

@@ -58,6 +58,16 @@ class QuiesceReport:
     workers: int  # engines aborted on
 
 
+@dataclass(frozen=True)
+class ContextFullCalls:
+    """A session's model calls whose prompt alone filled the model's context: each was
+    answered with finish reason `length` and nothing sampled, so none is a turn."""
+
+    calls: int = 0
+    prompt_tokens: int = 0  # the longest such prompt
+    context_length: int = 0
+
+
 class GatewaySessions(Protocol):
     async def create_session(
         self, session_id: str, sampling_params: Mapping[str, Any]
@@ -67,6 +77,11 @@ class GatewaySessions(Protocol):
 
     async def get_turns(self, session_id: str) -> Sequence[Turn]:
         """The session's turns in the order they were made."""
+        ...
+
+    async def context_full(self, session_id: str) -> ContextFullCalls:
+        """The session's calls that found the context full (read before closing it): an
+        episode with no turn tells the user why."""
         ...
 
     async def close_session(self, session_id: str) -> None:

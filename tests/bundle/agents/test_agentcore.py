@@ -44,7 +44,7 @@ from agentrl.bundle.agents.base import AgentError, AgentRequest
 from agentrl.bundle.agents.ratelimit import TpsLimiter
 from agentrl.bundle.failures import THROTTLED
 from agentrl.bundle.rollout.episode import EpisodeInput, EpisodeSpec, run_episode
-from agentrl.bundle.session import QuiesceReport, SessionHandle
+from agentrl.bundle.session import ContextFullCalls, QuiesceReport, SessionHandle
 
 ARN = "arn:aws:bedrock-agentcore:us-east-1:123456789012:runtime/math-agent-AbCdEf1234"
 SPEC = AgentCoreAgent(runtimeArn=ARN, region="us-east-1", s3Bucket="rl-results")
@@ -452,6 +452,9 @@ class NoSessions:
 
     async def get_turns(self, session_id: str) -> list[Any]:
         return []
+
+    async def context_full(self, session_id: str) -> ContextFullCalls:
+        return ContextFullCalls()
 
     async def close_session(self, session_id: str) -> None:
         self.closed.append(session_id)

@@ -34,7 +34,7 @@ from agentrl.bundle.agents.http import (
 )
 from agentrl.bundle.rollout.batch import RolloutContext, run_groups
 from agentrl.bundle.rollout.episode import EpisodeInput, EpisodeSpec
-from agentrl.bundle.session import QuiesceReport, SessionHandle, callback_url
+from agentrl.bundle.session import ContextFullCalls, QuiesceReport, SessionHandle, callback_url
 
 SECRET = "sk-live-very-secret-value"
 
@@ -395,6 +395,9 @@ class NoSessions:
 
     async def get_turns(self, session_id: str) -> list[Any]:
         return []
+
+    async def context_full(self, session_id: str) -> ContextFullCalls:
+        return ContextFullCalls()
 
     async def close_session(self, session_id: str) -> None:
         pass

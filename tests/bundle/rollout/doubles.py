@@ -18,7 +18,7 @@ import aiohttp
 
 from agentrl.api.runtime import RuntimeConfig
 from agentrl.bundle.agents.base import AgentError, AgentRequest, AgentResult, PoolStats
-from agentrl.bundle.session import QuiesceReport, SessionError, SessionHandle
+from agentrl.bundle.session import ContextFullCalls, QuiesceReport, SessionError, SessionHandle
 from agentrl.bundle.traces import Turn
 
 
@@ -65,6 +65,9 @@ class FakeGateway:
         if session_id not in self.turns:
             raise SessionError(f"no session {session_id!r}")
         return list(self.turns[session_id])
+
+    async def context_full(self, session_id: str) -> ContextFullCalls:
+        return ContextFullCalls()
 
     async def close_session(self, session_id: str) -> None:
         if self.fail_close:

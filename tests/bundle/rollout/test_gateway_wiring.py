@@ -30,7 +30,15 @@ from .doubles import ChatAgent, runtime_config
 
 
 @pytest.fixture
-async def hub_with_gateway(tmp_path: Path) -> AsyncIterator[tuple[Hub, GatewayClient]]:
+def model_overrides() -> dict[str, int]:
+    """`spec.model` fields a test sets (by wire name) before the hub starts its gateway."""
+    return {}
+
+
+@pytest.fixture
+async def hub_with_gateway(
+    tmp_path: Path, model_overrides: dict[str, int]
+) -> AsyncIterator[tuple[Hub, GatewayClient]]:
     checkpoint = write_checkpoint(tmp_path / "ckpt")
     tok = load_tokenizer(str(checkpoint))
     reply = [*tok.encode("The answer is 42."), tok.convert_tokens_to_ids("<|im_end|>")]
@@ -42,6 +50,7 @@ async def hub_with_gateway(tmp_path: Path) -> AsyncIterator[tuple[Hub, GatewayCl
     base = runtime_config().model_dump(by_alias=True, mode="json")
     base["gatewayUrl"] = f"http://127.0.0.1:{port}"
     base["spec"]["model"]["path"] = str(checkpoint)
+    base["spec"]["model"].update(model_overrides)
     base["spec"]["gateway"] = {"port": port, "cumulativeTokenMode": True}
     config = RuntimeConfig.model_validate(base)
     hub = Hub(config.to_json(), "127.0.0.1", 0, gateway_host="127.0.0.1")
@@ -82,6 +91,32 @@ async def test_episodes_through_the_real_gateway(
     assert len(hub._gateway.store) == 0  # every session closed
     text = exposition(hub.metrics)
     assert 'agentrl_gateway_requests_total{api="openai",code="200"} 8.0' in text
+
+
+@pytest.mark.parametrize("model_overrides", [{"contextLength": 8}])
+async def test_a_prompt_over_the_context_fails_the_episode_naming_the_context(
+    hub_with_gateway: tuple[Hub, GatewayClient],
+) -> None:
+    """A row whose prompt alone fills the model's context: the gateway answers the agent's
+    call with finish reason `length` and samples nothing, so the episode has no turn. Its
+    failure says so (the prompt's and the context's sizes, the fields to change), not that
+    the agent never called the model, which sends the user debugging a working agent."""
+    hub, client = hub_with_gateway
+    agent = ChatAgent(turns=1)
+    ctx = RolloutContext(client, agent, asyncio.Semaphore(1))
+    spec = EpisodeSpec({"temperature": 1.0, "max_new_tokens": 4}, 256, 60.0, "agentrl")
+    try:
+        ((outcome,),) = await run_groups(
+            ctx, [[EpisodeInput("p", {"q": "a question"}, None, 0, 0)]], spec, "train"
+        )
+    finally:
+        await agent.aclose()
+    assert agent.calls == 1
+    assert outcome.failure == "no_turns"
+    assert "without calling the model" not in outcome.message
+    assert "filled the model's context of 8 tokens" in outcome.message, outcome.message
+    assert "spec.model.contextLength" in outcome.message
+    assert len(hub._gateway.store) == 0
 
 
 async def test_the_hub_freezes_its_heap_while_its_gateway_serves(tmp_path: Path) -> None:

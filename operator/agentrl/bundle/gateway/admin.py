@@ -7,6 +7,9 @@ agent can never open, read or close another episode's session.
                                         -> 201 {session_id, base_url, token}
     GET    /admin/sessions/{sid}/turns  -> {"turns": [{prompt_ids, completion_ids, logprobs,
                                                     finish_reason}]}
+    GET    /admin/sessions/{sid}/context_full
+                                        -> {calls, prompt_tokens, context_length} (calls whose
+                                           prompt filled the context: no turn, nothing sampled)
     DELETE /admin/sessions/{sid}        -> 204 (idempotent)
     POST   /admin/engines/quiesce {"timeout_s"}
                                         -> 200 {idle, in_flight, engine_requests, workers}
@@ -95,6 +98,7 @@ class AdminApi:
         return [
             web.post("/admin/sessions", self.guarded(self.create)),
             web.get("/admin/sessions/{sid}/turns", self.guarded(self.turns)),
+            web.get("/admin/sessions/{sid}/context_full", self.guarded(self.context_full)),
             web.delete("/admin/sessions/{sid}", self.guarded(self.close)),
             web.post("/admin/engines/quiesce", self.guarded(self.quiesce)),
             web.put("/admin/callbacks", self.guarded(self.relay_callbacks)),
@@ -143,6 +147,15 @@ class AdminApi:
             for t in self.store.turns(request.match_info["sid"])
         ]
         return web.Response(body=orjson.dumps({"turns": out}), content_type="application/json")
+
+    async def context_full(self, request: web.Request) -> web.StreamResponse:
+        session = self.store.get(request.match_info["sid"])
+        payload = {
+            "calls": session.context_full,
+            "prompt_tokens": session.context_full_tokens,
+            "context_length": session.context_length,
+        }
+        return web.Response(body=orjson.dumps(payload), content_type="application/json")
 
     async def close(self, request: web.Request) -> web.StreamResponse:
         session = self.store.close(request.match_info["sid"])

@@ -20,7 +20,7 @@ import orjson
 import stamina
 
 from agentrl.bundle.redact import describe_error
-from agentrl.bundle.session import QuiesceReport, SessionError, SessionHandle
+from agentrl.bundle.session import ContextFullCalls, QuiesceReport, SessionError, SessionHandle
 from agentrl.bundle.traces import Turn
 
 RETRY_ATTEMPTS = 3  # idempotent admin calls: the first try and two retries
@@ -117,6 +117,13 @@ class GatewayClient:
             Turn(t["prompt_ids"], t["completion_ids"], t["logprobs"], t["finish_reason"])
             for t in body["turns"]
         ]
+
+    async def context_full(self, session_id: str) -> ContextFullCalls:
+        path = f"/admin/sessions/{session_id}/context_full"
+        status, body = await self._call("GET", path, retry=True)
+        if status != 200:
+            raise self._fail(f"context of {session_id}", status, body)
+        return ContextFullCalls(body["calls"], body["prompt_tokens"], body["context_length"])
 
     async def close_session(self, session_id: str) -> None:
         status, body = await self._call("DELETE", f"/admin/sessions/{session_id}", retry=True)

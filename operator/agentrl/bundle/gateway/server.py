@@ -27,7 +27,7 @@ from agentrl.bundle.gateway.settings import GatewaySettings
 from agentrl.bundle.gateway.tokenizer import load_renderer
 from agentrl.bundle.gateway.turns import TurnRunner
 from agentrl.bundle.metrics import BundleMetrics
-from agentrl.bundle.session import QuiesceReport, SessionHandle
+from agentrl.bundle.session import ContextFullCalls, QuiesceReport, SessionHandle
 from agentrl.bundle.traces import Turn
 
 log = logging.getLogger("agentrl.gateway")
@@ -170,6 +170,10 @@ class GatewayServer:
 
     async def get_turns(self, session_id: str) -> Sequence[Turn]:
         return self.store.turns(session_id)
+
+    async def context_full(self, session_id: str) -> ContextFullCalls:
+        s = self.store.get(session_id)
+        return ContextFullCalls(s.context_full, s.context_full_tokens, s.context_length)
 
     async def close_session(self, session_id: str) -> None:
         session = self.store.close(session_id)

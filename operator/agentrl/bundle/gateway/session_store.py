@@ -177,6 +177,8 @@ class Session:
     refusals: dict[str, int] = field(default_factory=dict)
     last_refusal: str = ""
     context_full: int = 0
+    context_full_tokens: int = 0  # the longest prompt that found it full
+    context_length: int = 0  # the context it filled
 
     def answered(self, status: int) -> None:
         self.answers[status] = self.answers.get(status, 0) + 1

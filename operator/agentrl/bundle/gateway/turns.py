@@ -93,6 +93,8 @@ class TurnRunner:
             except ContextFull as full:
                 self.metrics.context_full_turns.inc()
                 session.context_full += 1
+                session.context_full_tokens = max(session.context_full_tokens, full.tokens)
+                session.context_length = full.limit
                 log.info(
                     "gateway: session %s: the prompt (%d tokens) fills the context (%d); "
                     "answered with finish reason length",

@@ -25,7 +25,13 @@ from agentrl.bundle.agents.base import (
     PoolStats,
 )
 from agentrl.bundle.gateway.session_store import SessionStore
-from agentrl.bundle.session import GatewaySessions, QuiesceReport, SessionError, SessionHandle
+from agentrl.bundle.session import (
+    ContextFullCalls,
+    GatewaySessions,
+    QuiesceReport,
+    SessionError,
+    SessionHandle,
+)
 from agentrl.bundle.traces import Turn
 
 
@@ -73,6 +79,9 @@ class ObservedSessions:
 
     async def get_turns(self, session_id: str) -> Sequence[Turn]:
         return await self._inner.get_turns(session_id)
+
+    async def context_full(self, session_id: str) -> ContextFullCalls:
+        return await self._inner.context_full(session_id)
 
     async def close_session(self, session_id: str) -> None:
         try:

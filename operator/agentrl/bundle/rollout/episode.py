@@ -33,7 +33,7 @@ from agentrl.bundle.failures import (
 )
 from agentrl.bundle.redact import describe_error
 from agentrl.bundle.rollout.types import SampleFields, Status
-from agentrl.bundle.session import GatewaySessions, SessionError
+from agentrl.bundle.session import ContextFullCalls, GatewaySessions, SessionError
 from agentrl.bundle.traces import MergeStats, Segment, merge_turns_with_stats
 
 log = logging.getLogger("agentrl.rollout")
@@ -278,16 +278,31 @@ async def _play(
             t if t.policy_version is not None else replace(t, policy_version=spec.policy_version)
             for t in await sessions.get_turns(sid)
         ]
+        # Read before the session closes: a call whose prompt filled the context is no turn.
+        full = await sessions.context_full(sid) if not turns else None
     finally:
         # Shielded so a cancelled or timed-out episode still frees its gateway session.
         await asyncio.shield(_close(sessions, sid))
     if not turns:
-        raise _EpisodeFailure(NO_TURNS, "the agent finished without calling the model")
+        raise _EpisodeFailure(NO_TURNS, _no_turns_message(full))
     segments, stats = merge_turns_with_stats(turns, spec.max_response_len)
     if not segments:
         msg = f"{len(turns)} turn(s) merged into no sample (prompt over budget or nothing sampled)"
         raise _EpisodeFailure(EMPTY_MERGE, msg, stats)
     return result.reward, segments, stats
+
+
+def _no_turns_message(full: ContextFullCalls | None) -> str:
+    """Why an episode has no turn: the agent never called the model, or (not its fault)
+    every prompt it sent already filled the model's context, so nothing could be sampled."""
+    if full is None or not full.calls:
+        return "the agent finished without calling the model"
+    return (
+        f"every model call ({full.calls}) had a prompt that filled the model's context of "
+        f"{full.context_length} tokens (the longest: {full.prompt_tokens} tokens), so nothing "
+        "was sampled (the agent was answered finish_reason length); shorten the row's prompt "
+        "or raise spec.model.contextLength"
+    )
 
 
 _close_failures = [0]  # process-wide; only the first is a warning (the rest repeat it)
