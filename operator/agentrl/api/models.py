@@ -195,7 +195,7 @@ class ModelSpec(Model):
     context_length: PositiveInt | None = None
     """Maximum tokens per sequence (SGLang's context; unset: the checkpoint's `config.json`
     says). The gateway caps each model call's `max_new_tokens` at the room left; when set,
-    `grpo.maxResponseLength` must leave room for the prompt.
+    `grpo.maxResponseLength` and each eval set's must leave room for the prompt.
     """
     ref_load: Annotated[str, Field(min_length=1, max_length=PATH_MAX)] | None = Field(
         default=None,
@@ -219,7 +219,8 @@ class EvalSet(Model):
     temperature: Annotated[float, Field(ge=0.0, le=2.0)] = 0.0
     """Sampling temperature for eval (0 = greedy)."""
     max_response_length: PositiveInt | None = None
-    """Response token budget for this set (default: `grpo.maxResponseLength`)."""
+    """Response token budget for this set (default: `grpo.maxResponseLength`); below
+    `model.contextLength` when that is set."""
 
 
 class DataSpec(Model):

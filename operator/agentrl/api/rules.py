@@ -358,7 +358,8 @@ def batches_divide(exp: RLExperiment) -> Iterator[Finding]:
 
 
 def grpo_groups(exp: RLExperiment) -> Iterator[Finding]:
-    """GRPO needs `samplesPerPrompt` >= 2; `maxResponseLength` stays below `model.contextLength`."""
+    """GRPO needs `samplesPerPrompt` >= 2; `maxResponseLength`, and each eval set's, stays
+    below `model.contextLength`."""
     grpo = exp.spec.grpo
     if grpo.reward_normalization.mode == "grpo" and grpo.samples_per_prompt < 2:
         yield err(
@@ -373,6 +374,14 @@ def grpo_groups(exp: RLExperiment) -> Iterator[Finding]:
             f"{grpo.max_response_length} leaves no room for the prompt in {ctx} tokens",
             "lower it or raise model.contextLength",
         )
+    for i, eval_set in enumerate(exp.spec.data.eval):
+        budget = eval_set.max_response_length
+        if ctx is not None and budget is not None and budget >= ctx:
+            yield err(
+                f"spec.data.eval[{i}].maxResponseLength",
+                f"{budget} leaves no room for the prompt in {ctx} tokens",
+                "lower it or raise model.contextLength",
+            )
 
 
 def dynamic_sampling(exp: RLExperiment) -> Iterator[Finding]:
