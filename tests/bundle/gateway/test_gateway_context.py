@@ -8,9 +8,10 @@ conversation would see exactly what SGLang answers: 400, or an error event in a 
 
 from __future__ import annotations
 
+import ast
 import json
 import shutil
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +19,12 @@ import anthropic
 import openai
 import orjson
 import pytest
+from tests.support import upstream
+from tests.support.shared import require
 
+from agentrl.api.model_context import context_length_of
 from agentrl.bundle.gateway import GatewayServer
-from agentrl.bundle.gateway.context import checkpoint_context_length, context_length_of
+from agentrl.bundle.gateway.context import checkpoint_context_length
 from agentrl.bundle.gateway.sglang import EngineError, StreamState
 
 from .gateway_helpers import MESSAGES, Cluster, metric, settings_for
@@ -204,6 +208,91 @@ def test_context_length_from_config_follows_sglangs_rule(
     config: dict[str, Any], length: int | None
 ) -> None:
     assert context_length_of(config) == length
+
+
+def sglang_get_context_length(version: str) -> Callable[[Any], int]:
+    """SGLang's own `get_context_length` (and its key list), from the pinned release's source."""
+    path = upstream.sglang_dir(version) / "sglang/srt/utils/hf_transformers/common.py"
+    tree = ast.parse(require(path, f"SGLang {version}'s get_context_length").read_text("utf-8"))
+    wanted = [
+        node
+        for node in tree.body
+        if (isinstance(node, ast.FunctionDef) and node.name == "get_context_length")
+        or (
+            isinstance(node, ast.Assign)
+            and any(getattr(t, "id", None) == "CONTEXT_LENGTH_KEYS" for t in node.targets)
+        )
+    ]
+    assert len(wanted) == 2, f"SGLang {version} moved get_context_length or its keys"
+    namespace: dict[str, Any] = {}
+    exec(compile(ast.Module(wanted, []), str(path), "exec"), namespace)
+    return namespace["get_context_length"]  # type: ignore[no-any-return]
+
+
+QWEN2 = {"model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"]}
+
+
+@pytest.mark.parametrize("version", upstream.sglang_pin()["versions"])  # type: ignore[arg-type]
+@pytest.mark.parametrize(
+    "config",
+    [
+        {**QWEN2, "max_position_embeddings": 32768},
+        {**QWEN2, "max_position_embeddings": 32768, "rope_scaling": {"factor": 4.0}},
+        # YaRN without its original length: transformers 5 fills it in, so no factor.
+        {
+            **QWEN2,
+            "max_position_embeddings": 32768,
+            "rope_scaling": {"type": "yarn", "factor": 4.0},
+        },
+        {
+            **QWEN2,
+            "max_position_embeddings": 32768,
+            "rope_scaling": {"rope_type": "yarn", "factor": 4.0},
+        },
+        {
+            **QWEN2,
+            "max_position_embeddings": 131072,
+            "rope_scaling": {
+                "rope_type": "yarn",
+                "factor": 4.0,
+                "original_max_position_embeddings": 32768,
+            },
+        },
+        {
+            **QWEN2,
+            "max_position_embeddings": 32768,
+            "rope_scaling": {"rope_type": "dynamic", "factor": 2.0},
+        },
+        # As a checkpoint saved by transformers 5 writes its scaling.
+        {
+            **QWEN2,
+            "max_position_embeddings": 32768,
+            "rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1e6},
+        },
+        {
+            "model_type": "llama",
+            "max_position_embeddings": 131072,
+            "rope_scaling": {
+                "rope_type": "llama3",
+                "factor": 8.0,
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 8192,
+            },
+        },
+    ],
+)
+def test_the_context_is_what_sglang_derives_from_the_config_transformers_loads(
+    version: str, config: dict[str, Any], tmp_path: Path
+) -> None:
+    """SGLang reads the context from the config as transformers builds it (both releases pin
+    transformers 5, which rewrites rope scaling first); the gateway's cap and the launcher's
+    check must come to the same number from the same config.json."""
+    transformers = pytest.importorskip("transformers")
+    get_context_length = sglang_get_context_length(version)
+    (tmp_path / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    loaded = transformers.AutoConfig.from_pretrained(str(tmp_path))
+    assert context_length_of(config) == get_context_length(loaded)
 
 
 def test_an_unreadable_config_leaves_the_context_unknown_with_a_warning(

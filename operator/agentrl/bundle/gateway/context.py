@@ -6,10 +6,7 @@ exceeds it (the tokenizer manager's `_validate_one_request`, identical at 0.5.13
 call's `max_new_tokens` at the room left (`turns`). The context is `spec.model.contextLength`
 when set (agentrl then passes it to SGLang as `--context-length`); otherwise SGLang derives it
 from the checkpoint's `config.json`, and so does this module, by the same rule
-(`get_context_length` in SGLang's `srt/utils/hf_transformers/common.py`,
-https://github.com/sgl-project/sglang/blob/v0.5.13/python/sglang/srt/utils/hf_transformers/common.py):
-the multimodal text sub-config if any, the first of its length keys that is set, times the
-rope scaling factor unless the scaling already names its original length or is llama3's.
+(`agentrl.api.model_context`, SGLang's `get_context_length`).
 """
 
 from __future__ import annotations
@@ -18,42 +15,10 @@ import json
 import logging
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Final
+
+from agentrl.api.model_context import LENGTH_KEYS, context_length_of
 
 log = logging.getLogger("agentrl.gateway")
-
-# In SGLang's order: the first one set wins.
-LENGTH_KEYS: Final = (
-    "max_sequence_length",
-    "seq_length",
-    "max_seq_len",
-    "model_max_length",
-    "max_position_embeddings",
-)
-# Sub-configs that hold the language model's settings in multimodal checkpoints.
-TEXT_CONFIG_KEYS: Final = ("text_config", "llm_config", "language_config", "thinker_config")
-
-
-def context_length_of(config: Mapping[str, Any]) -> int | None:
-    """The context SGLang derives from a Hugging Face `config.json` (None: no length key;
-    SGLang would then assume 2048, and agentrl rather caps nothing than guess)."""
-    text = config
-    for key in TEXT_CONFIG_KEYS:
-        sub = config.get(key)
-        if isinstance(sub, Mapping):
-            text = sub
-            break
-    factor = 1.0
-    scaling = text.get("rope_scaling")
-    if isinstance(scaling, Mapping) and scaling:
-        factor = float(scaling.get("factor", 1) or 1)
-        if "original_max_position_embeddings" in scaling or scaling.get("rope_type") == "llama3":
-            factor = 1.0
-    for key in LENGTH_KEYS:
-        value = text.get(key)
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            return int(factor * value)
-    return None
 
 
 def checkpoint_context_length(model_path: str) -> int | None:
