@@ -120,3 +120,37 @@ def test_raw_mode_needs_megatron_weights(tmp_path: Path) -> None:
     assert problem.startswith("spec.model.refLoad: /models/Qwen2.5-7B-Instruct holds Hugging")
     touch(tmp_path, "/models/Qwen2.5-7B-Instruct/latest_checkpointed_iteration.txt", "release")
     assert preflight.check_weights_for_mode(tmp_path, spec, "raw") == []
+
+
+def _with_context(context_length: int) -> RLExperimentSpec:
+    doc = example_doc(EXAMPLE_C)
+    doc["spec"]["model"]["path"] = "/models/Qwen2.5-7B-Instruct"
+    doc["spec"]["model"]["refLoad"] = "/models/Qwen2.5-7B-Instruct"
+    doc["spec"]["model"]["contextLength"] = context_length
+    return experiment(doc).spec
+
+
+def test_a_context_length_above_the_checkpoints_is_refused_before_sglang_starts(
+    tmp_path: Path,
+) -> None:
+    """SGLang's ModelConfig raises for a context_length above the one it derives from the
+    checkpoint's config.json (unless SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN is set):
+    slime's engines would fail to start once the GPUs are up. The context is SGLang's
+    (`agentrl.api.model_context`, checked against SGLang's own function in the gateway's
+    tests): a linear factor multiplies the length, a YaRN one does not."""
+    config = {"max_position_embeddings": 32768}
+    touch(tmp_path, "/models/Qwen2.5-7B-Instruct/config.json", json.dumps(config))
+    (problem,) = preflight.check_context_length(tmp_path, _with_context(65536), {})
+    assert problem.startswith("spec.model.contextLength: 65536 is more than the 32768 tokens")
+    assert "set it to 32768 or less" in problem
+    assert preflight.check_context_length(tmp_path, _with_context(32768), {}) == []
+    allowed = {"SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN": "1"}
+    assert preflight.check_context_length(tmp_path, _with_context(65536), allowed) == []
+    linear = {**config, "rope_parameters": {"rope_type": "linear", "factor": 4.0}}
+    touch(tmp_path, "/models/Qwen2.5-7B-Instruct/config.json", json.dumps(linear))
+    assert preflight.check_context_length(tmp_path, _with_context(131072), {}) == []
+    yarn = {**config, "rope_scaling": {"rope_type": "yarn", "factor": 4.0}}
+    touch(tmp_path, "/models/Qwen2.5-7B-Instruct/config.json", json.dumps(yarn))
+    assert len(preflight.check_context_length(tmp_path, _with_context(131072), {})) == 1
+    touch(tmp_path, "/models/Qwen2.5-7B-Instruct/config.json", "{}")  # nothing to judge by
+    assert preflight.check_context_length(tmp_path, _with_context(131072), {}) == []
