@@ -101,6 +101,10 @@ def _with_use_opd(seen: Seen, lookup: Callable[[str], Seen | None]) -> bool:
     return seen.value == "sglang" and lookup("--use-opd") is not None
 
 
+def _reinforce_plus_plus(seen: Seen, _: Callable[[str], Seen | None]) -> bool:
+    return seen.value == "reinforce_plus_plus"
+
+
 REFUSALS: Final = (
     Refusal(
         "--rollout-top-p",
@@ -151,6 +155,21 @@ REFUSALS: Final = (
         "rollout stores on each sample (slime.rollout.on_policy_distillation); agentrl's "
         "rollout has none, and slime's loss raises 'requires teacher_log_probs'",
         "use --opd-type megatron with --opd-teacher-load (the teacher runs in the trainer)",
+    ),
+    # https://github.com/THUDM/slime/blob/fa3c990af6f18efd3fd9922698bf4bf4048d1263/slime/utils/ppo_utils.py#L412
+    # https://github.com/THUDM/slime/blob/624b824a898ab0ec1fcb4d373004c7f3852bf515/slime/utils/ppo_utils.py#L415
+    Refusal(
+        "--advantage-estimator",
+        True,
+        _reinforce_plus_plus,
+        "slime's REINFORCE++ returns assert that no sample is fully masked, and agentrl hands "
+        "slime such samples by design: every failed episode (one masked slot, so that it "
+        "trains nothing), a carried-over episode under spec.grpo.offPolicyTokens: mask, a "
+        "sequence whose turns came without usable logprobs; the first training step with "
+        "one stops with 'Sequence at index N is fully masked'",
+        "remove it (agentrl renders grpo; spec.grpo.rewardNormalization sets the group "
+        "normalisation), or use gspo, cispo, or reinforce_plus_plus_baseline with "
+        "--normalize-advantages, which weigh a masked sample at zero",
     ),
 )
 

@@ -1,0 +1,265 @@
+"""A train step of agentrl's rollout, as slime's own trainer receives it, at each pinned commit.
+
+tests/support/upstream_site/slime_train_data.py runs `train_batch` on slime's own data source
+and `Sample`, then hands what it returns through the row's own code exactly as slime does
+after a rollout: the RolloutManager's rollout-id check, flattening, reward post-process (the
+one the parsed args name) and conversion to train data, the DP schedule, then on the
+trainer's side `compute_advantages_and_returns` (real CPU torch) and `get_batch`'s packed
+token and loss-mask layout. The argv is what agentrl renders for the spec, with the case's
+`spec.runtime.extraArgs` last, parsed by the row's own parser.
+
+What must hold, for every flag a user may set there:
+- an infrastructure failure (here an agent error) trains no token and never moves another
+  episode's advantage (`failedEpisodes: exclude`);
+- tokens, loss masks and log-probs reach the trainer as sampled: one mask and one log-prob
+  per response token, no empty response, none over `--rollout-max-response-len`, and the
+  packed mask marks exactly the logits that predict a sampled completion token;
+- every prompt's group comes back whole and contiguous, one `rollout_id` per episode.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any
+
+import pytest
+from tests.support import slime_upstream
+
+from agentrl.api.slime_flags import judge_extra_args
+
+ROWS = slime_upstream.ROWS
+N = 4
+# Per prompt, what its four episodes do. Rows are shuffled by slime's data source
+# (--rollout-shuffle), so groups are told apart by their row id.
+FAILURE_ROWS = [
+    {"behavior": ["ok", "error", "ok", "ok"], "reward": [1, 0, 0, 1]},  # 1, failure, 0, 1
+    {"behavior": "ok", "reward": [1, 0, 1, 0]},
+    {"behavior": ["error", "ok", "error", "error"], "reward": 1},  # one task outcome
+]
+COMPLETION_TOKENS = {40, 41, 50, *range(100, 140)}  # what the stub agent's model "sampled"
+EPS = 1e-6  # slime's, and agentrl's post-process's
+
+# The flags a user can set in runtime.extraArgs that decide what becomes of the rewards
+# (slime's own --disable-rewards-normalization and --disable-grpo-std-normalization are
+# refused there: spec.grpo.rewardNormalization replaces them), and the spec's own switch.
+SETTINGS: dict[str, tuple[dict[str, Any], list[str]]] = {
+    "grpo": ({}, []),
+    "grpo_std": ({"rewardNormalization": {"std": True}}, []),
+    "normalize_advantages": ({}, ["--normalize-advantages"]),
+    "gspo": ({}, ["--advantage-estimator", "gspo"]),
+    "cispo": ({}, ["--advantage-estimator", "cispo"]),
+    "reinforce_plus_plus_baseline": (
+        {"rewardNormalization": {"std": True}},
+        ["--advantage-estimator", "reinforce_plus_plus_baseline", "--normalize-advantages"],
+    ),
+}
+WHITENED = {"normalize_advantages", "reinforce_plus_plus_baseline"}
+
+
+def _case(
+    rows: list[dict[str, Any]], grpo: dict[str, Any], extra: list[str], batch: int = 0
+) -> dict[str, Any]:
+    return {"rows": rows, "n": N, "batch": batch or len(rows), "grpo": grpo, "extra_args": extra}
+
+
+CASES: dict[str, dict[str, Any]] = {
+    **{name: _case(FAILURE_ROWS, grpo, extra) for name, (grpo, extra) in SETTINGS.items()},
+    "zero_reward": _case(FAILURE_ROWS, {"failedEpisodes": "zeroReward"}, []),
+    "reinforce_plus_plus": _case(
+        FAILURE_ROWS, {}, ["--advantage-estimator", "reinforce_plus_plus", "--normalize-advantages"]
+    ),
+    # Multi-turn episodes clipped to the response budget, an episode whose trace broke into
+    # two sequences, and failures.
+    "tokens": _case(
+        [
+            {"behavior": ["fanout", "ok", "ok", "error"], "turns": 4, "reward": [1, 0, 0, 1]},
+            {"behavior": "ok", "turns": 1, "reward": [1, 0, 1, 0]},
+        ],
+        {"maxResponseLength": 6},
+        [],
+    ),
+    # Over-sampling: a zero-variance group is filtered and replaced, a slow group is cut and
+    # handed back to slime's data source (carryOver).
+    "dynamic_sampling": _case(
+        [
+            {"behavior": "ok", "reward": 1},
+            {"behavior": ["ok", "error", "ok", "ok"], "reward": [1, 0, 0, 1]},
+            {"behavior": "ok", "reward": [1, 0, 1, 0], "sleep": 0.5},
+            {"behavior": "ok", "reward": [0, 1, 0, 1]},
+        ],
+        {
+            "overSamplingBatchSize": 3,
+            "stragglerPolicy": "carryOver",
+            "dynamicSamplingFilter": "zeroRewardVariance",
+        },
+        [],
+        batch=2,
+    ),
+}
+
+
+@functools.cache
+def trained(row: str) -> dict[str, dict[str, Any]]:
+    """Every case through the row's trainer, in one process per row."""
+    results = slime_upstream.slime_train_data(row, list(CASES.values()))
+    return dict(zip(CASES, results, strict=True))
+
+
+def result(row: str, name: str) -> dict[str, Any]:
+    out = trained(row)[name]
+    assert "error" not in out, out.get("error")
+    return out
+
+
+def episodes(out: dict[str, Any]) -> dict[int, list[dict[str, Any]]]:
+    """rollout_id -> its samples, each with what the trainer holds for it."""
+    t = out["trained"]
+    by_id: dict[int, list[dict[str, Any]]] = {}
+    for i, s in enumerate(out["samples"]):
+        assert t["rollout_ids"][i] == s["rollout_id"]
+        held = {k: t[k][i] for k in ("advantages", "loss_masks", "rewards", "rollout_mask_sums")}
+        by_id.setdefault(s["rollout_id"], []).append({**s, **held})
+    return by_id
+
+
+def expected(rewards: list[float], std: bool, min_valid: int = 2) -> list[float]:
+    """GRPO over the task outcomes alone: what each of them must get."""
+    if len(rewards) < min_valid:
+        return [0.0] * len(rewards)
+    mean = math.fsum(rewards) / len(rewards)
+    scale = 1.0
+    if std:
+        var = math.fsum((r - mean) ** 2 for r in rewards) / (len(rewards) - 1)
+        scale = 1.0 / (math.sqrt(var) + EPS)
+    return [(r - mean) * scale for r in rewards]
+
+
+def task_advantages(out: dict[str, Any]) -> tuple[list[float], list[float]]:
+    """(what the trainer's advantage is, what GRPO over the task outcomes alone gives) for
+    every task outcome of the step, in order; failures checked on the way."""
+    std = bool(out.get("std"))
+    got, want = [], []
+    groups: dict[int, list[list[dict[str, Any]]]] = {}
+    for samples in episodes(out).values():
+        groups.setdefault(samples[0]["group_index"], []).append(samples)
+    for members in groups.values():
+        tasks = [e for e in members if e[0]["failure"] is None]
+        for failed in (e for e in members if e[0]["failure"] is not None):
+            (s,) = failed
+            # It trains no token: mask 0 where the trainer weighs tokens, and its episode's
+            # denominator 0 (slime clamps it to 1: nothing is divided by it).
+            assert s["status"] == "FAILED" and s["loss_masks"] == [0] * s["response_length"]
+            assert s["rollout_mask_sums"] == 0
+        for e, value in zip(tasks, expected([e[0]["reward"] for e in tasks], std), strict=True):
+            for s in e:
+                trained_tokens = [
+                    a for a, m in zip(s["advantages"], s["loss_masks"], strict=True) if m
+                ]
+                assert len(set(trained_tokens)) <= 1  # one advantage per episode
+                got.append(trained_tokens[0] if trained_tokens else 0.0)
+                want.append(value)
+    return got, want
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("row", ROWS)
+@pytest.mark.parametrize("setting", list(SETTINGS))
+def test_a_failed_episode_never_shapes_a_siblings_advantage_in_slimes_trainer(
+    row: str, setting: str
+) -> None:
+    out = result(row, setting)
+    out["std"] = SETTINGS[setting][0].get("rewardNormalization", {}).get("std", False)
+    got, want = task_advantages(out)
+    if setting not in WHITENED:
+        assert got == pytest.approx(want, abs=1e-5)
+        return
+    # slime whitens the advantages over every trained token of the step (masked mean and
+    # std): one affine map of the task outcomes' own GRPO values, the same for all groups.
+    # A failure counted in its group would shift that group's values alone.
+    (x0, y0), (x1, y1) = [(x, y) for x, y in zip(want, got, strict=True) if x != 0.0][:2]
+    scale = (y1 - y0) / (x1 - x0)
+    assert scale > 0
+    assert got == pytest.approx([y0 + scale * (x - x0) for x in want], abs=1e-4)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("row", ROWS)
+def test_the_check_sees_a_failure_that_counts(row: str) -> None:
+    """`failedEpisodes: zeroReward` counts a failure as a 0 on purpose: the same check then
+    finds the siblings moved (so it is not blind to it)."""
+    got, want = task_advantages(result(row, "zero_reward"))
+    assert got != pytest.approx(want, abs=1e-5)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("row", ROWS)
+def test_reinforce_plus_plus_stops_slimes_trainer_at_a_failed_episode_and_is_refused(
+    row: str,
+) -> None:
+    """slime's REINFORCE++ returns assert that no sample is fully masked; every failed
+    episode is one (as is a carried-over episode under offPolicyTokens: mask, or a sequence
+    of turns without logprobs). extraArgs come last, so the value there wins over agentrl's
+    `--advantage-estimator grpo`: the first step with a failure would stop training, GPUs
+    up. Validation refuses it instead."""
+    error = trained(row)["reinforce_plus_plus"]["error"]
+    assert error["stage"] == "advantages"
+    assert error["message"].startswith("AssertionError: Sequence at index")
+    assert "is fully masked" in error["message"]
+    extra = ["--advantage-estimator", "reinforce_plus_plus", "--normalize-advantages"]
+    (finding,) = judge_extra_args(extra)
+    assert finding[:2] == (0, True) and "--advantage-estimator" in finding[2]
+    for ok in ("grpo", "gspo", "cispo", "reinforce_plus_plus_baseline"):
+        assert judge_extra_args(["--advantage-estimator", ok]) == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("row", ROWS)
+def test_tokens_masks_and_log_probs_reach_slimes_trainer_as_sampled(row: str) -> None:
+    out = result(row, "tokens")
+    t, budget = out["trained"], out["max_response_len"]
+    assert budget == 6
+    assert any(s["status"] == "TRUNCATED" for s in out["samples"])  # clipped to the budget
+    for i, s in enumerate(out["samples"]):
+        n = s["response_length"]
+        assert 1 <= n <= budget
+        assert len(s["loss_mask"]) == len(s["rollout_log_probs"]) == n
+        assert t["tokens"][i] == s["tokens"] and t["response_lengths"][i] == n
+        assert len(s["tokens"]) > n  # a prompt of at least one token precedes the response
+        # A trained token is a sampled one, with its own log-prob; a masked one has 0.0.
+        response = s["tokens"][-n:]
+        for token, mask, logprob in zip(
+            response, s["loss_mask"], s["rollout_log_probs"], strict=True
+        ):
+            assert (mask == 1) == (token in COMPLETION_TOKENS and s["failure"] is None)
+            assert (logprob < 0) == (mask == 1)
+    # The packed micro-batches: position j's mask is the logit that predicts token j + 1.
+    trained_tokens = 0
+    for mb in t["micro_batches"]:
+        tokens, mask = mb["tokens"], mb["mask"]
+        assert len(tokens) == len(mask)
+        for j, m in enumerate(mask):
+            if m:
+                assert tokens[j + 1] in COMPLETION_TOKENS
+                trained_tokens += 1
+    assert trained_tokens == sum(sum(s["loss_mask"]) for s in out["samples"]) > 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("row", ROWS)
+@pytest.mark.parametrize("name", ["grpo", "tokens", "dynamic_sampling"])
+def test_every_group_reaches_slime_whole_and_contiguous(row: str, name: str) -> None:
+    out = result(row, name)
+    samples = out["samples"]
+    order = [s["group_index"] for s in samples]
+    # Contiguous: a group's samples are never interleaved with another's.
+    assert order == sorted(order, key=order.index)
+    batch = CASES[name]["batch"]
+    assert len(set(order)) == batch
+    by_id = episodes(out)
+    assert len(by_id) == batch * N  # slime's rollout count: one rollout_id per episode
+    for group in set(order):
+        ids = {s["rollout_id"] for s in samples if s["group_index"] == group}
+        assert len(ids) == N
+    for members in by_id.values():  # an episode's samples share its group and reward
+        assert len({(s["group_index"], s["reward"], s["session_id"]) for s in members}) == 1
