@@ -166,7 +166,7 @@ def test_the_launcher_warns_about_flags_only_slimes_rollout_reads(tmp_path: Path
 @pytest.mark.parametrize("row", ROWS)
 def test_every_flag_refused_in_extra_args_and_every_data_key_flag_is_slimes(row: str) -> None:
     dests = slime_upstream.parser_dests(row)
-    named = [*policy.REPLACED, *policy.DATA_CONTRACT, *sorted(DATA_KEY_FLAGS)]
+    named = [*policy.REPLACED, *policy.DATA_CONTRACT, *policy.HOOKS, *sorted(DATA_KEY_FLAGS)]
     assert [f for f in named if f not in dests] == []
 
 

@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
 from tests.support import slime_upstream
 
-from agentrl.api.slime_flags import judge_extra_args
+from agentrl.api.slime_flags import HOOKS, judge_extra_args
 
 ROWS = slime_upstream.ROWS
 N = 4
@@ -57,6 +58,21 @@ SETTINGS: dict[str, tuple[dict[str, Any], list[str]]] = {
 WHITENED = {"normalize_advantages", "reinforce_plus_plus_baseline"}
 
 
+def group_mean_of_every_sample(args: Any, samples: Sequence[Any]) -> tuple[list[float], ...]:
+    """A reward post-process as a user might write one: slime's group normalisation, by
+    group_index, over every sample it is given (named in extraArgs by a test below)."""
+    raw = [float(s.reward) for s in samples]
+    groups: dict[int, list[float]] = {}
+    for s, r in zip(samples, raw, strict=True):
+        groups.setdefault(s.group_index, []).append(r)
+    means = {g: sum(v) / len(v) for g, v in groups.items()}
+    return raw, [r - means[s.group_index] for s, r in zip(samples, raw, strict=True)]
+
+
+# As slime's load_function imports it in the subprocess (pytest names this module otherwise).
+USER_POST_PROCESS = "tests.bundle.rollout.test_train_data_upstream.group_mean_of_every_sample"
+
+
 def _case(
     rows: list[dict[str, Any]], grpo: dict[str, Any], extra: list[str], batch: int = 0
 ) -> dict[str, Any]:
@@ -68,6 +84,9 @@ CASES: dict[str, dict[str, Any]] = {
     "zero_reward": _case(FAILURE_ROWS, {"failedEpisodes": "zeroReward"}, []),
     "reinforce_plus_plus": _case(
         FAILURE_ROWS, {}, ["--advantage-estimator", "reinforce_plus_plus", "--normalize-advantages"]
+    ),
+    "user_post_process": _case(
+        FAILURE_ROWS, {}, ["--custom-reward-post-process-path", USER_POST_PROCESS]
     ),
     # Multi-turn episodes clipped to the response budget, an episode whose trace broke into
     # two sequences, and failures.
@@ -153,9 +172,8 @@ def task_advantages(out: dict[str, Any]) -> tuple[list[float], list[float]]:
             assert s["rollout_mask_sums"] == 0
         for e, value in zip(tasks, expected([e[0]["reward"] for e in tasks], std), strict=True):
             for s in e:
-                trained_tokens = [
-                    a for a, m in zip(s["advantages"], s["loss_masks"], strict=True) if m
-                ]
+                pairs = zip(s["advantages"], s["loss_masks"], strict=True)
+                trained_tokens = [a for a, m in pairs if m]
                 assert len(set(trained_tokens)) <= 1  # one advantage per episode
                 got.append(trained_tokens[0] if trained_tokens else 0.0)
                 want.append(value)
@@ -215,6 +233,25 @@ def test_reinforce_plus_plus_stops_slimes_trainer_at_a_failed_episode_and_is_ref
 
 @pytest.mark.slow
 @pytest.mark.parametrize("row", ROWS)
+def test_a_reward_post_process_in_extra_args_replaces_agentrls_and_is_refused(
+    row: str,
+) -> None:
+    """slime calls the post-process its args name, and argparse keeps the extraArgs value:
+    agentrl's episode-level normalisation and failure exclusion would silently not run, and
+    a failure's stand-in 0 would move its siblings. Validation refuses the flag instead."""
+    got, want = task_advantages(result(row, "user_post_process"))
+    assert got != pytest.approx(want, abs=1e-5)
+    (finding,) = judge_extra_args(["--custom-reward-post-process-path", USER_POST_PROCESS])
+    assert finding[:2] == (0, True) and "spec.grpo" in finding[2]
+    # The other ways to replace agentrl's part, or to skip it (slime's conversion that runs
+    # the post-process and zeroes failed episodes' loss masks).
+    for flag in HOOKS:
+        ((_, is_error, message),) = judge_extra_args([f"{flag}=mine.fn"])
+        assert is_error and message.startswith(flag)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("row", ROWS)
 def test_tokens_masks_and_log_probs_reach_slimes_trainer_as_sampled(row: str) -> None:
     out = result(row, "tokens")
     t, budget = out["trained"], out["max_response_len"]
@@ -228,9 +265,8 @@ def test_tokens_masks_and_log_probs_reach_slimes_trainer_as_sampled(row: str) ->
         assert len(s["tokens"]) > n  # a prompt of at least one token precedes the response
         # A trained token is a sampled one, with its own log-prob; a masked one has 0.0.
         response = s["tokens"][-n:]
-        for token, mask, logprob in zip(
-            response, s["loss_mask"], s["rollout_log_probs"], strict=True
-        ):
+        slots = zip(response, s["loss_mask"], s["rollout_log_probs"], strict=True)
+        for token, mask, logprob in slots:
             assert (mask == 1) == (token in COMPLETION_TOKENS and s["failure"] is None)
             assert (logprob < 0) == (mask == 1)
     # The packed micro-batches: position j's mask is the logit that predicts token j + 1.
