@@ -88,6 +88,16 @@ CASES: dict[str, dict[str, Any]] = {
     "user_post_process": _case(
         FAILURE_ROWS, {}, ["--custom-reward-post-process-path", USER_POST_PROCESS]
     ),
+    # A train row whose metadata (the agent's payload) happens to carry the key agentrl
+    # marks failures with, e.g. a dataset built from an earlier run's logs.
+    "row_metadata": _case(
+        [
+            {"behavior": "ok", "reward": [1, 0, 1, 0], "episode_error": "timeout, last year"},
+            {"behavior": "ok", "reward": [0, 1, 1, 1]},
+        ],
+        {},
+        [],
+    ),
     # Multi-turn episodes clipped to the response budget, an episode whose trace broke into
     # two sequences, and failures.
     "tokens": _case(
@@ -248,6 +258,19 @@ def test_a_reward_post_process_in_extra_args_replaces_agentrls_and_is_refused(
     for flag in HOOKS:
         ((_, is_error, message),) = judge_extra_args([f"{flag}=mine.fn"])
         assert is_error and message.startswith(flag)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("row", ROWS)
+def test_a_train_rows_metadata_cannot_mark_its_task_outcomes_failed(row: str) -> None:
+    """A sample's metadata starts as its row's metadata (verbatim, as the agent gets it),
+    and the post-process tells failures by one metadata key: a row that carried that key
+    made every task outcome of its prompt count in no statistic and train with advantage 0,
+    though the rollout had counted them as succeeded."""
+    out = result(row, "row_metadata")
+    assert {(s["status"], s["failure"]) for s in out["samples"]} == {("COMPLETED", None)}
+    got, want = task_advantages(out)
+    assert got == pytest.approx(want, abs=1e-5) and any(want)
 
 
 @pytest.mark.slow

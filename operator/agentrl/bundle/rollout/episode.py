@@ -135,6 +135,10 @@ def segment_samples(
             label=inp.label,
             metadata={
                 **dict(inp.metadata),
+                # The row's metadata is the user's and may hold any key; this one tells the
+                # reward post-process a failure (`failures.sample_failure`), so a task
+                # outcome says it has none whatever its row carried.
+                SAMPLE_KEY: None,
                 "gateway_session_id": sid,
                 "segment_index": i,
                 "num_turns": seg.num_turns,
