@@ -69,8 +69,14 @@ def group_mean_of_every_sample(args: Any, samples: Sequence[Any]) -> tuple[list[
     return raw, [r - means[s.group_index] for s, r in zip(samples, raw, strict=True)]
 
 
-# As slime's load_function imports it in the subprocess (pytest names this module otherwise).
-USER_POST_PROCESS = "tests.bundle.rollout.test_train_data_upstream.group_mean_of_every_sample"
+# As slime's load_function imports them in the subprocess (pytest names this module otherwise).
+HERE = "tests.bundle.rollout.test_train_data_upstream"
+USER_POST_PROCESS = f"{HERE}.group_mean_of_every_sample"
+
+
+def drop_every_group(args: Any, samples: Sequence[Any]) -> bool:
+    """A dynamic-sampling filter (slime's signature) that drops every group."""
+    return False
 
 
 def _case(
@@ -96,6 +102,16 @@ CASES: dict[str, dict[str, Any]] = {
             {"behavior": "ok", "reward": [0, 1, 1, 1]},
         ],
         {},
+        [],
+    ),
+    # Every group dropped by the user's filter, and no refill round: the batch is filled with
+    # the dropped groups (backfills).
+    "backfill": _case(
+        [{"behavior": "ok", "reward": [1, 0, 1, 0]}, {"behavior": "ok", "reward": [0, 1, 1, 1]}],
+        {
+            "dynamicSamplingFilter": f"{HERE}.drop_every_group",
+            "maxRefillRounds": 0,
+        },
         [],
     ),
     # Multi-turn episodes clipped to the response budget, an episode whose trace broke into
@@ -271,6 +287,21 @@ def test_a_train_rows_metadata_cannot_mark_its_task_outcomes_failed(row: str) ->
     assert {(s["status"], s["failure"]) for s in out["samples"]} == {("COMPLETED", None)}
     got, want = task_advantages(out)
     assert got == pytest.approx(want, abs=1e-5) and any(want)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("row", ROWS)
+def test_a_backfilled_group_trains_no_token(row: str) -> None:
+    """spec.grpo.maxRefillRounds: once the step may start no replacement, the batch is filled
+    with groups the dynamic-sampling filter dropped, with no gradient. A user's filter may
+    drop groups that have reward variance (too easy, suspect): their advantages are not 0,
+    so the promise holds only if none of their tokens trains."""
+    out = result(row, "backfill")
+    assert len({s["group_index"] for s in out["samples"]}) == 2
+    t = out["trained"]
+    assert any(any(a) for a in t["advantages"])  # GRPO gives these groups a signal...
+    assert all(not any(m) for m in t["loss_masks"])  # ...which trains nothing
+    assert t["rollout_mask_sums"] == [0.0] * len(out["samples"])
 
 
 @pytest.mark.slow
