@@ -124,8 +124,9 @@ CASES: dict[str, dict[str, Any]] = {
         {"maxResponseLength": 6},
         [],
     ),
-    # Over-sampling: a zero-variance group is filtered and replaced, a slow group is cut and
-    # handed back to slime's data source (carryOver).
+    # Over-sampling: three groups in flight for a batch of two, with a filter and carry-over;
+    # the group still running when two are kept (here the slow one) is cut and handed back
+    # to slime's own data source, whose add_samples checks every group's size.
     "dynamic_sampling": _case(
         [
             {"behavior": "ok", "reward": 1},
@@ -353,3 +354,6 @@ def test_every_group_reaches_slime_whole_and_contiguous(row: str, name: str) -> 
         assert len(ids) == N
     for members in by_id.values():  # an episode's samples share its group and reward
         assert len({(s["group_index"], s["reward"], s["session_id"]) for s in members}) == 1
+    assert out["metrics"]["agentrl/groups_kept"] + out["metrics"]["agentrl/groups_skipped"] == (
+        batch
+    )

@@ -259,6 +259,7 @@ def run(case: dict[str, Any]) -> dict[str, Any]:
             for s in samples
         ],
         "max_response_len": args.rollout_max_response_len,
+        "metrics": {k: v for k, v in out.metrics.items() if k.startswith("agentrl/groups")},
         "trained": {  # what the trainer holds, in the order of `samples`
             "rollout_ids": [int(r) for r in rollout_data["rollout_ids"]],
             "advantages": advantages,
