@@ -104,6 +104,17 @@ CASES: dict[str, dict[str, Any]] = {
         {},
         [],
     ),
+    # Rows of which only some carry a `round_number` in their metadata.
+    "round_number": _case(
+        [
+            {"behavior": "ok", "reward": [1, 0, 1, 0], "round_number": 2},
+            {"behavior": ["ok", "error", "ok", "ok"], "reward": [0, 1, 1, 1]},
+            {"behavior": "ok", "reward": [1, 0, 1, 0], "round_number": "two"},
+            {"behavior": "ok", "turns": 3, "reward": [0, 1, 1, 1]},
+        ],
+        {},
+        [],
+    ),
     # Every group dropped by the user's filter, and no refill round: the batch is filled with
     # the dropped groups (backfills).
     "backfill": _case(
@@ -288,6 +299,23 @@ def test_a_train_rows_metadata_cannot_mark_its_task_outcomes_failed(row: str) ->
     assert {(s["status"], s["failure"]) for s in out["samples"]} == {("COMPLETED", None)}
     got, want = task_advantages(out)
     assert got == pytest.approx(want, abs=1e-5) and any(want)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("row", ROWS)
+def test_a_train_rows_round_number_does_not_reach_slime(row: str) -> None:
+    """slime's conversion reads `metadata["round_number"]` of every sample as soon as the
+    first one has it (its multi-turn metric). Each sample's metadata starts as its row's, so
+    a train file where only some rows carried the key stopped training with a KeyError at the
+    first step whose first sample came from one of them (and a non-number would fail the
+    trainer's metric). Every sample now carries its own rounds: the turns in its sequence."""
+    out = result(row, "round_number")
+    rounds = {s["rollout_id"]: s["round_number"] for s in out["samples"]}
+    assert rounds == {
+        s["rollout_id"]: 0 if s["failure"] else s["num_turns"] for s in out["samples"]
+    }
+    assert {s["num_turns"] for s in out["samples"] if not s["failure"]} == {2, 3}
+    assert out["trained"]["round_number"] == [s["round_number"] for s in out["samples"]]
 
 
 @pytest.mark.slow

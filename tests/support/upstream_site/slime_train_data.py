@@ -245,6 +245,8 @@ def run(case: dict[str, Any]) -> dict[str, Any]:
         "samples": [
             {
                 "row": (s.metadata or {}).get("id"),
+                "num_turns": (s.metadata or {}).get("num_turns"),
+                "round_number": (s.metadata or {}).get("round_number"),
                 "group_index": s.group_index,
                 "rollout_id": s.rollout_id,
                 "session_id": s.session_id,
@@ -268,6 +270,7 @@ def run(case: dict[str, Any]) -> dict[str, Any]:
             "response_lengths": [int(n) for n in rollout_data["response_lengths"]],
             "rewards": [float(r) for r in rollout_data["rewards"]],
             "rollout_mask_sums": rollout_data["rollout_mask_sums"].tolist(),
+            "round_number": rollout_data.get("round_number"),
             "micro_batches": packed,
         },
     }
