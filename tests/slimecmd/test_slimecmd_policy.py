@@ -118,14 +118,15 @@ def test_docs_list_every_flag_of_the_one_table() -> None:
     the table may be missing from them."""
     text = (ROOT / "docs" / "launcher.md").read_text(encoding="utf-8")
     flags = [r.flag for r in policy.REFUSALS] + [u.flag for u in policy.UNHONOURED]
-    flags += list(policy.REPLACED) + list(policy.DATA_CONTRACT)
+    flags += list(policy.REPLACED) + list(policy.DATA_CONTRACT) + list(policy.HOOKS)
     assert [f for f in flags if f"`{f}" not in text] == []
 
 
 def test_a_flag_has_one_verdict() -> None:
     """Refused, replaced or unhonoured: never two of them."""
     groups = [{r.flag for r in policy.REFUSALS}, set(policy.REPLACED),
-              {u.flag for u in policy.UNHONOURED}, set(policy.DATA_CONTRACT)]  # fmt: skip
+              {u.flag for u in policy.UNHONOURED}, set(policy.DATA_CONTRACT),
+              set(policy.HOOKS)]  # fmt: skip
     assert all(not (a & b) for i, a in enumerate(groups) for b in groups[i + 1 :])
 
 

@@ -184,3 +184,26 @@ def slime_wandb(row: str, argv: list[str]) -> dict[str, str | None]:
         row, [str(SITE / "slime_wandb.py")], argv, timeout=300
     )
     return result
+
+
+def slime_train_data(row: str, cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One train step of agentrl's rollout per case, through the row's own training-data path
+    with the real (CPU) torch (see upstream_site/slime_train_data): what slime's trainer
+    holds for each sample, or `{"error": ...}` with the stage and what slime raised."""
+    base = dict(os.environ)
+    base.pop("AGENTRL_UPSTREAM_ROOTS", None)  # sitecustomize would stand torch in
+    path = [str(SITE), *filter(None, base.get("PYTHONPATH", "").split(os.pathsep))]
+    base["PYTHONPATH"] = os.pathsep.join(path)
+    base["AGENTRL_SLIME_TRAIN_ROOTS"] = os.pathsep.join(str(r) for r in roots(row))
+    done = subprocess.run(
+        [sys.executable, str(SITE / "slime_train_data.py")],
+        input=json.dumps(cases),
+        env=base,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    results: list[dict[str, Any]] = json.loads(done.stdout.splitlines()[-1])
+    return results

@@ -450,9 +450,11 @@ def slime_flags_in_extra_args(exp: RLExperiment) -> Iterator[Finding]:
     (`agentrl.api.slime_flags`, the launcher's table too): the ones slime would stop on, that
     a spec field replaces (among them the batch shape, the number of rollouts, the sampling
     temperature and length and the train file, which agentrl renders from `spec.grpo` and
-    `spec.data`), or that change the train rows' fixed contract (each row's `prompt` and
-    `metadata`, its `tools` joining the metadata) are errors naming the field to use; ones
-    only slime's own rollout reads are warnings. Judged here, before any GPU is scheduled."""
+    `spec.data`), that change the train rows' fixed contract (each row's `prompt` and
+    `metadata`, its `tools` joining the metadata), or that would replace agentrl's own code
+    inside slime (its rollout function, reward post-process and custom config, or slime's
+    conversion that runs them) are errors naming the field to use; ones only slime's own
+    rollout reads are warnings. Judged here, before any GPU is scheduled."""
     for i, is_error, message in slime_flags.judge_extra_args(exp.spec.runtime.extra_args):
         path = f"spec.runtime.extraArgs[{i}]"
         if is_error:

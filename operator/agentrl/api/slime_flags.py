@@ -7,7 +7,9 @@ training step, after the whole cluster is up: those are refused (`REFUSALS`). Ot
 read only by slime's own rollout, reward models or eval path, so with agentrl they do
 nothing while slime logs them as set: the ones a `spec.grpo` field replaces are refused
 (`REPLACED`), the rest warned about (`UNHONOURED`), naming the part of the spec that does
-the job.
+the job. The hooks through which agentrl's own code runs inside slime (its rollout, its
+reward post-process, its custom config) and the one that would bypass them are refused in
+extraArgs too (`HOOKS`): a value there would silently replace agentrl's.
 
 Validation judges `spec.runtime.extraArgs` with this table (`judge_extra_args`), so a spec
 that carries such a flag is refused before any GPU is scheduled; the launcher judges the
@@ -101,6 +103,10 @@ def _with_use_opd(seen: Seen, lookup: Callable[[str], Seen | None]) -> bool:
     return seen.value == "sglang" and lookup("--use-opd") is not None
 
 
+def _reinforce_plus_plus(seen: Seen, _: Callable[[str], Seen | None]) -> bool:
+    return seen.value == "reinforce_plus_plus"
+
+
 REFUSALS: Final = (
     Refusal(
         "--rollout-top-p",
@@ -151,6 +157,21 @@ REFUSALS: Final = (
         "rollout stores on each sample (slime.rollout.on_policy_distillation); agentrl's "
         "rollout has none, and slime's loss raises 'requires teacher_log_probs'",
         "use --opd-type megatron with --opd-teacher-load (the teacher runs in the trainer)",
+    ),
+    # https://github.com/THUDM/slime/blob/fa3c990af6f18efd3fd9922698bf4bf4048d1263/slime/utils/ppo_utils.py#L412
+    # https://github.com/THUDM/slime/blob/624b824a898ab0ec1fcb4d373004c7f3852bf515/slime/utils/ppo_utils.py#L415
+    Refusal(
+        "--advantage-estimator",
+        True,
+        _reinforce_plus_plus,
+        "slime's REINFORCE++ returns assert that no sample is fully masked, and agentrl hands "
+        "slime such samples by design: every failed episode (one masked slot, so that it "
+        "trains nothing), a carried-over episode under spec.grpo.offPolicyTokens: mask, a "
+        "sequence whose turns came without usable logprobs; the first training step with "
+        "one stops with 'Sequence at index N is fully masked'",
+        "remove it (agentrl renders grpo; spec.grpo.rewardNormalization sets the group "
+        "normalisation), or use gspo, cispo, or reinforce_plus_plus_baseline with "
+        "--normalize-advantages, which weigh a masked sample at zero",
     ),
 )
 
@@ -294,6 +315,37 @@ _DATA_CONTRACT_FIX: Final = (
     "it is) and `metadata` (the agent payload), as `agentrl rehearse` and the validation of "
     "spec.data.train read them; the gateway applies the model's chat template"
 )
+# agentrl's own code inside slime (`agentrl.slimecmd.flags.hook_args`), and slime's hook that
+# would bypass it: argparse keeps the extraArgs value, so one there would silently replace
+# agentrl's part, and with it what agentrl guarantees. Refused in extraArgs: (why, fix).
+# https://github.com/THUDM/slime/blob/fa3c990af6f18efd3fd9922698bf4bf4048d1263/slime/ray/rollout.py#L686-L719
+# https://github.com/THUDM/slime/blob/624b824a898ab0ec1fcb4d373004c7f3852bf515/slime/ray/rollout.py#L608-L642
+HOOKS: Final = {
+    "--custom-reward-post-process-path": (
+        "slime normalises the step's rewards with the function its args name, in place of "
+        "agentrl's, which weighs each episode once in its group and leaves failed episodes "
+        "out of its statistics (spec.grpo.rewardNormalization, spec.grpo.failedEpisodes): a "
+        "failed episode's stand-in reward 0 would move its siblings' advantages",
+        "remove it: spec.grpo.rewardNormalization (mode, std) and spec.grpo.failedEpisodes "
+        "set agentrl's normalisation",
+    ),
+    "--custom-convert-samples-to-train-data-path": (
+        "slime's RolloutManager hands the samples to that function in place of its own "
+        "conversion, which runs agentrl's reward post-process and zeroes the loss mask of "
+        "every sample marked remove_sample (failed episodes): neither would run",
+        "remove it: spec.grpo sets how agentrl's rewards are normalised",
+    ),
+    "--rollout-function-path": (
+        "it replaces agentrl's rollout (spec.agent's episodes through the gateway, "
+        "spec.grpo's dynamic sampling and failure handling) with another rollout function",
+        "remove it: agentrl renders its own rollout function",
+    ),
+    "--custom-config-path": (
+        "agentrl renders it: the file names agentrl's runtime config to the reward "
+        "post-process, which stops at the first training step without it",
+        "remove it: agentrl's settings come from the spec",
+    ),
+}
 # Why a REPLACED flag is refused, where it is not only read by what agentrl replaces.
 _REPLACED_WHY: Final = {
     # slime's eval logging (RolloutManager.eval, which runs on agentrl's eval output) groups
@@ -377,6 +429,10 @@ def refused(parts: Sequence[ArgRun]) -> list[tuple[str, Seen, str]]:
         seen = lookup(flag)
         if seen is not None:
             out.append((flag, seen, f"{reason}. Fix: {_DATA_CONTRACT_FIX}"))
+    for flag, (reason, fix) in HOOKS.items():
+        seen = lookup(flag)
+        if seen is not None:
+            out.append((flag, seen, f"{reason}. Fix: {fix}"))
     return out
 
 

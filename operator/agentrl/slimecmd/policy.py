@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from agentrl.api.slime_flags import (
     DATA_CONTRACT,
     EXTRA_ARGS_ORIGIN,
+    HOOKS,
     REFUSALS,
     REPLACED,
     UNHONOURED,
@@ -23,6 +24,7 @@ from agentrl.slimecmd.compose import Part
 
 __all__ = [
     "DATA_CONTRACT",
+    "HOOKS",
     "REFUSALS",
     "REPLACED",
     "UNHONOURED",

@@ -38,6 +38,12 @@ from agentrl.bundle.traces import MergeStats, Segment, merge_turns_with_stats
 
 log = logging.getLogger("agentrl.rollout")
 
+# The sample metadata key slime's RolloutManager reads as a multi-turn sample's number of
+# rounds, for every sample as soon as the first one has it:
+# https://github.com/THUDM/slime/blob/fa3c990af6f18efd3fd9922698bf4bf4048d1263/slime/ray/rollout.py#L788-L790
+# https://github.com/THUDM/slime/blob/624b824a898ab0ec1fcb4d373004c7f3852bf515/slime/ray/rollout.py#L710-L712
+ROUND_NUMBER = "round_number"
+
 
 @dataclass(frozen=True)
 class EpisodeInput:
@@ -135,9 +141,17 @@ def segment_samples(
             label=inp.label,
             metadata={
                 **dict(inp.metadata),
+                # The row's metadata is the user's and may hold any key; this one tells the
+                # reward post-process a failure (`failures.sample_failure`), so a task
+                # outcome says it has none whatever its row carried.
+                SAMPLE_KEY: None,
                 "gateway_session_id": sid,
                 "segment_index": i,
                 "num_turns": seg.num_turns,
+                # slime reads this key of every sample once the first sample has it (its
+                # multi-turn metric: the rounds in the sequence), so a row's own value must
+                # not reach it: rows without one made slime's conversion raise KeyError.
+                ROUND_NUMBER: seg.num_turns,
                 "raw_reward": reward,
                 "policy_version": (
                     policy_version if seg.policy_version is None else seg.policy_version
@@ -170,6 +184,7 @@ def failed_sample(inp: EpisodeInput, sid: str, reason: str, rollout_id: int) -> 
             **dict(inp.metadata),
             "gateway_session_id": sid,
             SAMPLE_KEY: reason,
+            ROUND_NUMBER: 0,
             "raw_reward": 0.0,
         },
     )

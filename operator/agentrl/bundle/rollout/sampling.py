@@ -11,7 +11,8 @@ it does the same here, at group granularity, with agents:
 2. When a group's last episode finishes, the filter decides. A dropped group is replaced
    by a fresh one from slime's data source, so O candidates stay in flight, until the step
    has started (1 + maxRefillRounds) x O groups; after that, or once the batch is full, a
-   dropped group that the batch still needs is kept as a backfill (zero advantage).
+   dropped group that the batch still needs is kept as a backfill (slime counts its
+   episodes; every loss mask 0, so none of its tokens trains).
 3. Once B groups are kept, the rest are cut (`abort` / `carryOver`): running episodes are
    cancelled (the agent backend stops the agent, the episode closes its gateway session,
    which aborts its engine requests; the batch end then makes the engines idle), and the
@@ -218,6 +219,10 @@ class _Step:
         self.unfinished: set[GroupRun] = set()
         self.kept: list[GroupRun] = []
         self.backfilled: list[GroupRun] = []
+        # Backfills the filter dropped and no replacement could take over: trained with no
+        # gradient (every loss mask 0). A filter may drop a group that has reward variance,
+        # so a zero advantage is not enough (nor for the KL loss, which needs no advantage).
+        self.unwanted: set[GroupRun] = set()
         self.skipped: list[GroupRun] = []  # too few task outcomes, no replacement wanted
         self.cut_runs: list[GroupRun] = []
         self.unstarted: list[GroupRun] = []
@@ -343,7 +348,8 @@ class _Step:
         if verdict.keep_when_insufficient and self.have + others + 1 <= self.plan.batch_size:
             self.backfilled.append(run)  # slime 624b824's rule: no extra round for it
         elif needed and (self.cut_done or len(self.runs) >= self.plan.max_groups):
-            self.backfilled.append(run)  # no replacement may start: train it, zero advantage
+            self.backfilled.append(run)  # no replacement may start: in the batch, untrained
+            self.unwanted.add(run)
         else:
             self.report.filtered += 1
             self.report.drop_reasons[verdict.reason or "filtered"] += 1
@@ -432,7 +438,16 @@ class _Step:
                 self.report.other_seconds += [o.seconds for o in run.done_outcomes()]
         self.report.kept, self.report.backfilled = len(self.kept), len(self.backfilled)
         self.report.skipped = len(self.skipped)
-        return [[self.settle_age(o) for o in r.done_outcomes()] for r in trained]
+        return [
+            [self.untrained(self.settle_age(o)) if r in self.unwanted else self.settle_age(o)
+             for o in r.done_outcomes()]
+            for r in trained
+        ]  # fmt: skip
+
+    @staticmethod
+    def untrained(outcome: EpisodeOutcome) -> EpisodeOutcome:
+        """A backfill's episode: in the batch (slime counts its rollouts), no token trained."""
+        return replace(outcome, samples=[masked(s) for s in outcome.samples])
 
     def settle_age(self, outcome: EpisodeOutcome) -> EpisodeOutcome:
         """Count a trained episode's age and exclusion; under `offPolicyTokens: mask`, an
