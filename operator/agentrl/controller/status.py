@@ -92,6 +92,8 @@ class Observed:
     # names one (an operator restart). Unless that last status is finished, the run failed.
     rayjob_deleted: bool = False
     checkpoint: str | None = None  # spec.checkpoint.path when a new run resumes from it
+    # (RayCluster, reason, message): KubeRay cannot create the cluster's pods (no pod to read).
+    cluster: tuple[str, str, str] | None = None
 
 
 def apply_spec(old: Mapping[str, Any], out: SpecOutcome, now: str) -> Status:
@@ -292,7 +294,8 @@ def _phase_conditions(st: Status, phase: Phase, reason: str, now: str) -> None:
 
 
 def _stalled(st: Status, seen: Observed, phase: Phase, now: str) -> None:
-    """Stuck pods, or the startup deadline passed before the run started.
+    """Stuck pods, pods KubeRay cannot create, or the startup deadline passed before the run
+    started.
 
     Every message is stable while the trouble lasts: it names the pod, the reason and the
     moment the clock started, never an age, so a stuck experiment costs one status write
@@ -304,6 +307,11 @@ def _stalled(st: Status, seen: Observed, phase: Phase, now: str) -> None:
     if seen.stuck:
         pod, reason, message = seen.stuck[0]
         text = f"pod {pod}: {reason}" + (f": {message}" if message else "")
+        conditions.put(st, C.STALLED, True, reason=reason, message=text, now=now)
+        return
+    if seen.cluster:
+        cluster, reason, message = seen.cluster
+        text = f"RayCluster {cluster}: {reason}" + (f": {message}" if message else "")
         conditions.put(st, C.STALLED, True, reason=reason, message=text, now=now)
         return
     late = startup_overdue(st, seen, phase, now)
