@@ -343,6 +343,7 @@ class Controller:
                 rayjob_deleted=exp.rayjob_deleted,
                 checkpoint=exp.checkpoint,
                 cluster=(str(cluster or "of this experiment"), *old) if old else None,
+                suspended=status.suspended_message(exp.spec),
             )
             new = status.apply_observed(new, seen, now)
             if exp.progress is not None:
