@@ -189,3 +189,21 @@ def test_deleting_while_the_operator_is_down(
     labelled = kube.kubectl_json("get", "rayclusters.ray.io", "-n", ns)["items"]
     assert labelled == []  # the predecessor's cluster went with its RayJob
     assert all(LABEL_EXPERIMENT in k["metadata"]["labels"] for k in kids)
+
+
+def test_a_child_created_after_its_experiment_was_deleted_is_collected(
+    cluster: tuple[KubeHarness, OperatorProcess, KubeRayStandIn],
+) -> None:
+    """A reconcile that read the experiment just before it was deleted may still create a
+    child (the RayJob comes last): its owner reference names a uid that no longer exists,
+    and the garbage collector deletes it as it would a child of a live-then-deleted owner."""
+    kube, _, _ = cluster
+    ns = "del-late"
+    kube.ensure_namespace(ns)
+    ghost = {"apiVersion": "agentrl.io/v1alpha1", "kind": "RLExperiment", "name": "gone",
+             "uid": "00000000-0000-0000-0000-000000000001", "controller": True,
+             "blockOwnerDeletion": True}  # fmt: skip
+    kube.apply({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {
+        "name": "gone-config", "namespace": ns, "labels": {LABEL_EXPERIMENT: "gone"},
+        "ownerReferences": [ghost]}})  # fmt: skip
+    wait(lambda: _get(kube, "configmap", ns, "gone-config") is None, what="collected")
