@@ -18,8 +18,8 @@ NAMESPACED: dict[tuple[str, str], set[str]] = {
     ("agentrl.io", "rlexperiments/status"): {"patch"},
     ("agentrl.io", "rlexperiments/finalizers"): {"update"},
     ("ray.io", "rayjobs"): {"get", "list", "watch", "create", "patch"},
-    ("", "configmaps"): {"get", "create"},
-    ("", "services"): {"get", "create"},
+    ("", "configmaps"): {"get", "create", "patch"},
+    ("", "services"): {"get", "create", "patch"},
     ("", "pods"): {"list", "watch"},
     ("", "events"): {"create", "list"},
 }

@@ -144,6 +144,27 @@ async def test_lifecycle_updates_do_not_fight_other_controllers(
     assert conditions.get(st, ConditionType.IMMUTABLE_FIELD_CHANGED) is None
 
 
+async def test_a_run_kueue_has_not_admitted_says_so(api: Api, operator: OperatorRun) -> None:
+    """Kueue suspends the RayJob until it admits the workload, possibly for days: KubeRay
+    reports Suspended exactly as for `spec.suspend`, and no pod exists. The Suspended
+    condition names what holds the run."""
+    body = minimal_body()
+    body["spec"]["scheduling"] = {"queueName": "gpu-team"}
+    await created(api, body)
+    await api.patch(RAYJOBS, NS, "demo", {"spec": {"suspend": True}})  # Kueue's webhook
+    await api.patch(RAYJOBS, NS, "demo", {"status": {"jobDeploymentStatus": "Suspended"}},
+                    "status")  # fmt: skip
+    st = await wait_for(lambda: (s := status_of(api)).get("phase") == "Suspended" and s)
+    cond = conditions.get(st, ConditionType.SUSPENDED)
+    assert cond is not None and cond["status"] == "True"
+    assert "Kueue holds the RayJob until LocalQueue gpu-team" in cond["message"]
+    # Admitted: it runs, and the words go with the Suspended phase.
+    await api.patch(RAYJOBS, NS, "demo", {"status": {"jobDeploymentStatus": "Running"}},
+                    "status")  # fmt: skip
+    st = await wait_for(lambda: (s := status_of(api)).get("phase") == "Running" and s)
+    assert not (conditions.get(st, ConditionType.SUSPENDED) or {}).get("message")
+
+
 async def test_immutable_change_is_refused(api: Api, operator: OperatorRun) -> None:
     await created(api)
     job_before = api.get(RAYJOBS, NS, "demo")

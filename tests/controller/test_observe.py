@@ -179,3 +179,21 @@ def test_creating_trouble_is_the_newest_event_that_explains_it() -> None:
     # Pulling a large image, or a Warning that says nothing about volumes: not stuck.
     pulling = [events[0], events[3], event("Warning", "BackOff", "x", "2026-01-01T00:05:00Z")]
     assert observe.creating_trouble(pulling) is None
+
+
+@pytest.mark.parametrize(
+    ("rayjob", "expected"),
+    [
+        ({"rayClusterStatus": {"conditions": [{
+            "type": "ReplicaFailure", "status": "True", "reason": "FailedCreateHeadPod",
+            "message": 'FailedCreateHeadPod\npods "d-head-x" is forbidden: violates PodSecurity',
+        }]}}, ("FailedCreateHeadPod", 'pods "d-head-x" is forbidden: violates PodSecurity')),
+        ({"rayClusterStatus": {"conditions": [{"type": "ReplicaFailure", "status": "False"}]}},
+         None),
+        ({"rayClusterStatus": {"conditions": [{"type": "HeadPodReady", "status": "True"}]}}, None),
+        ({"jobDeploymentStatus": "Initializing"}, None),
+        (None, None),
+    ],
+)  # fmt: skip
+def test_cluster_trouble(rayjob: dict[str, Any] | None, expected: tuple[str, str] | None) -> None:
+    assert observe.cluster_trouble(rayjob) == expected

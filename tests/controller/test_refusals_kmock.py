@@ -8,6 +8,8 @@ changes. Throttling, conflicts and the server's own failures are retried until t
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from tests.conftest import minimal_body
 
@@ -146,3 +148,51 @@ async def test_a_refused_update_leaves_the_rayjob_running(api: Api, operator: Op
         lambda: not conditions.is_true(s := status_of(api), ConditionType.CHILD_REJECTED) and s
     )
     assert st["phase"] == "Running"
+
+
+async def test_a_new_generation_after_a_refused_rayjob_brings_its_config(
+    api: Api, operator: OperatorRun
+) -> None:
+    """The ConfigMaps and Services went in before the RayJob was refused (a policy webhook,
+    say); the user fixes the spec. The RayJob created for the new generation must not mount
+    the first generation's runtime config: its pods would train with the old spec."""
+    denied = 'admission webhook "policy" denied the request'
+    refusal = api.emu.refuse("POST", RAYJOBS, 403, "Forbidden", denied, name="demo")
+    await api.create(minimal_body())
+    await wait_for(lambda: status_of(api).get("phase") == "Failed")
+    assert api.get(CONFIGMAPS, NS, "demo-config") is not None  # created before the refusal
+    api.emu.refusals.remove(refusal)
+    service = {"type": "LoadBalancer", "annotations": {"lb.example/internal": "true"}}
+    await api.patch(EXP, NS, "demo", {"spec": {"grpo": {"numRollouts": 12},
+                                               "gateway": {"service": service}}})  # fmt: skip
+    await wait_for(lambda: status_of(api).get("rayJobName"), what="the RayJob")
+    assert _config(api)["spec"]["grpo"]["numRollouts"] == 12
+    assert _config(api)["spec"]["gateway"]["service"]["type"] == "LoadBalancer"
+    made = api.get("v1/services", NS, "demo-gateway")
+    assert made is not None and made["spec"]["type"] == "LoadBalancer"
+    assert made["metadata"]["annotations"] == {"lb.example/internal": "true"}
+    assert len(_posts(api, RAYJOBS)) == 2  # the refused one, then this one
+
+
+async def test_a_rayjob_made_before_a_restart_keeps_the_config_it_mounts(
+    api: Api, operator: OperatorRun
+) -> None:
+    """The operator stopped after creating the RayJob and before writing the status, and the
+    spec changed meanwhile: the next operator adopts the RayJob (the change is refused as
+    an immutable one) and leaves the ConfigMap its pods mount as it was."""
+    await created(api)
+    await operator.stop()
+    await api.patch(EXP, NS, "demo", {"status": {"rayJobName": None}}, "status")
+    await api.patch(EXP, NS, "demo", {"spec": {"grpo": {"numRollouts": 12}}})
+    await operator.start()
+    st = await wait_for(lambda: (s := status_of(api)).get("observedGeneration") == 2 and s)
+    assert st["rayJobName"] == "demo"
+    assert conditions.is_true(st, ConditionType.IMMUTABLE_FIELD_CHANGED)
+    assert _config(api)["spec"]["grpo"]["numRollouts"] == 10
+    assert len(_posts(api, RAYJOBS)) == 1  # found, not created again
+
+
+def _config(api: Api) -> dict[str, object]:
+    cm = api.get(CONFIGMAPS, NS, "demo-config")
+    assert cm is not None
+    return dict(json.loads(cm["data"]["config.json"]))

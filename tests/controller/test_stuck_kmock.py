@@ -236,3 +236,41 @@ async def test_a_submitter_that_never_starts_leaves_a_running_rayjob_stalled(
     assert "kubectl describe job demo" in cond["message"]
     await api.patch(RAYJOBS, NS, "demo", {"status": {"jobStatus": "RUNNING"}}, "status")
     await wait_for(lambda: stalled(api) is None, what="Stalled cleared")
+
+
+def _replica_failure(pod: str) -> dict[str, Any]:
+    """A RayJob's status while KubeRay v1.6 cannot create a worker pod: the RayCluster's
+    `ReplicaFailure` condition (raycluster_controller.go, calculateStatus), mirrored into
+    the RayJob's `rayClusterStatus` while it initializes (rayjob_controller.go)."""
+    message = (f'FailedCreateWorkerPod\npods "{pod}" is forbidden: exceeded quota: gpus, '
+               "requested: requests.nvidia.com/gpu=8, used: requests.nvidia.com/gpu=0, "
+               "limited: requests.nvidia.com/gpu=4")  # fmt: skip
+    failure = {"type": "ReplicaFailure", "status": "True", "reason": "FailedCreateWorkerPod",
+               "message": message, "lastTransitionTime": "2026-01-01T00:00:00Z"}  # fmt: skip
+    return {"jobDeploymentStatus": "Initializing", "rayClusterName": "demo-raycluster-x7k2q",
+            "rayClusterStatus": {"state": "", "conditions": [failure]}}  # fmt: skip
+
+
+async def test_pods_kuberay_cannot_create_are_stalled_at_once(
+    api: Api, operator: OperatorRun
+) -> None:
+    """A GPU quota (or an admission policy) refuses the RayCluster's pods: there is no pod to
+    read, only KubeRay's ReplicaFailure condition, retried with a new pod name each time.
+    Stalled at once with its reason, one write and one event while it lasts."""
+    await initializing(api)
+    mark, events = len(api.emu.log), len(api.events("demo"))
+    await api.patch(RAYJOBS, NS, "demo", {"status": _replica_failure("demo-gpu-worker-aaaaa")},
+                    "status")  # fmt: skip
+    st = await wait_for(lambda: stalled(api), what="Stalled")
+    cond = conditions.get(st, STALLED)
+    assert cond is not None and cond["reason"] == "FailedCreateWorkerPod"
+    assert cond["message"].startswith("RayCluster demo-raycluster-x7k2q: FailedCreateWorkerPod: ")
+    assert 'pods "demo-gpu-worker-aaaaa" is forbidden: exceeded quota: gpus' in cond["message"]
+    for retry in ("bbbbb", "ccccc"):  # KubeRay tries again: another pod name, same trouble
+        again = _replica_failure(f"demo-gpu-worker-{retry}")
+        await api.patch(RAYJOBS, NS, "demo", {"status": again}, "status")
+    await api.patch(RAYJOBS, NS, "demo", {"status": {"rayClusterStatus": {"conditions": []}}},
+                    "status")  # fmt: skip
+    await wait_for(lambda: stalled(api) is None, what="Stalled cleared")
+    assert status_writes(api, mark) == 2  # stuck, then clear
+    assert api.reasons("demo")[events:] == ["Stalled"]

@@ -296,3 +296,30 @@ def test_invalid_spec_and_immutable_fields(
     reasons_become(kube, ns, "good", lambda r: "ImmutableFieldChanged" in r, what="refusal event")
     # Seconds and several sweeps later, the invalid spec still has its one event: no retries.
     assert [e["reason"] for e in events(kube, ns, "bad")] == ["InvalidSpec"]
+
+
+def test_pods_kuberay_cannot_create_stall_the_experiment(
+    kube_harness: KubeHarness, operator: OperatorProcess
+) -> None:
+    """KubeRay's ReplicaFailure, written into the RayJob's status the way KubeRay v1.6 mirrors
+    the RayCluster's, survives the real CRD's schema and makes the experiment Stalled."""
+    kube, ns, name = kube_harness, "e2e-replica-failure", "nopods"
+    kube.ensure_namespace(ns)
+    body = minimal_body()
+    body["metadata"] = {"name": name, "namespace": ns}
+    kube.apply(body)
+    wait(lambda: status(kube, ns, name).get("rayJobName"), what="RayJob created")
+    refusal = (f'FailedCreateWorkerPod\npods "{name}-raycluster-x7k2q-gpu-worker-abcde" is '
+               "forbidden: exceeded quota: gpus, requested: requests.nvidia.com/gpu=8, used: "
+               "requests.nvidia.com/gpu=0, limited: requests.nvidia.com/gpu=4")  # fmt: skip
+    failure = {"type": "ReplicaFailure", "status": "True", "reason": "FailedCreateWorkerPod",
+               "message": refusal, "lastTransitionTime": "2026-01-01T00:00:00Z"}  # fmt: skip
+    patch_rayjob_status(kube, ns, name, {
+        "jobDeploymentStatus": "Initializing", "rayClusterName": f"{name}-raycluster-x7k2q",
+        "rayClusterStatus": {"conditions": [failure]},
+    })  # fmt: skip
+    st = wait(lambda: condition(s := status(kube, ns, name), "Stalled").get("status") == "True"
+              and s, what="Stalled")  # fmt: skip
+    cond = condition(st, "Stalled")
+    assert cond["reason"] == "FailedCreateWorkerPod" and "exceeded quota: gpus" in cond["message"]
+    reasons_become(kube, ns, name, lambda r: "Stalled" in r, what="the Stalled event")

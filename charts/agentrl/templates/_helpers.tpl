@@ -143,11 +143,12 @@ owner references, and users delete RLExperiments.
 - apiGroups: ["ray.io"]
   resources: ["rayjobs"]
   verbs: ["get", "list", "watch", "create", "patch"]
-# Runtime-config and bundle-code ConfigMaps and the gateway/metrics Service: created once
-# (immutable in practice), read back on a name clash.
+# Runtime-config and bundle-code ConfigMaps and the gateway/metrics Service: created, read
+# back on a name clash, and patched only when one of ours was rendered from an earlier
+# generation while its RayJob does not exist yet (refused, or the operator stopped between).
 - apiGroups: [""]
   resources: ["configmaps", "services"]
-  verbs: ["get", "create"]
+  verbs: ["get", "create", "patch"]
 # Ray pods (labelled agentrl.io/experiment), watched to explain stuck ones (ImagePullBackOff,
 # Unschedulable); never read one by one, never exec, never write.
 - apiGroups: [""]

@@ -5,6 +5,9 @@ selected by the pods), concurrently, then the RayJob, so KubeRay never starts a 
 volumes are missing. An object of that name that is already ours is success (a rerun, an
 operator restart); one that is not stops the experiment with a name conflict; one left by a
 deleted experiment of the same name is waited for while the garbage collector removes it.
+One of ours rendered from an earlier generation (its RayJob was refused, or the operator
+stopped before creating it) is brought up to date before the RayJob is created, and left as
+it is when the RayJob already exists (its pods mount it).
 Once the RayJob exists, only the lifecycle values the experiment changed are patched onto it.
 
 Before the RayJob is created or patched, `check` (the installed KubeRay's CRD, see
@@ -118,10 +121,26 @@ async def _apply(
     failures = [r for r in results if isinstance(r, BaseException)]
     if failures:  # a refusal explains more than a transient error seen at the same time
         raise next((f for f in failures if isinstance(f, _Rejected)), failures[0])
-    for result in results:
+    stale: list[tuple[Obj, dict[str, Any]]] = []
+    for obj, result in zip(kids.prerequisites, results, strict=True):
         _, found = cast(tuple[Obj | None, Obj | None], result)
-        if found is not None and (problem := _foreign(found, meta["name"], uid)):
+        if found is None:
+            continue
+        if problem := _foreign(found, meta["name"], uid):
             return Applied(conflict=problem)
+        if (patch := children.refresh_patch(found, obj)) is not None:
+            stale.append((obj, patch))
+    if stale:
+        # Ours, but rendered for an earlier generation (its RayJob was refused, or the
+        # operator stopped before creating it, and the spec changed since). A RayJob
+        # created now must not mount the old runtime config; but one that exists already
+        # (the operator stopped after creating it) runs with these, so they stay.
+        read = kube.get(RAY_API, "RayJob", meta["namespace"], meta["name"])
+        if (existing := await _call(FAILED_CREATE, "reading", job, read)) is not None:
+            if problem := _foreign(existing, meta["name"], uid):
+                return Applied(conflict=problem)
+            return await _update(kube, uid, existing, job, spec, check=check)
+        await _refresh(kube, stale)
     created, found = await _call(FAILED_CREATE, "creating", job, kube.create(job))
     if found is not None:
         if problem := _foreign(found, meta["name"], uid):
@@ -130,6 +149,16 @@ async def _apply(
     return Applied(
         rayjob_name=meta["name"], rayjob_status=dict((created or {}).get("status") or {})
     )
+
+
+async def _refresh(kube: Kube, stale: Sequence[tuple[Obj, dict[str, Any]]]) -> None:
+    """Patch each (rendered object, patch) in place; one deleted meanwhile is waited for."""
+    for obj, patch in stale:
+        meta = obj["metadata"]
+        write = kube.patch(obj["apiVersion"], obj["kind"], meta["namespace"], meta["name"], patch)
+        if not await _call(FAILED_CREATE, "updating", obj, write):
+            raise Retry(f"{children.describe(obj)} was deleted while it was brought up to "
+                        "date", PREDECESSOR_WAIT)  # fmt: skip
 
 
 async def _call(reason: str, verb: str, what: Mapping[str, Any], request: Awaitable[T]) -> T:

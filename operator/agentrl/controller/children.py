@@ -75,3 +75,53 @@ def lifecycle_patch(
     if QUEUE_KEY in changed:
         patch["metadata"]["labels"] = {LABEL_KUEUE_QUEUE: changed[QUEUE_KEY]}
     return patch
+
+
+# Service fields the renderer writes only for some specs: one an earlier generation wrote and
+# this one does not is removed (a merge patch keeps what it does not name).
+OPTIONAL_SERVICE_FIELDS = ("loadBalancerSourceRanges",)
+
+
+def refresh_patch(existing: Mapping[str, Any], desired: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A merge patch that makes a prerequisite created for an earlier generation (ours, but
+    rendered from another spec) what this generation renders; None when it already is.
+
+    For a ConfigMap or Service that exists while its RayJob does not (the RayJob was refused,
+    or the operator stopped between the two): no pod uses it yet, so it is made exactly as
+    rendered, annotations included. The bundle ConfigMap is immutable and named by its
+    content, so one of that name is already right. What the API server fills in (a Service's
+    clusterIP, a port's nodePort, defaults) is kept: only what we render is compared."""
+    if desired.get("immutable"):
+        return None
+    patch: dict[str, Any] = {}
+    want_notes = (desired.get("metadata") or {}).get("annotations") or {}
+    have_notes = (existing.get("metadata") or {}).get("annotations") or {}
+    if want_notes != have_notes:
+        patch["metadata"] = {"annotations": _replacing(have_notes, want_notes)}
+    for key in ("data", "binaryData"):
+        want, have = desired.get(key) or {}, existing.get(key) or {}
+        if want != have:
+            patch[key] = _replacing(have, want)
+    if "spec" in desired:
+        want_spec, have_spec = desired["spec"], existing.get("spec") or {}
+        spec = {k: v for k, v in want_spec.items() if not _within(v, have_spec.get(k))}
+        spec.update({k: None for k in OPTIONAL_SERVICE_FIELDS
+                     if k in have_spec and k not in want_spec})  # fmt: skip
+        if spec:
+            patch["spec"] = spec
+    return patch or None
+
+
+def _replacing(have: Mapping[str, Any], want: Mapping[str, Any]) -> dict[str, Any]:
+    """A merge patch of one map that leaves exactly `want` (a None value removes a key)."""
+    return {**{k: None for k in have if k not in want}, **want}
+
+
+def _within(want: Any, have: Any) -> bool:
+    """Whether `have` says everything `want` says (it may hold more: server defaults)."""
+    if isinstance(want, Mapping):
+        return isinstance(have, Mapping) and all(_within(v, have.get(k)) for k, v in want.items())
+    if isinstance(want, list):
+        return (isinstance(have, list) and len(want) == len(have)
+                and all(_within(w, h) for w, h in zip(want, have, strict=True)))  # fmt: skip
+    return bool(want == have)

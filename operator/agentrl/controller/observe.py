@@ -22,6 +22,10 @@ a large image downloads. Only its events tell the two apart (`FailedMount` and i
 `pkg/kubelet/events/event.go` at v1.20.2), so a pod still creating past a bound is checked
 against its events (`creating_trouble`), and only then.
 
+Pods KubeRay cannot create at all (the API server refused them) leave no pod to read;
+KubeRay's `ReplicaFailure` condition, mirrored into the RayJob's status, says why
+(`cluster_trouble`).
+
 One trouble, one set of words: the kubelet flips an image pull between `ErrImagePull` and
 `ImagePullBackOff` at every retry and rewrites a crash loop's back-off delay into its
 message, and the scheduler rewrites its node counts. A pod's trouble is therefore recorded
@@ -55,6 +59,9 @@ EVENT_REASONS = frozenset(
     {"FailedMount", "FailedAttachVolume", "FailedMapVolume", "FailedCreatePodSandBox"}
 )
 UNSCHEDULABLE = "Unschedulable"
+# KubeRay's RayCluster condition for pods it could not create or delete (a quota, an admission
+# policy): `RayClusterReplicaFailure` in ray-operator/apis/ray/v1/raycluster_types.go.
+REPLICA_FAILURE = "ReplicaFailure"
 MESSAGE_MAX = 300  # keep status and events short; the pod has the full text
 
 Trouble = tuple[str, str]  # (reason, message)
@@ -90,6 +97,25 @@ def _crash_text(cs: Mapping[str, Any]) -> str:
         return ""
     how = f" ({ended['reason']})" if ended.get("reason") else ""
     return f"exited with code {ended['exitCode']}{how}; the kubelet restarts it with back-off"
+
+
+def cluster_trouble(rayjob: Mapping[str, Any] | None) -> Trouble | None:
+    """(reason, message) when KubeRay cannot create (or delete) the Ray cluster's pods.
+
+    Then there is no pod to read: the API server refused it (a ResourceQuota on GPUs, a
+    policy webhook, Pod Security). KubeRay v1.6 records that on the RayCluster as a
+    `ReplicaFailure` condition (reason `FailedCreateHeadPod`, `FailedCreateWorkerPod`, ...;
+    its message the reason, a newline, and the API server's refusal) and mirrors the
+    RayCluster's status into the RayJob's `rayClusterStatus` while it initializes. It retries
+    with a new pod name each time, so only the reason identifies the trouble."""
+    cluster = (rayjob or {}).get("rayClusterStatus") or {}
+    for cond in cluster.get("conditions") or ():
+        if cond.get("type") == REPLICA_FAILURE and cond.get("status") == "True":
+            reason = str(cond.get("reason") or REPLICA_FAILURE)
+            message = str(cond.get("message") or "")
+            message = message.removeprefix(reason).lstrip("\n ").replace("\n", "; ")
+            return reason, _short(message)
+    return None
 
 
 def same_trouble(old: str, new: str) -> bool:

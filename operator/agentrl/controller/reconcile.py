@@ -330,6 +330,11 @@ class Controller:
                 return
             base, now = exp.status, self.now()
             new = status.apply_spec(base, outcome, now) if outcome else base
+            found = observe.cluster_trouble(exp.rayjob)
+            old = exp.cluster_trouble
+            if found is None or old is None or found[0] != old[0]:
+                exp.cluster_trouble = old = found
+            cluster = (exp.rayjob or {}).get("rayClusterName") or base.get("rayClusterName")
             seen = status.Observed(
                 rayjob=exp.rayjob,
                 stuck=[(pod, r, m) for pod, (r, m) in exp.stuck.items()],
@@ -337,6 +342,8 @@ class Controller:
                 startup_deadline=exp.startup_deadline,
                 rayjob_deleted=exp.rayjob_deleted,
                 checkpoint=exp.checkpoint,
+                cluster=(str(cluster or "of this experiment"), *old) if old else None,
+                suspended=status.suspended_message(exp.spec),
             )
             new = status.apply_observed(new, seen, now)
             if exp.progress is not None:

@@ -48,6 +48,9 @@ class Experiment:
     # pod -> (reason, message), in the order the pods were found stuck (the first speaks)
     stuck: dict[str, tuple[str, str]] = field(default_factory=dict)
     creating: dict[str, str] = field(default_factory=dict)  # pod -> when it began creating
+    # (reason, message) while KubeRay cannot create the cluster's pods, its first words kept
+    # while the reason stays (each retry names a new pod)
+    cluster_trouble: tuple[str, str] | None = None
     pods: dict[str, str] = field(default_factory=dict)  # pod -> component (metrics' pod map)
     written: Obj | None = None  # the status this process last wrote
     counted: str | None = None  # the phase agentrl_experiments counts it under

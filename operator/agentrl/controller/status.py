@@ -92,6 +92,10 @@ class Observed:
     # names one (an operator restart). Unless that last status is finished, the run failed.
     rayjob_deleted: bool = False
     checkpoint: str | None = None  # spec.checkpoint.path when a new run resumes from it
+    # (RayCluster, reason, message): KubeRay cannot create the cluster's pods (no pod to read).
+    cluster: tuple[str, str, str] | None = None
+    # What holds a Suspended run, from the spec (`suspended_message`): the Suspended message.
+    suspended: str = ""
 
 
 def apply_spec(old: Mapping[str, Any], out: SpecOutcome, now: str) -> Status:
@@ -189,7 +193,7 @@ def apply_observed(old: Mapping[str, Any], seen: Observed, now: str) -> Status:
     st["phase"] = str(phase)
     _times(st, rj, phase, now, ended=deleted)
     _attempts(st, rj)
-    _phase_conditions(st, phase, reason, now)
+    _phase_conditions(st, phase, reason, now, suspended=seen.suspended)
     _stalled(st, seen, phase, now)
     return st
 
@@ -277,11 +281,29 @@ def _attempts(st: Status, rj: Mapping[str, Any] | None) -> None:
     st["attempts"] = max(attempts, int(st.get("attempts") or 0))
 
 
-def _phase_conditions(st: Status, phase: Phase, reason: str, now: str) -> None:
+def suspended_message(spec: Mapping[str, Any]) -> str:
+    """Who holds a Suspended run: its own `spec.suspend`, or Kueue until it admits the
+    workload (KubeRay reports both alike; while Kueue waits for quota no pod exists, so
+    nothing else would say why nothing starts)."""
+    queue = (spec.get("scheduling") or {}).get("queueName")
+    if spec.get("suspend"):
+        return "spec.suspend is true: the Ray cluster is deleted; set it to false to resume"
+    if queue:
+        return (f"Kueue holds the RayJob until LocalQueue {queue} (spec.scheduling.queueName) "
+                "admits its workload; no pod runs meanwhile. `kubectl get workloads` in this "
+                "namespace shows what it waits for")  # fmt: skip
+    return ""
+
+
+def _phase_conditions(
+    st: Status, phase: Phase, reason: str, now: str, *, suspended: str = ""
+) -> None:
     message = st.get("rayJob", {}).get("message", "")
     for ctype, target in ((C.RUNNING, Phase.RUNNING), (C.SUSPENDED, Phase.SUSPENDED),
                           (C.SUCCEEDED, Phase.SUCCEEDED)):  # fmt: skip
-        conditions.put_if_relevant(st, ctype, phase == target, reason=reason, message="", now=now)
+        note = suspended if ctype == C.SUSPENDED and phase == target else ""
+        conditions.put_if_relevant(st, ctype, phase == target, reason=reason, message=note,
+                                   now=now)  # fmt: skip
     if phase == Phase.FAILED and reason in SPEC_FAILURES:
         message = (conditions.get(st, SPEC_FAILURES[reason]) or {}).get("message", "")
     if phase == Phase.FAILED and reason == conditions.RAYJOB_DELETED:
@@ -292,7 +314,8 @@ def _phase_conditions(st: Status, phase: Phase, reason: str, now: str) -> None:
 
 
 def _stalled(st: Status, seen: Observed, phase: Phase, now: str) -> None:
-    """Stuck pods, or the startup deadline passed before the run started.
+    """Stuck pods, pods KubeRay cannot create, or the startup deadline passed before the run
+    started.
 
     Every message is stable while the trouble lasts: it names the pod, the reason and the
     moment the clock started, never an age, so a stuck experiment costs one status write
@@ -304,6 +327,11 @@ def _stalled(st: Status, seen: Observed, phase: Phase, now: str) -> None:
     if seen.stuck:
         pod, reason, message = seen.stuck[0]
         text = f"pod {pod}: {reason}" + (f": {message}" if message else "")
+        conditions.put(st, C.STALLED, True, reason=reason, message=text, now=now)
+        return
+    if seen.cluster:
+        cluster, reason, message = seen.cluster
+        text = f"RayCluster {cluster}: {reason}" + (f": {message}" if message else "")
         conditions.put(st, C.STALLED, True, reason=reason, message=text, now=now)
         return
     late = startup_overdue(st, seen, phase, now)
