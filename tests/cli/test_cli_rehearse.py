@@ -48,6 +48,7 @@ def test_the_launch_command_serves_a_hub_id_and_not_a_tokenizer_only_model_dir(
     only its local copy to serve."""
     tokenizer_only = tmp_path / "qwen2.5-7b"
     tokenizer_only.mkdir()
+    (tokenizer_only / "tokenizer.json").write_text("{}")
     code, _, err = run(capsys, "rehearse", "-f", HTTP_EXAMPLE, "--model-dir", tokenizer_only)
     assert code == 2
     assert "--model-path Qwen/Qwen2.5-7B-Instruct --tool-call-parser qwen25" in err
@@ -146,3 +147,25 @@ def test_a_checkpoint_only_the_pods_have_asks_for_a_local_copy(
                        "--data", data, "--out", tmp_path / "out")  # fmt: skip
     assert code == 2
     assert "spec.model.path is /models/qwen2.5-7b-instruct" in err and "--model-dir" in err
+
+
+@pytest.mark.parametrize("local_spec", [False, True])
+def test_a_model_dir_without_tokenizer_files_says_what_to_copy(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, local_spec: bool
+) -> None:
+    """transformers' own error for it blamed a missing sentencepiece or tiktoken."""
+    empty = tmp_path / "qwen2.5-7b"
+    (empty / "weights").mkdir(parents=True)
+    spec, flags = HTTP_EXAMPLE, ["--model-dir", empty]
+    if local_spec:  # spec.model.path readable here, as on a machine that mounts the volume
+        body = yaml.safe_load(HTTP_EXAMPLE.read_text())
+        body["spec"]["model"].update(path=str(empty), rendererFamily="default")
+        spec, flags = tmp_path / "local.yaml", []
+        spec.write_text(yaml.safe_dump(body))
+    data = EXAMPLES_DIR / "data" / "web-train.jsonl"
+    code, _, err = run(capsys, "rehearse", "-f", spec, "--engine", "http://127.0.0.1:1", *flags,
+                       "--data", data, "--out", tmp_path)  # fmt: skip
+    assert code == 2
+    what = f"spec.model.path {empty}" if local_spec else f"--model-dir {empty}"
+    assert f"error: {what} holds no tokenizer files (tokenizer.json, " in err
+    assert "--include 'tokenizer*'" in err

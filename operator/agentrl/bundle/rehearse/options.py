@@ -15,6 +15,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Final
 
 from agentrl.api.constants import SPLIT_EVAL, SPLIT_TRAIN
 from agentrl.api.data_rows import PREFLIGHT_ROWS, ROW_SHAPE, row_problem
@@ -23,6 +24,12 @@ from agentrl.api.rules import is_local_path
 from agentrl.bundle.rehearse.report import RehearsalError
 from agentrl.bundle.rollout.episode import EpisodeInput, EpisodeSpec
 from agentrl.bundle.rollout.inputs import eval_spec, read_groups, train_spec
+
+# What a tokenizer loads from: the fast tokenizer, its config, sentencepiece, or BPE vocab
+# (and tiktoken files, `*.tiktoken`).
+TOKENIZER_FILES: Final = frozenset(
+    {"tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json"}
+)
 
 
 @dataclass(frozen=True)
@@ -128,13 +135,29 @@ def _local(path: str, where: str) -> Path:
 
 
 def _check_model(path: str, model_dir: Path | None) -> None:
-    """The tokenizer's checkpoint is readable here: `--model-dir`, a hub id, or a local path."""
+    """The tokenizer's checkpoint is readable here: `--model-dir`, a hub id, or a local path
+    that holds tokenizer files (transformers' own error for a directory without any blames
+    a missing sentencepiece or tiktoken)."""
     if model_dir is not None:
         if not model_dir.is_dir():
             raise RehearsalError(f"--model-dir {model_dir}: no such directory")
-    elif is_local_path(path) and not Path(path).is_dir():
-        raise RehearsalError(
-            f"spec.model.path is {path}, which does not exist on this machine (it is a path in "
-            "the pods); pass --model-dir with a local copy of the checkpoint (its tokenizer "
-            "files are enough)"
-        )
+        _check_tokenizer_files(model_dir, f"--model-dir {model_dir}")
+    elif is_local_path(path):
+        if not Path(path).is_dir():
+            raise RehearsalError(
+                f"spec.model.path is {path}, which does not exist on this machine (it is a path "
+                "in the pods); pass --model-dir with a local copy of the checkpoint (its "
+                "tokenizer files are enough)"
+            )
+        _check_tokenizer_files(Path(path), f"spec.model.path {path}")
+
+
+def _check_tokenizer_files(directory: Path, what: str) -> None:
+    names = {p.name for p in directory.iterdir()}
+    if names & TOKENIZER_FILES or any(n.endswith(".tiktoken") for n in names):
+        return
+    raise RehearsalError(
+        f"{what} holds no tokenizer files ({', '.join(sorted(TOKENIZER_FILES))}); copy them "
+        "from the checkpoint, e.g. huggingface-cli download <hub id> --include 'tokenizer*' "
+        f"config.json --local-dir {directory}"
+    )
