@@ -44,6 +44,7 @@ def test_all_problems_at_once() -> None:
     assert set(paths(problems)) == {
         "metadata.name",
         "spec.resources.parallelism",
+        "spec.resources.parallelism.tensor",  # nor does it divide the model's 14 heads
         "spec.resources.rolloutGpusPerEngine",
         "spec.grpo.globalBatchSize",
     }
@@ -55,7 +56,11 @@ def test_a_typo_does_not_hide_the_cross_field_rules() -> None:
     )
     exp, problems = parse_experiment(body)
     assert exp is None
-    assert set(paths(problems)) == {"spec.grpo.lerningRate", "spec.resources.parallelism"}
+    assert set(paths(problems)) == {
+        "spec.grpo.lerningRate",
+        "spec.resources.parallelism",
+        "spec.resources.parallelism.tensor",  # 3 divides neither 8 GPUs nor the 14 heads
+    }
 
 
 def test_snake_case_keys_are_unknown_with_the_camel_case_spelling() -> None:
