@@ -33,11 +33,13 @@ OUT = Path(__file__).resolve().parent.parent / "operator/agentrl/api/upstream_na
 TOOL_TABLE = ("sglang/srt/function_call/function_call_parser.py", "ToolCallParserEnum")
 REASONING_TABLE = ("sglang/srt/parser/reasoning_parser.py", "DetectorMap")
 SERVER_ARGS = "sglang/srt/server_args.py"
+LINE_LENGTH = 100  # pyproject.toml's [tool.ruff] line-length
 # agentrl.api.model_layout.SCRIPT_FLAGS (tests/api/test_api_model_layout.py keeps them equal);
 # the last two groups are switches, the rest take a value.
 LAYOUT_VALUE_FLAGS = (
     "--num-layers",
     "--num-experts",
+    "--num-attention-heads",
     "--decoder-first-pipeline-num-layers",
     "--decoder-last-pipeline-num-layers",
     "--pipeline-model-parallel-layout",
@@ -143,10 +145,7 @@ def table(rows: list[tuple[str, Path, Path]]) -> str:
         (only,) = seen if len(seen) == 1 else (None,)
         if only is not None:
             agreed[name] = only
-    layout_lines = "".join(
-        f"    {_q(name)}: ({', '.join(_q(a) for a in args)}{',' * (len(args) == 1)}),\n"
-        for name, args in agreed.items()
-    )
+    layout_lines = "".join(_entry(name, args) for name, args in agreed.items())
 
     return f'''"""Names the supported slime images accept: generated, do not edit by hand.
 
@@ -167,6 +166,15 @@ REASONING_PARSERS: Final[dict[str, tuple[str, ...]]] = {mapping(reasoning)}
 MODEL_LAYOUT_ARGS: Final[dict[str, tuple[str, ...]]] = {{
 {layout_lines}}}
 '''
+
+
+def _entry(name: str, args: tuple[str, ...]) -> str:
+    """One `name: (args...)` line, or, past ruff's line length, one item a line, as ruff
+    format writes a collection that does not fit."""
+    line = f"    {_q(name)}: ({', '.join(_q(a) for a in args)}{',' * (len(args) == 1)}),\n"
+    if len(line) - 1 <= LINE_LENGTH:
+        return line
+    return f"    {_q(name)}: (\n" + "".join(f"        {_q(a)},\n" for a in args) + "    ),\n"
 
 
 def _q(text: str) -> str:

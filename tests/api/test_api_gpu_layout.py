@@ -51,9 +51,16 @@ def test_slime_starts_each_engine_at_its_first_bundle(row: str) -> None:
     assert re.search(r"base_gpu_id = int\(reordered_gpu_ids\[gpu_index\]\)", source)
 
 
-def _found(**resources: Any) -> list[str]:
+# 48 attention heads: tensor 3 and 8 divide them (the minimal spec's Qwen2.5-0.5B has 14).
+GLM4_32B = {"path": "THUDM/GLM-4-32B-0414", "type": "glm4-32B", "refLoad": "/models/glm4-32b"}
+
+
+def _found(model: dict[str, Any] | None = None, **resources: Any) -> list[str]:
     grpo = {"numRollouts": 10, "rolloutBatchSize": 24}
-    return [str(p) for p in parse_experiment(minimal_body(resources=resources, grpo=grpo))[1]]
+    body = minimal_body(resources=resources, grpo=grpo)
+    if model is not None:
+        body["spec"]["model"] = model
+    return [str(p) for p in parse_experiment(body)[1]]
 
 
 @pytest.mark.parametrize(
@@ -86,4 +93,4 @@ def test_groups_across_nodes_are_named(resources: dict[str, Any], words: str) ->
     ],
 )  # fmt: skip
 def test_layouts_that_fit_the_nodes_pass(resources: dict[str, Any]) -> None:
-    assert not [p for p in _found(**resources) if "spec.resources" in p]
+    assert not [p for p in _found(GLM4_32B, **resources) if "spec.resources" in p]

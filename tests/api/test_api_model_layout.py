@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from tests.conftest import ROOT, minimal_body
+from tests.support import slime_upstream
 
 from agentrl.api import model_layout
 from agentrl.api.upstream_names import MODEL_LAYOUT_ARGS
@@ -49,9 +50,12 @@ def test_the_generator_reads_the_flags_the_rule_judges() -> None:
 
 
 def test_every_supported_model_type_has_its_layers() -> None:
-    assert MODEL_LAYOUT_ARGS["qwen2.5-3B"] == ("--num-layers", "36")
-    assert MODEL_LAYOUT_ARGS["qwen3-30B-A3B"] == ("--num-layers", "48", "--num-experts", "128")
+    assert MODEL_LAYOUT_ARGS["qwen2.5-3B"] == ("--num-layers", "36", "--num-attention-heads", "16")
+    assert MODEL_LAYOUT_ARGS["qwen3-30B-A3B"] == (
+        "--num-attention-heads", "32", "--num-layers", "48", "--num-experts", "128"
+    )  # fmt: skip
     assert all("--num-layers" in args for args in MODEL_LAYOUT_ARGS.values())
+    assert all("--num-attention-heads" in args for args in MODEL_LAYOUT_ARGS.values())
 
 
 @pytest.mark.parametrize(
@@ -65,6 +69,11 @@ def test_every_supported_model_type_has_its_layers() -> None:
          "needs a mixture-of-experts model, and model.type 'qwen2.5-7B' has no experts"),
         ("glm4.5-355B-A32B", {"expert": 64, "nodes": 8}, "spec.resources.parallelism.expert: "
          "expert parallelism 64 does not divide the 160 experts"),
+        # 8 GPUs divide by tensor 8: only the model's 28 heads do not.
+        ("qwen2.5-7B", {"tensor": 8}, "spec.resources.parallelism.tensor: tensor parallelism 8 "
+         "does not divide the 28 attention heads of model.type 'qwen2.5-7B'"),
+        ("glm4.7-30B-A3B", {"tensor": 8}, "spec.resources.parallelism.tensor: tensor "
+         "parallelism 8 does not divide the 20 attention heads"),
     ],
 )  # fmt: skip
 def test_a_layout_megatron_stops_on_is_refused(
@@ -82,6 +91,9 @@ def test_a_layout_megatron_stops_on_is_refused(
         ("qwen3-32B", {"pipeline": 8}),
         ("qwen3-30B-A3B", {"expert": 8}),
         ("qwen2.5-7B", {}),
+        ("qwen2.5-7B", {"tensor": 4}),
+        ("qwen2.5-7B", {"tensor": 2}),
+        ("qwen3-32B", {"tensor": 8}),
         ("deepseek-v3", {}),
     ],
 )
@@ -106,6 +118,30 @@ def test_extra_args_count_as_slime_reads_them() -> None:
     assert any("28 layers (+1: --account-for-embedding" in p for p in embedding), embedding
 
 
+def test_tensor_parallelism_in_extra_args_is_judged_as_slime_reads_it() -> None:
+    over = _problems("qwen2.5-7B", {"tensor": 4}, ["--tensor-model-parallel-size", "8"])
+    assert any(
+        p.startswith("spec.runtime.extraArgs: tensor parallelism 8 does not divide the 28")
+        for p in over
+    ), over
+    assert _layout(_problems("qwen2.5-7B", {"tensor": 8}, ["--tensor-model-parallel-size=4"])) == []
+
+
+def test_the_heads_rule_quotes_megatron_s_own_check() -> None:
+    """Megatron's TransformerConfig raises it when slime builds the model on the GPU workers,
+    after validate_args let the command line through (upstream tier: the pinned snapshot)."""
+    source = slime_upstream.MEGATRON / "megatron/core/transformer/transformer_config.py"
+    if not source.is_file():
+        pytest.skip("Megatron-LM's snapshot is not here")
+    text = source.read_text(encoding="utf-8")
+    assert "if self.num_attention_heads % self.tensor_model_parallel_size != 0:" in text
+    assert "must be a multiple of " in text and "tensor_model_parallel_size (" in text
+    (problem,) = _layout(_problems("qwen2.5-7B", {"tensor": 8}))
+    assert "'num_attention_heads (28) must be a multiple of tensor_model_parallel_size (8)'" in (
+        problem
+    )
+
+
 def test_an_own_slime_makes_it_a_warning() -> None:
     found = _layout(_problems("qwen2.5-7B", {"expert": 2}, slime_dir="/opt/slime"))
     assert found and all(p.startswith("warning: spec.resources.parallelism.expert") for p in found)
@@ -120,5 +156,6 @@ def test_the_examples_pass(example_body: dict[str, Any]) -> None:
         par.get("pipeline", 1),
         par.get("expert", 1),
         spec.get("runtime", {}).get("extraArgs", []),
+        tensor=par.get("tensor", 2),
     )
     assert model_layout.judge(runs, spec["model"]["type"]) == []

@@ -44,6 +44,7 @@ def test_all_problems_at_once() -> None:
     assert set(paths(problems)) == {
         "metadata.name",
         "spec.resources.parallelism",
+        "spec.resources.parallelism.tensor",  # nor does it divide the model's 14 heads
         "spec.resources.rolloutGpusPerEngine",
         "spec.grpo.globalBatchSize",
     }
@@ -55,7 +56,11 @@ def test_a_typo_does_not_hide_the_cross_field_rules() -> None:
     )
     exp, problems = parse_experiment(body)
     assert exp is None
-    assert set(paths(problems)) == {"spec.grpo.lerningRate", "spec.resources.parallelism"}
+    assert set(paths(problems)) == {
+        "spec.grpo.lerningRate",
+        "spec.resources.parallelism",
+        "spec.resources.parallelism.tensor",  # 3 divides neither 8 GPUs nor the 14 heads
+    }
 
 
 def test_snake_case_keys_are_unknown_with_the_camel_case_spelling() -> None:
@@ -196,10 +201,56 @@ def test_an_http_agent_outside_the_cluster_without_public_url_is_warned(
     body = minimal_body(agent={"http": {"url": url}})
     exp, problems = parse_experiment(body)
     assert exp is not None
+    # (a loopback url has a warning of its own, on spec.agent.http.url)
+    problems = [p for p in problems if p.path != "spec.agent.http.url"]
     found = [(p.path, p.severity) for p in problems]
     assert found == ([("spec.gateway.publicUrl", "warning")] if outside else [])
     if outside:
         assert "_rollout.callback_url" in problems[0].message
+    body["spec"]["gateway"] = {"publicUrl": "https://agentrl-gw.example.com"}
+    assert [p for p in parse_experiment(body)[1] if p.path != "spec.agent.http.url"] == []
+
+
+@pytest.mark.parametrize(
+    ("url", "loopback"),
+    [
+        ("http://localhost:8000/v1/episodes", True),
+        ("http://LOCALHOST.:8000", True),
+        ("http://agent.localhost:8000", True),
+        ("http://127.0.0.1:8000/v1/episodes", True),
+        ("http://127.0.1.1:8000", True),  # Debian's /etc/hosts name for the machine itself
+        ("http://[::1]:8000", True),
+        ("http://0.0.0.0:8000", True),  # connects to the local host
+        ("http://agent.rl.svc:8080", False),
+        ("http://10.0.3.7:8080", False),
+        ("http://localhost-agent.rl.svc:8080", False),
+    ],
+)
+def test_a_loopback_agent_url_is_warned_naming_the_field_and_rehearse_flag(
+    url: str, loopback: bool
+) -> None:
+    """In the pods, loopback is the Ray pod itself: every episode would fail as agent_error.
+    It is the URL that works on a laptop, and a rehearsal without --agent-url passes with it."""
+    exp, problems = parse_experiment(minimal_body(agent={"http": {"url": url}}))
+    assert exp is not None  # a warning: validate and the operator still accept it
+    found = [p for p in problems if p.path == "spec.agent.http.url"]
+    if not loopback:
+        assert found == []
+        return
+    (problem,) = found
+    assert problem.severity == "warning" and "loopback" in problem.message
+    assert "agent_error" in problem.message and "--agent-url" in problem.hint
+    assert "<service>.<namespace>.svc" in problem.hint
+
+
+def test_a_loopback_public_url_is_warned() -> None:
+    """Agents would be handed their own machine to call the model and post results at."""
+    body = minimal_body(agent={"http": {"url": "http://agent.rl.svc:8080"}})
+    body["spec"]["gateway"] = {"publicUrl": "http://127.0.0.1:9090"}
+    exp, problems = parse_experiment(body)
+    assert exp is not None
+    assert [(p.path, p.severity) for p in problems] == [("spec.gateway.publicUrl", "warning")]
+    assert "--gateway-url" in problems[0].hint
     body["spec"]["gateway"] = {"publicUrl": "https://agentrl-gw.example.com"}
     assert parse_experiment(body)[1] == []
 

@@ -34,7 +34,30 @@ def test_without_engine_the_error_says_how_to_start_one(
 ) -> None:
     code, out, err = run(capsys, "rehearse", "-f", HTTP_EXAMPLE)
     assert (code, out) == (2, "")
-    assert "--engine is required" in err and "python -m sglang.launch_server" in err
+    assert "--engine is required" in err
+    # As docs/rehearse.md says: the spec's model and the SGLang flags it implies.
+    assert "python -m sglang.launch_server --model-path Qwen/Qwen2.5-7B-Instruct" in err
+    assert "--tool-call-parser qwen25" in err
+
+
+def test_the_launch_command_serves_a_hub_id_and_not_a_tokenizer_only_model_dir(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """docs/rehearse.md's --model-dir holds the tokenizer's files only: SGLang cannot serve
+    that directory, and the spec's hub id downloads the weights. A path in the pods has
+    only its local copy to serve."""
+    tokenizer_only = tmp_path / "qwen2.5-7b"
+    tokenizer_only.mkdir()
+    (tokenizer_only / "tokenizer.json").write_text("{}")
+    code, _, err = run(capsys, "rehearse", "-f", HTTP_EXAMPLE, "--model-dir", tokenizer_only)
+    assert code == 2
+    assert "--model-path Qwen/Qwen2.5-7B-Instruct --tool-call-parser qwen25" in err
+    body = yaml.safe_load(HTTP_EXAMPLE.read_text())
+    body["spec"]["model"].update(path="/models/qwen2.5-7b-instruct", rendererFamily="default")
+    local = tmp_path / "local.yaml"
+    local.write_text(yaml.safe_dump(body))
+    code, _, err = run(capsys, "rehearse", "-f", local, "--model-dir", tokenizer_only)
+    assert code == 2 and f"--model-path {tokenizer_only} --tool-call-parser qwen25" in err
 
 
 def test_an_engine_nobody_serves_is_refused_with_the_spec_s_launch_command(
@@ -124,3 +147,25 @@ def test_a_checkpoint_only_the_pods_have_asks_for_a_local_copy(
                        "--data", data, "--out", tmp_path / "out")  # fmt: skip
     assert code == 2
     assert "spec.model.path is /models/qwen2.5-7b-instruct" in err and "--model-dir" in err
+
+
+@pytest.mark.parametrize("local_spec", [False, True])
+def test_a_model_dir_without_tokenizer_files_says_what_to_copy(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, local_spec: bool
+) -> None:
+    """transformers' own error for it blamed a missing sentencepiece or tiktoken."""
+    empty = tmp_path / "qwen2.5-7b"
+    (empty / "weights").mkdir(parents=True)
+    spec, flags = HTTP_EXAMPLE, ["--model-dir", empty]
+    if local_spec:  # spec.model.path readable here, as on a machine that mounts the volume
+        body = yaml.safe_load(HTTP_EXAMPLE.read_text())
+        body["spec"]["model"].update(path=str(empty), rendererFamily="default")
+        spec, flags = tmp_path / "local.yaml", []
+        spec.write_text(yaml.safe_dump(body))
+    data = EXAMPLES_DIR / "data" / "web-train.jsonl"
+    code, _, err = run(capsys, "rehearse", "-f", spec, "--engine", "http://127.0.0.1:1", *flags,
+                       "--data", data, "--out", tmp_path)  # fmt: skip
+    assert code == 2
+    what = f"spec.model.path {empty}" if local_spec else f"--model-dir {empty}"
+    assert f"error: {what} holds no tokenizer files (tokenizer.json, " in err
+    assert "--include 'tokenizer*'" in err

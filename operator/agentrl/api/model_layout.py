@@ -1,7 +1,8 @@
 """The model's layers and experts against Megatron's parallelism (pure).
 
 slime's `parse_args`, in the driver on a GPU worker once the whole gang is scheduled, runs
-Megatron's `validate_args`, which stops on two facts of the model that no GPU count can show:
+Megatron's `validate_args`, which stops on two facts of the model that no GPU count can show,
+and Megatron's `TransformerConfig` on a third when slime builds the model:
 
 - pipeline parallelism must divide the model's layers (`--num-layers`, plus one for each of
   `--account-for-embedding-in-pipeline-split` and `--account-for-loss-in-pipeline-split`),
@@ -9,11 +10,13 @@ Megatron's `validate_args`, which stops on two facts of the model that no GPU co
   hand (`--pipeline-model-parallel-layout`, virtual pipeline stages), which Megatron judges
   elsewhere and which are not judged here;
 - expert parallelism above 1 needs a mixture-of-experts model (`--num-experts`), and must
-  divide its experts.
+  divide its experts;
+- tensor parallelism must divide the model's attention heads (`--num-attention-heads`).
 
 See `validate_args` of the Megatron both supported slime rows build with:
 https://github.com/NVIDIA/Megatron-LM/blob/1dcf0dafa884ad52ffb243625717a3471643e087/megatron/training/arguments.py#L570-L571
-(layers) and #L1024-L1027 (experts).
+(layers) and #L1024-L1027 (experts), and `TransformerConfig.__post_init__` (heads):
+https://github.com/NVIDIA/Megatron-LM/blob/1dcf0dafa884ad52ffb243625717a3471643e087/megatron/core/transformer/transformer_config.py#L939-L943
 
 The model's numbers are slime's `scripts/models/<type>.sh` (its `MODEL_ARGS`, which come
 first in slime's command line): at admission, from the table generated from the supported
@@ -37,6 +40,8 @@ from agentrl.api.upstream_names import MODEL_LAYOUT_ARGS
 # model script into upstream_names.MODEL_LAYOUT_ARGS; a test keeps the two lists equal).
 NUM_LAYERS: Final = "--num-layers"
 NUM_EXPERTS: Final = "--num-experts"
+NUM_HEADS: Final = "--num-attention-heads"
+TENSOR: Final = "--tensor-model-parallel-size"
 PIPELINE: Final = "--pipeline-model-parallel-size"
 EXPERT: Final = "--expert-model-parallel-size"
 # Each adds one layer to what the pipeline stages split.
@@ -53,10 +58,11 @@ UNEVEN_SPLIT: Final = (
     "--num-layers-per-virtual-pipeline-stage",
     "--num-virtual-stages-per-pipeline-rank",
 )
-SCRIPT_FLAGS: Final = (NUM_LAYERS, NUM_EXPERTS, *SPLIT_EXTRA, *UNEVEN_SPLIT)
+SCRIPT_FLAGS: Final = (NUM_LAYERS, NUM_EXPERTS, NUM_HEADS, *SPLIT_EXTRA, *UNEVEN_SPLIT)
 
 PIPELINE_FIELD: Final = "spec.resources.parallelism.pipeline"
 EXPERT_FIELD: Final = "spec.resources.parallelism.expert"
+TENSOR_FIELD: Final = "spec.resources.parallelism.tensor"
 
 
 @dataclass(frozen=True)
@@ -84,11 +90,14 @@ def spec_runs(
     pipeline: int,
     expert: int,
     extra_args: Sequence[str],
+    *,
+    tensor: int = 1,
 ) -> list[Run]:
     """The runs `judge` reads, in slime's command-line order, built from a spec."""
+    parallelism = (TENSOR, str(tensor), PIPELINE, str(pipeline), EXPERT, str(expert))
     return [
         Run(script_origin(model_type), tuple(model_args)),
-        Run("spec.resources.parallelism", (PIPELINE, str(pipeline), EXPERT, str(expert))),
+        Run("spec.resources.parallelism", parallelism),
         Run(EXTRA_ARGS_ORIGIN, tuple(extra_args)),
     ]
 
@@ -137,6 +146,20 @@ def judge(runs: Sequence[ArgRun], model_type: str) -> list[LayoutProblem]:
                     "--decoder-last-pipeline-num-layers in spec.runtime.extraArgs",
                 )
             )
+    tensor_seen = lookup(TENSOR)
+    tensor, heads = _int(tensor_seen), _int(lookup(NUM_HEADS))
+    if tensor_seen and tensor and tensor > 1 and heads is not None and heads % tensor:
+        out.append(
+            LayoutProblem(
+                _field(tensor_seen, TENSOR_FIELD),
+                f"tensor parallelism {tensor} does not divide the {heads} attention heads of "
+                f"model.type {model_type!r}; Megatron stops on it when slime builds the model "
+                f"('num_attention_heads ({heads}) must be a multiple of "
+                f"tensor_model_parallel_size ({tensor})')",
+                f"use a tensor size that divides {heads} ({_divisors(heads)}), and pipeline "
+                "or context parallelism for the rest of the GPUs",
+            )
+        )
     if expert_seen and expert and expert > 1:
         experts = _int(lookup(NUM_EXPERTS))
         path = _field(expert_seen, EXPERT_FIELD)
@@ -169,16 +192,23 @@ DEFAULT_SLIME_DIR: Final = RuntimeSpec.model_fields["slime_dir"].default
 def parallelism_fits_model(exp: RLExperiment) -> Iterator[Finding]:
     """`parallelism.pipeline` divides the layers of `model.type` (unless `runtime.extraArgs`
     split them unevenly), and `parallelism.expert` above 1 needs a mixture-of-experts
-    `model.type` whose experts it divides: Megatron asserts both when slime starts, after the
-    gang is scheduled. An error for the supported images' scripts; a warning with a
-    `runtime.slimeDir` of your own (the launcher then judges the image's own script before
-    slime starts)."""
+    `model.type` whose experts it divides, and `parallelism.tensor` divides its attention
+    heads: Megatron asserts these when slime starts, after the gang is scheduled. An error
+    for the supported images' scripts; a warning with a `runtime.slimeDir` of your own (the
+    launcher then judges the image's own script before slime starts)."""
     spec = exp.spec
     model_args = MODEL_LAYOUT_ARGS.get(spec.model.type)
     if model_args is None:
         return  # not a supported row's model type: names_known says so
     par = spec.resources.parallelism
-    runs = spec_runs(spec.model.type, model_args, par.pipeline, par.expert, spec.runtime.extra_args)
+    runs = spec_runs(
+        spec.model.type,
+        model_args,
+        par.pipeline,
+        par.expert,
+        spec.runtime.extra_args,
+        tensor=par.tensor,
+    )
     own_slime = spec.runtime.slime_dir != DEFAULT_SLIME_DIR
     for problem in judge(runs, spec.model.type):
         if own_slime:

@@ -161,6 +161,50 @@ def outside_the_cluster(url: str) -> bool:
     return len(labels) > 1 and "svc" not in labels[1:] and host != "localhost"
 
 
+def loopback(url: str) -> bool:
+    """Whether `url` names this machine: `localhost` (and names under it), a loopback
+    address, or the unspecified address, which connects to the local host too."""
+    host = (urlsplit(url).hostname or "").rstrip(".").lower()
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return address.is_loopback or address.is_unspecified
+
+
+def agent_urls_not_loopback(exp: RLExperiment) -> Iterator[Finding]:
+    """Warning: an HTTP agent's `url`, or `gateway.publicUrl`, on a loopback address. In
+    the pods that is the Ray pod itself, where no agent and no public gateway address is:
+    the rollout would send every episode to its own pod (each one fails as `agent_error`),
+    and agents handed a loopback `publicUrl` would call their own machine. It is the URL
+    that works on a laptop, and `agentrl rehearse` uses it as it stands unless
+    `--agent-url` is given, so a rehearsal passes with it.
+    """
+    http = exp.spec.agent.http
+    if http is not None and loopback(str(http.url)):
+        yield warn(
+            "spec.agent.http.url",
+            f"{http.url} is a loopback address: in the cluster the rollout sends every "
+            "episode to the Ray pod it runs in, where no agent listens, and each fails as "
+            "agent_error",
+            "give the address the pods reach the agent at (a Service, "
+            "<service>.<namespace>.svc:<port>, or the agent's public URL); to rehearse "
+            "against an agent on this machine, pass agentrl rehearse --agent-url instead",
+        )
+    public = exp.spec.gateway.public_url
+    if public is not None and loopback(str(public)):
+        yield warn(
+            "spec.gateway.publicUrl",
+            f"{public} is a loopback address: agents are handed it to call the model and "
+            "to post their results, and would reach their own machine instead of the gateway",
+            "set the address agents reach the gateway Service at (its LoadBalancer or "
+            "Ingress hostname), or unset it for agents inside the cluster; to rehearse "
+            "behind a tunnel, pass agentrl rehearse --gateway-url instead",
+        )
+
+
 def agents_reach_gateway(exp: RLExperiment) -> Iterator[Finding]:
     """Warning: an agent outside the cluster needs `gateway.publicUrl`: an AgentCore agent
     always, an HTTP agent whose `url` is not a cluster Service. It reaches the model, and an
@@ -810,6 +854,7 @@ ALL_RULES: tuple[Rule, ...] = (
     agentcore_region_matches_arn,
     pool_covers_concurrency,
     agents_reach_gateway,
+    agent_urls_not_loopback,
     renderer_for_local_model,
     trainer_weights_on_disk,
     parallelism_divides,

@@ -116,15 +116,6 @@ def add_parser(sub: Any) -> None:
 
 
 def cmd_rehearse(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    if not args.engine:
-        print(
-            "error: --engine is required: the URL of an SGLang server for the spec's model. "
-            "Start one (a workstation GPU, or SGLang's CPU backend) with\n"
-            "  python -m sglang.launch_server --model-path <spec.model.path, or a local copy> "
-            "--port 30000\nand pass --engine http://127.0.0.1:30000",
-            file=err,
-        )
-        return EXIT_USAGE
     try:
         docs = [d for d in load_documents([args.file]) if d.is_experiment]
     except LoadError as exc:
@@ -154,7 +145,7 @@ def cmd_rehearse(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         return EXIT_USAGE
     config = runtime_config(exp, OperatorDefaults(image=None))
     options = rehearse.Options(
-        engine=args.engine,
+        engine=args.engine or "",
         out=args.out or Path("rehearsal") / exp.metadata.name,
         prompts=args.prompts,
         samples=args.samples,
@@ -167,6 +158,16 @@ def cmd_rehearse(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         gateway_port=args.gateway_port,
         gateway_url=args.gateway_url,
     )
+    if not args.engine:
+        # After the spec: the command names its model and the SGLang flags it implies.
+        print(
+            "error: --engine is required: the URL of an SGLang server for the spec's model. "
+            "Start one (a workstation GPU, or SGLang's CPU backend) with\n"
+            f"  {rehearse.engine_command(config, options)}\n"
+            "and pass --engine http://127.0.0.1:30000",
+            file=err,
+        )
+        return EXIT_USAGE
     try:
         report = rehearse.rehearse(config, options)
     except rehearse.RehearsalError as exc:

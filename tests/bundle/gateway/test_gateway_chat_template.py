@@ -9,11 +9,13 @@ same format (agentrl.api.model_names, which validation checks the name against).
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import openai
 import pytest
+from tests.support.tiny_tokenizer import write_checkpoint
 
 from agentrl.bundle.gateway import GatewayServer
 from agentrl.bundle.gateway.tokenizer import load_renderer, load_tokenizer, uses_chat_template
@@ -38,6 +40,22 @@ def test_the_chat_template_family_loads_transformers_tokenizer_and_parses_sglang
         {"city": "Paris"},
         "ok",
     )
+
+
+def test_a_checkpoint_without_a_chat_template_is_refused_at_start(tmp_path: Path) -> None:
+    """Every chat request would be refused by transformers (HTTP 400: "tokenizer.chat_template
+    is not set"), failing every episode as its agent's error; a rehearsal exited 1 with one
+    such failure per episode instead of saying what to fix."""
+    checkpoint = write_checkpoint(tmp_path / "no-template")
+    config = checkpoint / "tokenizer_config.json"
+    body = json.loads(config.read_text(encoding="utf-8"))
+    del body["chat_template"]
+    config.write_text(json.dumps(body), encoding="utf-8")
+    with pytest.raises(ValueError, match="has no chat template") as refused:
+        load_renderer(str(checkpoint), "default", "qwen25")
+    assert "spec.model.rendererFamily" in str(refused.value)
+    assert "--model-dir" in str(refused.value)
+    assert len(f"ValueError: {refused.value}") <= 500  # the render worker's report keeps 500
 
 
 def test_which_families_render_with_the_chat_template(checkpoint: Path) -> None:

@@ -18,6 +18,7 @@ from tests.support.slime_data import data_module
 from tests.support.upstream import slime_rows
 
 from agentrl.api.models import RLExperimentSpec
+from agentrl.bundle.launch.preflight import check_jsonl
 from agentrl.bundle.rehearse.options import Options, plan_inputs
 from agentrl.bundle.rehearse.report import RehearsalError
 
@@ -28,7 +29,7 @@ ROWS = [
     {**row("t-1"), "label": "cart-ok", "tools": TOOLS},  # tools join the metadata
     {**row("t-2", tools=["old"]), "tools": json.dumps(TOOLS)},  # a JSON string, over metadata's
     {**row("t-3"), "label": "no-tools"},
-    {"prompt": "no metadata", "tools": TOOLS},
+    {"prompt": "empty metadata", "metadata": {}, "tools": TOOLS},
 ]
 
 
@@ -98,3 +99,26 @@ def test_a_bad_row_past_the_rehearsed_prompts_is_refused_too(tmp_path: Path, com
     write_rows(data, [row("t-1"), {"prompt": "p", "metadata": "task t-2"}])
     with pytest.raises(RehearsalError, match=r"train\.jsonl:2: 'metadata' must be an object"):
         plan_inputs(experiment(), Options(engine="", out=tmp_path, prompts=1, data=data))
+
+
+@pytest.mark.parametrize(
+    ("bad", "says"),
+    [
+        ({"question": "task t-2", "metadata": {"task_id": "t-2"}}, 'no "prompt" key'),
+        ({"prompt": "task t-2", "metdata": {"task_id": "t-2"}}, '"metadata" is missing'),
+    ],
+)
+def test_a_row_the_pods_launcher_refuses_is_refused_by_the_rehearsal(
+    tmp_path: Path, bad: Any, says: str
+) -> None:
+    """The launcher's preflight refuses these files in the pods, after the GPUs are
+    scheduled; a rehearsal passed with them (an agent given no metadata has no task)."""
+    data = tmp_path / "train.jsonl"
+    write_rows(data, [row("t-1"), bad])
+    (problem,) = check_jsonl(Path("/"), "spec.data.train", str(data))  # the pods' check
+    assert f"line 2: {says}" in problem
+    with pytest.raises(RehearsalError) as refused:
+        plan_inputs(experiment(), Options(engine="", out=tmp_path, prompts=1, data=data))
+    message = str(refused.value)
+    assert message.startswith("spec.data.train: ") and f"train.jsonl:2: {says}" in message
+    assert '"prompt": ..., "metadata": {...}' in message  # the shape to fix it to

@@ -149,6 +149,16 @@ def load_renderer(
     """(tokenizer, renderer) for the model, as the gateway and its render workers use them."""
     template = uses_chat_template(family, path)
     tokenizer = load_tokenizer(path, chat_template=template)
+    if template and not getattr(tokenizer, "chat_template", None):
+        # transformers would refuse every chat request (HTTP 400), and every episode would
+        # fail as its agent's error; refused at start instead, naming the way out.
+        raise ValueError(
+            f"gateway: {path!r} has no chat template (no `chat_template` in its "
+            f"tokenizer_config.json, no chat_template.jinja) and rendererFamily {family!r} "
+            "renders with it: use a copy that ships the template (agentrl rehearse "
+            "--model-dir: tokenizer_config.json and any chat_template.jinja with the "
+            "tokenizer), or set spec.model.rendererFamily to the model's family (docs/api.md)"
+        )
     renderer = build_renderer(
         tokenizer, "default" if template else family, tool_call_parser, reasoning_parser
     )

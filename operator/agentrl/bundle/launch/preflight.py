@@ -15,13 +15,11 @@ from pathlib import Path
 
 from agentrl.api.constants import DRIVER_RAY_RESOURCE
 from agentrl.api.model_context import context_length_of
+from agentrl.api.data_rows import PREFLIGHT_ROWS, ROW_SHAPE, row_problem
 from agentrl.api.models import RLExperimentSpec
 from agentrl.api.rules import is_local_path
 from agentrl.slimecmd import CheckpointDir
 from agentrl.slimecmd.checkpoint import TRACKER
-
-SAMPLE_ROWS = 20
-ROW_SHAPE = 'rows must be {"prompt": ..., "metadata": {...}}'
 
 
 def _host(root: Path, path: str) -> Path:
@@ -155,21 +153,7 @@ def model_warnings(spec: RLExperimentSpec) -> list[str]:
     ]
 
 
-def _row_problem(line: str) -> str | None:
-    try:
-        row = json.loads(line)
-    except json.JSONDecodeError as e:
-        return f"not JSON ({e.msg})"
-    if not isinstance(row, dict):
-        return "not a JSON object"
-    if "prompt" not in row:
-        return 'no "prompt" key'
-    if not isinstance(row.get("metadata"), dict):
-        return '"metadata" is missing or not an object (the agent receives it verbatim)'
-    return None
-
-
-def check_jsonl(root: Path, field: str, path: str, rows: int = SAMPLE_ROWS) -> list[str]:
+def check_jsonl(root: Path, field: str, path: str, rows: int = PREFLIGHT_ROWS) -> list[str]:
     """The first `rows` rows parse and each has `prompt` and a `metadata` object."""
     host = _host(root, path)
     try:
@@ -181,7 +165,7 @@ def check_jsonl(root: Path, field: str, path: str, rows: int = SAMPLE_ROWS) -> l
         return [f"{field}: {path} is empty"]
     problems = []
     for n, line in lines:
-        problem = _row_problem(line)
+        problem = row_problem(line)
         if problem:
             problems.append(f"{field}: {path} line {n}: {problem}; {ROW_SHAPE}")
     return problems

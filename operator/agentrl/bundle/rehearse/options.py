@@ -4,8 +4,9 @@ The prompts are the first rows of the split's own data file (`spec.data.train` o
 set's `path`), read as the rollout reads them (`inputs.read_groups`), each row repeated
 as one group of the split's size (`grpo.samplesPerPrompt`, or the eval set's). Sampling
 parameters and the episode deadline are the split's (`inputs.train_spec` / `eval_spec`),
-as the pods would use them. Paths that exist only inside the pods are refused with the
-flag that supplies a local copy.
+as the pods would use them. The file's first rows are judged as the launcher's preflight
+judges them in the pods (`agentrl.api.data_rows`). Paths that exist only inside the pods are
+refused with the flag that supplies a local copy.
 """
 
 from __future__ import annotations
@@ -14,13 +15,21 @@ import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Final
 
 from agentrl.api.constants import SPLIT_EVAL, SPLIT_TRAIN
+from agentrl.api.data_rows import PREFLIGHT_ROWS, ROW_SHAPE, row_problem
 from agentrl.api.models import RLExperimentSpec
 from agentrl.api.rules import is_local_path
 from agentrl.bundle.rehearse.report import RehearsalError
 from agentrl.bundle.rollout.episode import EpisodeInput, EpisodeSpec
 from agentrl.bundle.rollout.inputs import eval_spec, read_groups, train_spec
+
+# What a tokenizer loads from: the fast tokenizer, its config, sentencepiece, or BPE vocab
+# (and tiktoken files, `*.tiktoken`).
+TOKENIZER_FILES: Final = frozenset(
+    {"tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json"}
+)
 
 
 @dataclass(frozen=True)
@@ -84,6 +93,7 @@ def plan_inputs(spec: RLExperimentSpec, options: Options) -> Plan:
         groups = read_groups(data, samples, str(data), limit=options.prompts, as_train_set=is_train)
     except (OSError, ValueError) as exc:
         raise RehearsalError(f"{where}: {exc}") from None
+    _check_rows(data, where)
     notes = []
     if len(groups) < options.prompts:
         notes.append(f"{data} holds {len(groups)} row(s); --prompts asked for {options.prompts}")
@@ -91,6 +101,22 @@ def plan_inputs(spec: RLExperimentSpec, options: Options) -> Plan:
     return Plan(
         SPLIT_TRAIN if label == SPLIT_TRAIN else SPLIT_EVAL, label, episode, samples, groups, notes
     )
+
+
+def _check_rows(data: Path, where: str) -> None:
+    """The rows the launcher checks in the pods, checked the same way: a file it refuses
+    (a `question` key for `prompt`, a row without `metadata`) stops the launch after the
+    GPUs are scheduled, while the rehearsal would run its episodes without a prompt."""
+    with data.open(encoding="utf-8") as lines:
+        rows = [(n, line) for n, line in enumerate(lines, 1) if line.strip()][:PREFLIGHT_ROWS]
+    problems = [(n, p) for n, p in ((n, row_problem(line)) for n, line in rows) if p]
+    if problems:
+        listed = "; ".join(f"{data}:{n}: {p}" for n, p in problems[:3])
+        more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
+        raise RehearsalError(
+            f"{where}: {listed}{more}. {ROW_SHAPE}; the launcher in the pods refuses a file "
+            f"with such a row among its first {PREFLIGHT_ROWS}, after the GPUs are scheduled"
+        )
 
 
 def _local(path: str, where: str) -> Path:
@@ -109,13 +135,29 @@ def _local(path: str, where: str) -> Path:
 
 
 def _check_model(path: str, model_dir: Path | None) -> None:
-    """The tokenizer's checkpoint is readable here: `--model-dir`, a hub id, or a local path."""
+    """The tokenizer's checkpoint is readable here: `--model-dir`, a hub id, or a local path
+    that holds tokenizer files (transformers' own error for a directory without any blames
+    a missing sentencepiece or tiktoken)."""
     if model_dir is not None:
         if not model_dir.is_dir():
             raise RehearsalError(f"--model-dir {model_dir}: no such directory")
-    elif is_local_path(path) and not Path(path).is_dir():
-        raise RehearsalError(
-            f"spec.model.path is {path}, which does not exist on this machine (it is a path in "
-            "the pods); pass --model-dir with a local copy of the checkpoint (its tokenizer "
-            "files are enough)"
-        )
+        _check_tokenizer_files(model_dir, f"--model-dir {model_dir}")
+    elif is_local_path(path):
+        if not Path(path).is_dir():
+            raise RehearsalError(
+                f"spec.model.path is {path}, which does not exist on this machine (it is a path "
+                "in the pods); pass --model-dir with a local copy of the checkpoint (its "
+                "tokenizer files are enough)"
+            )
+        _check_tokenizer_files(Path(path), f"spec.model.path {path}")
+
+
+def _check_tokenizer_files(directory: Path, what: str) -> None:
+    names = {p.name for p in directory.iterdir()}
+    if names & TOKENIZER_FILES or any(n.endswith(".tiktoken") for n in names):
+        return
+    raise RehearsalError(
+        f"{what} holds no tokenizer files ({', '.join(sorted(TOKENIZER_FILES))}); copy them "
+        "from the checkpoint, e.g. huggingface-cli download <hub id> --include 'tokenizer*' "
+        f"config.json --local-dir {directory}"
+    )

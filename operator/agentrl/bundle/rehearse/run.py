@@ -30,6 +30,7 @@ from pydantic import ValidationError
 
 from agentrl.api.constants import SPLIT_TRAIN
 from agentrl.api.models import HttpAgent
+from agentrl.api.rules import is_local_path
 from agentrl.api.runtime import RuntimeConfig
 from agentrl.bundle.agents import build_backend
 from agentrl.bundle.agents.base import received_reward
@@ -182,8 +183,11 @@ def _notes(
 
 
 def engine_command(config: RuntimeConfig, options: Options) -> str:
-    """How to start an SGLang engine for this spec on this machine."""
-    model = str(options.model_dir) if options.model_dir else config.spec.model.path
+    """How to start an SGLang engine for this spec on this machine: a hub id as the spec
+    names it (`--model-dir` may hold only the tokenizer's files, which SGLang cannot serve);
+    a path in the pods as its local copy, `--model-dir`."""
+    path = config.spec.model.path
+    model = str(options.model_dir) if options.model_dir and is_local_path(path) else path
     flags = [a.replace("--sglang-", "--", 1) for a in sglang_model_args(config.spec)]
     return " ".join(["python -m sglang.launch_server --model-path", model, *flags, "--port 30000"])
 
