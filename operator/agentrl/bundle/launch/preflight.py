@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from agentrl.api.constants import DRIVER_RAY_RESOURCE
-from agentrl.api.model_context import context_length_of
 from agentrl.api.data_rows import PREFLIGHT_ROWS, ROW_SHAPE, row_problem
+from agentrl.api.model_context import context_length_of
 from agentrl.api.models import RLExperimentSpec
 from agentrl.api.rules import is_local_path
 from agentrl.slimecmd import CheckpointDir
