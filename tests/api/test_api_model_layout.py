@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from tests.conftest import ROOT, minimal_body
 from tests.support import slime_upstream
+from tests.support.shared import require
 
 from agentrl.api import model_layout
 from agentrl.api.upstream_names import MODEL_LAYOUT_ARGS
@@ -130,9 +131,10 @@ def test_tensor_parallelism_in_extra_args_is_judged_as_slime_reads_it() -> None:
 def test_the_heads_rule_quotes_megatron_s_own_check() -> None:
     """Megatron's TransformerConfig raises it when slime builds the model on the GPU workers,
     after validate_args let the command line through (upstream tier: the pinned snapshot)."""
-    source = slime_upstream.MEGATRON / "megatron/core/transformer/transformer_config.py"
-    if not source.is_file():
-        pytest.skip("Megatron-LM's snapshot is not here")
+    source = require(
+        slime_upstream.MEGATRON / "megatron/core/transformer/transformer_config.py",
+        "Megatron-LM's snapshot",
+    )
     text = source.read_text(encoding="utf-8")
     assert "if self.num_attention_heads % self.tensor_model_parallel_size != 0:" in text
     assert "must be a multiple of " in text and "tensor_model_parallel_size (" in text
