@@ -9,6 +9,7 @@ it accepts is one the pods accept.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from typing import Final
 
 PREFLIGHT_ROWS: Final = 20
@@ -28,3 +29,10 @@ def row_problem(line: str) -> str | None:
     if not isinstance(row.get("metadata"), dict):
         return '"metadata" is missing or not an object (the agent receives it verbatim)'
     return None
+
+
+def first_row_problems(lines: Iterable[str], rows: int = PREFLIGHT_ROWS) -> list[tuple[int, str]]:
+    """(line number, problem) for each of the first `rows` non-empty lines that is no data
+    row (empty lines are no rows and are passed over)."""
+    found = [(n, line) for n, line in enumerate(lines, 1) if line.strip()][:rows]
+    return [(n, problem) for n, line in found if (problem := row_problem(line))]

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from agentrl.api.constants import DRIVER_RAY_RESOURCE
-from agentrl.api.data_rows import PREFLIGHT_ROWS, ROW_SHAPE, row_problem
+from agentrl.api.data_rows import PREFLIGHT_ROWS, ROW_SHAPE, first_row_problems
 from agentrl.api.model_context import context_length_of
 from agentrl.api.models import RLExperimentSpec
 from agentrl.api.rules import is_local_path
@@ -158,17 +158,15 @@ def check_jsonl(root: Path, field: str, path: str, rows: int = PREFLIGHT_ROWS) -
     host = _host(root, path)
     try:
         with host.open(encoding="utf-8") as f:
-            lines = [(n, line) for n, line in enumerate(f, 1) if line.strip()][:rows]
+            lines = f.readlines()
     except OSError as e:
         return [f"{field}: cannot read {path}: {e.strerror}; check the volume mount and path"]
-    if not lines:
+    if not any(line.strip() for line in lines):
         return [f"{field}: {path} is empty"]
-    problems = []
-    for n, line in lines:
-        problem = row_problem(line)
-        if problem:
-            problems.append(f"{field}: {path} line {n}: {problem}; {ROW_SHAPE}")
-    return problems
+    return [
+        f"{field}: {path} line {n}: {problem}; {ROW_SHAPE}"
+        for n, problem in first_row_problems(lines, rows)
+    ]
 
 
 def check_data(root: Path, spec: RLExperimentSpec) -> list[str]:

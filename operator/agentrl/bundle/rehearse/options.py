@@ -18,7 +18,7 @@ from types import SimpleNamespace
 from typing import Final
 
 from agentrl.api.constants import SPLIT_EVAL, SPLIT_TRAIN
-from agentrl.api.data_rows import PREFLIGHT_ROWS, ROW_SHAPE, row_problem
+from agentrl.api.data_rows import PREFLIGHT_ROWS, ROW_SHAPE, first_row_problems
 from agentrl.api.models import RLExperimentSpec
 from agentrl.api.rules import is_local_path
 from agentrl.bundle.rehearse.report import RehearsalError
@@ -108,8 +108,7 @@ def _check_rows(data: Path, where: str) -> None:
     (a `question` key for `prompt`, a row without `metadata`) stops the launch after the
     GPUs are scheduled, while the rehearsal would run its episodes without a prompt."""
     with data.open(encoding="utf-8") as lines:
-        rows = [(n, line) for n, line in enumerate(lines, 1) if line.strip()][:PREFLIGHT_ROWS]
-    problems = [(n, p) for n, p in ((n, row_problem(line)) for n, line in rows) if p]
+        problems = first_row_problems(lines)
     if problems:
         listed = "; ".join(f"{data}:{n}: {p}" for n, p in problems[:3])
         more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
