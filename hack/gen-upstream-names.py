@@ -40,6 +40,7 @@ LAYOUT_VALUE_FLAGS = (
     "--num-layers",
     "--num-experts",
     "--num-attention-heads",
+    "--num-query-groups",
     "--decoder-first-pipeline-num-layers",
     "--decoder-last-pipeline-num-layers",
     "--pipeline-model-parallel-layout",
@@ -47,6 +48,7 @@ LAYOUT_VALUE_FLAGS = (
     "--num-virtual-stages-per-pipeline-rank",
 )
 LAYOUT_SWITCHES = (
+    "--group-query-attention",
     "--account-for-embedding-in-pipeline-split",
     "--account-for-loss-in-pipeline-split",
 )

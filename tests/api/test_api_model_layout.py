@@ -21,7 +21,7 @@ GENERATOR = ROOT / "hack" / "gen-upstream-names.py"
 
 
 def _problems(model_type: str, parallelism: dict[str, int], extra_args: list[str] | None = None,
-              slime_dir: str | None = None) -> list[str]:  # fmt: skip
+              slime_dir: str | None = None, **resources: Any) -> list[str]:  # fmt: skip
     parallelism = dict(parallelism)
     nodes = parallelism.pop("nodes", 4)
     runtime: dict[str, Any] = {"extraArgs": extra_args or []}
@@ -29,7 +29,8 @@ def _problems(model_type: str, parallelism: dict[str, int], extra_args: list[str
         runtime["slimeDir"] = slime_dir
     body = minimal_body(
         model={"path": "Qwen/Q", "refLoad": "/models/q", "type": model_type},
-        resources={"nodes": nodes, "gpusPerNode": 8, "parallelism": {"tensor": 1, **parallelism}},
+        resources={"nodes": nodes, "gpusPerNode": 8, "parallelism": {"tensor": 1, **parallelism},
+                   **resources},
         grpo={"numRollouts": 10, "rolloutBatchSize": 32, "samplesPerPrompt": 8,
               "globalBatchSize": 64},
         runtime=runtime,
@@ -51,10 +52,16 @@ def test_the_generator_reads_the_flags_the_rule_judges() -> None:
 
 
 def test_every_supported_model_type_has_its_layers() -> None:
-    assert MODEL_LAYOUT_ARGS["qwen2.5-3B"] == ("--num-layers", "36", "--num-attention-heads", "16")
-    assert MODEL_LAYOUT_ARGS["qwen3-30B-A3B"] == (
-        "--num-attention-heads", "32", "--num-layers", "48", "--num-experts", "128"
+    assert MODEL_LAYOUT_ARGS["qwen2.5-3B"] == (
+        "--num-layers", "36", "--num-attention-heads", "16", "--group-query-attention",
+        "--num-query-groups", "2",
     )  # fmt: skip
+    assert MODEL_LAYOUT_ARGS["qwen3-30B-A3B"] == (
+        "--group-query-attention", "--num-attention-heads", "32", "--num-query-groups", "4",
+        "--num-layers", "48", "--num-experts", "128",
+    )  # fmt: skip
+    # Latent attention (no query groups): its key/value heads are not the rule's business.
+    assert "--num-query-groups" not in MODEL_LAYOUT_ARGS["deepseek-v3"]
     assert all("--num-layers" in args for args in MODEL_LAYOUT_ARGS.values())
     assert all("--num-attention-heads" in args for args in MODEL_LAYOUT_ARGS.values())
 
@@ -142,6 +149,50 @@ def test_the_heads_rule_quotes_megatron_s_own_check() -> None:
     assert "'num_attention_heads (28) must be a multiple of tensor_model_parallel_size (8)'" in (
         problem
     )
+
+
+# One node of 8, two GPUs kept for SGLang: training has 6, and tensor 6 divides them and the
+# model's attention heads, but not its key/value heads, nor they it.
+SPLIT_6 = {"nodes": 1, "colocate": False, "rolloutGpus": 2}
+
+
+@pytest.mark.parametrize(
+    ("model_type", "tensor", "groups"),
+    [("qwen3.5-27B", 6, 4), ("glm4-32B", 6, 8), ("llama3.2-3B-Instruct", 3, 8)],
+)
+def test_a_tensor_size_the_key_value_heads_do_not_take_is_refused(
+    model_type: str, tensor: int, groups: int
+) -> None:
+    found = _layout(_problems(model_type, {"tensor": tensor}, **SPLIT_6))
+    assert len(found) == 1, found
+    assert found[0].startswith(
+        f"spec.resources.parallelism.tensor: tensor parallelism {tensor} neither divides nor is "
+        f"a multiple of the {groups} key/value heads (query groups) of model.type "
+        f"{model_type!r}; Megatron stops on it when slime builds the model ('num_query_groups "
+        f"({groups}) must be a multiple or divisor of tensor_model_parallel_size ({tensor})') "
+        "(use a tensor size of 1, 2, 4, 8"
+    ), found
+
+
+def test_a_tensor_size_that_replicates_the_key_value_heads_passes() -> None:
+    """Qwen3.5-27B has 24 attention heads and 4 key/value heads: tensor 8 and 12 give each
+    rank 3 or 2 attention heads and share each key/value head among 2 or 3 ranks, which
+    Megatron takes (12 spans two nodes of 8: a warning, not an error)."""
+    assert _layout(_problems("qwen3.5-27B", {"tensor": 8}, nodes=1)) == []
+    twelve = _layout(_problems("qwen3.5-27B", {"tensor": 12}, nodes=3))
+    assert twelve and all(p.startswith("warning: ") for p in twelve), twelve
+
+
+def test_the_query_groups_rule_quotes_megatron_s_own_check() -> None:
+    """Megatron's TransformerConfig raises it right after the heads check (upstream tier)."""
+    source = require(
+        slime_upstream.MEGATRON / "megatron/core/transformer/transformer_config.py",
+        "Megatron-LM's snapshot",
+    )
+    text = source.read_text(encoding="utf-8")
+    assert "self.num_query_groups % self.tensor_model_parallel_size != 0" in text
+    assert "and self.tensor_model_parallel_size % self.num_query_groups != 0" in text
+    assert "must be a multiple or divisor of " in text
 
 
 def test_an_own_slime_makes_it_a_warning() -> None:

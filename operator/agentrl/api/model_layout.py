@@ -11,12 +11,15 @@ and Megatron's `TransformerConfig` on a third when slime builds the model:
   elsewhere and which are not judged here;
 - expert parallelism above 1 needs a mixture-of-experts model (`--num-experts`), and must
   divide its experts;
-- tensor parallelism must divide the model's attention heads (`--num-attention-heads`).
+- tensor parallelism must divide the model's attention heads (`--num-attention-heads`), and
+  be a divisor or a multiple of its key/value heads (`--num-query-groups`, with
+  `--group-query-attention`).
 
 See `validate_args` of the Megatron both supported slime rows build with:
 https://github.com/NVIDIA/Megatron-LM/blob/1dcf0dafa884ad52ffb243625717a3471643e087/megatron/training/arguments.py#L570-L571
-(layers) and #L1024-L1027 (experts), and `TransformerConfig.__post_init__` (heads):
-https://github.com/NVIDIA/Megatron-LM/blob/1dcf0dafa884ad52ffb243625717a3471643e087/megatron/core/transformer/transformer_config.py#L939-L943
+(layers) and #L1024-L1027 (experts), and `TransformerConfig.__post_init__` (heads, then
+key/value heads):
+https://github.com/NVIDIA/Megatron-LM/blob/1dcf0dafa884ad52ffb243625717a3471643e087/megatron/core/transformer/transformer_config.py#L939-L961
 
 The model's numbers are slime's `scripts/models/<type>.sh` (its `MODEL_ARGS`, which come
 first in slime's command line): at admission, from the table generated from the supported
@@ -41,6 +44,11 @@ from agentrl.api.upstream_names import MODEL_LAYOUT_ARGS
 NUM_LAYERS: Final = "--num-layers"
 NUM_EXPERTS: Final = "--num-experts"
 NUM_HEADS: Final = "--num-attention-heads"
+# Megatron reads --num-query-groups only with --group-query-attention; without it the model
+# has as many key/value heads as attention heads (or latent attention), which the heads rule
+# covers.
+NUM_QUERY_GROUPS: Final = "--num-query-groups"
+GQA: Final = "--group-query-attention"
 TENSOR: Final = "--tensor-model-parallel-size"
 PIPELINE: Final = "--pipeline-model-parallel-size"
 EXPERT: Final = "--expert-model-parallel-size"
@@ -58,7 +66,9 @@ UNEVEN_SPLIT: Final = (
     "--num-layers-per-virtual-pipeline-stage",
     "--num-virtual-stages-per-pipeline-rank",
 )
-SCRIPT_FLAGS: Final = (NUM_LAYERS, NUM_EXPERTS, NUM_HEADS, *SPLIT_EXTRA, *UNEVEN_SPLIT)
+SCRIPT_FLAGS: Final = (
+    NUM_LAYERS, NUM_EXPERTS, NUM_HEADS, NUM_QUERY_GROUPS, GQA, *SPLIT_EXTRA, *UNEVEN_SPLIT
+)  # fmt: skip
 
 PIPELINE_FIELD: Final = "spec.resources.parallelism.pipeline"
 EXPERT_FIELD: Final = "spec.resources.parallelism.expert"
@@ -120,6 +130,24 @@ def _divisors(n: int) -> str:
     return ", ".join(str(d) for d in range(1, n + 1) if n % d == 0)
 
 
+def _query_groups(lookup: Callable[[str], Seen | None]) -> int | None:
+    """The model's key/value heads where they differ from its attention heads: Megatron
+    reads `--num-query-groups` only with `--group-query-attention`."""
+    return _int(lookup(NUM_QUERY_GROUPS)) if lookup(GQA) is not None else None
+
+
+def _splits(groups: int | None, tensor: int) -> bool:
+    """Whether `tensor` ranks cannot share out `groups` key/value heads: Megatron (and SGLang)
+    give each rank whole heads, or replicate one head over a whole number of ranks."""
+    return groups is not None and groups > 0 and groups % tensor != 0 and tensor % groups != 0
+
+
+def _fitting(heads: int, groups: int | None) -> str:
+    """The tensor sizes the model's heads take, as a hint."""
+    sizes = [d for d in range(1, heads + 1) if heads % d == 0 and not _splits(groups, d)]
+    return ", ".join(str(d) for d in sizes)
+
+
 def judge(runs: Sequence[ArgRun], model_type: str) -> list[LayoutProblem]:
     """What Megatron's `validate_args` would stop on, for the command line `runs` makes."""
     lookup: Callable[[str], Seen | None] = last_seen(runs, takes_value=True)
@@ -148,6 +176,7 @@ def judge(runs: Sequence[ArgRun], model_type: str) -> list[LayoutProblem]:
             )
     tensor_seen = lookup(TENSOR)
     tensor, heads = _int(tensor_seen), _int(lookup(NUM_HEADS))
+    groups = _query_groups(lookup)
     if tensor_seen and tensor and tensor > 1 and heads is not None and heads % tensor:
         out.append(
             LayoutProblem(
@@ -156,8 +185,21 @@ def judge(runs: Sequence[ArgRun], model_type: str) -> list[LayoutProblem]:
                 f"model.type {model_type!r}; Megatron stops on it when slime builds the model "
                 f"('num_attention_heads ({heads}) must be a multiple of "
                 f"tensor_model_parallel_size ({tensor})')",
-                f"use a tensor size that divides {heads} ({_divisors(heads)}), and pipeline "
-                "or context parallelism for the rest of the GPUs",
+                f"use a tensor size of {_fitting(heads, groups)}, and pipeline or context "
+                "parallelism for the rest of the GPUs",
+            )
+        )
+    elif tensor_seen and tensor and tensor > 1 and heads is not None and _splits(groups, tensor):
+        out.append(
+            LayoutProblem(
+                _field(tensor_seen, TENSOR_FIELD),
+                f"tensor parallelism {tensor} neither divides nor is a multiple of the "
+                f"{groups} key/value heads (query groups) of model.type {model_type!r}; "
+                "Megatron stops on it when slime builds the model ('num_query_groups "
+                f"({groups}) must be a multiple or divisor of tensor_model_parallel_size "
+                f"({tensor})')",
+                f"use a tensor size of {_fitting(heads, groups)}, and pipeline or context "
+                "parallelism for the rest of the GPUs",
             )
         )
     if expert_seen and expert and expert > 1:
@@ -193,7 +235,8 @@ def parallelism_fits_model(exp: RLExperiment) -> Iterator[Finding]:
     """`parallelism.pipeline` divides the layers of `model.type` (unless `runtime.extraArgs`
     split them unevenly), and `parallelism.expert` above 1 needs a mixture-of-experts
     `model.type` whose experts it divides, and `parallelism.tensor` divides its attention
-    heads: Megatron asserts these when slime starts, after the gang is scheduled. An error
+    heads and divides or is a multiple of its key/value heads: Megatron asserts these when
+    slime starts, after the gang is scheduled. An error
     for the supported images' scripts; a warning with a `runtime.slimeDir` of your own (the
     launcher then judges the image's own script before slime starts)."""
     spec = exp.spec

@@ -3,8 +3,8 @@
 Started by `tests/support/slime_upstream.run_slime` with this directory on PYTHONPATH and
 AGENTRL_UPSTREAM_ROOTS naming one slime row's source, so `sitecustomize` serves slime,
 Megatron-LM and SGLang from there. Reads a JSON list of cases on stdin, each
-`{"argv": [...], "env": {...}, "load": true|false, "samples": true|false}`, and prints one
-JSON list of results.
+`{"argv": [...], "env": {...}, "load": true|false, "samples": true|false, "config":
+true|false}`, and prints one JSON list of results.
 
 For each case, slime's real `slime.utils.arguments.parse_args()` runs on the argv, in the
 process environment `env` describes (the driver's: what the launcher exec'd train.py with,
@@ -25,6 +25,10 @@ recorded instead of done:
   `load_hf_weights` is recorded (after slime's own bridge-mode assertion); at releases with
   their own loader, slime picks the loader by the config's model_type (raising for a type it
   cannot load) and only the copy (`load_model_hf_weights`) is recorded.
+
+With `"config": true`, Megatron's `core_transformer_config_from_args` then builds the
+model's `TransformerConfig` from the parsed args, as slime's model provider does on each
+Megatron actor; its `__post_init__` checks the heads against tensor parallelism.
 
 With `"samples": true`, a group of samples as agentrl's rollout returns them (its own
 `to_sample`, on slime's `Sample` class, rewards from agentrl's `post_process_rewards`; one
@@ -143,6 +147,19 @@ def _load(args: Any) -> dict[str, Any]:
     return record
 
 
+def _config(args: Any) -> str | None:
+    """Megatron's `core_transformer_config_from_args` on the parsed args, as slime's model
+    provider calls it when it builds the model: None, or what `TransformerConfig` raised."""
+    from megatron.training.arguments import core_transformer_config_from_args
+
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            core_transformer_config_from_args(args)
+    except BaseException as e:
+        return _error(e)
+    return None
+
+
 def _samples(args: Any) -> dict[str, str]:
     """agentrl's samples through slime's own readers (see the module docstring)."""
     from agentrl.bundle.rewards import post_process_rewards
@@ -248,6 +265,8 @@ def _run(case: dict[str, Any]) -> dict[str, Any]:
         {k: v for k, v in vars(d).items() if v not in (None, {}, [])}
         for d in getattr(args, "eval_datasets", None) or []
     ]
+    if case.get("config"):
+        out["config_error"] = _config(args)
     if case.get("samples"):
         out["samples"] = _samples(args)
     if case.get("load"):
