@@ -78,8 +78,9 @@ CASES: list[tuple[str, dict[str, Any], str]] = [
     ("two agent backends", with_agent(agentCore=CORE, http={"url": "http://a"}), "spec.agent"),
     ("local model without renderer", spec(model={"path": "/models/m", "type": "qwen2.5-3B"}),
      "spec.model.rendererFamily"),
-    # (7 divides the model's 14 heads: only the GPU count is wrong)
-    ("GPUs not divisible by tp x pp", spec(resources={"parallelism": {"tensor": 7}}),
+    # (14 divides the model's 14 heads and is a multiple of its 2 key/value heads: only the
+    # GPU count is wrong)
+    ("GPUs not divisible by tp x pp", spec(resources={"parallelism": {"tensor": 14}}),
      "spec.resources.parallelism"),
     ("expert parallelism does not divide",
      spec(model={"path": "Qwen/Qwen3-30B-A3B", "type": "qwen3-30B-A3B", "refLoad": "/models/q"},
