@@ -195,6 +195,62 @@ def test_the_query_groups_rule_quotes_megatron_s_own_check() -> None:
     assert "must be a multiple or divisor of " in text
 
 
+def _engine(found: list[str]) -> list[str]:
+    return [p for p in found if "SGLang tensor parallelism" in p]
+
+
+@pytest.mark.parametrize(
+    ("model_type", "per_engine", "heads"),
+    [("qwen2.5-7B", 8, 28), ("glm4.7-30B-A3B", 8, 20), ("qwen2.5-0.5B", 4, 14)],
+)
+def test_an_engine_size_sglang_cannot_load_the_model_with_is_refused(
+    model_type: str, per_engine: int, heads: int
+) -> None:
+    """slime starts every SGLang engine with tp_size = rolloutGpusPerEngine, and SGLang's
+    attention layer asserts it divides the heads when the engine loads the model."""
+    found = _engine(_problems(model_type, {}, rolloutGpusPerEngine=per_engine))
+    assert len(found) == 1 and found[0].startswith(
+        f"spec.resources.rolloutGpusPerEngine: SGLang tensor parallelism {per_engine} "
+        f"(rolloutGpusPerEngine {per_engine}) does not divide the {heads} attention heads of "
+        f"model.type {model_type!r}; every rollout engine fails to load the model"
+    ), found
+
+
+def test_an_engine_size_the_key_value_heads_do_not_take_is_refused() -> None:
+    # Qwen3.5-27B: 24 heads, 4 key/value heads; engines of 6 on 24 GPUs.
+    found = _engine(_problems("qwen3.5-27B", {"nodes": 3}, rolloutGpusPerEngine=6))
+    assert len(found) == 1 and found[0].startswith(
+        "spec.resources.rolloutGpusPerEngine: SGLang tensor parallelism 6 (rolloutGpusPerEngine "
+        "6) neither divides nor is a multiple of the 4 key/value heads of model.type "
+        "'qwen3.5-27B'"
+    ), found
+    assert "gives an SGLang tensor size of 1, 2, 4, 8, 12, 24)" in found[0], found
+
+
+@pytest.mark.parametrize(
+    ("model_type", "per_engine", "extra_args"),
+    [
+        ("qwen2.5-7B", 4, []),
+        ("qwen2.5-7B", 1, []),
+        ("qwen3.5-27B", 8, []),  # 4 key/value heads, each over 2 ranks
+        ("qwen2.5-7B", 8, ["--sglang-pipeline-parallel-size", "2"]),  # tensor 4
+        # SGLang splits attention itself: left to it
+        ("qwen2.5-7B", 8, ["--sglang-enable-dp-attention", "--sglang-dp-size", "2"]),
+    ],
+)
+def test_an_engine_size_sglang_takes_passes(
+    model_type: str, per_engine: int, extra_args: list[str]
+) -> None:
+    assert _engine(_problems(model_type, {}, extra_args, rolloutGpusPerEngine=per_engine)) == []
+
+
+def test_an_engine_size_in_extra_args_is_judged_as_slime_reads_it() -> None:
+    over = _engine(_problems("qwen2.5-7B", {}, ["--rollout-num-gpus-per-engine=8"]))
+    assert len(over) == 1 and over[0].startswith("spec.runtime.extraArgs: SGLang tensor "), over
+    fixed = ["--rollout-num-gpus-per-engine", "4"]
+    assert _engine(_problems("qwen2.5-7B", {}, fixed, rolloutGpusPerEngine=8)) == []
+
+
 def test_an_own_slime_makes_it_a_warning() -> None:
     found = _layout(_problems("qwen2.5-7B", {"expert": 2}, slime_dir="/opt/slime"))
     assert found and all(p.startswith("warning: spec.resources.parallelism.expert") for p in found)

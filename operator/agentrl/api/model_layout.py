@@ -1,4 +1,4 @@
-"""The model's layers and experts against Megatron's parallelism (pure).
+"""The model's layers, experts and heads against Megatron's and SGLang's parallelism (pure).
 
 slime's `parse_args`, in the driver on a GPU worker once the whole gang is scheduled, runs
 Megatron's `validate_args`, which stops on two facts of the model that no GPU count can show,
@@ -21,6 +21,13 @@ https://github.com/NVIDIA/Megatron-LM/blob/1dcf0dafa884ad52ffb243625717a3471643e
 key/value heads):
 https://github.com/NVIDIA/Megatron-LM/blob/1dcf0dafa884ad52ffb243625717a3471643e087/megatron/core/transformer/transformer_config.py#L939-L961
 
+Each SGLang rollout engine runs the model with tensor parallelism `rolloutGpusPerEngine`
+(divided by SGLang's pipeline size), and its attention layer asserts the same heads rule
+when the engine loads the model, after the gang is scheduled (e.g.
+https://github.com/sgl-project/sglang/blob/v0.5.13/python/sglang/srt/models/qwen2.py#L128-L138,
+and each supported architecture's attention at v0.5.13 and v0.5.15.post1). Where SGLang splits
+attention otherwise (data-parallel or context-parallel attention) this is not judged.
+
 The model's numbers are slime's `scripts/models/<type>.sh` (its `MODEL_ARGS`, which come
 first in slime's command line): at admission, from the table generated from the supported
 rows (`upstream_names.MODEL_LAYOUT_ARGS`); in the pod, from the script the image has. The
@@ -36,7 +43,7 @@ from typing import Final
 
 from agentrl.api.findings import Finding, Rule, err, warn
 from agentrl.api.models import RLExperiment, RuntimeSpec
-from agentrl.api.slime_flags import EXTRA_ARGS_ORIGIN, ArgRun, Seen, last_seen
+from agentrl.api.slime_flags import EXTRA_ARGS_ORIGIN, ArgRun, Seen, last_seen, option_name
 from agentrl.api.upstream_names import MODEL_LAYOUT_ARGS
 
 # The MODEL_ARGS flags this module reads (hack/gen-upstream-names.py copies these from each
@@ -70,9 +77,20 @@ SCRIPT_FLAGS: Final = (
     NUM_LAYERS, NUM_EXPERTS, NUM_HEADS, NUM_QUERY_GROUPS, GQA, *SPLIT_EXTRA, *UNEVEN_SPLIT
 )  # fmt: skip
 
+# slime starts each SGLang engine with tp_size = rollout GPUs per engine // SGLang's pipeline
+# size (slime/backends/sglang_utils/sglang_engine.py, `_compute_server_args`, at both rows).
+ENGINE: Final = "--rollout-num-gpus-per-engine"
+SGLANG_PP: Final = ("--sglang-pipeline-parallel-size", "--sglang-pp-size")
+# With any of these SGLang splits attention over fewer ranks than the engine's tensor size
+# (data-parallel or context-parallel attention), or the engines' sizes come from elsewhere
+# (a --sglang-config file, external engines): the engine rule stays quiet.
+ENGINE_OWN_LAYOUT: Final = ("--sglang-config", "--rollout-external-engine-addrs")
+ENGINE_OWN_LAYOUT_WORDS: Final = ("dp-attention", "context-parallel", "cp-size")
+
 PIPELINE_FIELD: Final = "spec.resources.parallelism.pipeline"
 EXPERT_FIELD: Final = "spec.resources.parallelism.expert"
 TENSOR_FIELD: Final = "spec.resources.parallelism.tensor"
+ENGINE_FIELD: Final = "spec.resources.rolloutGpusPerEngine"
 
 
 @dataclass(frozen=True)
@@ -102,9 +120,13 @@ def spec_runs(
     extra_args: Sequence[str],
     *,
     tensor: int = 1,
+    rollout_gpus_per_engine: int | None = None,
 ) -> list[Run]:
     """The runs `judge` reads, in slime's command-line order, built from a spec."""
-    parallelism = (TENSOR, str(tensor), PIPELINE, str(pipeline), EXPERT, str(expert))
+    parallelism: tuple[str, ...] = (TENSOR, str(tensor), PIPELINE, str(pipeline), EXPERT,
+                                    str(expert))  # fmt: skip
+    if rollout_gpus_per_engine is not None:
+        parallelism += (ENGINE, str(rollout_gpus_per_engine))
     return [
         Run(script_origin(model_type), tuple(model_args)),
         Run("spec.resources.parallelism", parallelism),
@@ -146,6 +168,78 @@ def _fitting(heads: int, groups: int | None) -> str:
     """The tensor sizes the model's heads take, as a hint."""
     sizes = [d for d in range(1, heads + 1) if heads % d == 0 and not _splits(groups, d)]
     return ", ".join(str(d) for d in sizes)
+
+
+def _last_of(runs: Sequence[ArgRun], names: Sequence[str]) -> Seen | None:
+    """The last occurrence of any of `names` (aliases of one option), as argparse keeps it."""
+    found: Seen | None = None
+    for run in runs:
+        args = run.args
+        for i, arg in enumerate(args):
+            name = option_name(arg)
+            if name is None or name not in names:
+                continue
+            if len(arg) > len(name):
+                found = Seen(arg[len(name) + 1 :], run.origin)
+            else:
+                found = Seen(args[i + 1] if i + 1 < len(args) else None, run.origin)
+    return found
+
+
+def _engine_layout_own(runs: Sequence[ArgRun]) -> bool:
+    """Whether the command line lays SGLang's attention or engines out in its own way."""
+    for run in runs:
+        for arg in run.args:
+            name = option_name(arg)
+            if name is None:
+                continue
+            if name in ENGINE_OWN_LAYOUT or (
+                name.startswith("--sglang-") and any(w in name for w in ENGINE_OWN_LAYOUT_WORDS)
+            ):
+                return True
+    return False
+
+
+def _engine_problems(
+    runs: Sequence[ArgRun], model_type: str, heads: int | None, groups: int | None
+) -> list[LayoutProblem]:
+    """What each SGLang rollout engine's attention layer asserts when it loads the model: its
+    tensor size divides the attention heads and divides or is a multiple of the key/value
+    heads (the same rule as Megatron's)."""
+    lookup = last_seen(runs, takes_value=True)
+    engine_seen = lookup(ENGINE)
+    per_engine = _int(engine_seen)
+    if engine_seen is None or not per_engine or heads is None or _engine_layout_own(runs):
+        return []
+    pp = _int(_last_of(runs, SGLANG_PP)) or 1
+    if per_engine % pp:
+        return []  # slime's own validate_args says so
+    tp = per_engine // pp
+    if tp == 1:
+        return []
+    path = _field(engine_seen, ENGINE_FIELD)
+    size = f"SGLang tensor parallelism {tp} (rolloutGpusPerEngine {per_engine}"
+    size += f" / --sglang-pipeline-parallel-size {pp})" if pp > 1 else ")"
+    hint = (
+        f"use a rolloutGpusPerEngine that gives an SGLang tensor size of {_fitting(heads, groups)}"
+    )
+    hint += f" (times {pp} with SGLang pipeline parallelism)" if pp > 1 else ""
+    if heads % tp:
+        why = (
+            f"{size} does not divide the {heads} attention heads of model.type {model_type!r}; "
+            "every rollout engine fails to load the model (SGLang's attention layer asserts "
+            "total_num_heads % tp_size == 0)"
+        )
+        return [LayoutProblem(path, why, hint)]
+    if _splits(groups, tp):
+        why = (
+            f"{size} neither divides nor is a multiple of the {groups} key/value heads of "
+            f"model.type {model_type!r}; every rollout engine fails to load the model "
+            "(SGLang's attention layer asserts total_num_kv_heads % tp_size == 0 or "
+            "tp_size % total_num_kv_heads == 0)"
+        )
+        return [LayoutProblem(path, why, hint)]
+    return []
 
 
 def judge(runs: Sequence[ArgRun], model_type: str) -> list[LayoutProblem]:
@@ -225,6 +319,7 @@ def judge(runs: Sequence[ArgRun], model_type: str) -> list[LayoutProblem]:
                     f"use an expert size that divides {experts}",
                 )
             )
+    out += _engine_problems(runs, model_type, heads, groups)
     return out
 
 
@@ -236,7 +331,9 @@ def parallelism_fits_model(exp: RLExperiment) -> Iterator[Finding]:
     split them unevenly), and `parallelism.expert` above 1 needs a mixture-of-experts
     `model.type` whose experts it divides, and `parallelism.tensor` divides its attention
     heads and divides or is a multiple of its key/value heads: Megatron asserts these when
-    slime starts, after the gang is scheduled. An error
+    slime starts, after the gang is scheduled. `rolloutGpusPerEngine` (each SGLang engine's
+    tensor size) takes the same heads rule: every engine asserts it when it loads the model.
+    An error
     for the supported images' scripts; a warning with a `runtime.slimeDir` of your own (the
     launcher then judges the image's own script before slime starts)."""
     spec = exp.spec
@@ -251,6 +348,7 @@ def parallelism_fits_model(exp: RLExperiment) -> Iterator[Finding]:
         par.expert,
         spec.runtime.extra_args,
         tensor=par.tensor,
+        rollout_gpus_per_engine=spec.resources.rollout_gpus_per_engine,
     )
     own_slime = spec.runtime.slime_dir != DEFAULT_SLIME_DIR
     for problem in judge(runs, spec.model.type):

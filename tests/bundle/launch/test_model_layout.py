@@ -99,6 +99,48 @@ def test_the_rule_refuses_what_transformer_config_raises(row: str, tmp_path: Pat
             assert all(raises in p.message for p in found), (extra, found)
 
 
+# (extraArgs, the tensor size slime starts each SGLang engine with, whether SGLang's attention
+# layer asserts on it for Qwen2.5-7B: 28 heads, 4 key/value heads; sglang/srt/models/qwen2.py
+# at v0.5.13 L128-L138, v0.5.15.post1 L127-L137)
+ENGINE_CASES: list[tuple[list[str], int, bool]] = [
+    ([], 2, False),
+    (["--rollout-num-gpus-per-engine", "8"], 8, True),
+    (["--rollout-num-gpus-per-engine", "8", "--sglang-pipeline-parallel-size", "2"], 4, False),
+]
+
+
+@pytest.mark.parametrize("row", ROWS)
+def test_the_engine_rule_judges_the_tensor_size_slime_gives_sglang(
+    row: str, tmp_path: Path
+) -> None:
+    """slime's parse_args takes rolloutGpusPerEngine 8 for a 28-head model, and its own
+    `_compute_server_args` starts every engine with tp_size 8, which SGLang's attention layer
+    refuses when the engine loads the model (that model code needs the GPU stack, so here it
+    is its assertion, cited above). The rule judges the same tensor size."""
+    pod = Pod(tmp_path, row=row)
+    done = pod.launch()
+    assert done.returncode == 0, done.stderr
+    argv, env = pod.slime_args(), pod.driver_env()
+    cases = [{"argv": [*argv, *x], "env": env, "engine": True} for x, _, _ in ENGINE_CASES]
+    results = slime_upstream.run_slime(row, cases)
+
+    spec = pod.exp.spec
+    model_type, res = spec.model.type, spec.resources
+    par = res.parallelism
+    script = probe.model_args(str(slime_upstream.slime_dir(row)), model_type)
+    for (extra, tp, fails), result in zip(ENGINE_CASES, results, strict=True):
+        assert result.get("parse_error") is None, (extra, result.get("trace"))
+        assert result["engine"]["tp_size"] == tp, (extra, result["engine"])
+        for model_args in (script, MODEL_LAYOUT_ARGS[model_type]):
+            runs = model_layout.spec_runs(
+                model_type, model_args, par.pipeline, par.expert, extra, tensor=par.tensor,
+                rollout_gpus_per_engine=res.rollout_gpus_per_engine,
+            )  # fmt: skip
+            found = model_layout.judge(runs, model_type)
+            assert [p.path for p in found] == ([EXTRA_ARGS_ORIGIN] if fails else []), found
+            assert all(f"SGLang tensor parallelism {tp} " in p.message for p in found), found
+
+
 def test_the_launcher_refuses_before_slime_starts(tmp_path: Path) -> None:
     pod = Pod(tmp_path, extra_args=[*TP1, "--pipeline-model-parallel-size", "8"])
     done = pod.launch()
@@ -106,5 +148,18 @@ def test_the_launcher_refuses_before_slime_starts(tmp_path: Path) -> None:
     assert (
         "spec.runtime.extraArgs: pipeline parallelism 8 does not divide the 28 layers of "
         "model.type 'qwen2.5-7B'" in done.stderr
+    )
+    assert not pod.record.exists()  # slime never started
+
+
+def test_the_launcher_refuses_an_engine_size_sglang_cannot_load_the_model_with(
+    tmp_path: Path,
+) -> None:
+    pod = Pod(tmp_path, extra_args=["--rollout-num-gpus-per-engine", "8"])
+    done = pod.launch()
+    assert done.returncode == 2
+    assert (
+        "spec.runtime.extraArgs: SGLang tensor parallelism 8 (rolloutGpusPerEngine 8) does not "
+        "divide the 28 attention heads of model.type 'qwen2.5-7B'" in done.stderr
     )
     assert not pod.record.exists()  # slime never started

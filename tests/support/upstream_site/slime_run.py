@@ -4,7 +4,7 @@ Started by `tests/support/slime_upstream.run_slime` with this directory on PYTHO
 AGENTRL_UPSTREAM_ROOTS naming one slime row's source, so `sitecustomize` serves slime,
 Megatron-LM and SGLang from there. Reads a JSON list of cases on stdin, each
 `{"argv": [...], "env": {...}, "load": true|false, "samples": true|false, "config":
-true|false}`, and prints one JSON list of results.
+true|false, "engine": true|false}`, and prints one JSON list of results.
 
 For each case, slime's real `slime.utils.arguments.parse_args()` runs on the argv, in the
 process environment `env` describes (the driver's: what the launcher exec'd train.py with,
@@ -29,6 +29,10 @@ recorded instead of done:
 With `"config": true`, Megatron's `core_transformer_config_from_args` then builds the
 model's `TransformerConfig` from the parsed args, as slime's model provider does on each
 Megatron actor; its `__post_init__` checks the heads against tensor parallelism.
+
+With `"engine": true`, slime's own SGLang argument checks run on the parsed args (the one
+part of parse_args left out above), then `_compute_server_args` for engine 0: the tensor and
+pipeline sizes it hands SGLang's ServerArgs are recorded.
 
 With `"samples": true`, a group of samples as agentrl's rollout returns them (its own
 `to_sample`, on slime's `Sample` class, rewards from agentrl's `post_process_rewards`; one
@@ -160,6 +164,24 @@ def _config(args: Any) -> str | None:
     return None
 
 
+def _engine(args: Any) -> dict[str, Any]:
+    """The parallel sizes slime starts SGLang engine 0 with: its own SGLang argument checks
+    (left out of parse_args here), then `_compute_server_args`, whose kwargs become SGLang's
+    ServerArgs; or `{"error": ...}`."""
+    from slime.backends.sglang_utils.arguments import validate_args
+    from slime.backends.sglang_utils.sglang_engine import _compute_server_args
+
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            validate_args(args)
+            found = _compute_server_args(args, 0, "127.0.0.1:1", 1, "127.0.0.1", 2)
+    except BaseException as e:
+        return {"error": _error(e)}
+    # 624b824 returns (kwargs, ...), fa3c990 the kwargs alone
+    kwargs = next(x for x in found if isinstance(x, dict)) if isinstance(found, tuple) else found
+    return {"tp_size": kwargs["tp_size"], "pp_size": kwargs["pp_size"]}
+
+
 def _samples(args: Any) -> dict[str, str]:
     """agentrl's samples through slime's own readers (see the module docstring)."""
     from agentrl.bundle.rewards import post_process_rewards
@@ -267,6 +289,8 @@ def _run(case: dict[str, Any]) -> dict[str, Any]:
     ]
     if case.get("config"):
         out["config_error"] = _config(args)
+    if case.get("engine"):
+        out["engine"] = _engine(args)
     if case.get("samples"):
         out["samples"] = _samples(args)
     if case.get("load"):
