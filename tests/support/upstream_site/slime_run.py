@@ -4,7 +4,7 @@ Started by `tests/support/slime_upstream.run_slime` with this directory on PYTHO
 AGENTRL_UPSTREAM_ROOTS naming one slime row's source, so `sitecustomize` serves slime,
 Megatron-LM and SGLang from there. Reads a JSON list of cases on stdin, each
 `{"argv": [...], "env": {...}, "load": true|false, "samples": true|false, "config":
-true|false, "engine": true|false}`, and prints one JSON list of results.
+true|false, "engine": true|false, "placement": true|false}`, and prints one JSON list of results.
 
 For each case, slime's real `slime.utils.arguments.parse_args()` runs on the argv, in the
 process environment `env` describes (the driver's: what the launcher exec'd train.py with,
@@ -33,6 +33,9 @@ Megatron actor; its `__post_init__` checks the heads against tensor parallelism.
 With `"engine": true`, slime's own SGLang argument checks run on the parsed args (the one
 part of parse_args left out above), then `_compute_server_args` for engine 0: the tensor and
 pipeline sizes it hands SGLang's ServerArgs are recorded.
+
+With `"placement": true`, slime's own `_get_placement_group_layout` runs on the parsed args:
+how many GPUs its placement group reserves and where the rollout engines' GPUs start.
 
 With `"samples": true`, a group of samples as agentrl's rollout returns them (its own
 `to_sample`, on slime's `Sample` class, rewards from agentrl's `post_process_rewards`; one
@@ -182,6 +185,23 @@ def _engine(args: Any) -> dict[str, Any]:
     return {"tp_size": kwargs["tp_size"], "pp_size": kwargs["pp_size"]}
 
 
+def _placement(args: Any) -> dict[str, Any]:
+    """How the parsed args split the GPUs: slime's own `_get_placement_group_layout` (the
+    GPUs of its one placement group, and the first rollout bundle), and the sizes it reads."""
+    from slime.ray.placement_group import _get_placement_group_layout
+
+    total, rollout_offset = _get_placement_group_layout(args)
+    return {
+        "gpus": total,
+        "rollout_offset": rollout_offset,
+        "actor_gpus": args.actor_num_nodes * args.actor_num_gpus_per_node,
+        "rollout_num_gpus": args.rollout_num_gpus,
+        "rollout_num_gpus_per_engine": args.rollout_num_gpus_per_engine,
+        "num_gpus_per_node": args.num_gpus_per_node,
+        "colocate": bool(args.colocate),
+    }
+
+
 def _samples(args: Any) -> dict[str, str]:
     """agentrl's samples through slime's own readers (see the module docstring)."""
     from agentrl.bundle.rewards import post_process_rewards
@@ -291,6 +311,8 @@ def _run(case: dict[str, Any]) -> dict[str, Any]:
         out["config_error"] = _config(args)
     if case.get("engine"):
         out["engine"] = _engine(args)
+    if case.get("placement"):
+        out["placement"] = _placement(args)
     if case.get("samples"):
         out["samples"] = _samples(args)
     if case.get("load"):
