@@ -195,6 +195,32 @@ def test_the_query_groups_rule_quotes_megatron_s_own_check() -> None:
     assert "must be a multiple or divisor of " in text
 
 
+def test_a_context_size_slime_s_sequence_length_does_not_split_into_is_refused() -> None:
+    """slime sets --seq-length 4096 when none is given, and Megatron wants 2 x context chunks
+    of it: context 3 on 24 GPUs (tensor 2) passes every GPU count and stops slime."""
+    found = _layout(_problems("qwen2.5-7B", {"nodes": 3, "tensor": 2, "context": 3}))
+    assert len(found) == 1 and found[0].startswith(
+        "spec.resources.parallelism.context: context parallelism 3 needs a sequence length "
+        "that is a multiple of 2 x 3, and slime's is 4096, slime's placeholder; Megatron stops "
+        "on it when slime starts"
+    ), found
+    over = _layout(_problems("qwen2.5-7B", {"nodes": 3, "tensor": 2},
+                             ["--context-parallel-size", "3"]))  # fmt: skip
+    assert any(p.startswith("spec.runtime.extraArgs: context parallelism 3") for p in over), over
+
+
+@pytest.mark.parametrize(
+    ("parallelism", "extra_args"),
+    [({"nodes": 3, "tensor": 2, "context": 3}, ["--seq-length", "6144"]),
+     ({"nodes": 4, "tensor": 2, "context": 4}, []),
+     ({"nodes": 4, "tensor": 1, "context": 32}, [])],
+)  # fmt: skip
+def test_a_context_size_the_sequence_length_splits_into_passes(
+    parallelism: dict[str, int], extra_args: list[str]
+) -> None:
+    assert _layout(_problems("qwen2.5-7B", parallelism, extra_args)) == []
+
+
 def _engine(found: list[str]) -> list[str]:
     return [p for p in found if "SGLang tensor parallelism" in p]
 

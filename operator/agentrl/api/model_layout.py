@@ -1,8 +1,9 @@
 """The model's layers, experts and heads against Megatron's and SGLang's parallelism (pure).
 
 slime's `parse_args`, in the driver on a GPU worker once the whole gang is scheduled, runs
-Megatron's `validate_args`, which stops on two facts of the model that no GPU count can show,
-and Megatron's `TransformerConfig` on a third when slime builds the model:
+Megatron's `validate_args`, which stops on two facts of the model that no GPU count can show
+and on one of slime's, and Megatron's `TransformerConfig` on the heads when slime builds the
+model:
 
 - pipeline parallelism must divide the model's layers (`--num-layers`, plus one for each of
   `--account-for-embedding-in-pipeline-split` and `--account-for-loss-in-pipeline-split`),
@@ -11,14 +12,16 @@ and Megatron's `TransformerConfig` on a third when slime builds the model:
   elsewhere and which are not judged here;
 - expert parallelism above 1 needs a mixture-of-experts model (`--num-experts`), and must
   divide its experts;
+- context parallelism above 1 must split slime's `--seq-length` (4096, slime's placeholder,
+  unless extraArgs set it) into 2 x context chunks (a fact of slime, not of the model);
 - tensor parallelism must divide the model's attention heads (`--num-attention-heads`), and
   be a divisor or a multiple of its key/value heads (`--num-query-groups`, with
   `--group-query-attention`).
 
 See `validate_args` of the Megatron both supported slime rows build with:
 https://github.com/NVIDIA/Megatron-LM/blob/1dcf0dafa884ad52ffb243625717a3471643e087/megatron/training/arguments.py#L570-L571
-(layers) and #L1024-L1027 (experts), and `TransformerConfig.__post_init__` (heads, then
-key/value heads):
+(layers), #L816-L819 (context) and #L1024-L1027 (experts), and
+`TransformerConfig.__post_init__` (heads, then key/value heads):
 https://github.com/NVIDIA/Megatron-LM/blob/1dcf0dafa884ad52ffb243625717a3471643e087/megatron/core/transformer/transformer_config.py#L939-L961
 
 Each SGLang rollout engine runs the model with tensor parallelism `rolloutGpusPerEngine`
@@ -59,6 +62,12 @@ GQA: Final = "--group-query-attention"
 TENSOR: Final = "--tensor-model-parallel-size"
 PIPELINE: Final = "--pipeline-model-parallel-size"
 EXPERT: Final = "--expert-model-parallel-size"
+CONTEXT: Final = "--context-parallel-size"
+SEQ_LENGTH: Final = "--seq-length"
+# The --seq-length slime sets when none is given (a placeholder: its batches have their own
+# lengths), in set_default_megatron_args at both supported rows; Megatron's validate_args
+# still wants it to split into 2 x context-parallel chunks.
+SLIME_SEQ_LENGTH: Final = 4096
 # Each adds one layer to what the pipeline stages split.
 SPLIT_EXTRA: Final = (
     "--account-for-embedding-in-pipeline-split",
@@ -90,6 +99,7 @@ ENGINE_OWN_LAYOUT_WORDS: Final = ("dp-attention", "context-parallel", "cp-size")
 PIPELINE_FIELD: Final = "spec.resources.parallelism.pipeline"
 EXPERT_FIELD: Final = "spec.resources.parallelism.expert"
 TENSOR_FIELD: Final = "spec.resources.parallelism.tensor"
+CONTEXT_FIELD: Final = "spec.resources.parallelism.context"
 ENGINE_FIELD: Final = "spec.resources.rolloutGpusPerEngine"
 
 
@@ -121,10 +131,11 @@ def spec_runs(
     *,
     tensor: int = 1,
     rollout_gpus_per_engine: int | None = None,
+    context: int = 1,
 ) -> list[Run]:
     """The runs `judge` reads, in slime's command-line order, built from a spec."""
     parallelism: tuple[str, ...] = (TENSOR, str(tensor), PIPELINE, str(pipeline), EXPERT,
-                                    str(expert))  # fmt: skip
+                                    str(expert), CONTEXT, str(context))  # fmt: skip
     if rollout_gpus_per_engine is not None:
         parallelism += (ENGINE, str(rollout_gpus_per_engine))
     return [
@@ -319,6 +330,24 @@ def judge(runs: Sequence[ArgRun], model_type: str) -> list[LayoutProblem]:
                     f"use an expert size that divides {experts}",
                 )
             )
+    context_seen = lookup(CONTEXT)
+    context = _int(context_seen)
+    seq_seen = lookup(SEQ_LENGTH)
+    seq = _int(seq_seen) if seq_seen else SLIME_SEQ_LENGTH
+    if context_seen and context and context > 1 and seq and seq % (2 * context):
+        where = f"--seq-length {seq}" if seq_seen else f"{seq}, slime's placeholder"
+        fits = [str(c) for c in range(1, 65) if seq % (2 * c) == 0]
+        out.append(
+            LayoutProblem(
+                _field(context_seen, CONTEXT_FIELD),
+                f"context parallelism {context} needs a sequence length that is a multiple of "
+                f"2 x {context}, and slime's is {where}; Megatron stops on it when slime "
+                "starts ('seq-length should be a multiple of 2 * context-parallel-size if "
+                "context-parallel-size > 1')",
+                f"use a context size of {', '.join(fits)}, or set --seq-length in "
+                f"spec.runtime.extraArgs to a multiple of {2 * context}",
+            )
+        )
     out += _engine_problems(runs, model_type, heads, groups)
     return out
 
@@ -331,7 +360,9 @@ def parallelism_fits_model(exp: RLExperiment) -> Iterator[Finding]:
     split them unevenly), and `parallelism.expert` above 1 needs a mixture-of-experts
     `model.type` whose experts it divides, and `parallelism.tensor` divides its attention
     heads and divides or is a multiple of its key/value heads: Megatron asserts these when
-    slime starts, after the gang is scheduled. `rolloutGpusPerEngine` (each SGLang engine's
+    slime starts, after the gang is scheduled, as it does on a `parallelism.context` whose
+    double does not divide slime's sequence length (4096 unless `--seq-length`).
+    `rolloutGpusPerEngine` (each SGLang engine's
     tensor size) takes the same heads rule: every engine asserts it when it loads the model.
     An error
     for the supported images' scripts; a warning with a `runtime.slimeDir` of your own (the
@@ -349,6 +380,7 @@ def parallelism_fits_model(exp: RLExperiment) -> Iterator[Finding]:
         spec.runtime.extra_args,
         tensor=par.tensor,
         rollout_gpus_per_engine=spec.resources.rollout_gpus_per_engine,
+        context=par.context,
     )
     own_slime = spec.runtime.slime_dir != DEFAULT_SLIME_DIR
     for problem in judge(runs, spec.model.type):

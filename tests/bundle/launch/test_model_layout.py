@@ -34,6 +34,11 @@ CASES: list[tuple[list[str], str | None]] = [
     ([*TP1, "--pipeline-model-parallel-size", "8", "--decoder-first-pipeline-num-layers", "1",
       "--decoder-last-pipeline-num-layers", "3"], None),
     (["--expert-model-parallel-size", "2"], "num_experts must be non None"),
+    # slime's placeholder --seq-length 4096 does not split into 2 x 3 chunks; 6144 does
+    (["--actor-num-gpus-per-node", "6", "--tensor-model-parallel-size", "2",
+      "--context-parallel-size", "3"], "seq-length should be a multiple of 2 * context"),
+    (["--actor-num-gpus-per-node", "6", "--tensor-model-parallel-size", "2",
+      "--context-parallel-size", "3", "--seq-length", "6144"], None),
 ]  # fmt: skip
 
 
