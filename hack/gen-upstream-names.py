@@ -49,6 +49,7 @@ LAYOUT_VALUE_FLAGS = (
 )
 LAYOUT_SWITCHES = (
     "--group-query-attention",
+    "--disable-bias-linear",
     "--account-for-embedding-in-pipeline-split",
     "--account-for-loss-in-pipeline-split",
 )

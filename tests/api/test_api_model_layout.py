@@ -53,13 +53,15 @@ def test_the_generator_reads_the_flags_the_rule_judges() -> None:
 
 def test_every_supported_model_type_has_its_layers() -> None:
     assert MODEL_LAYOUT_ARGS["qwen2.5-3B"] == (
-        "--num-layers", "36", "--num-attention-heads", "16", "--group-query-attention",
-        "--num-query-groups", "2",
+        "--num-layers", "36", "--num-attention-heads", "16", "--disable-bias-linear",
+        "--group-query-attention", "--num-query-groups", "2",
     )  # fmt: skip
     assert MODEL_LAYOUT_ARGS["qwen3-30B-A3B"] == (
-        "--group-query-attention", "--num-attention-heads", "32", "--num-query-groups", "4",
-        "--num-layers", "48", "--num-experts", "128",
+        "--disable-bias-linear", "--group-query-attention", "--num-attention-heads", "32",
+        "--num-query-groups", "4", "--num-layers", "48", "--num-experts", "128",
     )  # fmt: skip
+    # the one mixture-of-experts script whose experts have biases
+    assert "--disable-bias-linear" not in MODEL_LAYOUT_ARGS["gpt-oss-20B"]
     # Latent attention (no query groups): its key/value heads are not the rule's business.
     assert "--num-query-groups" not in MODEL_LAYOUT_ARGS["deepseek-v3"]
     assert all("--num-layers" in args for args in MODEL_LAYOUT_ARGS.values())
@@ -219,6 +221,31 @@ def test_a_context_size_the_sequence_length_splits_into_passes(
     parallelism: dict[str, int], extra_args: list[str]
 ) -> None:
     assert _layout(_problems("qwen2.5-7B", parallelism, extra_args)) == []
+
+
+def test_experts_with_biases_and_tensor_parallelism_are_refused() -> None:
+    """gpt-oss-20B's experts have biases (no --disable-bias-linear), which Megatron's
+    TransformerConfig takes only with expert tensor parallelism 1; that follows tensor."""
+    (found,) = _layout(_problems("gpt-oss-20B", {"nodes": 1, "tensor": 2}))
+    assert found.startswith(
+        "spec.resources.parallelism.tensor: model.type 'gpt-oss-20B' is a mixture-of-experts "
+        "model whose experts have biases (its script has no --disable-bias-linear), which "
+        "Megatron takes only with expert tensor parallelism 1, and expert tensor parallelism "
+        "is 2 (it follows tensor parallelism unless set)"
+    ), found
+    assert "(add --expert-tensor-parallel-size 1 to spec.runtime.extraArgs" in found
+    over = _layout(_problems("gpt-oss-20B", {"nodes": 1}, ["--expert-tensor-parallel-size=2"]))
+    assert [p.split(":")[0] for p in over] == ["spec.runtime.extraArgs"], over
+
+
+@pytest.mark.parametrize(
+    ("model_type", "tensor", "extra_args"),
+    [("gpt-oss-20B", 2, ["--expert-tensor-parallel-size", "1"]),
+     ("gpt-oss-20B", 1, []),
+     ("qwen3-30B-A3B", 2, [])],  # no biases
+)  # fmt: skip
+def test_experts_megatron_takes_pass(model_type: str, tensor: int, extra_args: list[str]) -> None:
+    assert _layout(_problems(model_type, {"nodes": 1, "tensor": tensor}, extra_args)) == []
 
 
 def _engine(found: list[str]) -> list[str]:

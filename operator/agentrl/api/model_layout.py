@@ -2,8 +2,8 @@
 
 slime's `parse_args`, in the driver on a GPU worker once the whole gang is scheduled, runs
 Megatron's `validate_args`, which stops on two facts of the model that no GPU count can show
-and on one of slime's, and Megatron's `TransformerConfig` on the heads when slime builds the
-model:
+and on one of slime's, and Megatron's `TransformerConfig` on the heads and expert biases when
+slime builds the model:
 
 - pipeline parallelism must divide the model's layers (`--num-layers`, plus one for each of
   `--account-for-embedding-in-pipeline-split` and `--account-for-loss-in-pipeline-split`),
@@ -16,12 +16,15 @@ model:
   unless extraArgs set it) into 2 x context chunks (a fact of slime, not of the model);
 - tensor parallelism must divide the model's attention heads (`--num-attention-heads`), and
   be a divisor or a multiple of its key/value heads (`--num-query-groups`, with
-  `--group-query-attention`).
+  `--group-query-attention`);
+- a mixture-of-experts model with biases (no `--disable-bias-linear`) needs expert tensor
+  parallelism 1, which follows tensor parallelism unless `--expert-tensor-parallel-size` is
+  set.
 
 See `validate_args` of the Megatron both supported slime rows build with:
 https://github.com/NVIDIA/Megatron-LM/blob/1dcf0dafa884ad52ffb243625717a3471643e087/megatron/training/arguments.py#L570-L571
 (layers), #L816-L819 (context) and #L1024-L1027 (experts), and
-`TransformerConfig.__post_init__` (heads, then key/value heads):
+`TransformerConfig.__post_init__` (heads, then key/value heads; expert biases at #L1614-L1617):
 https://github.com/NVIDIA/Megatron-LM/blob/1dcf0dafa884ad52ffb243625717a3471643e087/megatron/core/transformer/transformer_config.py#L939-L961
 
 Each SGLang rollout engine runs the model with tensor parallelism `rolloutGpusPerEngine`
@@ -59,6 +62,10 @@ NUM_HEADS: Final = "--num-attention-heads"
 # covers.
 NUM_QUERY_GROUPS: Final = "--num-query-groups"
 GQA: Final = "--group-query-attention"
+# Without it Megatron gives the linear layers biases, the experts' too, and takes expert
+# biases only with expert tensor parallelism 1 (which follows tensor parallelism unless set).
+NO_BIAS: Final = "--disable-bias-linear"
+EXPERT_TENSOR: Final = "--expert-tensor-parallel-size"
 TENSOR: Final = "--tensor-model-parallel-size"
 PIPELINE: Final = "--pipeline-model-parallel-size"
 EXPERT: Final = "--expert-model-parallel-size"
@@ -83,7 +90,8 @@ UNEVEN_SPLIT: Final = (
     "--num-virtual-stages-per-pipeline-rank",
 )
 SCRIPT_FLAGS: Final = (
-    NUM_LAYERS, NUM_EXPERTS, NUM_HEADS, NUM_QUERY_GROUPS, GQA, *SPLIT_EXTRA, *UNEVEN_SPLIT
+    NUM_LAYERS, NUM_EXPERTS, NUM_HEADS, NUM_QUERY_GROUPS, GQA, NO_BIAS, *SPLIT_EXTRA,
+    *UNEVEN_SPLIT,
 )  # fmt: skip
 
 # slime starts each SGLang engine with tp_size = rollout GPUs per engine // SGLang's pipeline
@@ -253,6 +261,32 @@ def _engine_problems(
     return []
 
 
+def _expert_bias_problems(
+    lookup: Callable[[str], Seen | None], model_type: str, tensor_seen: Seen | None
+) -> list[LayoutProblem]:
+    """Megatron's `TransformerConfig` takes experts with biases only with expert tensor
+    parallelism 1, which is tensor parallelism unless `--expert-tensor-parallel-size` says."""
+    if lookup(NUM_EXPERTS) is None or lookup(NO_BIAS) is not None:
+        return []
+    etp_seen = lookup(EXPERT_TENSOR)
+    seen = etp_seen or tensor_seen
+    etp = _int(seen)
+    if seen is None or etp is None or etp <= 1:
+        return []
+    follows = "" if etp_seen else " (it follows tensor parallelism unless set)"
+    return [
+        LayoutProblem(
+            _field(seen, TENSOR_FIELD) if etp_seen is None else _field(seen, EXTRA_ARGS_ORIGIN),
+            f"model.type {model_type!r} is a mixture-of-experts model whose experts have biases "
+            "(its script has no --disable-bias-linear), which Megatron takes only with expert "
+            f"tensor parallelism 1, and expert tensor parallelism is {etp}{follows}; Megatron "
+            "stops on it when slime builds the model ('Bias in Moe is only supported when "
+            "ETP==1')",
+            f"add {EXPERT_TENSOR} 1 to spec.runtime.extraArgs, or use tensor 1",
+        )
+    ]
+
+
 def judge(runs: Sequence[ArgRun], model_type: str) -> list[LayoutProblem]:
     """What Megatron's `validate_args` would stop on, for the command line `runs` makes."""
     lookup: Callable[[str], Seen | None] = last_seen(runs, takes_value=True)
@@ -330,6 +364,7 @@ def judge(runs: Sequence[ArgRun], model_type: str) -> list[LayoutProblem]:
                     f"use an expert size that divides {experts}",
                 )
             )
+    out += _expert_bias_problems(lookup, model_type, tensor_seen)
     context_seen = lookup(CONTEXT)
     context = _int(context_seen)
     seq_seen = lookup(SEQ_LENGTH)
@@ -361,7 +396,9 @@ def parallelism_fits_model(exp: RLExperiment) -> Iterator[Finding]:
     `model.type` whose experts it divides, and `parallelism.tensor` divides its attention
     heads and divides or is a multiple of its key/value heads: Megatron asserts these when
     slime starts, after the gang is scheduled, as it does on a `parallelism.context` whose
-    double does not divide slime's sequence length (4096 unless `--seq-length`).
+    double does not divide slime's sequence length (4096 unless `--seq-length`), and on a
+    mixture-of-experts `model.type` with biases whose expert tensor parallelism (tensor, unless
+    `--expert-tensor-parallel-size`) is above 1.
     `rolloutGpusPerEngine` (each SGLang engine's
     tensor size) takes the same heads rule: every engine asserts it when it loads the model.
     An error

@@ -115,8 +115,17 @@ REASONING_PARSERS: Final[dict[str, tuple[str, ...]]] = {
     "step3p5": ("fa3c990", "624b824"),
 }
 MODEL_LAYOUT_ARGS: Final[dict[str, tuple[str, ...]]] = {
-    "deepseek-v3": ("--num-layers", "61", "--num-attention-heads", "128", "--num-experts", "256"),
+    "deepseek-v3": (
+        "--disable-bias-linear",
+        "--num-layers",
+        "61",
+        "--num-attention-heads",
+        "128",
+        "--num-experts",
+        "256",
+    ),
     "deepseek-v3-20layer": (
+        "--disable-bias-linear",
         "--num-layers",
         "20",
         "--num-attention-heads",
@@ -125,6 +134,7 @@ MODEL_LAYOUT_ARGS: Final[dict[str, tuple[str, ...]]] = {
         "256",
     ),
     "deepseek-v3-5layer": (
+        "--disable-bias-linear",
         "--num-layers",
         "5",
         "--num-attention-heads",
@@ -140,6 +150,7 @@ MODEL_LAYOUT_ARGS: Final[dict[str, tuple[str, ...]]] = {
         "--group-query-attention",
         "--num-query-groups",
         "8",
+        "--disable-bias-linear",
     ),
     "gemma4-26B-A4B": (
         "--num-layers",
@@ -149,6 +160,7 @@ MODEL_LAYOUT_ARGS: Final[dict[str, tuple[str, ...]]] = {
         "--group-query-attention",
         "--num-query-groups",
         "8",
+        "--disable-bias-linear",
         "--num-experts",
         "128",
     ),
@@ -160,12 +172,14 @@ MODEL_LAYOUT_ARGS: Final[dict[str, tuple[str, ...]]] = {
         "--group-query-attention",
         "--num-query-groups",
         "16",
+        "--disable-bias-linear",
     ),
     "glm4-32B": (
         "--num-layers",
         "64",
         "--num-attention-heads",
         "48",
+        "--disable-bias-linear",
         "--group-query-attention",
         "--num-query-groups",
         "8",
@@ -178,8 +192,10 @@ MODEL_LAYOUT_ARGS: Final[dict[str, tuple[str, ...]]] = {
         "--group-query-attention",
         "--num-query-groups",
         "2",
+        "--disable-bias-linear",
     ),
     "glm4.5-106B-A12B": (
+        "--disable-bias-linear",
         "--group-query-attention",
         "--num-attention-heads",
         "96",
@@ -191,6 +207,7 @@ MODEL_LAYOUT_ARGS: Final[dict[str, tuple[str, ...]]] = {
         "128",
     ),
     "glm4.5-355B-A32B": (
+        "--disable-bias-linear",
         "--group-query-attention",
         "--num-attention-heads",
         "96",
@@ -201,8 +218,24 @@ MODEL_LAYOUT_ARGS: Final[dict[str, tuple[str, ...]]] = {
         "--num-experts",
         "160",
     ),
-    "glm4.7-30B-A3B": ("--num-experts", "64", "--num-layers", "47", "--num-attention-heads", "20"),
-    "glm5-744B-A40B": ("--num-experts", "256", "--num-layers", "78", "--num-attention-heads", "64"),
+    "glm4.7-30B-A3B": (
+        "--num-experts",
+        "64",
+        "--num-layers",
+        "47",
+        "--num-attention-heads",
+        "20",
+        "--disable-bias-linear",
+    ),
+    "glm5-744B-A40B": (
+        "--num-experts",
+        "256",
+        "--num-layers",
+        "78",
+        "--num-attention-heads",
+        "64",
+        "--disable-bias-linear",
+    ),
     "glm5.2-744B-A40B": (
         "--num-experts",
         "256",
@@ -210,6 +243,7 @@ MODEL_LAYOUT_ARGS: Final[dict[str, tuple[str, ...]]] = {
         "78",
         "--num-attention-heads",
         "64",
+        "--disable-bias-linear",
     ),
     "gpt-oss-20B": (
         "--num-layers",
@@ -222,8 +256,17 @@ MODEL_LAYOUT_ARGS: Final[dict[str, tuple[str, ...]]] = {
         "--num-experts",
         "32",
     ),
-    "kimi-k2": ("--num-layers", "61", "--num-attention-heads", "64", "--num-experts", "384"),
+    "kimi-k2": (
+        "--disable-bias-linear",
+        "--num-layers",
+        "61",
+        "--num-attention-heads",
+        "64",
+        "--num-experts",
+        "384",
+    ),
     "kimi-k2-thinking": (
+        "--disable-bias-linear",
         "--num-layers",
         "61",
         "--num-attention-heads",
@@ -239,6 +282,7 @@ MODEL_LAYOUT_ARGS: Final[dict[str, tuple[str, ...]]] = {
         "--group-query-attention",
         "--num-query-groups",
         "8",
+        "--disable-bias-linear",
     ),
     "llama3.2-3B-Instruct": (
         "--num-layers",
@@ -248,6 +292,7 @@ MODEL_LAYOUT_ARGS: Final[dict[str, tuple[str, ...]]] = {
         "--group-query-attention",
         "--num-query-groups",
         "8",
+        "--disable-bias-linear",
     ),
     "llama3.2-3B-Instruct-amd": (
         "--num-layers",
@@ -257,6 +302,7 @@ MODEL_LAYOUT_ARGS: Final[dict[str, tuple[str, ...]]] = {
         "--group-query-attention",
         "--num-query-groups",
         "8",
+        "--disable-bias-linear",
     ),
     "mimo-7B-rl": (
         "--num-layers",
@@ -266,8 +312,10 @@ MODEL_LAYOUT_ARGS: Final[dict[str, tuple[str, ...]]] = {
         "--group-query-attention",
         "--num-query-groups",
         "8",
+        "--disable-bias-linear",
     ),
     "minimax-m2": (
+        "--disable-bias-linear",
         "--num-layers",
         "62",
         "--num-attention-heads",
@@ -278,12 +326,21 @@ MODEL_LAYOUT_ARGS: Final[dict[str, tuple[str, ...]]] = {
         "--num-experts",
         "256",
     ),
-    "moonlight": ("--num-layers", "27", "--num-attention-heads", "16", "--num-experts", "64"),
+    "moonlight": (
+        "--disable-bias-linear",
+        "--num-layers",
+        "27",
+        "--num-attention-heads",
+        "16",
+        "--num-experts",
+        "64",
+    ),
     "qwen2.5-0.5B": (
         "--num-layers",
         "24",
         "--num-attention-heads",
         "14",
+        "--disable-bias-linear",
         "--group-query-attention",
         "--num-query-groups",
         "2",
@@ -293,6 +350,7 @@ MODEL_LAYOUT_ARGS: Final[dict[str, tuple[str, ...]]] = {
         "28",
         "--num-attention-heads",
         "12",
+        "--disable-bias-linear",
         "--group-query-attention",
         "--num-query-groups",
         "2",
@@ -305,12 +363,14 @@ MODEL_LAYOUT_ARGS: Final[dict[str, tuple[str, ...]]] = {
         "--group-query-attention",
         "--num-query-groups",
         "8",
+        "--disable-bias-linear",
     ),
     "qwen2.5-3B": (
         "--num-layers",
         "36",
         "--num-attention-heads",
         "16",
+        "--disable-bias-linear",
         "--group-query-attention",
         "--num-query-groups",
         "2",
@@ -323,6 +383,7 @@ MODEL_LAYOUT_ARGS: Final[dict[str, tuple[str, ...]]] = {
         "--group-query-attention",
         "--num-query-groups",
         "4",
+        "--disable-bias-linear",
     ),
     "qwen3-0.6B": (
         "--num-layers",
@@ -332,6 +393,7 @@ MODEL_LAYOUT_ARGS: Final[dict[str, tuple[str, ...]]] = {
         "--group-query-attention",
         "--num-query-groups",
         "8",
+        "--disable-bias-linear",
     ),
     "qwen3-1.7B": (
         "--num-layers",
@@ -341,6 +403,7 @@ MODEL_LAYOUT_ARGS: Final[dict[str, tuple[str, ...]]] = {
         "--group-query-attention",
         "--num-query-groups",
         "8",
+        "--disable-bias-linear",
     ),
     "qwen3-14B": (
         "--num-layers",
@@ -350,8 +413,10 @@ MODEL_LAYOUT_ARGS: Final[dict[str, tuple[str, ...]]] = {
         "--group-query-attention",
         "--num-query-groups",
         "8",
+        "--disable-bias-linear",
     ),
     "qwen3-235B-A22B": (
+        "--disable-bias-linear",
         "--group-query-attention",
         "--num-attention-heads",
         "64",
@@ -363,6 +428,7 @@ MODEL_LAYOUT_ARGS: Final[dict[str, tuple[str, ...]]] = {
         "128",
     ),
     "qwen3-30B-A3B": (
+        "--disable-bias-linear",
         "--group-query-attention",
         "--num-attention-heads",
         "32",
@@ -381,6 +447,7 @@ MODEL_LAYOUT_ARGS: Final[dict[str, tuple[str, ...]]] = {
         "--group-query-attention",
         "--num-query-groups",
         "8",
+        "--disable-bias-linear",
     ),
     "qwen3-4B": (
         "--num-layers",
@@ -390,6 +457,7 @@ MODEL_LAYOUT_ARGS: Final[dict[str, tuple[str, ...]]] = {
         "--group-query-attention",
         "--num-query-groups",
         "8",
+        "--disable-bias-linear",
     ),
     "qwen3-4B-Instruct-2507": (
         "--num-layers",
@@ -399,6 +467,7 @@ MODEL_LAYOUT_ARGS: Final[dict[str, tuple[str, ...]]] = {
         "--group-query-attention",
         "--num-query-groups",
         "8",
+        "--disable-bias-linear",
     ),
     "qwen3-8B": (
         "--num-layers",
@@ -408,8 +477,10 @@ MODEL_LAYOUT_ARGS: Final[dict[str, tuple[str, ...]]] = {
         "--group-query-attention",
         "--num-query-groups",
         "8",
+        "--disable-bias-linear",
     ),
     "qwen3-next-80B-A3B": (
+        "--disable-bias-linear",
         "--group-query-attention",
         "--num-attention-heads",
         "16",
@@ -421,6 +492,7 @@ MODEL_LAYOUT_ARGS: Final[dict[str, tuple[str, ...]]] = {
         "512",
     ),
     "qwen3.5-0.8B": (
+        "--disable-bias-linear",
         "--group-query-attention",
         "--num-attention-heads",
         "8",
@@ -430,6 +502,7 @@ MODEL_LAYOUT_ARGS: Final[dict[str, tuple[str, ...]]] = {
         "24",
     ),
     "qwen3.5-27B": (
+        "--disable-bias-linear",
         "--group-query-attention",
         "--num-attention-heads",
         "24",
@@ -439,6 +512,7 @@ MODEL_LAYOUT_ARGS: Final[dict[str, tuple[str, ...]]] = {
         "64",
     ),
     "qwen3.5-35B-A3B": (
+        "--disable-bias-linear",
         "--group-query-attention",
         "--num-attention-heads",
         "16",
@@ -450,6 +524,7 @@ MODEL_LAYOUT_ARGS: Final[dict[str, tuple[str, ...]]] = {
         "256",
     ),
     "qwen3.5-35B-A3B-vl": (
+        "--disable-bias-linear",
         "--group-query-attention",
         "--num-attention-heads",
         "16",
@@ -461,6 +536,7 @@ MODEL_LAYOUT_ARGS: Final[dict[str, tuple[str, ...]]] = {
         "256",
     ),
     "qwen3.5-4B": (
+        "--disable-bias-linear",
         "--group-query-attention",
         "--num-attention-heads",
         "16",
@@ -470,6 +546,7 @@ MODEL_LAYOUT_ARGS: Final[dict[str, tuple[str, ...]]] = {
         "32",
     ),
     "qwen3.5-9B": (
+        "--disable-bias-linear",
         "--group-query-attention",
         "--num-attention-heads",
         "16",

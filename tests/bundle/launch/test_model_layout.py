@@ -11,6 +11,7 @@ slime starts.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -144,6 +145,56 @@ def test_the_engine_rule_judges_the_tensor_size_slime_gives_sglang(
             found = model_layout.judge(runs, model_type)
             assert [p.path for p in found] == ([EXTRA_ARGS_ORIGIN] if fails else []), found
             assert all(f"SGLang tensor parallelism {tp} " in p.message for p in found), found
+
+
+# The Hugging Face config slime checks gpt-oss-20B's MODEL_ARGS against (openai/gpt-oss-20b's
+# numbers that slime's _hf_validate_args reads).
+GPT_OSS_CONFIG = {
+    "architectures": ["GptOssForCausalLM"], "model_type": "gpt_oss", "hidden_size": 2880,
+    "num_attention_heads": 64, "num_hidden_layers": 24, "num_key_value_heads": 8,
+    "head_dim": 64, "intermediate_size": 2880, "num_local_experts": 32,
+    "num_experts_per_tok": 4, "tie_word_embeddings": False, "rms_norm_eps": 1e-05,
+    "rope_theta": 150000, "vocab_size": 201088, "sliding_window": 128,
+    "max_position_embeddings": 131072,
+}  # fmt: skip
+# (extraArgs after the example's tensor 4, what TransformerConfig raises; None: it builds)
+BIAS_CASES: list[tuple[list[str], str | None]] = [
+    ([], "Bias in Moe is only supported when ETP==1"),
+    (["--expert-tensor-parallel-size", "1"], None),
+    (["--tensor-model-parallel-size", "1"], None),
+]
+
+
+def test_the_rule_refuses_experts_with_biases_as_transformer_config_does(tmp_path: Path) -> None:
+    """gpt-oss-20B (slime fa3c990 only): its own MODEL_ARGS in place of the example's, through
+    slime's parse_args and Megatron's core_transformer_config_from_args."""
+    row = "fa3c990"
+    pod = Pod(tmp_path, row=row)
+    done = pod.launch()
+    assert done.returncode == 0, done.stderr
+    argv, env = pod.slime_args(), pod.driver_env()
+    hf = tmp_path / "gpt-oss"
+    hf.mkdir()
+    (hf / "config.json").write_text(json.dumps(GPT_OSS_CONFIG))
+    rest = argv[argv.index("--actor-num-nodes") :]
+    for flag in ("--hf-checkpoint", "--ref-load"):
+        rest[rest.index(flag) + 1] = str(hf)
+    script = probe.model_args(str(slime_upstream.slime_dir(row)), "gpt-oss-20B")
+    cases = [{"argv": [*script, *rest, *x], "env": env, "config": True} for x, _ in BIAS_CASES]
+    results = slime_upstream.run_slime(row, cases)
+
+    par = pod.exp.spec.resources.parallelism
+    for (extra, raises), result in zip(BIAS_CASES, results, strict=True):
+        assert result.get("parse_error") is None, (extra, result.get("trace"))
+        error = result["config_error"]
+        assert (error is None) if raises is None else (error and raises in error), (extra, error)
+        for model_args in (script, MODEL_LAYOUT_ARGS["gpt-oss-20B"]):
+            runs = model_layout.spec_runs(
+                "gpt-oss-20B", model_args, par.pipeline, par.expert, extra, tensor=par.tensor
+            )
+            found = model_layout.judge(runs, "gpt-oss-20B")
+            assert bool(found) == (raises is not None), (extra, found)
+            assert all(raises and raises in p.message for p in found), found
 
 
 def test_the_launcher_refuses_before_slime_starts(tmp_path: Path) -> None:
