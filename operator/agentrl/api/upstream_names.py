@@ -3,8 +3,8 @@
 `hack/gen-upstream-names.py` writes this file from each supported slime row (images/README.md):
 the model types of its `scripts/models/`, and the tool-call and reasoning parsers of the
 SGLang its image builds on. Each name maps to the rows that have it. MODEL_LAYOUT_ARGS holds,
-per model type, the flags of its script's MODEL_ARGS that Megatron's parallelism checks read
-(`agentrl.api.model_layout`), where every row that has the type agrees on them.
+per model type, the flags of its script's MODEL_ARGS that Megatron's and SGLang's parallelism
+checks read (`agentrl.api.model_layout`), where every row that has the type agrees on them.
 """
 
 from typing import Final
