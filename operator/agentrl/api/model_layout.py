@@ -288,7 +288,8 @@ def _expert_bias_problems(
 
 
 def judge(runs: Sequence[ArgRun], model_type: str) -> list[LayoutProblem]:
-    """What Megatron's `validate_args` would stop on, for the command line `runs` makes."""
+    """What Megatron (`validate_args`, `TransformerConfig`) and each SGLang engine would stop
+    on, for the command line `runs` makes."""
     lookup: Callable[[str], Seen | None] = last_seen(runs, takes_value=True)
     out: list[LayoutProblem] = []
     pipeline_seen, expert_seen = lookup(PIPELINE), lookup(EXPERT)
