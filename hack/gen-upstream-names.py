@@ -9,7 +9,8 @@ its `scripts/models/` and the SGLang its image builds on (the release named by t
 `docker/Dockerfile`, with the row's own SGLang patches applied, as the image has it).
 
 It also copies, for each model type, the flags of the script's MODEL_ARGS that Megatron's
-parallelism checks read (layers, experts, how the pipeline splits them; the list is
+and SGLang's parallelism checks read (layers, experts, attention and key/value heads, linear
+biases, how the pipeline splits them; the list is
 `agentrl.api.model_layout.SCRIPT_FLAGS`), read through bash as the launcher reads them, and
 only where every row that has the type agrees on them.
 
@@ -40,6 +41,7 @@ LAYOUT_VALUE_FLAGS = (
     "--num-layers",
     "--num-experts",
     "--num-attention-heads",
+    "--num-query-groups",
     "--decoder-first-pipeline-num-layers",
     "--decoder-last-pipeline-num-layers",
     "--pipeline-model-parallel-layout",
@@ -47,6 +49,8 @@ LAYOUT_VALUE_FLAGS = (
     "--num-virtual-stages-per-pipeline-rank",
 )
 LAYOUT_SWITCHES = (
+    "--group-query-attention",
+    "--disable-bias-linear",
     "--account-for-embedding-in-pipeline-split",
     "--account-for-loss-in-pipeline-split",
 )
@@ -152,8 +156,8 @@ def table(rows: list[tuple[str, Path, Path]]) -> str:
 `hack/gen-upstream-names.py` writes this file from each supported slime row (images/README.md):
 the model types of its `scripts/models/`, and the tool-call and reasoning parsers of the
 SGLang its image builds on. Each name maps to the rows that have it. MODEL_LAYOUT_ARGS holds,
-per model type, the flags of its script's MODEL_ARGS that Megatron's parallelism checks read
-(`agentrl.api.model_layout`), where every row that has the type agrees on them.
+per model type, the flags of its script's MODEL_ARGS that Megatron's and SGLang's parallelism
+checks read (`agentrl.api.model_layout`), where every row that has the type agrees on them.
 """
 
 from typing import Final

@@ -78,8 +78,9 @@ CASES: list[tuple[str, dict[str, Any], str]] = [
     ("two agent backends", with_agent(agentCore=CORE, http={"url": "http://a"}), "spec.agent"),
     ("local model without renderer", spec(model={"path": "/models/m", "type": "qwen2.5-3B"}),
      "spec.model.rendererFamily"),
-    # (7 divides the model's 14 heads: only the GPU count is wrong)
-    ("GPUs not divisible by tp x pp", spec(resources={"parallelism": {"tensor": 7}}),
+    # (14 divides the model's 14 heads and is a multiple of its 2 key/value heads: only the
+    # GPU count is wrong)
+    ("GPUs not divisible by tp x pp", spec(resources={"parallelism": {"tensor": 14}}),
      "spec.resources.parallelism"),
     ("expert parallelism does not divide",
      spec(model={"path": "Qwen/Qwen3-30B-A3B", "type": "qwen3-30B-A3B", "refLoad": "/models/q"},
@@ -92,7 +93,9 @@ CASES: list[tuple[str, dict[str, Any], str]] = [
      spec(model={"path": "Qwen/Qwen2.5-7B-Instruct", "type": "qwen2.5-7B", "refLoad": "/models/q"},
           resources={"parallelism": {"tensor": 1, "pipeline": 8}}),
      "spec.resources.parallelism.pipeline"),
-    ("engines do not fit", spec(resources={"rolloutGpusPerEngine": 3}),
+    # (14 divides the model's 14 heads and is a multiple of its 2 key/value heads: only the
+    # GPU count is wrong)
+    ("engines do not fit", spec(resources={"rolloutGpusPerEngine": 14}),
      "spec.resources.rolloutGpusPerEngine"),
     ("non-colocated without rollout GPUs", spec(resources={"colocate": False}),
      "spec.resources.rolloutGpus"),

@@ -3,8 +3,8 @@
 Started by `tests/support/slime_upstream.run_slime` with this directory on PYTHONPATH and
 AGENTRL_UPSTREAM_ROOTS naming one slime row's source, so `sitecustomize` serves slime,
 Megatron-LM and SGLang from there. Reads a JSON list of cases on stdin, each
-`{"argv": [...], "env": {...}, "load": true|false, "samples": true|false}`, and prints one
-JSON list of results.
+`{"argv": [...], "env": {...}, "load": true|false, "samples": true|false, "config":
+true|false, "engine": true|false, "placement": true|false}`, and prints one JSON list of results.
 
 For each case, slime's real `slime.utils.arguments.parse_args()` runs on the argv, in the
 process environment `env` describes (the driver's: what the launcher exec'd train.py with,
@@ -25,6 +25,17 @@ recorded instead of done:
   `load_hf_weights` is recorded (after slime's own bridge-mode assertion); at releases with
   their own loader, slime picks the loader by the config's model_type (raising for a type it
   cannot load) and only the copy (`load_model_hf_weights`) is recorded.
+
+With `"config": true`, Megatron's `core_transformer_config_from_args` then builds the
+model's `TransformerConfig` from the parsed args, as slime's model provider does on each
+Megatron actor; its `__post_init__` checks the heads against tensor parallelism.
+
+With `"engine": true`, slime's own SGLang argument checks run on the parsed args (the one
+part of parse_args left out above), then `_compute_server_args` for engine 0: the tensor and
+pipeline sizes it hands SGLang's ServerArgs are recorded.
+
+With `"placement": true`, slime's own `_get_placement_group_layout` runs on the parsed args:
+how many GPUs its placement group reserves and where the rollout engines' GPUs start.
 
 With `"samples": true`, a group of samples as agentrl's rollout returns them (its own
 `to_sample`, on slime's `Sample` class, rewards from agentrl's `post_process_rewards`; one
@@ -143,6 +154,54 @@ def _load(args: Any) -> dict[str, Any]:
     return record
 
 
+def _config(args: Any) -> str | None:
+    """Megatron's `core_transformer_config_from_args` on the parsed args, as slime's model
+    provider calls it when it builds the model: None, or what `TransformerConfig` raised."""
+    from megatron.training.arguments import core_transformer_config_from_args
+
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            core_transformer_config_from_args(args)
+    except BaseException as e:
+        return _error(e)
+    return None
+
+
+def _engine(args: Any) -> dict[str, Any]:
+    """The parallel sizes slime starts SGLang engine 0 with: its own SGLang argument checks
+    (left out of parse_args here), then `_compute_server_args`, whose kwargs become SGLang's
+    ServerArgs; or `{"error": ...}`."""
+    from slime.backends.sglang_utils.arguments import validate_args
+    from slime.backends.sglang_utils.sglang_engine import _compute_server_args
+
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            validate_args(args)
+            found = _compute_server_args(args, 0, "127.0.0.1:1", 1, "127.0.0.1", 2)
+    except BaseException as e:
+        return {"error": _error(e)}
+    # 624b824 returns (kwargs, ...), fa3c990 the kwargs alone
+    kwargs = next(x for x in found if isinstance(x, dict)) if isinstance(found, tuple) else found
+    return {"tp_size": kwargs["tp_size"], "pp_size": kwargs["pp_size"]}
+
+
+def _placement(args: Any) -> dict[str, Any]:
+    """How the parsed args split the GPUs: slime's own `_get_placement_group_layout` (the
+    GPUs of its one placement group, and the first rollout bundle), and the sizes it reads."""
+    from slime.ray.placement_group import _get_placement_group_layout
+
+    total, rollout_offset = _get_placement_group_layout(args)
+    return {
+        "gpus": total,
+        "rollout_offset": rollout_offset,
+        "actor_gpus": args.actor_num_nodes * args.actor_num_gpus_per_node,
+        "rollout_num_gpus": args.rollout_num_gpus,
+        "rollout_num_gpus_per_engine": args.rollout_num_gpus_per_engine,
+        "num_gpus_per_node": args.num_gpus_per_node,
+        "colocate": bool(args.colocate),
+    }
+
+
 def _samples(args: Any) -> dict[str, str]:
     """agentrl's samples through slime's own readers (see the module docstring)."""
     from agentrl.bundle.rewards import post_process_rewards
@@ -248,6 +307,12 @@ def _run(case: dict[str, Any]) -> dict[str, Any]:
         {k: v for k, v in vars(d).items() if v not in (None, {}, [])}
         for d in getattr(args, "eval_datasets", None) or []
     ]
+    if case.get("config"):
+        out["config_error"] = _config(args)
+    if case.get("engine"):
+        out["engine"] = _engine(args)
+    if case.get("placement"):
+        out["placement"] = _placement(args)
     if case.get("samples"):
         out["samples"] = _samples(args)
     if case.get("load"):
