@@ -399,12 +399,11 @@ def parallelism_fits_model(exp: RLExperiment) -> Iterator[Finding]:
     slime starts, after the gang is scheduled, as it does on a `parallelism.context` whose
     double does not divide slime's sequence length (4096 unless `--seq-length`), and on a
     mixture-of-experts `model.type` with biases whose expert tensor parallelism (tensor, unless
-    `--expert-tensor-parallel-size`) is above 1.
-    `rolloutGpusPerEngine` (each SGLang engine's
-    tensor size) takes the same heads rule: every engine asserts it when it loads the model.
-    An error
-    for the supported images' scripts; a warning with a `runtime.slimeDir` of your own (the
-    launcher then judges the image's own script before slime starts)."""
+    `--expert-tensor-parallel-size`) is above 1. `rolloutGpusPerEngine` (each SGLang
+    engine's tensor size) takes the same heads rule: every engine asserts it when it loads
+    the model. An error for the supported images' scripts; a warning with a
+    `runtime.slimeDir` of your own (the launcher then judges the image's own script before
+    slime starts)."""
     spec = exp.spec
     model_args = MODEL_LAYOUT_ARGS.get(spec.model.type)
     if model_args is None:
