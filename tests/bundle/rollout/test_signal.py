@@ -132,6 +132,32 @@ def test_too_few_task_outcomes_is_replaced_under_dynamic_sampling(
 
 
 @pytest.mark.parametrize("commit", COMMITS)
+def test_a_filtered_groups_failed_episodes_count_in_its_discarded_time(
+    make_rig: Any, tmp_path: Path, commit: str
+) -> None:
+    """`agentrl_discarded_episode_seconds_total{reason="filtered"}` is the time of every
+    episode of a dropped group: its failed episodes ran as long and trained nothing either.
+    Only the task outcomes' time was counted, so a group dropped for its failures (every
+    episode timed out: `too_few_valid`) added nothing to the waste it is."""
+    rig = make_rig(dynamicSamplingFilter="zeroRewardVariance")
+    rows = [
+        {"id": 0, "sleep": 5, "behavior": "error"},  # both episodes fail after 5 s
+        {"id": 1, "sleep": [3, 7], "behavior": ["ok", "error"], "reward": 1},
+        {"id": 2, "sleep": 10, "reward": [1, 0]},
+        {"id": 3, "sleep": 20, "reward": [0, 1]},
+    ]
+    source = buffered_source(commit, write_rows(tmp_path / "rows.jsonl", rows), 2)
+
+    out = generate_rollout(args(2, rig.config_path), 0, source)
+
+    assert ids(out) == [2, 3]
+    assert out.metrics["rollout/dynamic_filter/drop_too_few_valid"] == 2
+    assert rig.metric("agentrl_failed_sessions_total", split="train", reason="agent_error") == 3
+    # Group 0: 2 x 5 s; group 1: 3 s (its task outcome) + 7 s (its failure).
+    assert rig.metric("agentrl_discarded_episode_seconds_total", reason="filtered") == 20
+
+
+@pytest.mark.parametrize("commit", COMMITS)
 def test_too_few_task_outcomes_without_dynamic_sampling_is_counted_and_skipped(
     make_rig: Any, tmp_path: Path, commit: str
 ) -> None:
