@@ -380,6 +380,26 @@ async def test_callback_needs_the_episode_token(rig: Rig) -> None:
     rig.listener.forget("abc")
 
 
+async def test_a_callback_whose_body_is_not_json_is_a_bad_result_at_once(rig: Rig) -> None:
+    """docs/agents.md: a result that is not JSON is `bad_result`. A callback bearing the
+    episode's token is its result, as a status GET's 200 is; one that was not JSON got 400
+    and the episode waited for another until timeoutSeconds (900 s by default), holding its
+    slot, then failed as `timeout`."""
+    token, fut = rig.listener.expect("abc")
+    url = callback_url(rig.listener.url, "abc")
+    auth = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    async with (
+        aiohttp.ClientSession() as http,
+        http.post(url, data=b'{"rewards": 1.0', headers=auth) as resp,
+    ):
+        assert resp.status == 400
+    assert fut.done()
+    err = fut.exception()
+    assert isinstance(err, AgentError) and err.reason == "bad_result" and err.via == "callback"
+    assert "15 bytes" in str(err) and "not JSON" in str(err)
+    rig.listener.forget("abc")
+
+
 def test_header_values_come_from_env_and_missing_ones_are_named() -> None:
     envs = {"X-Api-Key": "AGENTRL_HTTP_HEADER_0"}
     assert headers_from_env(envs, {"AGENTRL_HTTP_HEADER_0": SECRET}) == {"X-Api-Key": SECRET}

@@ -167,6 +167,18 @@ class CallbackListener:
         try:
             doc = await request.json()
         except ValueError:
+            # The agent's result, bearing its token, as a status GET's 200 would be: one that
+            # is not JSON is `bad_result` now, not a `timeout` after timeoutSeconds with the
+            # episode's slot held (the agent, told 400, rarely sends it again).
+            if not fut.done():
+                size = len(await request.read())
+                refused = AgentError(
+                    BAD_RESULT,
+                    f"the result callback's body ({size} bytes) is not JSON: post the result "
+                    "document as JSON",
+                )
+                refused.via = "callback"
+                fut.set_exception(refused)
             return web.json_response({"error": "body is not JSON"}, status=400)
         if not fut.done():
             fut.set_result(doc)
