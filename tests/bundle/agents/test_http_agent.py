@@ -41,7 +41,7 @@ SECRET = "sk-live-very-secret-value"
 
 @dataclass
 class Agent:
-    mode: str = "callback"  # callback | poll | poll-html | refuse
+    mode: str = "callback"  # callback | quote-payload | poll | poll-html | refuse
     submitted: list[dict[str, Any]] = field(default_factory=list)
     api_keys: list[str | None] = field(default_factory=list)
     deleted: list[str] = field(default_factory=list)
@@ -62,14 +62,18 @@ class Agent:
         if self.mode == "callback":
             task = asyncio.create_task(self.call_back(body["_rollout"]))
             self.tasks.add(task)
+        if self.mode == "quote-payload":  # fails, quoting its payload (a validation error)
+            doc = {"status_code": 500, "stop_reason": f"bad payload {body}"[:250]}
+            task = asyncio.create_task(self.call_back(body["_rollout"], doc))
+            self.tasks.add(task)
         return web.json_response({"status": "accepted"}, status=202)
 
-    async def call_back(self, info: dict[str, Any]) -> None:
+    async def call_back(self, info: dict[str, Any], doc: Any = None) -> None:
         async with (
             aiohttp.ClientSession() as http,
             http.post(
                 info["callback_url"],
-                json={"rewards": [0.0, 0.5]},
+                json={"rewards": [0.0, 0.5]} if doc is None else doc,
                 headers={"Authorization": f"Bearer {info['callback_token']}"},
             ) as resp,
         ):
@@ -398,6 +402,20 @@ async def test_a_callback_whose_body_is_not_json_is_a_bad_result_at_once(rig: Ri
     assert isinstance(err, AgentError) and err.reason == "bad_result" and err.via == "callback"
     assert "15 bytes" in str(err) and "not JSON" in str(err)
     rig.listener.forget("abc")
+
+
+async def test_an_agent_failure_quoting_its_payload_carries_no_callback_token(rig: Rig) -> None:
+    """The agent's failure report (its `stop_reason`, as agentcore-rl-toolkit saves str(exc))
+    may quote the payload it got, callback token included: the token stayed in the
+    episode's failure message, which is logged."""
+    rig.agent.mode = "quote-payload"
+    with pytest.raises(AgentError) as err:
+        await rig.backend.run(REQUEST)
+    (body,) = rig.agent.submitted
+    token = body["_rollout"]["callback_token"]
+    assert len(token) >= 24
+    assert err.value.reason == "agent_error" and "bad payload" in str(err.value)
+    assert token not in str(err.value) and "'callback_token': '<redacted>'" in str(err.value)
 
 
 def test_header_values_come_from_env_and_missing_ones_are_named() -> None:

@@ -60,7 +60,7 @@ from agentrl.bundle.agents.base import (
 )
 from agentrl.bundle.agents.pool import InUseGauge
 from agentrl.bundle.failures import AGENT_ERROR, BAD_RESULT
-from agentrl.bundle.redact import describe_error
+from agentrl.bundle.redact import describe_error, redact_values
 from agentrl.bundle.session import callback_url, secret_matches
 
 log = logging.getLogger("agentrl.agents.http")
@@ -250,6 +250,9 @@ class HttpAgentBackend:
                 exc.via = via  # a refused result came somehow too: the rehearsal says how
                 raise
             return dataclasses.replace(result, via=via)
+        except AgentError as exc:  # the agent's report may quote its payload
+            exc.args = (redact_values(str(exc), token),)
+            raise
         finally:
             self._listener.forget(sid)
             if not finished:
