@@ -384,7 +384,10 @@ async def test_callback_needs_the_episode_token(rig: Rig) -> None:
     rig.listener.forget("abc")
 
 
-async def test_a_callback_whose_body_is_not_json_is_a_bad_result_at_once(rig: Rig) -> None:
+@pytest.mark.parametrize("body", [b'{"rewards": 1.0', b"\xff\xfe not utf-8 at all"])
+async def test_a_callback_whose_body_is_not_json_is_a_bad_result_at_once(
+    rig: Rig, body: bytes
+) -> None:
     """docs/agents.md: a result that is not JSON is `bad_result`. A callback bearing the
     episode's token is its result, as a status GET's 200 is; one that was not JSON got 400
     and the episode waited for another until timeoutSeconds (900 s by default), holding its
@@ -394,13 +397,13 @@ async def test_a_callback_whose_body_is_not_json_is_a_bad_result_at_once(rig: Ri
     auth = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
     async with (
         aiohttp.ClientSession() as http,
-        http.post(url, data=b'{"rewards": 1.0', headers=auth) as resp,
+        http.post(url, data=body, headers=auth) as resp,
     ):
         assert resp.status == 400
     assert fut.done()
     err = fut.exception()
     assert isinstance(err, AgentError) and err.reason == "bad_result" and err.via == "callback"
-    assert "15 bytes" in str(err) and "not JSON" in str(err)
+    assert f"({len(body)} bytes)" in str(err) and "not JSON" in str(err)
     rig.listener.forget("abc")
 
 
