@@ -129,6 +129,8 @@ DEFAULT_GPU_RESOURCE: Final = "nvidia.com/gpu"
 LAUNCH_LOG_DIR: Final = "logs"
 LAUNCH_LOG_NAME: Final = "{experiment}-attempt-{attempt}-{time}.log"
 LAUNCH_LOG_TIME: Final = "%Y%m%dT%H%M%SZ"  # strftime; sorts like the times it names
+# What stands in for a secret value in logs, failure messages and the dry run's env.
+REDACTED: Final = "<redacted>"
 
 # Where the slime runtime image keeps things: the CUDA toolkit (spec.runtime.cudaHome's
 # default) and the Megatron-LM checkout, which is not pip-installed there, so the pods'

@@ -56,6 +56,10 @@ ABSOLUTE_PATH: Final = r"^/"
 PATH_MAX: Final = 4096
 # http(s) with a host: no user:password@ (secrets go through Secrets), no spaces.
 HTTP_URL: Final = r"^https?://[^/?#@\s]+([/?#][^\s]*)?$"
+# A base URL agentrl appends paths to (`<url>/<session id>`, `<publicUrl>/sessions/...`): an
+# HTTP_URL without a query or fragment, which would swallow the appended path, and which is
+# where function keys and signed tokens travel (`?code=`, `?sig=`), in plain text.
+HTTP_BASE_URL: Final = r"^https?://[^/?#@\s]+(/[^?#\s]*)?$"
 URL_MAX: Final = 2048
 # A container image reference (the distribution/reference grammar): [domain[:port]/]path
 # [:tag][@digest]. The kubelet refuses anything else at pull time (InvalidImageName), after
@@ -137,6 +141,13 @@ FORMATS: Final[dict[str, Format]] = {
         "e.g. https://agents.example.com:8443/path; no user:password@ (use a Secret header)",
         "http(s) URL",
     ),
+    HTTP_BASE_URL: Format(
+        "not an http(s) URL with a host and no query or fragment",
+        "e.g. https://agents.example.com:8443/path; agentrl appends paths to it (<url>/<session "
+        "id>), which a ?query would swallow, and a key there sits in plain text in the "
+        "runtime-config ConfigMap: send the agent's keys in agent.http.headers, from a Secret",
+        "http(s) URL, no query",
+    ),
     WORD: Format("not a single word", "letters, digits, '.', '_' and '-'", "one word"),
     IMAGE_REF: Format(
         "not a container image reference",
@@ -194,6 +205,9 @@ AbsolutePath = Annotated[
 ]
 HttpUrl = Annotated[
     str, Field(min_length=1, max_length=URL_MAX, pattern=HTTP_URL), AfterValidator(_url)
+]
+HttpBaseUrl = Annotated[
+    str, Field(min_length=1, max_length=URL_MAX, pattern=HTTP_BASE_URL), AfterValidator(_url)
 ]
 ObjectName = Annotated[
     str, Field(min_length=1, max_length=DNS1123_SUBDOMAIN_MAX, pattern=DNS1123_SUBDOMAIN)

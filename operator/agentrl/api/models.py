@@ -47,6 +47,7 @@ from agentrl.api.formats import (
     WORD_MAX,
     AbsolutePath,
     ExtendedResource,
+    HttpBaseUrl,
     HttpUrl,
     LabelValue,
     ObjectName,
@@ -266,8 +267,9 @@ class HeaderFromSecret(Model):
 class HttpAgent(Model):
     """Any agent behind HTTP: episodes are submitted, results come back by callback."""
 
-    url: HttpUrl
-    """Endpoint that starts an episode."""
+    url: HttpBaseUrl
+    """Endpoint that starts an episode; agentrl polls and stops episodes at `<url>/<session id>`,
+    so it has no query (send keys as `headers`)."""
     timeout_seconds: PositiveInt = 900
     """Wait per episode for the agent's result before it counts as failed."""
     headers: list[HeaderFromSecret] = Field(
@@ -325,7 +327,7 @@ class GatewaySpec(Model):
     """Gateway port on the head pod and the Service."""
     service: GatewayServiceSpec = Field(default_factory=GatewayServiceSpec)
     """The Service in front of the gateway and the metrics port."""
-    public_url: HttpUrl | None = Field(
+    public_url: HttpBaseUrl | None = Field(
         default=None,
         description="URL remote agents use to reach the gateway (e.g. the LoadBalancer's DNS "
         "name), for model calls and HTTP agents' result callbacks; defaults to the in-cluster "

@@ -41,7 +41,7 @@ SECRET = "sk-live-very-secret-value"
 
 @dataclass
 class Agent:
-    mode: str = "callback"  # callback | poll | poll-html | refuse
+    mode: str = "callback"  # callback | quote-payload | poll | poll-html | refuse
     submitted: list[dict[str, Any]] = field(default_factory=list)
     api_keys: list[str | None] = field(default_factory=list)
     deleted: list[str] = field(default_factory=list)
@@ -62,14 +62,18 @@ class Agent:
         if self.mode == "callback":
             task = asyncio.create_task(self.call_back(body["_rollout"]))
             self.tasks.add(task)
+        if self.mode == "quote-payload":  # fails, quoting its payload (a validation error)
+            doc = {"status_code": 500, "stop_reason": f"bad payload {body}"[:250]}
+            task = asyncio.create_task(self.call_back(body["_rollout"], doc))
+            self.tasks.add(task)
         return web.json_response({"status": "accepted"}, status=202)
 
-    async def call_back(self, info: dict[str, Any]) -> None:
+    async def call_back(self, info: dict[str, Any], doc: Any = None) -> None:
         async with (
             aiohttp.ClientSession() as http,
             http.post(
                 info["callback_url"],
-                json={"rewards": [0.0, 0.5]},
+                json={"rewards": [0.0, 0.5]} if doc is None else doc,
                 headers={"Authorization": f"Bearer {info['callback_token']}"},
             ) as resp,
         ):
@@ -378,6 +382,43 @@ async def test_callback_needs_the_episode_token(rig: Rig) -> None:
         assert resp.status == 401
     assert not fut.done()
     rig.listener.forget("abc")
+
+
+@pytest.mark.parametrize("body", [b'{"rewards": 1.0', b"\xff\xfe not utf-8 at all"])
+async def test_a_callback_whose_body_is_not_json_is_a_bad_result_at_once(
+    rig: Rig, body: bytes
+) -> None:
+    """docs/agents.md: a result that is not JSON is `bad_result`. A callback bearing the
+    episode's token is its result, as a status GET's 200 is; one that was not JSON got 400
+    and the episode waited for another until timeoutSeconds (900 s by default), holding its
+    slot, then failed as `timeout`."""
+    token, fut = rig.listener.expect("abc")
+    url = callback_url(rig.listener.url, "abc")
+    auth = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    async with (
+        aiohttp.ClientSession() as http,
+        http.post(url, data=body, headers=auth) as resp,
+    ):
+        assert resp.status == 400
+    assert fut.done()
+    err = fut.exception()
+    assert isinstance(err, AgentError) and err.reason == "bad_result" and err.via == "callback"
+    assert f"({len(body)} bytes)" in str(err) and "not JSON" in str(err)
+    rig.listener.forget("abc")
+
+
+async def test_an_agent_failure_quoting_its_payload_carries_no_callback_token(rig: Rig) -> None:
+    """The agent's failure report (its `stop_reason`, as agentcore-rl-toolkit saves str(exc))
+    may quote the payload it got, callback token included: the token stayed in the
+    episode's failure message, which is logged."""
+    rig.agent.mode = "quote-payload"
+    with pytest.raises(AgentError) as err:
+        await rig.backend.run(REQUEST)
+    (body,) = rig.agent.submitted
+    token = body["_rollout"]["callback_token"]
+    assert len(token) >= 24
+    assert err.value.reason == "agent_error" and "bad payload" in str(err.value)
+    assert token not in str(err.value) and "'callback_token': '<redacted>'" in str(err.value)
 
 
 def test_header_values_come_from_env_and_missing_ones_are_named() -> None:

@@ -25,6 +25,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from launch_pod import SECRET, Pod
 
+from agentrl.api.constants import REDACTED
 from agentrl.bundle.launch import capture
 from agentrl.bundle.launch.capture import FileSink, Scrubber
 
@@ -93,7 +94,7 @@ def test_secret_values_named_and_guessed() -> None:
 def test_a_secret_split_at_every_position_is_still_redacted() -> None:
     secret = "s3cr3t-value-xyz"
     text = f"key={secret}; again {secret}\n"
-    expected = text.replace(secret, capture.REDACTED)
+    expected = text.replace(secret, REDACTED)
     for cut in range(len(text) + 1):
         scrub = Scrubber([secret])
         out = scrub.feed(text[:cut].encode()) + scrub.feed(text[cut:].encode()) + scrub.flush()
@@ -122,7 +123,7 @@ def test_redaction_does_not_depend_on_how_output_is_split(
     data = "".join(parts).encode()
     reference = data
     for s in sorted(secrets, key=len, reverse=True):
-        reference = reference.replace(s.encode(), capture.REDACTED.encode())
+        reference = reference.replace(s.encode(), REDACTED.encode())
     scrub = Scrubber(secrets)
     bounds = sorted({0, len(data), *(c for c in cuts if c <= len(data))})
     out = b"".join(scrub.feed(data[a:b]) for a, b in itertools.pairwise(bounds))

@@ -109,7 +109,7 @@ Script = Callable[[AgentRequest, int], float]  # (request, attempt of its row) -
 
 class StubAgent:
     """metadata["behavior"]: ok | fanout | error | hang | own_timeout | no_turns | bad_result
-    | cancel_itself (or a list of them, indexed by the attempt).
+    | echo_payload | cancel_itself (or a list of them, indexed by the attempt).
 
     own_timeout: a request of the backend to its agent times out on the backend's own clock
     (an aiohttp total timeout, 5 s) long before the episode deadline.
@@ -187,6 +187,8 @@ class StubAgent:
             raise AgentError("agent_error", "the agent crashed")
         if behavior == "bad_result":
             raise AgentError("bad_result", "rewards missing")
+        if behavior == "echo_payload":  # a failure report quoting the payload, tokens and all
+            raise AgentError("agent_error", f"the agent reported a failure: bad payload {meta}")
         if behavior == "ok":
             for turn in chain_turns(int(meta.get("turns", 2))):
                 self.gateway.record(sid, token, turn)

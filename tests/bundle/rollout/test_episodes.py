@@ -121,6 +121,23 @@ async def test_failures_become_one_zero_gradient_sample_counted_and_logged_once(
     assert not gateway.open  # closed even on timeout
 
 
+async def test_an_agent_failure_quoting_its_payload_logs_no_session_token(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """An agent's failure report is its own text, and a validation error of its payload
+    quotes the payload: the episode's gateway token went into the failure's log line."""
+    ctx, _, agent = context()
+    outcomes = await run_groups(ctx, inputs([[{"behavior": "echo_payload"}]]), SPEC, "train")
+
+    ((failed,),) = outcomes
+    (request,) = agent.requests
+    token = request.payload["_rollout"]["api_key"]
+    assert failed.failure == "agent_error" and len(token) > 16
+    assert "bad payload" in failed.message and "'api_key': '<redacted>'" in failed.message
+    assert token not in failed.message and token not in caplog.text
+    assert failed.session_id in caplog.text  # the line is still there, with its session id
+
+
 @pytest.mark.looptime
 async def test_the_backends_own_timeout_is_not_reported_as_the_episode_deadline() -> None:
     ctx, _, _ = context()

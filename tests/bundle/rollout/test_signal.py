@@ -10,6 +10,7 @@ tokens are masked (or trained, or the episode run again) by its age.
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +18,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from tests.support.metrics import LocalSink
+from tests.support.metrics import LocalSink, exposition
 
 from agentrl.bundle.metrics import BundleMetrics
 from agentrl.bundle.rewards import post_process_rewards
@@ -25,6 +26,7 @@ from agentrl.bundle.rollout import generate_rollout, install_runtime
 from agentrl.bundle.rollout.batch import RolloutContext
 from agentrl.bundle.rollout.runtime import RolloutRuntime
 from agentrl.bundle.rollout.types import slime_types
+from agentrl.controller.progress import parse_progress
 
 from .doubles import FakeGateway, StubAgent, runtime_config, simulated_clock
 from .slime_upstream import COMMITS, buffered_source, write_rows
@@ -129,6 +131,52 @@ def test_too_few_task_outcomes_is_replaced_under_dynamic_sampling(
     assert out.metrics["rollout/dynamic_filter/drop_too_few_valid"] == 1
     assert out.metrics["agentrl/groups_too_few_valid"] == 1
     assert rig.metric("agentrl_groups_total", outcome="filtered") == 1
+
+
+@pytest.mark.parametrize("commit", COMMITS)
+def test_a_filtered_groups_failed_episodes_count_in_its_discarded_time(
+    make_rig: Any, tmp_path: Path, commit: str
+) -> None:
+    """`agentrl_discarded_episode_seconds_total{reason="filtered"}` is the time of every
+    episode of a dropped group: its failed episodes ran as long and trained nothing either.
+    Only the task outcomes' time was counted, so a group dropped for its failures (every
+    episode timed out: `too_few_valid`) added nothing to the waste it is."""
+    rig = make_rig(dynamicSamplingFilter="zeroRewardVariance")
+    rows = [
+        {"id": 0, "sleep": 5, "behavior": "error"},  # both episodes fail after 5 s
+        {"id": 1, "sleep": [3, 7], "behavior": ["ok", "error"], "reward": 1},
+        {"id": 2, "sleep": 10, "reward": [1, 0]},
+        {"id": 3, "sleep": 20, "reward": [0, 1]},
+    ]
+    source = buffered_source(commit, write_rows(tmp_path / "rows.jsonl", rows), 2)
+
+    out = generate_rollout(args(2, rig.config_path), 0, source)
+
+    assert ids(out) == [2, 3]
+    assert out.metrics["rollout/dynamic_filter/drop_too_few_valid"] == 2
+    assert rig.metric("agentrl_failed_sessions_total", split="train", reason="agent_error") == 3
+    # Group 0: 2 x 5 s; group 1: 3 s (its task outcome) + 7 s (its failure).
+    assert rig.metric("agentrl_discarded_episode_seconds_total", reason="filtered") == 20
+
+
+@pytest.mark.parametrize("commit", COMMITS)
+def test_a_step_where_every_episode_failed_reports_no_reward_not_zero(
+    make_rig: Any, tmp_path: Path, commit: str
+) -> None:
+    """The failure's 0 is not a reward, also when no episode reported one: the step's
+    reward mean is unknown (NaN in the gauge, absent from W&B), never 0. A reward mean of 0
+    read as a collapsed policy, and `status.progress.trainReward` showed it."""
+    rig = make_rig()
+    rows = [{"id": i, "sleep": 5, "behavior": "error"} for i in range(2)]
+    source = buffered_source(commit, write_rows(tmp_path / "rows.jsonl", rows), 2)
+    rig.metrics.batch_reward_mean.labels("train").set(0.5)  # an earlier step's
+
+    out = generate_rollout(args(2, rig.config_path), 0, source)
+
+    assert rig.metric("agentrl_failed_sessions_total", split="train", reason="agent_error") == 4
+    assert math.isnan(rig.metric("agentrl_batch_reward_mean", split="train"))
+    assert "agentrl/episode_reward_mean" not in out.metrics
+    assert "trainReward" not in parse_progress(exposition(rig.metrics))
 
 
 @pytest.mark.parametrize("commit", COMMITS)

@@ -60,7 +60,7 @@ from agentrl.bundle.agents.base import (
 )
 from agentrl.bundle.agents.pool import InUseGauge
 from agentrl.bundle.failures import AGENT_ERROR, BAD_RESULT
-from agentrl.bundle.redact import describe_error
+from agentrl.bundle.redact import describe_error, redact_values
 from agentrl.bundle.session import callback_url, secret_matches
 
 log = logging.getLogger("agentrl.agents.http")
@@ -167,6 +167,18 @@ class CallbackListener:
         try:
             doc = await request.json()
         except ValueError:
+            # The agent's result, bearing its token, as a status GET's 200 would be: one that
+            # is not JSON is `bad_result` now, not a `timeout` after timeoutSeconds with the
+            # episode's slot held (the agent, told 400, rarely sends it again).
+            if not fut.done():
+                size = len(await request.read())
+                refused = AgentError(
+                    BAD_RESULT,
+                    f"the result callback's body ({size} bytes) is not JSON: post the result "
+                    "document as JSON",
+                )
+                refused.via = "callback"
+                fut.set_exception(refused)
             return web.json_response({"error": "body is not JSON"}, status=400)
         if not fut.done():
             fut.set_result(doc)
@@ -238,6 +250,9 @@ class HttpAgentBackend:
                 exc.via = via  # a refused result came somehow too: the rehearsal says how
                 raise
             return dataclasses.replace(result, via=via)
+        except AgentError as exc:  # the agent's report may quote its payload
+            exc.args = (redact_values(str(exc), token),)
+            raise
         finally:
             self._listener.forget(sid)
             if not finished:

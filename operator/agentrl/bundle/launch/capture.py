@@ -51,7 +51,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Final
 
-from agentrl.api.constants import LAUNCH_LOG_DIR, LAUNCH_LOG_NAME, LAUNCH_LOG_TIME
+from agentrl.api.constants import LAUNCH_LOG_DIR, LAUNCH_LOG_NAME, LAUNCH_LOG_TIME, REDACTED
 
 CHUNK: Final = 64 * 1024
 # At most this many chunks (16 MiB) wait for a slow volume before output is dropped there.
@@ -66,7 +66,6 @@ FORWARDED_SIGNALS: Final = (
     signal.SIGUSR1,
     signal.SIGUSR2,
 )
-REDACTED: Final = "<redacted>"
 SECRET_NAME: Final = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL|AUTH)", re.IGNORECASE)
 # Names that match SECRET_NAME but hold where a secret is, not the secret.
 _NOT_SECRET_SUFFIXES: Final = ("_FILE", "_PATH", "_DIR", "_URI", "_URL")

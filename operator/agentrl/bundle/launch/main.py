@@ -31,6 +31,7 @@ from agentrl.api.constants import (
     ENV_CONFIG_PATH,
     IMAGE_CUDA_HOME,
     IMAGE_MEGATRON_DIR,
+    REDACTED,
 )
 from agentrl.api.models import RLExperimentSpec
 from agentrl.api.runtime import ENV_WANDB_API_KEY, RuntimeConfig
@@ -40,7 +41,6 @@ from agentrl.slimecmd.compose import HF_MODE_FLAG
 
 T = TypeVar("T")
 LOG_PREFIX = capture.LOG_PREFIX
-REDACTED = capture.REDACTED
 
 
 class LaunchError(Exception):

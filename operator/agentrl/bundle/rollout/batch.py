@@ -134,7 +134,9 @@ class BatchStats:
     succeeded: int
     failed: int
     sequences: int
-    reward_mean: float  # over the episodes that reported a reward (task outcomes)
+    # Over the episodes that reported a reward (task outcomes); NaN when none did: a
+    # failure's stand-in 0 is no reward, so a batch of failures has no mean, not a mean of 0.
+    reward_mean: float
     masked_turns: int = 0  # turns without usable logprobs: kept, never trained
     dropped_over_budget: int = 0  # sequences whose prompt alone exceeded the budget
     clipped_segments: int = 0  # responses cut to maxResponseLength
@@ -156,7 +158,7 @@ def batch_stats(outcomes: Sequence[Sequence[EpisodeOutcome]]) -> BatchStats:
         succeeded=len(flat) - failed,
         failed=failed,
         sequences=sum(len(o.samples) for o in flat),
-        reward_mean=sum(rewards) / len(rewards) if rewards else 0.0,
+        reward_mean=sum(rewards) / len(rewards) if rewards else math.nan,
         masked_turns=sum(m.masked_turns for m in merges),
         dropped_over_budget=sum(m.dropped_over_budget for m in merges),
         clipped_segments=sum(m.clipped_segments for m in merges),

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
@@ -136,7 +137,6 @@ async def train_batch(
         "agentrl/failed_episodes": stats.failed,
         "agentrl/failed_ratio": stats.failed / stats.episodes if stats.episodes else 0.0,
         "agentrl/sequences": stats.sequences,
-        "agentrl/episode_reward_mean": stats.reward_mean,
         # Counted by merge_turns: never silently trained on, never silently lost.
         "agentrl/masked_turns": stats.masked_turns,
         "agentrl/dropped_over_budget": stats.dropped_over_budget,
@@ -158,6 +158,8 @@ async def train_batch(
         "agentrl/stale_tokens_trained": report.stale_tokens_trained,
         "agentrl/stale_episodes_restarted": report.stale_restarted,
     }
+    if not math.isnan(stats.reward_mean):  # no task outcome, no mean (the gauge says NaN)
+        metrics["agentrl/episode_reward_mean"] = stats.reward_mean
     if report.length_bias is not None:
         metrics["agentrl/length_bias"] = report.length_bias
     # The keys slime's own dynamic filter logs, so existing dashboards keep working.
@@ -227,7 +229,8 @@ async def eval_batch(
         # (agentrl_eval_reward_mean, status.evalReward) leaves failures out, so W&B gets it
         # too, under its own name:
         # https://github.com/THUDM/slime/blob/624b824a898ab0ec1fcb4d373004c7f3852bf515/slime/observability/rollout_metrics.py#L232
-        metrics[f"eval/{eval_set.name}/task_reward_mean"] = stats.reward_mean
+        if not math.isnan(stats.reward_mean):  # every episode failed: no mean to log
+            metrics[f"eval/{eval_set.name}/task_reward_mean"] = stats.reward_mean
         metrics[f"eval/{eval_set.name}/episodes"] = stats.episodes
         # slime's own pass@k comes with --log-passrate, which is refused (its train-side
         # pass@k asserts one sample per episode): agentrl logs the eval figure itself.

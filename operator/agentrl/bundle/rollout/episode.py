@@ -31,7 +31,7 @@ from agentrl.bundle.failures import (
     SAMPLE_KEY,
     TIMEOUT,
 )
-from agentrl.bundle.redact import describe_error
+from agentrl.bundle.redact import describe_error, redact_values
 from agentrl.bundle.rollout.types import SampleFields, Status
 from agentrl.bundle.session import ContextFullCalls, GatewaySessions, SessionError
 from agentrl.bundle.traces import MergeStats, Segment, merge_turns_with_stats
@@ -281,6 +281,11 @@ async def _play(
         payload = build_payload(inp, sid, handle.base_url, handle.token, spec)
         try:
             result = await backend.run(AgentRequest(session_id=sid, payload=payload))
+        except AgentError as exc:
+            # The agent's own report may quote its payload: the session's token stays out of
+            # the failure's log line and the rehearsal's report.
+            exc.args = (redact_values(str(exc), handle.token),)
+            raise
         except TimeoutError as exc:
             # The episode deadline reaches us as a cancellation, so this is the backend's
             # own clock: one of its requests to the agent timed out.

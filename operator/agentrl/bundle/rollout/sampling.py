@@ -353,7 +353,9 @@ class _Step:
         else:
             self.report.filtered += 1
             self.report.drop_reasons[verdict.reason or "filtered"] += 1
-            self.report.filtered_seconds += sum(o.seconds for o in outcomes)
+            # Every episode's time, failed ones too: they ran as long and train nothing
+            # either (`outcomes` holds only those that count in the group's statistics).
+            self.report.filtered_seconds += sum(o.seconds for o in run.done_outcomes())
 
     def maybe_cut(self) -> None:
         if self.cut_done or not self.plan.cuts:
