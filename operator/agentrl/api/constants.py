@@ -92,6 +92,10 @@ METRICS_PORT_NAME: Final = "agentrl-metrics"
 # the gateway's Service port, which relays it to the rollout's listener (docs/agents.md).
 CALLBACK_PATH: Final = "/agentrl/callback"
 CALLBACK_MAX_BYTES: Final = 16 * 1024 * 1024  # one result document
+# The gateway refused a result document over CALLBACK_MAX_BYTES: it tells the rollout with
+# this header (and the agent's own token) on an empty callback, so the episode fails at once
+# as a bad result instead of waiting out its timeout.
+CALLBACK_REFUSED_HEADER: Final = "X-Agentrl-Result-Refused"
 
 # Where things are mounted inside every Ray container.
 CONFIG_MOUNT_DIR: Final = "/etc/agentrl"

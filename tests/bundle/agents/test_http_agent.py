@@ -21,6 +21,7 @@ from aiohttp import web
 from tests.support.process import free_port
 from tests.support.retries import scheduled_retries
 
+from agentrl.api.constants import CALLBACK_MAX_BYTES
 from agentrl.api.models import HttpAgent
 from agentrl.bundle.agents.base import AgentError, AgentRequest
 from agentrl.bundle.agents.http import (
@@ -404,6 +405,26 @@ async def test_a_callback_whose_body_is_not_json_is_a_bad_result_at_once(
     err = fut.exception()
     assert isinstance(err, AgentError) and err.reason == "bad_result" and err.via == "callback"
     assert f"({len(body)} bytes)" in str(err) and "not JSON" in str(err)
+    rig.listener.forget("abc")
+
+
+async def test_a_callback_over_its_bound_is_a_bad_result_at_once(rig: Rig) -> None:
+    """A result posted straight to the listener past CALLBACK_MAX_BYTES got aiohttp's 413
+    and the episode waited until timeoutSeconds, holding its slot, then failed as
+    `timeout`."""
+    token, fut = rig.listener.expect("abc")
+    url = callback_url(rig.listener.url, "abc")
+    auth = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    body = b'{"x": "' + b"x" * CALLBACK_MAX_BYTES + b'"}'
+    async with (
+        aiohttp.ClientSession() as http,
+        http.post(url, data=body, headers=auth) as resp,
+    ):
+        assert resp.status == 413
+    assert fut.done()
+    err = fut.exception()
+    assert isinstance(err, AgentError) and err.reason == "bad_result" and err.via == "callback"
+    assert f"over {CALLBACK_MAX_BYTES} bytes" in str(err) and "smaller" in str(err)
     rig.listener.forget("abc")
 
 

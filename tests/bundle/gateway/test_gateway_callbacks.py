@@ -18,6 +18,7 @@ import pytest
 from tests.support.process import free_port
 
 from agentrl.api.constants import CALLBACK_MAX_BYTES
+from agentrl.bundle.agents.base import AgentError
 from agentrl.bundle.agents.http import CallbackListener
 from agentrl.bundle.gateway import GatewayClient, GatewayServer
 from agentrl.bundle.session import SessionError, callback_url
@@ -138,6 +139,25 @@ async def test_a_result_larger_than_a_model_request_passes_up_to_its_own_bound(
     await gateway.create_session(other, {})
     too_big = b'{"x": "' + b"x" * CALLBACK_MAX_BYTES + b'"}'
     assert (await post(gateway, other, too_big, token))[0] == 413
+
+
+async def test_a_result_refused_for_its_size_fails_its_episode_at_once(
+    gateway: GatewayServer, admin: GatewayClient, listener: CallbackListener
+) -> None:
+    """The gateway answered 413 and the rollout never heard of it: the episode waited out
+    timeoutSeconds (900 s by default) holding its slot, then failed as `timeout`. It now
+    fails at once as `bad_result`; a stranger's oversized post fails nobody's episode."""
+    await admin.relay_callbacks_to(listener.url)
+    await gateway.create_session(SID, {})
+    token, fut = listener.expect(SID)
+    too_big = b'{"x": "' + b"x" * CALLBACK_MAX_BYTES + b'"}'
+    assert (await post(gateway, SID, too_big, "not-the-token"))[0] == 413
+    assert not fut.done()
+    assert (await post(gateway, SID, too_big, token))[0] == 413
+    assert fut.done()  # told before the agent's 413
+    err = fut.exception()
+    assert isinstance(err, AgentError) and err.reason == "bad_result"
+    assert f"over {CALLBACK_MAX_BYTES} bytes" in str(err)
 
 
 @pytest.mark.parametrize(

@@ -49,7 +49,7 @@ import stamina
 from aiohttp import web
 from yarl import URL
 
-from agentrl.api.constants import CALLBACK_MAX_BYTES, CALLBACK_PATH
+from agentrl.api.constants import CALLBACK_MAX_BYTES, CALLBACK_PATH, CALLBACK_REFUSED_HEADER
 from agentrl.api.models import HttpAgent
 from agentrl.bundle.agents.base import (
     AgentError,
@@ -120,6 +120,14 @@ def headers_from_env(header_envs: Mapping[str, str], env: Mapping[str, str]) -> 
     return headers
 
 
+def _refuse(fut: asyncio.Future[Any], message: str) -> None:
+    """Fail the episode waiting on `fut` with a result it cannot take (if it still waits)."""
+    if not fut.done():
+        refused = AgentError(BAD_RESULT, message)
+        refused.via = "callback"
+        fut.set_exception(refused)
+
+
 class CallbackListener:
     """Receives agents' result documents: `POST /agentrl/callback/<session_id>`, relayed by
     the gateway (or posted directly, where agents reach this node)."""
@@ -164,21 +172,23 @@ class CallbackListener:
         token, fut = entry
         if not secret_matches(auth, f"Bearer {token}"):
             return web.json_response({"error": "bad callback token"}, status=401)
+        # A result that cannot be taken fails its episode at once as `bad_result`, not as a
+        # `timeout` after timeoutSeconds with the episode's slot held: the agent, told 4xx,
+        # rarely sends it again.
+        smaller = "post a smaller result document (keep large artifacts in the agent's storage)"
+        refused = request.headers.get(CALLBACK_REFUSED_HEADER)  # the gateway refused its size
+        if refused is not None:
+            _refuse(fut, f"the result callback's body was {refused[:100]}, its bound: {smaller}")
+            return web.json_response({"ok": True})
         try:
             doc = await request.json()
+        except web.HTTPRequestEntityTooLarge:  # posted here directly, past the same bound
+            over = f"over {CALLBACK_MAX_BYTES} bytes"
+            _refuse(fut, f"the result callback's body was {over}, its bound: {smaller}")
+            raise
         except ValueError:
-            # The agent's result, bearing its token, as a status GET's 200 would be: one that
-            # is not JSON is `bad_result` now, not a `timeout` after timeoutSeconds with the
-            # episode's slot held (the agent, told 400, rarely sends it again).
-            if not fut.done():
-                size = len(await request.read())
-                refused = AgentError(
-                    BAD_RESULT,
-                    f"the result callback's body ({size} bytes) is not JSON: post the result "
-                    "document as JSON",
-                )
-                refused.via = "callback"
-                fut.set_exception(refused)
+            size = len(await request.read())
+            _refuse(fut, f"the result callback's body ({size} bytes) is not JSON: post it as JSON")
             return web.json_response({"error": "body is not JSON"}, status=400)
         if not fut.done():
             fut.set_result(doc)

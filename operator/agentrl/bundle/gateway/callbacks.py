@@ -13,12 +13,17 @@ listener checks the session's callback token, so the relay holds no secret of it
                                                    that is not open, 413 past
                                                    CALLBACK_MAX_BYTES, 503 before the rollout
                                                    registered, 502 when it cannot be reached
+
+A result refused for its size still reaches the rollout as news: an empty callback with the
+agent's `Authorization` and `CALLBACK_REFUSED_HEADER`, so the listener fails that episode at
+once (a bad result) instead of letting it wait out `timeoutSeconds` holding its slot.
     PUT  /admin/callbacks {"target": "http://host:port"}   (admin port, admin token)
                                                 -> 200 {"callback_base": <gateway URL>}
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -28,7 +33,7 @@ import orjson
 from aiohttp import web
 from yarl import URL
 
-from agentrl.api.constants import CALLBACK_MAX_BYTES, CALLBACK_PATH
+from agentrl.api.constants import CALLBACK_MAX_BYTES, CALLBACK_PATH, CALLBACK_REFUSED_HEADER
 from agentrl.bundle.gateway.session_store import SessionClosed, SessionStore, UnknownSession
 from agentrl.bundle.redact import describe_error
 
@@ -110,16 +115,15 @@ class CallbackRelay:
         if self.target is None:
             return _error(503, "no rollout is receiving results yet; try again")
         body = await _read_at_most(request, self._max_bytes)
-        if body is None:
-            return _error(413, f"result document over {self._max_bytes} bytes")
         headers = {h: request.headers[h] for h in _PASSED_ON if h in request.headers}
+        if body is None:
+            refused = f"over {self._max_bytes} bytes"
+            headers[CALLBACK_REFUSED_HEADER] = refused
+            with contextlib.suppress(aiohttp.ClientError, TimeoutError):
+                await self._pass_on(sid, b"", headers)  # news only: the agent's answer is 413
+            return _error(413, f"result document {refused}")
         try:
-            async with self._client().post(
-                f"{self.target}{CALLBACK_PATH}/{sid}", data=body, headers=headers
-            ) as resp:
-                answer = await resp.read()
-                kind = resp.headers.get("Content-Type", "application/json")
-                return web.Response(body=answer, status=resp.status, headers={"Content-Type": kind})
+            return await self._pass_on(sid, body, headers)
         except (aiohttp.ClientError, TimeoutError) as exc:
             # Never the repr: it would list the request headers (the callback token).
             log.warning(
@@ -130,6 +134,15 @@ class CallbackRelay:
                 describe_error(exc),
             )
             return _error(502, "the rollout's result listener is unreachable; try again")
+
+    async def _pass_on(self, sid: str, body: bytes, headers: dict[str, str]) -> web.Response:
+        """Post to the registered listener; its answer, for the agent."""
+        async with self._client().post(
+            f"{self.target}{CALLBACK_PATH}/{sid}", data=body, headers=headers
+        ) as resp:
+            answer = await resp.read()
+            kind = resp.headers.get("Content-Type", "application/json")
+            return web.Response(body=answer, status=resp.status, headers={"Content-Type": kind})
 
     def _client(self) -> aiohttp.ClientSession:
         if self._http is None:
