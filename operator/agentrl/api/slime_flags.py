@@ -295,6 +295,7 @@ REPLACED: Final = {
     "--rollout-temperature": "spec.grpo.temperature",
     "--num-epoch": "spec.grpo.numRollouts",
     "--num-steps-per-rollout": "spec.grpo.globalBatchSize",
+    "--save": "spec.checkpoint.path",
 }
 # How slime's Dataset turns a train row into the sample agentrl's rollout hands to the agent;
 # agentrl fixes it (`--input-key prompt --metadata-key metadata`, no chat template), and
@@ -396,6 +397,14 @@ _REPLACED_WHY: Final = {
     "--prompt-data": (
         "agentrl renders it from spec.data.train; a value here trains on another file than "
         "the one `agentrl rehearse` runs and validation checks"
+    ),
+    # The launcher passes `--load` only when spec.checkpoint.path holds a saved run
+    # (agentrl.slimecmd.checkpoint), and keeps the rollout's state and the logs there; slime
+    # saves where argparse's last --save says.
+    "--save": (
+        "slime would save the run there while agentrl judges spec.checkpoint.path at each "
+        "pod start: a retry (backoffLimit) or a resume finds no saved run in it, starts over "
+        "from the model at rollout 0, and saves over the checkpoints of the attempt before"
     ),
 }
 

@@ -202,6 +202,32 @@ def test_a_retry_with_finetune_in_extra_args_starts_over_and_is_warned(
     assert severity == "warning"
 
 
+@pytest.mark.parametrize("row", ROWS)
+def test_save_elsewhere_in_extra_args_would_start_every_retry_over_and_is_refused(
+    row: str, tmp_path: Path
+) -> None:
+    """extraArgs `--save` elsewhere than spec.checkpoint.path: slime saves the run there, the
+    launcher judges checkpoint.path at each pod start and finds nothing, so attempt 2 (slime's
+    own parse_args on its argv) starts from the model at rollout 0 and saves into the very
+    directory attempt 1 saved iteration 10 in. The launcher now refuses the flag."""
+    elsewhere = tmp_path / "elsewhere"
+    pod = Pod(tmp_path / "pod", row=row)
+    _launched(pod)
+    megatron_checkpoint(elsewhere, "10")  # attempt 1 saved where argparse's last --save said
+    second = _launched(pod)
+    assert "--load" not in second  # nothing saved in checkpoint.path
+    [run] = _slime(pod, [*second, "--save", str(elsewhere)])  # extraArgs come last
+    assert run["args"]["save"] == str(elsewhere)
+    _starts_from_model(run, pod.exp.spec.model.path)
+
+    refused = Pod(tmp_path / "refused", row=row, extra_args=["--save", str(elsewhere)])
+    done = refused.launch()
+    assert done.returncode == 2
+    assert "--save (from spec.runtime.extraArgs) cannot work" in done.stderr
+    assert "remove it and set spec.checkpoint.path" in done.stderr
+    assert not refused.record.exists()
+
+
 def test_a_tracker_naming_a_missing_iteration_stops_the_launch(tmp_path: Path) -> None:
     pod = Pod(tmp_path)
     megatron_checkpoint(pod.checkpoint, "10")
