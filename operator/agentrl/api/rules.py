@@ -612,7 +612,8 @@ def start_taken_over(exp: RLExperiment) -> Iterator[Finding]:
     """Warning: `--finetune` in `runtime.extraArgs` while `checkpoint.resume` would resume:
     agentrl then leaves the start of every attempt to the flags, and `--finetune` makes each
     one (a backoffLimit retry, a resume) start from iteration 0 and save over the run's
-    checkpoints. `--load` alone is the user's own resume, and is let be."""
+    checkpoints. `--load` alone starts the first run; a restart still loads the run's own
+    saves (`agentrl.slimecmd.compose`)."""
     extra, ckpt = exp.spec.runtime.extra_args, exp.spec.checkpoint
     finetune = [i for i, a in enumerate(extra) if slime_flags.option_name(a) == "--finetune"]
     if finetune and ckpt.path is not None and ckpt.resume:

@@ -259,17 +259,36 @@ DATA_KEY_FLAGS: Final = frozenset(
 )
 
 
-# slime flags in extraArgs that take the start of every attempt over from agentrl: `--load`,
-# and `--finetune` (with `--load` of the run Megatron would load its weights as iteration 0,
-# and slime would go on at rollout 1). `--no-load-optim` and `--no-load-rng` only say what a
-# load leaves out: a restart still loads the run, or slime takes `--ref-load` at rollout 0
-# and its saves overwrite the run's checkpoints.
+# slime flags in extraArgs that take the start over from agentrl. `--finetune` decides every
+# attempt's (with `--load` of the run Megatron would load its weights as iteration 0, and
+# slime would go on at rollout 1). `--load` decides a first run's: once
+# spec.checkpoint.path holds the run's own saves, a restart loads them (`restart_load`).
+# `--no-load-optim` and `--no-load-rng` only say what a load leaves out: a restart still
+# loads the run, or slime takes `--ref-load` at rollout 0 and its saves overwrite the run's
+# checkpoints.
 START_FLAGS: Final = frozenset({"--load", "--finetune"})
 
 
 def user_decides_start(extra_args: Iterable[str]) -> bool:
-    """extraArgs that set `--load` or `--finetune` take the decision over."""
+    """extraArgs that set `--load` or `--finetune`: the launcher adds no first-run flags."""
     return any(option_name(a) in START_FLAGS for a in extra_args)
+
+
+def user_load(extra_args: Sequence[str]) -> str | None:
+    """The last `--load` of extraArgs (argparse keeps it), None without one."""
+    seen = last_seen([_Run(EXTRA_ARGS_ORIGIN, tuple(extra_args))], takes_value=True)("--load")
+    return None if seen is None else seen.value
+
+
+def restart_load(extra_args: Sequence[str], checkpoint_path: str | None) -> bool:
+    """Whether a restart must pass `--load <checkpoint_path>` after extraArgs: they load
+    another directory (a first run's start, e.g. another run's checkpoint) and do not
+    `--finetune`. Without it every retry loaded that directory again, redid each rollout
+    since, and saved over the run's own checkpoints."""
+    if checkpoint_path is None or any(option_name(a) == "--finetune" for a in extra_args):
+        return False
+    load = user_load(extra_args)
+    return load is not None and load.rstrip("/") != checkpoint_path.rstrip("/")
 
 
 # Where the spec's own slime flags come from in the composed command (only these are judged

@@ -203,6 +203,27 @@ def test_a_retry_with_finetune_in_extra_args_starts_over_and_is_warned(
 
 
 @pytest.mark.parametrize("row", ROWS)
+def test_a_retry_after_a_first_run_from_extra_args_load_resumes_the_runs_own_saves(
+    row: str, tmp_path: Path
+) -> None:
+    """extraArgs `--load` of another run's checkpoint (iteration 5) starts attempt 1 from it;
+    attempt 1 saves iteration 10 in spec.checkpoint.path. Attempt 2 must load iteration 10
+    (slime's own parse_args and loader on its argv): with the user's `--load` alone it loaded
+    iteration 5 again, redid rollouts 6 to 10 and saved over the run's checkpoints."""
+    other = megatron_checkpoint(tmp_path / "other-run", "5")
+    pod = Pod(tmp_path / "pod", row=row, extra_args=["--seed", "1234", "--load", str(other)])
+    first = _launched(pod)
+    megatron_checkpoint(pod.checkpoint, "10")
+    second = _launched(pod)
+    run1, run2 = _slime(pod, first, second)
+    assert run1["args"]["load"] == str(other) and run1["loaded"]["iteration"] == 5
+    assert run2["args"]["load"] == str(pod.checkpoint)
+    assert run2["args"]["start_rollout_id"] is None  # slime takes it from the checkpoint
+    assert run2["loaded"]["kind"] == "megatron" and run2["loaded"]["iteration"] == 10
+    assert not run2["args"]["finetune"]
+
+
+@pytest.mark.parametrize("row", ROWS)
 def test_save_elsewhere_in_extra_args_would_start_every_retry_over_and_is_refused(
     row: str, tmp_path: Path
 ) -> None:
