@@ -627,6 +627,21 @@ def start_taken_over(exp: RLExperiment) -> Iterator[Finding]:
         )
 
 
+def start_rollout_fixed(exp: RLExperiment) -> Iterator[Finding]:
+    """`--start-rollout-id` in `runtime.extraArgs` while `checkpoint.resume` would resume:
+    slime takes the rollout to go on from from the checkpoint only when the flag is unset, so
+    every restart would train again from that rollout and save over the run's checkpoints."""
+    ckpt = exp.spec.checkpoint
+    i = slime_flags.fixed_start_rollout(exp.spec.runtime.extra_args)
+    if i is not None and ckpt.path is not None and ckpt.resume:
+        yield err(
+            f"spec.runtime.extraArgs[{i}]",
+            f"{slime_flags.START_ROLLOUT_FLAG} with checkpoint.resume: "
+            f"{slime_flags.START_ROLLOUT_WHY} in {ckpt.path}",
+            slime_flags.START_ROLLOUT_FIX,
+        )
+
+
 def gateway_service(exp: RLExperiment) -> Iterator[Finding]:
     """The gateway port is free on the head pod; source ranges only with a LoadBalancer, and valid
     CIDRs.
@@ -872,6 +887,7 @@ ALL_RULES: tuple[Rule, ...] = (
     final_eval,
     checkpoint_saves,
     start_taken_over,
+    start_rollout_fixed,
     gateway_service,
     env_vars,
     preflight,

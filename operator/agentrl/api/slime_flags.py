@@ -280,6 +280,30 @@ def user_load(extra_args: Sequence[str]) -> str | None:
     return None if seen is None else seen.value
 
 
+# slime counts rollouts from `--start-rollout-id` when it is set, also when `--load` names a
+# saved run: only a None lets it take the next rollout from the checkpoint's iteration
+# (create_training_models in slime/ray/placement_group.py at both supported commits). So a
+# restart with it set loads the saved weights and optimizer, then trains from that rollout
+# again, with the data position of the rollout before it, and saves over the run's checkpoints.
+START_ROLLOUT_FLAG: Final = "--start-rollout-id"
+START_ROLLOUT_WHY: Final = (
+    "slime takes the next rollout from the checkpoint's iteration only when this flag is "
+    "unset: a retry (backoffLimit) or a resume would load the saved weights and optimizer, "
+    "then train again from this rollout (and the data position before it), saving over the "
+    "run's checkpoints"
+)
+START_ROLLOUT_FIX: Final = (
+    "remove it: a restart goes on after the saved iteration by itself (or set "
+    "spec.checkpoint.resume: false to start every attempt over from the model)"
+)
+
+
+def fixed_start_rollout(extra_args: Sequence[str]) -> int | None:
+    """Index of the last `--start-rollout-id` in extraArgs, None without one."""
+    hits = [i for i, a in enumerate(extra_args) if option_name(a) == START_ROLLOUT_FLAG]
+    return hits[-1] if hits else None
+
+
 def restart_load(extra_args: Sequence[str], checkpoint_path: str | None) -> bool:
     """Whether a restart must pass `--load <checkpoint_path>` after extraArgs: they load
     another directory (a first run's start, e.g. another run's checkpoint) and do not

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from launch_pod import Pod, megatron_checkpoint, slime_upstream
 
-from agentrl.api.rules import start_taken_over
+from agentrl.api.rules import start_rollout_fixed, start_taken_over
 
 ROWS = slime_upstream.ROWS
 pytestmark = pytest.mark.slow  # each test launches the launcher and runs slime's parser
@@ -221,6 +221,34 @@ def test_a_retry_after_a_first_run_from_extra_args_load_resumes_the_runs_own_sav
     assert run2["args"]["start_rollout_id"] is None  # slime takes it from the checkpoint
     assert run2["loaded"]["kind"] == "megatron" and run2["loaded"]["iteration"] == 10
     assert not run2["args"]["finetune"]
+
+
+@pytest.mark.parametrize("row", ROWS)
+def test_a_fixed_start_rollout_would_make_a_retry_train_again_and_is_refused(
+    row: str, tmp_path: Path
+) -> None:
+    """extraArgs `--start-rollout-id 0`: on attempt 2 slime (its own parse_args and loader)
+    loads saved iteration 10, weights and optimizer, and still counts from rollout 0, so it
+    trains rollouts 0 to 10 again and saves over them. The launcher refuses that restart
+    (validation refuses the spec before any GPU)."""
+    pod = Pod(tmp_path / "pod", row=row)
+    _launched(pod)
+    megatron_checkpoint(pod.checkpoint, "10")
+    second = _launched(pod)
+    [run] = _slime(pod, [*second, "--start-rollout-id", "0"])  # extraArgs come last
+    assert run["loaded"]["kind"] == "megatron" and run["loaded"]["iteration"] == 10
+    assert run["args"]["start_rollout_id"] == 0  # not 11: slime counts from the flag
+
+    fixed = Pod(tmp_path / "fixed", row=row, extra_args=["--seed", "1", "--start-rollout-id", "0"])
+    assert fixed.launch().returncode == 0  # a first run: nothing saved to go on from
+    megatron_checkpoint(fixed.checkpoint, "10")
+    done = fixed.launch()
+    assert done.returncode == 2
+    assert "spec.runtime.extraArgs[2]: --start-rollout-id on a restart from saved iteration 10" in (
+        done.stderr
+    )
+    ((path, _, _, severity),) = list(start_rollout_fixed(fixed.exp))
+    assert (path, severity) == ("spec.runtime.extraArgs[2]", "error")
 
 
 @pytest.mark.parametrize("row", ROWS)
