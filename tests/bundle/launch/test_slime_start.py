@@ -252,6 +252,38 @@ def test_a_fixed_start_rollout_would_make_a_retry_train_again_and_is_refused(
 
 
 @pytest.mark.parametrize("row", ROWS)
+def test_checkpoints_saved_in_the_starting_weights_would_become_the_kl_reference(
+    row: str, tmp_path: Path
+) -> None:
+    """checkpoint.path = the trainer's starting weights: slime loads the reference model with
+    its own `load_other_checkpoint("ref", --ref-load)`, which takes the latest save there.
+    On attempt 2 the reference is then the run's iteration 10, the trained policy, not the
+    starting weights. The launcher refuses that directory (validation does too)."""
+    pod = Pod(tmp_path / "pod", row=row)
+    _launched(pod)
+    megatron_checkpoint(pod.checkpoint, "10")
+    second = _launched(pod)
+    same = [*second, "--ref-load", str(pod.checkpoint)]  # refLoad = checkpoint.path
+    ours, shared = slime_upstream.run_slime(
+        row, [{"argv": a, "env": pod.driver_env(), "load_ref": True} for a in (second, same)]
+    )
+    assert ours["loaded_ref"]["kind"] == "hf"  # the starting weights
+    assert ours["loaded_ref"]["path"] == pod.exp.spec.model.path
+    assert shared["loaded_ref"]["kind"] == "megatron"
+    assert shared["loaded_ref"]["iteration"] == 10  # the run's latest save
+
+    refused = Pod(tmp_path / "refused", row=row)
+    config = refused.config_path.read_text()
+    refused.config_path.write_text(
+        config.replace(str(refused.checkpoint), refused.exp.spec.model.path)
+    )
+    done = refused.launch()
+    assert done.returncode == 2
+    assert "is also the trainer's starting weights (spec.model.refLoad)" in done.stderr
+    assert not refused.record.exists()
+
+
+@pytest.mark.parametrize("row", ROWS)
 def test_save_elsewhere_in_extra_args_would_start_every_retry_over_and_is_refused(
     row: str, tmp_path: Path
 ) -> None:

@@ -17,6 +17,7 @@ from agentrl.api.constants import DRIVER_RAY_RESOURCE
 from agentrl.api.data_rows import PREFLIGHT_ROWS, ROW_SHAPE, first_row_problems
 from agentrl.api.model_context import context_length_of
 from agentrl.api.models import RLExperimentSpec
+from agentrl.api.paths import TRAINER_WEIGHTS_FIX, trainer_weights_problem
 from agentrl.api.rules import is_local_path
 from agentrl.slimecmd import CheckpointDir
 from agentrl.slimecmd.checkpoint import TRACKER
@@ -221,10 +222,13 @@ def check_driver_device(
 
 
 def check_checkpoint(root: Path, spec: RLExperimentSpec) -> list[str]:
-    """spec.checkpoint.path can be created and written (slime finds out only at the first save)."""
+    """spec.checkpoint.path can be created and written (slime finds out only at the first
+    save), and is not the trainer's starting weights."""
     path = spec.checkpoint.path
     if not path:
         return []
+    if (problem := trainer_weights_problem(spec)) is not None:
+        return [f"spec.checkpoint.path: {problem}; {TRAINER_WEIGHTS_FIX}"]
     host = _host(root, path)
     probe = host / f".agentrl-write-test-{uuid.uuid4().hex}"
     try:
