@@ -587,16 +587,21 @@ def checkpoint_saves(exp: RLExperiment) -> Iterator[Finding]:
     """Warning: `checkpoint.path` without `checkpoint.saveInterval` (nor `--save-interval` in
     `runtime.extraArgs`): slime saves a checkpoint every `saveInterval` rollouts and after the
     last one, and without the interval never, so the trained weights are not saved and a
-    retry or a resume starts over from the model."""
+    retry or a resume starts over from the model. An error: `--save-interval` in
+    `runtime.extraArgs` without `checkpoint.path`, which slime stops on at start."""
     # train.py saves when should_run_periodic_action(rollout_id, args.save_interval, ...) holds,
     # and that is False for every rollout when the interval is None, the last one included
     # (slime/utils/misc.py at both supported commits, e.g.
     # https://github.com/THUDM/slime/blob/624b824a898ab0ec1fcb4d373004c7f3852bf515/slime/utils/misc.py).
     ckpt, rollouts = exp.spec.checkpoint, exp.spec.grpo.num_rollouts
-    given = any(
-        slime_flags.option_name(a) == "--save-interval" for a in exp.spec.runtime.extra_args
-    )
-    if ckpt.path is not None and ckpt.save_interval is None and not given:
+    given = slime_flags.last_index(exp.spec.runtime.extra_args, slime_flags.SAVE_INTERVAL_FLAG)
+    if given is not None and ckpt.path is None:
+        yield err(
+            f"spec.runtime.extraArgs[{given}]",
+            slime_flags.SAVE_INTERVAL_WITHOUT_PATH,
+            slime_flags.SAVE_INTERVAL_FIX,
+        )
+    if ckpt.path is not None and ckpt.save_interval is None and given is None:
         yield warn(
             "spec.checkpoint.saveInterval",
             f"unset while checkpoint.path is set: slime saves no checkpoint at all (it saves "

@@ -298,10 +298,29 @@ START_ROLLOUT_FIX: Final = (
 )
 
 
+def last_index(extra_args: Sequence[str], flag: str) -> int | None:
+    """Index of the last occurrence of `flag` in extraArgs, None without one."""
+    hits = [i for i, a in enumerate(extra_args) if option_name(a) == flag]
+    return hits[-1] if hits else None
+
+
 def fixed_start_rollout(extra_args: Sequence[str]) -> int | None:
     """Index of the last `--start-rollout-id` in extraArgs, None without one."""
-    hits = [i for i, a in enumerate(extra_args) if option_name(a) == START_ROLLOUT_FLAG]
-    return hits[-1] if hits else None
+    return last_index(extra_args, START_ROLLOUT_FLAG)
+
+
+# slime's slime_validate_args asserts "'--save' is required when save_interval is set" (both
+# supported commits); agentrl renders --save only from spec.checkpoint.path.
+SAVE_INTERVAL_FLAG: Final = "--save-interval"
+SAVE_INTERVAL_WITHOUT_PATH: Final = (
+    "--save-interval without spec.checkpoint.path: agentrl renders --save only from "
+    "checkpoint.path, and slime stops at start (\"'--save' is required when save_interval "
+    'is set"), after the cluster is up'
+)
+SAVE_INTERVAL_FIX: Final = (
+    "set spec.checkpoint.path (on a volume every Ray pod mounts) and "
+    "spec.checkpoint.saveInterval, and remove --save-interval"
+)
 
 
 def restart_load(extra_args: Sequence[str], checkpoint_path: str | None) -> bool:

@@ -284,6 +284,28 @@ def test_checkpoints_saved_in_the_starting_weights_would_become_the_kl_reference
 
 
 @pytest.mark.parametrize("row", ROWS)
+def test_save_interval_without_a_checkpoint_path_is_refused_before_slime_stops_on_it(
+    row: str, tmp_path: Path
+) -> None:
+    """extraArgs `--save-interval` and no spec.checkpoint.path: agentrl renders no --save,
+    and slime's own parse_args stops on it, on the GPU worker. The launcher refuses it first
+    (validation refuses the spec)."""
+    pod = Pod(tmp_path / "pod", row=row, checkpoint=False)
+    argv = _launched(pod)
+    [run] = _slime(pod, [*argv, "--save-interval", "5"])  # extraArgs come last
+    assert "'--save' is required when save_interval is set" in run["parse_error"]
+
+    refused = Pod(tmp_path / "refused", row=row, checkpoint=False,
+                  extra_args=["--seed", "1", "--save-interval", "5"])  # fmt: skip
+    done = refused.launch()
+    assert done.returncode == 2
+    assert "spec.runtime.extraArgs[2]: --save-interval without spec.checkpoint.path" in (
+        done.stderr
+    )
+    assert not refused.record.exists()
+
+
+@pytest.mark.parametrize("row", ROWS)
 def test_save_elsewhere_in_extra_args_would_start_every_retry_over_and_is_refused(
     row: str, tmp_path: Path
 ) -> None:

@@ -19,6 +19,12 @@ from agentrl.api.model_context import context_length_of
 from agentrl.api.models import RLExperimentSpec
 from agentrl.api.paths import TRAINER_WEIGHTS_FIX, trainer_weights_problem
 from agentrl.api.rules import is_local_path
+from agentrl.api.slime_flags import (
+    SAVE_INTERVAL_FIX,
+    SAVE_INTERVAL_FLAG,
+    SAVE_INTERVAL_WITHOUT_PATH,
+    last_index,
+)
 from agentrl.slimecmd import CheckpointDir
 from agentrl.slimecmd.checkpoint import TRACKER
 
@@ -226,7 +232,10 @@ def check_checkpoint(root: Path, spec: RLExperimentSpec) -> list[str]:
     save), and is not the trainer's starting weights."""
     path = spec.checkpoint.path
     if not path:
-        return []
+        i = last_index(spec.runtime.extra_args, SAVE_INTERVAL_FLAG)
+        if i is None:
+            return []
+        return [f"spec.runtime.extraArgs[{i}]: {SAVE_INTERVAL_WITHOUT_PATH}; {SAVE_INTERVAL_FIX}"]
     if (problem := trainer_weights_problem(spec)) is not None:
         return [f"spec.checkpoint.path: {problem}; {TRAINER_WEIGHTS_FIX}"]
     host = _host(root, path)
