@@ -192,7 +192,12 @@ def test_a_retry_with_finetune_in_extra_args_starts_over_and_is_warned(
     pod = Pod(tmp_path, row=row, extra_args=["--seed", "1234", "--finetune"])
     first = _launched(pod)
     megatron_checkpoint(pod.checkpoint, "10")
-    second = _launched(pod)
+    done = pod.launch()
+    assert done.returncode == 0, done.stderr
+    # The job log says what slime does, not "restart from saved iteration 10".
+    assert "--finetune: from the model at rollout 0, beside saved iteration 10" in done.stderr
+    assert "restart from saved iteration" not in done.stderr
+    second = pod.slime_args()
     assert "--load" not in second
     _, run2 = _slime(pod, first, second)
     assert run2["args"]["load"] == pod.exp.spec.model.path  # the model, not the run
@@ -212,9 +217,13 @@ def test_a_retry_after_a_first_run_from_extra_args_load_resumes_the_runs_own_sav
     iteration 5 again, redid rollouts 6 to 10 and saved over the run's checkpoints."""
     other = megatron_checkpoint(tmp_path / "other-run", "5")
     pod = Pod(tmp_path / "pod", row=row, extra_args=["--seed", "1234", "--load", str(other)])
-    first = _launched(pod)
+    done = pod.launch()
+    assert f"first run, from {other} (spec.runtime.extraArgs --load)" in done.stderr
+    first = pod.slime_args()
     megatron_checkpoint(pod.checkpoint, "10")
-    second = _launched(pod)
+    done = pod.launch()
+    assert "restart from saved iteration 10" in done.stderr
+    second = pod.slime_args()
     run1, run2 = _slime(pod, first, second)
     assert run1["args"]["load"] == str(other) and run1["loaded"]["iteration"] == 5
     assert run2["args"]["load"] == str(pod.checkpoint)
