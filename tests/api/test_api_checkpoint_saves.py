@@ -77,3 +77,15 @@ def test_a_save_interval_in_extra_args_is_not_warned() -> None:
             runtime={**_VOLUMES, "extraArgs": extra}, checkpoint={"path": "/ckpt/run"}
         )
         assert parse_experiment(body)[1] == [], extra
+
+
+def test_save_interval_in_extra_args_without_a_checkpoint_path_is_refused() -> None:
+    """slime stops at start on --save-interval without --save (its own parse_args on the
+    launcher's argv: tests/bundle/launch/test_slime_start.py); agentrl renders --save only
+    from checkpoint.path."""
+    for extra in (["--save-interval", "7"], ["--save-interval=7"]):
+        body = minimal_body(runtime={**_VOLUMES, "extraArgs": ["--seed", "1", *extra]})
+        (error,) = [p for p in parse_experiment(body)[1] if p.severity == "error"]
+        assert error.path == "spec.runtime.extraArgs[2]"
+        assert "--save-interval without spec.checkpoint.path" in error.message
+        assert "spec.checkpoint.path" in error.hint

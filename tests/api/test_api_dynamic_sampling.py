@@ -60,7 +60,7 @@ BAD: list[tuple[str, dict[str, Any], str]] = [
     ("slime's over-sampling flag", minimal_body(runtime={"extraArgs": [
         "--over-sampling-batch-size", "64"]}), "spec.runtime.extraArgs[0]"),
     ("slime's filter flag as key=value", minimal_body(runtime={"extraArgs": [
-        "--save-interval", "5", "--dynamic-sampling-filter-path=a.b"]}),
+        "--seed", "5", "--dynamic-sampling-filter-path=a.b"]}),
      "spec.runtime.extraArgs[2]"),
     ("slime's partial rollout", minimal_body(runtime={"extraArgs": ["--partial-rollout"]}),
      "spec.runtime.extraArgs[0]"),

@@ -91,3 +91,20 @@ def test_checkpoints_on_a_claim_are_kept_for_a_retry() -> None:
         {"name": "ckpt", "mountPath": "/ckpt"},
     )
     assert _problems(runtime=runtime, checkpoint={"path": "/ckpt/run", "saveInterval": 5}) == []
+
+
+@pytest.mark.parametrize(
+    "path", ["/models/qwen2.5-0.5b-instruct", "/models//qwen2.5-0.5b-instruct/"]
+)
+def test_checkpoints_in_the_trainers_starting_weights_are_refused(path: str) -> None:
+    """slime loads the KL reference model from --ref-load's latest save (its own
+    load_other_checkpoint: tests/bundle/launch/test_slime_start.py runs it), so checkpoints
+    saved there make every retry's reference the trained policy."""
+    runtime = _volumes({"name": "m", "mountPath": "/models"}, {"name": "m", "mountPath": "/data"})
+    checkpoint = {"path": path, "saveInterval": 5}
+    problems = _problems(runtime=runtime, checkpoint=checkpoint)
+    assert [p.split(":")[0] for p in problems] == ["spec.checkpoint.path"]
+    assert "the trainer's starting weights (spec.model.refLoad)" in problems[0]
+    assert "reference model" in problems[0]
+    inside = {**checkpoint, "path": "/models/qwen2.5-0.5b-instruct/run"}
+    assert _problems(runtime=runtime, checkpoint=inside) == []

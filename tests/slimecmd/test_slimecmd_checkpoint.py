@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from test_slimecmd_flags import EXAMPLE_A, spec_of
 
+from agentrl.api.validation import parse_experiment
 from agentrl.slimecmd import CheckpointDir, Start, decide
 from agentrl.slimecmd.checkpoint import iteration_dir
 from conftest import load_example
@@ -69,3 +70,25 @@ def test_iteration_dir_follows_megatron() -> None:
     assert iteration_dir(" 7\n") == "iter_0000007"
     assert iteration_dir("release") == "release"
     assert iteration_dir("-1") is None and iteration_dir("7.0") is None
+
+
+def test_a_restart_with_a_fixed_start_rollout_is_refused_a_first_run_is_not() -> None:
+    """slime counts from extraArgs' --start-rollout-id even when it loads a saved run
+    (tests/bundle/launch/test_slime_start.py runs its parser): a restart would train again
+    from that rollout and save over the run. Validation refuses it too."""
+    body = load_example(EXAMPLE_A)
+    body["spec"]["checkpoint"] = {"path": "/ckpt", "saveInterval": 5}
+    body["spec"]["runtime"]["extraArgs"] = ["--seed", "1", "--start-rollout-id=0"]
+    spec = spec_of(body)
+    saved = CheckpointDir("10", ("iter_0000010", TRACKER))
+    decision = decide(spec, saved)
+    assert decision.problem is not None
+    assert decision.problem.startswith(
+        "spec.runtime.extraArgs[2]: --start-rollout-id on a restart from saved iteration 10"
+    )
+    assert decide(spec, CheckpointDir(None, ())).problem is None
+    _, problems = parse_experiment(body)
+    (error,) = [p for p in problems if p.severity == "error"]
+    assert error.path == "spec.runtime.extraArgs[2]" and "--start-rollout-id" in error.message
+    body["spec"]["checkpoint"]["resume"] = False  # every attempt starts over: nothing to keep
+    assert [p for p in parse_experiment(body)[1] if p.severity == "error"] == []

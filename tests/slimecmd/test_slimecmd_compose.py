@@ -95,6 +95,25 @@ def test_extra_args_that_set_the_start_take_it_over() -> None:
         assert "--no-load-optim" not in argv and argv[-len(extra) :] == extra
 
 
+def test_a_restart_after_extra_args_load_of_another_directory_loads_the_runs_saves() -> None:
+    """extraArgs `--load` of another directory starts the first run only; a restart loads
+    spec.checkpoint.path, after extraArgs so argparse keeps it (tests/bundle/launch/
+    test_slime_start.py runs slime's parser and loader on both attempts)."""
+    resume = PodFacts(**{**FACTS.__dict__, "start": Start.RESUME})
+    spec = _spec(EXAMPLE_A, extraArgs=["--load", "/other-run"])
+    ckpt = spec.checkpoint.path
+    assert slimecmd.compose(spec, resume).argv()[-4:] == ["--load", "/other-run", "--load", ckpt]
+    assert slimecmd.compose(spec, FACTS).argv()[-2:] == ["--load", "/other-run"]
+    preview = slimecmd.preview(spec)
+    assert preview[-3:] == [f"<restart, only when {ckpt}/latest_checkpointed_iteration.txt "
+                            "exists:>", "--load", ckpt]  # fmt: skip
+    # --finetune takes every attempt over (warned at validation); --load of the run itself
+    # needs nothing after it.
+    for extra in (["--load", "/other-run", "--finetune"], ["--load", ckpt], [f"--load={ckpt}/"]):
+        argv = slimecmd.compose(_spec(EXAMPLE_A, extraArgs=extra), resume).argv()
+        assert argv[-len(extra) :] == extra and argv.count("--load") <= 1
+
+
 def test_a_no_load_flag_in_extra_args_leaves_the_restart_to_the_launcher() -> None:
     """`--no-load-optim` says what a load leaves out; the restart must still `--load` the run
     (tests/bundle/launch/test_slime_start.py runs slime's parser on it)."""

@@ -141,6 +141,7 @@ OVERRIDES = {
     ("--rollout-temperature", "0.2"): "spec.grpo.temperature",
     ("--rollout-max-response-len", "99"): "spec.grpo.maxResponseLength",
     ("--prompt-data", "/x.jsonl"): "spec.data.train",
+    ("--save", "/ckpt/elsewhere"): "spec.checkpoint.path",
     ("--input-key", "question"): "`prompt`",
     ("--metadata-key", "meta"): "`metadata`",
     ("--tool-key", "fns"): "`metadata`",

@@ -23,7 +23,7 @@ from agentrl.api.constants import (
     SHM_MOUNT_DIR,
 )
 from agentrl.api.findings import Finding, Rule, err, warn
-from agentrl.api.models import RLExperiment
+from agentrl.api.models import RLExperiment, RLExperimentSpec
 
 # Directories agentrl mounts itself: read-only code and config, and the memory-backed /dev/shm.
 AGENTRL_MOUNTS = (CONFIG_MOUNT_DIR, BUNDLE_MOUNT_DIR, SHM_MOUNT_DIR)
@@ -39,6 +39,31 @@ def clean(path: str) -> str:
     """An absolute path's lexical normal form: no repeated, `.` or trailing separators (the
     callers refuse `..` before they compare)."""
     return posixpath.normpath(re.sub("/+", "/", path)) if path.startswith("/") else path
+
+
+def trainer_weights_problem(spec: RLExperimentSpec) -> str | None:
+    """`checkpoint.path` is the trainer's starting weights (`--ref-load`: refLoad, else
+    path), and why that is refused; None otherwise. slime loads the KL loss's reference model
+    from `--ref-load` with its own loader, which takes the latest save the tracker names
+    there (`load_other_checkpoint` in slime/backends/megatron_utils/actor.py at both
+    supported commits): from the run's first save on, every start (each retry, each resume)
+    would use the trained policy as its reference instead of the starting weights."""
+    ckpt, model = spec.checkpoint, spec.model
+    field, weights = ("refLoad", model.ref_load) if model.ref_load else ("path", model.path)
+    if ckpt.path is None or not weights.startswith("/") or clean(ckpt.path) != clean(weights):
+        return None
+    return (
+        f"{ckpt.path} is also the trainer's starting weights (spec.model.{field}): slime "
+        "saves the run there, and from its first save on it loads the KL loss's reference "
+        "model from that directory's latest save (the trained policy) instead of the "
+        "starting weights, on every retry and resume"
+    )
+
+
+TRAINER_WEIGHTS_FIX = (
+    "give checkpoints a directory of their own (e.g. a sub-directory of this one); the "
+    "starting weights stay where spec.model names them"
+)
 
 
 def mount_of(exp: RLExperiment, path: str) -> tuple[int, Mapping[str, Any]] | None:
@@ -116,15 +141,19 @@ def files_on_volumes(exp: RLExperiment) -> Iterator[Finding]:
 def checkpoint(exp: RLExperiment) -> Iterator[Finding]:
     """`checkpoint.saveInterval` needs `checkpoint.path`, which is writable: not inside a
     directory agentrl mounts (read-only or in memory), not under a `readOnly` volumeMount or
-    a read-only PersistentVolumeClaim; a warning when it is on no volume (checkpoints would
-    be written into the container and lost with the pod) or on a volume each pod or node has
-    its own (`emptyDir`, `ephemeral`, `hostPath`): every KubeRay retry runs on a new
-    RayCluster, whose pods find no checkpoint and start over from the model."""
+    a read-only PersistentVolumeClaim, not the trainer's starting weights (slime would load
+    the KL reference model from the run's latest save there); a warning when it is on no
+    volume (checkpoints would be written into the container and lost with the pod) or on a
+    volume each pod or node has its own (`emptyDir`, `ephemeral`, `hostPath`): every KubeRay
+    retry runs on a new RayCluster, whose pods find no checkpoint and start over from the
+    model."""
     ckpt = exp.spec.checkpoint
     if ckpt.save_interval is not None and ckpt.path is None:
         yield err("spec.checkpoint.path", "required when saveInterval is set", "set a PVC path")
     if ckpt.path is None or ".." in ckpt.path.split("/"):
         return
+    if (problem := trainer_weights_problem(exp.spec)) is not None:
+        yield err("spec.checkpoint.path", problem, TRAINER_WEIGHTS_FIX)
     if any(under(clean(ckpt.path), d) for d in AGENTRL_MOUNTS):
         yield err(
             "spec.checkpoint.path",

@@ -587,16 +587,21 @@ def checkpoint_saves(exp: RLExperiment) -> Iterator[Finding]:
     """Warning: `checkpoint.path` without `checkpoint.saveInterval` (nor `--save-interval` in
     `runtime.extraArgs`): slime saves a checkpoint every `saveInterval` rollouts and after the
     last one, and without the interval never, so the trained weights are not saved and a
-    retry or a resume starts over from the model."""
+    retry or a resume starts over from the model. An error: `--save-interval` in
+    `runtime.extraArgs` without `checkpoint.path`, which slime stops on at start."""
     # train.py saves when should_run_periodic_action(rollout_id, args.save_interval, ...) holds,
     # and that is False for every rollout when the interval is None, the last one included
     # (slime/utils/misc.py at both supported commits, e.g.
     # https://github.com/THUDM/slime/blob/624b824a898ab0ec1fcb4d373004c7f3852bf515/slime/utils/misc.py).
     ckpt, rollouts = exp.spec.checkpoint, exp.spec.grpo.num_rollouts
-    given = any(
-        slime_flags.option_name(a) == "--save-interval" for a in exp.spec.runtime.extra_args
-    )
-    if ckpt.path is not None and ckpt.save_interval is None and not given:
+    given = slime_flags.last_index(exp.spec.runtime.extra_args, slime_flags.SAVE_INTERVAL_FLAG)
+    if given is not None and ckpt.path is None:
+        yield err(
+            f"spec.runtime.extraArgs[{given}]",
+            slime_flags.SAVE_INTERVAL_WITHOUT_PATH,
+            slime_flags.SAVE_INTERVAL_FIX,
+        )
+    if ckpt.path is not None and ckpt.save_interval is None and given is None:
         yield warn(
             "spec.checkpoint.saveInterval",
             f"unset while checkpoint.path is set: slime saves no checkpoint at all (it saves "
@@ -612,7 +617,8 @@ def start_taken_over(exp: RLExperiment) -> Iterator[Finding]:
     """Warning: `--finetune` in `runtime.extraArgs` while `checkpoint.resume` would resume:
     agentrl then leaves the start of every attempt to the flags, and `--finetune` makes each
     one (a backoffLimit retry, a resume) start from iteration 0 and save over the run's
-    checkpoints. `--load` alone is the user's own resume, and is let be."""
+    checkpoints. `--load` alone starts the first run; a restart still loads the run's own
+    saves (`agentrl.slimecmd.compose`)."""
     extra, ckpt = exp.spec.runtime.extra_args, exp.spec.checkpoint
     finetune = [i for i, a in enumerate(extra) if slime_flags.option_name(a) == "--finetune"]
     if finetune and ckpt.path is not None and ckpt.resume:
@@ -623,6 +629,21 @@ def start_taken_over(exp: RLExperiment) -> Iterator[Finding]:
             f"{ckpt.path}, not resuming them",
             "remove it: agentrl starts a first run as a fine-tune of the model itself and "
             "resumes the run's own checkpoints on a restart",
+        )
+
+
+def start_rollout_fixed(exp: RLExperiment) -> Iterator[Finding]:
+    """`--start-rollout-id` in `runtime.extraArgs` while `checkpoint.resume` would resume:
+    slime takes the rollout to go on from from the checkpoint only when the flag is unset, so
+    every restart would train again from that rollout and save over the run's checkpoints."""
+    ckpt = exp.spec.checkpoint
+    i = slime_flags.fixed_start_rollout(exp.spec.runtime.extra_args)
+    if i is not None and ckpt.path is not None and ckpt.resume:
+        yield err(
+            f"spec.runtime.extraArgs[{i}]",
+            f"{slime_flags.START_ROLLOUT_FLAG} with checkpoint.resume: "
+            f"{slime_flags.START_ROLLOUT_WHY} in {ckpt.path}",
+            slime_flags.START_ROLLOUT_FIX,
         )
 
 
@@ -871,6 +892,7 @@ ALL_RULES: tuple[Rule, ...] = (
     final_eval,
     checkpoint_saves,
     start_taken_over,
+    start_rollout_fixed,
     gateway_service,
     env_vars,
     preflight,

@@ -259,17 +259,79 @@ DATA_KEY_FLAGS: Final = frozenset(
 )
 
 
-# slime flags in extraArgs that take the start of every attempt over from agentrl: `--load`,
-# and `--finetune` (with `--load` of the run Megatron would load its weights as iteration 0,
-# and slime would go on at rollout 1). `--no-load-optim` and `--no-load-rng` only say what a
-# load leaves out: a restart still loads the run, or slime takes `--ref-load` at rollout 0
-# and its saves overwrite the run's checkpoints.
+# slime flags in extraArgs that take the start over from agentrl. `--finetune` decides every
+# attempt's (with `--load` of the run Megatron would load its weights as iteration 0, and
+# slime would go on at rollout 1). `--load` decides a first run's: once
+# spec.checkpoint.path holds the run's own saves, a restart loads them (`restart_load`).
+# `--no-load-optim` and `--no-load-rng` only say what a load leaves out: a restart still
+# loads the run, or slime takes `--ref-load` at rollout 0 and its saves overwrite the run's
+# checkpoints.
 START_FLAGS: Final = frozenset({"--load", "--finetune"})
 
 
 def user_decides_start(extra_args: Iterable[str]) -> bool:
-    """extraArgs that set `--load` or `--finetune` take the decision over."""
+    """extraArgs that set `--load` or `--finetune`: the launcher adds no first-run flags."""
     return any(option_name(a) in START_FLAGS for a in extra_args)
+
+
+def user_load(extra_args: Sequence[str]) -> str | None:
+    """The last `--load` of extraArgs (argparse keeps it), None without one."""
+    seen = last_seen([_Run(EXTRA_ARGS_ORIGIN, tuple(extra_args))], takes_value=True)("--load")
+    return None if seen is None else seen.value
+
+
+# slime counts rollouts from `--start-rollout-id` when it is set, also when `--load` names a
+# saved run: only a None lets it take the next rollout from the checkpoint's iteration
+# (create_training_models in slime/ray/placement_group.py at both supported commits). So a
+# restart with it set loads the saved weights and optimizer, then trains from that rollout
+# again, with the data position of the rollout before it, and saves over the run's checkpoints.
+START_ROLLOUT_FLAG: Final = "--start-rollout-id"
+START_ROLLOUT_WHY: Final = (
+    "slime takes the next rollout from the checkpoint's iteration only when this flag is "
+    "unset: a retry (backoffLimit) or a resume would load the saved weights and optimizer, "
+    "then train again from this rollout (and the data position before it), saving over the "
+    "run's checkpoints"
+)
+START_ROLLOUT_FIX: Final = (
+    "remove it: a restart goes on after the saved iteration by itself (or set "
+    "spec.checkpoint.resume: false to start every attempt over from the model)"
+)
+
+
+def last_index(extra_args: Sequence[str], flag: str) -> int | None:
+    """Index of the last occurrence of `flag` in extraArgs, None without one."""
+    hits = [i for i, a in enumerate(extra_args) if option_name(a) == flag]
+    return hits[-1] if hits else None
+
+
+def fixed_start_rollout(extra_args: Sequence[str]) -> int | None:
+    """Index of the last `--start-rollout-id` in extraArgs, None without one."""
+    return last_index(extra_args, START_ROLLOUT_FLAG)
+
+
+# slime's slime_validate_args asserts "'--save' is required when save_interval is set" (both
+# supported commits); agentrl renders --save only from spec.checkpoint.path.
+SAVE_INTERVAL_FLAG: Final = "--save-interval"
+SAVE_INTERVAL_WITHOUT_PATH: Final = (
+    "--save-interval without spec.checkpoint.path: agentrl renders --save only from "
+    "checkpoint.path, and slime stops at start (\"'--save' is required when save_interval "
+    'is set"), after the cluster is up'
+)
+SAVE_INTERVAL_FIX: Final = (
+    "set spec.checkpoint.path (on a volume every Ray pod mounts) and "
+    "spec.checkpoint.saveInterval, and remove --save-interval"
+)
+
+
+def restart_load(extra_args: Sequence[str], checkpoint_path: str | None) -> bool:
+    """Whether a restart must pass `--load <checkpoint_path>` after extraArgs: they load
+    another directory (a first run's start, e.g. another run's checkpoint) and do not
+    `--finetune`. Without it every retry loaded that directory again, redid each rollout
+    since, and saved over the run's own checkpoints."""
+    if checkpoint_path is None or any(option_name(a) == "--finetune" for a in extra_args):
+        return False
+    load = user_load(extra_args)
+    return load is not None and load.rstrip("/") != checkpoint_path.rstrip("/")
 
 
 # Where the spec's own slime flags come from in the composed command (only these are judged
@@ -295,6 +357,7 @@ REPLACED: Final = {
     "--rollout-temperature": "spec.grpo.temperature",
     "--num-epoch": "spec.grpo.numRollouts",
     "--num-steps-per-rollout": "spec.grpo.globalBatchSize",
+    "--save": "spec.checkpoint.path",
 }
 # How slime's Dataset turns a train row into the sample agentrl's rollout hands to the agent;
 # agentrl fixes it (`--input-key prompt --metadata-key metadata`, no chat template), and
@@ -396,6 +459,14 @@ _REPLACED_WHY: Final = {
     "--prompt-data": (
         "agentrl renders it from spec.data.train; a value here trains on another file than "
         "the one `agentrl rehearse` runs and validation checks"
+    ),
+    # The launcher passes `--load` only when spec.checkpoint.path holds a saved run
+    # (agentrl.slimecmd.checkpoint), and keeps the rollout's state and the logs there; slime
+    # saves where argparse's last --save says.
+    "--save": (
+        "slime would save the run there while agentrl judges spec.checkpoint.path at each "
+        "pod start: a retry (backoffLimit) or a resume finds no saved run in it, starts over "
+        "from the model at rollout 0, and saves over the checkpoints of the attempt before"
     ),
 }
 

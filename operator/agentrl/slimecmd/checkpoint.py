@@ -16,7 +16,8 @@ attempt 1 saved) and:
   every slime release starts from `--ref-load` (the model) with a fresh optimizer at
   iteration 0, whether the model is a Hugging Face or a Megatron checkpoint;
 - a tracker that names no usable iteration is refused: starting over would overwrite the
-  saved run.
+  saved run; so is a restart with `--start-rollout-id` in extraArgs (slime would count from
+  it, not from the saved iteration).
 
 The filesystem is read by the launcher; this module only judges what it read.
 """
@@ -29,6 +30,12 @@ from enum import StrEnum
 from typing import Final
 
 from agentrl.api.models import RLExperimentSpec
+from agentrl.api.slime_flags import (
+    START_ROLLOUT_FIX,
+    START_ROLLOUT_FLAG,
+    START_ROLLOUT_WHY,
+    fixed_start_rollout,
+)
 
 TRACKER: Final = "latest_checkpointed_iteration.txt"
 # Megatron's release checkpoints live in `release/`, the others in `iter_NNNNNNN/`.
@@ -105,7 +112,18 @@ def decide(spec: RLExperimentSpec, found: CheckpointDir | None) -> Decision:
                 "exists, or set spec.checkpoint.resume: false to start over"
             ),
         )
-    return Decision(Start.RESUME, iteration=found.tracker.strip())
+    iteration = found.tracker.strip()
+    if (i := fixed_start_rollout(spec.runtime.extra_args)) is not None:
+        return Decision(
+            Start.RESUME,
+            iteration=iteration,
+            problem=(
+                f"spec.runtime.extraArgs[{i}]: {START_ROLLOUT_FLAG} on a restart from saved "
+                f"iteration {iteration}: {START_ROLLOUT_WHY} in {ckpt.path}. Fix: "
+                f"{START_ROLLOUT_FIX}"
+            ),
+        )
+    return Decision(Start.RESUME, iteration=iteration)
 
 
 def start_args(spec: RLExperimentSpec, start: Start) -> list[str]:

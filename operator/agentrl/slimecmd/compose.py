@@ -9,7 +9,8 @@ and no condition; both come from this one function, so they cannot disagree.
 The order is fixed: `python3 <slime>/train.py`, MODEL_ARGS (slime's model script), the
 spec's flags (with the image- and checkpoint-dependent ones in place), `--train-env-vars`,
 wandb flags, then `runtime.extraArgs` last so a user can override anything (argparse keeps
-the last value).
+the last value); only a restart's `--load` of the run's own saves follows an extraArgs
+`--load` of another directory, which starts the first run alone.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Any, Final
 
 from agentrl.api.models import RLExperimentSpec
 from agentrl.api.runtime import ENV_WANDB_API_KEY, RuntimeConfig
-from agentrl.api.slime_flags import EXTRA_ARGS_ORIGIN, user_decides_start
+from agentrl.api.slime_flags import EXTRA_ARGS_ORIGIN, restart_load, user_decides_start
 from agentrl.slimecmd import checkpoint, files, flags
 from agentrl.slimecmd.checkpoint import Start
 
@@ -145,30 +146,49 @@ def _switch(
     return [Part(origin, tuple(args))]
 
 
+_START_ORIGIN: Final = "spec.checkpoint (judged at pod start)"
+
+
+def _restart_marker(spec: RLExperimentSpec) -> str:
+    path = spec.checkpoint.path
+    return f"restart, only when {path.rstrip('/') if path else ''}/{checkpoint.TRACKER} exists"
+
+
 def _start_parts(spec: RLExperimentSpec, start: Start | None) -> list[Part]:
-    origin = "spec.checkpoint (judged at pod start)"
     if user_decides_start(spec.runtime.extra_args):
-        return []  # extraArgs set --load or --finetune themselves
+        return []  # extraArgs set --load or --finetune themselves (see _restart_after_extra)
     ckpt = spec.checkpoint
     if start is None and not (ckpt.path and ckpt.resume):
         start = Start.FIRST_RUN  # nothing to resume from: known without the pod
     if start is not None:
-        return [Part(origin, tuple(checkpoint.start_args(spec, start)))]
-    tracker = f"{ckpt.path.rstrip('/') if ckpt.path else ''}/{checkpoint.TRACKER}"
+        return [Part(_START_ORIGIN, tuple(checkpoint.start_args(spec, start)))]
     return [
         Part(
-            origin,
+            _START_ORIGIN,
             tuple(checkpoint.start_args(spec, Start.RESUME)),
             Cond.RESTART,
-            f"restart, only when {tracker} exists",
+            _restart_marker(spec),
         ),
         Part(
-            origin,
+            _START_ORIGIN,
             tuple(checkpoint.start_args(spec, Start.FIRST_RUN)),
             Cond.FIRST_RUN,
             "first run, otherwise",
         ),
     ]
+
+
+def _restart_after_extra(spec: RLExperimentSpec, start: Start | None) -> list[Part]:
+    """A restart loads the run's own saves even when extraArgs `--load` another directory
+    (where the first run started): argparse keeps the last `--load`, so this part follows
+    extraArgs. Only with `checkpoint.resume`, and not under `--finetune`."""
+    ckpt = spec.checkpoint
+    if not ckpt.resume or not restart_load(spec.runtime.extra_args, ckpt.path):
+        return []
+    args = tuple(checkpoint.start_args(spec, Start.RESUME))
+    origin = f"{_START_ORIGIN}: the run's own saves, over the --load of {EXTRA_ARGS_ORIGIN}"
+    return _switch(origin, args, None if start is None else start is Start.RESUME,
+                   Cond.RESTART, _restart_marker(spec))  # fmt: skip
 
 
 def compose(spec: RLExperimentSpec, facts: PodFacts) -> Command:
@@ -222,6 +242,7 @@ def compose(spec: RLExperimentSpec, facts: PodFacts) -> Command:
             f"only when {ENV_WANDB_API_KEY} is set",
         ),
         Part(EXTRA_ARGS_ORIGIN, tuple(spec.runtime.extra_args)),
+        *_restart_after_extra(spec, facts.start),
     ]
     return Command(
         parts=tuple(p for p in parts if p.args),

@@ -26,10 +26,14 @@ if str(REPO) not in sys.path:  # tests.support, shared with other test dirs
 
 from tests.support import loader_cache, slime_upstream
 
+import agentrl
 from agentrl.render.defaults import OperatorDefaults
 from agentrl.render.objects import runtime_config
 
 POD_IMAGE = Path(__file__).parent / "pod_image"
+# The agentrl these tests import (a checkout on PYTHONPATH, or the installed one): the pod's
+# launcher runs it too, not whatever the interpreter would find on its own.
+AGENTRL_PATH = Path(agentrl.__file__).resolve().parents[1]
 SECRET = "wandb-secret-value-123"
 HEADER_SECRET = "tok-xyz"
 BASE_PATH = f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin"
@@ -141,7 +145,7 @@ class Pod:
     def env(self, **extra: str) -> dict[str, str]:
         base = {
             "PATH": self.path,
-            "PYTHONPATH": str(self.pylib),
+            "PYTHONPATH": f"{self.pylib}:{AGENTRL_PATH}",
             "MEGATRON_DIR": str(slime_upstream.MEGATRON),
             "AGENTRL_TEST_RECORD": str(self.record),
             "WANDB_API_KEY": SECRET,

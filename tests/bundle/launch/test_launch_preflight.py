@@ -100,6 +100,14 @@ def test_checkpoint_path_under_a_file_is_not_writable(tmp_path: Path) -> None:
     assert problems and "spec.checkpoint.path: /ckpt/run is not writable" in problems[0]
 
 
+def test_a_checkpoint_path_that_is_the_trainers_weights_is_refused(tmp_path: Path) -> None:
+    _good_tree(tmp_path)
+    spec = _spec(checkpoint={"path": "/models/Qwen2.5-7B-Instruct/"})
+    (problem,) = preflight.check_checkpoint(tmp_path, spec)
+    assert problem.startswith("spec.checkpoint.path: /models/Qwen2.5-7B-Instruct/ is also the")
+    assert not list((tmp_path / "models/Qwen2.5-7B-Instruct").glob(".agentrl-write-test-*"))
+
+
 def test_read_checkpoint_reports_the_tracker_and_entries(tmp_path: Path) -> None:
     spec = _spec()
     assert preflight.read_checkpoint(tmp_path, spec) == (CheckpointDir(None, ()), [])

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from launch_pod import Pod, megatron_checkpoint, slime_upstream
 
-from agentrl.api.rules import start_taken_over
+from agentrl.api.rules import start_rollout_fixed, start_taken_over
 
 ROWS = slime_upstream.ROWS
 pytestmark = pytest.mark.slow  # each test launches the launcher and runs slime's parser
@@ -192,7 +192,12 @@ def test_a_retry_with_finetune_in_extra_args_starts_over_and_is_warned(
     pod = Pod(tmp_path, row=row, extra_args=["--seed", "1234", "--finetune"])
     first = _launched(pod)
     megatron_checkpoint(pod.checkpoint, "10")
-    second = _launched(pod)
+    done = pod.launch()
+    assert done.returncode == 0, done.stderr
+    # The job log says what slime does, not "restart from saved iteration 10".
+    assert "--finetune: from the model at rollout 0, beside saved iteration 10" in done.stderr
+    assert "restart from saved iteration" not in done.stderr
+    second = pod.slime_args()
     assert "--load" not in second
     _, run2 = _slime(pod, first, second)
     assert run2["args"]["load"] == pod.exp.spec.model.path  # the model, not the run
@@ -200,6 +205,139 @@ def test_a_retry_with_finetune_in_extra_args_starts_over_and_is_warned(
     ((path, message, _, severity),) = list(start_taken_over(pod.exp))
     assert path == "spec.runtime.extraArgs[2]" and "iteration 0" in message
     assert severity == "warning"
+
+
+@pytest.mark.parametrize("row", ROWS)
+def test_a_retry_after_a_first_run_from_extra_args_load_resumes_the_runs_own_saves(
+    row: str, tmp_path: Path
+) -> None:
+    """extraArgs `--load` of another run's checkpoint (iteration 5) starts attempt 1 from it;
+    attempt 1 saves iteration 10 in spec.checkpoint.path. Attempt 2 must load iteration 10
+    (slime's own parse_args and loader on its argv): with the user's `--load` alone it loaded
+    iteration 5 again, redid rollouts 6 to 10 and saved over the run's checkpoints."""
+    other = megatron_checkpoint(tmp_path / "other-run", "5")
+    pod = Pod(tmp_path / "pod", row=row, extra_args=["--seed", "1234", "--load", str(other)])
+    done = pod.launch()
+    assert f"first run, from {other} (spec.runtime.extraArgs --load)" in done.stderr
+    first = pod.slime_args()
+    megatron_checkpoint(pod.checkpoint, "10")
+    done = pod.launch()
+    assert "restart from saved iteration 10" in done.stderr
+    second = pod.slime_args()
+    run1, run2 = _slime(pod, first, second)
+    assert run1["args"]["load"] == str(other) and run1["loaded"]["iteration"] == 5
+    assert run2["args"]["load"] == str(pod.checkpoint)
+    assert run2["args"]["start_rollout_id"] is None  # slime takes it from the checkpoint
+    assert run2["loaded"]["kind"] == "megatron" and run2["loaded"]["iteration"] == 10
+    assert not run2["args"]["finetune"]
+
+
+@pytest.mark.parametrize("row", ROWS)
+def test_a_fixed_start_rollout_would_make_a_retry_train_again_and_is_refused(
+    row: str, tmp_path: Path
+) -> None:
+    """extraArgs `--start-rollout-id 0`: on attempt 2 slime (its own parse_args and loader)
+    loads saved iteration 10, weights and optimizer, and still counts from rollout 0, so it
+    trains rollouts 0 to 10 again and saves over them. The launcher refuses that restart
+    (validation refuses the spec before any GPU)."""
+    pod = Pod(tmp_path / "pod", row=row)
+    _launched(pod)
+    megatron_checkpoint(pod.checkpoint, "10")
+    second = _launched(pod)
+    [run] = _slime(pod, [*second, "--start-rollout-id", "0"])  # extraArgs come last
+    assert run["loaded"]["kind"] == "megatron" and run["loaded"]["iteration"] == 10
+    assert run["args"]["start_rollout_id"] == 0  # not 11: slime counts from the flag
+
+    fixed = Pod(tmp_path / "fixed", row=row, extra_args=["--seed", "1", "--start-rollout-id", "0"])
+    assert fixed.launch().returncode == 0  # a first run: nothing saved to go on from
+    megatron_checkpoint(fixed.checkpoint, "10")
+    done = fixed.launch()
+    assert done.returncode == 2
+    assert "spec.runtime.extraArgs[2]: --start-rollout-id on a restart from saved iteration 10" in (
+        done.stderr
+    )
+    ((path, _, _, severity),) = list(start_rollout_fixed(fixed.exp))
+    assert (path, severity) == ("spec.runtime.extraArgs[2]", "error")
+
+
+@pytest.mark.parametrize("row", ROWS)
+def test_checkpoints_saved_in_the_starting_weights_would_become_the_kl_reference(
+    row: str, tmp_path: Path
+) -> None:
+    """checkpoint.path = the trainer's starting weights: slime loads the reference model with
+    its own `load_other_checkpoint("ref", --ref-load)`, which takes the latest save there.
+    On attempt 2 the reference is then the run's iteration 10, the trained policy, not the
+    starting weights. The launcher refuses that directory (validation does too)."""
+    pod = Pod(tmp_path / "pod", row=row)
+    _launched(pod)
+    megatron_checkpoint(pod.checkpoint, "10")
+    second = _launched(pod)
+    same = [*second, "--ref-load", str(pod.checkpoint)]  # refLoad = checkpoint.path
+    ours, shared = slime_upstream.run_slime(
+        row, [{"argv": a, "env": pod.driver_env(), "load_ref": True} for a in (second, same)]
+    )
+    assert ours["loaded_ref"]["kind"] == "hf"  # the starting weights
+    assert ours["loaded_ref"]["path"] == pod.exp.spec.model.path
+    assert shared["loaded_ref"]["kind"] == "megatron"
+    assert shared["loaded_ref"]["iteration"] == 10  # the run's latest save
+
+    refused = Pod(tmp_path / "refused", row=row)
+    config = refused.config_path.read_text()
+    refused.config_path.write_text(
+        config.replace(str(refused.checkpoint), refused.exp.spec.model.path)
+    )
+    done = refused.launch()
+    assert done.returncode == 2
+    assert "is also the trainer's starting weights (spec.model.refLoad)" in done.stderr
+    assert not refused.record.exists()
+
+
+@pytest.mark.parametrize("row", ROWS)
+def test_save_interval_without_a_checkpoint_path_is_refused_before_slime_stops_on_it(
+    row: str, tmp_path: Path
+) -> None:
+    """extraArgs `--save-interval` and no spec.checkpoint.path: agentrl renders no --save,
+    and slime's own parse_args stops on it, on the GPU worker. The launcher refuses it first
+    (validation refuses the spec)."""
+    pod = Pod(tmp_path / "pod", row=row, checkpoint=False)
+    argv = _launched(pod)
+    [run] = _slime(pod, [*argv, "--save-interval", "5"])  # extraArgs come last
+    assert "'--save' is required when save_interval is set" in run["parse_error"]
+
+    refused = Pod(tmp_path / "refused", row=row, checkpoint=False,
+                  extra_args=["--seed", "1", "--save-interval", "5"])  # fmt: skip
+    done = refused.launch()
+    assert done.returncode == 2
+    assert "spec.runtime.extraArgs[2]: --save-interval without spec.checkpoint.path" in (
+        done.stderr
+    )
+    assert not refused.record.exists()
+
+
+@pytest.mark.parametrize("row", ROWS)
+def test_save_elsewhere_in_extra_args_would_start_every_retry_over_and_is_refused(
+    row: str, tmp_path: Path
+) -> None:
+    """extraArgs `--save` elsewhere than spec.checkpoint.path: slime saves the run there, the
+    launcher judges checkpoint.path at each pod start and finds nothing, so attempt 2 (slime's
+    own parse_args on its argv) starts from the model at rollout 0 and saves into the very
+    directory attempt 1 saved iteration 10 in. The launcher now refuses the flag."""
+    elsewhere = tmp_path / "elsewhere"
+    pod = Pod(tmp_path / "pod", row=row)
+    _launched(pod)
+    megatron_checkpoint(elsewhere, "10")  # attempt 1 saved where argparse's last --save said
+    second = _launched(pod)
+    assert "--load" not in second  # nothing saved in checkpoint.path
+    [run] = _slime(pod, [*second, "--save", str(elsewhere)])  # extraArgs come last
+    assert run["args"]["save"] == str(elsewhere)
+    _starts_from_model(run, pod.exp.spec.model.path)
+
+    refused = Pod(tmp_path / "refused", row=row, extra_args=["--save", str(elsewhere)])
+    done = refused.launch()
+    assert done.returncode == 2
+    assert "--save (from spec.runtime.extraArgs) cannot work" in done.stderr
+    assert "remove it and set spec.checkpoint.path" in done.stderr
+    assert not refused.record.exists()
 
 
 def test_a_tracker_naming_a_missing_iteration_stops_the_launch(tmp_path: Path) -> None:

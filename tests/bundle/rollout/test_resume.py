@@ -34,6 +34,7 @@ from agentrl.bundle.rollout.batch import RolloutContext
 from agentrl.bundle.rollout.carry import CarryStore
 from agentrl.bundle.rollout.resume import (
     RolloutState,
+    capture,
     prune,
     read,
     resume,
@@ -363,3 +364,29 @@ def test_a_restart_without_a_state_says_what_is_lost(
     assert not resume(args, object(), CarryStore(), 4)
     assert "without agentrl's rollout state of step 3" in caplog.text
     assert not resume(SimpleNamespace(load=None), object(), CarryStore(), 4)  # a first run
+
+
+@pytest.mark.parametrize("commit", COMMITS)
+def test_a_resubmission_with_another_samples_per_prompt_leaves_old_groups_out(
+    commit: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The experiment resubmitted on the same checkpoint.path with samplesPerPrompt 2 -> 4:
+    the saved step's handed-back groups hold 2 samples each, and slime's own buffer asserts
+    that every group it takes holds 4, at the first step after the restart (and at each
+    retry's). They are left out, said once; the cursor is restored."""
+    rows = write_rows(tmp_path / "rows.jsonl", [{"id": i} for i in range(6)])
+    module = data_source_module(commit)
+    before = module.RolloutDataSourceWithBuffer(slime_args(rows, 2, save=str(tmp_path)))
+    groups = before.get_samples(3)
+    before.add_samples(groups[1:])  # two groups handed back at step 3
+    write(tmp_path, capture(before, CarryStore(), 3))
+    caplog.set_level(logging.WARNING, logger="agentrl.rollout")
+    args = slime_args(rows, 4, load=str(tmp_path), save=str(tmp_path))
+    after = module.RolloutDataSourceWithBuffer(args)
+    assert resume(args, after, CarryStore(), 4)
+    assert after.buffer == [] and after.sample_offset == 3
+    assert "2 group(s) handed back" in caplog.text and "samplesPerPrompt is now 4" in caplog.text
+    again = module.RolloutDataSourceWithBuffer(slime_args(rows, 2, load=str(tmp_path)))
+    assert resume(SimpleNamespace(**{**vars(args), "n_samples_per_prompt": 2}), again,
+                  CarryStore(), 4)  # fmt: skip
+    assert [len(g) for g in again.buffer] == [2, 2]  # the same size: all back

@@ -37,6 +37,9 @@ pipeline sizes it hands SGLang's ServerArgs are recorded.
 With `"placement": true`, slime's own `_get_placement_group_layout` runs on the parsed args:
 how many GPUs its placement group reserves and where the rollout engines' GPUs start.
 
+With `"load_ref": true`, the actor's own `load_other_checkpoint("ref", args.ref_load)` runs
+the same recorded loader on the reference model's checkpoint (`loaded_ref`).
+
 With `"samples": true`, a group of samples as agentrl's rollout returns them (its own
 `to_sample`, on slime's `Sample` class, rewards from agentrl's `post_process_rewards`; one
 prompt, 4 episodes, the last of which broke into two sequences) goes
@@ -202,6 +205,29 @@ def _placement(args: Any) -> dict[str, Any]:
     }
 
 
+def _load_ref(args: Any) -> dict[str, Any]:
+    """The reference model's load: slime's own `load_other_checkpoint("ref", --ref-load)` on
+    the actor (it points --load at --ref-load for the call, then at slime's loader)."""
+    actor = importlib.import_module("slime.backends.megatron_utils.actor")
+    holder = SimpleNamespace(
+        args=args, model=None, weights_backuper=SimpleNamespace(backup=lambda tag: None)
+    )
+    record: dict[str, Any] = {}
+    ckpt = importlib.import_module("slime.backends.megatron_utils.checkpoint")
+    real = ckpt.load_checkpoint
+
+    def load(*a: Any, **kw: Any) -> Any:
+        record.update(_load(args))  # slime's loader on the args the actor set for the call
+        return 0, 0
+
+    actor.load_checkpoint = load
+    try:
+        actor.MegatronTrainRayActor.load_other_checkpoint(holder, "ref", args.ref_load)
+    finally:
+        actor.load_checkpoint = real
+    return record
+
+
 def _samples(args: Any) -> dict[str, str]:
     """agentrl's samples through slime's own readers (see the module docstring)."""
     from agentrl.bundle.rewards import post_process_rewards
@@ -321,6 +347,12 @@ def _run(case: dict[str, Any]) -> dict[str, Any]:
                 out["loaded"] = _load(args)
         except BaseException as e:
             out["load_error"] = _error(e)
+    if case.get("load_ref"):
+        try:
+            with contextlib.redirect_stdout(io.StringIO()):
+                out["loaded_ref"] = _load_ref(args)
+        except BaseException as e:
+            out["load_ref_error"] = _error(e)
     return out
 
 

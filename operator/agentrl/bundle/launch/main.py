@@ -35,6 +35,7 @@ from agentrl.api.constants import (
 )
 from agentrl.api.models import RLExperimentSpec
 from agentrl.api.runtime import ENV_WANDB_API_KEY, RuntimeConfig
+from agentrl.api.slime_flags import last_index, user_load
 from agentrl.bundle.launch import argcheck, capture, cuda, gang, gangrun, preflight, probe
 from agentrl.slimecmd import policy
 from agentrl.slimecmd.compose import HF_MODE_FLAG
@@ -525,13 +526,24 @@ def _publish_refusal(config_path: str, problem: str, ambient: Mapping[str, str])
     gangrun.publish(config, False, gang.CHECK_LAUNCH, f"the driver's pod: {problem}")
 
 
+def start_line(plan: Plan) -> str:
+    """How slime starts, as the argv makes it: extraArgs `--finetune` starts every attempt
+    over, and an extraArgs `--load` starts a first run from its directory."""
+    start, extra = plan.start, plan.config.spec.runtime.extra_args
+    saved = start.start is slimecmd.Start.RESUME
+    load = user_load(extra)
+    if last_index(extra, "--finetune") is not None:
+        beside = f", beside saved iteration {start.iteration}" if saved else ""
+        return f"spec.runtime.extraArgs --finetune: from {load or 'the model'} at rollout 0{beside}"
+    if saved:
+        return f"restart from saved iteration {start.iteration}"
+    if load:
+        return f"first run, from {load} (spec.runtime.extraArgs --load)"
+    return "first run, from the model"
+
+
 def _announce(plan: Plan, verb: str) -> None:
-    start = plan.start
-    how = (
-        f"restart from saved iteration {start.iteration}"
-        if start.start is slimecmd.Start.RESUME
-        else "first run, from the model"
-    )
+    how = start_line(plan)
     # The argv carries no secret (wandb and header values travel in the env), so the job
     # log records exactly what ran.
     print(f"{LOG_PREFIX} {how}; {verb} {json.dumps(plan.argv)}", file=sys.stderr, flush=True)

@@ -17,7 +17,14 @@ from agentrl.api.constants import DRIVER_RAY_RESOURCE
 from agentrl.api.data_rows import PREFLIGHT_ROWS, ROW_SHAPE, first_row_problems
 from agentrl.api.model_context import context_length_of
 from agentrl.api.models import RLExperimentSpec
+from agentrl.api.paths import TRAINER_WEIGHTS_FIX, trainer_weights_problem
 from agentrl.api.rules import is_local_path
+from agentrl.api.slime_flags import (
+    SAVE_INTERVAL_FIX,
+    SAVE_INTERVAL_FLAG,
+    SAVE_INTERVAL_WITHOUT_PATH,
+    last_index,
+)
 from agentrl.slimecmd import CheckpointDir
 from agentrl.slimecmd.checkpoint import TRACKER
 
@@ -221,10 +228,16 @@ def check_driver_device(
 
 
 def check_checkpoint(root: Path, spec: RLExperimentSpec) -> list[str]:
-    """spec.checkpoint.path can be created and written (slime finds out only at the first save)."""
+    """spec.checkpoint.path can be created and written (slime finds out only at the first
+    save), and is not the trainer's starting weights."""
     path = spec.checkpoint.path
     if not path:
-        return []
+        i = last_index(spec.runtime.extra_args, SAVE_INTERVAL_FLAG)
+        if i is None:
+            return []
+        return [f"spec.runtime.extraArgs[{i}]: {SAVE_INTERVAL_WITHOUT_PATH}; {SAVE_INTERVAL_FIX}"]
+    if (problem := trainer_weights_problem(spec)) is not None:
+        return [f"spec.checkpoint.path: {problem}; {TRAINER_WEIGHTS_FIX}"]
     host = _host(root, path)
     probe = host / f".agentrl-write-test-{uuid.uuid4().hex}"
     try:

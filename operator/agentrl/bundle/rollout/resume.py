@@ -129,16 +129,40 @@ def read(root: str | os.PathLike[str], step: int) -> RolloutState | None:
     return state
 
 
-def restore(data_source: Any, carry: CarryStore, state: RolloutState, shuffle: bool) -> None:
-    """Put the state back into a fresh data source (and the process's carry store)."""
+def restore(
+    data_source: Any,
+    carry: CarryStore,
+    state: RolloutState,
+    shuffle: bool,
+    group_size: int | None = None,
+) -> None:
+    """Put the state back into a fresh data source (and the process's carry store).
+    `group_size`: slime's `--n-samples-per-prompt` now; handed-back groups of another size
+    (the experiment resubmitted with another spec.grpo.samplesPerPrompt) are left out, since
+    slime's buffer asserts that every group it takes has exactly that size."""
     for name, value in state.cursor.items():
         if hasattr(data_source, name):
             setattr(data_source, name, value)
     dataset = getattr(data_source, "dataset", None)
     if shuffle and dataset is not None and "epoch_id" in state.cursor:
         dataset.shuffle(state.cursor["epoch_id"])  # as slime's load() does (idempotent)
-    if state.buffer:
-        data_source.add_samples(state.buffer)
+    buffer = state.buffer
+    if group_size is not None:
+        buffer = [g for g in state.buffer if len(g) == group_size]
+        if len(buffer) < len(state.buffer):
+            sizes = sorted({len(g) for g in state.buffer} - {group_size})
+            log.warning(
+                "Rollout %d: %d group(s) handed back to slime's data source before the "
+                "restart hold %s sample(s) each, and spec.grpo.samplesPerPrompt is now %d "
+                "(slime's buffer takes only groups of that size): their prompts are not "
+                "trained again this epoch",
+                state.step + 1,
+                len(state.buffer) - len(buffer),
+                "/".join(map(str, sizes)),
+                group_size,
+            )
+    if buffer:
+        data_source.add_samples(buffer)
     carry.episodes.update(state.carry.episodes)
     carry.cut_groups.update(state.carry.cut_groups)
 
@@ -168,14 +192,16 @@ def resume(args: Any, data_source: Any, carry: CarryStore, step: int) -> bool:
             state_path(root, step - 1),
         )
         return False
-    restore(data_source, carry, state, bool(getattr(args, "rollout_shuffle", False)))
+    size = getattr(args, "n_samples_per_prompt", None)
+    group_size = size if isinstance(size, int) else None
+    restore(data_source, carry, state, bool(getattr(args, "rollout_shuffle", False)), group_size)
     log.info(
         "Rollout %d: resumed the rollout state of step %d: cursor %s, %d handed-back "
         "group(s), %d carried-over episode(s)",
         step,
         step - 1,
         _brief(state.cursor),
-        len(state.buffer),
+        sum(1 for g in state.buffer if group_size is None or len(g) == group_size),
         len(state.carry.episodes),
     )
     return True
