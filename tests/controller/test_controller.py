@@ -59,6 +59,11 @@ class FakeKube:
     async def post_event(self, event: dict[str, Any]) -> None:
         self.writes.append(("POST", "Event", event))
 
+    async def namespace_terminating(self, event: dict[str, Any]) -> bool:
+        return self.terminating  # a dry run: nothing written
+
+    terminating = False  # the namespace is being deleted
+
 
 def experiment() -> dict[str, Any]:
     body = minimal_body()
@@ -234,6 +239,39 @@ async def test_a_rayjob_deleted_with_its_experiment_fails_nothing(experiment_sta
     await controller.on_rayjob(rayjob_event(RUNNING), deleted=True)
     assert controller.experiments[("rl", "demo")].status["phase"] == "Running"
     assert kube.writes == []
+
+
+async def test_a_rayjob_deleted_with_its_namespace_fails_nothing() -> None:
+    """The namespace controller deletes a namespace's content one resource type at a time,
+    in no set order: the RayJob may go while its experiment is still there, with no
+    deletionTimestamp. The namespace is being deleted, so the experiment goes next: no
+    failure, no event (tests/e2e/test_deletion_e2e.py drives it on a real API server)."""
+    kube = FakeKube()
+    controller = controller_on(kube)
+    await controller.on_experiment(experiment())
+    await controller._attempt(("rl", "demo"))
+    await controller.on_rayjob(rayjob_event(RUNNING))
+    kube.objects["RLExperiment"] = experiment()  # still there, not being deleted
+    kube.terminating = True
+    kube.writes.clear()
+    await controller.on_rayjob(rayjob_event(RUNNING), deleted=True)
+    exp = controller.experiments[("rl", "demo")]
+    assert exp.status["phase"] == "Running"
+    assert kube.writes == []
+    assert exp.rayjob_gone is None  # decided
+
+
+async def test_after_a_restart_a_rayjob_missing_with_its_namespace_fails_nothing() -> None:
+    kube = FakeKube()
+    kube.terminating = True
+    controller = controller_on(kube)
+    body = experiment()
+    body["status"] = {"phase": "Running", "rayJobName": "demo", "observedGeneration": 1,
+                      "rayJob": RUNNING}  # fmt: skip
+    await controller.on_experiment(body)
+    await controller._attempt(("rl", "demo"))
+    assert child_writes(kube) == [] and events(kube) == []
+    assert controller.experiments[("rl", "demo")].status["phase"] == "Running"
 
 
 async def test_after_a_restart_a_missing_rayjob_fails_the_experiment_and_is_not_created() -> None:

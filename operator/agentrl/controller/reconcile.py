@@ -148,11 +148,13 @@ class Controller:
 
     async def rayjob_gone(self, exp: Experiment) -> None:
         """Its RayJob was deleted: by the user (the run is over), or by the garbage collector
-        with the experiment (nothing failed). The garbage collector deletes it once the
-        experiment is gone or has a deletionTimestamp, and the RayJob's watch may show that
-        before the experiment's does (separate streams, in no set order); so read the
-        experiment. A read that fails decides nothing (the RayJob's last status stays): the
-        sweep asks again, rather than fail a run that may only be being deleted."""
+        with the experiment, or by the namespace controller with the whole namespace (nothing
+        failed). The garbage collector deletes it once the experiment is gone or has a
+        deletionTimestamp, and the RayJob's watch may show that before the experiment's does
+        (separate streams, in no set order); so read the experiment, and for one still
+        there, ask whether its namespace is being deleted. A read that fails decides nothing
+        (the RayJob's last status stays): the sweep asks again, rather than fail a run that
+        may only be being deleted."""
         last = exp.rayjob_gone
         if last is None:
             return
@@ -160,6 +162,12 @@ class Controller:
         if not exp.deleting:
             try:
                 body = await self.kube.get(API_VERSION, KIND, *exp.key)
+                if _alive(body, exp.uid) and await self._namespace_terminating(exp):
+                    # The namespace controller deletes a namespace's content one resource
+                    # type at a time, in no set order: the experiment goes next.
+                    logger.info("%s/%s: its RayJob was deleted with its namespace (being "
+                                "deleted): not a failure of the run", *exp.key)  # fmt: skip
+                    body = None
             except (KubeError, OSError) as err:
                 logger.warning("%s/%s: its RayJob was deleted and the experiment was not read "
                                "to tell by whom (%s); asking again", *exp.key, err)  # fmt: skip
@@ -167,8 +175,7 @@ class Controller:
             if exp.rayjob_gone is not last:  # a newer RayJob event came meanwhile: it decides
                 return
         exp.rayjob_gone = None
-        meta = (body or {}).get("metadata") or {}
-        if body is not None and uid_of(body) == exp.uid and not meta.get("deletionTimestamp"):
+        if _alive(body, exp.uid):
             # Deleted outside the operator: its last status says whether the run had ended.
             exp.rayjob, exp.rayjob_deleted = last, True
         else:  # the experiment's own deletion; the status mirror keeps the last phase
@@ -309,8 +316,8 @@ class Controller:
                                        check=check)  # fmt: skip
         if applied.rayjob_status is not None and exp.rayjob is None:
             exp.rayjob = applied.rayjob_status  # the watch, when it has shown one, is newer
-        if applied.rayjob_missing:  # deleted while no operator watched: as the watch would
-            exp.rayjob_deleted = True
+        if applied.rayjob_missing and not await self._namespace_terminating(exp):
+            exp.rayjob_deleted = True  # deleted while no operator watched: as the watch would
         await self.sync(exp, status.SpecOutcome(
             generation=outcome.generation, warnings=outcome.warnings,
             conflict=applied.conflict, immutable=applied.immutable,
@@ -392,9 +399,24 @@ class Controller:
             self.metrics.move(exp.counted, phase, exp.key)
             exp.counted = phase
 
-    async def _post_event(self, exp: Experiment, event: conditions.Event, now: str) -> None:
+    async def _namespace_terminating(self, exp: Experiment) -> bool:
+        """Whether the experiment's namespace is being deleted. A transient failure to tell
+        is raised (asked again at the next sweep); a refusal that says nothing about the
+        namespace is taken as not (the verdict is not held back for ever)."""
+        probe = self._event_object(exp, conditions.Event("Normal", "NamespaceProbe", ""),
+                                   self.now())  # fmt: skip
+        try:
+            return await self.kube.namespace_terminating(probe)
+        except KubeError as err:
+            if err.transient:
+                raise
+            logger.warning("%s/%s: could not tell whether its namespace is being deleted (%s)",
+                           *exp.key, err)  # fmt: skip
+            return False
+
+    def _event_object(self, exp: Experiment, event: conditions.Event, now: str) -> dict[str, Any]:
         namespace, name = exp.key
-        obj = {
+        return {
             "apiVersion": "v1", "kind": "Event",
             "metadata": {"generateName": f"{name}.", "namespace": namespace},
             "involvedObject": {"apiVersion": API_VERSION, "kind": KIND, "name": name,
@@ -404,8 +426,17 @@ class Controller:
             "source": {"component": "agentrl-operator"},
             "reportingComponent": "agentrl.io/operator", "reportingInstance": self.instance,
         }  # fmt: skip
+
+    async def _post_event(self, exp: Experiment, event: conditions.Event, now: str) -> None:
+        namespace, name = exp.key
         try:
-            await self.kube.post_event(obj)
+            await self.kube.post_event(self._event_object(exp, event, now))
         except (KubeError, OSError) as err:  # an event is a courtesy; status is the record
             logger.warning("event %s for %s/%s not posted: %s", event.reason, namespace, name,
                            err)  # fmt: skip
+
+
+def _alive(body: Mapping[str, Any] | None, uid: str | None) -> bool:
+    """The experiment `uid` as read: there, not replaced, and not being deleted."""
+    meta = (body or {}).get("metadata") or {}
+    return body is not None and uid_of(body) == uid and not meta.get("deletionTimestamp")
