@@ -428,3 +428,37 @@ def test_a_deleted_rayjobs_message_says_how_to_run_it_again() -> None:
     without = conditions.get(deleted(running, None), C.FAILED)
     assert without is not None and "starts from the beginning" in without["message"]
     assert "checkpoint" in without["message"]  # says what would have let it resume
+
+
+def test_why_an_attempt_failed_is_kept_while_kuberay_retries() -> None:
+    """KubeRay v1.6.2 (rayjob_controller.go, checkBackoffLimitAndUpdateStatusIfNeeded and the
+    Retrying branch) writes the failed attempt's reason and message with `Retrying`, then
+    clears both (`New`, written as no jobDeploymentStatus) once its cluster is gone. Nothing
+    else said why the run was on attempt 2: the Running condition and one Warning event
+    carry it until the next attempt runs."""
+    began = "2026-01-01T00:00:30Z"
+    running = {"jobDeploymentStatus": "Running", "jobStatus": "RUNNING", "startTime": began,
+               "failed": 0, "succeeded": 0}  # fmt: skip
+    oom = "Job entrypoint command failed with exit code 1, last available logs: CUDA OOM"
+    sequence = [
+        {"jobDeploymentStatus": "Retrying", "jobStatus": "FAILED", "reason": "AppFailed",
+         "message": oom, "startTime": began, "failed": 1, "succeeded": 0},
+        {"startTime": began, "failed": 1, "succeeded": 0},  # New: reason, message cleared
+        {"jobDeploymentStatus": "Initializing", "startTime": T2, "failed": 1, "succeeded": 0},
+    ]  # fmt: skip
+    st = observe(created(), running)
+    warnings: list[conditions.Event] = []
+    for rj in sequence:
+        after = observe(st, rj, T2)
+        warnings += [e for e in conditions.events_between(st, after) if e.type == "Warning"]
+        cond = conditions.get(after, C.RUNNING)
+        assert cond is not None and cond["status"] == "False"
+        assert cond["message"] == (f"attempt 1 failed (AppFailed): {oom}; KubeRay retries it "
+                                   "on a new Ray cluster (spec.backoffLimit)")  # fmt: skip
+        assert after["attempts"] == 2
+        st = after
+    assert [(e.reason, e.message) for e in warnings] == [("AttemptFailed", cond["message"])]
+    again = observe(st, {**running, "startTime": T2, "failed": 1}, T2)
+    assert conditions.get(again, C.RUNNING) == {"type": "Running", "status": "True",
+                                                 "reason": "Running", "observedGeneration": 1,
+                                                 "lastTransitionTime": T2}  # fmt: skip

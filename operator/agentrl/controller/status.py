@@ -295,13 +295,38 @@ def suspended_message(spec: Mapping[str, Any]) -> str:
     return ""
 
 
+def attempt_failed_message(st: Mapping[str, Any]) -> str | None:
+    """Why the last attempt failed, while KubeRay retries it (`Retrying`); None otherwise.
+
+    KubeRay v1.6.2 writes the failed attempt's reason and message with `Retrying` and clears
+    both once the attempt's cluster is gone (the next write, `New`): without this, nothing
+    would say why a run is on its second attempt."""
+    rj = st.get("rayJob") or {}
+    if rj.get("jobDeploymentStatus") != conditions.RETRYING:
+        return None
+    attempt = max(int(st.get("attempts") or 2) - 1, 1)
+    why = f" ({rj['reason']})" if rj.get("reason") else ""
+    what = f": {rj['message']}" if rj.get("message") else ""
+    return (f"attempt {attempt} failed{why}{what}; KubeRay retries it on a new Ray cluster "
+            "(spec.backoffLimit)")  # fmt: skip
+
+
 def _phase_conditions(
     st: Status, phase: Phase, reason: str, now: str, *, suspended: str = ""
 ) -> None:
     message = st.get("rayJob", {}).get("message", "")
+    # Running stays False with the failed attempt's words until the next attempt runs.
+    retry = attempt_failed_message(st)
+    was = conditions.get(st, C.RUNNING) or {}
+    between = phase in (Phase.PENDING, Phase.INITIALIZING) and was.get("status") == "False"
+    if retry is None and between:
+        retry = was.get("message") or None
     for ctype, target in ((C.RUNNING, Phase.RUNNING), (C.SUSPENDED, Phase.SUSPENDED),
                           (C.SUCCEEDED, Phase.SUCCEEDED)):  # fmt: skip
         note = suspended if ctype == C.SUSPENDED and phase == target else ""
+        if ctype == C.RUNNING and retry and phase != target:
+            conditions.put(st, ctype, False, reason=reason, message=retry, now=now)
+            continue
         conditions.put_if_relevant(st, ctype, phase == target, reason=reason, message=note,
                                    now=now)  # fmt: skip
     if phase == Phase.FAILED and reason in SPEC_FAILURES:
