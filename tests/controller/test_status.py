@@ -268,6 +268,27 @@ def test_running_without_the_ray_job_past_the_deadline_is_a_submitter_that_never
     assert not conditions.is_true(status.apply_observed(created(), unlimited, T2), C.STALLED)
 
 
+@pytest.mark.parametrize("active_deadline", [None, 86400])
+def test_a_submitter_that_never_started_says_the_gpus_stay_held(
+    active_deadline: int | None,
+) -> None:
+    """KubeRay v1.6.2 leaves such a RayJob Running: in K8sJobMode it fails one only when Ray
+    reports the job ended, the submitter Job failed or finished, or activeDeadlineSeconds
+    passed; preRunningDeadlineSeconds is checked in Initializing and Waiting only
+    (rayjob_controller.go). The message said where to look, not that the Ray cluster keeps
+    its GPUs meanwhile, for ever without activeDeadlineSeconds, nor how to release them."""
+    running = {"jobDeploymentStatus": "Running", "startTime": T0}
+    seen = status.Observed(running, created=T0, startup_deadline=600,
+                           active_deadline=active_deadline)  # fmt: skip
+    message = conditions.get(status.apply_observed(created(), seen, T2), C.STALLED)["message"]  # type: ignore[index]
+    assert "its Ray cluster holds its GPUs" in message
+    assert "set spec.suspend to true to release them" in message
+    if active_deadline is None:
+        assert "with no spec.activeDeadlineSeconds, until you act" in message
+    else:
+        assert "until spec.activeDeadlineSeconds=86400 after the attempt's start" in message
+
+
 def test_a_retry_gets_its_own_startup_clock() -> None:
     """backoffLimit retries start a fresh Ray cluster; KubeRay stamps the attempt's startTime,
     and the startup deadline counts from it, not from the experiment's creation."""

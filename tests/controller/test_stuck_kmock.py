@@ -234,6 +234,8 @@ async def test_a_submitter_that_never_starts_leaves_a_running_rayjob_stalled(
     cond = conditions.get(st, STALLED)
     assert cond is not None and cond["reason"] == "SubmitterNotStarted"
     assert "kubectl describe job demo" in cond["message"]
+    # No spec.activeDeadlineSeconds: KubeRay never ends it, and the GPUs stay held.
+    assert "holds its GPUs with no spec.activeDeadlineSeconds, until you act" in cond["message"]
     await api.patch(RAYJOBS, NS, "demo", {"status": {"jobStatus": "RUNNING"}}, "status")
     await wait_for(lambda: stalled(api) is None, what="Stalled cleared")
 

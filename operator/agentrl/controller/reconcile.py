@@ -351,6 +351,7 @@ class Controller:
                 checkpoint=exp.checkpoint,
                 cluster=(str(cluster or "of this experiment"), *old) if old else None,
                 suspended=status.suspended_message(exp.spec),
+                active_deadline=exp.active_deadline,
             )
             new = status.apply_observed(new, seen, now)
             if exp.progress is not None:

@@ -125,6 +125,12 @@ class Experiment:
         return startup_deadline(self.spec.get("startupDeadlineSeconds"))
 
     @property
+    def active_deadline(self) -> int | None:
+        """spec.activeDeadlineSeconds (None: unset, or not a number: validation says so)."""
+        value = self.spec.get("activeDeadlineSeconds")
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+    @property
     def clock_matters(self) -> bool:
         """Whether the status can change with time alone: the startup deadline is running
         (not Running yet, or Running while Ray has not seen the job)."""

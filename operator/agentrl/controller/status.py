@@ -96,6 +96,7 @@ class Observed:
     cluster: tuple[str, str, str] | None = None
     # What holds a Suspended run, from the spec (`suspended_message`): the Suspended message.
     suspended: str = ""
+    active_deadline: int | None = None  # spec.activeDeadlineSeconds (None: unset)
 
 
 def apply_spec(old: Mapping[str, Any], out: SpecOutcome, now: str) -> Status:
@@ -405,11 +406,29 @@ def startup_overdue(
         name = st.get("rayJobName") or "the RayJob"
         message = (f"KubeRay reports the RayJob Running, but Ray has not seen its job within "
                    f"{limit} of the start at {since}: the submitter pod never started; check "
-                   f"`kubectl describe job {name}` and its pods' events")  # fmt: skip
+                   f"`kubectl describe job {name}` and its pods' events. "
+                   f"{submitter_holds_gpus(seen.active_deadline)}")  # fmt: skip
     else:
         message = (f"not Running within {limit} of the start at {since}; check the pods' "
                    "events")  # fmt: skip
     return reason, message, format_time(deadline)
+
+
+def submitter_holds_gpus(active_deadline: int | None) -> str:
+    """What ends an attempt whose submitter never started, and what to do meanwhile.
+
+    KubeRay v1.6.2 fails a Running RayJob only when Ray reports the job ended, the submitter
+    Job failed or finished, or activeDeadlineSeconds passed (preRunningDeadlineSeconds
+    covers Initializing only); a submitter Job that never creates a pod does none of these,
+    so its Ray cluster keeps its GPUs. The operator does not end the run itself: the
+    trouble (a quota, an admission policy) is often fixed in place."""
+    if active_deadline is not None:
+        until = (f"until spec.activeDeadlineSeconds={active_deadline} after the attempt's "
+                 "start, when KubeRay fails it")  # fmt: skip
+    else:
+        until = "with no spec.activeDeadlineSeconds, until you act"
+    return (f"KubeRay does not end this attempt on its own: its Ray cluster holds its GPUs "
+            f"{until}; set spec.suspend to true to release them while you fix it")  # fmt: skip
 
 
 def startup_clock(st: Mapping[str, Any], seen: Observed) -> datetime | None:
