@@ -235,6 +235,22 @@ def test_startup_deadline(now: str, stalled: bool) -> None:
         assert conditions.get(st, C.STALLED)["reason"] == "StartupDeadlineExceeded"  # type: ignore[index]
 
 
+def test_a_rayjob_no_kuberay_acted_on_says_so_at_the_deadline() -> None:
+    """KubeRay v1.6.2's first reconcile of a RayJob writes Initializing, startTime and the
+    cluster's name (rayjob_controller.go, initRayJobStatusIfNeed), Kueue or not. A RayJob
+    with no status at the startup deadline has no pods: "check the pods' events" sent the
+    user looking for what does not exist; no KubeRay operator acts on it."""
+    untouched = status.Observed({}, created=T0, startup_deadline=600)
+    cond = conditions.get(status.apply_observed(created(), untouched, T2), C.STALLED)
+    assert cond is not None and cond["reason"] == "StartupDeadlineExceeded"
+    assert "KubeRay has not acted on RayJob exp (it has no status)" in cond["message"]
+    assert "KubeRay operator is running and watches this namespace" in cond["message"]
+    # Back to New after a retry or a resume: KubeRay's marks stay, and so does the old text.
+    renewed = status.Observed({"startTime": T0, "failed": 1}, created=T0, startup_deadline=600)
+    cond = conditions.get(status.apply_observed(created(), renewed, T2), C.STALLED)
+    assert cond is not None and "check the pods' events" in cond["message"]
+
+
 def test_stalled_messages_are_stable_and_name_the_first_stuck_pod() -> None:
     """A gang whose pods get stuck one after another, and a deadline that keeps passing,
     change nothing once Stalled: one write, one event."""

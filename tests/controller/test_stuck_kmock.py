@@ -220,6 +220,23 @@ async def test_containercreating_past_the_bound_with_a_failed_mount(
     assert stalled(api) is None  # b is still creating, with no event that explains it
 
 
+async def test_a_rayjob_no_kuberay_acts_on_names_kuberay_at_the_deadline(
+    api: Api, operator: OperatorRun, clock: FakeClock
+) -> None:
+    """No KubeRay operator reconciles the RayJob (not running, or not watching this
+    namespace): it never gets a status and no pod exists, so the message points at KubeRay,
+    not at pods' events."""
+    exp = await created(api, minimal_body())
+    await sweeps(operator, 2)
+    assert stalled(api) is None and status_of(api).get("phase") == "Pending"
+    start = parse_time(exp["metadata"]["creationTimestamp"])
+    clock.set(start + timedelta(seconds=DEFAULT_STARTUP_DEADLINE_SECONDS + 1))
+    st = await wait_for(lambda: stalled(api), what="Stalled")
+    cond = conditions.get(st, STALLED)
+    assert cond is not None and cond["reason"] == "StartupDeadlineExceeded"
+    assert "KubeRay has not acted on RayJob demo (it has no status)" in cond["message"]
+
+
 async def test_a_submitter_that_never_starts_leaves_a_running_rayjob_stalled(
     api: Api, operator: OperatorRun, clock: FakeClock
 ) -> None:

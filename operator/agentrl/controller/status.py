@@ -408,10 +408,21 @@ def startup_overdue(
                    f"{limit} of the start at {since}: the submitter pod never started; check "
                    f"`kubectl describe job {name}` and its pods' events. "
                    f"{submitter_holds_gpus(seen.active_deadline)}")  # fmt: skip
+    elif st.get("rayJobName") and not any(rj.get(k) for k in KUBERAY_MARKS):
+        # KubeRay's first reconcile of a RayJob writes Initializing, its startTime and a
+        # cluster name (initRayJobStatusIfNeed, v1.6.2), even when Kueue holds it: with none
+        # of them, no KubeRay operator has acted on it, and there are no pods to look at.
+        message = (f"not Running within {limit} of the start at {since}, and KubeRay has not "
+                   f"acted on RayJob {st['rayJobName']} (it has no status): check that the "
+                   "KubeRay operator is running and watches this namespace")  # fmt: skip
     else:
         message = (f"not Running within {limit} of the start at {since}; check the pods' "
                    "events")  # fmt: skip
     return reason, message, format_time(deadline)
+
+
+# What KubeRay writes on its first reconcile of a RayJob (and keeps across retries).
+KUBERAY_MARKS = ("jobDeploymentStatus", "startTime", "rayClusterName", "jobId")
 
 
 def submitter_holds_gpus(active_deadline: int | None) -> str:
