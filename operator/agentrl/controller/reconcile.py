@@ -40,7 +40,7 @@ from agentrl.controller import children, conditions, observe, status
 from agentrl.controller.apply import Retry, apply_children
 from agentrl.controller.compat import InstalledKubeRay
 from agentrl.controller.config import OperatorConfig, ray_dashboard_link
-from agentrl.controller.kube import Kube, KubeError
+from agentrl.controller.kube import Kube, KubeError, NotLeading
 from agentrl.controller.metrics import OperatorMetrics
 from agentrl.controller.state import Experiment, Key, key_of, uid_of
 from agentrl.controller.workqueue import WorkQueue, jittered, retry_delay
@@ -168,7 +168,7 @@ class Controller:
                     logger.info("%s/%s: its RayJob was deleted with its namespace (being "
                                 "deleted): not a failure of the run", *exp.key)  # fmt: skip
                     body = None
-            except (KubeError, OSError) as err:
+            except (KubeError, OSError, NotLeading) as err:  # the probe is a (dry-run) POST
                 logger.warning("%s/%s: its RayJob was deleted and the experiment was not read "
                                "to tell by whom (%s); asking again", *exp.key, err)  # fmt: skip
                 return
