@@ -238,12 +238,17 @@ class Kube:
 
     async def pod_events(self, namespace: str, pod: str) -> list[Obj]:
         """The core/v1 Events about one pod (what `kubectl describe pod` lists)."""
-        selector = f"involvedObject.kind=Pod,involvedObject.name={pod}"
+        return await self.events_of(namespace, "Pod", pod)
+
+    async def events_of(self, namespace: str, kind: str, name: str) -> list[Obj]:
+        """The core/v1 Events about one object (what `kubectl describe` lists)."""
+        selector = f"involvedObject.kind={kind},involvedObject.name={name}"
         _, body = await self._call("GET", object_path("v1", "Event", namespace),
                                    params={"fieldSelector": selector})  # fmt: skip
         items = (body or {}).get("items") or ()
         # The field selector does the work; the check keeps a server that ignores it honest.
-        return [e for e in items if (e.get("involvedObject") or {}).get("name") == pod]
+        return [e for e in items if (e.get("involvedObject") or {}).get("kind") == kind
+                and (e.get("involvedObject") or {}).get("name") == name]  # fmt: skip
 
     async def namespace_terminating(self, event: Mapping[str, Any]) -> bool:
         """Whether the event's namespace is being deleted: a server-side dry run of creating

@@ -241,6 +241,33 @@ class Controller:
                 exp.stuck[pod] = found
                 await self._observed(exp)
 
+    async def check_submitter(self, exp: Experiment) -> None:
+        """KubeRay Running for longer than `stuck_creating_after` with no submitter pod and
+        no Ray job: the submitter Job's events say whether the Job controller cannot create
+        its pod (a quota, a policy). KubeRay names the Job after the RayJob, and never fails
+        the RayJob for it; without this the startup deadline, an hour by default, was the
+        first word."""
+        running = conditions.get(exp.status, "Running") or {}
+        since = running.get("lastTransitionTime")
+        name = exp.status.get("rayJobName")
+        if running.get("status") != "True" or not since or not name:
+            return
+        waited = status.parse_time(self.now()) - status.parse_time(str(since))
+        if waited.total_seconds() < self.config.stuck_creating_after:
+            return
+        try:
+            events = await self.kube.events_of(exp.key[0], "Job", str(name))
+        except (KubeError, OSError) as err:  # the next sweep asks again
+            logger.info("%s/%s: events of Job %s not read (%s)", *exp.key, name, err)
+            return
+        found = observe.job_trouble(events)
+        old = exp.submitter_trouble
+        if found is not None and old is not None and found[0] == old[0]:
+            return  # the same trouble: its first words stay (each retry names a new pod)
+        if found != old and exp.submitter_waits:
+            exp.submitter_trouble = found
+            await self._observed(exp)
+
     async def _observed(self, exp: Experiment) -> None:
         """Something the status shows changed: sync now, or when the reconcile under way
         ends (its own sync reads the latest; one status write instead of two)."""
@@ -341,6 +368,8 @@ class Controller:
             old = exp.cluster_trouble
             if found is None or old is None or found[0] != old[0]:
                 exp.cluster_trouble = old = found
+            if not exp.submitter_waits:  # a submitter pod, or Ray's job: that trouble is over
+                exp.submitter_trouble = None
             cluster = (exp.rayjob or {}).get("rayClusterName") or base.get("rayClusterName")
             seen = status.Observed(
                 rayjob=exp.rayjob,
@@ -352,6 +381,7 @@ class Controller:
                 cluster=(str(cluster or "of this experiment"), *old) if old else None,
                 suspended=status.suspended_message(exp.spec),
                 active_deadline=exp.active_deadline,
+                submitter=exp.submitter_trouble,
             )
             new = status.apply_observed(new, seen, now)
             if exp.progress is not None:

@@ -97,6 +97,9 @@ class Observed:
     # What holds a Suspended run, from the spec (`suspended_message`): the Suspended message.
     suspended: str = ""
     active_deadline: int | None = None  # spec.activeDeadlineSeconds (None: unset)
+    # (reason, message): the Job controller cannot create KubeRay's submitter pod, read from
+    # the submitter Job's events while KubeRay reports Running and Ray has no job.
+    submitter: tuple[str, str] | None = None
 
 
 def apply_spec(old: Mapping[str, Any], out: SpecOutcome, now: str) -> Status:
@@ -359,6 +362,15 @@ def _stalled(st: Status, seen: Observed, phase: Phase, now: str) -> None:
         cluster, reason, message = seen.cluster
         text = f"RayCluster {cluster}: {reason}" + (f": {message}" if message else "")
         conditions.put(st, C.STALLED, True, reason=reason, message=text, now=now)
+        return
+    rj = seen.rayjob if seen.rayjob is not None else st.get("rayJob") or {}
+    if seen.submitter and phase == Phase.RUNNING and not rj.get("jobStatus"):
+        reason, message = seen.submitter
+        name = st.get("rayJobName") or "of the RayJob"
+        held = submitter_holds_gpus(seen.active_deadline)
+        text = (f"KubeRay's submitter Job {name} cannot create its pod, so Ray never gets the "
+                f"job: {reason}: {message}. {held}")  # fmt: skip
+        conditions.put(st, C.STALLED, True, reason=SUBMITTER_NOT_STARTED, message=text, now=now)
         return
     late = startup_overdue(st, seen, phase, now)
     if late is not None:
