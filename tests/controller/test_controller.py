@@ -16,7 +16,7 @@ from tests.support.kmock_api import kuberay_crd
 from agentrl.api.constants import ConditionType
 from agentrl.controller import conditions
 from agentrl.controller.config import OperatorConfig
-from agentrl.controller.kube import KubeError
+from agentrl.controller.kube import KubeError, NotLeading
 from agentrl.controller.metrics import OperatorMetrics
 from agentrl.controller.reconcile import Controller
 from agentrl.controller.sweep import sweep
@@ -58,6 +58,14 @@ class FakeKube:
 
     async def post_event(self, event: dict[str, Any]) -> None:
         self.writes.append(("POST", "Event", event))
+
+    async def namespace_terminating(self, event: dict[str, Any]) -> bool:
+        if self.probe_fails is not None:
+            raise self.probe_fails
+        return self.terminating  # a dry run: nothing written
+
+    terminating = False  # the namespace is being deleted
+    probe_fails: BaseException | None = None  # what asking that raises
 
 
 def experiment() -> dict[str, Any]:
@@ -234,6 +242,83 @@ async def test_a_rayjob_deleted_with_its_experiment_fails_nothing(experiment_sta
     await controller.on_rayjob(rayjob_event(RUNNING), deleted=True)
     assert controller.experiments[("rl", "demo")].status["phase"] == "Running"
     assert kube.writes == []
+
+
+async def test_a_rayjob_deleted_with_its_namespace_fails_nothing() -> None:
+    """The namespace controller deletes a namespace's content one resource type at a time,
+    in no set order: the RayJob may go while its experiment is still there, with no
+    deletionTimestamp. The namespace is being deleted, so the experiment goes next: no
+    failure, no event (tests/e2e/test_deletion_e2e.py drives it on a real API server)."""
+    kube = FakeKube()
+    controller = controller_on(kube)
+    await controller.on_experiment(experiment())
+    await controller._attempt(("rl", "demo"))
+    await controller.on_rayjob(rayjob_event(RUNNING))
+    kube.objects["RLExperiment"] = experiment()  # still there, not being deleted
+    kube.terminating = True
+    kube.writes.clear()
+    await controller.on_rayjob(rayjob_event(RUNNING), deleted=True)
+    exp = controller.experiments[("rl", "demo")]
+    assert exp.status["phase"] == "Running"
+    assert kube.writes == []
+    assert exp.rayjob_gone is None  # decided
+
+
+@pytest.mark.parametrize("error", [
+    KubeError(503, "POST", "/api/v1/namespaces/rl/events", ""),
+    ConnectionResetError("reset"),
+    NotLeading("POST /api/v1/namespaces/rl/events not sent"),
+], ids=["unavailable", "connection", "not-leading"])  # fmt: skip
+async def test_a_namespace_probe_that_fails_decides_nothing_until_it_works(
+    error: BaseException,
+) -> None:
+    """Whether the namespace is being deleted could not be asked: nothing is failed on a
+    guess, and the sweep asks again; once it answers (a live namespace), the run fails."""
+    kube = FakeKube()
+    controller = controller_on(kube)
+    await controller.on_experiment(experiment())
+    await controller._attempt(("rl", "demo"))
+    await controller.on_rayjob(rayjob_event(RUNNING))
+    exp = controller.experiments[("rl", "demo")]
+    kube.objects["RLExperiment"] = experiment()
+    kube.probe_fails = error
+    kube.writes.clear()
+    await controller.on_rayjob(rayjob_event(RUNNING), deleted=True)
+    await sweep(controller)
+    assert exp.status["phase"] == "Running" and kube.writes == []
+    assert exp.rayjob_gone is not None
+    kube.probe_fails = None
+    await sweep(controller)
+    reason = conditions.get(exp.status, ConditionType.FAILED)["reason"]  # type: ignore[index]
+    assert (exp.status["phase"], reason) == ("Failed", "RayJobDeleted")
+
+
+async def test_a_namespace_probe_refused_otherwise_does_not_hold_the_verdict() -> None:
+    """A refusal that says nothing about the namespace (RBAC, say) is not retried for ever:
+    the namespace is taken as live and a RayJob deleted by hand fails the run."""
+    kube = FakeKube()
+    controller = controller_on(kube)
+    await controller.on_experiment(experiment())
+    await controller._attempt(("rl", "demo"))
+    await controller.on_rayjob(rayjob_event(RUNNING))
+    kube.objects["RLExperiment"] = experiment()
+    kube.probe_fails = KubeError(403, "POST", "/api/v1/namespaces/rl/events",
+                                 '{"reason": "Forbidden", "message": "forbidden"}')  # fmt: skip
+    await controller.on_rayjob(rayjob_event(RUNNING), deleted=True)
+    assert controller.experiments[("rl", "demo")].status["phase"] == "Failed"
+
+
+async def test_after_a_restart_a_rayjob_missing_with_its_namespace_fails_nothing() -> None:
+    kube = FakeKube()
+    kube.terminating = True
+    controller = controller_on(kube)
+    body = experiment()
+    body["status"] = {"phase": "Running", "rayJobName": "demo", "observedGeneration": 1,
+                      "rayJob": RUNNING}  # fmt: skip
+    await controller.on_experiment(body)
+    await controller._attempt(("rl", "demo"))
+    assert child_writes(kube) == [] and events(kube) == []
+    assert controller.experiments[("rl", "demo")].status["phase"] == "Running"
 
 
 async def test_after_a_restart_a_missing_rayjob_fails_the_experiment_and_is_not_created() -> None:

@@ -248,6 +248,31 @@ async def test_a_rayjob_deleted_by_hand_fails_the_experiment(
     assert series in _sample(operator, "agentrl_experiment_condition")
 
 
+async def test_why_an_attempt_failed_outlives_kuberay_clearing_it(
+    api: Api, operator: OperatorRun
+) -> None:
+    """KubeRay v1.6.2's retry as it writes it: `Retrying` with the failed attempt's reason and
+    message, then `New` (no jobDeploymentStatus) with both cleared, then `Initializing`. The
+    experiment says why attempt 1 failed all along: the Running condition and one Warning
+    event `AttemptFailed`."""
+    await running(api)
+    message = "Job entrypoint command failed with exit code 1, last available logs: CUDA OOM"
+    retrying = {"jobDeploymentStatus": "Retrying", "jobStatus": "FAILED", "reason": "AppFailed",
+                "message": message, "failed": 1, "succeeded": 0}  # fmt: skip
+    new = {"jobDeploymentStatus": None, "jobStatus": None, "reason": None, "message": None}
+    initializing = {"jobDeploymentStatus": "Initializing"}
+    steps = ((retrying, "Initializing"), (new, "Pending"), (initializing, "Initializing"))
+    for rj_status, phase in steps:
+        await api.patch(RAYJOBS, NS, "demo", {"status": rj_status}, "status")
+        await wait_for(lambda p=phase: status_of(api).get("phase") == p,  # type: ignore[misc]
+                       what=phase)  # fmt: skip
+        cond = conditions.get(status_of(api), ConditionType.RUNNING) or {}
+        assert cond.get("status") == "False"
+        assert cond.get("message", "").startswith(f"attempt 1 failed (AppFailed): {message}")
+    failed = [e for e in api.events("demo") if e["reason"] == "AttemptFailed"]
+    assert [(e["type"], e["message"]) for e in failed] == [("Warning", cond["message"])]
+
+
 async def test_a_rayjob_deleted_while_no_operator_ran_is_not_created_again(
     api: Api, operator: OperatorRun
 ) -> None:

@@ -235,6 +235,22 @@ def test_startup_deadline(now: str, stalled: bool) -> None:
         assert conditions.get(st, C.STALLED)["reason"] == "StartupDeadlineExceeded"  # type: ignore[index]
 
 
+def test_a_rayjob_no_kuberay_acted_on_says_so_at_the_deadline() -> None:
+    """KubeRay v1.6.2's first reconcile of a RayJob writes Initializing, startTime and the
+    cluster's name (rayjob_controller.go, initRayJobStatusIfNeed), Kueue or not. A RayJob
+    with no status at the startup deadline has no pods: "check the pods' events" sent the
+    user looking for what does not exist; no KubeRay operator acts on it."""
+    untouched = status.Observed({}, created=T0, startup_deadline=600)
+    cond = conditions.get(status.apply_observed(created(), untouched, T2), C.STALLED)
+    assert cond is not None and cond["reason"] == "StartupDeadlineExceeded"
+    assert "KubeRay has not acted on RayJob exp (it has no status)" in cond["message"]
+    assert "KubeRay operator is running and watches this namespace" in cond["message"]
+    # Back to New after a retry or a resume: KubeRay's marks stay, and so does the old text.
+    renewed = status.Observed({"startTime": T0, "failed": 1}, created=T0, startup_deadline=600)
+    cond = conditions.get(status.apply_observed(created(), renewed, T2), C.STALLED)
+    assert cond is not None and "check the pods' events" in cond["message"]
+
+
 def test_stalled_messages_are_stable_and_name_the_first_stuck_pod() -> None:
     """A gang whose pods get stuck one after another, and a deadline that keeps passing,
     change nothing once Stalled: one write, one event."""
@@ -266,6 +282,27 @@ def test_running_without_the_ray_job_past_the_deadline_is_a_submitter_that_never
     assert not conditions.is_true(status.apply_observed(st, started, T2), C.STALLED)
     unlimited = status.Observed(running, created=T0, startup_deadline=None)
     assert not conditions.is_true(status.apply_observed(created(), unlimited, T2), C.STALLED)
+
+
+@pytest.mark.parametrize("active_deadline", [None, 86400])
+def test_a_submitter_that_never_started_says_the_gpus_stay_held(
+    active_deadline: int | None,
+) -> None:
+    """KubeRay v1.6.2 leaves such a RayJob Running: in K8sJobMode it fails one only when Ray
+    reports the job ended, the submitter Job failed or finished, or activeDeadlineSeconds
+    passed; preRunningDeadlineSeconds is checked in Initializing and Waiting only
+    (rayjob_controller.go). The message said where to look, not that the Ray cluster keeps
+    its GPUs meanwhile, for ever without activeDeadlineSeconds, nor how to release them."""
+    running = {"jobDeploymentStatus": "Running", "startTime": T0}
+    seen = status.Observed(running, created=T0, startup_deadline=600,
+                           active_deadline=active_deadline)  # fmt: skip
+    message = conditions.get(status.apply_observed(created(), seen, T2), C.STALLED)["message"]  # type: ignore[index]
+    assert "its Ray cluster holds its GPUs" in message
+    assert "set spec.suspend to true to release them" in message
+    if active_deadline is None:
+        assert "with no spec.activeDeadlineSeconds, until you act" in message
+    else:
+        assert "until spec.activeDeadlineSeconds=86400 after the attempt's start" in message
 
 
 def test_a_retry_gets_its_own_startup_clock() -> None:
@@ -428,3 +465,37 @@ def test_a_deleted_rayjobs_message_says_how_to_run_it_again() -> None:
     without = conditions.get(deleted(running, None), C.FAILED)
     assert without is not None and "starts from the beginning" in without["message"]
     assert "checkpoint" in without["message"]  # says what would have let it resume
+
+
+def test_why_an_attempt_failed_is_kept_while_kuberay_retries() -> None:
+    """KubeRay v1.6.2 (rayjob_controller.go, checkBackoffLimitAndUpdateStatusIfNeeded and the
+    Retrying branch) writes the failed attempt's reason and message with `Retrying`, then
+    clears both (`New`, written as no jobDeploymentStatus) once its cluster is gone. Nothing
+    else said why the run was on attempt 2: the Running condition and one Warning event
+    carry it until the next attempt runs."""
+    began = "2026-01-01T00:00:30Z"
+    running = {"jobDeploymentStatus": "Running", "jobStatus": "RUNNING", "startTime": began,
+               "failed": 0, "succeeded": 0}  # fmt: skip
+    oom = "Job entrypoint command failed with exit code 1, last available logs: CUDA OOM"
+    sequence = [
+        {"jobDeploymentStatus": "Retrying", "jobStatus": "FAILED", "reason": "AppFailed",
+         "message": oom, "startTime": began, "failed": 1, "succeeded": 0},
+        {"startTime": began, "failed": 1, "succeeded": 0},  # New: reason, message cleared
+        {"jobDeploymentStatus": "Initializing", "startTime": T2, "failed": 1, "succeeded": 0},
+    ]  # fmt: skip
+    st = observe(created(), running)
+    warnings: list[conditions.Event] = []
+    for rj in sequence:
+        after = observe(st, rj, T2)
+        warnings += [e for e in conditions.events_between(st, after) if e.type == "Warning"]
+        cond = conditions.get(after, C.RUNNING)
+        assert cond is not None and cond["status"] == "False"
+        assert cond["message"] == (f"attempt 1 failed (AppFailed): {oom}; KubeRay retries it "
+                                   "on a new Ray cluster (spec.backoffLimit)")  # fmt: skip
+        assert after["attempts"] == 2
+        st = after
+    assert [(e.reason, e.message) for e in warnings] == [("AttemptFailed", cond["message"])]
+    again = observe(st, {**running, "startTime": T2, "failed": 1}, T2)
+    assert conditions.get(again, C.RUNNING) == {"type": "Running", "status": "True",
+                                                 "reason": "Running", "observedGeneration": 1,
+                                                 "lastTransitionTime": T2}  # fmt: skip

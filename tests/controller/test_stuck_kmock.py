@@ -220,6 +220,23 @@ async def test_containercreating_past_the_bound_with_a_failed_mount(
     assert stalled(api) is None  # b is still creating, with no event that explains it
 
 
+async def test_a_rayjob_no_kuberay_acts_on_names_kuberay_at_the_deadline(
+    api: Api, operator: OperatorRun, clock: FakeClock
+) -> None:
+    """No KubeRay operator reconciles the RayJob (not running, or not watching this
+    namespace): it never gets a status and no pod exists, so the message points at KubeRay,
+    not at pods' events."""
+    exp = await created(api, minimal_body())
+    await sweeps(operator, 2)
+    assert stalled(api) is None and status_of(api).get("phase") == "Pending"
+    start = parse_time(exp["metadata"]["creationTimestamp"])
+    clock.set(start + timedelta(seconds=DEFAULT_STARTUP_DEADLINE_SECONDS + 1))
+    st = await wait_for(lambda: stalled(api), what="Stalled")
+    cond = conditions.get(st, STALLED)
+    assert cond is not None and cond["reason"] == "StartupDeadlineExceeded"
+    assert "KubeRay has not acted on RayJob demo (it has no status)" in cond["message"]
+
+
 async def test_a_submitter_that_never_starts_leaves_a_running_rayjob_stalled(
     api: Api, operator: OperatorRun, clock: FakeClock
 ) -> None:
@@ -234,6 +251,43 @@ async def test_a_submitter_that_never_starts_leaves_a_running_rayjob_stalled(
     cond = conditions.get(st, STALLED)
     assert cond is not None and cond["reason"] == "SubmitterNotStarted"
     assert "kubectl describe job demo" in cond["message"]
+    # No spec.activeDeadlineSeconds: KubeRay never ends it, and the GPUs stay held.
+    assert "holds its GPUs with no spec.activeDeadlineSeconds, until you act" in cond["message"]
+    await api.patch(RAYJOBS, NS, "demo", {"status": {"jobStatus": "RUNNING"}}, "status")
+    await wait_for(lambda: stalled(api) is None, what="Stalled cleared")
+
+
+async def test_a_submitter_job_that_cannot_create_its_pod_is_stalled_before_the_deadline(
+    api: Api, operator: OperatorRun, clock: FakeClock, op_config: OperatorConfig
+) -> None:
+    """KubeRay (v1.6.2) reports Running once it has created its submitter Job, named after
+    the RayJob; a ResourceQuota refuses the Job's pod, the Job controller says so in a
+    FailedCreate event and retries, and nothing fails. The experiment was Stalled only at the
+    startup deadline (an hour by default), idle GPUs held meanwhile: now once KubeRay has
+    been Running for AGENTRL_STUCK_CREATING_SECONDS, with the Job controller's words."""
+    await initializing(api, {"jobDeploymentStatus": "Running"})
+    await wait_for(lambda: status_of(api).get("phase") == "Running", what="phase Running")
+    quota = ('Error creating: pods "demo-x7k2q" is forbidden: exceeded quota: compute, '
+             "requested: cpu=500m, used: cpu=8, limited: cpu=8")  # fmt: skip
+    await api.create({
+        "apiVersion": "v1", "kind": "Event",
+        "metadata": {"name": "demo.1", "namespace": NS},
+        "involvedObject": {"kind": "Job", "name": "demo", "namespace": NS},
+        "type": "Warning", "reason": "FailedCreate", "message": quota,
+        "lastTimestamp": "2026-01-01T00:00:01Z", "source": {"component": "job-controller"},
+    })  # fmt: skip
+    await sweeps(operator, 2)
+    assert stalled(api) is None  # within the bound: the Job controller may still succeed
+    clock.set(clock.now + timedelta(seconds=op_config.stuck_creating_after + 1))
+    st = await wait_for(lambda: stalled(api), what="Stalled")
+    cond = conditions.get(st, STALLED)
+    assert cond is not None and cond["reason"] == "SubmitterNotStarted"
+    want = "submitter Job demo cannot create its pod, so Ray never gets the job: FailedCreate"
+    assert f"{want}: {quota}" in cond["message"]
+    assert "its Ray cluster holds its GPUs" in cond["message"]
+    mark = len(api.emu.log)
+    await sweeps(operator, 3)
+    assert status_writes(api, mark) == 0  # one trouble, one write
     await api.patch(RAYJOBS, NS, "demo", {"status": {"jobStatus": "RUNNING"}}, "status")
     await wait_for(lambda: stalled(api) is None, what="Stalled cleared")
 

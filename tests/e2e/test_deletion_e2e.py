@@ -207,3 +207,34 @@ def test_a_child_created_after_its_experiment_was_deleted_is_collected(
         "name": "gone-config", "namespace": ns, "labels": {LABEL_EXPERIMENT: "gone"},
         "ownerReferences": [ghost]}})  # fmt: skip
     wait(lambda: _get(kube, "configmap", ns, "gone-config") is None, what="collected")
+
+
+def test_a_namespace_being_deleted_fails_nothing(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Deleting a namespace, the namespace controller deletes its content one resource type at
+    a time, in no set order (it ranges over a map of the discovered resources): when it
+    reaches RayJobs before RLExperiments, the RayJob is gone while its experiment is still
+    there, with no deletionTimestamp. That is no failure of the run: the experiment goes
+    next. This control plane runs no namespace controller, so the namespace stays
+    Terminating and the RayJob is deleted as that controller would, first."""
+    with running_harness() as kube, controller_manager(kube, ["garbagecollector"]):
+        if _get(kube, "crd", "", "rayclusters.ray.io") is None:
+            kube.kubectl("create", "-f", "-", input=json.dumps(RAYCLUSTER_CRD))
+            wait_established(kube, "rayclusters.ray.io")
+        operator = OperatorProcess(install_chart_rbac(kube), tmp_path_factory.mktemp("ns-gone"))
+        kuberay = KubeRayStandIn(kube)
+        kuberay.thread.start()
+        operator.start()
+        try:
+            ns = "del-terminating"
+            _running(kube, kuberay, ns, "exp", "Running")
+            kube.kubectl("delete", "namespace", ns, "--wait=false")
+            kube.kubectl("delete", "rayjobs.ray.io", "exp", "-n", ns, "--wait=false")
+            wait(lambda: _get(kube, "rayjobs.ray.io", ns, "exp") is None, what="RayJob gone")
+            decided = "deleted with its namespace"
+            wait(lambda: status(kube, ns, "exp").get("phase") == "Failed"
+                 or decided in operator.logs(), what="the operator's verdict")  # fmt: skip
+            assert status(kube, ns, "exp").get("phase") == "Running"
+        finally:
+            kuberay.stop.set()
+            operator.stop()
+            print(operator.logs()[-3000:])

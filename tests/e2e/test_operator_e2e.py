@@ -234,7 +234,8 @@ def test_example_lifecycle(
         st["dashboardURL"] == "d-head-svc:8265" and st["completionTime"] == "2026-01-01T05:00:00Z"
     )
     assert all(c.get("observedGeneration") == 1 for c in st["conditions"])
-    journey = ["Initializing", "Running", "Initializing", "Running", "Succeeded"]
+    journey = ["Initializing", "Running", "AttemptFailed", "Initializing", "Running",
+               "Succeeded"]  # fmt: skip
     reasons_become(kube, ns, name, lambda r: r == journey, what=f"{name} events {journey}")
     # A stale RayJob update after the end changes nothing (terminal phases are sticky).
     patch_rayjob_status(kube, ns, name, {"jobDeploymentStatus": "Running"})

@@ -15,7 +15,8 @@ benchmark measure kmock instead of the operator (reconcile-anchor.md):
 
 It can also answer chosen requests the way an API server refuses them (`refuse`): a Status
 object with the code, reason and message a real one sends (422 Invalid, 403 Forbidden,
-503 ServiceUnavailable...), for tests of how the operator takes refusals.
+503 ServiceUnavailable...), for tests of how the operator takes refusals. A create sent as a
+server-side dry run (`dryRun=All`) is answered and not stored, as a real one is.
 
     async with running_emulator() as api:      # api.url, api.objects, api.log
         api.refuse("POST", "v1/configmaps", 422, "Invalid", "too long", times=None)
@@ -138,6 +139,9 @@ class OperatorEmulator(kmock.KubernetesEmulator):  # type: ignore[misc]
             refusal = next((r for r in self.refusals if r.matches(self.log[-1])), None)
             if refusal is not None:
                 return refusal.response()
+            if request.params.get("dryRun") == "All" and _value(request.method) == "POST":
+                # A server-side dry run is admitted and validated, never stored.
+                return aiohttp.web.json_response(request.data, status=201)
             self._stamp(request)
             response = await super()._handle(request)
             if _value(request.method) == "DELETE" and request.name:

@@ -156,7 +156,9 @@ owner references, and users delete RLExperiments.
   verbs: ["list", "watch"]
 # Events on RLExperiments: one new core/v1 Event per transition (never updated). Listed only
 # for a pod held in ContainerCreating past operator.stuckCreatingSeconds, to read whether a
-# volume or its sandbox holds it (FailedMount and kin); never watched.
+# volume or its sandbox holds it (FailedMount and kin), and for KubeRay's submitter Job when
+# no submitter pod exists that long (FailedCreate); never watched. `create` also carries the
+# dry run that asks whether a namespace is being deleted (nothing is stored).
 - apiGroups: [""]
   resources: ["events"]
   verbs: ["create", "list"]

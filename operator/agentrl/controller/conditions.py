@@ -20,6 +20,10 @@ Status = dict[str, Any]
 # event. The run is over (KubeRay deletes the Ray cluster with the RayJob), and it is never
 # created again on its own: that would start a new GPU cluster nobody asked for.
 RAYJOB_DELETED = "RayJobDeleted"
+# An attempt failed and KubeRay retries it (`Retrying`, spec.backoffLimit): the reason of the
+# Warning event that carries why (KubeRay clears its own words once the retry starts).
+ATTEMPT_FAILED = "AttemptFailed"
+RETRYING = "Retrying"  # KubeRay's jobDeploymentStatus while it tears a failed attempt down
 
 # Conditions whose entering their problem value (True, or False for Valid and Preflight) is
 # news the user must see in `kubectl describe`, and the reason of its Warning event (None: the
@@ -117,6 +121,11 @@ def events_between(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Event
             events.append(
                 Event("Warning", reason or str(cond.get("reason")), cond.get("message", ""))
             )
+    deployment_old = (old.get("rayJob") or {}).get("jobDeploymentStatus")
+    if (new.get("rayJob") or {}).get("jobDeploymentStatus") == RETRYING != deployment_old:
+        # An attempt failed and KubeRay retries it: its words leave KubeRay's status soon.
+        running = get(new, ConditionType.RUNNING) or {}
+        events.append(Event("Warning", ATTEMPT_FAILED, str(running.get("message", ""))))
     phase_old, phase_new = old.get("phase"), new.get("phase")
     failed = get(new, ConditionType.FAILED) or {}
     deleted = failed.get("reason") == RAYJOB_DELETED

@@ -39,6 +39,9 @@ PLURALS = {
     "Lease": "leases",
 }
 MERGE_PATCH = "application/merge-patch+json"
+# The cause the API server's NamespaceLifecycle admission puts on its refusal to create
+# anything in a namespace that is being deleted (core/v1 NamespaceTerminatingCause).
+NAMESPACE_TERMINATING = "NamespaceTerminating"
 
 
 # Answers that may change if the same request is sent again: throttling (429), timeouts
@@ -58,6 +61,8 @@ class KubeError(Exception):
     def __init__(self, status: int, method: str, path: str, body: str) -> None:
         self.status = status
         self.reason = ""
+        # The Status object's details.causes by type (a StatusCause's type is its "reason").
+        self.causes: tuple[str, ...] = ()
         detail: Any = body
         try:
             parsed = json.loads(body)
@@ -66,6 +71,11 @@ class KubeError(Exception):
         if isinstance(parsed, dict):
             detail = parsed.get("message", body)
             self.reason = str(parsed.get("reason") or "")
+            details = parsed.get("details")
+            causes = details.get("causes") if isinstance(details, dict) else None
+            if isinstance(causes, list):
+                self.causes = tuple(str(c.get("reason") or "") for c in causes
+                                    if isinstance(c, dict))  # fmt: skip
         self.message = str(detail)[:DETAIL_MAX]
         super().__init__(f"{method} {path}: HTTP {status}: {self.message}")
 
@@ -228,12 +238,32 @@ class Kube:
 
     async def pod_events(self, namespace: str, pod: str) -> list[Obj]:
         """The core/v1 Events about one pod (what `kubectl describe pod` lists)."""
-        selector = f"involvedObject.kind=Pod,involvedObject.name={pod}"
+        return await self.events_of(namespace, "Pod", pod)
+
+    async def events_of(self, namespace: str, kind: str, name: str) -> list[Obj]:
+        """The core/v1 Events about one object (what `kubectl describe` lists)."""
+        selector = f"involvedObject.kind={kind},involvedObject.name={name}"
         _, body = await self._call("GET", object_path("v1", "Event", namespace),
                                    params={"fieldSelector": selector})  # fmt: skip
         items = (body or {}).get("items") or ()
         # The field selector does the work; the check keeps a server that ignores it honest.
-        return [e for e in items if (e.get("involvedObject") or {}).get("name") == pod]
+        return [e for e in items if (e.get("involvedObject") or {}).get("kind") == kind
+                and (e.get("involvedObject") or {}).get("name") == name]  # fmt: skip
+
+    async def namespace_terminating(self, event: Mapping[str, Any]) -> bool:
+        """Whether the event's namespace is being deleted: a server-side dry run of creating
+        `event` (nothing is stored) is refused with the NamespaceTerminating cause exactly
+        while it is. It needs only `create` on events, which the operator has; reading the
+        Namespace would need a grant the cluster-wide install does not have. Any other
+        refusal is raised (a KubeError)."""
+        path = object_path("v1", "Event", event["metadata"]["namespace"])
+        try:
+            await self._call("POST", path, event, params={"dryRun": "All"}, parse=False)
+        except KubeError as err:
+            if err.status == 403 and NAMESPACE_TERMINATING in err.causes:
+                return True
+            raise
+        return False
 
     async def post_event(self, event: Mapping[str, Any]) -> None:
         """Create a core/v1 Event (what `kubectl describe` shows)."""

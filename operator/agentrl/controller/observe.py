@@ -152,6 +152,21 @@ def creating_trouble(events: Iterable[Mapping[str, Any]]) -> Trouble | None:
     return str(newest["reason"]), _short(str(newest.get("message") or ""))
 
 
+# The Job controller's event when it cannot create a Job's pod (a ResourceQuota, an admission
+# webhook, Pod Security refused it); it retries, and the Job never fails on its own.
+JOB_FAILED_CREATE = "FailedCreate"
+
+
+def job_trouble(events: Iterable[Mapping[str, Any]]) -> Trouble | None:
+    """The newest Warning event saying the Job controller cannot create the Job's pod."""
+    found = [e for e in events
+             if e.get("type") == "Warning" and e.get("reason") == JOB_FAILED_CREATE]  # fmt: skip
+    if not found:
+        return None
+    newest = max(found, key=_event_time)
+    return JOB_FAILED_CREATE, _short(str(newest.get("message") or ""))
+
+
 def _event_time(event: Mapping[str, Any]) -> str:
     # RFC 3339 strings in UTC sort as times; events.k8s.io writes eventTime, core lastTimestamp.
     return str(

@@ -40,7 +40,7 @@ from agentrl.controller import children, conditions, observe, status
 from agentrl.controller.apply import Retry, apply_children
 from agentrl.controller.compat import InstalledKubeRay
 from agentrl.controller.config import OperatorConfig, ray_dashboard_link
-from agentrl.controller.kube import Kube, KubeError
+from agentrl.controller.kube import Kube, KubeError, NotLeading
 from agentrl.controller.metrics import OperatorMetrics
 from agentrl.controller.state import Experiment, Key, key_of, uid_of
 from agentrl.controller.workqueue import WorkQueue, jittered, retry_delay
@@ -148,11 +148,13 @@ class Controller:
 
     async def rayjob_gone(self, exp: Experiment) -> None:
         """Its RayJob was deleted: by the user (the run is over), or by the garbage collector
-        with the experiment (nothing failed). The garbage collector deletes it once the
-        experiment is gone or has a deletionTimestamp, and the RayJob's watch may show that
-        before the experiment's does (separate streams, in no set order); so read the
-        experiment. A read that fails decides nothing (the RayJob's last status stays): the
-        sweep asks again, rather than fail a run that may only be being deleted."""
+        with the experiment, or by the namespace controller with the whole namespace (nothing
+        failed). The garbage collector deletes it once the experiment is gone or has a
+        deletionTimestamp, and the RayJob's watch may show that before the experiment's does
+        (separate streams, in no set order); so read the experiment, and for one still
+        there, ask whether its namespace is being deleted. A read that fails decides nothing
+        (the RayJob's last status stays): the sweep asks again, rather than fail a run that
+        may only be being deleted."""
         last = exp.rayjob_gone
         if last is None:
             return
@@ -160,15 +162,20 @@ class Controller:
         if not exp.deleting:
             try:
                 body = await self.kube.get(API_VERSION, KIND, *exp.key)
-            except (KubeError, OSError) as err:
+                if _alive(body, exp.uid) and await self._namespace_terminating(exp):
+                    # The namespace controller deletes a namespace's content one resource
+                    # type at a time, in no set order: the experiment goes next.
+                    logger.info("%s/%s: its RayJob was deleted with its namespace (being "
+                                "deleted): not a failure of the run", *exp.key)  # fmt: skip
+                    body = None
+            except (KubeError, OSError, NotLeading) as err:  # the probe is a (dry-run) POST
                 logger.warning("%s/%s: its RayJob was deleted and the experiment was not read "
                                "to tell by whom (%s); asking again", *exp.key, err)  # fmt: skip
                 return
             if exp.rayjob_gone is not last:  # a newer RayJob event came meanwhile: it decides
                 return
         exp.rayjob_gone = None
-        meta = (body or {}).get("metadata") or {}
-        if body is not None and uid_of(body) == exp.uid and not meta.get("deletionTimestamp"):
+        if _alive(body, exp.uid):
             # Deleted outside the operator: its last status says whether the run had ended.
             exp.rayjob, exp.rayjob_deleted = last, True
         else:  # the experiment's own deletion; the status mirror keeps the last phase
@@ -233,6 +240,33 @@ class Controller:
             if found is not None and exp.creating.get(pod) == since:  # still creating
                 exp.stuck[pod] = found
                 await self._observed(exp)
+
+    async def check_submitter(self, exp: Experiment) -> None:
+        """KubeRay Running for longer than `stuck_creating_after` with no submitter pod and
+        no Ray job: the submitter Job's events say whether the Job controller cannot create
+        its pod (a quota, a policy). KubeRay names the Job after the RayJob, and never fails
+        the RayJob for it; without this the startup deadline, an hour by default, was the
+        first word."""
+        running = conditions.get(exp.status, "Running") or {}
+        since = running.get("lastTransitionTime")
+        name = exp.status.get("rayJobName")
+        if running.get("status") != "True" or not since or not name:
+            return
+        waited = status.parse_time(self.now()) - status.parse_time(str(since))
+        if waited.total_seconds() < self.config.stuck_creating_after:
+            return
+        try:
+            events = await self.kube.events_of(exp.key[0], "Job", str(name))
+        except (KubeError, OSError) as err:  # the next sweep asks again
+            logger.info("%s/%s: events of Job %s not read (%s)", *exp.key, name, err)
+            return
+        found = observe.job_trouble(events)
+        old = exp.submitter_trouble
+        if found is not None and old is not None and found[0] == old[0]:
+            return  # the same trouble: its first words stay (each retry names a new pod)
+        if found != old and exp.submitter_waits:
+            exp.submitter_trouble = found
+            await self._observed(exp)
 
     async def _observed(self, exp: Experiment) -> None:
         """Something the status shows changed: sync now, or when the reconcile under way
@@ -309,8 +343,8 @@ class Controller:
                                        check=check)  # fmt: skip
         if applied.rayjob_status is not None and exp.rayjob is None:
             exp.rayjob = applied.rayjob_status  # the watch, when it has shown one, is newer
-        if applied.rayjob_missing:  # deleted while no operator watched: as the watch would
-            exp.rayjob_deleted = True
+        if applied.rayjob_missing and not await self._namespace_terminating(exp):
+            exp.rayjob_deleted = True  # deleted while no operator watched: as the watch would
         await self.sync(exp, status.SpecOutcome(
             generation=outcome.generation, warnings=outcome.warnings,
             conflict=applied.conflict, immutable=applied.immutable,
@@ -334,6 +368,8 @@ class Controller:
             old = exp.cluster_trouble
             if found is None or old is None or found[0] != old[0]:
                 exp.cluster_trouble = old = found
+            if not exp.submitter_waits:  # a submitter pod, or Ray's job: that trouble is over
+                exp.submitter_trouble = None
             cluster = (exp.rayjob or {}).get("rayClusterName") or base.get("rayClusterName")
             seen = status.Observed(
                 rayjob=exp.rayjob,
@@ -344,6 +380,8 @@ class Controller:
                 checkpoint=exp.checkpoint,
                 cluster=(str(cluster or "of this experiment"), *old) if old else None,
                 suspended=status.suspended_message(exp.spec),
+                active_deadline=exp.active_deadline,
+                submitter=exp.submitter_trouble,
             )
             new = status.apply_observed(new, seen, now)
             if exp.progress is not None:
@@ -392,9 +430,24 @@ class Controller:
             self.metrics.move(exp.counted, phase, exp.key)
             exp.counted = phase
 
-    async def _post_event(self, exp: Experiment, event: conditions.Event, now: str) -> None:
+    async def _namespace_terminating(self, exp: Experiment) -> bool:
+        """Whether the experiment's namespace is being deleted. A transient failure to tell
+        is raised (asked again at the next sweep); a refusal that says nothing about the
+        namespace is taken as not (the verdict is not held back for ever)."""
+        probe = self._event_object(exp, conditions.Event("Normal", "NamespaceProbe", ""),
+                                   self.now())  # fmt: skip
+        try:
+            return await self.kube.namespace_terminating(probe)
+        except KubeError as err:
+            if err.transient:
+                raise
+            logger.warning("%s/%s: could not tell whether its namespace is being deleted (%s)",
+                           *exp.key, err)  # fmt: skip
+            return False
+
+    def _event_object(self, exp: Experiment, event: conditions.Event, now: str) -> dict[str, Any]:
         namespace, name = exp.key
-        obj = {
+        return {
             "apiVersion": "v1", "kind": "Event",
             "metadata": {"generateName": f"{name}.", "namespace": namespace},
             "involvedObject": {"apiVersion": API_VERSION, "kind": KIND, "name": name,
@@ -404,8 +457,17 @@ class Controller:
             "source": {"component": "agentrl-operator"},
             "reportingComponent": "agentrl.io/operator", "reportingInstance": self.instance,
         }  # fmt: skip
+
+    async def _post_event(self, exp: Experiment, event: conditions.Event, now: str) -> None:
+        namespace, name = exp.key
         try:
-            await self.kube.post_event(obj)
+            await self.kube.post_event(self._event_object(exp, event, now))
         except (KubeError, OSError) as err:  # an event is a courtesy; status is the record
             logger.warning("event %s for %s/%s not posted: %s", event.reason, namespace, name,
                            err)  # fmt: skip
+
+
+def _alive(body: Mapping[str, Any] | None, uid: str | None) -> bool:
+    """The experiment `uid` as read: there, not replaced, and not being deleted."""
+    meta = (body or {}).get("metadata") or {}
+    return body is not None and uid_of(body) == uid and not meta.get("deletionTimestamp")

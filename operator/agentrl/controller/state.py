@@ -20,6 +20,7 @@ from agentrl.api.models import startup_deadline
 from agentrl.controller import conditions, status
 from agentrl.controller.preflight import Reading
 from agentrl.controller.progress import Pace
+from agentrl.render.rayjob import COMPONENT_SUBMITTER
 
 Key = tuple[str, str]  # (namespace, name)
 Obj = dict[str, Any]
@@ -51,6 +52,9 @@ class Experiment:
     # (reason, message) while KubeRay cannot create the cluster's pods, its first words kept
     # while the reason stays (each retry names a new pod)
     cluster_trouble: tuple[str, str] | None = None
+    # (reason, message) while the Job controller cannot create KubeRay's submitter pod (its
+    # first words kept while the reason stays)
+    submitter_trouble: tuple[str, str] | None = None
     pods: dict[str, str] = field(default_factory=dict)  # pod -> component (metrics' pod map)
     written: Obj | None = None  # the status this process last wrote
     counted: str | None = None  # the phase agentrl_experiments counts it under
@@ -123,6 +127,19 @@ class Experiment:
     def startup_deadline(self) -> int:
         """spec.startupDeadlineSeconds in force (its default when unset)."""
         return startup_deadline(self.spec.get("startupDeadlineSeconds"))
+
+    @property
+    def active_deadline(self) -> int | None:
+        """spec.activeDeadlineSeconds (None: unset, or not a number: validation says so)."""
+        value = self.spec.get("activeDeadlineSeconds")
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+    @property
+    def submitter_waits(self) -> bool:
+        """KubeRay reports Running, Ray has no job, and no submitter pod exists: the Job
+        controller may be unable to create it (its events say)."""
+        return (self.phase == Phase.RUNNING and not (self.rayjob or {}).get("jobStatus")
+                and COMPONENT_SUBMITTER not in self.pods.values())  # fmt: skip
 
     @property
     def clock_matters(self) -> bool:

@@ -96,6 +96,10 @@ class Observed:
     cluster: tuple[str, str, str] | None = None
     # What holds a Suspended run, from the spec (`suspended_message`): the Suspended message.
     suspended: str = ""
+    active_deadline: int | None = None  # spec.activeDeadlineSeconds (None: unset)
+    # (reason, message): the Job controller cannot create KubeRay's submitter pod, read from
+    # the submitter Job's events while KubeRay reports Running and Ray has no job.
+    submitter: tuple[str, str] | None = None
 
 
 def apply_spec(old: Mapping[str, Any], out: SpecOutcome, now: str) -> Status:
@@ -295,13 +299,38 @@ def suspended_message(spec: Mapping[str, Any]) -> str:
     return ""
 
 
+def attempt_failed_message(st: Mapping[str, Any]) -> str | None:
+    """Why the last attempt failed, while KubeRay retries it (`Retrying`); None otherwise.
+
+    KubeRay v1.6.2 writes the failed attempt's reason and message with `Retrying` and clears
+    both once the attempt's cluster is gone (the next write, `New`): without this, nothing
+    would say why a run is on its second attempt."""
+    rj = st.get("rayJob") or {}
+    if rj.get("jobDeploymentStatus") != conditions.RETRYING:
+        return None
+    attempt = max(int(st.get("attempts") or 2) - 1, 1)
+    why = f" ({rj['reason']})" if rj.get("reason") else ""
+    what = f": {rj['message']}" if rj.get("message") else ""
+    return (f"attempt {attempt} failed{why}{what}; KubeRay retries it on a new Ray cluster "
+            "(spec.backoffLimit)")  # fmt: skip
+
+
 def _phase_conditions(
     st: Status, phase: Phase, reason: str, now: str, *, suspended: str = ""
 ) -> None:
     message = st.get("rayJob", {}).get("message", "")
+    # Running stays False with the failed attempt's words until the next attempt runs.
+    retry = attempt_failed_message(st)
+    was = conditions.get(st, C.RUNNING) or {}
+    between = phase in (Phase.PENDING, Phase.INITIALIZING) and was.get("status") == "False"
+    if retry is None and between:
+        retry = was.get("message") or None
     for ctype, target in ((C.RUNNING, Phase.RUNNING), (C.SUSPENDED, Phase.SUSPENDED),
                           (C.SUCCEEDED, Phase.SUCCEEDED)):  # fmt: skip
         note = suspended if ctype == C.SUSPENDED and phase == target else ""
+        if ctype == C.RUNNING and retry and phase != target:
+            conditions.put(st, ctype, False, reason=reason, message=retry, now=now)
+            continue
         conditions.put_if_relevant(st, ctype, phase == target, reason=reason, message=note,
                                    now=now)  # fmt: skip
     if phase == Phase.FAILED and reason in SPEC_FAILURES:
@@ -333,6 +362,15 @@ def _stalled(st: Status, seen: Observed, phase: Phase, now: str) -> None:
         cluster, reason, message = seen.cluster
         text = f"RayCluster {cluster}: {reason}" + (f": {message}" if message else "")
         conditions.put(st, C.STALLED, True, reason=reason, message=text, now=now)
+        return
+    rj = seen.rayjob if seen.rayjob is not None else st.get("rayJob") or {}
+    if seen.submitter and phase == Phase.RUNNING and not rj.get("jobStatus"):
+        reason, message = seen.submitter
+        name = st.get("rayJobName") or "of the RayJob"
+        held = submitter_holds_gpus(seen.active_deadline)
+        text = (f"KubeRay's submitter Job {name} cannot create its pod, so Ray never gets the "
+                f"job: {reason}: {message}. {held}")  # fmt: skip
+        conditions.put(st, C.STALLED, True, reason=SUBMITTER_NOT_STARTED, message=text, now=now)
         return
     late = startup_overdue(st, seen, phase, now)
     if late is not None:
@@ -380,11 +418,40 @@ def startup_overdue(
         name = st.get("rayJobName") or "the RayJob"
         message = (f"KubeRay reports the RayJob Running, but Ray has not seen its job within "
                    f"{limit} of the start at {since}: the submitter pod never started; check "
-                   f"`kubectl describe job {name}` and its pods' events")  # fmt: skip
+                   f"`kubectl describe job {name}` and its pods' events. "
+                   f"{submitter_holds_gpus(seen.active_deadline)}")  # fmt: skip
+    elif st.get("rayJobName") and not any(rj.get(k) for k in KUBERAY_MARKS):
+        # KubeRay's first reconcile of a RayJob writes Initializing, its startTime and a
+        # cluster name (initRayJobStatusIfNeed, v1.6.2), even when Kueue holds it: with none
+        # of them, no KubeRay operator has acted on it, and there are no pods to look at.
+        message = (f"not Running within {limit} of the start at {since}, and KubeRay has not "
+                   f"acted on RayJob {st['rayJobName']} (it has no status): check that the "
+                   "KubeRay operator is running and watches this namespace")  # fmt: skip
     else:
         message = (f"not Running within {limit} of the start at {since}; check the pods' "
                    "events")  # fmt: skip
     return reason, message, format_time(deadline)
+
+
+# What KubeRay writes on its first reconcile of a RayJob (and keeps across retries).
+KUBERAY_MARKS = ("jobDeploymentStatus", "startTime", "rayClusterName", "jobId")
+
+
+def submitter_holds_gpus(active_deadline: int | None) -> str:
+    """What ends an attempt whose submitter never started, and what to do meanwhile.
+
+    KubeRay v1.6.2 fails a Running RayJob only when Ray reports the job ended, the submitter
+    Job failed or finished, or activeDeadlineSeconds passed (preRunningDeadlineSeconds
+    covers Initializing only); a submitter Job that never creates a pod does none of these,
+    so its Ray cluster keeps its GPUs. The operator does not end the run itself: the
+    trouble (a quota, an admission policy) is often fixed in place."""
+    if active_deadline is not None:
+        until = (f"until spec.activeDeadlineSeconds={active_deadline} after the attempt's "
+                 "start, when KubeRay fails it")  # fmt: skip
+    else:
+        until = "with no spec.activeDeadlineSeconds, until you act"
+    return (f"KubeRay does not end this attempt on its own: its Ray cluster holds its GPUs "
+            f"{until}; set spec.suspend to true to release them while you fix it")  # fmt: skip
 
 
 def startup_clock(st: Mapping[str, Any], seen: Observed) -> datetime | None:

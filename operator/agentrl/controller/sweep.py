@@ -45,6 +45,8 @@ async def sweep(controller: Controller) -> None:
             await controller.rayjob_gone(exp)
         if exp.creating and not exp.finished:
             await controller.check_creating(exp)
+        if exp.submitter_waits:
+            await controller.check_submitter(exp)
         if exp.finished or (exp.settled and not exp.clock_matters):
             continue
         await controller.sync(exp)
