@@ -247,12 +247,18 @@ def test_env_kuberay_refuses_is_refused_before_the_rayjob(
     assert kuberay_controller_errors(job) != []
 
 
-def test_the_submitter_runs_kuberays_own_idempotent_command() -> None:
-    """KubeRay gives the submitter container its own command only when it has none: that
-    command checks `ray job status` before `ray job submit --submission-id <jobId>`, which
-    Ray refuses a second time. With a command of ours, each of the submitter Job's retries
-    could submit the training entrypoint again onto the same gang."""
+def test_the_submitter_command_keeps_kuberays_submit_once_guard() -> None:
+    """KubeRay v1.6.2 fills in its own submitter command only when the container has none
+    (rayjob_controller.go, configureSubmitterContainer); agentrl's replaces it (so that a log
+    stream ending early does not end the run: tests/render/test_render_submitter.py) and
+    keeps its guard: `ray job submit --submission-id` runs only when `ray job status` does
+    not know the job, so none of the submitter Job's retries starts a second driver."""
     job = rayjob(minimal_body())
     (container,) = job["spec"]["submitterPodTemplate"]["spec"]["containers"]
-    assert "command" not in container and "args" not in container
+    (script,) = container["args"]
+    lines = [line.strip() for line in script.splitlines()]
+    guard = lines.index('if ! ray job status --address "$addr" "$id" >/dev/null 2>&1; then')
+    assert lines[guard + 1].startswith("ray job submit ") and lines[guard + 2] == "fi"
+    assert sum("ray job submit" in line for line in lines) == 1
+    assert '--submission-id "$id"' in lines[guard + 1]
     assert job["spec"]["submitterConfig"]["backoffLimit"] > 1  # retries happen: the reason

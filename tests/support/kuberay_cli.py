@@ -90,14 +90,19 @@ def submit_command(
 def submit_options(job_spec: Mapping[str, Any]) -> dict[str, Any]:
     """What Ray's `ray job submit` parser makes of the RayJob's submission flags: the
     runtime env and the entrypoint resources as Ray's job CLI parses them."""
+    words = shell_words(submit_command(job_spec, "ray", "http://head:8265", "id", "true"))
+    return parsed_submit_options(words[3:])  # after `ray job submit`
+
+
+def parsed_submit_options(words: list[str]) -> dict[str, Any]:
+    """Ray's `ray job submit` parser on the words after `submit`, with the runtime env and
+    the entrypoint resources as Ray's job CLI parses them."""
     from ray._private.utils import parse_resources_json
     from ray.autoscaler._private.cli_logger import cf, cli_logger
     from ray.dashboard.modules.dashboard_sdk import parse_runtime_env_args
     from ray.dashboard.modules.job.cli import submit
 
-    words = shell_words(submit_command(job_spec, "ray", "http://head:8265", "id", "true"))
-    ctx = submit.make_context("submit", words[3:])  # after `ray job submit`
-    options = dict(ctx.params)
+    options = dict(submit.make_context("submit", words).params)
     if options.get("entrypoint_resources") is not None:
         options["entrypoint_resources"] = parse_resources_json(
             options["entrypoint_resources"], cli_logger, cf, command_arg="entrypoint-resources"
@@ -106,3 +111,14 @@ def submit_options(job_spec: Mapping[str, Any]) -> dict[str, Any]:
         runtime_env=None, runtime_env_json=options.get("runtime_env_json"), working_dir=None
     )
     return options
+
+
+def k8s_job_command(job_spec: Mapping[str, Any], ray_cli: str, address: str, job_id: str) -> str:
+    """KubeRay v1.6.2's whole K8sJobMode submitter command: submit unless `ray job status`
+    knows the job, then one `ray job logs --follow`
+    (https://github.com/ray-project/kuberay/blob/v1.6.2/ray-operator/controllers/ray/common/job.go,
+    `BuildJobSubmitCommand`); KubeRay runs it with `bash -ce`."""
+    status = f"{ray_cli} job status --address {address} {job_id} >/dev/null 2>&1"
+    submit = submit_command(job_spec, ray_cli, address, job_id, job_spec["entrypoint"])
+    follow = f"{ray_cli} job logs --address {address} --follow {job_id}"
+    return f"if ! {status} ; then {submit} ; fi ; {follow}"

@@ -17,6 +17,7 @@ The cluster always shuts down when the job ends: KubeRay only allows `suspend` a
 from __future__ import annotations
 
 import json
+import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -69,6 +70,14 @@ DRIVER_RAY_RESOURCE_UNITS = 1
 # exponentially (10 s doubling, capped at 6 min), so 20 retries give up after about 1.8 h
 # of a submitter that cannot reach the cluster at all.
 SUBMITTER_BACKOFF_LIMIT = 20
+# Ray's head relays a job's log tail from the driver node's dashboard agent and closes the
+# client's websocket cleanly (code 1000) whenever that relay ends, job finished or not (an
+# agent restart, a dropped head-to-worker connection); `ray job logs --follow` then exits 0.
+# KubeRay's own submitter command ends with that follow, so its Job completes, and KubeRay
+# v1.6.2 fails the RayJob 30 s after a submitter finished under a job that is not terminal
+# (JobDeploymentStatusTransitionGracePeriodExceeded), then deletes the cluster. agentrl's
+# submitter command follows the log again, after this pause, until Ray says the job ended.
+SUBMITTER_REFOLLOW_SECONDS = 10
 # Evicting any pod of the gang kills the run (slime does not survive a lost worker, the
 # head holds the gateway, the submitter's end fails the RayJob): tell the cluster
 # autoscaler and Karpenter not to move them voluntarily.
@@ -195,14 +204,65 @@ def worker_group(exp: RLExperiment, defaults: OperatorDefaults, base: pods.PodPa
     }
 
 
-def submitter_template(exp: RLExperiment, defaults: OperatorDefaults, base: pods.PodParts) -> Obj:
-    """KubeRay's submitter pod (runs `ray job submit`), labelled like every other pod.
+# Whether Ray holds the job as ended: "terminal <STATUS>" or "running <STATUS>" on stdout, a
+# non-zero exit when the dashboard cannot be asked. Ray's own JobStatus.is_terminal decides.
+_JOB_STATE_PY = (
+    "import sys; from ray.job_submission import JobSubmissionClient; "
+    "s = JobSubmissionClient(sys.argv[1]).get_job_status(sys.argv[2]); "
+    'print(("terminal " if s.is_terminal() else "running ") + s.value)'
+)
 
-    Its container has no `command`: KubeRay then puts in its own, which asks `ray job status`
-    first and submits with the RayJob's `--submission-id`, so a retry of the submitter (20
-    of them) never starts a second slime driver on the gang
-    (https://github.com/ray-project/kuberay/blob/v1.6.2/ray-operator/controllers/ray/common/job.go).
+
+def submitter_script() -> str:
+    """The submitter container's bash script: KubeRay's K8sJobMode command, made to outlive a
+    log stream that ends before the job.
+
+    Like KubeRay's own (BuildJobSubmitCommand,
+    https://github.com/ray-project/kuberay/blob/v1.6.2/ray-operator/controllers/ray/common/job.go)
+    it asks `ray job status` first and submits only a job Ray does not know, with the
+    RayJob's submission id, so a retry of the submitter never starts a second slime driver;
+    the flags are KubeRay's, from the same values as the RayJob's own fields. KubeRay gives a
+    container with a command of its own the dashboard address and the submission id as
+    `RAY_DASHBOARD_ADDRESS` and `RAY_JOB_SUBMISSION_ID` (rayjob_controller.go,
+    configureSubmitterContainer). Where KubeRay's ends with one `ray job logs --follow`, this
+    one follows until Ray reports the job terminal, then exits 0 (KubeRay reads the job's
+    outcome from Ray). When the dashboard cannot be asked it exits 1: the Job retries the pod,
+    as it did when KubeRay's follow failed.
     """
+    submit = (
+        'ray job submit --address "$addr" --no-wait'
+        f" --runtime-env-json {shlex.quote(driver_runtime_env())}"
+        ' --submission-id "$id"'
+        " --entrypoint-resources "
+        + shlex.quote(resources_json({DRIVER_RAY_RESOURCE: DRIVER_RAY_RESOURCE_UNITS}))
+    )
+    return "\n".join(
+        [
+            'addr="$RAY_DASHBOARD_ADDRESS"',
+            'case "$addr" in http://*|https://*) ;; *) addr="http://$addr" ;; esac',
+            'id="$RAY_JOB_SUBMISSION_ID"',
+            'if ! ray job status --address "$addr" "$id" >/dev/null 2>&1; then',
+            f"  {submit} -- {ENTRYPOINT} || exit 1",
+            "fi",
+            "while true; do",
+            '  ray job logs --address "$addr" --follow "$id"',
+            "  rc=$?",
+            f'  state=$(python3 -c {shlex.quote(_JOB_STATE_PY)} "$addr" "$id") || exit 1',
+            '  case "$state" in',
+            "    terminal*) exit 0 ;;",
+            "    running*) ;;",
+            "    *) exit 1 ;;",
+            "  esac",
+            '  echo "agentrl: the log stream of Ray job $id ended (exit $rc) while it is'
+            f' ${{state#running }}; following it again in {SUBMITTER_REFOLLOW_SECONDS}s" >&2',
+            f"  sleep {SUBMITTER_REFOLLOW_SECONDS}",
+            "done",
+        ]
+    )
+
+
+def submitter_template(exp: RLExperiment, defaults: OperatorDefaults, base: pods.PodParts) -> Obj:
+    """KubeRay's submitter pod, labelled like every other pod, running `submitter_script`."""
     spec: Obj = {
         **base.pod,
         "restartPolicy": "Never",
@@ -211,6 +271,8 @@ def submitter_template(exp: RLExperiment, defaults: OperatorDefaults, base: pods
                 "name": SUBMITTER_CONTAINER,
                 "image": pods.image(exp, defaults),
                 "imagePullPolicy": exp.spec.runtime.image_pull_policy,
+                "command": ["/bin/bash", "-c"],
+                "args": [submitter_script()],
                 "resources": {
                     "requests": {"cpu": "500m", "memory": "512Mi"},
                     "limits": {"cpu": "1", "memory": "1Gi"},
