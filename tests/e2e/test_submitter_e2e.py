@@ -38,6 +38,11 @@ def test_a_submitter_pod_a_quota_refuses_stalls_the_experiment(
             kube.apply({"apiVersion": "v1", "kind": "ResourceQuota",
                         "metadata": {"name": "no-pods", "namespace": ns},
                         "spec": {"hard": {"pods": "0"}}})  # fmt: skip
+            # As on a cluster where the quota was there first: once its controller has
+            # counted it, the API server's quota admission (which reads quotas through a
+            # cache) enforces it; a pod created before that slips through.
+            wait(lambda: kube.kubectl_json("get", "resourcequota", "no-pods", "-n", ns)
+                 .get("status", {}).get("used"), what="the quota counted")  # fmt: skip
             body = minimal_body()
             body["metadata"] = {"name": name, "namespace": ns}
             kube.apply(body)
