@@ -34,12 +34,7 @@ JOB_ID = "exp-abcde"
 def rayjob(body: dict[str, Any]) -> dict[str, Any]:
     exp, problems = parse_experiment(body)
     assert exp is not None, problems
-    (job,) = [
-        o
-        for o in render_all(exp, OperatorDefaults(image=TEST_IMAGE), collect_bundle_files())
-        if o["kind"] == "RayJob"
-    ]
-    return job
+    return render_all(exp, OperatorDefaults(image=TEST_IMAGE), collect_bundle_files()).rayjob
 
 
 def script() -> str:

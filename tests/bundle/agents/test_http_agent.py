@@ -385,14 +385,25 @@ async def test_callback_needs_the_episode_token(rig: Rig) -> None:
     rig.listener.forget("abc")
 
 
-@pytest.mark.parametrize("body", [b'{"rewards": 1.0', b"\xff\xfe not utf-8 at all"])
-async def test_a_callback_whose_body_is_not_json_is_a_bad_result_at_once(
-    rig: Rig, body: bytes
+OVER_BOUND = b'{"x": "' + b"x" * CALLBACK_MAX_BYTES + b'"}'
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "said"),
+    [
+        (b'{"rewards": 1.0', 400, "(15 bytes) is not JSON"),
+        (b"\xff\xfe not utf-8 at all", 400, "(19 bytes) is not JSON"),
+        (OVER_BOUND, 413, f"over {CALLBACK_MAX_BYTES} bytes, its bound: post a smaller"),
+    ],
+    ids=["not-json", "not-utf8", "over-bound"],
+)
+async def test_a_callback_that_cannot_be_taken_is_a_bad_result_at_once(
+    rig: Rig, body: bytes, status: int, said: str
 ) -> None:
     """docs/agents.md: a result that is not JSON is `bad_result`. A callback bearing the
-    episode's token is its result, as a status GET's 200 is; one that was not JSON got 400
-    and the episode waited for another until timeoutSeconds (900 s by default), holding its
-    slot, then failed as `timeout`."""
+    episode's token is its result, as a status GET's 200 is; one that was not JSON got 400,
+    and one past CALLBACK_MAX_BYTES aiohttp's 413, and the episode waited for another until
+    timeoutSeconds (900 s by default), holding its slot, then failed as `timeout`."""
     token, fut = rig.listener.expect("abc")
     url = callback_url(rig.listener.url, "abc")
     auth = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
@@ -400,31 +411,11 @@ async def test_a_callback_whose_body_is_not_json_is_a_bad_result_at_once(
         aiohttp.ClientSession() as http,
         http.post(url, data=body, headers=auth) as resp,
     ):
-        assert resp.status == 400
+        assert resp.status == status
     assert fut.done()
     err = fut.exception()
     assert isinstance(err, AgentError) and err.reason == "bad_result" and err.via == "callback"
-    assert f"({len(body)} bytes)" in str(err) and "not JSON" in str(err)
-    rig.listener.forget("abc")
-
-
-async def test_a_callback_over_its_bound_is_a_bad_result_at_once(rig: Rig) -> None:
-    """A result posted straight to the listener past CALLBACK_MAX_BYTES got aiohttp's 413
-    and the episode waited until timeoutSeconds, holding its slot, then failed as
-    `timeout`."""
-    token, fut = rig.listener.expect("abc")
-    url = callback_url(rig.listener.url, "abc")
-    auth = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
-    body = b'{"x": "' + b"x" * CALLBACK_MAX_BYTES + b'"}'
-    async with (
-        aiohttp.ClientSession() as http,
-        http.post(url, data=body, headers=auth) as resp,
-    ):
-        assert resp.status == 413
-    assert fut.done()
-    err = fut.exception()
-    assert isinstance(err, AgentError) and err.reason == "bad_result" and err.via == "callback"
-    assert f"over {CALLBACK_MAX_BYTES} bytes" in str(err) and "smaller" in str(err)
+    assert said in str(err), str(err)
     rig.listener.forget("abc")
 
 
