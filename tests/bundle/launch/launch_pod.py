@@ -172,6 +172,13 @@ class Pod:
             timeout=300,
         )
 
+    def launched(self) -> tuple[list[str], dict[str, str]]:
+        """Launch with the spec as it is, which must succeed: slime's argv and the driver's
+        env (`slime_args`, `driver_env`)."""
+        done = self.launch()
+        assert done.returncode == 0, done.stderr
+        return self.slime_args(), self.driver_env()
+
     def recorded(self) -> dict[str, Any]:
         result: dict[str, Any] = json.loads(self.record.read_text())
         return result

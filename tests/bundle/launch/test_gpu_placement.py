@@ -50,9 +50,7 @@ def _spec(resources: dict[str, Any]) -> Any:
 @pytest.mark.parametrize("row", ROWS)
 def test_the_split_is_slime_s(row: str, tmp_path: Path) -> None:
     pod = Pod(tmp_path, row=row)
-    done = pod.launch()
-    assert done.returncode == 0, done.stderr
-    argv, env = pod.slime_args(), pod.driver_env()
+    argv, env = pod.launched()
     first, last = argv.index(CLUSTER[0]), argv.index(CLUSTER[1])
     specs = [_spec(layout) for layout in LAYOUTS]
     cases = [

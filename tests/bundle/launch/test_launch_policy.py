@@ -124,9 +124,7 @@ def test_unhonoured_flags_are_read_only_by_slimes_own_rollout(row: str) -> None:
 @pytest.mark.parametrize("row", ROWS)
 def test_slime_fails_on_agentrls_samples_with_each_refused_flag(row: str, tmp_path: Path) -> None:
     pod = Pod(tmp_path, row=row)
-    done = pod.launch()
-    assert done.returncode == 0, done.stderr
-    argv, env = pod.slime_args(), pod.driver_env()
+    argv, env = pod.launched()
     extras = [[], *(flags for flags, _, _ in FAILS_AT.values())]
     extras.append(["--rollout-top-p", "0.9", "--rollout-top-p=1.0"])  # argparse keeps 1.0
     cases = [{"argv": [*argv, *extra], "env": env, "samples": True} for extra in extras]
@@ -259,8 +257,7 @@ def test_slime_ignores_num_epoch_and_stops_on_num_steps_per_rollout(
     silently), and --num-steps-per-rollout that does not match the rendered global batch
     stops slime at start; both are refused, naming the spec field."""
     pod = Pod(tmp_path, row=row)
-    assert pod.launch().returncode == 0
-    argv, env = pod.slime_args(), pod.driver_env()
+    argv, env = pod.launched()
     extras = [[], ["--num-epoch", "3"], ["--num-steps-per-rollout", "3"]]
     base, epochs, steps = slime_upstream.run_slime(
         row, [{"argv": [*argv, *extra], "env": env} for extra in extras]

@@ -46,9 +46,7 @@ CASES: list[tuple[list[str], str | None]] = [
 @pytest.mark.parametrize("row", ROWS)
 def test_the_rule_refuses_what_megatron_stops_on(row: str, tmp_path: Path) -> None:
     pod = Pod(tmp_path, row=row)
-    done = pod.launch()
-    assert done.returncode == 0, done.stderr
-    argv, env = pod.slime_args(), pod.driver_env()
+    argv, env = pod.launched()
     results = slime_upstream.run_slime(row, [{"argv": [*argv, *x], "env": env} for x, _ in CASES])
 
     spec = pod.exp.spec
@@ -83,9 +81,7 @@ def test_the_rule_refuses_what_transformer_config_raises(row: str, tmp_path: Pat
     """slime's parse_args, then Megatron's own core_transformer_config_from_args on its args
     (what slime's model provider runs on every Megatron actor once the gang is up)."""
     pod = Pod(tmp_path, row=row)
-    done = pod.launch()
-    assert done.returncode == 0, done.stderr
-    argv, env = pod.slime_args(), pod.driver_env()
+    argv, env = pod.launched()
     cases = [{"argv": [*argv, *x], "env": env, "config": True} for x, _ in CONFIG_CASES]
     results = slime_upstream.run_slime(row, cases)
 
@@ -124,9 +120,7 @@ def test_the_engine_rule_judges_the_tensor_size_slime_gives_sglang(
     refuses when the engine loads the model (that model code needs the GPU stack, so here it
     is its assertion, cited above). The rule judges the same tensor size."""
     pod = Pod(tmp_path, row=row)
-    done = pod.launch()
-    assert done.returncode == 0, done.stderr
-    argv, env = pod.slime_args(), pod.driver_env()
+    argv, env = pod.launched()
     cases = [{"argv": [*argv, *x], "env": env, "engine": True} for x, _, _ in ENGINE_CASES]
     results = slime_upstream.run_slime(row, cases)
 
@@ -170,9 +164,7 @@ def test_the_rule_refuses_experts_with_biases_as_transformer_config_does(tmp_pat
     slime's parse_args and Megatron's core_transformer_config_from_args."""
     row = "fa3c990"
     pod = Pod(tmp_path, row=row)
-    done = pod.launch()
-    assert done.returncode == 0, done.stderr
-    argv, env = pod.slime_args(), pod.driver_env()
+    argv, env = pod.launched()
     hf = tmp_path / "gpt-oss"
     hf.mkdir()
     (hf / "config.json").write_text(json.dumps(GPT_OSS_CONFIG))
