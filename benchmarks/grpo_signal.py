@@ -160,12 +160,17 @@ def judge(run: Run, groups: list[list[Any]], advantages: list[float], agent: Fai
 def run(grpo: dict[str, Any], rate: float, steps: int, seed: int) -> Run:
     from tests.bundle.rollout.doubles import runtime_config
 
-    from agentrl.bundle.rewards import post_process_rewards
-
     # The reward post-process reads the spec from the file slime's args name.
     config = runtime_config(rolloutBatchSize=GROUPS, samplesPerPrompt=SAMPLES, **grpo)
-    config_file = Path(tempfile.mkdtemp(prefix="agentrl-signal-")) / "config.json"
-    config_file.write_text(config.to_json())
+    with tempfile.TemporaryDirectory(prefix="agentrl-signal-") as tmp:
+        config_file = Path(tmp) / "config.json"
+        config_file.write_text(config.to_json())
+        return _replay(grpo, rate, steps, seed, str(config_file))
+
+
+def _replay(grpo: dict[str, Any], rate: float, steps: int, seed: int, config: str) -> Run:
+    from agentrl.bundle.rewards import post_process_rewards
+
     result = Run()
     with replay(
         grpo,
@@ -173,7 +178,7 @@ def run(grpo: dict[str, Any], rate: float, steps: int, seed: int) -> Run:
         steps,
         seed,
         wrap=lambda agent: FailingAgent(agent, rate, seed),
-        agentrl_config_path=str(config_file),
+        agentrl_config_path=config,
     ) as replayed:
         for step in range(steps):
             out = replayed.step(step)

@@ -204,7 +204,12 @@ def _trainer(args: Any, rollout_data: dict[str, Any]) -> tuple[list[Any], list[A
 
 
 def run(case: dict[str, Any]) -> dict[str, Any]:
-    work = Path(tempfile.mkdtemp(prefix="agentrl-train-data-"))
+    # One directory per case, removed with it: a suite run makes hundreds.
+    with tempfile.TemporaryDirectory(prefix="agentrl-train-data-") as tmp:
+        return _run(case, Path(tmp))
+
+
+def _run(case: dict[str, Any], work: Path) -> dict[str, Any]:
     rows = work / "rows.jsonl"
     rows.write_text(
         "".join(
