@@ -44,9 +44,9 @@ def script() -> str:
     assert container["command"] == ["/bin/bash", "-c"]
     (text,) = container["args"]
     assert text == submitter_script()
-    pause = f"sleep {SUBMITTER_REFOLLOW_SECONDS}"
-    assert pause in text
-    return text.replace(pause, "sleep 0")
+    pause = f'"$addr" "$id" {SUBMITTER_REFOLLOW_SECONDS}'
+    assert text.endswith(pause)
+    return text.removesuffix(pause) + '"$addr" "$id" 0'
 
 
 def run_in_pod(command: str, address: str) -> subprocess.CompletedProcess[str]:
@@ -88,11 +88,15 @@ def test_the_submitter_follows_again_until_the_job_ends(final: str) -> None:
     # Two tails closed under the running job, the third one saw it end.
     assert (state.status, state.tails) == (final, 3)
     assert state.submissions == []  # a known job is never submitted again
-    assert done.stderr.count(f"the log stream of Ray job {JOB_ID} ended (exit 0)") == 2
-    assert "while it is RUNNING" in done.stderr
-    assert [f"training step {i}" for i in (1, 2, 3)] == [
-        line for line in done.stdout.splitlines() if line.startswith("training step")
+    # Each tail starts over from the first line; the pod's log holds each line once.
+    assert [line for line in done.stdout.splitlines() if line.startswith("training step")] == [
+        "training step 1",
+        "training step 2",
+        "training step 3",
     ]
+    assert done.stdout.splitlines()[-1] == f"agentrl: Ray job {JOB_ID} ended: {final}"
+    ended = f"the log stream of Ray job {JOB_ID} ended cleanly while it is RUNNING"
+    assert done.stderr.count(ended) == 2
 
 
 def test_the_submitter_submits_once_with_kuberays_flags() -> None:

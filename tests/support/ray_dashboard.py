@@ -5,7 +5,8 @@ that inner stream ends for any reason (the agent restarted, the head-to-worker c
 dropped), returns the client's websocket, which aiohttp closes with code 1000
 (https://github.com/ray-project/ray/blob/b7f4259e944bf6959f721b106adc366ddfa0c356/python/ray/dashboard/modules/job/job_head.py,
 `tail_job_logs`). This stand-in does just that while the job is still RUNNING, so the real
-`ray job ...` command line (run as a subprocess) meets what it meets on a real cluster.
+`ray job ...` command line and Ray's job SDK (run as subprocesses) meet what they meet on a
+real cluster, including a new tail that starts over from the log's first line.
 """
 
 from __future__ import annotations
@@ -67,7 +68,10 @@ def _app(state: DashboardState) -> web.Application:
         ws = web.WebSocketResponse()
         await ws.prepare(req)
         state.tails += 1
-        await ws.send_str(f"training step {state.tails}\n")
+        # Every tail starts at the log's first line, as the agent reads the driver's log file
+        # from its start (file_tail_iterator in dashboard/modules/job/utils.py), here sent
+        # as one message: the earlier tails' lines, then a new one.
+        await ws.send_str("".join(f"training step {i}\n" for i in range(1, state.tails + 1)))
         if state.tails > state.closes_before_end:
             state.status = state.final
         return ws  # closed with code 1000, as the head does once the agent's stream ends

@@ -4,9 +4,10 @@ Where KubeRay (v1.6, v1.7, K8sJobMode) leaves the output of slime's driver:
 
 - the head pod, while the Ray cluster lives: Ray's job log, complete, read with
   `ray job logs` inside the head container;
-- the submitter pod: KubeRay's submitter Job runs `ray job submit --no-wait` then
-  `ray job logs --follow`, which prints the driver's output from its first line (again
-  each time the stream ends before the job: agentrl.render.rayjob.submitter_script). KubeRay
+- the submitter pod: KubeRay's submitter Job runs `ray job submit --no-wait`, then
+  agentrl's follower prints the driver's output from its first line, once, following the
+  log again from where it stopped whenever the stream ends before the job
+  (agentrl.render.rayjob.submitter_script). KubeRay
   keeps that Job after the run (with `shutdownAfterJobFinishes` it deletes only the Ray
   cluster, `ttlSecondsAfterFinished` seconds after the end) until the RayJob is deleted,
   and deletes it before each retry. kubelet rotates container logs (10 MiB by default),

@@ -204,13 +204,49 @@ def worker_group(exp: RLExperiment, defaults: OperatorDefaults, base: pods.PodPa
     }
 
 
-# Whether Ray holds the job as ended: "terminal <STATUS>" or "running <STATUS>" on stdout, a
-# non-zero exit when the dashboard cannot be asked. Ray's own JobStatus.is_terminal decides.
-_JOB_STATE_PY = (
-    "import sys; from ray.job_submission import JobSubmissionClient; "
-    "s = JobSubmissionClient(sys.argv[1]).get_job_status(sys.argv[2]); "
-    'print(("terminal " if s.is_terminal() else "running ") + s.value)'
-)
+# The submitter's follower: prints the driver's output until Ray holds the job as ended
+# (Ray's own JobStatus.is_terminal), then exits 0; exits 1 when the dashboard cannot be
+# asked. Ray's head sends a job's log from its first line on every tail (the agent reads the
+# file from the start), so a follow after an early end prints only what the earlier ones
+# have not: the submitter pod's log holds the driver's output once.
+_FOLLOW_PY = """\
+import asyncio, sys, time
+from ray.job_submission import JobSubmissionClient
+
+addr, job, pause = sys.argv[1], sys.argv[2], float(sys.argv[3])
+seen = 0  # characters of the log printed so far
+
+async def follow(client):
+    global seen
+    at = 0
+    async for text in client.tail_job_logs(job):
+        if at + len(text) > seen:
+            sys.stdout.write(text[max(0, seen - at):])
+            sys.stdout.flush()
+            seen = at + len(text)
+        at += len(text)
+
+try:
+    client = JobSubmissionClient(addr)
+except Exception as exc:
+    sys.exit(f"agentrl: cannot reach the Ray dashboard at {addr}: {exc}")
+while True:
+    why = "cleanly"
+    try:
+        asyncio.run(follow(client))
+    except Exception as exc:
+        why = f"with {type(exc).__name__}: {exc}"
+    try:
+        status = client.get_job_status(job)
+    except Exception as exc:
+        sys.exit(f"agentrl: cannot ask Ray for the status of job {job}: {exc}")
+    if status.is_terminal():
+        print(f"agentrl: Ray job {job} ended: {status.value}", flush=True)
+        sys.exit(0)
+    print(f"agentrl: the log stream of Ray job {job} ended {why} while it is {status.value}; "
+          f"following it again in {pause:g}s, from where it stopped", file=sys.stderr, flush=True)
+    time.sleep(pause)
+"""
 
 
 def submitter_script() -> str:
@@ -244,19 +280,7 @@ def submitter_script() -> str:
             'if ! ray job status --address "$addr" "$id" >/dev/null 2>&1; then',
             f"  {submit} -- {ENTRYPOINT} || exit 1",
             "fi",
-            "while true; do",
-            '  ray job logs --address "$addr" --follow "$id"',
-            "  rc=$?",
-            f'  state=$(python3 -c {shlex.quote(_JOB_STATE_PY)} "$addr" "$id") || exit 1',
-            '  case "$state" in',
-            "    terminal*) exit 0 ;;",
-            "    running*) ;;",
-            "    *) exit 1 ;;",
-            "  esac",
-            '  echo "agentrl: the log stream of Ray job $id ended (exit $rc) while it is'
-            f' ${{state#running }}; following it again in {SUBMITTER_REFOLLOW_SECONDS}s" >&2',
-            f"  sleep {SUBMITTER_REFOLLOW_SECONDS}",
-            "done",
+            f'exec python3 -c {shlex.quote(_FOLLOW_PY)} "$addr" "$id" {SUBMITTER_REFOLLOW_SECONDS}',
         ]
     )
 
