@@ -55,6 +55,10 @@ def test_where_a_path_lies() -> None:
     assert checkpoints.location(body("a", "/checkpoints/x", volume=nfs, sub="s")["spec"]) == (
         Location(("nfs", "fs.local"), "/export/s/x", "NFS server fs.local")
     )
+    node = {"name": "ckpt", "hostPath": {"path": "/data", "type": "Directory"}}
+    assert checkpoints.location(body("a", volume=node, sub="x")["spec"]) == (
+        Location(("hostPath", ""), "/data/x/run", "a node's hostPath")
+    )
     assert checkpoints.location(body("a", None)["spec"]) is None
     assert checkpoints.location(body("a", "/elsewhere/run")["spec"]) is None  # on no volume
     scratch = {"name": "ckpt", "emptyDir": {}}

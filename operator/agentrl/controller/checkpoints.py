@@ -95,7 +95,7 @@ def location(spec: Mapping[str, Any]) -> Location | None:
         root = str(source.get("path") or "/")
         server = str(source.get("server") or "")
         storage = (kind, server)
-        where = f"NFS server {server}" if kind == "nfs" else "hostPath (on a shared node)"
+        where = f"NFS server {server}" if kind == "nfs" else "a node's hostPath"
     directory = clean(posixpath.join("/", root, sub, below))
     return Location(storage, directory, where)
 
