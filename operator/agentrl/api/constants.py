@@ -167,6 +167,7 @@ class ConditionType(StrEnum):
     FAILED = "Failed"
     STALLED = "Stalled"
     NAME_CONFLICT = "NameConflict"
+    CHECKPOINT_CONFLICT = "CheckpointConflict"
     IMMUTABLE_FIELD_CHANGED = "ImmutableFieldChanged"
     CONFIG_WARNING = "ConfigWarning"
     CHILD_REJECTED = "ChildRejected"

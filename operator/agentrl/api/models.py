@@ -635,7 +635,9 @@ class RuntimeSpec(Model):
 
 class CheckpointSpec(Model):
     path: AbsolutePath | None = None
-    """Checkpoint directory inside the pods (absolute, on a shared volume)."""
+    """Checkpoint directory inside the pods (absolute, on a shared volume), this run's own: the
+    operator does not start an experiment whose directory (or one inside or above it, on the
+    same volume) another unfinished experiment of the namespace keeps (CheckpointConflict)."""
     save_interval: PositiveInt | None = None
     """Rollouts between checkpoints (needs `path`)."""
     resume: bool = True

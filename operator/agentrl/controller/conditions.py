@@ -33,6 +33,7 @@ WARNING_CONDITIONS: dict[str, tuple[str, str | None]] = {
     ConditionType.PREFLIGHT: ("False", "PreflightFailed"),
     ConditionType.STALLED: ("True", "Stalled"),
     ConditionType.NAME_CONFLICT: ("True", "NameConflict"),
+    ConditionType.CHECKPOINT_CONFLICT: ("True", "CheckpointConflict"),
     ConditionType.IMMUTABLE_FIELD_CHANGED: ("True", "ImmutableFieldChanged"),
     ConditionType.CHILD_REJECTED: ("True", None),
     ConditionType.KUBERAY_INCOMPATIBLE: ("True", "KubeRayIncompatible"),

@@ -216,6 +216,12 @@ class Kube:
         )
         return obj
 
+    async def list_of(self, api_version: str, kind: str, namespace: str) -> list[Obj]:
+        """Every object of `kind` in `namespace` (one LIST; the API server pages nothing
+        unless asked to)."""
+        _, body = await self._call("GET", object_path(api_version, kind, namespace))
+        return [o for o in (body or {}).get("items") or () if isinstance(o, dict)]
+
     async def replace(self, obj: Mapping[str, Any]) -> Obj:
         """PUT the whole object. Its `metadata.resourceVersion` makes the write conditional:
         if the object changed since it was read, the API server answers 409 (a KubeError)."""

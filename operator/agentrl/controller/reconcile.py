@@ -23,6 +23,7 @@ behaviour the tests drive.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import os
@@ -36,7 +37,7 @@ from typing import Any
 from agentrl.api import validation
 from agentrl.api.constants import API_VERSION, KIND, LABEL_COMPONENT, LABEL_EXPERIMENT
 from agentrl.api.images import DefaultImage
-from agentrl.controller import children, conditions, observe, status
+from agentrl.controller import checkpoints, children, conditions, observe, status
 from agentrl.controller.apply import Retry, apply_children
 from agentrl.controller.compat import InstalledKubeRay
 from agentrl.controller.config import OperatorConfig, ray_dashboard_link
@@ -337,6 +338,12 @@ class Controller:
         if parsed is None or exp.deleting or (exp.finished and not edited_after_end):
             await self.sync(exp, outcome)
             return "invalid" if parsed is None else "ok"
+        if not known and (clash := await self._checkpoint_clash(exp)) is not None:
+            # Before any child: no RayJob, so no GPU, for a run that would save into
+            # another's checkpoint directory.
+            await self.sync(exp, dataclasses.replace(outcome, checkpoint_conflict=clash))
+            logger.warning("%s/%s: %s", *exp.key, clash)
+            return "conflict"
         kids = render_all(parsed, self.defaults, self.bundle)
         check = functools.partial(self.kuberay.losses, defaulted=kuberay.defaulted(parsed.spec))
         applied = await apply_children(self.kube, exp.uid, kids, parsed.spec, known=known,
@@ -354,6 +361,18 @@ class Controller:
         if applied.rejection is not None:
             logger.warning("%s/%s: %s", *exp.key, applied.rejection.message)
         return applied.result
+
+    async def _checkpoint_clash(self, exp: Experiment) -> str | None:
+        """Why this experiment may not have the checkpoint directory it names (another
+        experiment of its namespace keeps it: `checkpoints`), or None. A refusal already
+        recorded for this generation stands without a look."""
+        if checkpoints.location(exp.spec) is None:
+            return None  # nothing another experiment could share: no read
+        if (refused := checkpoints.held(exp.status, exp.generation)) is not None:
+            return refused
+        others = await self.kube.list_of(API_VERSION, KIND, exp.key[0])
+        found = checkpoints.collision(exp.body, others)
+        return found.message if found is not None else None
 
     # ---- 3. report: the one place status is written ----------------------------------
 

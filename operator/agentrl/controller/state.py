@@ -17,7 +17,7 @@ from typing import Any
 
 from agentrl.api.constants import Phase
 from agentrl.api.models import startup_deadline
-from agentrl.controller import conditions, status
+from agentrl.controller import status
 from agentrl.controller.preflight import Reading
 from agentrl.controller.progress import Pace
 from agentrl.render.rayjob import COMPONENT_SUBMITTER
@@ -103,10 +103,7 @@ class Experiment:
     @property
     def finished(self) -> bool:
         """Succeeded, or Failed in a way a new spec cannot clear (the run itself ended)."""
-        st = self.status
-        failed = conditions.get(st, "Failed") or {}
-        spec_failure = failed.get("reason") in status.SPEC_FAILURE_REASONS
-        return bool(st.get("phase") in (Phase.SUCCEEDED, Phase.FAILED) and not spec_failure)
+        return status.finished(self.status)
 
     @property
     def deleting(self) -> bool:

@@ -47,6 +47,7 @@ FAILED_CREATE, FAILED_UPDATE = "FailedCreate", "FailedUpdate"
 SPEC_FAILURES: Mapping[str, str] = {
     "InvalidSpec": C.VALID,
     "NameConflict": C.NAME_CONFLICT,
+    C.CHECKPOINT_CONFLICT: C.CHECKPOINT_CONFLICT,
     FAILED_CREATE: C.CHILD_REJECTED,
     C.KUBERAY_INCOMPATIBLE: C.KUBERAY_INCOMPATIBLE,
 }
@@ -75,6 +76,9 @@ class SpecOutcome:
     rejection: Rejection | None = None
     # Fields the installed KubeRay would drop (nothing was created or patched for them).
     incompatible: Sequence[str] = ()
+    # Another experiment writes the checkpoint directory this one would (`checkpoints`):
+    # nothing was created.
+    checkpoint_conflict: str | None = None
 
 
 @dataclass(frozen=True)
@@ -122,6 +126,10 @@ def apply_spec(old: Mapping[str, Any], out: SpecOutcome, now: str) -> Status:
     conditions.put_if_relevant(st, C.NAME_CONFLICT, out.conflict is not None,
                                reason="NameConflict" if out.conflict else "Resolved",
                                message=out.conflict or "", now=now)  # fmt: skip
+    clash = out.checkpoint_conflict
+    conditions.put_if_relevant(st, C.CHECKPOINT_CONFLICT, clash is not None,
+                               reason=C.CHECKPOINT_CONFLICT if clash else "Resolved",
+                               message=clash or "", now=now)  # fmt: skip
     conditions.put_if_relevant(st, C.IMMUTABLE_FIELD_CHANGED, bool(out.immutable),
                                reason="Refused" if out.immutable else "Reverted",
                                message=_immutable_message(out.immutable), now=now)  # fmt: skip
@@ -202,6 +210,13 @@ def apply_observed(old: Mapping[str, Any], seen: Observed, now: str) -> Status:
     return st
 
 
+def finished(st: Mapping[str, Any]) -> bool:
+    """Succeeded, or Failed in a way a new spec cannot clear (the run itself ended)."""
+    failed = conditions.get(st, C.FAILED) or {}
+    spec_failure = failed.get("reason") in SPEC_FAILURE_REASONS
+    return bool(st.get("phase") in (Phase.SUCCEEDED, Phase.FAILED) and not spec_failure)
+
+
 def phase_of(st: Mapping[str, Any], rj: Mapping[str, Any] | None) -> tuple[Phase, str]:
     """The phase and its reason; sticky for terminal phases the RayJob reached."""
     prev = st.get("phase")
@@ -214,6 +229,8 @@ def phase_of(st: Mapping[str, Any], rj: Mapping[str, Any] | None) -> tuple[Phase
         return Phase.FAILED, "InvalidSpec"
     if conditions.is_true(st, C.NAME_CONFLICT) and rj is None:
         return Phase.FAILED, "NameConflict"
+    if conditions.is_true(st, C.CHECKPOINT_CONFLICT) and rj is None:
+        return Phase.FAILED, C.CHECKPOINT_CONFLICT
     if conditions.is_true(st, C.CHILD_REJECTED) and rj is None:
         return Phase.FAILED, FAILED_CREATE
     if conditions.is_true(st, C.KUBERAY_INCOMPATIBLE) and rj is None:
