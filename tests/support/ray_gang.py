@@ -289,6 +289,10 @@ class Gang:
         (self.rayjob,) = [o for o in objs if o["kind"] == "RayJob"]
         self.metrics_port = free_port()
         self.config_path = root / "config.json"
+        self._write_config()
+        self.cluster = GangCluster(self.rayjob, root / "pods", workers)
+
+    def _write_config(self) -> None:
         self.config_path.write_text(
             RuntimeConfig(
                 experiment="gang",
@@ -299,10 +303,13 @@ class Gang:
                 metrics_port=self.metrics_port,
             ).to_json()
         )
-        self.cluster = GangCluster(self.rayjob, root / "pods", workers)
 
-    def launch(self, mib: int = 1) -> subprocess.Popen[str]:
-        """The launcher as the RayJob's driver runs it, gang preflight only, on gloo."""
+    def launch(self, mib: int = 1, timeout: int | None = None) -> subprocess.Popen[str]:
+        """The launcher as the RayJob's driver runs it, gang preflight only, on gloo;
+        `timeout` sets this launch's spec.runtime.preflight.timeoutSeconds."""
+        if timeout is not None:
+            self.exp.spec.runtime.preflight.timeout_seconds = timeout
+            self._write_config()
         cmd = [sys.executable, "-m", "agentrl.bundle.launch", "--config", str(self.config_path)]
         cmd += ["--gang-preflight", "--preflight-backend", "gloo", "--preflight-mib", str(mib)]
         env = {

@@ -14,6 +14,7 @@ which the operator's own parser turns into the Preflight condition.
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import time
 from collections.abc import Iterator
@@ -29,7 +30,12 @@ from agentrl.controller import status
 
 pytestmark = pytest.mark.slow  # a five-node Ray cluster on this machine
 WORKERS = 4
-TIMEOUT = 30  # spec.runtime.preflight.timeoutSeconds: the frozen worker's ranks wait it out
+# spec.runtime.preflight.timeoutSeconds. With a frozen worker the launch waits it out, and
+# every healthy rank must join within it (starting a rank imports torch: tens of seconds on
+# a loaded 2-core machine). A healthy gang ends once its ranks join, so its bound costs
+# nothing and only has to outlast a busy machine.
+TIMEOUT = 60
+HEALTHY_TIMEOUT = 300
 SHM = "256Mi"  # spec.resources.shmSize: each pod's /dev/shm; the bad pod's is smaller
 
 
@@ -37,6 +43,13 @@ class Gang(ray_gang.Gang):
     def __init__(self, root: Path) -> None:
         super().__init__(root, WORKERS, SHM, TIMEOUT)
         self.last: str | None = None  # the last Preflight message read
+
+    def mark(self) -> None:
+        """Remember the reading /metrics shows now (an earlier launch's), so that `reading`
+        returns only the next launch's."""
+        with contextlib.suppress(OSError):  # no hub yet: nothing to remember
+            reading = operator_preflight.parse_preflight(self.metrics())
+            self.last = reading.message if reading is not None else None
 
     def reading(self, launcher: subprocess.Popen[str]) -> operator_preflight.Reading | None:
         """The Preflight reading /metrics shows once the launcher published it (it waits for
@@ -70,7 +83,7 @@ def errors(stderr: str) -> list[str]:
 
 def test_a_healthy_gang_passes_and_reports_bus_bandwidth_per_node_pair(gang: Gang) -> None:
     gang.cluster.healthy()
-    launcher = gang.launch()
+    launcher = gang.launch(timeout=HEALTHY_TIMEOUT)
     _, stderr = launcher.communicate(timeout=600)
     assert launcher.returncode == 0, stderr
     done = subprocess.CompletedProcess(launcher.args, 0, "", stderr)
@@ -99,7 +112,8 @@ def test_every_fault_is_named_with_its_pod_and_node_at_once(gang: Gang) -> None:
     other = gang.major + 1  # worker 3's loader cache also names another CUDA runtime
     (pods[3] / "ldconfig.txt").write_text(ldconfig(f"/usr/lib/cuda-{other}/libcudart.so.{other}"))
     gang.cluster.stop(0)  # worker 0 hangs: its ranks never join
-    launcher = gang.launch()
+    gang.mark()
+    launcher = gang.launch(timeout=TIMEOUT)
     reading = gang.reading(launcher)  # read while the launcher waits for it
     _, stderr = launcher.communicate(timeout=600)
     assert launcher.returncode == 2, stderr
