@@ -202,3 +202,29 @@ def test_a_url_option_with_a_query_or_fragment_is_refused_as_its_spec_field_is(
                          "--data", data, "--out", tmp_path / "out", flag, url)  # fmt: skip
     assert (code, out) == (2, "")
     assert err == f"error: {flag} {url}: {problem}\n"
+
+
+def test_spec_runtime_env_reaches_the_rehearsal_s_context_check(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """The runtime config leaves spec.runtime.env out (the pods get it as env), so the
+    rehearsal's copy of the launcher's context check must get it from the spec: with
+    SGLang's switch for a longer context set there, the rehearsal goes on to the engine."""
+    local = tmp_path / "qwen2.5-7b"
+    local.mkdir()
+    (local / "tokenizer.json").write_text("{}")
+    (local / "config.json").write_text('{"max_position_embeddings": 32768}')
+    body = yaml.safe_load(HTTP_EXAMPLE.read_text())
+    body["spec"]["model"].update(path=str(local), rendererFamily="default", contextLength=65536)
+    data = EXAMPLES_DIR / "data" / "web-train.jsonl"
+    argv = ["--engine", "http://127.0.0.1:1", "--data", data, "--out", tmp_path / "out"]
+    for env, says in (
+        ([], "spec.model.contextLength: 65536 is more than the 32768 tokens"),
+        ([{"name": "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN", "value": "true"}],
+         "--engine http://127.0.0.1:1: no SGLang engine answers there"),
+    ):  # fmt: skip
+        body["spec"]["runtime"] = {**body["spec"].get("runtime", {}), "env": env}
+        spec = tmp_path / "spec.yaml"
+        spec.write_text(yaml.safe_dump(body))
+        code, _, err = run(capsys, "rehearse", "-f", spec, *argv)
+        assert code == 2 and says in err, err
