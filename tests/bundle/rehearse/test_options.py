@@ -21,6 +21,7 @@ from agentrl.api.models import RLExperimentSpec
 from agentrl.bundle.launch.preflight import check_context_length, check_jsonl
 from agentrl.bundle.rehearse.options import Options, plan_inputs
 from agentrl.bundle.rehearse.report import RehearsalError
+from agentrl.bundle.rollout.inputs import load_eval_groups
 
 from .rig import http_agent, row, spec
 
@@ -150,3 +151,35 @@ def test_a_context_longer_than_the_checkpoint_s_is_refused_as_the_pods_launcher_
     allowed = {"SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN": "1"}  # spec.runtime.env, in the pods
     assert check_context_length(Path("/"), exp, allowed) == []
     assert plan_inputs(exp, Options(engine="", out=tmp_path, data=data, pod_env=allowed)).groups
+
+
+@pytest.mark.parametrize(
+    ("bad", "says"),
+    [
+        ({"prompt": "p", "metadata": "task e-25"}, "'metadata' must be an object"),
+        ({**row("e-25"), "tools": {"click": {}}}, "'tools' must be a list"),
+        ("not json", "not valid JSON"),
+    ],
+)
+def test_a_bad_eval_row_past_the_rehearsed_prompts_is_refused_too(
+    tmp_path: Path, bad: Any, says: str
+) -> None:
+    """The rollout reads every row of an eval set at the first evaluation (after
+    evalInterval train steps) and stops the job on a bad one; the launcher's preflight
+    looks at the first 20 only, and a rehearsal of the eval split read no further than
+    its prompts."""
+    lines = [json.dumps(row(f"e-{i}")) for i in range(24)] + [
+        bad if isinstance(bad, str) else json.dumps(bad)
+    ]
+    data = tmp_path / "dev.jsonl"
+    data.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    body = spec(http_agent("http://agent:8000/run"))
+    body["spec"]["data"]["eval"] = [{"name": "dev", "path": "/data/web/dev.jsonl"}]
+    exp = RLExperimentSpec.model_validate(body["spec"])
+    assert check_jsonl(Path("/"), "spec.data.eval[0].path", str(data)) == []  # the preflight
+    pods = exp.data.eval[0].model_copy(update={"path": str(data)})
+    with pytest.raises(ValueError, match=f"dev.jsonl:25: {says}"):
+        load_eval_groups(pods, "spec.data.eval[0]")  # the rollout, at the first evaluation
+    options = Options(engine="", out=tmp_path, prompts=1, split="eval:dev", data=data)
+    with pytest.raises(RehearsalError, match=f"dev.jsonl:25: {says}"):
+        plan_inputs(exp, options)
