@@ -169,3 +169,62 @@ def test_a_model_dir_without_tokenizer_files_says_what_to_copy(
     what = f"spec.model.path {empty}" if local_spec else f"--model-dir {empty}"
     assert f"error: {what} holds no tokenizer files (tokenizer.json, " in err
     assert "--include 'tokenizer*'" in err
+
+
+@pytest.mark.parametrize(
+    ("flag", "field"),
+    [("--gateway-url", ["gateway", "publicUrl"]), ("--agent-url", ["agent", "http", "url"])],
+)
+@pytest.mark.parametrize("url", ["https://tunnel.example/gw?sig=abc", "https://tunnel.example/#x"])
+def test_a_url_option_with_a_query_or_fragment_is_refused_as_its_spec_field_is(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, flag: str, field: list[str], url: str
+) -> None:
+    """--gateway-url stands in for spec.gateway.publicUrl and --agent-url for
+    agent.http.url; both are bases that paths are appended to (`<url>/sessions/<id>/v1`),
+    which a query or fragment swallows. validate refuses the fields; --gateway-url was taken
+    as it came (agents were handed `...?sig=abc/sessions/<id>/v1`), and --agent-url was
+    refused with pydantic's regular expression. Both now say what validate says, before
+    the engine is even looked for."""
+    body = yaml.safe_load(HTTP_EXAMPLE.read_text())
+    node = body["spec"]
+    for key in field[:-1]:
+        node = node.setdefault(key, {})
+    node[field[-1]] = url
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(yaml.safe_dump(body))
+    code, _, said = run(capsys, "validate", "-f", spec)
+    (line,) = [s for s in said.splitlines() if f"spec.{'.'.join(field)}:" in s]
+    problem = line.split(f"spec.{'.'.join(field)}: ", 1)[1]
+    assert code != 0 and "no query or fragment" in problem
+
+    data = EXAMPLES_DIR / "data" / "web-train.jsonl"
+    code, out, err = run(capsys, "rehearse", "-f", HTTP_EXAMPLE, "--engine", "http://127.0.0.1:1",
+                         "--data", data, "--out", tmp_path / "out", flag, url)  # fmt: skip
+    assert (code, out) == (2, "")
+    assert err == f"error: {flag} {url}: {problem}\n"
+
+
+def test_spec_runtime_env_reaches_the_rehearsal_s_context_check(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """The runtime config leaves spec.runtime.env out (the pods get it as env), so the
+    rehearsal's copy of the launcher's context check must get it from the spec: with
+    SGLang's switch for a longer context set there, the rehearsal goes on to the engine."""
+    local = tmp_path / "qwen2.5-7b"
+    local.mkdir()
+    (local / "tokenizer.json").write_text("{}")
+    (local / "config.json").write_text('{"max_position_embeddings": 32768}')
+    body = yaml.safe_load(HTTP_EXAMPLE.read_text())
+    body["spec"]["model"].update(path=str(local), rendererFamily="default", contextLength=65536)
+    data = EXAMPLES_DIR / "data" / "web-train.jsonl"
+    argv = ["--engine", "http://127.0.0.1:1", "--data", data, "--out", tmp_path / "out"]
+    for env, says in (
+        ([], "spec.model.contextLength: 65536 is more than the 32768 tokens"),
+        ([{"name": "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN", "value": "true"}],
+         "--engine http://127.0.0.1:1: no SGLang engine answers there"),
+    ):  # fmt: skip
+        body["spec"]["runtime"] = {**body["spec"].get("runtime", {}), "env": env}
+        spec = tmp_path / "spec.yaml"
+        spec.write_text(yaml.safe_dump(body))
+        code, _, err = run(capsys, "rehearse", "-f", spec, *argv)
+        assert code == 2 and says in err, err

@@ -142,6 +142,7 @@ OVERRIDES = {
     ("--rollout-max-response-len", "99"): "spec.grpo.maxResponseLength",
     ("--prompt-data", "/x.jsonl"): "spec.data.train",
     ("--save", "/ckpt/elsewhere"): "spec.checkpoint.path",
+    ("--sglang-context-length", "16384"): "spec.model.contextLength",
     ("--input-key", "question"): "`prompt`",
     ("--metadata-key", "meta"): "`metadata`",
     ("--tool-key", "fns"): "`metadata`",

@@ -15,7 +15,7 @@ import urllib.parse
 from dataclasses import dataclass
 from typing import Annotated, Final
 
-from pydantic import AfterValidator, Field
+from pydantic import AfterValidator, Field, TypeAdapter, ValidationError
 
 # ---- Kubernetes names ---------------------------------------------------------------
 
@@ -221,3 +221,19 @@ ExtendedResource = Annotated[
 ]
 Word = Annotated[str, Field(min_length=1, max_length=WORD_MAX, pattern=WORD)]
 Text = Annotated[str, Field(max_length=TEXT_MAX)]
+
+
+def base_url_problem(value: str) -> str | None:
+    """What is wrong with `value` as a base URL (`HttpBaseUrl`), in the words validation uses
+    for a spec field of that kind (`agent.http.url`, `gateway.publicUrl`); None if nothing.
+    For command-line options that stand in for such a field (`agentrl rehearse --agent-url`,
+    `--gateway-url`)."""
+    try:
+        TypeAdapter(HttpBaseUrl).validate_python(value)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        fmt = text_format(str((error.get("ctx") or {}).get("pattern")))
+        if error["type"] == "string_pattern_mismatch" and fmt is not None:
+            return f"{fmt.message} ({fmt.hint})"
+        return str(error["msg"]).removeprefix("Value error, ")
+    return None

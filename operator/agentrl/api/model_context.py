@@ -61,3 +61,30 @@ def context_length_of(config: Mapping[str, Any]) -> int | None:
         if isinstance(value, int | float) and not isinstance(value, bool):
             return int(factor * value)
     return None
+
+
+# SGLang's switch for a context above the checkpoint's (an EnvBool: true/1/yes/y).
+ALLOW_LONGER_CONTEXT_ENV: Final = "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN"
+
+
+def longer_context_problem(
+    asked: int | None, config: Any, where: str, env: Mapping[str, str]
+) -> str | None:
+    """`spec.model.contextLength` (`asked`) above the context SGLang derives from `config`
+    (the checkpoint's config.json, read from `where`): SGLang's `ModelConfig` raises when
+    the engines start (0.5.13 and 0.5.15.post1) unless `env` allows it. The launcher's
+    preflight and `agentrl rehearse` say so in the same words; None when nothing is wrong
+    or nothing can be judged."""
+    if asked is None or not isinstance(config, Mapping):
+        return None
+    if env.get(ALLOW_LONGER_CONTEXT_ENV, "").strip().lower() in ("1", "true", "yes", "y"):
+        return None
+    derived = context_length_of(config)
+    if derived is None or asked <= derived:
+        return None
+    return (
+        f"spec.model.contextLength: {asked} is more than the {derived} tokens SGLang derives "
+        f"from {where}, and SGLang refuses to start its engines with a longer context: set it "
+        f"to {derived} or less (or leave it unset), or set {ALLOW_LONGER_CONTEXT_ENV}=1 in "
+        "spec.runtime.env if the model really takes more"
+    )

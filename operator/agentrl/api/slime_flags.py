@@ -358,6 +358,7 @@ REPLACED: Final = {
     "--num-epoch": "spec.grpo.numRollouts",
     "--num-steps-per-rollout": "spec.grpo.globalBatchSize",
     "--save": "spec.checkpoint.path",
+    "--sglang-context-length": "spec.model.contextLength",
 }
 # How slime's Dataset turns a train row into the sample agentrl's rollout hands to the agent;
 # agentrl fixes it (`--input-key prompt --metadata-key metadata`, no chat template), and
@@ -467,6 +468,16 @@ _REPLACED_WHY: Final = {
         "slime would save the run there while agentrl judges spec.checkpoint.path at each "
         "pod start: a retry (backoffLimit) or a resume finds no saved run in it, starts over "
         "from the model at rollout 0, and saves over the checkpoints of the attempt before"
+    ),
+    # slime starts every SGLang engine with it (a flag built from SGLang's ServerArgs), while
+    # the gateway caps each call by the spec's context, the one the launcher's preflight and
+    # `agentrl rehearse` judge against the checkpoint.
+    "--sglang-context-length": (
+        "slime starts the SGLang engines with it, while agentrl's gateway caps every model "
+        "call at the room left in spec.model.contextLength (else the checkpoint's "
+        "config.json), the context the launcher and `agentrl rehearse` check: a shorter value "
+        "here has the engines refuse the long calls of a conversation the gateway let through "
+        "(HTTP 400 to the agent), a longer one has them refuse to start"
     ),
 }
 

@@ -157,6 +157,7 @@ def cmd_rehearse(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         listen=args.listen,
         gateway_port=args.gateway_port,
         gateway_url=args.gateway_url,
+        pod_env={e.name: e.value for e in exp.spec.runtime.env if e.value is not None},
     )
     if not args.engine:
         # After the spec: the command names its model and the SGLang flags it implies.

@@ -215,6 +215,29 @@ async def test_failures_reported_in_the_result_say_where_it_is(aws: tuple[Any, A
 
 
 @pytest.mark.looptime
+async def test_a_session_token_across_the_cut_of_a_failure_report_leaves_no_prefix(
+    aws: tuple[Any, Any],
+) -> None:
+    """The agent's report is cut to 300 characters; the episode's gateway token (its
+    `_rollout.api_key`, which a report quoting the payload carries) is taken out first, so
+    a token the cut runs through leaves none of itself, inline or from S3."""
+    agentcore, s3 = aws
+    be = backend(agentcore, s3)
+    token = "gateway-session-token-" + "k" * 24
+    request = AgentRequest(SID, {**ROW, "_rollout": {"base_url": "http://gw/v1", "api_key": token}})
+    saved = {"status_code": 500, "stop_reason": "x" * 292 + token}
+    s3.put_object(Bucket=SPEC.s3_bucket, Key=KEY, Body=json.dumps(saved).encode())
+    for reply in (saved, processing()):
+        with Stubber(agentcore) as stub:
+            expect_invoke(stub, reply)
+            expect_stop(stub)
+            with pytest.raises(AgentError) as err:
+                await be.run(request)
+        assert err.value.reason == "agent_error" and "x" * 292 in str(err.value)
+        assert token[:8] not in str(err.value)
+
+
+@pytest.mark.looptime
 async def test_an_unreadable_result_is_result_unreadable_with_a_hint(
     aws: tuple[Any, Any],
 ) -> None:

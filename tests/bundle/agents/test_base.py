@@ -12,6 +12,8 @@ import pytest
 from agentrl.bundle.agents.base import AgentError, parse_result, poll_delays
 from agentrl.bundle.agents.ratelimit import TpsLimiter
 
+TOKEN = "episode-token-" + "t" * 20
+
 
 @pytest.mark.parametrize(
     ("doc", "reward"),
@@ -114,3 +116,18 @@ async def test_limiter_paces_concurrent_callers_on_the_loop_clock() -> None:
 def test_limiter_rejects_nonsense() -> None:
     with pytest.raises(ValueError, match="tps limit"):
         TpsLimiter(0)
+
+
+@pytest.mark.parametrize(
+    "doc",
+    [
+        {"status_code": 500, "stop_reason": "y" * 295 + TOKEN},
+        {"error": "y" * 295 + TOKEN},
+        {"rewards": "y" * 74 + TOKEN},  # quoted as its repr: "'" first
+    ],
+)
+def test_the_episodes_tokens_go_before_the_agents_text_is_cut(doc: dict[str, object]) -> None:
+    """A token across the cut of the agent's text leaves none of itself (redacted first)."""
+    with pytest.raises(AgentError) as err:
+        parse_result(doc, (TOKEN,))
+    assert TOKEN[:5] not in str(err.value) and str(err.value).endswith("y<reda")

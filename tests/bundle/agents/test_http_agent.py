@@ -42,7 +42,8 @@ SECRET = "sk-live-very-secret-value"
 
 @dataclass
 class Agent:
-    mode: str = "callback"  # callback | quote-payload | poll | poll-html | refuse
+    mode: str = "callback"  # callback | quote-payload | quote-at-cut | poll | poll-html | refuse
+    quoted: str = "callback_token"  # quote-at-cut: the `_rollout` token it quotes
     submitted: list[dict[str, Any]] = field(default_factory=list)
     api_keys: list[str | None] = field(default_factory=list)
     deleted: list[str] = field(default_factory=list)
@@ -66,6 +67,14 @@ class Agent:
         if self.mode == "quote-payload":  # fails, quoting its payload (a validation error)
             doc = {"status_code": 500, "stop_reason": f"bad payload {body}"[:250]}
             task = asyncio.create_task(self.call_back(body["_rollout"], doc))
+            self.tasks.add(task)
+        if self.mode == "quote-at-cut":  # a long report with a token across the 300-char cut
+            info = body["_rollout"]
+            # "the agent reported a failure (status_code 500): " precedes the report; the
+            # cut keeps 300 characters of the report itself, so each token starts 8 short.
+            reason = "x" * (300 - 8) + info[self.quoted] + " and more"
+            doc = {"status_code": 500, "stop_reason": reason}
+            task = asyncio.create_task(self.call_back(info, doc))
             self.tasks.add(task)
         return web.json_response({"status": "accepted"}, status=202)
 
@@ -431,6 +440,26 @@ async def test_an_agent_failure_quoting_its_payload_carries_no_callback_token(ri
     assert len(token) >= 24
     assert err.value.reason == "agent_error" and "bad payload" in str(err.value)
     assert token not in str(err.value) and "'callback_token': '<redacted>'" in str(err.value)
+
+
+@pytest.mark.parametrize("quoted", ["callback_token", "api_key"])
+async def test_a_token_across_the_cut_of_a_long_failure_report_leaves_no_prefix(
+    rig: Rig, quoted: str
+) -> None:
+    """The agent's report is cut to 300 characters for the log line: redacted after the cut,
+    a token straddling it lost its tail, no longer matched, and its first characters stayed
+    in the logged failure message. Redacted first, then cut, nothing of it is left (the
+    callback token, and the gateway session's, `api_key`, which the rollout redacts)."""
+    rig.agent.mode, rig.agent.quoted = "quote-at-cut", quoted
+    session_token = "gateway-session-token-" + "s" * 24
+    request = AgentRequest(REQUEST.session_id, {"_rollout": {"api_key": session_token}})
+    with pytest.raises(AgentError) as err:
+        await rig.backend.run(request)
+    (body,) = rig.agent.submitted
+    token, message = body["_rollout"][quoted], str(err.value)
+    assert len(token) >= 24 and err.value.reason == "agent_error" and "x" * 200 in message
+    assert token[:8] not in message, message[-60:]
+    assert message.endswith("x" * 292 + "<redacte")  # the cut now runs through the marker
 
 
 def test_header_values_come_from_env_and_missing_ones_are_named() -> None:

@@ -295,14 +295,61 @@ def test_the_context_is_what_sglang_derives_from_the_config_transformers_loads(
     assert context_length_of(config) == get_context_length(loaded)
 
 
+def hub_cache(monkeypatch: pytest.MonkeyPatch, root: Path, repo: str, files: Path) -> None:
+    """A Hugging Face cache under `root` holding `files` as the snapshot of `repo`, in the
+    layout huggingface_hub itself reads (refs/main names the snapshot), used offline."""
+    import huggingface_hub.constants
+
+    snapshot = root / f"models--{repo.replace('/', '--')}" / "snapshots" / ("0" * 40)
+    shutil.copytree(files, snapshot)
+    (snapshot.parents[1] / "refs").mkdir()
+    (snapshot.parents[1] / "refs" / "main").write_text("0" * 40)
+    # huggingface_hub reads these once, at import; set for this process and its children.
+    for name, value in (("HF_HUB_CACHE", str(root)), ("HF_HUB_OFFLINE", "1")):
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(root))
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+
+
 def test_an_unreadable_config_leaves_the_context_unknown_with_a_warning(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     assert checkpoint_context_length(str(tmp_path)) is None
     (tmp_path / "config.json").write_text("{not json")
     assert checkpoint_context_length(str(tmp_path)) is None
-    assert checkpoint_context_length("Qwen/Qwen3-4B") is None  # a hub id
+    (tmp_path / "empty").mkdir()
+    hub_cache(monkeypatch, tmp_path / "hub", "Qwen/Qwen3-8B", tmp_path / "empty")
+    assert checkpoint_context_length("Qwen/Qwen3-4B") is None  # a hub id nobody has
     assert sum("not capped" in r.getMessage() for r in caplog.records) == 3
+
+
+async def test_a_hub_id_s_context_comes_from_its_config_json_as_sglang_s_does(
+    cluster: Cluster, checkpoint: Path, renderer: Any, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    """SGLang derives a hub id's context from the config.json it downloads; the gateway,
+    given the hub id as the pods give it, knew none and capped nothing, so a conversation
+    that left less room than the session's max_new_tokens was refused by the engine (400)
+    in training, while `agentrl rehearse --model-dir` (a local copy, config.json included)
+    capped it and passed. Both now read the same file."""
+    context = prompt_len(renderer) + 3
+    files = Path(shutil.copytree(checkpoint, tmp_path / "files"))
+    (files / "config.json").write_text(json.dumps({"max_position_embeddings": context}))
+    hub_cache(monkeypatch, tmp_path / "hub", "Qwen/Qwen3-8B", files)
+    assert checkpoint_context_length("Qwen/Qwen3-8B") == context
+    cluster.set(context_len=context)
+    for where in ("Qwen/Qwen3-8B", str(files)):  # the pods', and the rehearsal's local copy
+        gateway = await started(cluster, Path(where))
+        try:
+            assert gateway.context_length == context
+            handle = await gateway.create_session(f"cfg{len(where)}", {"max_new_tokens": BUDGET})
+            c = openai.AsyncOpenAI(base_url=handle.base_url, api_key=handle.token, max_retries=0)
+            out = await c.chat.completions.create(model="m", messages=MESSAGES)  # type: ignore[arg-type]
+            assert out.choices[0].finish_reason in ("stop", "length")
+        finally:
+            await gateway.stop()
+    sent = [r["sampling_params"]["max_new_tokens"] for r in cluster.all_requests()]
+    assert sent == [3, 3]
 
 
 @pytest.mark.parametrize(

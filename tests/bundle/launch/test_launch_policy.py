@@ -20,7 +20,9 @@ from pathlib import Path
 import pytest
 from launch_pod import Pod, slime_upstream
 
+from agentrl.api.runtime import RuntimeConfig
 from agentrl.api.slime_flags import DATA_KEY_FLAGS
+from agentrl.bundle.gateway import GatewaySettings
 from agentrl.slimecmd import Part, policy
 
 ROWS = slime_upstream.ROWS
@@ -270,3 +272,33 @@ def test_slime_ignores_num_epoch_and_stops_on_num_steps_per_rollout(
     for flag, field in (("--num-epoch", "numRollouts"), ("--num-steps-per-rollout", "global")):
         (message,) = policy.refusals([Part("spec.runtime.extraArgs", (flag, "3"))])
         assert f"Fix: remove it and set spec.grpo.{field}" in message
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("row", ROWS)
+def test_an_extra_args_context_length_is_the_one_slime_s_engines_get(
+    row: str, tmp_path: Path
+) -> None:
+    """slime's own parse_args on the launcher's argv: an extraArgs --sglang-context-length is
+    what slime starts every engine with, whatever spec.model.contextLength says, while the
+    gateway caps each call by the spec's context (the one the launcher and `agentrl
+    rehearse` judge). A rehearsal against an engine at the spec's context passed; in
+    training the engines refused the calls the gateway let through past 1024 tokens."""
+    pod = Pod(tmp_path, row=row)
+    argv, env = pod.launched()
+    extra = ["--sglang-context-length", "1024"]
+    base, overridden = slime_upstream.run_slime(
+        row,
+        [{"argv": a, "env": env, "engine": True} for a in (argv, [*argv, *extra])],
+    )
+    # What slime hands SGLang's ServerArgs for engine 0 (None: SGLang reads config.json).
+    assert base["engine"]["context_length"] == pod.exp.spec.model.context_length
+    got = overridden["engine"]["context_length"]
+    # fa3c990's SGLang converts the value with sglang.srt.utils' human_readable_int, which is
+    # a stand-in here (no GPU stack): what reaches ServerArgs is then the stand-in's result.
+    assert got == 1024 or "human_readable_int" in str(got), got
+    config = RuntimeConfig.load(pod.config_path)
+    settings = GatewaySettings.from_runtime_config(config, "http://router:1")
+    assert settings.context_length == pod.exp.spec.model.context_length  # not 1024
+    (message,) = policy.refusals([Part("spec.runtime.extraArgs", tuple(extra))])
+    assert "Fix: remove it and set spec.model.contextLength" in message

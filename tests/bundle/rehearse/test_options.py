@@ -18,9 +18,10 @@ from tests.support.slime_data import data_module
 from tests.support.upstream import slime_rows
 
 from agentrl.api.models import RLExperimentSpec
-from agentrl.bundle.launch.preflight import check_jsonl
+from agentrl.bundle.launch.preflight import check_context_length, check_jsonl
 from agentrl.bundle.rehearse.options import Options, plan_inputs
 from agentrl.bundle.rehearse.report import RehearsalError
+from agentrl.bundle.rollout.inputs import load_eval_groups
 
 from .rig import http_agent, row, spec
 
@@ -122,3 +123,63 @@ def test_a_row_the_pods_launcher_refuses_is_refused_by_the_rehearsal(
     message = str(refused.value)
     assert message.startswith("spec.data.train: ") and f"train.jsonl:2: {says}" in message
     assert '"prompt": ..., "metadata": {...}' in message  # the shape to fix it to
+
+
+def test_a_context_longer_than_the_checkpoint_s_is_refused_as_the_pods_launcher_does(
+    tmp_path: Path,
+) -> None:
+    """SGLang refuses to start its engines with a contextLength above the checkpoint's, and
+    the launcher's preflight says so in the pods, after the GPUs are scheduled. A rehearsal
+    against an engine started without --context-length (as docs/rehearse.md starts one)
+    passed with it."""
+    local = tmp_path / "models" / "qwen3-8b"
+    local.mkdir(parents=True)
+    (local / "tokenizer.json").write_text("{}")
+    (local / "config.json").write_text(json.dumps({"max_position_embeddings": 32768}))
+    data = write_rows(tmp_path / "train.jsonl", [row("t-1")])
+    body = spec(http_agent("http://agent:8000/run"), context_length=65536)
+    body["spec"]["model"].update(path=str(local), rendererFamily="qwen3")
+    exp = RLExperimentSpec.model_validate(body["spec"])
+    (pods,) = check_context_length(Path("/"), exp, {})  # the launcher's check, in the pods
+    fix = pods.split("config.json, ", 1)[1]  # "and SGLang refuses ...: set it to 32768 ..."
+    for model_dir in (None, local):  # the spec's path readable here, or its local copy
+        with pytest.raises(RehearsalError) as refused:
+            plan_inputs(exp, Options(engine="", out=tmp_path, data=data, model_dir=model_dir))
+        said = str(refused.value)
+        assert said.startswith("spec.model.contextLength: 65536 is more than the 32768 tokens")
+        assert fix in said and "set it to 32768 or less" in fix
+    allowed = {"SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN": "1"}  # spec.runtime.env, in the pods
+    assert check_context_length(Path("/"), exp, allowed) == []
+    assert plan_inputs(exp, Options(engine="", out=tmp_path, data=data, pod_env=allowed)).groups
+
+
+@pytest.mark.parametrize(
+    ("bad", "says"),
+    [
+        ({"prompt": "p", "metadata": "task e-25"}, "'metadata' must be an object"),
+        ({**row("e-25"), "tools": {"click": {}}}, "'tools' must be a list"),
+        ("not json", "not valid JSON"),
+    ],
+)
+def test_a_bad_eval_row_past_the_rehearsed_prompts_is_refused_too(
+    tmp_path: Path, bad: Any, says: str
+) -> None:
+    """The rollout reads every row of an eval set at the first evaluation (after
+    evalInterval train steps) and stops the job on a bad one; the launcher's preflight
+    looks at the first 20 only, and a rehearsal of the eval split read no further than
+    its prompts."""
+    lines = [json.dumps(row(f"e-{i}")) for i in range(24)] + [
+        bad if isinstance(bad, str) else json.dumps(bad)
+    ]
+    data = tmp_path / "dev.jsonl"
+    data.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    body = spec(http_agent("http://agent:8000/run"))
+    body["spec"]["data"]["eval"] = [{"name": "dev", "path": "/data/web/dev.jsonl"}]
+    exp = RLExperimentSpec.model_validate(body["spec"])
+    assert check_jsonl(Path("/"), "spec.data.eval[0].path", str(data)) == []  # the preflight
+    pods = exp.data.eval[0].model_copy(update={"path": str(data)})
+    with pytest.raises(ValueError, match=f"dev.jsonl:25: {says}"):
+        load_eval_groups(pods, "spec.data.eval[0]")  # the rollout, at the first evaluation
+    options = Options(engine="", out=tmp_path, prompts=1, split="eval:dev", data=data)
+    with pytest.raises(RehearsalError, match=f"dev.jsonl:25: {says}"):
+        plan_inputs(exp, options)

@@ -32,7 +32,7 @@ Megatron actor; its `__post_init__` checks the heads against tensor parallelism.
 
 With `"engine": true`, slime's own SGLang argument checks run on the parsed args (the one
 part of parse_args left out above), then `_compute_server_args` for engine 0: the tensor and
-pipeline sizes it hands SGLang's ServerArgs are recorded.
+pipeline sizes and the context length it hands SGLang's ServerArgs are recorded.
 
 With `"placement": true`, slime's own `_get_placement_group_layout` runs on the parsed args:
 how many GPUs its placement group reserves and where the rollout engines' GPUs start.
@@ -171,7 +171,7 @@ def _config(args: Any) -> str | None:
 
 
 def _engine(args: Any) -> dict[str, Any]:
-    """The parallel sizes slime starts SGLang engine 0 with: its own SGLang argument checks
+    """The parallel sizes and context slime starts SGLang engine 0 with: its own SGLang checks
     (left out of parse_args here), then `_compute_server_args`, whose kwargs become SGLang's
     ServerArgs; or `{"error": ...}`."""
     from slime.backends.sglang_utils.arguments import validate_args
@@ -185,7 +185,11 @@ def _engine(args: Any) -> dict[str, Any]:
         return {"error": _error(e)}
     # 624b824 returns (kwargs, ...), fa3c990 the kwargs alone
     kwargs = next(x for x in found if isinstance(x, dict)) if isinstance(found, tuple) else found
-    return {"tp_size": kwargs["tp_size"], "pp_size": kwargs["pp_size"]}
+    return {
+        "tp_size": kwargs["tp_size"],
+        "pp_size": kwargs["pp_size"],
+        "context_length": kwargs.get("context_length"),
+    }
 
 
 def _placement(args: Any) -> dict[str, Any]:

@@ -51,6 +51,7 @@ from agentrl.bundle.agents.base import (
     AgentResult,
     PoolStats,
     parse_result,
+    payload_secrets,
     poll_delays,
 )
 from agentrl.bundle.agents.pool import InUseGauge, install_discard_counter
@@ -255,14 +256,15 @@ class AgentCoreBackend:
         payload, expected = with_rollout_fields(
             request.payload, self._exp_id, self._spec.s3_bucket, sid
         )
+        secrets = payload_secrets(payload)  # the agent's report may quote its payload
         try:
             body = await self._invoke(sid, json.dumps(payload).encode())
             inline, where = read_reply(body, expected)
             if inline is not None:  # the agent answered synchronously
-                return dataclasses.replace(parse_result(inline), via="inline")
+                return dataclasses.replace(parse_result(inline, secrets), via="inline")
             try:
                 return dataclasses.replace(
-                    parse_result(await self._await_document(where)), via="s3"
+                    parse_result(await self._await_document(where), secrets), via="s3"
                 )
             except AgentError as exc:  # say where the document is, for whoever debugs it
                 raise AgentError(exc.reason, f"{exc} (result {where})", exc.document) from None

@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from agentrl.bundle.failures import AGENT_ERROR, BAD_RESULT
+from agentrl.bundle.redact import redact_values
 
 
 class AgentError(Exception):
@@ -78,10 +79,24 @@ class AgentBackend(Protocol):
 
 # The part of a failed agent's own report that goes into the failure log line.
 _DETAIL_CHARS = 300
+# The episode's tokens an agent is handed in `_rollout`, which its report may quote.
+_PAYLOAD_SECRETS = ("api_key", "callback_token")
 
 
-def parse_result(document: Any) -> AgentResult:
+def payload_secrets(payload: Mapping[str, Any]) -> tuple[str, ...]:
+    """The secret values of an episode's payload (its gateway session's and callback's
+    tokens), to redact from whatever the agent says back."""
+    rollout = payload.get("_rollout")
+    if not isinstance(rollout, Mapping):
+        return ()
+    return tuple(v for k in _PAYLOAD_SECRETS if isinstance(v := rollout.get(k), str) and v)
+
+
+def parse_result(document: Any, secrets: Collection[str] = ()) -> AgentResult:
     """An agent's result document -> reward, or AgentError.
+
+    `secrets` (the episode's tokens) are taken out of the agent's text before it is cut
+    to length: a token the cut ran through would no longer match, and leave its start.
 
     The shape agentcore-rl-toolkit's `@rollout_entrypoint` saves: the handler's dict plus
     `status_code` (200 unless the handler set another) and `stop_reason`; a handler that
@@ -92,7 +107,7 @@ def parse_result(document: Any) -> AgentResult:
     """
     if not isinstance(document, Mapping):
         raise AgentError(BAD_RESULT, f"result is not a JSON object: {type(document).__name__}")
-    failure = reported_failure(document)
+    failure = reported_failure(document, secrets)
     if failure is not None:
         raise AgentError(AGENT_ERROR, failure, document)
     rewards = received_reward(document)
@@ -107,7 +122,8 @@ def parse_result(document: Any) -> AgentResult:
             raise AgentError(BAD_RESULT, "result has an empty 'rewards' list", document)
         rewards = rewards[-1]
     if isinstance(rewards, bool) or not isinstance(rewards, int | float):
-        raise AgentError(BAD_RESULT, f"result 'rewards' is not a number: {rewards!r:.80}", document)
+        quoted = redact_values(repr(rewards), *secrets)[:80]
+        raise AgentError(BAD_RESULT, f"result 'rewards' is not a number: {quoted}", document)
     try:
         reward = float(rewards)
     except OverflowError:  # a JSON integer past float's range (1e309 written out in digits)
@@ -122,8 +138,9 @@ def received_reward(document: Mapping[str, Any]) -> Any:
     return document["rewards"] if "rewards" in document else document.get("reward")
 
 
-def reported_failure(document: Mapping[str, Any]) -> str | None:
-    """The failure an agent reports in its result document, described in one line."""
+def reported_failure(document: Mapping[str, Any], secrets: Collection[str] = ()) -> str | None:
+    """The failure an agent reports in its result document, described in one line, the
+    `secrets` redacted before the cut."""
     status = document.get("status_code")
     failed_status = status is not None and (isinstance(status, bool) or status != 200)
     error = document.get("error")
@@ -134,7 +151,8 @@ def reported_failure(document: Mapping[str, Any]) -> str | None:
     last = trace.strip().splitlines()[-1] if isinstance(trace, str) and trace.strip() else ""
     detail = last or str(error or document.get("stop_reason") or "no detail")
     where = f"status_code {status}" if failed_status else "error"
-    return f"the agent reported a failure ({where}): {detail[:_DETAIL_CHARS]}"
+    detail = redact_values(detail, *secrets)[:_DETAIL_CHARS]
+    return f"the agent reported a failure ({where}): {detail}"
 
 
 def poll_delays(

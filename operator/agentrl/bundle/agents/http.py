@@ -57,6 +57,7 @@ from agentrl.bundle.agents.base import (
     AgentResult,
     PoolStats,
     parse_result,
+    payload_secrets,
 )
 from agentrl.bundle.agents.pool import InUseGauge
 from agentrl.bundle.failures import AGENT_ERROR, BAD_RESULT
@@ -255,7 +256,7 @@ class HttpAgentBackend:
             doc, via = await self._await_result(sid, fut)
             finished = True
             try:
-                result = parse_result(doc)
+                result = parse_result(doc, (token, *payload_secrets(request.payload)))
             except AgentError as exc:
                 exc.via = via  # a refused result came somehow too: the rehearsal says how
                 raise

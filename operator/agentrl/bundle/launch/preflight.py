@@ -15,7 +15,7 @@ from pathlib import Path
 
 from agentrl.api.constants import DRIVER_RAY_RESOURCE
 from agentrl.api.data_rows import PREFLIGHT_ROWS, ROW_SHAPE, first_row_problems
-from agentrl.api.model_context import context_length_of
+from agentrl.api.model_context import longer_context_problem
 from agentrl.api.models import RLExperimentSpec
 from agentrl.api.paths import TRAINER_WEIGHTS_FIX, trainer_weights_problem
 from agentrl.api.rules import is_local_path
@@ -67,35 +67,24 @@ def check_model(root: Path, spec: RLExperimentSpec) -> list[str]:
     return problems
 
 
-# SGLang's switch for a context above the checkpoint's (an EnvBool: true/1/yes/y).
-ALLOW_LONGER_CONTEXT_ENV = "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN"
-
-
 def check_context_length(root: Path, spec: RLExperimentSpec, env: Mapping[str, str]) -> list[str]:
     """spec.model.contextLength above the context the checkpoint's config.json gives: SGLang
-    refuses to start its engines (`ModelConfig` raises, at 0.5.13 and 0.5.15.post1) unless
-    SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN is set, once the GPUs are up and slime's
-    rollout manager launches them; said here, in seconds, with the number that fits."""
+    refuses to start its engines unless SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN is set,
+    once the GPUs are up and slime's rollout manager launches them; said here, in seconds,
+    with the number that fits (`longer_context_problem`)."""
     model = spec.model
-    asked = model.context_length
-    if asked is None or not is_local_path(model.path) or not model.path.startswith("/"):
+    if model.context_length is None or not is_local_path(model.path):
         return []
-    if env.get(ALLOW_LONGER_CONTEXT_ENV, "").strip().lower() in ("1", "true", "yes", "y"):
+    if not model.path.startswith("/"):
         return []
     config = _host(root, model.path) / "config.json"
     try:
         doc = json.loads(config.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return []  # check_model says what is missing; SGLang judges an unreadable one
-    derived = context_length_of(doc) if isinstance(doc, dict) else None
-    if derived is None or asked <= derived:
-        return []
-    return [
-        f"spec.model.contextLength: {asked} is more than the {derived} tokens SGLang derives "
-        f"from {model.path}/config.json, and SGLang refuses to start its engines with a "
-        f"longer context: set it to {derived} or less (or leave it unset), or set "
-        f"{ALLOW_LONGER_CONTEXT_ENV}=1 in spec.runtime.env if the model really takes more"
-    ]
+    where = f"{model.path}/config.json"
+    problem = longer_context_problem(model.context_length, doc, where, env)
+    return [] if problem is None else [problem]
 
 
 def _megatron(path: Path) -> bool:

@@ -5,13 +5,16 @@ set's `path`), read as the rollout reads them (`inputs.read_groups`), each row r
 as one group of the split's size (`grpo.samplesPerPrompt`, or the eval set's). Sampling
 parameters and the episode deadline are the split's (`inputs.train_spec` / `eval_spec`),
 as the pods would use them. The file's first rows are judged as the launcher's preflight
-judges them in the pods (`agentrl.api.data_rows`). Paths that exist only inside the pods are
-refused with the flag that supplies a local copy.
+judges them in the pods (`agentrl.api.data_rows`), and so is `model.contextLength` against
+the checkpoint's config.json (`agentrl.api.model_context`). Paths that exist only inside the
+pods are refused with the flag that supplies a local copy.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
@@ -19,8 +22,10 @@ from typing import Final
 
 from agentrl.api.constants import SPLIT_EVAL, SPLIT_TRAIN
 from agentrl.api.data_rows import PREFLIGHT_ROWS, ROW_SHAPE, first_row_problems
+from agentrl.api.model_context import longer_context_problem
 from agentrl.api.models import RLExperimentSpec
 from agentrl.api.rules import is_local_path
+from agentrl.bundle.gateway.context import CONFIG_FILE, config_file
 from agentrl.bundle.rehearse.report import RehearsalError
 from agentrl.bundle.rollout.episode import EpisodeInput, EpisodeSpec
 from agentrl.bundle.rollout.inputs import eval_spec, read_groups, train_spec
@@ -46,6 +51,8 @@ class Options:
     listen: str = "127.0.0.1"  # the interface the gateway and the callback listener bind
     gateway_port: int = 0  # 0: any free port
     gateway_url: str | None = None  # how agents reach the gateway (e.g. through a tunnel)
+    # spec.runtime.env's plain values: the pods' env, which the runtime config leaves out
+    pod_env: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -66,6 +73,7 @@ def plan_inputs(spec: RLExperimentSpec, options: Options) -> Plan:
     if options.timeout_s is not None and options.timeout_s <= 0:
         raise RehearsalError(f"--timeout must be positive, got {options.timeout_s:g}")
     _check_model(spec.model.path, options.model_dir)
+    _check_context(spec, options.model_dir, options.pod_env)
     if options.split == SPLIT_TRAIN:
         # No slime args here: the spec's values, which slime's flags default to.
         episode = train_spec(spec, SimpleNamespace())
@@ -149,6 +157,29 @@ def _check_model(path: str, model_dir: Path | None) -> None:
                 "tokenizer files are enough)"
             )
         _check_tokenizer_files(Path(path), f"spec.model.path {path}")
+
+
+def _check_context(
+    spec: RLExperimentSpec, model_dir: Path | None, pod_env: Mapping[str, str]
+) -> None:
+    """`model.contextLength` against the context SGLang derives from the checkpoint's
+    config.json, as the launcher judges it in the pods (`longer_context_problem`): there
+    SGLang would refuse to start the engines, after the GPUs are scheduled, while an engine
+    started here without `--context-length` runs the rehearsal. Read from `--model-dir`,
+    else the spec's path (a local checkpoint, or a hub id's config.json as the gateway
+    fetches it); nothing readable, nothing judged."""
+    model = spec.model
+    if model.context_length is None:
+        return
+    try:
+        config = model_dir / CONFIG_FILE if model_dir is not None else config_file(model.path)
+        doc = json.loads(config.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return
+    where = f"{config} (--model-dir)" if model_dir is not None else f"{model.path}/{CONFIG_FILE}"
+    problem = longer_context_problem(model.context_length, doc, where, pod_env)
+    if problem is not None:
+        raise RehearsalError(f"{problem}; in the pods the engines would not start")
 
 
 def _check_tokenizer_files(directory: Path, what: str) -> None:

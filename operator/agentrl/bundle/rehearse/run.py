@@ -26,9 +26,9 @@ from typing import Any
 
 import aiohttp
 import orjson
-from pydantic import ValidationError
 
 from agentrl.api.constants import SPLIT_TRAIN
+from agentrl.api.formats import base_url_problem
 from agentrl.api.models import HttpAgent
 from agentrl.api.rules import is_local_path
 from agentrl.api.runtime import RuntimeConfig
@@ -78,6 +78,7 @@ SAMPLES_FILE, CONFIG_FILE, LOG_FILE = "samples.jsonl", "runtime-config.json", "r
 def rehearse(config: RuntimeConfig, options: Options) -> Report:
     """Run the rehearsal; RehearsalError when it cannot start (the CLI exits 2)."""
     config = with_agent_url(config, options.agent_url)
+    check_gateway_url(options.gateway_url)
     plan = plan_inputs(config.spec, options)
     options.out.mkdir(parents=True, exist_ok=True)
     handler = logging.FileHandler(options.out / LOG_FILE, mode="w", encoding="utf-8")
@@ -283,12 +284,21 @@ def with_agent_url(config: RuntimeConfig, url: str | None) -> RuntimeConfig:
             "--agent-url applies to HTTP agents; this spec's agent is an AgentCore runtime "
             "(point boto3 elsewhere with AWS_ENDPOINT_URL_BEDROCK_AGENTCORE)"
         )
-    try:
-        http = HttpAgent.model_validate({**agent.http.dump(), "url": url})
-    except ValidationError as exc:
-        raise RehearsalError(f"--agent-url {url}: {exc.errors()[0]['msg']}") from None
+    problem = base_url_problem(url)  # what spec.agent.http.url would be told
+    if problem is not None:
+        raise RehearsalError(f"--agent-url {url}: {problem}")
+    http = HttpAgent.model_validate({**agent.http.dump(), "url": url})
     spec = config.spec.model_copy(update={"agent": agent.model_copy(update={"http": http})})
     return config.model_copy(update={"spec": spec})
+
+
+def check_gateway_url(url: str | None) -> None:
+    """`--gateway-url` stands in for `spec.gateway.publicUrl` and is refused as it would be:
+    agents are handed `<url>/sessions/<id>/v1` and `<url>/agentrl/callback/<id>`, which a
+    query or fragment swallows (and a key there is in every agent's payload and log)."""
+    problem = None if url is None else base_url_problem(url)
+    if problem is not None:
+        raise RehearsalError(f"--gateway-url {url}: {problem}")
 
 
 async def _backend(config: RuntimeConfig, options: Options, client: GatewayClient) -> Any:

@@ -144,17 +144,16 @@ def read_groups(
 
     `as_train_set` reads `spec.data.train` as slime's Dataset does with the flags agentrl
     renders (`--input-key prompt --metadata-key metadata`, no `--label-key`, `--tool-key`
-    at its default): no label, and a top-level `tools` list joins the metadata. It checks
-    every row, past `limit` too: slime's Dataset reads the whole file when the job starts,
-    and the rollout meets a bad row's metadata whichever step draws it.
+    at its default): no label, and a top-level `tools` list joins the metadata. Every row
+    is checked, past `limit` too: slime's Dataset reads the whole train set when the job
+    starts, the rollout meets a bad row's metadata whichever step draws it, and it reads a
+    whole eval set (this function, without a limit) at the first evaluation.
     """
     groups: list[list[EpisodeInput]] = []
     index = 0
     with path.open(encoding="utf-8") as lines:
         for lineno, line in enumerate(lines, 1):
             full = limit is not None and len(groups) >= limit
-            if full and not as_train_set:
-                break
             if not line.strip():
                 continue
             row = _parse_row(line, f"{path}:{lineno}")
