@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
+import pytest
 from launch_trees import EXAMPLE_C, example_doc, experiment, touch
+from tests.support.slime_data import data_module
+from tests.support.upstream import slime_rows
 
 from agentrl.api.models import RLExperimentSpec
 from agentrl.bundle.launch import preflight
+from agentrl.bundle.rollout.inputs import inputs_from_slime
 from agentrl.slimecmd import CheckpointDir
 
 ROW = json.dumps({"prompt": "q", "metadata": {"a": 1}})
@@ -92,6 +97,61 @@ def test_empty_jsonl(tmp_path: Path) -> None:
     assert preflight.check_jsonl(tmp_path, "spec.data.train", "/d.jsonl") == [
         "spec.data.train: /d.jsonl is empty"
     ]
+
+
+def _slime_dataset(commit: str, path: Path) -> list[Any]:
+    """slime's own Dataset at `commit` on `path`, with the data flags agentrl renders."""
+    dataset = data_module(commit).Dataset(
+        str(path), tokenizer=None, processor=None, max_length=None, prompt_key="prompt",
+        metadata_key="metadata", label_key=None, tool_key="tools",
+    )  # fmt: skip
+    return list(dataset.samples)
+
+
+def _task(i: int) -> dict[str, Any]:
+    return {"prompt": f"task {i}", "metadata": {"task_id": i}}
+
+
+@pytest.mark.parametrize("commit", slime_rows())
+@pytest.mark.parametrize(
+    ("line", "bad", "says"),
+    [
+        (1, {**_task(0), "tools": {"click": {}}}, "'tools' must be a list of tool schemas"),
+        (1, {**_task(0), "tools": "click, type"}, "'tools' is a string that is not JSON"),
+        (25, ["task 24"], "not a JSON object"),
+        (25, {"prompt": "task 24", "metadata": "task 24"}, '"metadata" is missing or not an'),
+    ],
+)
+def test_a_row_the_run_stops_on_is_refused_wherever_it_is(
+    tmp_path: Path, commit: str, line: int, bad: Any, says: str
+) -> None:
+    """slime's Dataset reads every row of the train file when its RolloutManager starts (the
+    SGLang engines already launching) and stops the job on a row that is no object or whose
+    `tools` is no list; a row whose metadata is no object loads, and the rollout stops the
+    run at whichever step draws it. The preflight read only the first 20 rows, and never
+    `tools`: each of these files passed it."""
+    rows = [_task(i) for i in range(30)]
+    rows[line - 1] = bad
+    touch(tmp_path, "/d.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
+    try:
+        samples = _slime_dataset(commit, tmp_path / "d.jsonl")
+    except (AssertionError, AttributeError, json.JSONDecodeError):
+        pass  # in the pods: the job stops at its first data load
+    else:
+        with pytest.raises(TypeError, match="metadata must be a JSON object"):
+            inputs_from_slime([[samples[line - 1]]])  # the train step that draws it
+    (problem,) = preflight.check_jsonl(tmp_path, "spec.data.train", "/d.jsonl")
+    assert problem.startswith(f"spec.data.train: /d.jsonl line {line}: {says}")
+
+
+def test_a_file_of_bad_rows_lists_five_and_counts_the_rest(tmp_path: Path) -> None:
+    touch(tmp_path, "/d.jsonl", f"{ROW}\n" + '{"prompt": "q"}\n' * 8)
+    problems = preflight.check_jsonl(tmp_path, "spec.data.train", "/d.jsonl")
+    assert [p.split(":", 2)[1] for p in problems[:5]] == [
+        f" /d.jsonl line {n}" for n in range(2, 7)
+    ]
+    assert problems[5].startswith("spec.data.train: /d.jsonl: 3 more bad row(s) after these")
+    assert len(problems) == 6
 
 
 def test_checkpoint_path_under_a_file_is_not_writable(tmp_path: Path) -> None:

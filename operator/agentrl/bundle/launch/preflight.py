@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from agentrl.api.constants import DRIVER_RAY_RESOURCE
-from agentrl.api.data_rows import PREFLIGHT_ROWS, ROW_SHAPE, first_row_problems
+from agentrl.api.data_rows import judge_rows
 from agentrl.api.model_context import context_length_of
 from agentrl.api.models import RLExperimentSpec
 from agentrl.api.paths import TRAINER_WEIGHTS_FIX, trainer_weights_problem
@@ -160,20 +160,18 @@ def model_warnings(spec: RLExperimentSpec) -> list[str]:
     ]
 
 
-def check_jsonl(root: Path, field: str, path: str, rows: int = PREFLIGHT_ROWS) -> list[str]:
-    """The first `rows` rows parse and each has `prompt` and a `metadata` object."""
-    host = _host(root, path)
+def check_jsonl(root: Path, field: str, path: str) -> list[str]:
+    """Every row parses and has `prompt`, a `metadata` object and, if any, a `tools` list
+    (`agentrl.api.data_rows`): slime's Dataset reads the whole train file when its
+    RolloutManager starts, and the rollout reads the whole eval file at the eval."""
     try:
-        with host.open(encoding="utf-8") as f:
-            lines = f.readlines()
+        with _host(root, path).open(encoding="utf-8") as f:
+            report = judge_rows(f)
     except OSError as e:
         return [f"{field}: cannot read {path}: {e.strerror}; check the volume mount and path"]
-    if not any(line.strip() for line in lines):
+    if not report.rows:
         return [f"{field}: {path} is empty"]
-    return [
-        f"{field}: {path} line {n}: {problem}; {ROW_SHAPE}"
-        for n, problem in first_row_problems(lines, rows)
-    ]
+    return report.problems(f"{field}: {path}")
 
 
 def check_data(root: Path, spec: RLExperimentSpec) -> list[str]:
