@@ -11,6 +11,7 @@ is no list; the rollout meets any other bad row at the step (or eval) that draws
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Final
@@ -39,8 +40,21 @@ def tools_problem(tools: Any) -> tuple[str, Any]:
     return "", tools
 
 
+# How a file is opened to be judged: slime reads it as UTF-8 (and stops the job at the first
+# byte that is not); escaped, such bytes stay in their line, so the line can be named.
+ENCODING: Final = "utf-8"
+ERRORS: Final = "surrogateescape"
+_NOT_UTF8: Final = re.compile("[\udc80-\udcff]")
+
+
 def row_problem(line: str) -> str | None:
-    """What is wrong with one JSONL line as a data row, or None."""
+    """What is wrong with one JSONL line as a data row, or None. A line read with
+    `errors=ERRORS` that held bytes that are not UTF-8 is refused as such."""
+    if (bad := _NOT_UTF8.search(line)) is not None:
+        return (
+            f"not UTF-8 text (byte 0x{ord(bad.group()) - 0xDC00:02x}): slime reads the file "
+            "as UTF-8 and stops the job when it reaches this row; re-encode the file as UTF-8"
+        )
     try:
         row = json.loads(line)
     except json.JSONDecodeError as e:

@@ -144,6 +144,21 @@ def test_a_row_the_run_stops_on_is_refused_wherever_it_is(
     assert problem.startswith(f"spec.data.train: /d.jsonl line {line}: {says}")
 
 
+@pytest.mark.parametrize("commit", slime_rows())
+def test_a_row_that_is_not_utf8_is_named(tmp_path: Path, commit: str) -> None:
+    """slime reads the train file as UTF-8 and stops the job at a Latin-1 row; the
+    preflight stopped the launcher with a UnicodeDecodeError traceback instead of naming
+    the file, the row and the fix (and reported none of the launch's other problems)."""
+    latin1 = json.dumps(_task(2), ensure_ascii=False).replace("task", "t\u00e2che")
+    data = f"{ROW}\n{ROW}\n".encode() + latin1.encode("latin-1") + f"\n{ROW}\n".encode()
+    (tmp_path / "d.jsonl").write_bytes(data)
+    with pytest.raises(UnicodeDecodeError):
+        _slime_dataset(commit, tmp_path / "d.jsonl")
+    (problem,) = preflight.check_jsonl(tmp_path, "spec.data.train", "/d.jsonl")
+    assert problem.startswith("spec.data.train: /d.jsonl line 3: not UTF-8 text (byte 0xe2)")
+    assert "re-encode the file as UTF-8" in problem
+
+
 def test_a_file_of_bad_rows_lists_five_and_counts_the_rest(tmp_path: Path) -> None:
     touch(tmp_path, "/d.jsonl", f"{ROW}\n" + '{"prompt": "q"}\n' * 8)
     problems = preflight.check_jsonl(tmp_path, "spec.data.train", "/d.jsonl")

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from agentrl.api.constants import DRIVER_RAY_RESOURCE
-from agentrl.api.data_rows import judge_rows
+from agentrl.api.data_rows import ENCODING, ERRORS, judge_rows
 from agentrl.api.model_context import context_length_of
 from agentrl.api.models import RLExperimentSpec
 from agentrl.api.paths import TRAINER_WEIGHTS_FIX, trainer_weights_problem
@@ -165,7 +165,7 @@ def check_jsonl(root: Path, field: str, path: str) -> list[str]:
     (`agentrl.api.data_rows`): slime's Dataset reads the whole train file when its
     RolloutManager starts, and the rollout reads the whole eval file at the eval."""
     try:
-        with _host(root, path).open(encoding="utf-8") as f:
+        with _host(root, path).open(encoding=ENCODING, errors=ERRORS) as f:
             report = judge_rows(f)
     except OSError as e:
         return [f"{field}: cannot read {path}: {e.strerror}; check the volume mount and path"]

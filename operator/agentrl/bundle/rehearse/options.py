@@ -18,7 +18,7 @@ from types import SimpleNamespace
 from typing import Final
 
 from agentrl.api.constants import SPLIT_EVAL, SPLIT_TRAIN
-from agentrl.api.data_rows import ROW_SHAPE, judge_rows
+from agentrl.api.data_rows import ENCODING, ERRORS, ROW_SHAPE, judge_rows
 from agentrl.api.models import RLExperimentSpec
 from agentrl.api.rules import is_local_path
 from agentrl.bundle.rehearse.report import RehearsalError
@@ -107,7 +107,7 @@ def _check_rows(data: Path, where: str) -> None:
     """The rows the launcher checks in the pods, checked the same way: a file it refuses
     (a `question` key for `prompt`, a row without `metadata`) stops the launch after the
     GPUs are scheduled, while the rehearsal would run its episodes without a prompt."""
-    with data.open(encoding="utf-8") as lines:
+    with data.open(encoding=ENCODING, errors=ERRORS) as lines:
         report = judge_rows(lines)
     if report.bad:
         listed = "; ".join(f"{data}:{n}: {p}" for n, p in report.bad[:3])
