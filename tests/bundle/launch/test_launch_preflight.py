@@ -169,6 +169,55 @@ def test_a_file_of_bad_rows_lists_five_and_counts_the_rest(tmp_path: Path) -> No
     assert len(problems) == 6
 
 
+def _checkpoint_with_template(root: Path, where: str) -> Path:
+    """A Qwen-style HF checkpoint directory: config.json, tokenizer.json and a
+    tokenizer_config.json holding its chat template."""
+    from tests.support.tiny_tokenizer import write_checkpoint
+
+    directory = write_checkpoint(root / where.lstrip("/"))
+    (directory / "config.json").write_text("{}", encoding="utf-8")
+    return directory
+
+
+@pytest.mark.parametrize("where", ["tokenizer_config.json", "chat_template.jinja", "none"])
+def test_the_default_family_needs_the_checkpoint_s_chat_template(
+    tmp_path: Path, where: str
+) -> None:
+    """rendererFamily default: the gateway renders with the checkpoint's chat template and
+    refuses to start without one (its own load_renderer, on transformers), at the first
+    rollout, after the engines and the trainer are up. The preflight passed a checkpoint
+    without one; it now refuses exactly what the gateway refuses."""
+    from agentrl.bundle.gateway.tokenizer import load_renderer
+
+    _good_tree(tmp_path)
+    model = _checkpoint_with_template(tmp_path, "/models/Qwen2.5-7B-Instruct")
+    config = model / "tokenizer_config.json"
+    body = json.loads(config.read_text(encoding="utf-8"))
+    template = body.pop("chat_template")
+    if where != "tokenizer_config.json":
+        config.write_text(json.dumps(body), encoding="utf-8")
+    if where == "chat_template.jinja":
+        (model / where).write_text(template, encoding="utf-8")
+    spec = _spec(model={**_spec().model.model_dump(by_alias=True, exclude_none=True),
+                        "rendererFamily": "default"})  # fmt: skip
+    problems = preflight.run_all(tmp_path, spec, visible_gpus=None)
+    if where != "none":
+        load_renderer(str(model), "default", "qwen25")  # the gateway starts
+        assert problems == []
+        return
+    with pytest.raises(ValueError, match="has no chat template"):
+        load_renderer(str(model), "default", "qwen25")
+    (problem,) = problems
+    assert problem.startswith(
+        "spec.model.rendererFamily: default renders prompts with the chat template of "
+        "/models/Qwen2.5-7B-Instruct, which has none (no `chat_template` in its "
+        "tokenizer_config.json, no chat_template.jinja, no additional_chat_templates/)"
+    )
+    assert "set spec.model.rendererFamily to the model's family" in problem
+    named = spec.model.model_copy(update={"renderer_family": "qwen2.5"})
+    assert preflight.check_chat_template(tmp_path, spec.model_copy(update={"model": named})) == []
+
+
 def test_checkpoint_path_under_a_file_is_not_writable(tmp_path: Path) -> None:
     touch(tmp_path, "/ckpt", "a file where the directory should be")
     problems = preflight.check_checkpoint(tmp_path, _spec())

@@ -16,6 +16,7 @@ from pathlib import Path
 from agentrl.api.constants import DRIVER_RAY_RESOURCE
 from agentrl.api.data_rows import ENCODING, ERRORS, judge_rows
 from agentrl.api.model_context import context_length_of
+from agentrl.api.model_names import DEFAULT_FAMILY
 from agentrl.api.models import RLExperimentSpec
 from agentrl.api.paths import TRAINER_WEIGHTS_FIX, trainer_weights_problem
 from agentrl.api.rules import is_local_path
@@ -95,6 +96,49 @@ def check_context_length(root: Path, spec: RLExperimentSpec, env: Mapping[str, s
         f"from {model.path}/config.json, and SGLang refuses to start its engines with a "
         f"longer context: set it to {derived} or less (or leave it unset), or set "
         f"{ALLOW_LONGER_CONTEXT_ENV}=1 in spec.runtime.env if the model really takes more"
+    ]
+
+
+# Where transformers' tokenizer finds a chat template in a checkpoint directory: the
+# `chat_template` of tokenizer_config.json, or (newer releases) chat_template.jinja and the
+# named templates under additional_chat_templates/ (transformers' CHAT_TEMPLATE_FILE and
+# CHAT_TEMPLATE_DIR).
+TOKENIZER_CONFIG = "tokenizer_config.json"
+CHAT_TEMPLATE_FILE = "chat_template.jinja"
+CHAT_TEMPLATE_DIR = "additional_chat_templates"
+
+
+def _has_chat_template(directory: Path) -> bool:
+    try:
+        doc = json.loads((directory / TOKENIZER_CONFIG).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        doc = None
+    if isinstance(doc, dict) and doc.get("chat_template"):
+        return True
+    named = directory / CHAT_TEMPLATE_DIR
+    return (directory / CHAT_TEMPLATE_FILE).is_file() or (
+        named.is_dir() and any(named.glob("*.jinja"))
+    )
+
+
+def check_chat_template(root: Path, spec: RLExperimentSpec) -> list[str]:
+    """rendererFamily default renders every prompt with the checkpoint's own chat template
+    (transformers applies it in the gateway), and the gateway refuses to start without one.
+    It starts at the first rollout, after the engines are up and the trainer has loaded its
+    weights; said here, in seconds."""
+    model = spec.model
+    if model.renderer_family != DEFAULT_FAMILY or not is_local_path(model.path):
+        return []
+    directory = _host(root, model.path)
+    if not model.path.startswith("/") or not directory.is_dir() or _has_chat_template(directory):
+        return []  # check_model says what is wrong with the path itself
+    return [
+        f"spec.model.rendererFamily: default renders prompts with the chat template of "
+        f"{model.path}, which has none (no `chat_template` in its {TOKENIZER_CONFIG}, no "
+        f"{CHAT_TEMPLATE_FILE}, no {CHAT_TEMPLATE_DIR}/), so the gateway would refuse to "
+        "start at the first rollout, after the engines and the trainer are up: use a copy of "
+        "the checkpoint that ships its tokenizer files with the template, or set "
+        "spec.model.rendererFamily to the model's family (docs/api.md)"
     ]
 
 
@@ -268,6 +312,7 @@ def read_checkpoint(root: Path, spec: RLExperimentSpec) -> tuple[CheckpointDir |
 def run_all(root: Path, spec: RLExperimentSpec, visible_gpus: int | None) -> list[str]:
     return [
         *check_model(root, spec),
+        *check_chat_template(root, spec),
         *check_data(root, spec),
         *check_gpus(spec, visible_gpus),
         *check_checkpoint(root, spec),
