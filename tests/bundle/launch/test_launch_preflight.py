@@ -30,7 +30,7 @@ def _spec(**over: object) -> RLExperimentSpec:
 
 
 def _good_tree(root: Path) -> None:
-    touch(root, "/models/Qwen2.5-7B-Instruct/config.json", "{}")
+    _checkpoint_with_template(root, "/models/Qwen2.5-7B-Instruct")
     touch(root, "/data/web/train.jsonl", f"{ROW}\n\n{ROW}\n")
     touch(root, "/data/web/dev.jsonl", ROW)
     touch(root, "/data/web/hard.jsonl", ROW)
@@ -216,6 +216,45 @@ def test_the_default_family_needs_the_checkpoint_s_chat_template(
     assert "set spec.model.rendererFamily to the model's family" in problem
     named = spec.model.model_copy(update={"renderer_family": "qwen2.5"})
     assert preflight.check_chat_template(tmp_path, spec.model_copy(update={"model": named})) == []
+
+
+@pytest.mark.parametrize("family", ["qwen3", "default"])
+def test_a_checkpoint_without_its_tokenizer_is_refused(tmp_path: Path, family: str) -> None:
+    """The weights and config.json copied without the tokenizer files: the gateway cannot
+    start on it (its own load_renderer, at the first rollout), and transformers'
+    AutoTokenizer, which slime's data source and SGLang load it with, gives no vocabulary
+    (transformers 5) or raises. The preflight passed it."""
+    from transformers import AutoTokenizer
+
+    from agentrl.bundle.gateway.tokenizer import load_renderer
+
+    _good_tree(tmp_path)
+    model = tmp_path / "models/Qwen2.5-7B-Instruct"
+    qwen2 = {"model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"]}
+    (model / "config.json").write_text(json.dumps(qwen2), encoding="utf-8")
+    spec = _spec(model={**_spec().model.model_dump(by_alias=True, exclude_none=True),
+                        "rendererFamily": family})  # fmt: skip
+    assert preflight.run_all(tmp_path, spec, visible_gpus=None) == []
+    load_renderer(str(model), family, "qwen25")  # the gateway starts
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (model / name).unlink()
+    with pytest.raises((AssertionError, ValueError, OSError)):
+        load_renderer(str(model), family, "qwen25")
+    try:
+        tok = AutoTokenizer.from_pretrained(str(model), trust_remote_code=True)
+    except (OSError, ValueError, TypeError):
+        pass  # transformers 4 raises
+    else:
+        assert tok.encode("What is 6*7?", add_special_tokens=False) == []
+    problem, *template = preflight.run_all(tmp_path, spec, visible_gpus=None)
+    assert [t.split(":")[0] for t in template] == ["spec.model.rendererFamily"] * (
+        family == "default"
+    )
+    assert problem.startswith(
+        "spec.model.path: /models/Qwen2.5-7B-Instruct holds no tokenizer vocabulary (no "
+        "tokenizer.json, vocab.json, vocab.txt, *.model or *.tiktoken file)"
+    )
+    assert "copy the checkpoint's tokenizer files" in problem
 
 
 def test_checkpoint_path_under_a_file_is_not_writable(tmp_path: Path) -> None:

@@ -46,6 +46,15 @@ def check_model(root: Path, spec: RLExperimentSpec) -> list[str]:
                 f"spec.model.path: {model.path} has no config.json; mount the HF checkpoint "
                 "there (spec.runtime.volumes/volumeMounts)"
             )
+        elif not _has_vocabulary(_host(root, model.path)):
+            problems.append(
+                f"spec.model.path: {model.path} holds no tokenizer vocabulary (no "
+                "tokenizer.json, vocab.json, vocab.txt, *.model or *.tiktoken file): the "
+                "SGLang engines, slime's data source and the gateway load the tokenizer from "
+                "this directory, and fail (or, with transformers 5, tokenize to nothing) once "
+                "the engines are up; copy the checkpoint's tokenizer files (tokenizer.json, "
+                "tokenizer_config.json, ...) next to its config.json"
+            )
     if model.ref_load is None:
         if not is_local_path(model.path):
             problems.append(
@@ -97,6 +106,19 @@ def check_context_length(root: Path, spec: RLExperimentSpec, env: Mapping[str, s
         f"longer context: set it to {derived} or less (or leave it unset), or set "
         f"{ALLOW_LONGER_CONTEXT_ENV}=1 in spec.runtime.env if the model really takes more"
     ]
+
+
+# The files a tokenizer reads its vocabulary from, of every format transformers loads: the
+# fast tokenizer's tokenizer.json, BPE's vocab.json, WordPiece's vocab.txt, SentencePiece's
+# *.model, tiktoken's *.tiktoken. A copy of the weights and config.json alone has none.
+VOCABULARY_FILES = ("tokenizer.json", "vocab.json", "vocab.txt")
+VOCABULARY_GLOBS = ("*.model", "*.tiktoken")
+
+
+def _has_vocabulary(directory: Path) -> bool:
+    return any((directory / name).is_file() for name in VOCABULARY_FILES) or any(
+        p.is_file() for pattern in VOCABULARY_GLOBS for p in directory.glob(pattern)
+    )
 
 
 # Where transformers' tokenizer finds a chat template in a checkpoint directory: the
