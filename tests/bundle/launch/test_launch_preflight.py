@@ -257,6 +257,69 @@ def test_a_checkpoint_without_its_tokenizer_is_refused(tmp_path: Path, family: s
     assert "copy the checkpoint's tokenizer files" in problem
 
 
+_HUB_LOAD = """
+import json, sys
+from huggingface_hub import snapshot_download
+try:
+    print(json.dumps(snapshot_download(sys.argv[1], local_files_only=True)))
+except Exception as e:
+    print(json.dumps(f"{type(e).__name__}: {e}"))
+"""
+HUB_ID = "Qwen/Qwen2.5-7B-Instruct"
+
+
+def _hub_load(env: dict[str, str]) -> str:
+    """huggingface_hub's own resolution of HUB_ID in a process with `env` (the hub cache
+    only, as SGLang and transformers read it offline)."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", _HUB_LOAD, HUB_ID], env={**env, "PATH": "/usr/bin:/bin"},
+        capture_output=True, text=True, check=True, timeout=120,
+    )  # fmt: skip
+    return str(json.loads(done.stdout.splitlines()[-1]))
+
+
+def _fill_cache(cache: Path, commit: str = "1" * 40) -> None:
+    """huggingface_hub's cache layout for HUB_ID: refs/main names a snapshot folder."""
+    repo = cache / f"models--{HUB_ID.replace('/', '--')}"
+    touch(repo, "/refs/main", commit)
+    touch(repo, f"/snapshots/{commit}/config.json", "{}")
+
+
+@pytest.mark.parametrize(
+    "pod_env",
+    [
+        {"HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": "{root}/hub-cache"},
+        {"TRANSFORMERS_OFFLINE": "yes", "HF_HOME": "{root}/hf"},
+        {"HF_HUB_OFFLINE": "True", "HOME": "{root}/home"},
+    ],
+)
+def test_a_hub_id_in_pods_kept_off_the_hub_needs_the_cache(
+    tmp_path: Path, pod_env: dict[str, str]
+) -> None:
+    """HF_HUB_OFFLINE (or TRANSFORMERS_OFFLINE) in the pods: huggingface_hub reads the model
+    from its cache only, and without a snapshot there SGLang's engines and the gateway fail
+    to load it once the gang is up. The preflight passed it (a warning that every pod
+    downloads it); it now refuses exactly what huggingface_hub cannot resolve."""
+    env = {k: v.format(root=tmp_path) for k, v in pod_env.items()}
+    env.setdefault("HOME", str(tmp_path / "nobody"))
+    spec = experiment(example_doc(EXAMPLE_C)).spec  # path: the hub id, refLoad: a directory
+    assert spec.model.path == HUB_ID
+    assert "LocalEntryNotFoundError" in _hub_load(env)
+    (problem,) = preflight.check_offline_hub(Path("/"), spec, env)
+    cache = preflight.hub_cache(env)
+    assert problem.startswith(f"spec.model.path: {HUB_ID!r} is a Hugging Face id, and ")
+    assert f"the hub cache {cache} holds no snapshot of it" in problem
+    _fill_cache(Path(cache))
+    assert _hub_load(env).startswith(f"{cache}/models--Qwen--Qwen2.5-7B-Instruct/snapshots/")
+    assert preflight.check_offline_hub(Path("/"), spec, env) == []
+    online = {k: v for k, v in env.items() if not k.endswith("OFFLINE")}
+    (Path(cache) / "models--Qwen--Qwen2.5-7B-Instruct/refs/main").unlink()
+    assert preflight.check_offline_hub(Path("/"), spec, online) == []  # it downloads
+
+
 def test_checkpoint_path_under_a_file_is_not_writable(tmp_path: Path) -> None:
     touch(tmp_path, "/ckpt", "a file where the directory should be")
     problems = preflight.check_checkpoint(tmp_path, _spec())

@@ -164,6 +164,50 @@ def check_chat_template(root: Path, spec: RLExperimentSpec) -> list[str]:
     ]
 
 
+# huggingface_hub's switches that keep a process off the hub (either one, "1"/"ON"/"YES"/
+# "TRUE" in any case), and where it then looks for a model: its cache directory.
+# (huggingface_hub.constants; https://huggingface.co/docs/huggingface_hub/package_reference/environment_variables)
+HUB_OFFLINE_ENVS = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+_HUB_TRUE = ("1", "ON", "YES", "TRUE")
+
+
+def hub_cache(env: Mapping[str, str]) -> str:
+    """The hub cache huggingface_hub reads in a process with `env`: HF_HUB_CACHE, else the
+    legacy HUGGINGFACE_HUB_CACHE, else <HF_HOME>/hub, HF_HOME defaulting to
+    <XDG_CACHE_HOME or ~/.cache>/huggingface."""
+    home = env.get("HOME", "/root")
+    hf_home = env.get("HF_HOME") or f"{env.get('XDG_CACHE_HOME') or home + '/.cache'}/huggingface"
+    cache = env.get("HF_HUB_CACHE") or env.get("HUGGINGFACE_HUB_CACHE") or f"{hf_home}/hub"
+    return home + cache[1:] if cache.startswith("~") else cache
+
+
+def check_offline_hub(root: Path, spec: RLExperimentSpec, env: Mapping[str, str]) -> list[str]:
+    """spec.model.path a Hugging Face id in pods kept off the hub: huggingface_hub resolves
+    it from its cache only (refs/main names the snapshot), so without that snapshot SGLang's
+    engines and the gateway fail to load the model once the gang is up."""
+    path = spec.model.path
+    switch = next(
+        (v for v in HUB_OFFLINE_ENVS if env.get(v, "").strip().upper() in _HUB_TRUE), None
+    )
+    if is_local_path(path) or switch is None:
+        return []
+    cache = hub_cache(env)
+    repo = _host(root, cache) / f"models--{path.replace('/', '--')}"
+    try:
+        commit = (repo / "refs" / "main").read_text(encoding="utf-8").strip()
+    except OSError:
+        commit = ""
+    if commit and (repo / "snapshots" / commit / "config.json").is_file():
+        return []
+    return [
+        f"spec.model.path: {path!r} is a Hugging Face id, and {switch}={env[switch]} keeps "
+        f"the pods off the hub, but the hub cache {cache} holds no snapshot of it (refs/main "
+        "and the config.json of the snapshot it names): SGLang's engines and the gateway "
+        "would fail to load it once the gang is up; mount the checkpoint and set "
+        f"spec.model.path to its directory, or pre-fill {cache} on a volume, or unset {switch}"
+    ]
+
+
 def _megatron(path: Path) -> bool:
     """A directory slime's loader reads as a Megatron checkpoint (else as HF weights)."""
     return (path / TRACKER).is_file() or (
