@@ -320,6 +320,31 @@ def test_a_hub_id_in_pods_kept_off_the_hub_needs_the_cache(
     assert preflight.check_offline_hub(Path("/"), spec, online) == []  # it downloads
 
 
+@pytest.mark.parametrize(
+    "env",
+    [
+        {},
+        {"HF_HUB_OFFLINE": "1"},
+        {"HF_HUB_OFFLINE": "on"},
+        {"HF_HUB_OFFLINE": "0"},
+        {"HF_HUB_OFFLINE": " 1"},
+        {"TRANSFORMERS_OFFLINE": "Yes"},
+        {"HF_HUB_OFFLINE": "", "TRANSFORMERS_OFFLINE": "true"},
+        {"HF_HUB_OFFLINE": "0", "TRANSFORMERS_OFFLINE": "1"},
+    ],
+)
+def test_offline_is_read_as_huggingface_hub_reads_it(env: dict[str, str]) -> None:
+    import subprocess
+    import sys
+
+    code = "from huggingface_hub import constants; print(constants.HF_HUB_OFFLINE)"
+    done = subprocess.run(
+        [sys.executable, "-c", code], env={"HOME": "/nonexistent", **env},
+        capture_output=True, text=True, check=True, timeout=120,
+    )  # fmt: skip
+    assert (preflight.hub_offline(env) is not None) == (done.stdout.strip() == "True")
+
+
 def test_checkpoint_path_under_a_file_is_not_writable(tmp_path: Path) -> None:
     touch(tmp_path, "/ckpt", "a file where the directory should be")
     problems = preflight.check_checkpoint(tmp_path, _spec())

@@ -164,11 +164,19 @@ def check_chat_template(root: Path, spec: RLExperimentSpec) -> list[str]:
     ]
 
 
-# huggingface_hub's switches that keep a process off the hub (either one, "1"/"ON"/"YES"/
-# "TRUE" in any case), and where it then looks for a model: its cache directory.
-# (huggingface_hub.constants; https://huggingface.co/docs/huggingface_hub/package_reference/environment_variables)
+# huggingface_hub's switch that keeps a process off the hub (HF_HUB_OFFLINE, else the
+# older TRANSFORMERS_OFFLINE when the first is unset or empty; "1", "ON", "YES" or "TRUE" in
+# any case), and where it then looks for a model: its cache directory. Both are read by
+# huggingface_hub.constants, documented at
+# https://huggingface.co/docs/huggingface_hub/package_reference/environment_variables
 HUB_OFFLINE_ENVS = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
 _HUB_TRUE = ("1", "ON", "YES", "TRUE")
+
+
+def hub_offline(env: Mapping[str, str]) -> str | None:
+    """The variable that keeps huggingface_hub off the hub in `env`, or None."""
+    name = next((v for v in HUB_OFFLINE_ENVS if env.get(v)), None)
+    return name if name is not None and env[name].upper() in _HUB_TRUE else None
 
 
 def hub_cache(env: Mapping[str, str]) -> str:
@@ -186,9 +194,7 @@ def check_offline_hub(root: Path, spec: RLExperimentSpec, env: Mapping[str, str]
     it from its cache only (refs/main names the snapshot), so without that snapshot SGLang's
     engines and the gateway fail to load the model once the gang is up."""
     path = spec.model.path
-    switch = next(
-        (v for v in HUB_OFFLINE_ENVS if env.get(v, "").strip().upper() in _HUB_TRUE), None
-    )
+    switch = hub_offline(env)
     if is_local_path(path) or switch is None:
         return []
     cache = hub_cache(env)
