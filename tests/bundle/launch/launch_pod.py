@@ -25,6 +25,7 @@ if str(REPO) not in sys.path:  # tests.support, shared with other test dirs
     sys.path.insert(0, str(REPO))
 
 from tests.support import loader_cache, slime_upstream
+from tests.support.tiny_tokenizer import build_tokenizer
 
 import agentrl
 from agentrl.render.defaults import OperatorDefaults
@@ -109,6 +110,7 @@ class Pod:
         spec = doc["spec"]
         model_type = spec["model"]["type"]
         hf = touch(root, "models/qwen/config.json", json.dumps(HF_CONFIGS[model_type])).parent
+        build_tokenizer().save(str(hf / "tokenizer.json"))  # the preflight wants a vocabulary
         spec["model"]["path"] = str(hf)
         spec["model"]["refLoad"] = str(
             megatron_checkpoint(root / "models" / "qwen-megatron") if megatron_ref else hf

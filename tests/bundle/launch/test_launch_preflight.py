@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
+import pytest
 from launch_trees import EXAMPLE_C, example_doc, experiment, touch
+from tests.support.slime_data import data_module
+from tests.support.upstream import slime_rows
 
 from agentrl.api.models import RLExperimentSpec
 from agentrl.bundle.launch import preflight
+from agentrl.bundle.rollout.inputs import inputs_from_slime
 from agentrl.slimecmd import CheckpointDir
 
 ROW = json.dumps({"prompt": "q", "metadata": {"a": 1}})
@@ -25,7 +30,7 @@ def _spec(**over: object) -> RLExperimentSpec:
 
 
 def _good_tree(root: Path) -> None:
-    touch(root, "/models/Qwen2.5-7B-Instruct/config.json", "{}")
+    _checkpoint_with_template(root, "/models/Qwen2.5-7B-Instruct")
     touch(root, "/data/web/train.jsonl", f"{ROW}\n\n{ROW}\n")
     touch(root, "/data/web/dev.jsonl", ROW)
     touch(root, "/data/web/hard.jsonl", ROW)
@@ -92,6 +97,252 @@ def test_empty_jsonl(tmp_path: Path) -> None:
     assert preflight.check_jsonl(tmp_path, "spec.data.train", "/d.jsonl") == [
         "spec.data.train: /d.jsonl is empty"
     ]
+
+
+def _slime_dataset(commit: str, path: Path) -> list[Any]:
+    """slime's own Dataset at `commit` on `path`, with the data flags agentrl renders."""
+    dataset = data_module(commit).Dataset(
+        str(path), tokenizer=None, processor=None, max_length=None, prompt_key="prompt",
+        metadata_key="metadata", label_key=None, tool_key="tools",
+    )  # fmt: skip
+    return list(dataset.samples)
+
+
+def _task(i: int) -> dict[str, Any]:
+    return {"prompt": f"task {i}", "metadata": {"task_id": i}}
+
+
+@pytest.mark.parametrize("commit", slime_rows())
+@pytest.mark.parametrize(
+    ("line", "bad", "says"),
+    [
+        (1, {**_task(0), "tools": {"click": {}}}, "'tools' must be a list of tool schemas"),
+        (1, {**_task(0), "tools": "click, type"}, "'tools' is a string that is not JSON"),
+        (25, ["task 24"], "not a JSON object"),
+        (25, {"prompt": "task 24", "metadata": "task 24"}, '"metadata" is missing or not an'),
+    ],
+)
+def test_a_row_the_run_stops_on_is_refused_wherever_it_is(
+    tmp_path: Path, commit: str, line: int, bad: Any, says: str
+) -> None:
+    """slime's Dataset reads every row of the train file when its RolloutManager starts (the
+    SGLang engines already launching) and stops the job on a row that is no object or whose
+    `tools` is no list; a row whose metadata is no object loads, and the rollout stops the
+    run at whichever step draws it. The preflight read only the first 20 rows, and never
+    `tools`: each of these files passed it."""
+    rows = [_task(i) for i in range(30)]
+    rows[line - 1] = bad
+    touch(tmp_path, "/d.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
+    try:
+        samples = _slime_dataset(commit, tmp_path / "d.jsonl")
+    except (AssertionError, AttributeError, json.JSONDecodeError):
+        pass  # in the pods: the job stops at its first data load
+    else:
+        with pytest.raises(TypeError, match="metadata must be a JSON object"):
+            inputs_from_slime([[samples[line - 1]]])  # the train step that draws it
+    (problem,) = preflight.check_jsonl(tmp_path, "spec.data.train", "/d.jsonl")
+    assert problem.startswith(f"spec.data.train: /d.jsonl line {line}: {says}")
+
+
+@pytest.mark.parametrize("commit", slime_rows())
+def test_a_row_that_is_not_utf8_is_named(tmp_path: Path, commit: str) -> None:
+    """slime reads the train file as UTF-8 and stops the job at a Latin-1 row; the
+    preflight stopped the launcher with a UnicodeDecodeError traceback instead of naming
+    the file, the row and the fix (and reported none of the launch's other problems)."""
+    latin1 = json.dumps(_task(2), ensure_ascii=False).replace("task", "t\u00e2che")
+    data = f"{ROW}\n{ROW}\n".encode() + latin1.encode("latin-1") + f"\n{ROW}\n".encode()
+    (tmp_path / "d.jsonl").write_bytes(data)
+    with pytest.raises(UnicodeDecodeError):
+        _slime_dataset(commit, tmp_path / "d.jsonl")
+    (problem,) = preflight.check_jsonl(tmp_path, "spec.data.train", "/d.jsonl")
+    assert problem.startswith("spec.data.train: /d.jsonl line 3: not UTF-8 text (byte 0xe2)")
+    assert "re-encode the file as UTF-8" in problem
+
+
+def test_a_file_of_bad_rows_lists_five_and_counts_the_rest(tmp_path: Path) -> None:
+    touch(tmp_path, "/d.jsonl", f"{ROW}\n" + '{"prompt": "q"}\n' * 8)
+    problems = preflight.check_jsonl(tmp_path, "spec.data.train", "/d.jsonl")
+    assert [p.split(":", 2)[1] for p in problems[:5]] == [
+        f" /d.jsonl line {n}" for n in range(2, 7)
+    ]
+    assert problems[5].startswith("spec.data.train: /d.jsonl: 3 more bad row(s) after these")
+    assert len(problems) == 6
+
+
+def _checkpoint_with_template(root: Path, where: str) -> Path:
+    """A Qwen-style HF checkpoint directory: config.json, tokenizer.json and a
+    tokenizer_config.json holding its chat template."""
+    from tests.support.tiny_tokenizer import write_checkpoint
+
+    directory = write_checkpoint(root / where.lstrip("/"))
+    (directory / "config.json").write_text("{}", encoding="utf-8")
+    return directory
+
+
+@pytest.mark.parametrize("where", ["tokenizer_config.json", "chat_template.jinja", "none"])
+def test_the_default_family_needs_the_checkpoint_s_chat_template(
+    tmp_path: Path, where: str
+) -> None:
+    """rendererFamily default: the gateway renders with the checkpoint's chat template and
+    refuses to start without one (its own load_renderer, on transformers), at the first
+    rollout, after the engines and the trainer are up. The preflight passed a checkpoint
+    without one; it now refuses exactly what the gateway refuses."""
+    from agentrl.bundle.gateway.tokenizer import load_renderer
+
+    _good_tree(tmp_path)
+    model = _checkpoint_with_template(tmp_path, "/models/Qwen2.5-7B-Instruct")
+    config = model / "tokenizer_config.json"
+    body = json.loads(config.read_text(encoding="utf-8"))
+    template = body.pop("chat_template")
+    if where != "tokenizer_config.json":
+        config.write_text(json.dumps(body), encoding="utf-8")
+    if where == "chat_template.jinja":
+        (model / where).write_text(template, encoding="utf-8")
+    spec = _spec(model={**_spec().model.model_dump(by_alias=True, exclude_none=True),
+                        "rendererFamily": "default"})  # fmt: skip
+    problems = preflight.run_all(tmp_path, spec, visible_gpus=None)
+    if where != "none":
+        load_renderer(str(model), "default", "qwen25")  # the gateway starts
+        assert problems == []
+        return
+    with pytest.raises(ValueError, match="has no chat template"):
+        load_renderer(str(model), "default", "qwen25")
+    (problem,) = problems
+    assert problem.startswith(
+        "spec.model.rendererFamily: default renders prompts with the chat template of "
+        "/models/Qwen2.5-7B-Instruct, which has none (no `chat_template` in its "
+        "tokenizer_config.json, no chat_template.jinja, no additional_chat_templates/)"
+    )
+    assert "set spec.model.rendererFamily to the model's family" in problem
+    named = spec.model.model_copy(update={"renderer_family": "qwen2.5"})
+    assert preflight.check_chat_template(tmp_path, spec.model_copy(update={"model": named})) == []
+
+
+@pytest.mark.parametrize("family", ["qwen3", "default"])
+def test_a_checkpoint_without_its_tokenizer_is_refused(tmp_path: Path, family: str) -> None:
+    """The weights and config.json copied without the tokenizer files: the gateway cannot
+    start on it (its own load_renderer, at the first rollout), and transformers'
+    AutoTokenizer, which slime's data source and SGLang load it with, gives no vocabulary
+    (transformers 5) or raises. The preflight passed it."""
+    from transformers import AutoTokenizer
+
+    from agentrl.bundle.gateway.tokenizer import load_renderer
+
+    _good_tree(tmp_path)
+    model = tmp_path / "models/Qwen2.5-7B-Instruct"
+    qwen2 = {"model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"]}
+    (model / "config.json").write_text(json.dumps(qwen2), encoding="utf-8")
+    spec = _spec(model={**_spec().model.model_dump(by_alias=True, exclude_none=True),
+                        "rendererFamily": family})  # fmt: skip
+    assert preflight.run_all(tmp_path, spec, visible_gpus=None) == []
+    load_renderer(str(model), family, "qwen25")  # the gateway starts
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (model / name).unlink()
+    with pytest.raises((AssertionError, ValueError, OSError)):
+        load_renderer(str(model), family, "qwen25")
+    try:
+        tok = AutoTokenizer.from_pretrained(str(model), trust_remote_code=True)
+    except (OSError, ValueError, TypeError):
+        pass  # transformers 4 raises
+    else:
+        assert tok.encode("What is 6*7?", add_special_tokens=False) == []
+    problem, *template = preflight.run_all(tmp_path, spec, visible_gpus=None)
+    assert [t.split(":")[0] for t in template] == ["spec.model.rendererFamily"] * (
+        family == "default"
+    )
+    assert problem.startswith(
+        "spec.model.path: /models/Qwen2.5-7B-Instruct holds no tokenizer vocabulary (no "
+        "tokenizer.json, vocab.json, vocab.txt, *.model or *.tiktoken file)"
+    )
+    assert "copy the checkpoint's tokenizer files" in problem
+
+
+_HUB_LOAD = """
+import json, sys
+from huggingface_hub import snapshot_download
+try:
+    print(json.dumps(snapshot_download(sys.argv[1], local_files_only=True)))
+except Exception as e:
+    print(json.dumps(f"{type(e).__name__}: {e}"))
+"""
+HUB_ID = "Qwen/Qwen2.5-7B-Instruct"
+
+
+def _hub_load(env: dict[str, str]) -> str:
+    """huggingface_hub's own resolution of HUB_ID in a process with `env` (the hub cache
+    only, as SGLang and transformers read it offline)."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", _HUB_LOAD, HUB_ID], env={**env, "PATH": "/usr/bin:/bin"},
+        capture_output=True, text=True, check=True, timeout=120,
+    )  # fmt: skip
+    return str(json.loads(done.stdout.splitlines()[-1]))
+
+
+def _fill_cache(cache: Path, commit: str = "1" * 40) -> None:
+    """huggingface_hub's cache layout for HUB_ID: refs/main names a snapshot folder."""
+    repo = cache / f"models--{HUB_ID.replace('/', '--')}"
+    touch(repo, "/refs/main", commit)
+    touch(repo, f"/snapshots/{commit}/config.json", "{}")
+
+
+@pytest.mark.parametrize(
+    "pod_env",
+    [
+        {"HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": "{root}/hub-cache"},
+        {"TRANSFORMERS_OFFLINE": "yes", "HF_HOME": "{root}/hf"},
+        {"HF_HUB_OFFLINE": "True", "HOME": "{root}/home"},
+    ],
+)
+def test_a_hub_id_in_pods_kept_off_the_hub_needs_the_cache(
+    tmp_path: Path, pod_env: dict[str, str]
+) -> None:
+    """HF_HUB_OFFLINE (or TRANSFORMERS_OFFLINE) in the pods: huggingface_hub reads the model
+    from its cache only, and without a snapshot there SGLang's engines and the gateway fail
+    to load it once the gang is up. The preflight passed it (a warning that every pod
+    downloads it); it now refuses exactly what huggingface_hub cannot resolve."""
+    env = {k: v.format(root=tmp_path) for k, v in pod_env.items()}
+    env.setdefault("HOME", str(tmp_path / "nobody"))
+    spec = experiment(example_doc(EXAMPLE_C)).spec  # path: the hub id, refLoad: a directory
+    assert spec.model.path == HUB_ID
+    assert "LocalEntryNotFoundError" in _hub_load(env)
+    (problem,) = preflight.check_offline_hub(Path("/"), spec, env)
+    cache = preflight.hub_cache(env)
+    assert problem.startswith(f"spec.model.path: {HUB_ID!r} is a Hugging Face id, and ")
+    assert f"the hub cache {cache} holds no snapshot of it" in problem
+    _fill_cache(Path(cache))
+    assert _hub_load(env).startswith(f"{cache}/models--Qwen--Qwen2.5-7B-Instruct/snapshots/")
+    assert preflight.check_offline_hub(Path("/"), spec, env) == []
+    online = {k: v for k, v in env.items() if not k.endswith("OFFLINE")}
+    (Path(cache) / "models--Qwen--Qwen2.5-7B-Instruct/refs/main").unlink()
+    assert preflight.check_offline_hub(Path("/"), spec, online) == []  # it downloads
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {},
+        {"HF_HUB_OFFLINE": "1"},
+        {"HF_HUB_OFFLINE": "on"},
+        {"HF_HUB_OFFLINE": "0"},
+        {"HF_HUB_OFFLINE": " 1"},
+        {"TRANSFORMERS_OFFLINE": "Yes"},
+        {"HF_HUB_OFFLINE": "", "TRANSFORMERS_OFFLINE": "true"},
+        {"HF_HUB_OFFLINE": "0", "TRANSFORMERS_OFFLINE": "1"},
+    ],
+)
+def test_offline_is_read_as_huggingface_hub_reads_it(env: dict[str, str]) -> None:
+    import subprocess
+    import sys
+
+    code = "from huggingface_hub import constants; print(constants.HF_HUB_OFFLINE)"
+    done = subprocess.run(
+        [sys.executable, "-c", code], env={"HOME": "/nonexistent", **env},
+        capture_output=True, text=True, check=True, timeout=120,
+    )  # fmt: skip
+    assert (preflight.hub_offline(env) is not None) == (done.stdout.strip() == "True")
 
 
 def test_checkpoint_path_under_a_file_is_not_writable(tmp_path: Path) -> None:

@@ -134,6 +134,21 @@ def test_two_cuda_majors_and_preflight_problems_are_reported_together(tmp_path: 
     assert not pod.record.exists()
 
 
+def test_a_hub_id_the_offline_pods_cannot_resolve_stops_the_launch(tmp_path: Path) -> None:
+    pod = Pod(tmp_path)
+    config = RuntimeConfig.load(pod.config_path)
+    spec = config.spec.model_copy(deep=True)
+    spec.model.path = "Qwen/Qwen2.5-7B-Instruct"  # refLoad stays the pod's HF directory
+    pod.config_path.write_text(config.model_copy(update={"spec": spec}).to_json())
+    done = pod.launch(HF_HUB_OFFLINE="1", HF_HUB_CACHE=str(tmp_path / "hub"))
+    assert done.returncode == 2, done.stderr
+    assert "spec.model.path: 'Qwen/Qwen2.5-7B-Instruct' is a Hugging Face id, and " in done.stderr
+    assert f"HF_HUB_OFFLINE=1 keeps the pods off the hub, but the hub cache {tmp_path}/hub" in (
+        done.stderr
+    )
+    assert not pod.record.exists()
+
+
 def test_missing_runtime_config_is_a_clear_error(tmp_path: Path) -> None:
     missing = "config.json"
     done = subprocess.run(

@@ -227,6 +227,7 @@ def build_plan(
     warnings += [gpu_warning] if gpu_warning else []
     problems += preflight.run_all(Path("/"), spec, gpus)  # creates the checkpoint dir
     problems += preflight.check_context_length(Path("/"), spec, env)
+    problems += preflight.check_offline_hub(Path("/"), spec, env)
     warnings += preflight.model_warnings(spec)
     start = _start(spec, problems, warnings)
     key_env = config.wandb_api_key_env or ENV_WANDB_API_KEY

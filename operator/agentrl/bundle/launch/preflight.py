@@ -14,8 +14,9 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from agentrl.api.constants import DRIVER_RAY_RESOURCE
-from agentrl.api.data_rows import PREFLIGHT_ROWS, ROW_SHAPE, first_row_problems
+from agentrl.api.data_rows import ENCODING, ERRORS, judge_rows
 from agentrl.api.model_context import longer_context_problem
+from agentrl.api.model_names import DEFAULT_FAMILY
 from agentrl.api.models import RLExperimentSpec
 from agentrl.api.paths import TRAINER_WEIGHTS_FIX, trainer_weights_problem
 from agentrl.api.rules import is_local_path
@@ -44,6 +45,15 @@ def check_model(root: Path, spec: RLExperimentSpec) -> list[str]:
             problems.append(
                 f"spec.model.path: {model.path} has no config.json; mount the HF checkpoint "
                 "there (spec.runtime.volumes/volumeMounts)"
+            )
+        elif not _has_vocabulary(_host(root, model.path)):
+            problems.append(
+                f"spec.model.path: {model.path} holds no tokenizer vocabulary (no "
+                "tokenizer.json, vocab.json, vocab.txt, *.model or *.tiktoken file): the "
+                "SGLang engines, slime's data source and the gateway load the tokenizer from "
+                "this directory, and fail (or, with transformers 5, tokenize to nothing) once "
+                "the engines are up; copy the checkpoint's tokenizer files (tokenizer.json, "
+                "tokenizer_config.json, ...) next to its config.json"
             )
     if model.ref_load is None:
         if not is_local_path(model.path):
@@ -85,6 +95,112 @@ def check_context_length(root: Path, spec: RLExperimentSpec, env: Mapping[str, s
     where = f"{model.path}/config.json"
     problem = longer_context_problem(model.context_length, doc, where, env)
     return [] if problem is None else [problem]
+
+
+# The files a tokenizer reads its vocabulary from, of every format transformers loads: the
+# fast tokenizer's tokenizer.json, BPE's vocab.json, WordPiece's vocab.txt, SentencePiece's
+# *.model, tiktoken's *.tiktoken. A copy of the weights and config.json alone has none.
+VOCABULARY_FILES = ("tokenizer.json", "vocab.json", "vocab.txt")
+VOCABULARY_GLOBS = ("*.model", "*.tiktoken")
+
+
+def _has_vocabulary(directory: Path) -> bool:
+    return any((directory / name).is_file() for name in VOCABULARY_FILES) or any(
+        p.is_file() for pattern in VOCABULARY_GLOBS for p in directory.glob(pattern)
+    )
+
+
+# Where transformers' tokenizer finds a chat template in a checkpoint directory: the
+# `chat_template` of tokenizer_config.json, or (newer releases) chat_template.jinja and the
+# named templates under additional_chat_templates/ (transformers' CHAT_TEMPLATE_FILE and
+# CHAT_TEMPLATE_DIR).
+TOKENIZER_CONFIG = "tokenizer_config.json"
+CHAT_TEMPLATE_FILE = "chat_template.jinja"
+CHAT_TEMPLATE_DIR = "additional_chat_templates"
+
+
+def _has_chat_template(directory: Path) -> bool:
+    try:
+        doc = json.loads((directory / TOKENIZER_CONFIG).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        doc = None
+    if isinstance(doc, dict) and doc.get("chat_template"):
+        return True
+    named = directory / CHAT_TEMPLATE_DIR
+    return (directory / CHAT_TEMPLATE_FILE).is_file() or (
+        named.is_dir() and any(named.glob("*.jinja"))
+    )
+
+
+def check_chat_template(root: Path, spec: RLExperimentSpec) -> list[str]:
+    """rendererFamily default renders every prompt with the checkpoint's own chat template
+    (transformers applies it in the gateway), and the gateway refuses to start without one.
+    It starts at the first rollout, after the engines are up and the trainer has loaded its
+    weights; said here, in seconds."""
+    model = spec.model
+    if model.renderer_family != DEFAULT_FAMILY or not is_local_path(model.path):
+        return []
+    directory = _host(root, model.path)
+    if not model.path.startswith("/") or not directory.is_dir() or _has_chat_template(directory):
+        return []  # check_model says what is wrong with the path itself
+    return [
+        f"spec.model.rendererFamily: default renders prompts with the chat template of "
+        f"{model.path}, which has none (no `chat_template` in its {TOKENIZER_CONFIG}, no "
+        f"{CHAT_TEMPLATE_FILE}, no {CHAT_TEMPLATE_DIR}/), so the gateway would refuse to "
+        "start at the first rollout, after the engines and the trainer are up: use a copy of "
+        "the checkpoint that ships its tokenizer files with the template, or set "
+        "spec.model.rendererFamily to the model's family (docs/api.md)"
+    ]
+
+
+# huggingface_hub's switch that keeps a process off the hub (HF_HUB_OFFLINE, else the
+# older TRANSFORMERS_OFFLINE when the first is unset or empty; "1", "ON", "YES" or "TRUE" in
+# any case), and where it then looks for a model: its cache directory. Both are read by
+# huggingface_hub.constants, documented at
+# https://huggingface.co/docs/huggingface_hub/package_reference/environment_variables
+HUB_OFFLINE_ENVS = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+_HUB_TRUE = ("1", "ON", "YES", "TRUE")
+
+
+def hub_offline(env: Mapping[str, str]) -> str | None:
+    """The variable that keeps huggingface_hub off the hub in `env`, or None."""
+    name = next((v for v in HUB_OFFLINE_ENVS if env.get(v)), None)
+    return name if name is not None and env[name].upper() in _HUB_TRUE else None
+
+
+def hub_cache(env: Mapping[str, str]) -> str:
+    """The hub cache huggingface_hub reads in a process with `env`: HF_HUB_CACHE, else the
+    legacy HUGGINGFACE_HUB_CACHE, else <HF_HOME>/hub, HF_HOME defaulting to
+    <XDG_CACHE_HOME or ~/.cache>/huggingface."""
+    home = env.get("HOME", "/root")
+    hf_home = env.get("HF_HOME") or f"{env.get('XDG_CACHE_HOME') or home + '/.cache'}/huggingface"
+    cache = env.get("HF_HUB_CACHE") or env.get("HUGGINGFACE_HUB_CACHE") or f"{hf_home}/hub"
+    return home + cache[1:] if cache.startswith("~") else cache
+
+
+def check_offline_hub(root: Path, spec: RLExperimentSpec, env: Mapping[str, str]) -> list[str]:
+    """spec.model.path a Hugging Face id in pods kept off the hub: huggingface_hub resolves
+    it from its cache only (refs/main names the snapshot), so without that snapshot SGLang's
+    engines and the gateway fail to load the model once the gang is up."""
+    path = spec.model.path
+    switch = hub_offline(env)
+    if is_local_path(path) or switch is None:
+        return []
+    cache = hub_cache(env)
+    repo = _host(root, cache) / f"models--{path.replace('/', '--')}"
+    try:
+        commit = (repo / "refs" / "main").read_text(encoding="utf-8").strip()
+    except OSError:
+        commit = ""
+    if commit and (repo / "snapshots" / commit / "config.json").is_file():
+        return []
+    return [
+        f"spec.model.path: {path!r} is a Hugging Face id, and {switch}={env[switch]} keeps "
+        f"the pods off the hub, but the hub cache {cache} holds no snapshot of it (refs/main "
+        "and the config.json of the snapshot it names): SGLang's engines and the gateway "
+        "would fail to load it once the gang is up; mount the checkpoint and set "
+        f"spec.model.path to its directory, or pre-fill {cache} on a volume, or unset {switch}"
+    ]
 
 
 def _megatron(path: Path) -> bool:
@@ -149,20 +265,18 @@ def model_warnings(spec: RLExperimentSpec) -> list[str]:
     ]
 
 
-def check_jsonl(root: Path, field: str, path: str, rows: int = PREFLIGHT_ROWS) -> list[str]:
-    """The first `rows` rows parse and each has `prompt` and a `metadata` object."""
-    host = _host(root, path)
+def check_jsonl(root: Path, field: str, path: str) -> list[str]:
+    """Every row parses and has `prompt`, a `metadata` object and, if any, a `tools` list
+    (`agentrl.api.data_rows`): slime's Dataset reads the whole train file when its
+    RolloutManager starts, and the rollout reads the whole eval file at the eval."""
     try:
-        with host.open(encoding="utf-8") as f:
-            lines = f.readlines()
+        with _host(root, path).open(encoding=ENCODING, errors=ERRORS) as f:
+            report = judge_rows(f)
     except OSError as e:
         return [f"{field}: cannot read {path}: {e.strerror}; check the volume mount and path"]
-    if not any(line.strip() for line in lines):
+    if not report.rows:
         return [f"{field}: {path} is empty"]
-    return [
-        f"{field}: {path} line {n}: {problem}; {ROW_SHAPE}"
-        for n, problem in first_row_problems(lines, rows)
-    ]
+    return report.problems(f"{field}: {path}")
 
 
 def check_data(root: Path, spec: RLExperimentSpec) -> list[str]:
@@ -259,6 +373,7 @@ def read_checkpoint(root: Path, spec: RLExperimentSpec) -> tuple[CheckpointDir |
 def run_all(root: Path, spec: RLExperimentSpec, visible_gpus: int | None) -> list[str]:
     return [
         *check_model(root, spec),
+        *check_chat_template(root, spec),
         *check_data(root, spec),
         *check_gpus(spec, visible_gpus),
         *check_checkpoint(root, spec),

@@ -21,7 +21,7 @@ from types import SimpleNamespace
 from typing import Final
 
 from agentrl.api.constants import SPLIT_EVAL, SPLIT_TRAIN
-from agentrl.api.data_rows import PREFLIGHT_ROWS, ROW_SHAPE, first_row_problems
+from agentrl.api.data_rows import ENCODING, ERRORS, ROW_SHAPE, judge_rows
 from agentrl.api.model_context import longer_context_problem
 from agentrl.api.models import RLExperimentSpec
 from agentrl.api.rules import is_local_path
@@ -115,14 +115,15 @@ def _check_rows(data: Path, where: str) -> None:
     """The rows the launcher checks in the pods, checked the same way: a file it refuses
     (a `question` key for `prompt`, a row without `metadata`) stops the launch after the
     GPUs are scheduled, while the rehearsal would run its episodes without a prompt."""
-    with data.open(encoding="utf-8") as lines:
-        problems = first_row_problems(lines)
-    if problems:
-        listed = "; ".join(f"{data}:{n}: {p}" for n, p in problems[:3])
-        more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
+    with data.open(encoding=ENCODING, errors=ERRORS) as lines:
+        report = judge_rows(lines)
+    if report.bad:
+        listed = "; ".join(f"{data}:{n}: {p}" for n, p in report.bad[:3])
+        left = len(report.bad) - 3 + report.more
+        more = f" (and {left} more)" if left > 0 else ""
         raise RehearsalError(
             f"{where}: {listed}{more}. {ROW_SHAPE}; the launcher in the pods refuses a file "
-            f"with such a row among its first {PREFLIGHT_ROWS}, after the GPUs are scheduled"
+            "with such a row anywhere in it, after the GPUs are scheduled"
         )
 
 

@@ -14,9 +14,10 @@ import json
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Final
+from typing import Any
 
 from agentrl.api.constants import CONFIG_PATH, ENV_CONFIG_PATH
+from agentrl.api.data_rows import TOOLS_KEY, tools_problem
 from agentrl.api.models import EvalSet, RLExperimentSpec
 from agentrl.api.runtime import RuntimeConfig
 from agentrl.bundle.rollout.episode import EpisodeInput, EpisodeSpec
@@ -123,13 +124,6 @@ def load_eval_groups(eval_set: EvalSet, where: str) -> list[list[EpisodeInput]]:
     return read_groups(path, eval_set.samples_per_prompt, f"{where}.path")
 
 
-# slime's `--tool-key` default, which agentrl's command line leaves as it is: slime's Dataset
-# moves a train row's top-level `tools` into its metadata, the agent payload; the rollout
-# does the same with eval rows, so that an agent gets its tools in both splits.
-# https://github.com/THUDM/slime/blob/fa3c990af6f18efd3fd9922698bf4bf4048d1263/slime/utils/data.py#L225-L234
-SLIME_TOOL_KEY: Final = "tools"
-
-
 def read_groups(
     path: Path,
     samples_per_prompt: int,
@@ -184,27 +178,16 @@ def _with_tools(row: Mapping[str, Any], metadata: dict[str, Any], where: str) ->
     """The metadata slime's Dataset gives a train row, and the rollout an eval row: its
     `tools` (a list, or a JSON string of one) as `metadata.tools`, over any the metadata has;
     slime stops the job at its first data load on any other `tools` (the rollout, the eval)."""
-    if SLIME_TOOL_KEY not in row:
+    if TOOLS_KEY not in row:
         return metadata
-    tools = row[SLIME_TOOL_KEY]
-    if isinstance(tools, str):
-        try:
-            tools = json.loads(tools)
-        except json.JSONDecodeError as exc:
-            raise ValueError(
-                f"{where}: 'tools' is a string that is not JSON ({exc.msg}); a row's 'tools' "
-                "joins its metadata, and slime's Dataset (--tool-key tools) fails the job on "
-                "this when it loads the train set: give a list of tool schemas, or move it "
-                "into 'metadata'"
-            ) from exc
-    if not isinstance(tools, list):
+    problem, tools = tools_problem(row[TOOLS_KEY])
+    if problem:
         raise ValueError(
-            f"{where}: 'tools' must be a list of tool schemas, got {type(tools).__name__}; a "
-            "row's 'tools' joins its metadata, and slime's Dataset (--tool-key tools) asserts "
-            "it and fails the job when it loads the train set: give a list, or move it into "
-            "'metadata'"
+            f"{where}: {problem}; a row's 'tools' joins its metadata, and slime's Dataset "
+            "(--tool-key tools) fails the job on it when it loads the train set: give a list "
+            "of tool schemas, or move it into 'metadata'"
         )
-    return {**metadata, SLIME_TOOL_KEY: tools}
+    return {**metadata, TOOLS_KEY: tools}
 
 
 def _parse_row(line: str, where: str) -> dict[str, Any]:
