@@ -166,8 +166,7 @@ def test_a_bad_eval_row_past_the_rehearsed_prompts_is_refused_too(
 ) -> None:
     """The rollout reads every row of an eval set at the first evaluation (after
     evalInterval train steps) and stops the job on a bad one; the launcher's preflight
-    looks at the first 20 only, and a rehearsal of the eval split read no further than
-    its prompts."""
+    judges every row as well, and so does a rehearsal of the eval split, past its prompts."""
     lines = [json.dumps(row(f"e-{i}")) for i in range(24)] + [
         bad if isinstance(bad, str) else json.dumps(bad)
     ]
@@ -176,7 +175,8 @@ def test_a_bad_eval_row_past_the_rehearsed_prompts_is_refused_too(
     body = spec(http_agent("http://agent:8000/run"))
     body["spec"]["data"]["eval"] = [{"name": "dev", "path": "/data/web/dev.jsonl"}]
     exp = RLExperimentSpec.model_validate(body["spec"])
-    assert check_jsonl(Path("/"), "spec.data.eval[0].path", str(data)) == []  # the preflight
+    (pods_said,) = check_jsonl(Path("/"), "spec.data.eval[0].path", str(data))  # the preflight
+    assert "dev.jsonl line 25: " in pods_said
     pods = exp.data.eval[0].model_copy(update={"path": str(data)})
     with pytest.raises(ValueError, match=f"dev.jsonl:25: {says}"):
         load_eval_groups(pods, "spec.data.eval[0]")  # the rollout, at the first evaluation
