@@ -14,10 +14,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.conftest import minimal_body
 from tests.support import slime_upstream
 
 from agentrl.api.models import RLExperimentSpec
 from agentrl.api.slime_flags import judge_extra_args
+from agentrl.api.validation import errors, parse_experiment
 from agentrl.slimecmd import flags
 
 from .doubles import runtime_config
@@ -146,3 +148,23 @@ def test_agentrls_eval_pass_at_k_is_slimes(row: str, tmp_path: Path) -> None:
     assert log["eval/e/pass@1"] == pytest.approx((1 + 0.25 + 0.5) / 3)
     assert log["eval/f/pass@1"] == pytest.approx((1 + 0.25 + 0.5 + 0) / 4)
     assert "eval/e/pass@8" not in log
+
+
+@pytest.mark.parametrize("row", ROWS)
+def test_eval_set_names_that_slimes_logging_overwrites_are_refused(
+    row: str, tmp_path: Path
+) -> None:
+    """slime's eval logging writes every set's keys into one dict: a set named `step` has its
+    reward overwritten by the step number, and `a-truncated_ratio` overwrites set `a`'s
+    truncated ratio with its reward. Validation refuses both names."""
+    path = _rows(tmp_path / "e.jsonl", [{"id": 0, "reward": 0.25}])
+    step = [{"name": "step", "path": path}]
+    got = slime_upstream.slime_eval(row, {"argv": _rendered(step), "sets": step, "rollout_id": 7})
+    assert got["log"]["eval/step"] == 7.0  # the set's 0.25 is gone
+    pair = [{"name": "a", "path": path}, {"name": "a-truncated_ratio", "path": path}]
+    got = slime_upstream.slime_eval(row, {"argv": _rendered(pair), "sets": pair})
+    assert got["log"]["eval/a-truncated_ratio"] == 0.25  # not set a's truncated ratio, 0
+
+    for sets, bad in ((step, 0), (pair, 1)):
+        _, problems = parse_experiment(minimal_body(data={"train": "/t.jsonl", "eval": sets}))
+        assert [p.path for p in errors(problems)] == [f"spec.data.eval[{bad}].name"]
