@@ -1,7 +1,8 @@
 """The shape of a data row, one rule for the two places that judge it.
 
-The launcher's preflight refuses a train or eval file in the pods when one of its first
-`PREFLIGHT_ROWS` rows breaks it, before slime starts but after the GPUs are scheduled;
+The launcher's preflight refuses a train file in the pods when one of its first
+`PREFLIGHT_ROWS` rows breaks it, and an eval file when any row does (the rollout reads eval
+sets whole, at the first eval), before slime starts but after the GPUs are scheduled;
 `agentrl rehearse` applies the same rule to the same rows on the user's machine, so a file
 it accepts is one the pods accept.
 """
@@ -31,8 +32,10 @@ def row_problem(line: str) -> str | None:
     return None
 
 
-def first_row_problems(lines: Iterable[str], rows: int = PREFLIGHT_ROWS) -> list[tuple[int, str]]:
-    """(line number, problem) for each of the first `rows` non-empty lines that is no data
-    row (empty lines are no rows and are passed over)."""
+def first_row_problems(
+    lines: Iterable[str], rows: int | None = PREFLIGHT_ROWS
+) -> list[tuple[int, str]]:
+    """(line number, problem) for each of the first `rows` non-empty lines (every one when
+    None) that is no data row (empty lines are no rows and are passed over)."""
     found = [(n, line) for n, line in enumerate(lines, 1) if line.strip()][:rows]
     return [(n, problem) for n, line in found if (problem := row_problem(line))]

@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from launch_trees import EXAMPLE_C, example_doc, experiment, touch
 
 from agentrl.api.models import RLExperimentSpec
 from agentrl.bundle.launch import preflight
+from agentrl.bundle.rollout.inputs import load_eval_groups
 from agentrl.slimecmd import CheckpointDir
 
 ROW = json.dumps({"prompt": "q", "metadata": {"a": 1}})
@@ -162,3 +164,23 @@ def test_a_context_length_above_the_checkpoints_is_refused_before_sglang_starts(
     assert len(preflight.check_context_length(tmp_path, _with_context(131072), {})) == 1
     touch(tmp_path, "/models/Qwen2.5-7B-Instruct/config.json", "{}")  # nothing to judge by
     assert preflight.check_context_length(tmp_path, _with_context(131072), {}) == []
+
+
+def test_every_row_of_an_eval_file_is_checked(tmp_path: Path) -> None:
+    """The rollout reads an eval set whole at the first eval and ends the run on a bad row;
+    the preflight used to look at the first 20 rows only, as it does for the train file."""
+    _good_tree(tmp_path)
+    spec = _spec()
+    dev = spec.data.eval[0]
+    touch(tmp_path, dev.path, "\n".join([ROW] * 24 + ["{not json", ROW]) + "\n")
+    with pytest.raises(ValueError, match=r"dev.jsonl:25: not valid JSON"):  # the rollout's reader
+        load_eval_groups(dev.model_copy(update={"path": str(tmp_path) + dev.path}), "eval")
+    (problem,) = preflight.run_all(tmp_path, spec, visible_gpus=None)
+    assert problem.startswith(f"spec.data.eval[0].path: {dev.path} line 25: not JSON")
+
+
+def test_a_broken_eval_file_names_its_first_bad_rows_then_counts(tmp_path: Path) -> None:
+    touch(tmp_path, "/e.jsonl", "[]\n" * 30)
+    problems = preflight.check_jsonl(tmp_path, "spec.data.eval[0].path", "/e.jsonl", rows=None)
+    assert len(problems) == 21 and "line 20: not a JSON object" in problems[19]
+    assert problems[20] == "spec.data.eval[0].path: /e.jsonl: 10 more bad row(s)"

@@ -122,3 +122,23 @@ def test_a_row_the_pods_launcher_refuses_is_refused_by_the_rehearsal(
     message = str(refused.value)
     assert message.startswith("spec.data.train: ") and f"train.jsonl:2: {says}" in message
     assert '"prompt": ..., "metadata": {...}' in message  # the shape to fix it to
+
+
+def test_a_bad_row_anywhere_in_an_eval_file_is_refused_as_the_pods_refuse_it(
+    tmp_path: Path,
+) -> None:
+    """The launcher checks every row of an eval file (the rollout reads it whole at the first
+    eval, and a bad row there ends the run); the rehearsal of an eval split does the same."""
+    data = write_rows(tmp_path / "e.jsonl", [row(f"t-{i}") for i in range(24)])
+    with data.open("a", encoding="utf-8") as out:
+        out.write('{"prompt": "t-24", "metadata": []}\n')
+    doc = spec(http_agent("http://agent:8000/run"))["spec"]
+    doc["data"]["eval"] = [{"name": "e", "path": "/data/e.jsonl"}]
+    experiment = RLExperimentSpec.model_validate(doc)
+    (problem,) = check_jsonl(Path("/"), "spec.data.eval[0].path", str(data), rows=None)
+    assert "line 25: " in problem
+    with pytest.raises(RehearsalError) as refused:
+        plan_inputs(experiment, Options(engine="", out=tmp_path, split="eval:e", data=data))
+    message = str(refused.value)
+    assert message.startswith("spec.data.eval[0].path: ") and "e.jsonl:25: " in message
+    assert "refuses a file with such a row anywhere" in message

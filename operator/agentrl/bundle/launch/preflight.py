@@ -160,8 +160,9 @@ def model_warnings(spec: RLExperimentSpec) -> list[str]:
     ]
 
 
-def check_jsonl(root: Path, field: str, path: str, rows: int = PREFLIGHT_ROWS) -> list[str]:
-    """The first `rows` rows parse and each has `prompt` and a `metadata` object."""
+def check_jsonl(root: Path, field: str, path: str, rows: int | None = PREFLIGHT_ROWS) -> list[str]:
+    """The first `rows` rows (every row when None) parse and each has `prompt` and a
+    `metadata` object; at most `PREFLIGHT_ROWS` bad rows are named, then their count."""
     host = _host(root, path)
     try:
         with host.open(encoding="utf-8") as f:
@@ -170,16 +171,22 @@ def check_jsonl(root: Path, field: str, path: str, rows: int = PREFLIGHT_ROWS) -
         return [f"{field}: cannot read {path}: {e.strerror}; check the volume mount and path"]
     if not any(line.strip() for line in lines):
         return [f"{field}: {path} is empty"]
-    return [
-        f"{field}: {path} line {n}: {problem}; {ROW_SHAPE}"
-        for n, problem in first_row_problems(lines, rows)
-    ]
+    bad = first_row_problems(lines, rows)
+    named = [f"{field}: {path} line {n}: {problem}; {ROW_SHAPE}" for n, problem in bad]
+    if len(named) > PREFLIGHT_ROWS:
+        more = len(named) - PREFLIGHT_ROWS
+        named = [*named[:PREFLIGHT_ROWS], f"{field}: {path}: {more} more bad row(s)"]
+    return named
 
 
 def check_data(root: Path, spec: RLExperimentSpec) -> list[str]:
+    """The train file's first rows (slime's Dataset reads it whole when it starts, and stops
+    on a bad row there) and every row of each eval file: the rollout reads an eval set whole
+    at the first eval (before training, or `evalInterval` rollouts in with slime's
+    --skip-eval-before-train), and a bad row there ends the run."""
     problems = check_jsonl(root, "spec.data.train", spec.data.train)
     for i, s in enumerate(spec.data.eval):
-        problems += check_jsonl(root, f"spec.data.eval[{i}].path", s.path)
+        problems += check_jsonl(root, f"spec.data.eval[{i}].path", s.path, rows=None)
     return problems
 
 

@@ -93,7 +93,7 @@ def plan_inputs(spec: RLExperimentSpec, options: Options) -> Plan:
         groups = read_groups(data, samples, str(data), limit=options.prompts, as_train_set=is_train)
     except (OSError, ValueError) as exc:
         raise RehearsalError(f"{where}: {exc}") from None
-    _check_rows(data, where)
+    _check_rows(data, where, every_row=not is_train)
     notes = []
     if len(groups) < options.prompts:
         notes.append(f"{data} holds {len(groups)} row(s); --prompts asked for {options.prompts}")
@@ -103,18 +103,20 @@ def plan_inputs(spec: RLExperimentSpec, options: Options) -> Plan:
     )
 
 
-def _check_rows(data: Path, where: str) -> None:
-    """The rows the launcher checks in the pods, checked the same way: a file it refuses
-    (a `question` key for `prompt`, a row without `metadata`) stops the launch after the
-    GPUs are scheduled, while the rehearsal would run its episodes without a prompt."""
+def _check_rows(data: Path, where: str, *, every_row: bool) -> None:
+    """The rows the launcher checks in the pods (a train file's first ones, every row of an
+    eval file), checked the same way: a file it refuses (a `question` key for `prompt`, a
+    row without `metadata`) stops the launch after the GPUs are scheduled, while the
+    rehearsal would run its episodes without a prompt."""
     with data.open(encoding="utf-8") as lines:
-        problems = first_row_problems(lines)
+        problems = first_row_problems(lines, None if every_row else PREFLIGHT_ROWS)
     if problems:
         listed = "; ".join(f"{data}:{n}: {p}" for n, p in problems[:3])
         more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
         raise RehearsalError(
             f"{where}: {listed}{more}. {ROW_SHAPE}; the launcher in the pods refuses a file "
-            f"with such a row among its first {PREFLIGHT_ROWS}, after the GPUs are scheduled"
+            f"with such a row {'anywhere' if every_row else f'among its first {PREFLIGHT_ROWS}'}"
+            ", after the GPUs are scheduled"
         )
 
 
