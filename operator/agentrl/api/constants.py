@@ -185,3 +185,10 @@ MAX_GPU_NODES: Final = 5000
 REHEARSE_OK: Final = 0
 REHEARSE_FAILED: Final = 1
 REHEARSE_USAGE: Final = 2
+
+# Keys slime's eval logging writes beside each eval set's `eval/<name>` in one flat dict:
+# `eval/<name>-truncated_ratio`, and `eval/step` (the W&B step key) last, the same at both
+# supported rows; an eval set named after one has its figure overwritten (rules.eval_sets).
+# https://github.com/THUDM/slime/blob/624b824a898ab0ec1fcb4d373004c7f3852bf515/slime/observability/rollout_metrics.py#L223-L253
+SLIME_EVAL_STEP_NAME: Final = "step"
+SLIME_EVAL_TRUNCATED_SUFFIX: Final = "-truncated_ratio"

@@ -24,6 +24,8 @@ from agentrl.api.constants import (
     ENV_POD_NAME,
     METRICS_PORT,
     RAY_PORTS,
+    SLIME_EVAL_STEP_NAME,
+    SLIME_EVAL_TRUNCATED_SUFFIX,
 )
 from agentrl.api.findings import Finding, Rule, err, repeats, warn
 from agentrl.api.formats import EXTENDED_RESOURCE, FORMATS
@@ -556,9 +558,28 @@ def image_pinned(exp: RLExperiment) -> Iterator[Finding]:
 
 
 def eval_sets(exp: RLExperiment) -> Iterator[Finding]:
-    """Eval set names are unique."""
-    for i, name in repeats([e.name for e in exp.spec.data.eval]):
+    """Eval set names are unique, and none takes a key slime's eval logging writes for
+    something else: `step` (its reward would be overwritten by the step number) or
+    `<another set>-truncated_ratio` (it would overwrite that set's truncated ratio)."""
+    names = [e.name for e in exp.spec.data.eval]
+    for i, name in repeats(names):
         yield err(f"spec.data.eval[{i}].name", f"duplicate eval set {name!r}", "rename it")
+    for i, name in enumerate(names):
+        if name == SLIME_EVAL_STEP_NAME:
+            yield err(
+                f"spec.data.eval[{i}].name",
+                "an eval set named 'step' is logged as slime's eval/step, which slime then sets "
+                "to the rollout step: the set's reward never reaches W&B",
+                "rename it",
+            )
+        base = name.removesuffix(SLIME_EVAL_TRUNCATED_SUFFIX)
+        if base != name and base in names:
+            yield err(
+                f"spec.data.eval[{i}].name",
+                f"slime logs the reward of {name!r} under the key of eval set {base!r}'s "
+                "truncated ratio (eval/<name>-truncated_ratio); one overwrites the other",
+                "rename it",
+            )
 
 
 def final_eval(exp: RLExperiment) -> Iterator[Finding]:

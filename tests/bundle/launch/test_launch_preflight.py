@@ -13,7 +13,7 @@ from tests.support.upstream import slime_rows
 
 from agentrl.api.models import RLExperimentSpec
 from agentrl.bundle.launch import preflight
-from agentrl.bundle.rollout.inputs import inputs_from_slime
+from agentrl.bundle.rollout.inputs import inputs_from_slime, load_eval_groups
 from agentrl.slimecmd import CheckpointDir
 
 ROW = json.dumps({"prompt": "q", "metadata": {"a": 1}})
@@ -413,3 +413,16 @@ def test_a_context_length_above_the_checkpoints_is_refused_before_sglang_starts(
     assert len(preflight.check_context_length(tmp_path, _with_context(131072), {})) == 1
     touch(tmp_path, "/models/Qwen2.5-7B-Instruct/config.json", "{}")  # nothing to judge by
     assert preflight.check_context_length(tmp_path, _with_context(131072), {}) == []
+
+
+def test_every_row_of_an_eval_file_is_checked(tmp_path: Path) -> None:
+    """The rollout reads an eval set whole at the first eval and ends the run on a bad row;
+    the preflight used to look at the first 20 rows only."""
+    _good_tree(tmp_path)
+    spec = _spec()
+    dev = spec.data.eval[0]
+    touch(tmp_path, dev.path, "\n".join([ROW] * 24 + ["{not json", ROW]) + "\n")
+    with pytest.raises(ValueError, match=r"dev.jsonl:25: not valid JSON"):  # the rollout's reader
+        load_eval_groups(dev.model_copy(update={"path": str(tmp_path) + dev.path}), "eval")
+    (problem,) = preflight.run_all(tmp_path, spec, visible_gpus=None)
+    assert problem.startswith(f"spec.data.eval[0].path: {dev.path} line 25: not JSON")

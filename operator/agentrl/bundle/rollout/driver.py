@@ -7,8 +7,9 @@ episode, failed or not, yields at least one sample with its own `rollout_id`, so
 exactly rollout_batch_size x n_samples_per_prompt rollouts, which `--global-batch-size`
 already divides (agentrl validates that).
 Eval: every eval set of the spec, and back `{name: {"rewards", "truncated", "samples"}}`
-where rewards and truncated are per episode in prompt order (what slime's eval/<name>
-mean and pass@k expect) and samples are all merged sequences.
+over the episodes with a task outcome (rewards and truncated per episode in prompt order,
+samples their merged sequences): failed episodes are counted in the metrics, not averaged
+in as 0 (a set where every episode failed has no entry).
 A train step ends by writing what a restart from its checkpoint needs (`resume.py`: the
 prompt cursor, the groups handed back, the carried-over episodes) under slime's `--save`;
 the first train step of a process restores it from `--load`.
@@ -215,26 +216,41 @@ async def eval_batch(
         spec = replace(eval_spec(config.spec, eval_set), policy_version=rollout_id)
         outcomes = await run_groups(ctx, _eval_cache[key], spec, "eval")
         all_outcomes.extend(outcomes)
-        flat = [o for g in outcomes for o in g]
-        data[eval_set.name] = {
-            "rewards": [o.reward for o in flat],
-            "truncated": [any(s.status is Status.TRUNCATED for s in o.samples) for o in flat],
-            "samples": [to_sample(s, types) for g in group_samples(outcomes) for s in g],
-        }
         stats = batch_stats(outcomes)
+        # slime logs eval/<name> as the mean of `rewards` and its per-sample figures
+        # (response_len, zero_std, truncated_ratio) over `samples`:
+        # https://github.com/THUDM/slime/blob/624b824a898ab0ec1fcb4d373004c7f3852bf515/slime/observability/rollout_metrics.py#L223-L245
+        # A failed episode (an agent crash, a timeout, the gateway) is no task outcome: its
+        # stand-in reward 0 and 1-token sample would make eval/<name> a mix of model quality
+        # and infrastructure luck. They are left out and counted (failed_ratio, episodes),
+        # as agentrl_eval_reward_mean does; a set with no task outcome is left out of `data`
+        # altogether, since slime divides by len(rewards).
+        scored = [o for g in outcomes for o in g if o.failure is None]
+        if scored:
+            data[eval_set.name] = {
+                "rewards": [o.reward for o in scored],
+                "truncated": [any(s.status is Status.TRUNCATED for s in o.samples) for o in scored],
+                "samples": [to_sample(s, types) for o in scored for s in o.samples],
+            }
+        else:
+            log.warning(
+                "Eval %s: every episode of eval set %r failed (%d); no eval/%s this pass",
+                rollout_id,
+                eval_set.name,
+                stats.failed,
+                eval_set.name,
+            )
         ctx.recorder.eval_set_finished(eval_set.name, rollout_id, stats.reward_mean)
         metrics[f"eval/{eval_set.name}/failed_ratio"] = stats.failed / max(1, stats.episodes)
-        # slime's own eval/<name> is the mean of `rewards`, one per episode so that pass@k
-        # can group them: a failed episode counts there as 0. agentrl's eval figure
-        # (agentrl_eval_reward_mean, status.evalReward) leaves failures out, so W&B gets it
-        # too, under its own name:
-        # https://github.com/THUDM/slime/blob/624b824a898ab0ec1fcb4d373004c7f3852bf515/slime/observability/rollout_metrics.py#L232
+        # The same figure as slime's eval/<name>, kept under the name dashboards know.
         if not math.isnan(stats.reward_mean):  # every episode failed: no mean to log
             metrics[f"eval/{eval_set.name}/task_reward_mean"] = stats.reward_mean
         metrics[f"eval/{eval_set.name}/episodes"] = stats.episodes
         # slime's own pass@k comes with --log-passrate, which is refused (its train-side
-        # pass@k asserts one sample per episode): agentrl logs the eval figure itself.
-        for k, value in pass_at_k(outcomes).items():
+        # pass@k asserts one sample per episode): agentrl logs the eval figure itself. A
+        # failed episode is no pass there; a set with no task outcome gets no pass@k (0
+        # would say the model never solved anything when the agent never ran).
+        for k, value in (pass_at_k(outcomes) if scored else {}).items():
             metrics[f"eval/{eval_set.name}/pass@{k}"] = value
     await settle_engines(ctx, "Eval", rollout_id)
     stats = batch_stats(all_outcomes)
