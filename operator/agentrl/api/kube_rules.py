@@ -73,7 +73,7 @@ NAMED_OBJECTS = (
 )
 
 
-def _at(doc: Any, *keys: str) -> Any:
+def at(doc: Any, *keys: str) -> Any:
     """doc[k1][k2]... or None when any level is missing or not a mapping."""
     for key in keys:
         if not isinstance(doc, Mapping):
@@ -105,7 +105,7 @@ def name_fits(body: Mapping[str, Any]) -> Iterator[Finding]:
     """`metadata.name` is a DNS-1035 label of at most 47 characters (KubeRay's RayJob cap;
     every child name derives from it).
     """
-    name = _at(body, "metadata", "name")
+    name = at(body, "metadata", "name")
     if not isinstance(name, str):
         return
     if len(name) > RAYJOB_NAME_MAX:
@@ -141,20 +141,20 @@ def metadata_fits(body: Mapping[str, Any]) -> Iterator[Finding]:
     server stores (valid keys, label values, 256 KiB of annotations); agentrl copies the
     experiment's name into every child's labels.
     """
-    namespace = _at(body, "metadata", "namespace")
+    namespace = at(body, "metadata", "namespace")
     if isinstance(namespace, str) and (
         len(namespace) > DNS1123_LABEL_MAX or not _DNS1123_LABEL.match(namespace)
     ):
         fmt = FORMATS[DNS1123_LABEL]
         yield err("metadata.namespace", f"{namespace!r} is {fmt.message}", fmt.hint)
-    labels = _at(body, "metadata", "labels")
+    labels = at(body, "metadata", "labels")
     if isinstance(labels, Mapping):
         yield from _keys("metadata.labels", labels, "label")
         for key, value in labels.items():
             if not isinstance(value, str) or len(value) > 63 or not _LABEL_VALUE.match(value):
                 fmt = FORMATS[LABEL_VALUE]
                 yield err(join("metadata.labels", str(key)), fmt.message, fmt.hint)
-    annotations = _at(body, "metadata", "annotations")
+    annotations = at(body, "metadata", "annotations")
     if isinstance(annotations, Mapping):
         yield from _annotations("metadata.annotations", annotations)
 
@@ -164,7 +164,7 @@ def volumes(body: Mapping[str, Any]) -> Iterator[Finding]:
     one of agentrl's own (`dshm`, `agentrl-*`), and valid names of the objects they mount.
     """
     declared: list[str] = []
-    for i, vol in _dicts(_at(body, "spec", "runtime", "volumes")):
+    for i, vol in _dicts(at(body, "spec", "runtime", "volumes")):
         path = f"spec.runtime.volumes[{i}]"
         schema_findings = kube_schema.check(vol, kube_schema.VOLUME, path)
         yield from schema_findings
@@ -180,15 +180,15 @@ def volumes(body: Mapping[str, Any]) -> Iterator[Finding]:
                 "e.g. persistentVolumeClaim: {claimName: models}",
             )
         for source, field, kind in NAMED_OBJECTS:
-            yield from _object_name(f"{path}.{source}.{field}", _at(vol, source, field), kind)
-        medium = _at(vol, "emptyDir", "medium")
+            yield from _object_name(f"{path}.{source}.{field}", at(vol, source, field), kind)
+        medium = at(vol, "emptyDir", "medium")
         if isinstance(medium, str) and not (
             medium in EMPTY_DIR_MEDIA or medium.startswith("HugePages-")
         ):
             yield err(f"{path}.emptyDir.medium", f"{medium!r} is not a medium", 'Memory or ""')
     for i, name in repeats(declared):
         yield err(f"spec.runtime.volumes[{i}].name", f"volume {name!r} twice", "rename one")
-    mounts = _dicts(_at(body, "spec", "runtime", "volumeMounts"))
+    mounts = _dicts(at(body, "spec", "runtime", "volumeMounts"))
     for i, mount in mounts:
         yield from _mount(i, mount, declared)
     paths = [str(m.get("mountPath")).rstrip("/") for _, m in mounts if "mountPath" in m]
@@ -261,16 +261,16 @@ def placement(body: Mapping[str, Any]) -> Iterator[Finding]:
     """Tolerations and affinity are core/v1 objects (unknown keys would be dropped by the API
     server, leaving pods unschedulable); node selector keys are label keys.
     """
-    res = _at(body, "spec", "resources")
+    res = at(body, "spec", "resources")
     for base, tolerations in (
-        ("spec.resources.tolerations", _at(res, "tolerations")),
-        ("spec.resources.head.tolerations", _at(res, "head", "tolerations")),
+        ("spec.resources.tolerations", at(res, "tolerations")),
+        ("spec.resources.head.tolerations", at(res, "head", "tolerations")),
     ):
         for i, tol in _dicts(tolerations):
             yield from _toleration(f"{base}[{i}]", tol)
     for base, affinity in (
-        ("spec.resources.affinity", _at(res, "affinity")),
-        ("spec.resources.head.affinity", _at(res, "head", "affinity")),
+        ("spec.resources.affinity", at(res, "affinity")),
+        ("spec.resources.head.affinity", at(res, "head", "affinity")),
     ):
         if isinstance(affinity, Mapping):
             found = kube_schema.check(affinity, kube_schema.AFFINITY, base)
@@ -279,8 +279,8 @@ def placement(body: Mapping[str, Any]) -> Iterator[Finding]:
                 yield from _selector_operators(affinity, base)
                 yield from _node_selector_terms(affinity, base)
     for base, selector in (
-        ("spec.resources.nodeSelector", _at(res, "nodeSelector")),
-        ("spec.resources.head.nodeSelector", _at(res, "head", "nodeSelector")),
+        ("spec.resources.nodeSelector", at(res, "nodeSelector")),
+        ("spec.resources.head.nodeSelector", at(res, "head", "nodeSelector")),
     ):
         if isinstance(selector, Mapping):
             yield from _keys(base, selector, "label")
@@ -312,7 +312,7 @@ def qualified_name_problem(key: str) -> str | None:
 def _node_selector_terms(affinity: Mapping[str, Any], base: str) -> Iterator[Finding]:
     """A required node affinity has terms, and no empty one: Kubernetes refuses an empty
     list, and an empty term matches no node, so the pods would wait forever."""
-    required = _at(affinity, "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution")
+    required = at(affinity, "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution")
     if not isinstance(required, Mapping):
         return
     path = f"{base}.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms"
@@ -380,7 +380,7 @@ def pod_metadata(body: Mapping[str, Any]) -> Iterator[Finding]:
     stay off the keys agentrl and KubeRay select pods by."""
     for field, what in (("podLabels", "label"), ("podAnnotations", "annotation")):
         base = f"spec.runtime.{field}"
-        mapping = _at(body, "spec", "runtime", field)
+        mapping = at(body, "spec", "runtime", field)
         if not isinstance(mapping, Mapping):
             continue
         yield from (
@@ -397,7 +397,7 @@ def pod_metadata(body: Mapping[str, Any]) -> Iterator[Finding]:
 
 def service_annotations(body: Mapping[str, Any]) -> Iterator[Finding]:
     """The gateway Service's annotations have valid keys and fit Kubernetes' 256 KiB limit."""
-    annotations = _at(body, "spec", "gateway", "service", "annotations")
+    annotations = at(body, "spec", "gateway", "service", "annotations")
     if isinstance(annotations, Mapping):
         yield from _annotations("spec.gateway.service.annotations", annotations)
 

@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentrl.api.constants import ConditionType, Phase
+from agentrl.api.kube_rules import at
 from agentrl.api.paths import clean, under
 from agentrl.controller import conditions, status
 
@@ -71,13 +72,13 @@ class Collision:
 
 def location(spec: Mapping[str, Any]) -> Location | None:
     """Where `spec.checkpoint.path` lies on shared storage; None when no other pod's can."""
-    path = _at(spec, "checkpoint", "path")
+    path = at(spec, "checkpoint", "path")
     if not isinstance(path, str) or not path.startswith("/") or ".." in path.split("/"):
         return None
-    mount = _mount_of(_dicts(_at(spec, "runtime", "volumeMounts")), clean(path))
+    mount = _mount_of(_dicts(at(spec, "runtime", "volumeMounts")), clean(path))
     if mount is None or mount.get("subPathExpr"):
         return None
-    volume = next((v for v in _dicts(_at(spec, "runtime", "volumes"))
+    volume = next((v for v in _dicts(at(spec, "runtime", "volumes"))
                    if v.get("name") == mount.get("name")), None)  # fmt: skip
     sub = mount.get("subPath") or ""
     if volume is None or not isinstance(sub, str) or ".." in sub.split("/"):
@@ -139,7 +140,7 @@ def _holds(other: Mapping[str, Any], this: Mapping[str, Any]) -> bool:
 
 def _message(this: Mapping[str, Any], mine: Location, other: Mapping[str, Any],
              theirs: Location) -> str:  # fmt: skip
-    name, path = _name(other), str(_at(other.get("spec") or {}, "checkpoint", "path"))
+    name, path = _name(other), str(at(other.get("spec") or {}, "checkpoint", "path"))
     st = other.get("status") or {}
     if mine.directory == theirs.directory:
         relation = "the same directory as"
@@ -150,7 +151,7 @@ def _message(this: Mapping[str, Any], mine: Location, other: Mapping[str, Any],
     holds = (f"it has RayJob {st['rayJobName']}" if st.get("rayJobName")
              else "it was created first")  # fmt: skip
     return (
-        f"{FIELD} {_at(this.get('spec') or {}, 'checkpoint', 'path')} ({mine.directory} on "
+        f"{FIELD} {at(this.get('spec') or {}, 'checkpoint', 'path')} ({mine.directory} on "
         f"{mine.where}) is {relation} the checkpoint directory of RLExperiment {name} ({path}, "
         f"{theirs.directory} there), which is {st.get('phase') or Phase.PENDING} and keeps it "
         f"({holds}): both runs would save iter_* and latest_checkpointed_iteration.txt into "
@@ -187,14 +188,6 @@ def _name(body: Mapping[str, Any]) -> str:
 def _canonical(source: Mapping[str, Any]) -> str:
     """A volume source as written, less `readOnly` (the same storage mounted either way)."""
     return json.dumps({k: v for k, v in source.items() if k != "readOnly"}, sort_keys=True)
-
-
-def _at(doc: Any, *keys: str) -> Any:
-    for key in keys:
-        if not isinstance(doc, Mapping):
-            return None
-        doc = doc.get(key)
-    return doc
 
 
 def _dicts(value: Any) -> list[Mapping[str, Any]]:
