@@ -7,13 +7,14 @@ every test exercises what users copy.
 from __future__ import annotations
 
 import copy
+import importlib.util
 import os
 import secrets
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from tests.support.shared import skip_summary
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -39,6 +40,8 @@ def example_paths() -> list[Path]:
 def example_policy() -> dict[str, Any]:
     """The operator policy the examples need (examples/platform/policy.yaml): they run as an
     IRSA ServiceAccount and one requests EFA devices, which the default policy refuses."""
+    import yaml
+
     doc = yaml.safe_load((EXAMPLES_DIR / "platform" / "policy.yaml").read_text(encoding="utf-8"))
     policy: dict[str, Any] = doc["policy"]
     return policy
@@ -46,6 +49,8 @@ def example_policy() -> dict[str, Any]:
 
 def load_example(name: str) -> dict[str, Any]:
     """An example's body by file name (with or without .yaml)."""
+    import yaml
+
     path = EXAMPLES_DIR / (name if name.endswith(".yaml") else f"{name}.yaml")
     body: dict[str, Any] = yaml.safe_load(path.read_text(encoding="utf-8"))
     return body
@@ -79,6 +84,28 @@ def minimal_body(**spec_overrides: Any) -> dict[str, Any]:
 def example_body(request: pytest.FixtureRequest) -> dict[str, Any]:
     """Each example experiment in turn."""
     return load_example(request.param)
+
+
+# What the suite imports from agentrl's dev extras (pyproject's `dev`), by import name: a
+# Python without them is not the checkout's .venv, and each test module would stop on its own
+# ModuleNotFoundError.
+DEV_MODULES = (
+    "agentrl", "yaml", "pytest_asyncio", "hypothesis", "aiohttp", "psutil", "tokenizers", "ray",
+    "torch",
+)  # fmt: skip
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Stop at once, saying how to get there, in a Python without the dev extras (a `pytest`
+    from another environment); yaml is imported lazily above so this conftest loads there."""
+    missing = [name for name in DEV_MODULES if importlib.util.find_spec(name) is None]
+    if missing:
+        raise pytest.UsageError(
+            f"this Python ({sys.executable}) has no {', '.join(missing)}: the tests run in the "
+            "checkout's .venv with agentrl's dev extras. `bash hack/test.sh [PATH ...]` "
+            "installs them and runs pytest there; after that `.venv/bin/pytest PATH ...` "
+            "works too"
+        )
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
