@@ -18,7 +18,7 @@ from tests.support.slime_data import data_module
 from tests.support.upstream import slime_rows
 
 from agentrl.api.models import RLExperimentSpec
-from agentrl.bundle.launch.preflight import check_context_length, check_jsonl
+from agentrl.bundle.launch.preflight import check_context_length, check_jsonl, check_model
 from agentrl.bundle.rehearse.options import Options, plan_inputs
 from agentrl.bundle.rehearse.report import RehearsalError
 from agentrl.bundle.rollout.inputs import load_eval_groups
@@ -183,3 +183,37 @@ def test_a_bad_eval_row_past_the_rehearsed_prompts_is_refused_too(
     options = Options(engine="", out=tmp_path, prompts=1, split="eval:dev", data=data)
     with pytest.raises(RehearsalError, match=f"dev.jsonl:25: {says}"):
         plan_inputs(exp, options)
+
+
+@pytest.mark.parametrize(
+    ("files", "taken"),
+    [
+        (["tokenizer_config.json"], False),  # a config, no vocabulary
+        (["tokenizer_config.json", "tokenizer.json"], True),
+        (["vocab.json", "merges.txt"], True),
+        (["tokenizer.model"], True),
+        (["qwen.tiktoken"], True),
+    ],
+)
+def test_the_rehearsal_takes_the_tokenizer_files_the_pods_preflight_takes(
+    tmp_path: Path, files: list[str], taken: bool
+) -> None:
+    """One rule for both: a model directory the rehearsal runs with is one the launcher's
+    preflight lets through in the pods (the rehearsal used to take tokenizer_config.json
+    alone, which holds no vocabulary)."""
+    model = tmp_path / "models" / "qwen2.5-7b"
+    model.mkdir(parents=True)
+    for name in ["config.json", *files]:
+        (model / name).write_text("{}")
+    data = write_rows(tmp_path / "train.jsonl", [row("t-1")])
+    body = spec(http_agent("http://agent:8000/run"))
+    body["spec"]["model"].update(path=str(model), refLoad=str(model))
+    exp = RLExperimentSpec.model_validate(body["spec"])
+    pods = [p for p in check_model(Path("/"), exp) if "tokenizer vocabulary" in p]
+    assert len(pods) == (0 if taken else 1)  # the launcher's check, in the pods
+    options = Options(engine="", out=tmp_path, data=data)
+    if taken:
+        assert plan_inputs(exp, options).groups
+    else:
+        with pytest.raises(RehearsalError, match="holds no tokenizer files"):
+            plan_inputs(exp, options)

@@ -26,6 +26,7 @@ from agentrl.api.slime_flags import (
     SAVE_INTERVAL_WITHOUT_PATH,
     last_index,
 )
+from agentrl.api.tokenizer_files import VOCABULARY_NAMES, has_vocabulary
 from agentrl.slimecmd import CheckpointDir
 from agentrl.slimecmd.checkpoint import TRACKER
 
@@ -46,10 +47,10 @@ def check_model(root: Path, spec: RLExperimentSpec) -> list[str]:
                 f"spec.model.path: {model.path} has no config.json; mount the HF checkpoint "
                 "there (spec.runtime.volumes/volumeMounts)"
             )
-        elif not _has_vocabulary(_host(root, model.path)):
+        elif not has_vocabulary(p.name for p in _host(root, model.path).iterdir() if p.is_file()):
             problems.append(
                 f"spec.model.path: {model.path} holds no tokenizer vocabulary (no "
-                "tokenizer.json, vocab.json, vocab.txt, *.model or *.tiktoken file): the "
+                f"{VOCABULARY_NAMES} file): the "
                 "SGLang engines, slime's data source and the gateway load the tokenizer from "
                 "this directory, and fail (or, with transformers 5, tokenize to nothing) once "
                 "the engines are up; copy the checkpoint's tokenizer files (tokenizer.json, "
@@ -95,19 +96,6 @@ def check_context_length(root: Path, spec: RLExperimentSpec, env: Mapping[str, s
     where = f"{model.path}/config.json"
     problem = longer_context_problem(model.context_length, doc, where, env)
     return [] if problem is None else [problem]
-
-
-# The files a tokenizer reads its vocabulary from, of every format transformers loads: the
-# fast tokenizer's tokenizer.json, BPE's vocab.json, WordPiece's vocab.txt, SentencePiece's
-# *.model, tiktoken's *.tiktoken. A copy of the weights and config.json alone has none.
-VOCABULARY_FILES = ("tokenizer.json", "vocab.json", "vocab.txt")
-VOCABULARY_GLOBS = ("*.model", "*.tiktoken")
-
-
-def _has_vocabulary(directory: Path) -> bool:
-    return any((directory / name).is_file() for name in VOCABULARY_FILES) or any(
-        p.is_file() for pattern in VOCABULARY_GLOBS for p in directory.glob(pattern)
-    )
 
 
 # Where transformers' tokenizer finds a chat template in a checkpoint directory: the

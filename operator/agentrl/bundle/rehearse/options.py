@@ -18,23 +18,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Final
 
 from agentrl.api.constants import SPLIT_EVAL, SPLIT_TRAIN
 from agentrl.api.data_rows import ENCODING, ERRORS, ROW_SHAPE, judge_rows
 from agentrl.api.model_context import longer_context_problem
 from agentrl.api.models import RLExperimentSpec
 from agentrl.api.rules import is_local_path
+from agentrl.api.tokenizer_files import VOCABULARY_NAMES, has_vocabulary
 from agentrl.bundle.gateway.context import CONFIG_FILE, config_file
 from agentrl.bundle.rehearse.report import RehearsalError
 from agentrl.bundle.rollout.episode import EpisodeInput, EpisodeSpec
 from agentrl.bundle.rollout.inputs import eval_spec, read_groups, train_spec
-
-# What a tokenizer loads from: the fast tokenizer, its config, sentencepiece, or BPE vocab
-# (and tiktoken files, `*.tiktoken`).
-TOKENIZER_FILES: Final = frozenset(
-    {"tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json"}
-)
 
 
 @dataclass(frozen=True)
@@ -184,11 +178,10 @@ def _check_context(
 
 
 def _check_tokenizer_files(directory: Path, what: str) -> None:
-    names = {p.name for p in directory.iterdir()}
-    if names & TOKENIZER_FILES or any(n.endswith(".tiktoken") for n in names):
+    if has_vocabulary(p.name for p in directory.iterdir() if p.is_file()):
         return
     raise RehearsalError(
-        f"{what} holds no tokenizer files ({', '.join(sorted(TOKENIZER_FILES))}); copy them "
+        f"{what} holds no tokenizer files ({VOCABULARY_NAMES}); copy them "
         "from the checkpoint, e.g. huggingface-cli download <hub id> --include 'tokenizer*' "
         f"config.json --local-dir {directory}"
     )
