@@ -298,3 +298,41 @@ def test_an_episode_older_than_max_policy_lag_runs_again_from_its_prompt(
     assert rig.metric("agentrl_stale_episodes_restarted_total") == 1
     assert second.metrics["agentrl/stale_episodes_restarted"] == 1
     assert rig.metric("agentrl_stale_tokens_total", action="masked") == 0
+
+
+# Prompt 2's first episode fails at once (the agent crashed) while its sibling is still
+# running when the batch fills: the group is cut with one finished episode, a failure.
+FAILED_THEN_CUT_ROWS = [
+    {"id": 0, "sleep": 10, "reward": [0, 1]},
+    {"id": 1, "sleep": 20, "reward": [1, 0]},
+    {
+        "id": 2,
+        "behavior": ["error", "ok", "ok", "ok"],
+        "sleep": [5, 1000, 7, 9],
+        "reward": [0, 1, 0, 1],
+    },
+    {"id": 3, "sleep": [1000, 1000, 50, 60], "reward": [1, 0, 1, 0]},
+]
+
+
+@pytest.mark.parametrize("commit", COMMITS)
+@pytest.mark.parametrize("failed", ["exclude", "zeroReward"])
+def test_a_cut_groups_failed_episode_runs_again_instead_of_being_carried_over(
+    make_rig: Any, tmp_path: Path, commit: str, failed: str
+) -> None:
+    rig = make_rig(overSamplingBatchSize=4, stragglerPolicy="carryOver", failedEpisodes=failed)
+    source = buffered_source(commit, write_rows(tmp_path / "rows.jsonl", FAILED_THEN_CUT_ROWS), 2)
+
+    first, second = two_steps(rig, source)
+
+    assert ids(first) == [0, 1] and ids(second) == [2, 3]
+    # A failure is no outcome to reuse: both of prompt 2's episodes run in step 1, so its
+    # group trains on two task outcomes (0, 1) of the current policy, not on one outcome
+    # beside a stand-in (skipped for too few outcomes, or a 0 under zeroReward).
+    group = second.samples[0]
+    assert [s.metadata["episode_error"] for s in group] == [None, None]
+    assert [s.metadata["policy_version"] for s in group] == [1, 1]
+    assert [s.reward for s in group] == [0, 1]
+    assert rig.advantages(second)[:2] == [-0.5, 0.5]
+    assert len(rig.agent.requests) == 8 + 4  # prompt 3 ran again whole, prompt 2 too
+    assert second.metrics["agentrl/policy_lag_max"] == 0

@@ -31,6 +31,7 @@ with fewer than `minValidSamplesPerGroup` of them is dropped like a zero-varianc
 replaced under a dynamicSamplingFilter, otherwise counted and trained with zero advantage
 (`skipped`; the reward post-process zeroes it).
 
+Only a cut group's task outcomes are carried over: its failed episodes run again with it.
 Carried-over episodes are as old as the step they ran in (`policy_version`): one more than
 `maxPolicyLag` updates old is run again from its prompt; a younger one is reused, and under
 `offPolicyTokens: mask` its tokens are masked when the batch is assembled (its reward still
@@ -396,7 +397,10 @@ class _Step:
             finished = {}
             for slot, outcome in enumerate(run.outcomes):
                 key = run.prompt.key(slot)
-                if outcome is not None and key is not None:
+                # A failed episode is no outcome worth keeping: its reward is a stand-in, so
+                # reused it would leave its group one task outcome short (or, under
+                # zeroReward, count a stale 0); it runs again with the group, on-policy.
+                if outcome is not None and key is not None and outcome.failure is None:
                     finished[key] = outcome
             seconds = sum(o.seconds for o in run.done_outcomes())
             if self.plan.policy == "carryOver":
