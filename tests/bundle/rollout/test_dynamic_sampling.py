@@ -395,3 +395,32 @@ def test_a_failing_step_stops_every_episode_and_hands_every_group_back(
     # A cancelled episode is counted as such (not as aborted by the policy).
     assert rig.metric("agentrl_failed_sessions_total", split="train", reason="cancelled") == 2
     assert rig.metric("agentrl_sessions_in_flight", split="train") == 0
+
+
+def lines_naming(caplog: pytest.LogCaptureFixture, sid: str) -> list[str]:
+    return [r.getMessage() for r in caplog.records if sid in r.getMessage()]
+
+
+@pytest.mark.parametrize("commit", COMMITS)
+@pytest.mark.parametrize("policy", ["carryOver", "abort"])
+def test_every_episode_a_cut_stops_or_throws_away_is_logged_once_with_its_session_id(
+    make_rig: Any, tmp_path: Path, commit: str, policy: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    rig = make_rig(overSamplingBatchSize=4, stragglerPolicy=policy)
+    source = buffered_source(commit, write_rows(tmp_path / "rows.jsonl", STRAGGLER_ROWS), 2)
+    caplog.set_level("INFO", logger="agentrl.rollout")
+
+    out = generate_rollout(args(2), 0, source)
+
+    # The three running episodes the cut stopped: each named once, with why.
+    assert len(rig.agent.cancelled) == 3
+    for sid in rig.agent.cancelled:
+        (line,) = lines_naming(caplog, sid)
+        assert "reason=batch_full" in line
+    trained = {s.session_id for g in out.samples for s in g}
+    (finished_cut,) = set(rig.agent.finished) - trained  # group 2's finished episode
+    if policy == "abort":  # thrown away with its group: never trains, named once
+        (line,) = lines_naming(caplog, finished_cut)
+        assert "reason=group_aborted" in line
+    else:  # kept for the group's return: nothing lost, nothing to report
+        assert lines_naming(caplog, finished_cut) == []

@@ -21,8 +21,8 @@ from agentrl.bundle.rollout.filters import (
     has_reward_variance,
     load_filter,
 )
-from agentrl.bundle.rollout.sampling import GroupRun, SamplingPlan, StepReport, _Step
-from agentrl.bundle.rollout.source import PromptGroup
+from agentrl.bundle.rollout.sampling import GroupRun, SamplingPlan, StepReport, _Step, fill_batch
+from agentrl.bundle.rollout.source import DataSource, PromptGroup
 from agentrl.bundle.rollout.types import PlainSample
 
 from .doubles import FakeGateway, StubAgent
@@ -93,6 +93,39 @@ def test_the_carry_store_hands_back_once_and_forgets_after_its_ttl() -> None:
     assert store.expire(3 + TTL_STEPS - 1) == []
     (dropped,) = store.expire(3 + TTL_STEPS)
     assert dropped.session_id == "b" and not store.episodes and not store.cut_groups
+
+
+class NoPrompts:
+    """A data source that has run out (and never hands anything back)."""
+
+    def get_samples(self, n: int) -> list[list[Any]]:
+        return []
+
+
+def test_a_carried_episode_that_expires_is_logged_once_with_its_session_id(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    gateway = FakeGateway()
+    ctx = RolloutContext(gateway, StubAgent(gateway), asyncio.Semaphore(1))
+    ctx.carry.put(0, 7, {(7, 14): outcome("sid-kept-too-long", seconds=5.0)})
+    plan = SamplingPlan(batch_size=1, in_flight=1, max_refill_rounds=0, policy="carryOver")
+    caplog.set_level("INFO", logger="agentrl.rollout")
+
+    _, report = asyncio.run(
+        fill_batch(
+            ctx,
+            DataSource(NoPrompts()),
+            plan,
+            spec=None,  # type: ignore[arg-type]
+            group_filter=None,
+            to_samples=list,
+            step=TTL_STEPS,
+        )
+    )
+
+    assert report.aborted_seconds == 5.0 and not ctx.carry.episodes
+    (line,) = [r.getMessage() for r in caplog.records if "sid-kept-too-long" in r.getMessage()]
+    assert "reason=carry_expired" in line
 
 
 def test_the_length_bias_compares_trained_with_everything_the_step_ran() -> None:

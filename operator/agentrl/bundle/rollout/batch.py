@@ -36,6 +36,9 @@ from agentrl.bundle.session import GatewaySessions
 log = logging.getLogger("agentrl.rollout")
 
 BATCH_FULL = "batch_full"  # abort reason: the batch filled while the episode still ran
+# Finished episodes that train nothing after all (logged with their session id, as aborts):
+GROUP_ABORTED = "group_aborted"  # its group was cut under `abort` and runs again whole
+CARRY_EXPIRED = "carry_expired"  # kept for its cut group, which never came back in time
 
 
 @dataclass
@@ -82,7 +85,19 @@ async def run_one(
             )
         except BaseException:  # cancelled: count it, then let the cancellation go on
             if ticket.cut:  # the sampling policy's: in the step's summary line, not a failure
-                ctx.recorder.episode_aborted(split, BATCH_FULL, ticket.elapsed(loop.time()))
+                elapsed = ticket.elapsed(loop.time())
+                ctx.recorder.episode_aborted(split, BATCH_FULL, elapsed)
+                # Not a failure, but its agent was stopped: named once, so that a stopped
+                # agent session (AgentCore, S3 result key) can be told from a lost one.
+                log.info(
+                    "%s episode aborted: session=%s reason=%s after %.1fs: the batch filled "
+                    "while it ran (its agent was stopped; its prompt goes back to slime's data "
+                    "source)",
+                    split,
+                    sid,
+                    BATCH_FULL,
+                    elapsed,
+                )
             else:
                 ctx.recorder.episode_finished(split, CANCELLED, 0.0, samples=0, truncated=0)
                 # A failure like any other: logged once, with the session id its agent
@@ -117,6 +132,17 @@ async def run_one(
             exc_info=outcome.error,
         )
     return outcome
+
+
+def log_discarded(outcome: EpisodeOutcome, reason: str, why: str) -> None:
+    """A finished episode that trains nothing after all, named once with its session id."""
+    log.info(
+        "train episode discarded: session=%s reason=%s after %.1fs: %s",
+        outcome.session_id,
+        reason,
+        outcome.seconds,
+        why,
+    )
 
 
 async def run_groups(

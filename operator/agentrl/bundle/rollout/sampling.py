@@ -53,7 +53,15 @@ from typing import Any, Literal
 
 from agentrl.api.constants import SPLIT_TRAIN
 from agentrl.api.models import GrpoSpec
-from agentrl.bundle.rollout.batch import RolloutContext, Ticket, run_one
+from agentrl.bundle.rollout.batch import (
+    CARRY_EXPIRED,
+    GROUP_ABORTED,
+    RolloutContext,
+    Ticket,
+    log_discarded,
+    run_one,
+)
+from agentrl.bundle.rollout.carry import TTL_STEPS
 from agentrl.bundle.rollout.episode import EpisodeOutcome, EpisodeSpec
 from agentrl.bundle.rollout.filters import KEEP, GroupFilter, Verdict, has_reward_variance
 from agentrl.bundle.rollout.source import DataSource, PromptGroup
@@ -408,6 +416,13 @@ class _Step:
             else:
                 self.report.aborted += 1
                 self.report.aborted_seconds += seconds
+                for outcome in finished.values():
+                    log_discarded(
+                        outcome,
+                        GROUP_ABORTED,
+                        "its group was cut (stragglerPolicy: abort) and "
+                        "runs again whole when slime hands it back",
+                    )
                 finished = {}
             if first is not None:
                 self.ctx.carry.put(self.step, first[0], finished)
@@ -526,6 +541,12 @@ async def fill_batch(
     groups = run.batch()
     for outcome in ctx.carry.expire(step):  # finished work the source never handed back
         run.report.aborted_seconds += outcome.seconds
+        log_discarded(
+            outcome,
+            CARRY_EXPIRED,
+            f"kept for its cut group, which slime's data source did not hand back within "
+            f"{TTL_STEPS} steps",
+        )
     if len(groups) < plan.batch_size:
         log.warning(
             "Rollout %d: only %d of %d groups (slime's data source ran out of prompts)",
