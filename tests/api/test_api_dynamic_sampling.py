@@ -93,6 +93,8 @@ def test_the_replaced_slime_flag_names_the_spec_field_to_use() -> None:
         (grpo(stragglerPolicy="carryOver"), "spec.grpo.stragglerPolicy", "no effect"),
         (grpo(dynamicSamplingFilter="my_filters.keep"), "spec.grpo.dynamicSamplingFilter",
          "runtime.extraCode"),
+        (grpo(overSamplingBatchSize=36, stragglerPolicy="carryOver", offPolicyTokens="train"),
+         "spec.grpo.offPolicyTokens", "--use-tis"),
     ],
 )  # fmt: skip
 def test_warnings_never_block(body: dict[str, Any], path: str, words: str) -> None:
@@ -107,4 +109,26 @@ def test_a_filter_shipped_in_extra_code_is_not_warned() -> None:
     body = grpo(dynamicSamplingFilter="my_filters.keep")
     body["spec"]["runtime"] = {"extraCode": [{"configMap": "my-filters"}]}
     exp, problems = parse_experiment(body)
+    assert exp is not None and problems == []
+
+
+@pytest.mark.parametrize("flag", ["--use-tis", "--use-rollout-logprobs"])
+def test_stale_tokens_trained_with_a_correcting_loss_are_not_warned(flag: str) -> None:
+    body = grpo(overSamplingBatchSize=36, stragglerPolicy="carryOver", offPolicyTokens="train")
+    body["spec"]["runtime"] = {"extraArgs": [flag]}
+    exp, problems = parse_experiment(body)
+    assert exp is not None and problems == []
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"offPolicyTokens": "mask"},
+        {"offPolicyTokens": "train", "maxPolicyLag": 0},  # nothing stale is ever reused
+    ],
+)
+def test_masked_or_never_reused_stale_tokens_are_not_warned(fields: dict[str, Any]) -> None:
+    exp, problems = parse_experiment(
+        grpo(overSamplingBatchSize=36, stragglerPolicy="carryOver", **fields)
+    )
     assert exp is not None and problems == []

@@ -432,7 +432,8 @@ class GrpoSpec(Model):
     """Tokens of carried-over episodes, sampled by an older policy: `mask` keeps their reward
     in the group's statistics but trains none of their tokens (as slime's
     `--mask-offpolicy-in-partial-rollout`); `train` trains them with their logprobs as sampled,
-    which slime's `--use-tis` then corrects (docs/rollout.md).
+    which only slime's `--use-tis` (or `--use-rollout-logprobs`) in runtime.extraArgs reads:
+    without one they train as if on-policy, and validation warns (docs/rollout.md).
     """
 
     @property

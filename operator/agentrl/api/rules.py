@@ -434,7 +434,8 @@ def dynamic_sampling(exp: RLExperiment) -> Iterator[Finding]:
     """`grpo.overSamplingBatchSize` is between rolloutBatchSize and twice it, and above it only
     with a stragglerPolicy that cuts (with `wait` the extra groups would run and be thrown away); a
     dynamicSamplingFilter needs samplesPerPrompt >= 2; minValidSamplesPerGroup is at most
-    samplesPerPrompt.
+    samplesPerPrompt; `offPolicyTokens: train` without a slime loss that corrects for the
+    older policy is warned about.
     """
     grpo = exp.spec.grpo
     path = "spec.grpo"
@@ -479,6 +480,21 @@ def dynamic_sampling(exp: RLExperiment) -> Iterator[Finding]:
             f"{path}.dynamicSamplingFilter",
             "a group of one episode never has reward variance, so every group would be filtered",
             "use samplesPerPrompt >= 2, or unset the filter",
+        )
+    stale_trained = (
+        grpo.off_policy_tokens == "train"
+        and grpo.straggler_policy == "carryOver"
+        and grpo.max_policy_lag > 0
+    )
+    if stale_trained and not slime_flags.corrects_off_policy(exp.spec.runtime.extra_args):
+        yield warn(
+            f"{path}.offPolicyTokens",
+            "train trains the tokens of carried-over episodes, sampled by an older policy, "
+            "but without --use-tis or --use-rollout-logprobs slime's loss never reads the "
+            "logprobs they were sampled with (the trainer recomputes them with its current "
+            "weights), so they train as if on-policy, uncorrected",
+            "add --use-tis to spec.runtime.extraArgs (truncated importance sampling, see "
+            "docs/rollout.md), or set offPolicyTokens: mask (the default)",
         )
     custom = grpo.dynamic_sampling_filter not in (None, ZERO_REWARD_VARIANCE)
     if custom and not exp.spec.runtime.extra_code:
