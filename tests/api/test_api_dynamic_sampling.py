@@ -112,7 +112,7 @@ def test_a_filter_shipped_in_extra_code_is_not_warned() -> None:
     assert exp is not None and problems == []
 
 
-@pytest.mark.parametrize("flag", ["--use-tis", "--use-rollout-logprobs"])
+@pytest.mark.parametrize("flag", ["--use-tis", "--get-mismatch-metrics", "--use-rollout-logprobs"])
 def test_stale_tokens_trained_with_a_correcting_loss_are_not_warned(flag: str) -> None:
     body = grpo(overSamplingBatchSize=36, stragglerPolicy="carryOver", offPolicyTokens="train")
     body["spec"]["runtime"] = {"extraArgs": [flag]}

@@ -335,14 +335,16 @@ def restart_load(extra_args: Sequence[str], checkpoint_path: str | None) -> bool
 
 
 # What makes slime's policy loss use the logprobs a token was sampled with: `--use-tis`
-# weighs each token by exp(old - rollout logprob), `--use-rollout-logprobs` takes them as the
-# PPO ratio's old logprobs. Without either, the trainer recomputes the old logprobs with its
+# weighs each token by exp(old - rollout logprob) (so does `--get-mismatch-metrics`, which
+# runs the same TIS function on the loss), `--use-rollout-logprobs` takes them as the PPO
+# ratio's old logprobs. Without any of them, the trainer recomputes the old logprobs with its
 # current weights before the step and `rollout_log_probs` reach only metrics, so a token an
 # older policy sampled trains with ratio 1, as if on-policy.
 # https://github.com/THUDM/slime/blob/fa3c990af6f18efd3fd9922698bf4bf4048d1263/slime/backends/megatron_utils/actor.py#L464-L491
 # https://github.com/THUDM/slime/blob/fa3c990af6f18efd3fd9922698bf4bf4048d1263/slime/backends/megatron_utils/loss.py#L912
+# https://github.com/THUDM/slime/blob/fa3c990af6f18efd3fd9922698bf4bf4048d1263/slime/backends/megatron_utils/loss.py#L987
 # https://github.com/THUDM/slime/blob/624b824a898ab0ec1fcb4d373004c7f3852bf515/slime/backends/megatron_utils/loss.py#L965
-OFF_POLICY_CORRECTIONS: Final = ("--use-tis", "--use-rollout-logprobs")
+OFF_POLICY_CORRECTIONS: Final = ("--use-tis", "--get-mismatch-metrics", "--use-rollout-logprobs")
 
 
 def corrects_off_policy(extra_args: Sequence[str]) -> bool:
