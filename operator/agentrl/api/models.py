@@ -432,7 +432,7 @@ class GrpoSpec(Model):
     """Tokens of carried-over episodes, sampled by an older policy: `mask` keeps their reward
     in the group's statistics but trains none of their tokens (as slime's
     `--mask-offpolicy-in-partial-rollout`); `train` trains them with their logprobs as sampled,
-    which only slime's `--use-tis` (or `--use-rollout-logprobs`) in runtime.extraArgs reads:
+    which only slime's `--use-tis` (or `--get-mismatch-metrics`, `--use-rollout-logprobs`) reads:
     without one they train as if on-policy, and validation warns (docs/rollout.md).
     """
 
