@@ -86,6 +86,19 @@ def test_an_invalid_spec_is_refused_with_its_problems(
     assert "spec.grpo.samplesPerPrompt" in err and "nothing rehearsed" in err
 
 
+def test_a_spec_kubectl_would_refuse_for_its_missing_kind_is_not_rehearsed(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """The rehearsal is the step before `kubectl apply -f` of the same file."""
+    body = yaml.safe_load(HTTP_EXAMPLE.read_text())
+    del body["apiVersion"], body["kind"]
+    untyped = tmp_path / "untyped.yaml"
+    untyped.write_text(yaml.safe_dump(body))
+    code, _, err = run(capsys, "rehearse", "-f", untyped, "--engine", "http://127.0.0.1:1")
+    assert code == 2 and "nothing rehearsed" in err
+    assert f"{untyped}: apiVersion: not set" in err and f"{untyped}: kind: not set" in err
+
+
 def test_a_data_path_only_the_pods_have_asks_for_a_local_copy(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
