@@ -338,12 +338,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     _file_arg(render)
     render.add_argument("-o", "--output", choices=("yaml", "json"), default="yaml")
-    render.add_argument(
+    # One of the three outputs: given both, one of them would be dropped without a word.
+    instead = render.add_mutually_exclusive_group()
+    instead.add_argument(
         "--show-command",
         action="store_true",
         help="print slime's command line instead (-o json: each experiment's as a list of words)",
     )
-    render.add_argument(
+    instead.add_argument(
         "--summary",
         action="store_true",
         help="print each object's name and size, the GPU layout and slime's command instead "
