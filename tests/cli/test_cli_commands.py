@@ -265,3 +265,28 @@ def test_every_agentrl_flag_the_docs_show_exists() -> None:
         ("README.md", "render", "--summary"),
     } <= shown
     assert sorted(s for s in shown if s[2] not in options[s[1]]) == []
+
+
+def commands_in_example_comments() -> list[tuple[str, list[str]]]:
+    """Every `agentrl validate|render ...` an example file's comments tell the reader to run."""
+    found = []
+    for path in sorted(EXAMPLES_DIR.rglob("*.yaml")):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            comment = line.partition("#")[2] if line.lstrip().startswith("#") else ""
+            for command in re.findall(r"agentrl (?:validate|render)\b[^`;]*", comment):
+                found.append((f"{path.name}: {command.strip()}", shlex.split(command)[1:]))
+    return found
+
+
+EXAMPLE_COMMANDS = commands_in_example_comments()
+
+
+@pytest.mark.parametrize(("where", "argv"), EXAMPLE_COMMANDS, ids=[w for w, _ in EXAMPLE_COMMANDS])
+def test_the_commands_the_examples_tell_you_to_run_pass(
+    where: str, argv: list[str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As a reader runs them, from the repository root, with no policy in the environment."""
+    monkeypatch.delenv("AGENTRL_POLICY", raising=False)
+    monkeypatch.chdir(EXAMPLES_DIR.parent)
+    code, _, err = run(capsys, *argv)
+    assert code == 0, f"{where}\n{err}"
