@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The first command, no cluster needed: install the core CLI, validate an example experiment,
 # write every object the operator would create to a file, and print a one-screen summary
-# (objects, GPU layout, slime's command) instead of the 200 KiB of YAML.
+# (objects, GPU layout, slime's command) instead of the 450 KiB of YAML.
 #   hack/demo.sh [EXAMPLE.yaml]        # AGENTRL_DEMO_OUT: where the YAML goes (default _out/)
 source "$(dirname "$0")/lib.sh"
 cd "$ROOT"

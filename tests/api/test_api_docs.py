@@ -4,6 +4,7 @@ the models exactly (regenerate with `python -m agentrl.cli.apidoc > docs/api.md`
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from pydantic import BaseModel
 
@@ -58,3 +59,36 @@ def test_the_changelog_names_only_fields_the_api_has() -> None:
     assert named, "the changelog names no spec field"
     assert sorted(named - known) == []
     assert "## [Unreleased]" in text and "## Upgrading" in text
+
+
+def _anchors(path: Path) -> set[str]:
+    """The anchors GitHub gives a Markdown file's headings (lower case, punctuation dropped,
+    spaces to hyphens, `-N` for the Nth repeat), plus explicit `<a id=...>`/`name=`."""
+    text = re.sub(r"```.*?```", "", path.read_text(encoding="utf-8"), flags=re.S)
+    seen: dict[str, int] = {}
+    anchors = set(re.findall(r'<a (?:id|name)="([^"]+)"', text))
+    for heading in re.findall(r"^#+\s+(.*?)\s*$", text, flags=re.M):
+        slug = re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-")
+        anchors.add(slug if slug not in seen else f"{slug}-{seen[slug]}")
+        seen[slug] = seen.get(slug, 0) + 1
+    return anchors
+
+
+def test_every_relative_link_and_anchor_of_the_docs_resolves() -> None:
+    """A renamed file or heading must not leave a link in the docs pointing at nothing."""
+    pages = [ROOT / "README.md", ROOT / "CHANGELOG.md", *sorted((ROOT / "docs").glob("*.md")),
+             ROOT / "charts" / "agentrl" / "README.md", ROOT / "images" / "README.md"]  # fmt: skip
+    broken, checked = [], 0
+    for page in pages:
+        text = re.sub(r"```.*?```", "", page.read_text(encoding="utf-8"), flags=re.S)
+        for link in re.findall(r"\]\(([^)\s]+)\)", text):
+            if re.match(r"[a-z]+:", link):
+                continue  # a URL
+            target, _, anchor = link.partition("#")
+            path = (page.parent / target).resolve() if target else page
+            checked += 1
+            if not path.exists():
+                broken.append(f"{page.relative_to(ROOT)}: {link} (no such file)")
+            elif anchor and path.suffix == ".md" and anchor not in _anchors(path):
+                broken.append(f"{page.relative_to(ROOT)}: {link} (no such heading)")
+    assert checked > 20 and broken == []

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import argparse
 import json
+import re
 import shlex
 import shutil
 import subprocess
@@ -13,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from agentrl.cli.main import main
+from agentrl.cli.main import _parser, main
 from conftest import EXAMPLES_DIR, example_policy, minimal_body
 
 EXAMPLE = EXAMPLES_DIR / "qwen2.5-3b-gsm8k-agentcore.yaml"
@@ -222,3 +224,69 @@ def test_show_command_honours_output_json(capsys: pytest.CaptureFixture[str]) ->
     assert " ".join(shlex.quote(a) for a in argv) == " ".join(
         line.strip().rstrip("\\").strip() for line in text.splitlines()
     )
+
+
+# The user-facing docs that show `agentrl` command lines.
+DOCS = [EXAMPLES_DIR.parent / "README.md", *sorted((EXAMPLES_DIR.parent / "docs").glob("*.md")),
+        EXAMPLES_DIR.parent / "charts" / "agentrl" / "README.md",
+        EXAMPLES_DIR.parent / "images" / "README.md"]  # fmt: skip
+VERBS = r"render|validate|crd|logs|rehearse|completion"
+
+
+def documented_flags() -> set[tuple[str, str, str]]:
+    """(file, verb, flag) of every `agentrl VERB ... -x/--xx` in inline code and shell blocks
+    of the docs (a synopsis continued on indented `[...]` lines included)."""
+    found = set()
+    for path in DOCS:
+        text = path.read_text(encoding="utf-8")
+        blocks = re.findall(r"```[^\n]*\n(.*?)```", text, flags=re.S)
+        spans = re.findall(r"`([^`]+)`", re.sub(r"```[^\n]*\n.*?```", "", text, flags=re.S))
+        for block in blocks:
+            joined = re.sub(r"\n\s+(?=\[)", " ", re.sub(r"\\\n\s*", " ", block))
+            spans += joined.splitlines()
+        for span in spans:
+            words = " ".join(span.split())
+            for verb, tail in re.findall(rf"\bagentrl ({VERBS})\b([^#;&>]*)", words):
+                own = re.split(r"\bagentrl |\bkubectl |\bpython", tail)[0]
+                for flag in re.findall(r"(?<![\w/.<-])(--?[a-zA-Z][\w-]*)", own):
+                    found.add((path.name, verb, flag))
+    return found
+
+
+def test_every_agentrl_flag_the_docs_show_exists() -> None:
+    sub = next(a for a in _parser()._actions if isinstance(a, argparse._SubParsersAction))
+    options = {
+        verb: {o for action in parser._actions for o in action.option_strings}
+        for verb, parser in sub.choices.items()
+    }
+    shown = documented_flags()
+    assert {
+        ("rehearse.md", "rehearse", "--model-dir"),
+        ("README.md", "render", "--summary"),
+    } <= shown
+    assert sorted(s for s in shown if s[2] not in options[s[1]]) == []
+
+
+def commands_in_example_comments() -> list[tuple[str, list[str]]]:
+    """Every `agentrl validate|render ...` an example file's comments tell the reader to run."""
+    found = []
+    for path in sorted(EXAMPLES_DIR.rglob("*.yaml")):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            comment = line.partition("#")[2] if line.lstrip().startswith("#") else ""
+            for command in re.findall(r"agentrl (?:validate|render)\b[^`;]*", comment):
+                found.append((f"{path.name}: {command.strip()}", shlex.split(command)[1:]))
+    return found
+
+
+EXAMPLE_COMMANDS = commands_in_example_comments()
+
+
+@pytest.mark.parametrize(("where", "argv"), EXAMPLE_COMMANDS, ids=[w for w, _ in EXAMPLE_COMMANDS])
+def test_the_commands_the_examples_tell_you_to_run_pass(
+    where: str, argv: list[str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As a reader runs them, from the repository root, with no policy in the environment."""
+    monkeypatch.delenv("AGENTRL_POLICY", raising=False)
+    monkeypatch.chdir(EXAMPLES_DIR.parent)
+    code, _, err = run(capsys, *argv)
+    assert code == 0, f"{where}\n{err}"

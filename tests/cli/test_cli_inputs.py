@@ -195,6 +195,24 @@ def test_a_misspelt_kind_is_refused_not_skipped(
     assert code == 1 and f"{spec}#1: kind: " in err and "skipped v1/Secret" in err
 
 
+@pytest.mark.parametrize("unset", [("apiVersion",), ("kind",), ("apiVersion", "kind")])
+def test_a_document_without_apiversion_or_kind_is_refused_as_kubectl_refuses_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], unset: tuple[str, ...]
+) -> None:
+    """kubectl apply says "apiVersion not set, kind not set" (tests/e2e/test_yaml_as_kubectl.py
+    runs it); the models default both, so validate said OK to a file apply refuses."""
+    body = named("untyped")
+    for key in unset:
+        del body[key]
+    spec = write(tmp_path / "untyped.yaml", body)
+    for verb in ("validate", "render"):
+        code, out, err = run(capsys, verb, "-f", str(spec))
+        assert code == 1 and out == "", (verb, out)
+        for key in unset:
+            assert f"{spec}: {key}: not set: kubectl apply refuses a document without it" in err
+        assert "start the document with apiVersion: agentrl.io/v1alpha1 and kind: " in err
+
+
 def test_recursive_directories_do_not_follow_link_loops(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

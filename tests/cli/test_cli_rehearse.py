@@ -7,6 +7,9 @@ tests/bundle/rehearse.)
 
 from __future__ import annotations
 
+import importlib
+import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -16,8 +19,9 @@ import pytest
 import yaml
 from tests.support.process import free_port
 
+from agentrl.api.tokenizer_files import has_vocabulary
 from agentrl.cli.main import main
-from conftest import EXAMPLES_DIR
+from conftest import EXAMPLES_DIR, ROOT
 
 HTTP_EXAMPLE = EXAMPLES_DIR / "qwen2.5-7b-http-agent-two-evals.yaml"
 RUN: dict[str, Any] = {"capture_output": True, "text": True, "timeout": 120}
@@ -86,6 +90,19 @@ def test_an_invalid_spec_is_refused_with_its_problems(
     assert "spec.grpo.samplesPerPrompt" in err and "nothing rehearsed" in err
 
 
+def test_a_spec_kubectl_would_refuse_for_its_missing_kind_is_not_rehearsed(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """The rehearsal is the step before `kubectl apply -f` of the same file."""
+    body = yaml.safe_load(HTTP_EXAMPLE.read_text())
+    del body["apiVersion"], body["kind"]
+    untyped = tmp_path / "untyped.yaml"
+    untyped.write_text(yaml.safe_dump(body))
+    code, _, err = run(capsys, "rehearse", "-f", untyped, "--engine", "http://127.0.0.1:1")
+    assert code == 2 and "nothing rehearsed" in err
+    assert f"{untyped}: apiVersion: not set" in err and f"{untyped}: kind: not set" in err
+
+
 def test_a_data_path_only_the_pods_have_asks_for_a_local_copy(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
@@ -151,7 +168,10 @@ def test_a_checkpoint_only_the_pods_have_asks_for_a_local_copy(
 
 @pytest.mark.parametrize("local_spec", [False, True])
 def test_a_model_dir_without_tokenizer_files_says_what_to_copy(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path, local_spec: bool
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    local_spec: bool,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """transformers' own error for it blamed a missing sentencepiece or tiktoken."""
     empty = tmp_path / "qwen2.5-7b"
@@ -168,7 +188,51 @@ def test_a_model_dir_without_tokenizer_files_says_what_to_copy(
     assert code == 2
     what = f"spec.model.path {empty}" if local_spec else f"--model-dir {empty}"
     assert f"error: {what} holds no tokenizer files (tokenizer.json, " in err
-    assert "--include 'tokenizer*'" in err
+    # The copy it suggests, run through huggingface_hub's own CLI, fetches a vocabulary.
+    command = re.search(r"e\.g\. (hf download .*? --local-dir \S+)", err)
+    assert command is not None, err
+    fetched = hf_fetches(command[1].replace("<hub id>", "Qwen/Qwen2.5-7B-Instruct"), monkeypatch)
+    assert has_vocabulary(fetched) and "config.json" in fetched, fetched
+
+
+def test_the_walkthrough_s_download_fetches_the_tokenizer_and_the_config(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """docs/rehearse.md's `--model-dir` copy: `huggingface-cli` is gone from the
+    huggingface_hub that transformers 5 installs, and `hf download ID --include 'tokenizer*'
+    config.json` fetches config.json alone (a file name makes it ignore `--include`), a
+    directory the rehearsal then refuses."""
+    text = " ".join((ROOT / "docs" / "rehearse.md").read_text().split())
+    commands = re.findall(r"`((?:hf|huggingface-cli) download [^`]*)`", text)
+    assert commands, "docs/rehearse.md shows no download command"
+    for command in commands:
+        fetched = hf_fetches(command, monkeypatch)
+        assert has_vocabulary(fetched) and "config.json" in fetched, (command, fetched)
+
+
+def hf_fetches(command: str, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The files or patterns huggingface_hub's `hf download` asks the hub for when given
+    `command` (its own argument parsing; the downloads are recorded, not made)."""
+    hf = pytest.importorskip("huggingface_hub.cli.hf", reason="huggingface_hub has no hf CLI")
+    if not hasattr(hf, "app"):  # before huggingface_hub 1.0, `hf` was argparse's
+        pytest.skip("this huggingface_hub's hf CLI is not the typer app of 1.0 and later")
+    download = importlib.import_module("huggingface_hub.cli.download")
+    argv = shlex.split(command)
+    assert argv[0] == "hf", f"{command}: not huggingface_hub's CLI (`hf`)"
+    asked: list[str] = []
+
+    def one(**kw: Any) -> str:
+        asked.append(kw["filename"])
+        return "/nowhere"
+
+    def snapshot(**kw: Any) -> str:
+        asked.extend(kw["allow_patterns"] or ["*"])
+        return "/nowhere"
+
+    monkeypatch.setattr(download, "hf_hub_download", one)
+    monkeypatch.setattr(download, "snapshot_download", snapshot)
+    hf.app(args=argv[1:], standalone_mode=False, windows_expand_args=False)
+    return asked
 
 
 @pytest.mark.parametrize(

@@ -125,3 +125,16 @@ def test_summary_as_json_holds_what_the_text_shows(capsys: pytest.CaptureFixture
                                   "dataParallel": 2}  # fmt: skip
     assert layout["rollout"] == {"gpus": 16, "engines": 4, "gpusPerEngine": 4}
     assert summary["command"][0] == "python3" and "--rollout-function-path" in summary["command"]
+
+
+def test_summary_and_show_command_together_is_a_wrong_command_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """README: render prints every object, the command line, or a summary. Given both flags
+    it printed the command alone, and the summary asked for was dropped without a word."""
+    example = EXAMPLES_DIR / "qwen2.5-3b-gsm8k-agentcore.yaml"
+    with pytest.raises(SystemExit) as stop:
+        main(["render", "-f", str(example), *RENDER, "--summary", "--show-command"])
+    out, err = capsys.readouterr()
+    assert (stop.value.code, out) == (2, "")
+    assert "argument --show-command: not allowed with argument --summary" in err

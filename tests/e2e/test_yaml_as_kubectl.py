@@ -20,7 +20,7 @@ from tests.support.kube import KubeHarness
 
 from agentrl.api.validation import errors, parse_experiment
 from agentrl.cli import kubeyaml
-from agentrl.cli.load import load_documents
+from agentrl.cli.load import load_documents, unset_type
 
 pytestmark = pytest.mark.e2e
 NS = "rl"
@@ -191,6 +191,19 @@ def test_a_key_kubectl_cannot_convert_is_refused_by_both(kube: KubeHarness, tmp_
     assert proc.returncode != 0 and "unsupported map key" in proc.stderr
     (doc,) = load_documents([str(path)])
     assert [p.path for p in doc.problems] == ["spec.resources.nodeSelector.~"]
+
+
+def test_a_document_without_apiversion_and_kind_is_refused_by_both(
+    kube: KubeHarness, tmp_path: Path
+) -> None:
+    body = yaml.safe_load(_document("untyped"))
+    del body["apiVersion"], body["kind"]
+    path = tmp_path / "untyped.yaml"
+    path.write_text(yaml.safe_dump(body))
+    proc = kube.kubectl("apply", "-f", str(path), check=False)
+    assert proc.returncode != 0 and "apiVersion not set, kind not set" in proc.stderr
+    (doc,) = load_documents([str(path)])
+    assert doc.problems == [] and [p.path for p in unset_type(doc.body)] == ["apiVersion", "kind"]
 
 
 def test_a_duplicated_key_is_refused_where_kubectl_keeps_the_last(

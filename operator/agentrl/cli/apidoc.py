@@ -304,7 +304,8 @@ def command_section() -> str:
 `agentrl validate -f PATH` and `agentrl render -f PATH` read what `kubectl apply -f` reads:
 files with one or more YAML documents (or JSON, or a `kind: List`), directories (their
 `.yaml`, `.yml` and `.json` files; `-R` for subdirectories), `-` for stdin, and `-f` more
-than once. Documents of other kinds are skipped with a note. Errors and warnings go to
+than once. Documents of other kinds are skipped with a note; one without `apiVersion` or
+`kind` is refused, as kubectl refuses it. Errors and warnings go to
 stderr, each prefixed with the file (and `#N` for the Nth document of a file); stdout
 carries only the OK lines of `validate` and the objects of `render`, which renders nothing
 when any experiment is invalid. `validate -o json` prints one document instead: every

@@ -30,7 +30,7 @@ from yaml.events import AliasEvent
 from yaml.nodes import Node, ScalarNode
 
 from agentrl.api import bounds
-from agentrl.api.constants import GROUP, KIND
+from agentrl.api.constants import API_VERSION, GROUP, KIND
 from agentrl.api.validation import Problem
 from agentrl.cli import kubeyaml
 
@@ -63,8 +63,9 @@ class Document:
 
     @property
     def is_experiment(self) -> bool:
-        """Ours to check: kind RLExperiment or no kind at all (the model defaults it), our
-        API group, or a kind one typo away from ours (refused then, not skipped)."""
+        """Ours to check: kind RLExperiment or no kind at all (refused then, for the kind
+        kubectl needs: `unset_type`), our API group, or a kind one typo away from ours
+        (refused then, not skipped)."""
         if self.kind == KIND or self.problems:
             return True
         api_version = self.body.get("apiVersion") if isinstance(self.body, dict) else None
@@ -78,6 +79,20 @@ class Document:
         meta = body.get("metadata")
         name = meta.get("name", "") if isinstance(meta, dict) else ""
         return f"{body.get('apiVersion', '')}/{self.kind} {name}".strip()
+
+
+def unset_type(body: Any) -> list[Problem]:
+    """`apiVersion` and `kind` that a manifest leaves out. The models default both, as the
+    operator reads objects the API server stored with them; kubectl apply refuses a
+    document without them ("apiVersion not set, kind not set"), so `validate` must too."""
+    if not isinstance(body, dict):
+        return []  # the models say what a non-object is
+    hint = f"start the document with apiVersion: {API_VERSION} and kind: {KIND}"
+    return [
+        Problem(key, "not set: kubectl apply refuses a document without it", hint)
+        for key in ("apiVersion", "kind")
+        if body.get(key) in (None, "")
+    ]
 
 
 def load_documents(paths: Sequence[str], recursive: bool = False) -> list[Document]:

@@ -32,7 +32,14 @@ from agentrl.api.models import RLExperiment
 from agentrl.api.policy import BASELINE, Policy, PolicyError, load_policy, policy_warnings
 from agentrl.api.validation import Problem, errors, parse_experiment
 from agentrl.cli import completion, logs, rehearse, summary
-from agentrl.cli.load import Document, LoadError, input_name, load_document, load_documents
+from agentrl.cli.load import (
+    Document,
+    LoadError,
+    input_name,
+    load_document,
+    load_documents,
+    unset_type,
+)
 from agentrl.render import OperatorDefaults, collect_bundle_files, render_all
 from agentrl.render.defaults import DEFAULT_IMAGE
 from agentrl.slimecmd import preview, wandb_run_name
@@ -277,7 +284,9 @@ def _parse_one(
 ) -> tuple[RLExperiment | None, list[Problem]]:
     if doc.problems:
         return None, doc.problems
-    return parse_experiment(doc.body, policy, default_image=image)
+    exp, problems = parse_experiment(doc.body, policy, default_image=image)
+    unset = unset_type(doc.body)
+    return (None, [*unset, *problems]) if unset else (exp, problems)
 
 
 def _policy_name(args: argparse.Namespace) -> str:
@@ -329,12 +338,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     _file_arg(render)
     render.add_argument("-o", "--output", choices=("yaml", "json"), default="yaml")
-    render.add_argument(
+    # One of the three outputs: given both, one of them would be dropped without a word.
+    instead = render.add_mutually_exclusive_group()
+    instead.add_argument(
         "--show-command",
         action="store_true",
         help="print slime's command line instead (-o json: each experiment's as a list of words)",
     )
-    render.add_argument(
+    instead.add_argument(
         "--summary",
         action="store_true",
         help="print each object's name and size, the GPU layout and slime's command instead "

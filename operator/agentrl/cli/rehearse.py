@@ -22,7 +22,7 @@ from typing import Any, Final, TextIO
 
 from agentrl.api.constants import REHEARSE_FAILED, REHEARSE_OK, REHEARSE_USAGE, SPLIT_TRAIN
 from agentrl.api.validation import errors, parse_experiment
-from agentrl.cli.load import LoadError, load_documents
+from agentrl.cli.load import LoadError, load_documents, unset_type
 from agentrl.render.defaults import OperatorDefaults
 from agentrl.render.objects import runtime_config
 
@@ -126,6 +126,9 @@ def cmd_rehearse(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         return EXIT_USAGE
     (doc,) = docs
     exp, problems = (None, doc.problems) if doc.problems else parse_experiment(doc.body)
+    unset = unset_type(doc.body) if exp is not None else []
+    if unset:
+        exp, problems = None, [*unset, *problems]
     for problem in problems:
         print(f"{doc.source}: {problem}", file=err)
     if exp is None:

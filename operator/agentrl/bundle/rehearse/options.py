@@ -182,6 +182,6 @@ def _check_tokenizer_files(directory: Path, what: str) -> None:
         return
     raise RehearsalError(
         f"{what} holds no tokenizer files ({VOCABULARY_NAMES}); copy them "
-        "from the checkpoint, e.g. huggingface-cli download <hub id> --include 'tokenizer*' "
+        "from the checkpoint, e.g. hf download <hub id> tokenizer.json tokenizer_config.json "
         f"config.json --local-dir {directory}"
     )

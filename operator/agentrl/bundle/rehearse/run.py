@@ -12,8 +12,10 @@ filter. This module picks the inputs, wires the parts, and reads what the observ
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import functools
+import ipaddress
 import json
 import logging
 import secrets
@@ -234,13 +236,25 @@ def _loopback(host: str) -> str:
 
 
 def _advertised(listen: str) -> str:
-    """The address agents are handed: the listen address, or this machine's own."""
+    """The address agents are handed: the listen address, or this machine's own. Its own is
+    the source address of its default route (a UDP `connect` picks it and sends nothing);
+    the host name is no guide: Debian's /etc/hosts maps it to 127.0.1.1, and many machines
+    map it to 127.0.0.1, which agents elsewhere would call as their own loopback."""
     if listen not in WILDCARDS:
         return listen
-    try:
-        return socket.gethostbyname(socket.gethostname())
-    except OSError:
-        return "127.0.0.1"
+    candidates = []
+    with contextlib.suppress(OSError), socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.connect(("192.0.2.1", 9))  # TEST-NET-1: any routed address would do
+        candidates.append(probe.getsockname()[0])
+    with contextlib.suppress(OSError):
+        candidates += socket.gethostbyname_ex(socket.gethostname())[2]
+    for address in candidates:
+        if not ipaddress.ip_address(address).is_loopback:
+            return str(address)
+    raise RehearsalError(
+        f"--listen {listen}: this machine has no address but loopback to hand agents on "
+        "other machines; pass --gateway-url with the URL they reach the gateway at"
+    )
 
 
 async def _start_gateway(config: RuntimeConfig, options: Options) -> GatewayServer:
@@ -259,6 +273,9 @@ async def _start_gateway(config: RuntimeConfig, options: Options) -> GatewayServ
         public_base_url=options.gateway_url,
         admin_token=secrets.token_urlsafe(32),
     )
+    advertised = None
+    if not options.gateway_url and options.listen in WILDCARDS:
+        advertised = _advertised(options.listen)  # before anything binds: it may refuse
     server = GatewayServer(settings, BundleMetrics())
     try:
         await server.start()
@@ -267,9 +284,9 @@ async def _start_gateway(config: RuntimeConfig, options: Options) -> GatewayServ
         raise RehearsalError(
             f"the gateway could not start: {type(exc).__name__}: {str(exc)[:500]}"
         ) from None
-    if not options.gateway_url and options.listen in WILDCARDS:
+    if advertised is not None:
         # Bound to every interface: agents get this machine's address, not 0.0.0.0.
-        url = f"http://{_advertised(options.listen)}:{server.port}"
+        url = f"http://{advertised}:{server.port}"
         server.settings = dataclasses.replace(server.settings, public_base_url=url)
     return server
 
