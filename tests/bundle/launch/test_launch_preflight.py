@@ -426,3 +426,47 @@ def test_every_row_of_an_eval_file_is_checked(tmp_path: Path) -> None:
         load_eval_groups(dev.model_copy(update={"path": str(tmp_path) + dev.path}), "eval")
     (problem,) = preflight.run_all(tmp_path, spec, visible_gpus=None)
     assert problem.startswith(f"spec.data.eval[0].path: {dev.path} line 25: not JSON")
+
+
+@pytest.mark.parametrize("commit", slime_rows())
+@pytest.mark.parametrize(("flag", "value"), [("--rollout-max-prompt-len", 12),
+                                             ("--rollout-max-context-len", 13)])  # fmt: skip
+def test_train_rows_slime_drops_for_a_long_prompt_are_counted_and_all_dropped_refused(
+    tmp_path: Path, commit: str, flag: str, value: int
+) -> None:
+    """slime's Dataset drops, when the job starts, every train row whose prompt is longer
+    than --rollout-max-prompt-len tokens (--rollout-max-context-len less one when that is
+    unset), and logs the count at info level: the run trained on fewer rows than the user
+    gave, without a word. The preflight now counts them as slime's own Dataset does, with
+    the checkpoint's tokenizer, and refuses a file slime would empty."""
+    from transformers import AutoTokenizer
+
+    _good_tree(tmp_path)
+    words = [1, 9, 2, 30, 3]  # "word " x n: 3 tokens a word, 1 the last space
+    rows = [{"prompt": "word " * n, "metadata": {"i": i}} for i, n in enumerate(words)]
+    train = touch(tmp_path, "/data/web/train.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
+    spec = _spec()
+    extra = [*spec.runtime.extra_args, flag, str(value)]
+    spec = spec.model_copy(update={"runtime": spec.runtime.model_copy(
+        update={"extra_args": extra})})  # fmt: skip
+    checkpoint = tmp_path / "models/Qwen2.5-7B-Instruct"
+    kept = data_module(commit).Dataset(
+        str(train), tokenizer=AutoTokenizer.from_pretrained(str(checkpoint)), processor=None,
+        max_length=12, prompt_key="prompt", metadata_key="metadata", label_key=None,
+        tool_key="tools",
+    ).samples  # fmt: skip
+    dropped = [i + 1 for i, r in enumerate(rows) if r["metadata"] not in
+               [s.metadata for s in kept]]  # fmt: skip
+    assert dropped == [2, 4]  # slime's own verdict on this file
+    lengths = preflight.slime_prompt_lengths(tmp_path, "/models/Qwen2.5-7B-Instruct")
+    problems, warnings = preflight.check_prompt_lengths(tmp_path, spec, lengths)
+    assert problems == []
+    (warning,) = warnings
+    assert warning.startswith(f"spec.runtime.extraArgs: {flag} {value}: slime's Dataset drops")
+    assert "longer than 12 tokens" in warning and "2 of 5 rows" in warning
+    assert "at lines 2 (28 tokens), 4 (91 tokens):" in warning
+
+    touch(tmp_path, "/data/web/train.jsonl", "".join(json.dumps(r) + "\n" for r in rows[3:4]))
+    problems, warnings = preflight.check_prompt_lengths(tmp_path, spec, lengths)
+    assert warnings == [] and len(problems) == 1
+    assert "every row, nothing is left to train on; raise or remove the flag" in problems[0]

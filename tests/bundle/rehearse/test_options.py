@@ -217,3 +217,16 @@ def test_the_rehearsal_takes_the_tokenizer_files_the_pods_preflight_takes(
     else:
         with pytest.raises(RehearsalError, match="holds no tokenizer files"):
             plan_inputs(exp, options)
+
+
+def test_a_prompt_length_limit_in_extra_args_is_named_in_the_notes(tmp_path: Path) -> None:
+    """The rehearsal does not tokenize the file as slime's Dataset does, so it runs rows that
+    --rollout-max-prompt-len has slime drop in the pods: it says so instead of passing them
+    as rows the run trains on."""
+    data = write_rows(tmp_path / "train.jsonl", ROWS)
+    exp = experiment()
+    options = Options(engine="", out=tmp_path, data=data)
+    assert not any("slime's Dataset drops" in n for n in plan_inputs(exp, options).notes)
+    runtime = exp.runtime.model_copy(update={"extra_args": ["--rollout-max-prompt-len", "512"]})
+    notes = plan_inputs(exp.model_copy(update={"runtime": runtime}), options).notes
+    assert any("sets --rollout-max-prompt-len 512: slime's Dataset drops" in n for n in notes)

@@ -35,7 +35,7 @@ from agentrl.api.constants import (
 )
 from agentrl.api.models import RLExperimentSpec
 from agentrl.api.runtime import ENV_WANDB_API_KEY, RuntimeConfig
-from agentrl.api.slime_flags import last_index, user_load
+from agentrl.api.slime_flags import last_index, prompt_limit, user_load
 from agentrl.bundle.launch import argcheck, capture, cuda, gang, gangrun, preflight, probe
 from agentrl.slimecmd import policy
 from agentrl.slimecmd.compose import HF_MODE_FLAG
@@ -208,6 +208,24 @@ def _start(spec: RLExperimentSpec, problems: list[str], warnings: list[str]) -> 
     return decision
 
 
+def _prompt_lengths(spec: RLExperimentSpec, problems: list[str], warnings: list[str]) -> None:
+    """The train rows slime's Dataset will drop for extraArgs' prompt length, counted with
+    the tokenizer slime loads (only when the flag is set: it reads the whole file)."""
+    if prompt_limit(spec.runtime.extra_args) is None:
+        return
+    try:
+        lengths = preflight.slime_prompt_lengths(Path("/"), spec.model.path)
+    except Exception as exc:  # slime loads the same tokenizer and stops, saying why
+        warnings.append(
+            f"spec.runtime.extraArgs: the train prompts were not measured against the prompt "
+            f"length limit ({type(exc).__name__}: {str(exc)[:200]})"
+        )
+        return
+    found, said = preflight.check_prompt_lengths(Path("/"), spec, lengths)
+    problems += found
+    warnings += said
+
+
 def build_plan(
     config_path: str, ambient: Mapping[str, str], files_dir: str = slimecmd.FILES_DIR
 ) -> Plan:
@@ -229,6 +247,7 @@ def build_plan(
     problems += preflight.check_context_length(Path("/"), spec, env)
     problems += preflight.check_offline_hub(Path("/"), spec, env)
     warnings += preflight.model_warnings(spec)
+    _prompt_lengths(spec, problems, warnings)
     start = _start(spec, problems, warnings)
     key_env = config.wandb_api_key_env or ENV_WANDB_API_KEY
     if spec.tracking.wandb is not None and not ambient.get(key_env):

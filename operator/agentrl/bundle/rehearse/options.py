@@ -24,6 +24,7 @@ from agentrl.api.data_rows import ENCODING, ERRORS, ROW_SHAPE, judge_rows
 from agentrl.api.model_context import longer_context_problem
 from agentrl.api.models import RLExperimentSpec
 from agentrl.api.rules import is_local_path
+from agentrl.api.slime_flags import prompt_limit
 from agentrl.api.tokenizer_files import VOCABULARY_NAMES, has_vocabulary
 from agentrl.bundle.gateway.context import CONFIG_FILE, config_file
 from agentrl.bundle.rehearse.report import RehearsalError
@@ -99,6 +100,12 @@ def plan_inputs(spec: RLExperimentSpec, options: Options) -> Plan:
     notes = []
     if len(groups) < options.prompts:
         notes.append(f"{data} holds {len(groups)} row(s); --prompts asked for {options.prompts}")
+    if is_train and (limit := prompt_limit(spec.runtime.extra_args)) is not None:
+        notes.append(
+            f"spec.runtime.extraArgs sets {limit[1]}: slime's Dataset drops the train rows whose "
+            f"prompt is longer than {limit[0]} tokens, which this rehearsal ran like any other "
+            "(the launcher in the pods counts them, and refuses a file it would empty)"
+        )
     label = options.split
     return Plan(
         SPLIT_TRAIN if label == SPLIT_TRAIN else SPLIT_EVAL, label, episode, samples, groups, notes
