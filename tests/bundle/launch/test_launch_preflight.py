@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -11,10 +12,12 @@ from launch_trees import EXAMPLE_C, example_doc, experiment, touch
 from tests.support.slime_data import data_module
 from tests.support.upstream import slime_rows
 
+from agentrl import slimecmd
 from agentrl.api.models import RLExperimentSpec
 from agentrl.bundle.launch import preflight
 from agentrl.bundle.rollout.inputs import inputs_from_slime, load_eval_groups
-from agentrl.slimecmd import CheckpointDir
+from agentrl.slimecmd import CheckpointDir, PodFacts, Start
+from agentrl.slimecmd.checkpoint import RUN_MARK, TRACKER
 
 ROW = json.dumps({"prompt": "q", "metadata": {"a": 1}})
 
@@ -366,8 +369,53 @@ def test_read_checkpoint_reports_the_tracker_and_entries(tmp_path: Path) -> None
     touch(tmp_path, "/ckpt/run/latest_checkpointed_iteration.txt", "10\n")
     found, problems = preflight.read_checkpoint(tmp_path, spec)
     assert problems == []
-    assert found == CheckpointDir("10\n", ("iter_0000010", "latest_checkpointed_iteration.txt"))
+    assert found is not None and found.tracker_mtime_ns is not None and found.mark is None
+    assert (found.tracker, found.entries) == ("10\n", ("iter_0000010", TRACKER))
     assert preflight.read_checkpoint(tmp_path, _spec(checkpoint={})) == (None, [])
+
+
+def _save(root: Path, iteration: int, mtime_ns: int) -> None:
+    """What a Megatron save leaves: the iteration's directory, then the tracker naming it."""
+    touch(root, f"/ckpt/run/iter_{iteration:07d}/common.pt")
+    tracker = touch(root, f"/ckpt/run/{TRACKER}", f"{iteration}\n")
+    os.utime(tracker, ns=(mtime_ns, mtime_ns))
+
+
+def test_resume_false_leaves_another_run_s_saves_out_but_a_retry_resumes_its_own(
+    tmp_path: Path,
+) -> None:
+    """checkpoint.resume: false made every start a first run: a KubeRay retry (backoffLimit)
+    or a resume after a suspend of the same experiment started from the model at rollout 0
+    and saved over the checkpoints its earlier attempts had made. The launcher now marks the
+    directory at the experiment's first start and resumes a save made since; another
+    experiment's saves are still left out, as resume: false says."""
+    spec = _spec(checkpoint={"path": "/ckpt/run", "saveInterval": 5, "resume": False})
+    _save(tmp_path, 20, 1_000)  # an earlier experiment's run
+
+    def start(uid: str) -> slimecmd.Decision:
+        found, problems = preflight.read_checkpoint(tmp_path, spec)
+        assert problems == []
+        decision = slimecmd.decide(spec, found, uid)
+        if decision.mark is not None:  # as the launcher does before slime starts
+            preflight.write_run_mark(tmp_path, spec, decision.mark)
+        return decision
+
+    first = start("uid-a")
+    assert first.start is Start.FIRST_RUN and first.warning and "did not make" in first.warning
+    assert (tmp_path / "ckpt/run" / RUN_MARK).is_file()
+    assert start("uid-a").start is Start.FIRST_RUN  # attempt 1 died before its first save
+    _save(tmp_path, 5, 2_000)
+    retry = start("uid-a")
+    assert (retry.start, retry.iteration, retry.problem) == (Start.RESUME, "5", None)
+    facts = PodFacts(model_args=[], train_env={}, start=retry.start, hf_mode_flag=False)
+    argv = slimecmd.compose(spec, facts).argv()
+    assert argv[argv.index("--load") + 1] == "/ckpt/run" and "--finetune" not in argv
+    _save(tmp_path, 20, 3_000)  # its own save at the iteration the other run's tracker named
+    assert start("uid-a").iteration == "20"
+    # Another experiment on the directory: resume: false leaves uid-a's run out.
+    other = start("uid-b")
+    assert other.start is Start.FIRST_RUN and other.mark is not None
+    assert start("uid-b").start is Start.FIRST_RUN
 
 
 def test_raw_mode_needs_megatron_weights(tmp_path: Path) -> None:

@@ -198,11 +198,12 @@ def _slime_parser(
     return parser
 
 
-def _start(spec: RLExperimentSpec, problems: list[str], warnings: list[str]) -> slimecmd.Decision:
+def _start(config: RuntimeConfig, problems: list[str], warnings: list[str]) -> slimecmd.Decision:
     """First run or restart, judged from what spec.checkpoint.path holds now."""
+    spec = config.spec
     found, read_problems = preflight.read_checkpoint(Path("/"), spec)
     problems += read_problems
-    decision = slimecmd.decide(spec, found)
+    decision = slimecmd.decide(spec, found, config.uid)
     problems += [decision.problem] if decision.problem else []
     warnings += [decision.warning] if decision.warning else []
     return decision
@@ -248,7 +249,7 @@ def build_plan(
     problems += preflight.check_offline_hub(Path("/"), spec, env)
     warnings += preflight.model_warnings(spec)
     _prompt_lengths(spec, problems, warnings)
-    start = _start(spec, problems, warnings)
+    start = _start(config, problems, warnings)
     key_env = config.wandb_api_key_env or ENV_WANDB_API_KEY
     if spec.tracking.wandb is not None and not ambient.get(key_env):
         warnings.append(f"spec.tracking.wandb is set but {key_env} is empty: wandb logging is off")
@@ -521,6 +522,8 @@ def _launch(ns: argparse.Namespace, log: capture.Capture | None) -> int:
         print(f"{LOG_PREFIX} slime was not started", file=sys.stderr, flush=True)
         return 2
     try:
+        if plan.start.mark is not None:
+            preflight.write_run_mark(Path("/"), plan.config.spec, plan.start.mark)
         write_files(plan.files)
     except OSError as e:
         print(f"{LOG_PREFIX} error: cannot write {e.filename}: {e.strerror}", file=sys.stderr)

@@ -30,7 +30,7 @@ from agentrl.api.slime_flags import (
 )
 from agentrl.api.tokenizer_files import VOCABULARY_NAMES, has_vocabulary
 from agentrl.slimecmd import CheckpointDir
-from agentrl.slimecmd.checkpoint import TRACKER
+from agentrl.slimecmd.checkpoint import RUN_MARK, TRACKER, RunMark
 
 
 def _host(root: Path, path: str) -> Path:
@@ -423,9 +423,22 @@ def read_checkpoint(root: Path, spec: RLExperimentSpec) -> tuple[CheckpointDir |
         entries = tuple(sorted(p.name for p in host.iterdir())) if host.is_dir() else ()
         tracker = host / TRACKER
         text = tracker.read_text(encoding="utf-8") if tracker.is_file() else None
+        mtime = tracker.stat().st_mtime_ns if text is not None else None
+        mark_file = host / RUN_MARK
+        mark = RunMark.from_json(mark_file.read_text()) if mark_file.is_file() else None
     except OSError as e:
         return None, [f"spec.checkpoint.path: cannot read {path} ({e.strerror})"]
-    return CheckpointDir(tracker=text, entries=entries), []
+    return CheckpointDir(text, entries, tracker_mtime_ns=mtime, mark=mark), []
+
+
+def write_run_mark(root: Path, spec: RLExperimentSpec, mark: RunMark) -> None:
+    """`RUN_MARK` into spec.checkpoint.path (OSError when it cannot be written): with
+    `checkpoint.resume: false`, what lets a retry of this experiment resume its own saves."""
+    assert spec.checkpoint.path
+    target = _host(root, spec.checkpoint.path) / RUN_MARK
+    partial = target.with_name(f".{RUN_MARK}.{uuid.uuid4().hex}")
+    partial.write_text(mark.to_json(), encoding="utf-8")
+    partial.replace(target)  # whole or not at all
 
 
 def run_all(root: Path, spec: RLExperimentSpec, visible_gpus: int | None) -> list[str]:
