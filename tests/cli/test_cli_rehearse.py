@@ -292,3 +292,45 @@ def test_spec_runtime_env_reaches_the_rehearsal_s_context_check(
         spec.write_text(yaml.safe_dump(body))
         code, _, err = run(capsys, "rehearse", "-f", spec, *argv)
         assert code == 2 and says in err, err
+
+
+AGENTCORE_EXAMPLE = EXAMPLES_DIR / "qwen2.5-3b-gsm8k-agentcore.yaml"
+Reach = tuple[list[str], str | None, bool]  # extra options, boto3's endpoint, refused
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        ([], None, True),  # AWS's runtime, handed 127.0.0.1
+        (["--listen", "localhost"], None, True),
+        (["--gateway-url", "https://tunnel.example/gw"], None, False),
+        ([], "http://127.0.0.1:1", False),  # a runtime on this machine reaches loopback
+    ],
+)
+def test_an_agentcore_rehearsal_without_a_reachable_gateway_is_refused_before_any_invocation(
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    case: Reach,
+) -> None:
+    """Without --gateway-url the gateway hands agents its listen address, 127.0.0.1; a
+    runtime deployed in AgentCore calls its own host there, and every episode failed after
+    its invocation was paid for. Refused first, naming the option and what it must be."""
+    extra, endpoint, refused = case
+    for name in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_BEDROCK_AGENTCORE", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
+    if endpoint is not None:
+        monkeypatch.setenv("AWS_ENDPOINT_URL_BEDROCK_AGENTCORE", endpoint)
+    data = EXAMPLES_DIR / "data" / "gsm8k-train.jsonl"
+    code, out, err = run(capsys, "rehearse", "-f", AGENTCORE_EXAMPLE, "--engine",
+                         "http://127.0.0.1:1", "--data", data, "--out", tmp_path / "out",
+                         *extra)  # fmt: skip
+    assert (code, out) == (2, "")
+    said = "error: --gateway-url is required for an AgentCore agent: the runtime at "
+    assert (said in err) is refused, err
+    if refused:
+        assert "https://bedrock-agentcore.us-west-2.amazonaws.com" in err
+        assert "Pass --gateway-url with a URL the runtime can reach" in err
+    else:  # on to the next check: the checkpoint only the pods have
+        assert "spec.model.path is /models/Qwen2.5-3B-Instruct" in err

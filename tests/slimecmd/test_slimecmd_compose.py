@@ -74,8 +74,10 @@ def test_the_preview_marks_what_the_pod_decides() -> None:
 def test_without_a_checkpoint_to_resume_the_preview_knows_it_is_a_first_run() -> None:
     body = load_example(EXAMPLE_C)
     body["spec"]["checkpoint"] = {"path": "/ckpt", "resume": False}
+    # resume: false still resumes a retry's own saves: the preview shows both starts.
     parts = slimecmd.compose(spec_of(body), PodFacts()).parts
-    assert Cond.RESTART not in {p.cond for p in parts}
+    (restart,) = [p for p in parts if p.cond is Cond.RESTART]
+    assert restart.args == ("--load", "/ckpt") and "a save of this experiment" in restart.marker
     assert any(p.args == ("--finetune", "--no-load-optim", "--no-load-rng") for p in parts)
     body["spec"]["checkpoint"] = {}
     argv = slimecmd.compose(spec_of(body), PodFacts()).argv()

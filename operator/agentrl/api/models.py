@@ -642,7 +642,9 @@ class CheckpointSpec(Model):
     save_interval: PositiveInt | None = None
     """Rollouts between checkpoints (needs `path`)."""
     resume: bool = True
-    """Resume from the latest checkpoint under `path` if there is one."""
+    """Resume from the latest checkpoint under `path` if there is one. false: start from the
+    model, leaving out saves another experiment made there; a retry (backoffLimit) or a resume
+    after a suspend of this experiment still goes on from its own saves."""
 
 
 class WandbSpec(Model):

@@ -280,6 +280,30 @@ def user_load(extra_args: Sequence[str]) -> str | None:
     return None if seen is None else seen.value
 
 
+# slime's Dataset drops, when the job starts, every train row whose `prompt` (the text as it
+# is: agentrl renders no --apply-chat-template) is longer than `--rollout-max-prompt-len`
+# tokens, and logs only a count at info level; `--rollout-max-context-len` sets that limit to
+# its own value less one when the first is unset. A first prompt that is not text skips it.
+# https://github.com/THUDM/slime/blob/fa3c990af6f18efd3fd9922698bf4bf4048d1263/slime/utils/data.py#L81-L127
+# https://github.com/THUDM/slime/blob/fa3c990af6f18efd3fd9922698bf4bf4048d1263/slime/utils/arguments.py#L1997-L2005
+PROMPT_LEN_FLAG: Final = "--rollout-max-prompt-len"
+CONTEXT_LEN_FLAG: Final = "--rollout-max-context-len"
+
+
+def prompt_limit(extra_args: Sequence[str]) -> tuple[int, str] | None:
+    """(the prompt length slime's Dataset filters the train rows by, the extraArgs flag that
+    sets it), None when nothing does (or the value is no integer: slime's parser says so)."""
+    lookup = last_seen([_Run(EXTRA_ARGS_ORIGIN, tuple(extra_args))], takes_value=True)
+    for flag, less in ((PROMPT_LEN_FLAG, 0), (CONTEXT_LEN_FLAG, 1)):
+        seen = lookup(flag)
+        if seen is not None and seen.value is not None:
+            try:
+                return int(seen.value) - less, f"{flag} {seen.value}"
+            except ValueError:
+                return None
+    return None
+
+
 # slime counts rollouts from `--start-rollout-id` when it is set, also when `--load` names a
 # saved run: only a None lets it take the next rollout from the checkpoint's iteration
 # (create_training_models in slime/ray/placement_group.py at both supported commits). So a

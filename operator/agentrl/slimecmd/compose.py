@@ -151,14 +151,17 @@ _START_ORIGIN: Final = "spec.checkpoint (judged at pod start)"
 
 def _restart_marker(spec: RLExperimentSpec) -> str:
     path = spec.checkpoint.path
-    return f"restart, only when {path.rstrip('/') if path else ''}/{checkpoint.TRACKER} exists"
+    tracker = f"{path.rstrip('/') if path else ''}/{checkpoint.TRACKER}"
+    if not spec.checkpoint.resume:
+        return f"restart, only when {tracker} names a save of this experiment (a retry's)"
+    return f"restart, only when {tracker} exists"
 
 
 def _start_parts(spec: RLExperimentSpec, start: Start | None) -> list[Part]:
     if user_decides_start(spec.runtime.extra_args):
         return []  # extraArgs set --load or --finetune themselves (see _restart_after_extra)
     ckpt = spec.checkpoint
-    if start is None and not (ckpt.path and ckpt.resume):
+    if start is None and not ckpt.path:
         start = Start.FIRST_RUN  # nothing to resume from: known without the pod
     if start is not None:
         return [Part(_START_ORIGIN, tuple(checkpoint.start_args(spec, start)))]
@@ -181,9 +184,10 @@ def _start_parts(spec: RLExperimentSpec, start: Start | None) -> list[Part]:
 def _restart_after_extra(spec: RLExperimentSpec, start: Start | None) -> list[Part]:
     """A restart loads the run's own saves even when extraArgs `--load` another directory
     (where the first run started): argparse keeps the last `--load`, so this part follows
-    extraArgs. Only with `checkpoint.resume`, and not under `--finetune`."""
+    extraArgs (with `checkpoint.resume: false` too, a retry's own saves), not under
+    `--finetune`."""
     ckpt = spec.checkpoint
-    if not ckpt.resume or not restart_load(spec.runtime.extra_args, ckpt.path):
+    if not restart_load(spec.runtime.extra_args, ckpt.path):
         return []
     args = tuple(checkpoint.start_args(spec, Start.RESUME))
     origin = f"{_START_ORIGIN}: the run's own saves, over the --load of {EXTRA_ARGS_ORIGIN}"

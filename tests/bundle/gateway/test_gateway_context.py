@@ -9,11 +9,16 @@ conversation would see exactly what SGLang answers: 400, or an error event in a 
 from __future__ import annotations
 
 import ast
+import http.server
 import json
+import os
 import shutil
-from collections.abc import AsyncIterator, Callable
+import subprocess
+import sys
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import anthropic
 import openai
@@ -321,6 +326,69 @@ def test_an_unreadable_config_leaves_the_context_unknown_with_a_warning(
     hub_cache(monkeypatch, tmp_path / "hub", "Qwen/Qwen3-8B", tmp_path / "empty")
     assert checkpoint_context_length("Qwen/Qwen3-4B") is None  # a hub id nobody has
     assert sum("not capped" in r.getMessage() for r in caplog.records) == 3
+
+
+class DownHub(http.server.BaseHTTPRequestHandler):
+    """A Hugging Face endpoint that is down: 503 to every request, each one counted."""
+
+    seen: ClassVar[list[str]] = []
+
+    def _answer(self) -> None:
+        DownHub.seen.append(f"{self.command} {self.path}")
+        self.send_response(503)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    do_HEAD = do_GET = _answer
+
+    def log_message(self, *args: Any) -> None:  # quiet
+        pass
+
+
+@pytest.fixture
+def down_hub() -> Iterator[tuple[str, list[str]]]:
+    DownHub.seen = []
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), DownHub)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", DownHub.seen
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.parametrize("offline", [False, True])
+@pytest.mark.parametrize("cached", [False, True])
+def test_a_hub_that_does_not_answer_is_asked_once_then_the_cache_is_read(
+    down_hub: tuple[str, list[str]], tmp_path: Path, offline: bool, cached: bool
+) -> None:
+    """huggingface_hub's own hf_hub_download, with the hub down and config.json not cached,
+    asked again with backoff (at 2.4.0: 6 requests and some 23 seconds) before the gateway
+    fell back to "unknown, not capped", and every gateway start waited for it. Now the hub is
+    asked once, and not at all with HF_HUB_OFFLINE; the cache answers either way. In a fresh
+    process: huggingface_hub reads its endpoint and offline switch at import."""
+    url, seen = down_hub
+    repo, cache = "Qwen/Qwen3-8B", tmp_path / "hub"
+    if cached:
+        snapshot = cache / f"models--{repo.replace('/', '--')}" / "snapshots" / ("0" * 40)
+        snapshot.mkdir(parents=True)
+        (snapshot / "config.json").write_text('{"max_position_embeddings": 40960}')
+        (snapshot.parents[1] / "refs").mkdir()
+        (snapshot.parents[1] / "refs" / "main").write_text("0" * 40)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGING"))}
+    env.update(HF_ENDPOINT=url, HF_HOME=str(tmp_path / "home"), HF_HUB_CACHE=str(cache))
+    if offline:
+        env["HF_HUB_OFFLINE"] = "1"
+    code = (
+        "from agentrl.bundle.gateway.context import checkpoint_context_length as c; "
+        f"print(c({repo!r}))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                          text=True, timeout=120, check=True)  # fmt: skip
+    assert done.stdout.split()[-1] == ("40960" if cached else "None"), done.stderr
+    asked = [s for s in seen if repo in s]  # not the library's own calls (2.4.0's at import)
+    assert asked == ([] if offline else [f"HEAD /{repo}/resolve/main/config.json"])
 
 
 async def test_a_hub_id_s_context_comes_from_its_config_json_as_sglang_s_does(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -11,10 +12,12 @@ from launch_trees import EXAMPLE_C, example_doc, experiment, touch
 from tests.support.slime_data import data_module
 from tests.support.upstream import slime_rows
 
+from agentrl import slimecmd
 from agentrl.api.models import RLExperimentSpec
 from agentrl.bundle.launch import preflight
 from agentrl.bundle.rollout.inputs import inputs_from_slime, load_eval_groups
-from agentrl.slimecmd import CheckpointDir
+from agentrl.slimecmd import CheckpointDir, PodFacts, Start
+from agentrl.slimecmd.checkpoint import RUN_MARK, TRACKER
 
 ROW = json.dumps({"prompt": "q", "metadata": {"a": 1}})
 
@@ -366,8 +369,53 @@ def test_read_checkpoint_reports_the_tracker_and_entries(tmp_path: Path) -> None
     touch(tmp_path, "/ckpt/run/latest_checkpointed_iteration.txt", "10\n")
     found, problems = preflight.read_checkpoint(tmp_path, spec)
     assert problems == []
-    assert found == CheckpointDir("10\n", ("iter_0000010", "latest_checkpointed_iteration.txt"))
+    assert found is not None and found.tracker_mtime_ns is not None and found.mark is None
+    assert (found.tracker, found.entries) == ("10\n", ("iter_0000010", TRACKER))
     assert preflight.read_checkpoint(tmp_path, _spec(checkpoint={})) == (None, [])
+
+
+def _save(root: Path, iteration: int, mtime_ns: int) -> None:
+    """What a Megatron save leaves: the iteration's directory, then the tracker naming it."""
+    touch(root, f"/ckpt/run/iter_{iteration:07d}/common.pt")
+    tracker = touch(root, f"/ckpt/run/{TRACKER}", f"{iteration}\n")
+    os.utime(tracker, ns=(mtime_ns, mtime_ns))
+
+
+def test_resume_false_leaves_another_run_s_saves_out_but_a_retry_resumes_its_own(
+    tmp_path: Path,
+) -> None:
+    """checkpoint.resume: false made every start a first run: a KubeRay retry (backoffLimit)
+    or a resume after a suspend of the same experiment started from the model at rollout 0
+    and saved over the checkpoints its earlier attempts had made. The launcher now marks the
+    directory at the experiment's first start and resumes a save made since; another
+    experiment's saves are still left out, as resume: false says."""
+    spec = _spec(checkpoint={"path": "/ckpt/run", "saveInterval": 5, "resume": False})
+    _save(tmp_path, 20, 1_000)  # an earlier experiment's run
+
+    def start(uid: str) -> slimecmd.Decision:
+        found, problems = preflight.read_checkpoint(tmp_path, spec)
+        assert problems == []
+        decision = slimecmd.decide(spec, found, uid)
+        if decision.mark is not None:  # as the launcher does before slime starts
+            preflight.write_run_mark(tmp_path, spec, decision.mark)
+        return decision
+
+    first = start("uid-a")
+    assert first.start is Start.FIRST_RUN and first.warning and "did not make" in first.warning
+    assert (tmp_path / "ckpt/run" / RUN_MARK).is_file()
+    assert start("uid-a").start is Start.FIRST_RUN  # attempt 1 died before its first save
+    _save(tmp_path, 5, 2_000)
+    retry = start("uid-a")
+    assert (retry.start, retry.iteration, retry.problem) == (Start.RESUME, "5", None)
+    facts = PodFacts(model_args=[], train_env={}, start=retry.start, hf_mode_flag=False)
+    argv = slimecmd.compose(spec, facts).argv()
+    assert argv[argv.index("--load") + 1] == "/ckpt/run" and "--finetune" not in argv
+    _save(tmp_path, 20, 3_000)  # its own save at the iteration the other run's tracker named
+    assert start("uid-a").iteration == "20"
+    # Another experiment on the directory: resume: false leaves uid-a's run out.
+    other = start("uid-b")
+    assert other.start is Start.FIRST_RUN and other.mark is not None
+    assert start("uid-b").start is Start.FIRST_RUN
 
 
 def test_raw_mode_needs_megatron_weights(tmp_path: Path) -> None:
@@ -426,3 +474,47 @@ def test_every_row_of_an_eval_file_is_checked(tmp_path: Path) -> None:
         load_eval_groups(dev.model_copy(update={"path": str(tmp_path) + dev.path}), "eval")
     (problem,) = preflight.run_all(tmp_path, spec, visible_gpus=None)
     assert problem.startswith(f"spec.data.eval[0].path: {dev.path} line 25: not JSON")
+
+
+@pytest.mark.parametrize("commit", slime_rows())
+@pytest.mark.parametrize(("flag", "value"), [("--rollout-max-prompt-len", 12),
+                                             ("--rollout-max-context-len", 13)])  # fmt: skip
+def test_train_rows_slime_drops_for_a_long_prompt_are_counted_and_all_dropped_refused(
+    tmp_path: Path, commit: str, flag: str, value: int
+) -> None:
+    """slime's Dataset drops, when the job starts, every train row whose prompt is longer
+    than --rollout-max-prompt-len tokens (--rollout-max-context-len less one when that is
+    unset), and logs the count at info level: the run trained on fewer rows than the user
+    gave, without a word. The preflight now counts them as slime's own Dataset does, with
+    the checkpoint's tokenizer, and refuses a file slime would empty."""
+    from transformers import AutoTokenizer
+
+    _good_tree(tmp_path)
+    words = [1, 9, 2, 30, 3]  # "word " x n: 3 tokens a word, 1 the last space
+    rows = [{"prompt": "word " * n, "metadata": {"i": i}} for i, n in enumerate(words)]
+    train = touch(tmp_path, "/data/web/train.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
+    spec = _spec()
+    extra = [*spec.runtime.extra_args, flag, str(value)]
+    spec = spec.model_copy(update={"runtime": spec.runtime.model_copy(
+        update={"extra_args": extra})})  # fmt: skip
+    checkpoint = tmp_path / "models/Qwen2.5-7B-Instruct"
+    kept = data_module(commit).Dataset(
+        str(train), tokenizer=AutoTokenizer.from_pretrained(str(checkpoint)), processor=None,
+        max_length=12, prompt_key="prompt", metadata_key="metadata", label_key=None,
+        tool_key="tools",
+    ).samples  # fmt: skip
+    dropped = [i + 1 for i, r in enumerate(rows) if r["metadata"] not in
+               [s.metadata for s in kept]]  # fmt: skip
+    assert dropped == [2, 4]  # slime's own verdict on this file
+    lengths = preflight.slime_prompt_lengths(tmp_path, "/models/Qwen2.5-7B-Instruct")
+    problems, warnings = preflight.check_prompt_lengths(tmp_path, spec, lengths)
+    assert problems == []
+    (warning,) = warnings
+    assert warning.startswith(f"spec.runtime.extraArgs: {flag} {value}: slime's Dataset drops")
+    assert "longer than 12 tokens" in warning and "2 of 5 rows" in warning
+    assert "at lines 2 (28 tokens), 4 (91 tokens):" in warning
+
+    touch(tmp_path, "/data/web/train.jsonl", "".join(json.dumps(r) + "\n" for r in rows[3:4]))
+    problems, warnings = preflight.check_prompt_lengths(tmp_path, spec, lengths)
+    assert warnings == [] and len(problems) == 1
+    assert "every row, nothing is left to train on; raise or remove the flag" in problems[0]

@@ -217,3 +217,37 @@ def test_the_rehearsal_takes_the_tokenizer_files_the_pods_preflight_takes(
     else:
         with pytest.raises(RehearsalError, match="holds no tokenizer files"):
             plan_inputs(exp, options)
+
+
+@pytest.mark.parametrize("commit", slime_rows())
+def test_the_rows_slime_drops_for_a_long_prompt_are_not_rehearsed(
+    tmp_path: Path, commit: str
+) -> None:
+    """slime's Dataset drops the train rows whose prompt is longer than
+    --rollout-max-prompt-len (in spec.runtime.extraArgs) when the job starts; the rehearsal
+    ran the file's first rows whatever their length, rows the pods never train on. It now
+    runs the rows slime's own Dataset keeps, counted with the checkpoint's tokenizer."""
+    from tests.support.tiny_tokenizer import write_checkpoint
+    from transformers import AutoTokenizer
+
+    checkpoint = write_checkpoint(tmp_path / "ckpt")
+    rows = [row(f"t-{i}") | {"prompt": "word " * n} for i, n in enumerate([9, 2, 1, 30, 3])]
+    data = write_rows(tmp_path / "train.jsonl", rows)
+    kept = data_module(commit).Dataset(
+        str(data), tokenizer=AutoTokenizer.from_pretrained(str(checkpoint)), processor=None,
+        max_length=12, prompt_key="prompt", metadata_key="metadata", label_key=None,
+        tool_key="tools",
+    ).samples  # fmt: skip
+    exp = experiment()
+    runtime = exp.runtime.model_copy(update={"extra_args": ["--rollout-max-prompt-len", "12"]})
+    exp = exp.model_copy(update={"runtime": runtime})
+    options = Options(engine="", out=tmp_path, prompts=2, samples=1, data=data,
+                      model_dir=checkpoint)  # fmt: skip
+    plan = plan_inputs(exp, options)
+    assert [g[0].prompt for g in plan.groups] == [s.prompt for s in kept[:2]]
+    assert [(g[0].group_index, g[0].index) for g in plan.groups] == [(0, 0), (1, 1)]
+    assert any("2 row(s) of" in n and "slime's Dataset drops them" in n for n in plan.notes)
+    # A file slime would empty is refused, as the launcher refuses it in the pods.
+    write_rows(data, rows[3:4])
+    with pytest.raises(RehearsalError, match=r"drops every row of spec\.data\.train"):
+        plan_inputs(exp, options)

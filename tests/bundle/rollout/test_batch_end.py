@@ -174,3 +174,42 @@ async def test_an_eval_batch_settles_the_engines_once_after_all_its_sets(tmp_pat
         assert gateway.quiesced == [QUIESCE_TIMEOUT_S] and gateway.open_at_quiesce == [0]
     finally:
         runtime._thread.close()
+
+
+async def test_eval_samples_carry_the_policy_of_the_weights_they_ran_on(tmp_path: Path) -> None:
+    """slime's train.py evaluates rollout 0 before training (the weights train step 0 samples
+    with), and rollout N after step N trained and pushed its weights (those of step N + 1).
+    Eval samples carried N there, one behind the weights they ran on, as the
+    --save-debug-rollout-data dumps showed. The calls come here in train.py's order."""
+    rows = tmp_path / "eval.jsonl"
+    rows.write_text(json.dumps({"prompt": "q", "metadata": {"behavior": "ok"}}) + "\n")
+    sets = [{"name": "a", "path": str(rows), "samplesPerPrompt": 2}]
+    config = runtime_config(eval_sets=sets)
+    gateway = FakeGateway()
+    ctx = RolloutContext(gateway, StubAgent(gateway), asyncio.Semaphore(2))
+
+    async def build() -> RolloutContext:
+        return ctx
+
+    runtime = RolloutRuntime(build, LocalSink(BundleMetrics()))
+    types = slime_types(prefer_plain=True)
+    seen: list[tuple[str, int, set[int]]] = []
+
+    async def evaluate(rollout_id: int) -> None:
+        out = await eval_batch(runtime, config, rollout_id, types)
+        versions = {s.metadata["policy_version"] for s in out.data["a"]["samples"]}
+        seen.append(("eval", rollout_id, versions))
+
+    try:
+        # --eval-interval 1: eval(0) before training, then after every step.
+        for rollout_id in range(2):
+            if rollout_id == 0:
+                await evaluate(0)
+            out = await train_batch(runtime, config, ARGS, rollout_id, Source(), types=types)
+            samples = [s for g in out.samples for s in g]
+            seen.append(("train", rollout_id, {s.metadata["policy_version"] for s in samples}))
+            await evaluate(rollout_id)
+    finally:
+        runtime._thread.close()
+    assert seen == [("eval", 0, {0}), ("train", 0, {0}), ("eval", 0, {1}),
+                    ("train", 1, {1}), ("eval", 1, {2})]  # fmt: skip

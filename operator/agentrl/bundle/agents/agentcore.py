@@ -209,6 +209,13 @@ def make_clients(
     )
 
 
+def runtime_endpoint(region: str) -> str:
+    """The URL boto3 would send invocations to in `region`: AWS's, or the one
+    `AWS_ENDPOINT_URL_BEDROCK_AGENTCORE` (or the profile's `services`) points it at. Building
+    a client reads configuration only; nothing is sent."""
+    return str(_boto_session(region).client(SERVICE).meta.endpoint_url)
+
+
 class AgentCoreBackend:
     def __init__(
         self,

@@ -35,7 +35,7 @@ from agentrl.api.constants import (
 )
 from agentrl.api.models import RLExperimentSpec
 from agentrl.api.runtime import ENV_WANDB_API_KEY, RuntimeConfig
-from agentrl.api.slime_flags import last_index, user_load
+from agentrl.api.slime_flags import last_index, prompt_limit, user_load
 from agentrl.bundle.launch import argcheck, capture, cuda, gang, gangrun, preflight, probe
 from agentrl.slimecmd import policy
 from agentrl.slimecmd.compose import HF_MODE_FLAG
@@ -198,14 +198,33 @@ def _slime_parser(
     return parser
 
 
-def _start(spec: RLExperimentSpec, problems: list[str], warnings: list[str]) -> slimecmd.Decision:
+def _start(config: RuntimeConfig, problems: list[str], warnings: list[str]) -> slimecmd.Decision:
     """First run or restart, judged from what spec.checkpoint.path holds now."""
+    spec = config.spec
     found, read_problems = preflight.read_checkpoint(Path("/"), spec)
     problems += read_problems
-    decision = slimecmd.decide(spec, found)
+    decision = slimecmd.decide(spec, found, config.uid)
     problems += [decision.problem] if decision.problem else []
     warnings += [decision.warning] if decision.warning else []
     return decision
+
+
+def _prompt_lengths(spec: RLExperimentSpec, problems: list[str], warnings: list[str]) -> None:
+    """The train rows slime's Dataset will drop for extraArgs' prompt length, counted with
+    the tokenizer slime loads (only when the flag is set: it reads the whole file)."""
+    if prompt_limit(spec.runtime.extra_args) is None:
+        return
+    try:
+        lengths = preflight.slime_prompt_lengths(Path("/"), spec.model.path)
+    except Exception as exc:  # slime loads the same tokenizer and stops, saying why
+        warnings.append(
+            f"spec.runtime.extraArgs: the train prompts were not measured against the prompt "
+            f"length limit ({type(exc).__name__}: {str(exc)[:200]})"
+        )
+        return
+    found, said = preflight.check_prompt_lengths(Path("/"), spec, lengths)
+    problems += found
+    warnings += said
 
 
 def build_plan(
@@ -229,7 +248,8 @@ def build_plan(
     problems += preflight.check_context_length(Path("/"), spec, env)
     problems += preflight.check_offline_hub(Path("/"), spec, env)
     warnings += preflight.model_warnings(spec)
-    start = _start(spec, problems, warnings)
+    _prompt_lengths(spec, problems, warnings)
+    start = _start(config, problems, warnings)
     key_env = config.wandb_api_key_env or ENV_WANDB_API_KEY
     if spec.tracking.wandb is not None and not ambient.get(key_env):
         warnings.append(f"spec.tracking.wandb is set but {key_env} is empty: wandb logging is off")
@@ -502,6 +522,8 @@ def _launch(ns: argparse.Namespace, log: capture.Capture | None) -> int:
         print(f"{LOG_PREFIX} slime was not started", file=sys.stderr, flush=True)
         return 2
     try:
+        if plan.start.mark is not None:
+            preflight.write_run_mark(Path("/"), plan.config.spec, plan.start.mark)
         write_files(plan.files)
     except OSError as e:
         print(f"{LOG_PREFIX} error: cannot write {e.filename}: {e.strerror}", file=sys.stderr)

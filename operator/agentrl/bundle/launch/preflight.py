@@ -10,11 +10,12 @@ import json
 import os
 import re
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 from agentrl.api.constants import DRIVER_RAY_RESOURCE
-from agentrl.api.data_rows import ENCODING, ERRORS, judge_rows
+from agentrl.api.data_rows import ENCODING, ERRORS, LISTED_ROWS, judge_rows
 from agentrl.api.model_context import longer_context_problem
 from agentrl.api.model_names import DEFAULT_FAMILY
 from agentrl.api.models import RLExperimentSpec
@@ -25,10 +26,11 @@ from agentrl.api.slime_flags import (
     SAVE_INTERVAL_FLAG,
     SAVE_INTERVAL_WITHOUT_PATH,
     last_index,
+    prompt_limit,
 )
 from agentrl.api.tokenizer_files import VOCABULARY_NAMES, has_vocabulary
 from agentrl.slimecmd import CheckpointDir
-from agentrl.slimecmd.checkpoint import TRACKER
+from agentrl.slimecmd.checkpoint import RUN_MARK, TRACKER, RunMark
 
 
 def _host(root: Path, path: str) -> Path:
@@ -267,6 +269,74 @@ def check_jsonl(root: Path, field: str, path: str) -> list[str]:
     return report.problems(f"{field}: {path}")
 
 
+def slime_prompt_lengths(root: Path, model_path: str) -> Callable[[list[str]], list[int]]:
+    """Token counts of prompts as slime's Dataset counts them: the checkpoint's tokenizer
+    through transformers' AutoTokenizer (slime's `load_tokenizer`), no special tokens."""
+    from transformers import AutoTokenizer
+
+    where = str(_host(root, model_path)) if is_local_path(model_path) else model_path
+    tokenizer = AutoTokenizer.from_pretrained(where, trust_remote_code=True)
+
+    def lengths(prompts: list[str]) -> list[int]:
+        return [len(ids) for ids in tokenizer(prompts, add_special_tokens=False)["input_ids"]]
+
+    return lengths
+
+
+def check_prompt_lengths(
+    root: Path, spec: RLExperimentSpec, lengths: Callable[[list[str]], list[int]]
+) -> tuple[list[str], list[str]]:
+    """(problems, warnings): the train rows slime's Dataset drops for a prompt longer than
+    extraArgs' `--rollout-max-prompt-len` (`prompt_limit`). It drops them when the job starts
+    and logs a count at info level only: the run trains on fewer rows than the file holds, and
+    `agentrl rehearse` runs them. Every row dropped is refused (nothing left to train on)."""
+    limit = prompt_limit(spec.runtime.extra_args)
+    if limit is None:
+        return [], []
+    most, flag = limit
+    path = spec.data.train
+    prompts: list[Any] = []
+    lines: list[int] = []
+    try:
+        with _host(root, path).open(encoding=ENCODING, errors=ERRORS) as f:
+            for n, line in enumerate(f, 1):
+                try:
+                    row = json.loads(line) if line.strip() else None
+                except ValueError:
+                    continue  # check_jsonl names it
+                if isinstance(row, dict):
+                    prompts.append(row.get("prompt"))
+                    lines.append(n)
+    except OSError:
+        return [], []  # check_jsonl names it
+    if not prompts or not isinstance(prompts[0], str):
+        return [], []  # slime filters nothing when the first prompt is not text
+    where = f"spec.runtime.extraArgs: {flag}"
+    try:
+        counts = lengths(prompts)
+    except Exception as exc:  # the tokenizer, or a prompt that is not text: slime's too
+        return [], [f"{where}: the prompts of {path} could not be counted as slime's Dataset "
+                     f"counts them ({type(exc).__name__}: {str(exc)[:200]})"]  # fmt: skip
+    long = [(n, k) for n, k in zip(lines, counts, strict=True) if k > most]
+    if not long:
+        return [], []
+    listed = ", ".join(f"{n} ({k} tokens)" for n, k in long[:LISTED_ROWS])
+    more = f" and {len(long) - LISTED_ROWS} more" if len(long) > LISTED_ROWS else ""
+    said = (
+        f"{where}: slime's Dataset drops the rows of spec.data.train ({path}) whose prompt is "
+        f"longer than {most} tokens (the text as it is, without the chat template), at lines "
+        f"{listed}{more}"
+    )
+    if len(long) == len(prompts):
+        return [f"{said}: that is every row, nothing is left to train on; raise or remove "
+                "the flag"], []  # fmt: skip
+    return [], [
+        f"{said}: {len(long)} of {len(prompts)} rows; the run trains on the other "
+        f"{len(prompts) - len(long)} (a rehearsal runs them all); shorten those prompts, or "
+        "raise or remove the flag to train on them"
+    ]
+
+
 def check_data(root: Path, spec: RLExperimentSpec) -> list[str]:
     problems = check_jsonl(root, "spec.data.train", spec.data.train)
     for i, s in enumerate(spec.data.eval):
@@ -353,9 +423,22 @@ def read_checkpoint(root: Path, spec: RLExperimentSpec) -> tuple[CheckpointDir |
         entries = tuple(sorted(p.name for p in host.iterdir())) if host.is_dir() else ()
         tracker = host / TRACKER
         text = tracker.read_text(encoding="utf-8") if tracker.is_file() else None
+        mtime = tracker.stat().st_mtime_ns if text is not None else None
+        mark_file = host / RUN_MARK
+        mark = RunMark.from_json(mark_file.read_text()) if mark_file.is_file() else None
     except OSError as e:
         return None, [f"spec.checkpoint.path: cannot read {path} ({e.strerror})"]
-    return CheckpointDir(tracker=text, entries=entries), []
+    return CheckpointDir(text, entries, tracker_mtime_ns=mtime, mark=mark), []
+
+
+def write_run_mark(root: Path, spec: RLExperimentSpec, mark: RunMark) -> None:
+    """`RUN_MARK` into spec.checkpoint.path (OSError when it cannot be written): with
+    `checkpoint.resume: false`, what lets a retry of this experiment resume its own saves."""
+    assert spec.checkpoint.path
+    target = _host(root, spec.checkpoint.path) / RUN_MARK
+    partial = target.with_name(f".{RUN_MARK}.{uuid.uuid4().hex}")
+    partial.write_text(mark.to_json(), encoding="utf-8")
+    partial.replace(target)  # whole or not at all
 
 
 def run_all(root: Path, spec: RLExperimentSpec, visible_gpus: int | None) -> list[str]:

@@ -1,7 +1,8 @@
 """What a rehearsal runs: the command line's options, and the episodes they pick.
 
 The prompts are the first rows of the split's own data file (`spec.data.train` or an eval
-set's `path`), read as the rollout reads them (`inputs.read_groups`), each row repeated
+set's `path`), read as the rollout reads them (`inputs.read_groups`), less the train rows
+slime's Dataset drops for `--rollout-max-prompt-len` in extraArgs, each row repeated
 as one group of the split's size (`grpo.samplesPerPrompt`, or the eval set's). Sampling
 parameters and the episode deadline are the split's (`inputs.train_spec` / `eval_spec`),
 as the pods would use them. The file's first rows are judged as the launcher's preflight
@@ -24,6 +25,7 @@ from agentrl.api.data_rows import ENCODING, ERRORS, ROW_SHAPE, judge_rows
 from agentrl.api.model_context import longer_context_problem
 from agentrl.api.models import RLExperimentSpec
 from agentrl.api.rules import is_local_path
+from agentrl.api.slime_flags import prompt_limit
 from agentrl.api.tokenizer_files import VOCABULARY_NAMES, has_vocabulary
 from agentrl.bundle.gateway.context import CONFIG_FILE, config_file
 from agentrl.bundle.rehearse.report import RehearsalError
@@ -90,19 +92,70 @@ def plan_inputs(spec: RLExperimentSpec, options: Options) -> Plan:
         raise RehearsalError(f"--data {data}: no such file")
     samples = options.samples or size
     is_train = options.split == SPLIT_TRAIN
+    limit = prompt_limit(spec.runtime.extra_args) if is_train else None
     try:
         # The train set as slime's Dataset reads it in the pods; eval sets as the rollout does.
-        groups = read_groups(data, samples, str(data), limit=options.prompts, as_train_set=is_train)
+        first = None if limit else options.prompts  # all rows, to drop those slime drops
+        groups = read_groups(data, samples, str(data), limit=first, as_train_set=is_train)
     except (OSError, ValueError) as exc:
         raise RehearsalError(f"{where}: {exc}") from None
     _check_rows(data, where)
     notes = []
+    if limit is not None:
+        groups, dropped = _slime_keeps(groups, limit, options.model_dir or spec.model.path, where)
+        groups = _first(groups, options.prompts)
+        if dropped:
+            notes.append(
+                f"{dropped} row(s) of {data} have a prompt longer than {limit[0]} tokens "
+                f"({limit[1]} in spec.runtime.extraArgs): slime's Dataset drops them in the "
+                "pods, and this rehearsal left them out too"
+            )
     if len(groups) < options.prompts:
         notes.append(f"{data} holds {len(groups)} row(s); --prompts asked for {options.prompts}")
     label = options.split
     return Plan(
         SPLIT_TRAIN if label == SPLIT_TRAIN else SPLIT_EVAL, label, episode, samples, groups, notes
     )
+
+
+def _slime_keeps(
+    groups: list[list[EpisodeInput]], limit: tuple[int, str], model: Path | str, where: str
+) -> tuple[list[list[EpisodeInput]], int]:
+    """(the groups whose prompt slime's Dataset keeps under extraArgs' prompt length, how many
+    it drops): tokens counted as slime counts them (the text as it is, no special tokens; a
+    first prompt that is not text turns the filter off), with the checkpoint's tokenizer."""
+    if not groups or not isinstance(groups[0][0].prompt, str):
+        return groups, 0
+    # Only with a prompt length set: the tokenizer (and `renderers`) are loaded for it alone.
+    from agentrl.bundle.gateway.tokenizer import load_tokenizer
+
+    tokenizer = load_tokenizer(str(model))
+    most, flag = limit
+    kept = [
+        g
+        for g in groups
+        if not isinstance(g[0].prompt, str)
+        or len(tokenizer.encode(g[0].prompt, add_special_tokens=False)) <= most
+    ]
+    if not kept:
+        raise RehearsalError(
+            f"spec.runtime.extraArgs: {flag}: slime's Dataset drops every row of {where}, each "
+            f"with a prompt longer than {most} tokens, and the launcher in the pods refuses "
+            "the file; raise or remove the flag"
+        )
+    return kept, len(groups) - len(kept)
+
+
+def _first(groups: list[list[EpisodeInput]], n: int) -> list[list[EpisodeInput]]:
+    """The first `n` groups, numbered again from 0 as the rollout numbers a batch."""
+    out, index = [], 0
+    for group_index, group in enumerate(groups[:n]):
+        renumbered = []
+        for inp in group:
+            renumbered.append(dataclasses.replace(inp, group_index=group_index, index=index))
+            index += 1
+        out.append(renumbered)
+    return out
 
 
 def _check_rows(data: Path, where: str) -> None:

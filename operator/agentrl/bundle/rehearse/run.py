@@ -32,9 +32,10 @@ import orjson
 from agentrl.api.constants import SPLIT_TRAIN
 from agentrl.api.formats import base_url_problem
 from agentrl.api.models import HttpAgent
-from agentrl.api.rules import is_local_path
+from agentrl.api.rules import is_local_path, loopback
 from agentrl.api.runtime import RuntimeConfig
 from agentrl.bundle.agents import build_backend
+from agentrl.bundle.agents.agentcore import runtime_endpoint
 from agentrl.bundle.agents.base import received_reward
 from agentrl.bundle.agents.http import HttpAgentBackend
 from agentrl.bundle.gateway import GatewayClient, GatewayServer, GatewaySettings
@@ -81,6 +82,7 @@ def rehearse(config: RuntimeConfig, options: Options) -> Report:
     """Run the rehearsal; RehearsalError when it cannot start (the CLI exits 2)."""
     config = with_agent_url(config, options.agent_url)
     check_gateway_url(options.gateway_url)
+    check_runtime_reaches_gateway(config, options)
     plan = plan_inputs(config.spec, options)
     options.out.mkdir(parents=True, exist_ok=True)
     handler = logging.FileHandler(options.out / LOG_FILE, mode="w", encoding="utf-8")
@@ -316,6 +318,31 @@ def check_gateway_url(url: str | None) -> None:
     problem = None if url is None else base_url_problem(url)
     if problem is not None:
         raise RehearsalError(f"--gateway-url {url}: {problem}")
+
+
+def check_runtime_reaches_gateway(config: RuntimeConfig, options: Options) -> None:
+    """An AgentCore runtime runs where it is deployed, in AWS: handed this machine's loopback
+    address for the gateway, it calls its own host, and every episode fails, each after its
+    invocation is paid for. Refused before anything is invoked, unless boto3 is pointed at a
+    runtime on this machine (`AWS_ENDPOINT_URL_BEDROCK_AGENTCORE`: a local app, a stand-in),
+    which does reach it."""
+    agent_core = config.spec.agent.agent_core
+    if agent_core is None or options.gateway_url is not None:
+        return
+    host = _advertised(options.listen)
+    handed = f"http://[{host}]" if ":" in host else f"http://{host}"
+    if not loopback(handed):
+        return  # this machine's address: whether AWS routes to it is the user's to know
+    endpoint = runtime_endpoint(agent_core.region)
+    if loopback(endpoint):
+        return
+    raise RehearsalError(
+        f"--gateway-url is required for an AgentCore agent: the runtime at {endpoint} would "
+        f"be handed the gateway at {handed}:<port>, a loopback address, which it cannot reach "
+        "from AWS; every episode would fail after its invocation is paid for. Pass "
+        "--gateway-url with a URL the runtime can reach (a tunnel to this machine, with "
+        "--gateway-port the port it forwards to)"
+    )
 
 
 async def _backend(config: RuntimeConfig, options: Options, client: GatewayClient) -> Any:

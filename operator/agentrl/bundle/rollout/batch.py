@@ -63,6 +63,9 @@ class RolloutContext:
     rollout_ids: Iterator[int] = field(default_factory=itertools.count)
     carry: CarryStore = field(default_factory=CarryStore)  # what cut groups left behind
     resumed: bool = False  # the first train step looked for a checkpoint's rollout state
+    # The last train step this process generated: slime's eval of that rollout id runs after
+    # the step trained and its weights reached the engines (`policy_version` one more).
+    generated: int | None = None
 
 
 async def run_one(

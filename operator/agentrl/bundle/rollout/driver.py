@@ -120,6 +120,7 @@ async def train_batch(
         step=rollout_id,
     )
     await settle_engines(ctx, "Rollout", rollout_id)
+    ctx.generated = rollout_id
     # Before slime trains and checkpoints this step: a checkpoint of it resumes from here.
     await asyncio.to_thread(save_step, args, data_source, ctx.carry, rollout_id)
     stats = batch_stats(outcomes)
@@ -205,6 +206,12 @@ async def eval_batch(
             "or drop --eval-interval from runtime.extraArgs"
         )
     started = asyncio.get_running_loop().time()
+    # slime's train.py (both supported commits) evaluates rollout id N before any training
+    # only at N = 0 (and for an eval-only run), on the weights train step 0 samples with;
+    # every other eval of N comes after step N trained and its weights were pushed, so the
+    # engines hold the weights train step N + 1 samples with.
+    # https://github.com/THUDM/slime/blob/624b824a898ab0ec1fcb4d373004c7f3852bf515/train.py#L49-L91
+    version = rollout_id + 1 if ctx.generated == rollout_id else rollout_id
     data: dict[str, dict[str, Any]] = {}
     metrics: dict[str, Any] = {}
     all_outcomes = []
@@ -213,7 +220,7 @@ async def eval_batch(
         key = (eval_set.name, eval_set.path, eval_set.samples_per_prompt)
         if key not in _eval_cache:
             _eval_cache[key] = load_eval_groups(eval_set, f"spec.data.eval[{i}]")
-        spec = replace(eval_spec(config.spec, eval_set), policy_version=rollout_id)
+        spec = replace(eval_spec(config.spec, eval_set), policy_version=version)
         outcomes = await run_groups(ctx, _eval_cache[key], spec, "eval")
         all_outcomes.extend(outcomes)
         stats = batch_stats(outcomes)
