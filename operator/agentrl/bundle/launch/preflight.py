@@ -146,8 +146,8 @@ def check_chat_template(root: Path, spec: RLExperimentSpec) -> list[str]:
 # huggingface_hub's switch that keeps a process off the hub (HF_HUB_OFFLINE, else the
 # older TRANSFORMERS_OFFLINE when the first is unset or empty; "1", "ON", "YES" or "TRUE" in
 # any case), and where it then looks for a model: its cache directory. Both are read by
-# huggingface_hub.constants, documented at
-# https://huggingface.co/docs/huggingface_hub/package_reference/environment_variables
+# huggingface_hub.constants (the same from v1.9.2 to 2.4.0):
+# https://github.com/huggingface/huggingface_hub/blob/29920ab1dd0447e4dd4823f7fb2a5c4f601743c1/src/huggingface_hub/constants.py#L133-L167
 HUB_OFFLINE_ENVS = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
 _HUB_TRUE = ("1", "ON", "YES", "TRUE")
 
