@@ -46,7 +46,7 @@ from agentrl.controller.metrics import OperatorMetrics
 from agentrl.controller.state import Experiment, Key, key_of, uid_of
 from agentrl.controller.workqueue import WorkQueue, jittered, retry_delay
 from agentrl.render import Bundle, kuberay, render_all
-from agentrl.render.names import metrics_service_name
+from agentrl.render.names import metrics_service_name, metrics_service_of
 from agentrl.render.objects import gateway_url
 
 logger = logging.getLogger("agentrl.controller")
@@ -327,9 +327,13 @@ class Controller:
             warnings=[str(p) for p in problems if p.severity == "warning"],
             rayjob_name=exp.status.get("rayJobName"),
         )
+        known = bool(exp.status.get("rayJobName"))
         if parsed is not None:
             exp.metrics_service = metrics_service_name(parsed)
-        known = bool(exp.status.get("rayJobName"))
+        elif known:
+            # Its RayJob and metrics Service were created from a spec accepted then (the
+            # policy has since been tightened): it runs on, and its progress is still read.
+            exp.metrics_service = metrics_service_of(exp.key[1])
         # An ended run is never created again, but an edit made after the end still reaches
         # its RayJob: KubeRay keeps reading `ttlSecondsAfterFinished` until the cluster is
         # gone, and after a deadline the Ray job trains on, on the GPUs, until then. Only a

@@ -65,7 +65,7 @@ class Experiment:
     changed: bool = False  # its RayJob or pods changed while that reconcile ran
     failures: int = 0  # consecutive failed reconciles, for the retry delay
     settled: bool = False  # status current: synced since anything about it was seen
-    metrics_service: str | None = None  # known once the spec is valid
+    metrics_service: str | None = None  # known once the spec is valid, or its RayJob exists
     scrape: dict[str, float] | None = None  # the previous progress reading, raw
     progress: dict[str, Any] | None = None  # status.progress values from the last reading
     pace: Pace | None = None  # rollout step timing
