@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from tests.conftest import minimal_body
 
-from agentrl.api.constants import LABEL_EXPERIMENT, ConditionType
+from agentrl.api import models
+from agentrl.api.constants import DEFAULT_STARTUP_DEADLINE_SECONDS, LABEL_EXPERIMENT, ConditionType
 from agentrl.controller import conditions
 
 from .conftest import Api, OperatorRun, wait_for
@@ -73,6 +75,37 @@ async def test_restart_is_idempotent(api: Api, operator: OperatorRun) -> None:
     writes = [r for r in api.emu.log[mark:] if r.is_write and r.agent.startswith("agentrl")]
     assert writes == [], writes
     assert status_of(api) == st
+
+
+async def test_a_newer_release_leaves_a_running_rayjob_alone(
+    api: Api, operator: OperatorRun, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An operator upgrade whose renderer gives the same spec other lifecycle values (here a
+    shorter default startup deadline) writes nothing to a RayJob created for a generation
+    already applied: KubeRay v1.6.2 fails an Initializing RayJob at once when a patched
+    preRunningDeadlineSeconds has already passed since it started."""
+    await created(api)
+    await api.patch(RAYJOBS, NS, "demo", {"status": {"jobDeploymentStatus": "Initializing"}},
+                    "status")  # fmt: skip
+    await wait_for(lambda: status_of(api).get("phase") == "Initializing", what="initializing")
+    job = api.get(RAYJOBS, NS, "demo") or {}
+    assert job["spec"]["preRunningDeadlineSeconds"] == DEFAULT_STARTUP_DEADLINE_SECONDS
+    await operator.stop()
+    monkeypatch.setattr(models, "DEFAULT_STARTUP_DEADLINE_SECONDS", 600)  # the new release
+    mark = len(api.emu.log)
+    await operator.start()
+    await wait_for(lambda: any(r.resource == RAYJOBS and r.method == "GET" and r.name
+                               for r in api.emu.log[mark:]), what="resume")  # fmt: skip
+    await operator.stop()
+    writes = [r for r in api.emu.log[mark:] if r.is_write and r.resource == RAYJOBS]
+    assert writes == [], writes
+    job = api.get(RAYJOBS, NS, "demo") or {}
+    assert job["spec"]["preRunningDeadlineSeconds"] == DEFAULT_STARTUP_DEADLINE_SECONDS
+    # Its own edit of a lifecycle field is still applied (and renders with the new default).
+    await operator.start()
+    await api.patch(EXP, NS, "demo", {"spec": {"backoffLimit": 2}})
+    await wait_for(lambda: ((api.get(RAYJOBS, NS, "demo") or {})["spec"].get("backoffLimit")
+                            == 2), what="the edit applied")  # fmt: skip
 
 
 async def test_invalid_spec_fails_once_without_retry_storm(api: Api, operator: OperatorRun) -> None:

@@ -86,22 +86,24 @@ async def _nothing_lost(_: Mapping[str, Any]) -> list[str]:
 
 async def apply_children(
     kube: Kube, uid: str | None, kids: Children, spec: RLExperimentSpec, *, known: bool,
-    check: Check = _nothing_lost,
+    check: Check = _nothing_lost, lifecycle: bool = True,
 ) -> Applied:  # fmt: skip
     """Create (or adopt) every child, or update the existing RayJob's lifecycle values.
 
     `known`: the status already names the RayJob (it was created), so it is read, never
-    created again: one that is gone comes back as `rayjob_missing`.
+    created again: one that is gone comes back as `rayjob_missing`. `lifecycle=False`: this
+    generation's values already reached an existing RayJob, which is read but not patched.
     """
     try:
-        return await _apply(kube, uid, kids, spec, known=known, check=check)
+        return await _apply(kube, uid, kids, spec, known=known, check=check,
+                            lifecycle=lifecycle)  # fmt: skip
     except _Rejected as refused:
         return Applied(rejection=refused.rejection)
 
 
 async def _apply(
     kube: Kube, uid: str | None, kids: Children, spec: RLExperimentSpec, *, known: bool,
-    check: Check,
+    check: Check, lifecycle: bool,
 ) -> Applied:  # fmt: skip
     job = kids.rayjob
     meta = job["metadata"]
@@ -110,7 +112,7 @@ async def _apply(
         existing = await _call(FAILED_UPDATE, "reading", job, read)
         if existing is None:
             return Applied(rayjob_missing=True)
-        return await _update(kube, uid, existing, job, spec, check=check)
+        return await _update(kube, uid, existing, job, spec, check=check, lifecycle=lifecycle)
     if lost := await check(job):
         return Applied(incompatible=lost)
     results = await asyncio.gather(
@@ -139,13 +141,13 @@ async def _apply(
         if (existing := await _call(FAILED_CREATE, "reading", job, read)) is not None:
             if problem := _foreign(existing, meta["name"], uid):
                 return Applied(conflict=problem)
-            return await _update(kube, uid, existing, job, spec, check=check)
+            return await _update(kube, uid, existing, job, spec, check=check, lifecycle=lifecycle)
         await _refresh(kube, stale)
     created, found = await _call(FAILED_CREATE, "creating", job, kube.create(job))
     if found is not None:
         if problem := _foreign(found, meta["name"], uid):
             return Applied(conflict=problem)
-        return await _update(kube, uid, found, job, spec, check=check)
+        return await _update(kube, uid, found, job, spec, check=check, lifecycle=lifecycle)
     return Applied(
         rayjob_name=meta["name"], rayjob_status=dict((created or {}).get("status") or {})
     )
@@ -188,14 +190,14 @@ def _foreign(existing: Obj, experiment: str, uid: str | None) -> str | None:
 
 async def _update(
     kube: Kube, uid: str | None, existing: Obj, job: Obj, spec: RLExperimentSpec, *,
-    check: Check,
+    check: Check, lifecycle: bool = True,
 ) -> Applied:  # fmt: skip
     meta = existing["metadata"]
     if not children.owned_by(existing, uid):
         return Applied(conflict=children.conflict_message(existing))
     found = dict(existing.get("status") or {})
     refused = children.changed_immutable(existing, spec)
-    patch = children.lifecycle_patch(existing, job)
+    patch = children.lifecycle_patch(existing, job) if lifecycle else None
     if patch is not None and (lost := await check(compat.patched(patch))):
         return Applied(rayjob_name=meta["name"], rayjob_status=found, immutable=refused,
                        incompatible=lost)  # fmt: skip

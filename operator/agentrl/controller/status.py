@@ -217,6 +217,21 @@ def finished(st: Mapping[str, Any]) -> bool:
     return bool(st.get("phase") in (Phase.SUCCEEDED, Phase.FAILED) and not spec_failure)
 
 
+def applied(st: Mapping[str, Any], generation: int) -> bool:
+    """Whether an earlier reconcile of this very generation (by this operator process or
+    an earlier one, perhaps of another release) already brought the RayJob up to date: it
+    recorded the generation, valid, with its RayJob, and no refusal of the RayJob or of a
+    patch to it. Then nothing is written to the RayJob again: what a newer release renders
+    differently for the same spec (a default, an image) must not reach a running job."""
+    refused = (C.CHILD_REJECTED, C.KUBERAY_INCOMPATIBLE, C.NAME_CONFLICT)
+    return bool(
+        st.get("rayJobName")
+        and st.get("observedGeneration") == generation
+        and conditions.is_true(st, C.VALID)
+        and not any(conditions.is_true(st, ctype) for ctype in refused)
+    )
+
+
 def phase_of(st: Mapping[str, Any], rj: Mapping[str, Any] | None) -> tuple[Phase, str]:
     """The phase and its reason; sticky for terminal phases the RayJob reached."""
     prev = st.get("phase")
