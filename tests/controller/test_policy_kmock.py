@@ -111,6 +111,34 @@ async def test_a_running_experiment_the_policy_no_longer_allows_still_reports_pr
     assert status_of(api)["phase"] == "Running"
 
 
+async def test_a_tightened_policy_leaves_ended_experiments_as_they_were(
+    api: Api, operator: OperatorRun, op_config: OperatorConfig, clock: FakeClock
+) -> None:
+    """An ended run's spec is history: the restarted operator does not judge it again, so a
+    tightened policy posts no Warning per kept experiment and rewrites no status."""
+    await api.create(minimal_body(runtime={"serviceAccountName": "runner"}))
+    await wait_for(lambda: status_of(api).get("rayJobName"), what="created")
+    done = {"jobDeploymentStatus": "Complete", "jobStatus": "SUCCEEDED"}
+    await api.patch(RAYJOBS, NS, "demo", {"status": done}, "status")
+    await wait_for(lambda: status_of(api).get("phase") == "Succeeded", what="succeeded")
+    await wait_for(lambda: api.reasons("demo") == ["Succeeded"], what="the Succeeded event")
+    st = status_of(api)
+    await operator.stop()
+    stricter = OperatorRun(dataclasses.replace(op_config, policy=BASELINE), clock)
+    await stricter.start()
+    try:
+        assert stricter.memo is not None
+        seen = stricter.memo.controller.experiments
+        await wait_for(lambda: (NS, "demo") in seen and seen[NS, "demo"].reconciled == 1,
+                       what="the experiment reconciled")  # fmt: skip
+        swept = stricter.memo.controller.sweeps
+        await wait_for(lambda: stricter.memo.controller.sweeps >= swept + 3, what="sweeps")
+    finally:
+        await stricter.stop()
+    assert api.reasons("demo") == ["Succeeded"]
+    assert status_of(api) == st
+
+
 # ---- reading the policy at start-up (pure) ------------------------------------------
 
 

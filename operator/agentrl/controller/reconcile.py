@@ -318,6 +318,18 @@ class Controller:
 
     async def reconcile_spec(self, exp: Experiment) -> str:
         """Validate, render, create or update children, record the outcome. Returns a result."""
+        known = bool(exp.status.get("rayJobName"))
+        # An ended run is never created again, but an edit made after the end still reaches
+        # its RayJob: KubeRay keeps reading `ttlSecondsAfterFinished` until the cluster is
+        # gone, and after a deadline the Ray job trains on, on the GPUs, until then. Only a
+        # new generation is read (not every finished experiment at each operator start).
+        edited_after_end = known and exp.generation > (exp.status.get("observedGeneration") or 0)
+        if exp.finished and not edited_after_end:
+            # Its spec is history, judged when it ran: a restart under a tightened policy
+            # (or a newer release's rules) does not judge it again, nor post a Warning
+            # for every ended experiment a namespace keeps.
+            await self.sync(exp)
+            return "ok"
         parsed, problems = validation.parse_experiment(
             exp.body, self.config.policy, default_image=self.default_image
         )
@@ -327,19 +339,13 @@ class Controller:
             warnings=[str(p) for p in problems if p.severity == "warning"],
             rayjob_name=exp.status.get("rayJobName"),
         )
-        known = bool(exp.status.get("rayJobName"))
         if parsed is not None:
             exp.metrics_service = metrics_service_name(parsed)
         elif known:
             # Its RayJob and metrics Service were created from a spec accepted then (the
             # policy has since been tightened): it runs on, and its progress is still read.
             exp.metrics_service = metrics_service_of(exp.key[1])
-        # An ended run is never created again, but an edit made after the end still reaches
-        # its RayJob: KubeRay keeps reading `ttlSecondsAfterFinished` until the cluster is
-        # gone, and after a deadline the Ray job trains on, on the GPUs, until then. Only a
-        # new generation is read (not every finished experiment at each operator start).
-        edited_after_end = known and exp.generation > (exp.status.get("observedGeneration") or 0)
-        if parsed is None or exp.deleting or (exp.finished and not edited_after_end):
+        if parsed is None or exp.deleting:
             await self.sync(exp, outcome)
             return "invalid" if parsed is None else "ok"
         if not known and (clash := await self._checkpoint_clash(exp)) is not None:
