@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -106,6 +107,51 @@ async def test_a_newer_release_leaves_a_running_rayjob_alone(
     await api.patch(EXP, NS, "demo", {"spec": {"backoffLimit": 2}})
     await wait_for(lambda: ((api.get(RAYJOBS, NS, "demo") or {})["spec"].get("backoffLimit")
                             == 2), what="the edit applied")  # fmt: skip
+
+
+def _rebuild() -> None:
+    for model in (models.GrpoSpec, models.RLExperimentSpec, models.RLExperiment):
+        model.model_rebuild(force=True)
+
+
+@pytest.fixture
+def newer_grpo_default() -> Iterator[Callable[[int], None]]:
+    """A newer release that changed `grpo.samplesPerPrompt`'s default (restored after)."""
+    field = models.GrpoSpec.model_fields["samples_per_prompt"]
+    old = field.default
+
+    def change(value: int) -> None:
+        field.default = value
+        _rebuild()
+
+    yield change
+    field.default = old
+    _rebuild()
+
+
+async def test_a_newer_release_with_other_defaults_refuses_no_unchanged_spec(
+    api: Api, operator: OperatorRun, newer_grpo_default: Callable[[int], None]
+) -> None:
+    """The spec hashes leave defaults out, so a spec that wrote a field at the old default
+    hashes differently under a release with a new default. The restarted operator must not
+    call that an edit of an immutable field (a Warning, and a status telling the user to
+    revert an edit nobody made)."""
+    grpo = {**minimal_body()["spec"]["grpo"], "samplesPerPrompt": 8}  # the default today
+    await created(api, minimal_body(grpo=grpo))
+    await api.patch(RAYJOBS, NS, "demo", {"status": {"jobDeploymentStatus": "Running"}}, "status")
+    await wait_for(lambda: status_of(api).get("phase") == "Running", what="running")
+    await wait_for(lambda: api.reasons("demo") == ["Running"], what="the Running event")
+    st = status_of(api)
+    await operator.stop()
+    newer_grpo_default(4)
+    mark = len(api.emu.log)
+    await operator.start()
+    await wait_for(lambda: any(r.resource == RAYJOBS and r.method == "GET" and r.name
+                               for r in api.emu.log[mark:]), what="resume")  # fmt: skip
+    await operator.stop()
+    assert not conditions.is_true(status_of(api), ConditionType.IMMUTABLE_FIELD_CHANGED)
+    assert api.reasons("demo") == ["Running"]
+    assert status_of(api) == st
 
 
 async def test_invalid_spec_fails_once_without_retry_storm(api: Api, operator: OperatorRun) -> None:

@@ -357,10 +357,11 @@ class Controller:
         kids = render_all(parsed, self.defaults, self.bundle)
         check = functools.partial(self.kuberay.losses, defaulted=kuberay.defaulted(parsed.spec))
         # A restart (or a newer release) reconciles every experiment once: a generation
-        # already applied gets no lifecycle patch from values only the renderer changed.
+        # already applied gets no lifecycle patch and no new immutable-field verdict from
+        # what only the renderer or its defaults changed.
         again = status.applied(exp.status, exp.generation)
         applied = await apply_children(self.kube, exp.uid, kids, parsed.spec, known=known,
-                                       check=check, lifecycle=not again)  # fmt: skip
+                                       check=check, again=again)  # fmt: skip
         if applied.rayjob_status is not None and exp.rayjob is None:
             exp.rayjob = applied.rayjob_status  # the watch, when it has shown one, is newer
         if applied.rayjob_missing and not await self._namespace_terminating(exp):
