@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -11,8 +12,9 @@ from tests.conftest import minimal_body
 from agentrl.api import models
 from agentrl.api.constants import DEFAULT_STARTUP_DEADLINE_SECONDS, LABEL_EXPERIMENT, ConditionType
 from agentrl.controller import conditions
+from agentrl.controller.status import parse_time
 
-from .conftest import Api, OperatorRun, wait_for
+from .conftest import Api, FakeClock, OperatorRun, wait_for
 
 EXP = "agentrl.io/v1alpha1/rlexperiments"
 RAYJOBS = "ray.io/v1/rayjobs"
@@ -107,6 +109,36 @@ async def test_a_newer_release_leaves_a_running_rayjob_alone(
     await api.patch(EXP, NS, "demo", {"spec": {"backoffLimit": 2}})
     await wait_for(lambda: ((api.get(RAYJOBS, NS, "demo") or {})["spec"].get("backoffLimit")
                             == 2), what="the edit applied")  # fmt: skip
+
+
+async def test_a_newer_release_judges_the_startup_deadline_the_rayjob_carries(
+    api: Api, operator: OperatorRun, monkeypatch: pytest.MonkeyPatch, clock: FakeClock
+) -> None:
+    """The RayJob keeps the startup deadline it was given (the restart writes nothing to
+    it), so the status judges that one, not a newer release's shorter default: KubeRay
+    fails the run by the RayJob's, and a Stalled condition before then would be untrue."""
+    exp = await created(api)
+    await api.patch(RAYJOBS, NS, "demo", {"status": {"jobDeploymentStatus": "Initializing"}},
+                    "status")  # fmt: skip
+    await wait_for(lambda: status_of(api).get("phase") == "Initializing", what="initializing")
+    await operator.stop()
+    monkeypatch.setattr(models, "DEFAULT_STARTUP_DEADLINE_SECONDS", 600)  # the new release
+    await operator.start()
+    assert operator.memo is not None
+    controller = operator.memo.controller
+    await wait_for(lambda: controller.experiments.get((NS, "demo")) is not None
+                   and controller.experiments[NS, "demo"].reconciled == 1,
+                   what="resumed")  # fmt: skip
+    clock.set(parse_time(exp["metadata"]["creationTimestamp"]) + timedelta(seconds=601))
+    swept = controller.sweeps
+    await wait_for(lambda: controller.sweeps > swept + 3, what="sweeps")
+    assert not conditions.is_true(status_of(api), ConditionType.STALLED)
+    # Past the deadline the RayJob carries (the default it was created with), it is judged.
+    clock.set(parse_time(exp["metadata"]["creationTimestamp"])
+              + timedelta(seconds=DEFAULT_STARTUP_DEADLINE_SECONDS + 1))  # fmt: skip
+    st = await wait_for(lambda: conditions.is_true(s := status_of(api), ConditionType.STALLED)
+                        and s, what="stalled")  # fmt: skip
+    assert f"startupDeadlineSeconds={DEFAULT_STARTUP_DEADLINE_SECONDS}" in str(st)
 
 
 def _rebuild() -> None:

@@ -29,6 +29,7 @@ from typing import Any, TypeVar, cast
 from agentrl.api.models import RLExperimentSpec
 from agentrl.controller import children, compat
 from agentrl.controller.kube import Kube, KubeError
+from agentrl.controller.state import startup_deadline_of
 from agentrl.controller.status import FAILED_CREATE, FAILED_UPDATE, Rejection
 from agentrl.render import Children
 
@@ -61,6 +62,8 @@ class Applied:
     # The status names the RayJob and it is gone: deleted outside the operator. Nothing is
     # created: a new RayJob would be a new GPU cluster nobody asked for (the status says so).
     rayjob_missing: bool = False
+    # The RayJob's spec.preRunningDeadlineSeconds, as read or patched (None: not known).
+    startup_deadline: int | None = None
 
     @property
     def result(self) -> str:
@@ -198,8 +201,10 @@ async def _update(
     if not children.owned_by(existing, uid):
         return Applied(conflict=children.conflict_message(existing))
     found = dict(existing.get("status") or {})
+    deadline = startup_deadline_of(existing)
     if again:  # the status keeps this generation's verdict on immutable fields
-        return Applied(rayjob_name=meta["name"], rayjob_status=found, immutable=None)
+        return Applied(rayjob_name=meta["name"], rayjob_status=found, immutable=None,
+                       startup_deadline=deadline)  # fmt: skip
     refused = children.changed_immutable(existing, spec)
     patch = children.lifecycle_patch(existing, job)
     if patch is not None and (lost := await check(compat.patched(patch))):
@@ -210,7 +215,9 @@ async def _update(
         try:
             write = kube.patch(RAY_API, "RayJob", meta["namespace"], meta["name"], patch)
             await _call(FAILED_UPDATE, "updating", existing, write)
+            deadline = startup_deadline_of({"spec": {**(existing.get("spec") or {}),
+                                                     **(patch.get("spec") or {})}})  # fmt: skip
         except _Rejected as refused_patch:  # the RayJob runs on; the status says why
             rejection = refused_patch.rejection
     return Applied(rayjob_name=meta["name"], rayjob_status=found, immutable=refused,
-                   rejection=rejection)  # fmt: skip
+                   rejection=rejection, startup_deadline=deadline)  # fmt: skip

@@ -43,7 +43,7 @@ from agentrl.controller.compat import InstalledKubeRay
 from agentrl.controller.config import OperatorConfig, ray_dashboard_link
 from agentrl.controller.kube import Kube, KubeError, NotLeading
 from agentrl.controller.metrics import OperatorMetrics
-from agentrl.controller.state import Experiment, Key, key_of, uid_of
+from agentrl.controller.state import Experiment, Key, key_of, startup_deadline_of, uid_of
 from agentrl.controller.workqueue import WorkQueue, jittered, retry_delay
 from agentrl.render import Bundle, kuberay, render_all
 from agentrl.render.names import metrics_service_name, metrics_service_of
@@ -145,6 +145,7 @@ class Controller:
             await self.rayjob_gone(exp)
             return
         exp.rayjob, exp.rayjob_gone = dict(rayjob.get("status") or {}), None
+        exp.rayjob_startup_deadline = startup_deadline_of(rayjob)
         await self._observed(exp)
 
     async def rayjob_gone(self, exp: Experiment) -> None:
@@ -364,6 +365,8 @@ class Controller:
                                        check=check, again=again)  # fmt: skip
         if applied.rayjob_status is not None and exp.rayjob is None:
             exp.rayjob = applied.rayjob_status  # the watch, when it has shown one, is newer
+        if applied.startup_deadline is not None:
+            exp.rayjob_startup_deadline = applied.startup_deadline
         if applied.rayjob_missing and not await self._namespace_terminating(exp):
             exp.rayjob_deleted = True  # deleted while no operator watched: as the watch would
         await self.sync(exp, status.SpecOutcome(
