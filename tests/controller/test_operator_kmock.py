@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from datetime import timedelta
 from typing import Any
 
+import pytest
 from tests.conftest import minimal_body
 
-from agentrl.api.constants import LABEL_EXPERIMENT, ConditionType
+from agentrl.api import models
+from agentrl.api.constants import DEFAULT_STARTUP_DEADLINE_SECONDS, LABEL_EXPERIMENT, ConditionType
 from agentrl.controller import conditions
+from agentrl.controller.status import parse_time
 
-from .conftest import Api, OperatorRun, wait_for
+from .conftest import Api, FakeClock, OperatorRun, wait_for
 
 EXP = "agentrl.io/v1alpha1/rlexperiments"
 RAYJOBS = "ray.io/v1/rayjobs"
@@ -72,6 +77,112 @@ async def test_restart_is_idempotent(api: Api, operator: OperatorRun) -> None:
     assert after == before
     writes = [r for r in api.emu.log[mark:] if r.is_write and r.agent.startswith("agentrl")]
     assert writes == [], writes
+    assert status_of(api) == st
+
+
+async def test_a_newer_release_leaves_a_running_rayjob_alone(
+    api: Api, operator: OperatorRun, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An operator upgrade whose renderer gives the same spec other lifecycle values (here a
+    shorter default startup deadline) writes nothing to a RayJob created for a generation
+    already applied: KubeRay v1.6.2 fails an Initializing RayJob at once when a patched
+    preRunningDeadlineSeconds has already passed since it started."""
+    await created(api)
+    await api.patch(RAYJOBS, NS, "demo", {"status": {"jobDeploymentStatus": "Initializing"}},
+                    "status")  # fmt: skip
+    await wait_for(lambda: status_of(api).get("phase") == "Initializing", what="initializing")
+    job = api.get(RAYJOBS, NS, "demo") or {}
+    assert job["spec"]["preRunningDeadlineSeconds"] == DEFAULT_STARTUP_DEADLINE_SECONDS
+    await operator.stop()
+    monkeypatch.setattr(models, "DEFAULT_STARTUP_DEADLINE_SECONDS", 600)  # the new release
+    mark = len(api.emu.log)
+    await operator.start()
+    await wait_for(lambda: any(r.resource == RAYJOBS and r.method == "GET" and r.name
+                               for r in api.emu.log[mark:]), what="resume")  # fmt: skip
+    await operator.stop()
+    writes = [r for r in api.emu.log[mark:] if r.is_write and r.resource == RAYJOBS]
+    assert writes == [], writes
+    job = api.get(RAYJOBS, NS, "demo") or {}
+    assert job["spec"]["preRunningDeadlineSeconds"] == DEFAULT_STARTUP_DEADLINE_SECONDS
+    # Its own edit of a lifecycle field is still applied (and renders with the new default).
+    await operator.start()
+    await api.patch(EXP, NS, "demo", {"spec": {"backoffLimit": 2}})
+    await wait_for(lambda: ((api.get(RAYJOBS, NS, "demo") or {})["spec"].get("backoffLimit")
+                            == 2), what="the edit applied")  # fmt: skip
+
+
+async def test_a_newer_release_judges_the_startup_deadline_the_rayjob_carries(
+    api: Api, operator: OperatorRun, monkeypatch: pytest.MonkeyPatch, clock: FakeClock
+) -> None:
+    """The RayJob keeps the startup deadline it was given (the restart writes nothing to
+    it), so the status judges that one, not a newer release's shorter default: KubeRay
+    fails the run by the RayJob's, and a Stalled condition before then would be untrue."""
+    exp = await created(api)
+    await api.patch(RAYJOBS, NS, "demo", {"status": {"jobDeploymentStatus": "Initializing"}},
+                    "status")  # fmt: skip
+    await wait_for(lambda: status_of(api).get("phase") == "Initializing", what="initializing")
+    await operator.stop()
+    monkeypatch.setattr(models, "DEFAULT_STARTUP_DEADLINE_SECONDS", 600)  # the new release
+    await operator.start()
+    assert operator.memo is not None
+    controller = operator.memo.controller
+    await wait_for(lambda: controller.experiments.get((NS, "demo")) is not None
+                   and controller.experiments[NS, "demo"].reconciled == 1,
+                   what="resumed")  # fmt: skip
+    clock.set(parse_time(exp["metadata"]["creationTimestamp"]) + timedelta(seconds=601))
+    swept = controller.sweeps
+    await wait_for(lambda: controller.sweeps > swept + 3, what="sweeps")
+    assert not conditions.is_true(status_of(api), ConditionType.STALLED)
+    # Past the deadline the RayJob carries (the default it was created with), it is judged.
+    clock.set(parse_time(exp["metadata"]["creationTimestamp"])
+              + timedelta(seconds=DEFAULT_STARTUP_DEADLINE_SECONDS + 1))  # fmt: skip
+    st = await wait_for(lambda: conditions.is_true(s := status_of(api), ConditionType.STALLED)
+                        and s, what="stalled")  # fmt: skip
+    assert f"startupDeadlineSeconds={DEFAULT_STARTUP_DEADLINE_SECONDS}" in str(st)
+
+
+def _rebuild() -> None:
+    for model in (models.GrpoSpec, models.RLExperimentSpec, models.RLExperiment):
+        model.model_rebuild(force=True)
+
+
+@pytest.fixture
+def newer_grpo_default() -> Iterator[Callable[[int], None]]:
+    """A newer release that changed `grpo.samplesPerPrompt`'s default (restored after)."""
+    field = models.GrpoSpec.model_fields["samples_per_prompt"]
+    old = field.default
+
+    def change(value: int) -> None:
+        field.default = value
+        _rebuild()
+
+    yield change
+    field.default = old
+    _rebuild()
+
+
+async def test_a_newer_release_with_other_defaults_refuses_no_unchanged_spec(
+    api: Api, operator: OperatorRun, newer_grpo_default: Callable[[int], None]
+) -> None:
+    """The spec hashes leave defaults out, so a spec that wrote a field at the old default
+    hashes differently under a release with a new default. The restarted operator must not
+    call that an edit of an immutable field (a Warning, and a status telling the user to
+    revert an edit nobody made)."""
+    grpo = {**minimal_body()["spec"]["grpo"], "samplesPerPrompt": 8}  # the default today
+    await created(api, minimal_body(grpo=grpo))
+    await api.patch(RAYJOBS, NS, "demo", {"status": {"jobDeploymentStatus": "Running"}}, "status")
+    await wait_for(lambda: status_of(api).get("phase") == "Running", what="running")
+    await wait_for(lambda: api.reasons("demo") == ["Running"], what="the Running event")
+    st = status_of(api)
+    await operator.stop()
+    newer_grpo_default(4)
+    mark = len(api.emu.log)
+    await operator.start()
+    await wait_for(lambda: any(r.resource == RAYJOBS and r.method == "GET" and r.name
+                               for r in api.emu.log[mark:]), what="resume")  # fmt: skip
+    await operator.stop()
+    assert not conditions.is_true(status_of(api), ConditionType.IMMUTABLE_FIELD_CHANGED)
+    assert api.reasons("demo") == ["Running"]
     assert status_of(api) == st
 
 

@@ -17,7 +17,10 @@ from agentrl.controller import conditions
 from agentrl.controller.config import ConfigError, OperatorConfig, load
 
 from .conftest import Api, FakeClock, OperatorRun, wait_for
+from .test_lifecycle_kmock import MetricsServer, metrics_server
 from .test_operator_kmock import EXP, NS, RAYJOBS, children, status_of
+
+__all__ = ["metrics_server"]  # a fixture, used by name
 
 ALLOWS_RUNNER = Policy(serviceAccounts=["runner"])
 
@@ -77,6 +80,63 @@ async def test_a_tightened_policy_marks_a_running_experiment_without_stopping_it
     assert valid is not None and "policy.serviceAccounts" in valid["message"]
     assert api.reasons("demo").count("InvalidSpec") == 1
     assert api.get(EXP, NS, "demo") is not None
+
+
+async def test_a_running_experiment_the_policy_no_longer_allows_still_reports_progress(
+    api: Api, operator: OperatorRun, op_config: OperatorConfig, clock: FakeClock,
+    metrics_server: tuple[MetricsServer, int],
+) -> None:  # fmt: skip
+    """It keeps running, so its status keeps telling how far it got: the operator that
+    judged it against the tightened policy still reads its metrics (its metrics Service was
+    created with its RayJob, from the spec the earlier policy allowed)."""
+    server, port = metrics_server
+    await api.create(minimal_body(runtime={"serviceAccountName": "runner"}))
+    await wait_for(lambda: status_of(api).get("rayJobName"), what="created")
+    await api.patch(RAYJOBS, NS, "demo", {"status": {"jobDeploymentStatus": "Running"}}, "status")
+    await wait_for(lambda: status_of(api).get("phase") == "Running", what="running")
+    await operator.stop()
+    url = f"http://127.0.0.1:{port}/{{namespace}}/{{name}}/metrics"
+    stricter = OperatorRun(dataclasses.replace(op_config, policy=BASELINE, metrics_url=url), clock)
+    await stricter.start()
+    try:
+        await wait_for(
+            lambda: not conditions.is_true(status_of(api), ConditionType.VALID),
+            what="Valid=False under the baseline policy",
+        )
+        st = await wait_for(lambda: status_of(api).get("progress"), what="progress")
+    finally:
+        await stricter.stop()
+    assert server.hits and server.hits[0] == "/rl/demo/metrics"
+    assert st["rollout"] == 4
+    assert status_of(api)["phase"] == "Running"
+
+
+async def test_a_tightened_policy_leaves_ended_experiments_as_they_were(
+    api: Api, operator: OperatorRun, op_config: OperatorConfig, clock: FakeClock
+) -> None:
+    """An ended run's spec is history: the restarted operator does not judge it again, so a
+    tightened policy posts no Warning per kept experiment and rewrites no status."""
+    await api.create(minimal_body(runtime={"serviceAccountName": "runner"}))
+    await wait_for(lambda: status_of(api).get("rayJobName"), what="created")
+    done = {"jobDeploymentStatus": "Complete", "jobStatus": "SUCCEEDED"}
+    await api.patch(RAYJOBS, NS, "demo", {"status": done}, "status")
+    await wait_for(lambda: status_of(api).get("phase") == "Succeeded", what="succeeded")
+    await wait_for(lambda: api.reasons("demo") == ["Succeeded"], what="the Succeeded event")
+    st = status_of(api)
+    await operator.stop()
+    stricter = OperatorRun(dataclasses.replace(op_config, policy=BASELINE), clock)
+    await stricter.start()
+    try:
+        assert stricter.memo is not None
+        seen = stricter.memo.controller.experiments
+        await wait_for(lambda: (NS, "demo") in seen and seen[NS, "demo"].reconciled == 1,
+                       what="the experiment reconciled")  # fmt: skip
+        swept = stricter.memo.controller.sweeps
+        await wait_for(lambda: stricter.memo.controller.sweeps >= swept + 3, what="sweeps")
+    finally:
+        await stricter.stop()
+    assert api.reasons("demo") == ["Succeeded"]
+    assert status_of(api) == st
 
 
 # ---- reading the policy at start-up (pure) ------------------------------------------

@@ -29,6 +29,7 @@ from typing import Any, TypeVar, cast
 from agentrl.api.models import RLExperimentSpec
 from agentrl.controller import children, compat
 from agentrl.controller.kube import Kube, KubeError
+from agentrl.controller.state import startup_deadline_of
 from agentrl.controller.status import FAILED_CREATE, FAILED_UPDATE, Rejection
 from agentrl.render import Children
 
@@ -55,12 +56,14 @@ class Applied:
     rayjob_name: str | None = None  # set once the RayJob exists and is ours
     rayjob_status: Obj | None = None  # its .status as read or created (None: not read)
     conflict: str | None = None
-    immutable: Sequence[str] = field(default_factory=list)
+    immutable: Sequence[str] | None = field(default_factory=list)  # None: not judged again
     rejection: Rejection | None = None
     incompatible: Sequence[str] = field(default_factory=list)
     # The status names the RayJob and it is gone: deleted outside the operator. Nothing is
     # created: a new RayJob would be a new GPU cluster nobody asked for (the status says so).
     rayjob_missing: bool = False
+    # The RayJob's spec.preRunningDeadlineSeconds, as read or patched (None: not known).
+    startup_deadline: int | None = None
 
     @property
     def result(self) -> str:
@@ -86,22 +89,26 @@ async def _nothing_lost(_: Mapping[str, Any]) -> list[str]:
 
 async def apply_children(
     kube: Kube, uid: str | None, kids: Children, spec: RLExperimentSpec, *, known: bool,
-    check: Check = _nothing_lost,
+    check: Check = _nothing_lost, again: bool = False,
 ) -> Applied:  # fmt: skip
     """Create (or adopt) every child, or update the existing RayJob's lifecycle values.
 
     `known`: the status already names the RayJob (it was created), so it is read, never
-    created again: one that is gone comes back as `rayjob_missing`.
+    created again: one that is gone comes back as `rayjob_missing`. `again`: this generation
+    was already applied to an existing RayJob (an operator restart or upgrade), which is then
+    read and neither patched nor judged again: what a newer release renders or hashes
+    differently for the same spec is no edit of the experiment.
     """
     try:
-        return await _apply(kube, uid, kids, spec, known=known, check=check)
+        return await _apply(kube, uid, kids, spec, known=known, check=check,
+                            again=again)  # fmt: skip
     except _Rejected as refused:
         return Applied(rejection=refused.rejection)
 
 
 async def _apply(
     kube: Kube, uid: str | None, kids: Children, spec: RLExperimentSpec, *, known: bool,
-    check: Check,
+    check: Check, again: bool,
 ) -> Applied:  # fmt: skip
     job = kids.rayjob
     meta = job["metadata"]
@@ -110,7 +117,7 @@ async def _apply(
         existing = await _call(FAILED_UPDATE, "reading", job, read)
         if existing is None:
             return Applied(rayjob_missing=True)
-        return await _update(kube, uid, existing, job, spec, check=check)
+        return await _update(kube, uid, existing, job, spec, check=check, again=again)
     if lost := await check(job):
         return Applied(incompatible=lost)
     results = await asyncio.gather(
@@ -139,13 +146,13 @@ async def _apply(
         if (existing := await _call(FAILED_CREATE, "reading", job, read)) is not None:
             if problem := _foreign(existing, meta["name"], uid):
                 return Applied(conflict=problem)
-            return await _update(kube, uid, existing, job, spec, check=check)
+            return await _update(kube, uid, existing, job, spec, check=check, again=again)
         await _refresh(kube, stale)
     created, found = await _call(FAILED_CREATE, "creating", job, kube.create(job))
     if found is not None:
         if problem := _foreign(found, meta["name"], uid):
             return Applied(conflict=problem)
-        return await _update(kube, uid, found, job, spec, check=check)
+        return await _update(kube, uid, found, job, spec, check=check, again=again)
     return Applied(
         rayjob_name=meta["name"], rayjob_status=dict((created or {}).get("status") or {})
     )
@@ -188,12 +195,16 @@ def _foreign(existing: Obj, experiment: str, uid: str | None) -> str | None:
 
 async def _update(
     kube: Kube, uid: str | None, existing: Obj, job: Obj, spec: RLExperimentSpec, *,
-    check: Check,
+    check: Check, again: bool = False,
 ) -> Applied:  # fmt: skip
     meta = existing["metadata"]
     if not children.owned_by(existing, uid):
         return Applied(conflict=children.conflict_message(existing))
     found = dict(existing.get("status") or {})
+    deadline = startup_deadline_of(existing)
+    if again:  # the status keeps this generation's verdict on immutable fields
+        return Applied(rayjob_name=meta["name"], rayjob_status=found, immutable=None,
+                       startup_deadline=deadline)  # fmt: skip
     refused = children.changed_immutable(existing, spec)
     patch = children.lifecycle_patch(existing, job)
     if patch is not None and (lost := await check(compat.patched(patch))):
@@ -204,7 +215,9 @@ async def _update(
         try:
             write = kube.patch(RAY_API, "RayJob", meta["namespace"], meta["name"], patch)
             await _call(FAILED_UPDATE, "updating", existing, write)
+            deadline = startup_deadline_of({"spec": {**(existing.get("spec") or {}),
+                                                     **(patch.get("spec") or {})}})  # fmt: skip
         except _Rejected as refused_patch:  # the RayJob runs on; the status says why
             rejection = refused_patch.rejection
     return Applied(rayjob_name=meta["name"], rayjob_status=found, immutable=refused,
-                   rejection=rejection)  # fmt: skip
+                   rejection=rejection, startup_deadline=deadline)  # fmt: skip

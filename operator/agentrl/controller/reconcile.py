@@ -43,10 +43,10 @@ from agentrl.controller.compat import InstalledKubeRay
 from agentrl.controller.config import OperatorConfig, ray_dashboard_link
 from agentrl.controller.kube import Kube, KubeError, NotLeading
 from agentrl.controller.metrics import OperatorMetrics
-from agentrl.controller.state import Experiment, Key, key_of, uid_of
+from agentrl.controller.state import Experiment, Key, key_of, startup_deadline_of, uid_of
 from agentrl.controller.workqueue import WorkQueue, jittered, retry_delay
 from agentrl.render import Bundle, kuberay, render_all
-from agentrl.render.names import metrics_service_name
+from agentrl.render.names import metrics_service_name, metrics_service_of
 from agentrl.render.objects import gateway_url
 
 logger = logging.getLogger("agentrl.controller")
@@ -145,6 +145,7 @@ class Controller:
             await self.rayjob_gone(exp)
             return
         exp.rayjob, exp.rayjob_gone = dict(rayjob.get("status") or {}), None
+        exp.rayjob_startup_deadline = startup_deadline_of(rayjob)
         await self._observed(exp)
 
     async def rayjob_gone(self, exp: Experiment) -> None:
@@ -318,6 +319,18 @@ class Controller:
 
     async def reconcile_spec(self, exp: Experiment) -> str:
         """Validate, render, create or update children, record the outcome. Returns a result."""
+        known = bool(exp.status.get("rayJobName"))
+        # An ended run is never created again, but an edit made after the end still reaches
+        # its RayJob: KubeRay keeps reading `ttlSecondsAfterFinished` until the cluster is
+        # gone, and after a deadline the Ray job trains on, on the GPUs, until then. Only a
+        # new generation is read (not every finished experiment at each operator start).
+        edited_after_end = known and exp.generation > (exp.status.get("observedGeneration") or 0)
+        if exp.finished and not edited_after_end:
+            # Its spec is history, judged when it ran: a restart under a tightened policy
+            # (or a newer release's rules) does not judge it again, nor post a Warning
+            # for every ended experiment a namespace keeps.
+            await self.sync(exp)
+            return "ok"
         parsed, problems = validation.parse_experiment(
             exp.body, self.config.policy, default_image=self.default_image
         )
@@ -329,13 +342,11 @@ class Controller:
         )
         if parsed is not None:
             exp.metrics_service = metrics_service_name(parsed)
-        known = bool(exp.status.get("rayJobName"))
-        # An ended run is never created again, but an edit made after the end still reaches
-        # its RayJob: KubeRay keeps reading `ttlSecondsAfterFinished` until the cluster is
-        # gone, and after a deadline the Ray job trains on, on the GPUs, until then. Only a
-        # new generation is read (not every finished experiment at each operator start).
-        edited_after_end = known and exp.generation > (exp.status.get("observedGeneration") or 0)
-        if parsed is None or exp.deleting or (exp.finished and not edited_after_end):
+        elif known:
+            # Its RayJob and metrics Service were created from a spec accepted then (the
+            # policy has since been tightened): it runs on, and its progress is still read.
+            exp.metrics_service = metrics_service_of(exp.key[1])
+        if parsed is None or exp.deleting:
             await self.sync(exp, outcome)
             return "invalid" if parsed is None else "ok"
         if not known and (clash := await self._checkpoint_clash(exp)) is not None:
@@ -346,10 +357,16 @@ class Controller:
             return "conflict"
         kids = render_all(parsed, self.defaults, self.bundle)
         check = functools.partial(self.kuberay.losses, defaulted=kuberay.defaulted(parsed.spec))
+        # A restart (or a newer release) reconciles every experiment once: a generation
+        # already applied gets no lifecycle patch and no new immutable-field verdict from
+        # what only the renderer or its defaults changed.
+        again = status.applied(exp.status, exp.generation)
         applied = await apply_children(self.kube, exp.uid, kids, parsed.spec, known=known,
-                                       check=check)  # fmt: skip
+                                       check=check, again=again)  # fmt: skip
         if applied.rayjob_status is not None and exp.rayjob is None:
             exp.rayjob = applied.rayjob_status  # the watch, when it has shown one, is newer
+        if applied.startup_deadline is not None:
+            exp.rayjob_startup_deadline = applied.startup_deadline
         if applied.rayjob_missing and not await self._namespace_terminating(exp):
             exp.rayjob_deleted = True  # deleted while no operator watched: as the watch would
         await self.sync(exp, status.SpecOutcome(

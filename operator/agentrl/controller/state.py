@@ -31,6 +31,12 @@ def key_of(body: Mapping[str, Any]) -> Key:
     return meta.get("namespace") or "default", meta["name"]
 
 
+def startup_deadline_of(rayjob: Mapping[str, Any]) -> int | None:
+    """A RayJob's spec.preRunningDeadlineSeconds (None: absent, or not a number)."""
+    value = (rayjob.get("spec") or {}).get("preRunningDeadlineSeconds")
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 def uid_of(body: Mapping[str, Any]) -> str | None:
     uid = (body.get("metadata") or {}).get("uid")
     return str(uid) if uid else None
@@ -42,6 +48,10 @@ class Experiment:
     uid: str | None
     body: Obj  # metadata, spec and status as last seen
     rayjob: Obj | None = None  # its RayJob's .status as last seen (None: no RayJob seen)
+    # The startup deadline its RayJob carries (spec.preRunningDeadlineSeconds; None: not
+    # seen, or dropped by an old KubeRay CRD): KubeRay enforces that one, whatever default
+    # the operator's release would render today.
+    rayjob_startup_deadline: int | None = None
     rayjob_deleted: bool = False  # gone, not by the experiment's own deletion (status.Observed)
     # Its RayJob's last status, deleted while the experiment could not be read to tell whose
     # deletion it was (the read failed): the sweep asks again (Controller.rayjob_gone).
@@ -65,7 +75,7 @@ class Experiment:
     changed: bool = False  # its RayJob or pods changed while that reconcile ran
     failures: int = 0  # consecutive failed reconciles, for the retry delay
     settled: bool = False  # status current: synced since anything about it was seen
-    metrics_service: str | None = None  # known once the spec is valid
+    metrics_service: str | None = None  # known once the spec is valid, or its RayJob exists
     scrape: dict[str, float] | None = None  # the previous progress reading, raw
     progress: dict[str, Any] | None = None  # status.progress values from the last reading
     pace: Pace | None = None  # rollout step timing
@@ -122,7 +132,10 @@ class Experiment:
 
     @property
     def startup_deadline(self) -> int:
-        """spec.startupDeadlineSeconds in force (its default when unset)."""
+        """The startup deadline in force: the RayJob's, else spec.startupDeadlineSeconds
+        (its default when unset)."""
+        if self.rayjob_startup_deadline is not None:
+            return self.rayjob_startup_deadline
         return startup_deadline(self.spec.get("startupDeadlineSeconds"))
 
     @property

@@ -70,7 +70,9 @@ class SpecOutcome:
     problems: Sequence[str] = ()  # validation errors, formatted with path and fix
     warnings: Sequence[str] = ()
     conflict: str | None = None  # "ConfigMap x exists and is not ours"
-    immutable: Sequence[str] = ()  # changed immutable fields that were refused
+    # changed immutable fields that were refused (None: not judged again, the status keeps
+    # its verdict for this generation)
+    immutable: Sequence[str] | None = ()
     rayjob_name: str | None = None  # set once the RayJob exists and is ours
     gateway_url: str | None = None
     rejection: Rejection | None = None
@@ -130,9 +132,11 @@ def apply_spec(old: Mapping[str, Any], out: SpecOutcome, now: str) -> Status:
     conditions.put_if_relevant(st, C.CHECKPOINT_CONFLICT, clash is not None,
                                reason=C.CHECKPOINT_CONFLICT if clash else "Resolved",
                                message=clash or "", now=now)  # fmt: skip
-    conditions.put_if_relevant(st, C.IMMUTABLE_FIELD_CHANGED, bool(out.immutable),
-                               reason="Refused" if out.immutable else "Reverted",
-                               message=_immutable_message(out.immutable), now=now)  # fmt: skip
+    if out.immutable is not None:
+        conditions.put_if_relevant(st, C.IMMUTABLE_FIELD_CHANGED, bool(out.immutable),
+                                   reason="Refused" if out.immutable else "Reverted",
+                                   message=_immutable_message(out.immutable),
+                                   now=now)  # fmt: skip
     rejected = out.rejection
     conditions.put_if_relevant(st, C.CHILD_REJECTED, rejected is not None,
                                reason=rejected.reason if rejected else "Accepted",
@@ -215,6 +219,21 @@ def finished(st: Mapping[str, Any]) -> bool:
     failed = conditions.get(st, C.FAILED) or {}
     spec_failure = failed.get("reason") in SPEC_FAILURE_REASONS
     return bool(st.get("phase") in (Phase.SUCCEEDED, Phase.FAILED) and not spec_failure)
+
+
+def applied(st: Mapping[str, Any], generation: int) -> bool:
+    """Whether an earlier reconcile of this very generation (by this operator process or
+    an earlier one, perhaps of another release) already brought the RayJob up to date: it
+    recorded the generation, valid, with its RayJob, and no refusal of the RayJob or of a
+    patch to it. Then nothing is written to the RayJob again: what a newer release renders
+    differently for the same spec (a default, an image) must not reach a running job."""
+    refused = (C.CHILD_REJECTED, C.KUBERAY_INCOMPATIBLE, C.NAME_CONFLICT)
+    return bool(
+        st.get("rayJobName")
+        and st.get("observedGeneration") == generation
+        and conditions.is_true(st, C.VALID)
+        and not any(conditions.is_true(st, ctype) for ctype in refused)
+    )
 
 
 def phase_of(st: Mapping[str, Any], rj: Mapping[str, Any] | None) -> tuple[Phase, str]:

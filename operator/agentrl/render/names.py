@@ -39,7 +39,13 @@ def service_name(exp: RLExperiment) -> str:
 
 def metrics_service_name(exp: RLExperiment) -> str:
     """The always cluster-internal Service of the head pod's metrics port."""
-    return f"{exp.metadata.name}{METRICS_SERVICE_SUFFIX}"
+    return metrics_service_of(exp.metadata.name)
+
+
+def metrics_service_of(experiment: str) -> str:
+    """`metrics_service_name` from the experiment's name alone: the operator reads the
+    metrics of a running experiment whose spec it no longer accepts (a tightened policy)."""
+    return f"{experiment}{METRICS_SERVICE_SUFFIX}"
 
 
 def extra_code_volume_name(index: int) -> str:
