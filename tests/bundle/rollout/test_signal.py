@@ -300,6 +300,29 @@ def test_an_episode_older_than_max_policy_lag_runs_again_from_its_prompt(
     assert rig.metric("agentrl_stale_tokens_total", action="masked") == 0
 
 
+@pytest.mark.parametrize("commit", COMMITS)
+def test_a_carried_episode_too_old_to_reuse_is_logged_once_with_its_session_id(
+    make_rig: Any, tmp_path: Path, commit: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The finished episode thrown away for maxPolicyLag was only counted: its agent session
+    (AgentCore, S3 result key) was named nowhere, unlike an expired or aborted one."""
+    rig = make_rig(overSamplingBatchSize=4, stragglerPolicy="carryOver", maxPolicyLag=0)
+    source = buffered_source(commit, write_rows(tmp_path / "rows.jsonl", STRAGGLER_ROWS), 2)
+    caplog.set_level("INFO", logger="agentrl.rollout")
+
+    first, second = two_steps(rig, source)
+
+    lines = [r.getMessage() for r in caplog.records if "reason=carry_stale" in r.getMessage()]
+    assert len(lines) == 1 and lines[0].startswith("train episode discarded: session=")
+    sid = lines[0].split("session=")[1].split()[0]
+    # One of step 0's episodes (its group was cut), trained in neither step.
+    assert sid in {r.session_id for r in rig.agent.requests[:8]}
+    trained = {s.metadata["gateway_session_id"] for out in (first, second) for g in out.samples
+               for s in g}  # fmt: skip
+    assert len(trained) == 8 and sid not in trained
+    assert sum(sid in r.getMessage() for r in caplog.records) == 1
+
+
 # Prompt 2's first episode fails at once (the agent crashed) while its sibling is still
 # running when the batch fills: the group is cut with one finished episode, a failure.
 FAILED_THEN_CUT_ROWS = [

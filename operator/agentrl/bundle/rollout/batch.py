@@ -39,6 +39,7 @@ BATCH_FULL = "batch_full"  # abort reason: the batch filled while the episode st
 # Finished episodes that train nothing after all (logged with their session id, as aborts):
 GROUP_ABORTED = "group_aborted"  # its group was cut under `abort` and runs again whole
 CARRY_EXPIRED = "carry_expired"  # kept for its cut group, which never came back in time
+CARRY_STALE = "carry_stale"  # kept for its cut group, older than maxPolicyLag when it came back
 
 
 @dataclass

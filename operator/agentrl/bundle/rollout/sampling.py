@@ -55,6 +55,7 @@ from agentrl.api.constants import SPLIT_TRAIN
 from agentrl.api.models import GrpoSpec
 from agentrl.bundle.rollout.batch import (
     CARRY_EXPIRED,
+    CARRY_STALE,
     GROUP_ABORTED,
     RolloutContext,
     Ticket,
@@ -269,6 +270,15 @@ class _Step:
                     self.plan.max_policy_lag
                 ):
                     self.report.stale_restarted += 1  # too old: from the prompt again
+                    # Finished work thrown away, like an expired one: named once, so that its
+                    # agent session (AgentCore, S3 result key) can be told from a lost one.
+                    log_discarded(
+                        reused,
+                        CARRY_STALE,
+                        f"kept for its cut group, it is {self.step - reused.policy_version} "
+                        f"updates old, more than maxPolicyLag {self.plan.max_policy_lag}: "
+                        "its prompt runs again",
+                    )
                     reused = None
                 if reused is not None:
                     # A fresh id from this process's counter: the one it was run with came
