@@ -8,10 +8,12 @@ the five mistakes a rehearsal exists for comes out as a named reason and exit st
 
 from __future__ import annotations
 
+import ipaddress
 import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import orjson
 import pytest
@@ -277,3 +279,24 @@ async def test_an_eval_split_runs_its_own_rows_and_sampling(
     assert [g["dynamic_sampling"]["verdict"] for g in report["groups"]] == [None, None]
     # The eval set's sampling reached the engine: greedy, as the set says.
     assert {r["sampling_params"]["temperature"] for r in engine.requests} == {0.0}
+
+
+@pytest.mark.parametrize("listen", ["::1", "::"])
+async def test_an_ipv6_listen_address_rehearses_like_an_ipv4_one(
+    tmp_path: Path, checkpoint: Path, model: Model, agent: AgentProcess, listen: str
+) -> None:
+    # aiohttp binds "::" to IPv6 alone (asyncio sets IPV6_V6ONLY): the admin client and the
+    # agents must be handed an IPv6 address, in brackets, as on a machine with no IPv4.
+    engine = await start_engine(model.tok, model.click_then_finish())
+    try:
+        spec_path, data = write(tmp_path, spec(http_agent(agent.url)), [row()])
+        run = await rehearse("-f", spec_path, *flags(engine, checkpoint, data, tmp_path / "j"),
+                             "--listen", listen, "-o", "json")  # fmt: skip
+    finally:
+        await engine.stop()
+    assert run.code == 0, run.out + run.err + agent.log_tail()
+    episodes = run.episodes()
+    assert [e["status"] for e in episodes] == ["ok"] * 4
+    for e in episodes:
+        host = urlsplit(e["base_url"]).hostname or ""
+        assert ipaddress.ip_address(host).version == 6, e["base_url"]

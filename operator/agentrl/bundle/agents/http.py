@@ -142,7 +142,7 @@ class CallbackListener:
     @property
     def url(self) -> str:
         """`http://<advertised host>:<port>`: where the gateway relays callbacks to."""
-        return f"http://{self._advertise}:{self.port}"
+        return str(URL.build(scheme="http", host=self._advertise, port=self.port))
 
     async def start(self) -> None:
         app = web.Application(client_max_size=CALLBACK_MAX_BYTES)

@@ -14,6 +14,7 @@ from typing import Any
 
 import aiohttp
 from aiohttp import web
+from yarl import URL
 
 from agentrl.bundle.gateway.callbacks import CallbackRelay
 from agentrl.bundle.gateway.connections import ConnectionGuard, GuardedRunner, Limits
@@ -66,7 +67,7 @@ class GatewayServer:
         """Base URL agents use (public URL if configured, else the bound address)."""
         if self.settings.public_base_url:
             return self.settings.public_base_url.rstrip("/")
-        return f"http://{self.settings.host}:{self.port}"
+        return str(URL.build(scheme="http", host=self.settings.host, port=self.port))
 
     def session_url(self, sid: str) -> str:
         return f"{self.url}/sessions/{sid}/v1"

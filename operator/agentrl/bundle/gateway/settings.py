@@ -13,6 +13,8 @@ import os
 import secrets
 from dataclasses import dataclass, field
 
+from yarl import URL
+
 from agentrl.api.models import AgentSpec, GatewaySpec
 from agentrl.api.runtime import RuntimeConfig
 
@@ -113,4 +115,4 @@ class GatewaySettings:
         """Where agents reach the gateway (no trailing slash)."""
         if self.public_base_url:
             return self.public_base_url.rstrip("/")
-        return f"http://{self.host}:{self.bind_port}"
+        return str(URL.build(scheme="http", host=self.host, port=self.bind_port))

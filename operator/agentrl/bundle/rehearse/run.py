@@ -28,6 +28,7 @@ from typing import Any
 
 import aiohttp
 import orjson
+from yarl import URL
 
 from agentrl.api.constants import SPLIT_TRAIN
 from agentrl.api.formats import base_url_problem
@@ -104,7 +105,7 @@ async def _rehearse(config: RuntimeConfig, options: Options, plan: Plan) -> Repo
     spec = config.spec
     engine_model = await check_engine(options.engine, config, options)
     server = await _start_gateway(config, options)
-    client = GatewayClient(f"http://{_loopback(options.listen)}:{server.admin_port}",
+    client = GatewayClient(_http(_loopback(options.listen), server.admin_port),
                            server.settings.admin_token)  # fmt: skip
     try:
         backend = await _backend(config, options, client)
@@ -234,7 +235,21 @@ async def check_engine(url: str, config: RuntimeConfig, options: Options) -> str
 
 
 def _loopback(host: str) -> str:
+    """Where this machine reaches a listener bound to `host`. aiohttp binds "::" to IPv6
+    alone (asyncio sets IPV6_V6ONLY), so 127.0.0.1 would find nothing there."""
+    if host == "::":
+        return "::1"
     return "127.0.0.1" if host in WILDCARDS else host
+
+
+def _http(host: str, port: int) -> str:
+    """`http://host:port`, an IPv6 address in brackets (`http://::1:80` is no URL)."""
+    return str(URL.build(scheme="http", host=host, port=port))
+
+
+# Documentation prefixes (RFC 5737, RFC 3849): a UDP `connect` to one picks the source
+# address of the route there and sends nothing.
+_ROUTE_PROBES = ((socket.AF_INET, "192.0.2.1"), (socket.AF_INET6, "2001:db8::1"))
 
 
 def _advertised(listen: str) -> str:
@@ -244,14 +259,28 @@ def _advertised(listen: str) -> str:
     map it to 127.0.0.1, which agents elsewhere would call as their own loopback."""
     if listen not in WILDCARDS:
         return listen
-    candidates = []
-    with contextlib.suppress(OSError), socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-        probe.connect(("192.0.2.1", 9))  # TEST-NET-1: any routed address would do
-        candidates.append(probe.getsockname()[0])
-    with contextlib.suppress(OSError):
-        candidates += socket.gethostbyname_ex(socket.gethostname())[2]
+    # "0.0.0.0" serves IPv4 alone and "::" IPv6 alone (asyncio binds it IPV6_V6ONLY): an
+    # address of the other family would reach nothing. "" binds both.
+    families = {"0.0.0.0": (socket.AF_INET,), "::": (socket.AF_INET6,)}.get(
+        listen, (socket.AF_INET, socket.AF_INET6)
+    )
+    candidates: list[str] = []
+    for family, target in _ROUTE_PROBES:
+        if family not in families:
+            continue
+        with contextlib.suppress(OSError), socket.socket(family, socket.SOCK_DGRAM) as probe:
+            probe.connect((target, 9))
+            candidates.append(str(probe.getsockname()[0]))
+    if socket.AF_INET in families:
+        with contextlib.suppress(OSError):
+            candidates += socket.gethostbyname_ex(socket.gethostname())[2]
+    if socket.AF_INET6 in families:
+        with contextlib.suppress(OSError):
+            found = socket.getaddrinfo(socket.gethostname(), None, socket.AF_INET6)
+            candidates += [str(info[4][0]) for info in found]
     for address in candidates:
-        if not ipaddress.ip_address(address).is_loopback:
+        ip = ipaddress.ip_address(address)
+        if not (ip.is_loopback or ip.is_link_local):  # fe80:: needs a zone agents lack
             return str(address)
     raise RehearsalError(
         f"--listen {listen}: this machine has no address but loopback to hand agents on "
@@ -288,7 +317,7 @@ async def _start_gateway(config: RuntimeConfig, options: Options) -> GatewayServ
         ) from None
     if advertised is not None:
         # Bound to every interface: agents get this machine's address, not 0.0.0.0.
-        url = f"http://{advertised}:{server.port}"
+        url = _http(advertised, server.port)
         server.settings = dataclasses.replace(server.settings, public_base_url=url)
     return server
 
