@@ -161,6 +161,30 @@ def test_resume_false_starts_from_the_model_beside_a_saved_run(row: str, tmp_pat
 
 
 @pytest.mark.parametrize("row", ROWS)
+def test_resume_false_leaves_another_runs_saves_but_a_retry_resumes_its_own(
+    row: str, tmp_path: Path
+) -> None:
+    """The launcher end to end (decision, run mark written, retry read): attempt 1 of an
+    experiment with `checkpoint.resume: false` starts from the model beside another run's
+    iteration 5; once it has saved iteration 10, KubeRay's attempt 2 loads that, and slime's
+    own loader agrees. Before, attempt 2 started from the model again and saved over it."""
+    pod = Pod(tmp_path, row=row)
+    megatron_checkpoint(pod.checkpoint, "5")  # another experiment's saves
+    config = json.loads(pod.config_path.read_text())
+    config["spec"]["checkpoint"]["resume"], config["uid"] = False, "3b9f-attempts"
+    pod.config_path.write_text(json.dumps(config))
+    first = _launched(pod)
+    assert "--load" not in first
+    megatron_checkpoint(pod.checkpoint, "10")  # attempt 1 saved before its pod died
+    second = _launched(pod)
+    assert second[second.index("--load") + 1] == str(pod.checkpoint)
+    run1, run2 = _slime(pod, first, second)
+    _starts_from_model(run1, pod.exp.spec.model.path)
+    assert run2["args"]["load"] == str(pod.checkpoint) and not run2["args"]["finetune"]
+    assert run2["args"]["start_rollout_id"] is None  # slime takes it from the checkpoint
+
+
+@pytest.mark.parametrize("row", ROWS)
 @pytest.mark.parametrize("flag", ["--no-load-optim", "--no-load-rng"])
 def test_a_retry_with_a_no_load_flag_in_extra_args_still_resumes(
     row: str, flag: str, tmp_path: Path
