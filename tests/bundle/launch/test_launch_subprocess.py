@@ -149,6 +149,34 @@ def test_a_hub_id_the_offline_pods_cannot_resolve_stops_the_launch(tmp_path: Pat
     assert not pod.record.exists()
 
 
+@pytest.mark.parametrize("limit", ["3", "4"])
+def test_a_prompt_length_limit_in_extra_args_is_measured_before_slime_starts(
+    limit: str, tmp_path: Path
+) -> None:
+    """--rollout-max-prompt-len in extraArgs: the launcher measures the train prompts with
+    the pod's tokenizer, as slime's Dataset does (the pod's rows are 4 tokens each, the row
+    added here is longer). A limit every row exceeds stops the launch, naming the lines; one
+    that only some rows exceed starts slime with the flag as given, and says which rows
+    slime will drop."""
+    pod = Pod(tmp_path, extra_args=["--seed", "1234", "--rollout-max-prompt-len", limit])
+    train = tmp_path / "data" / "train.jsonl"
+    long_row = {"prompt": "1+1? " * 8, "metadata": {"answer": "2"}}
+    train.write_text(train.read_text() + json.dumps(long_row) + "\n")
+    rows = len(train.read_text().splitlines())
+    done = pod.launch()
+    said = f"spec.runtime.extraArgs: --rollout-max-prompt-len {limit}: slime's Dataset drops"
+    assert said in done.stderr
+    if limit == "3":
+        assert done.returncode == 2, done.stderr
+        assert "that is every row, nothing is left to train on" in done.stderr
+        assert not pod.record.exists()
+    else:
+        assert done.returncode == 0, done.stderr
+        assert f"at lines {rows} (" in done.stderr and f"1 of {rows} rows" in done.stderr
+        assert "a rehearsal leaves them out too" in done.stderr
+        assert "--rollout-max-prompt-len" in pod.slime_args()
+
+
 def test_missing_runtime_config_is_a_clear_error(tmp_path: Path) -> None:
     missing = "config.json"
     done = subprocess.run(

@@ -332,7 +332,7 @@ def check_prompt_lengths(
                 "the flag"], []  # fmt: skip
     return [], [
         f"{said}: {len(long)} of {len(prompts)} rows; the run trains on the other "
-        f"{len(prompts) - len(long)} (a rehearsal runs them all); shorten those prompts, or "
+        f"{len(prompts) - len(long)} (a rehearsal leaves them out too); shorten those prompts, or "
         "raise or remove the flag to train on them"
     ]
 
