@@ -242,7 +242,7 @@ def _loopback(host: str) -> str:
     return "127.0.0.1" if host in WILDCARDS else host
 
 
-def _http(host: str, port: int) -> str:
+def _http(host: str, port: int | None = None) -> str:
     """`http://host:port`, an IPv6 address in brackets (`http://::1:80` is no URL)."""
     return str(URL.build(scheme="http", host=host, port=port))
 
@@ -359,7 +359,7 @@ def check_runtime_reaches_gateway(config: RuntimeConfig, options: Options) -> No
     if agent_core is None or options.gateway_url is not None:
         return
     host = _advertised(options.listen)
-    handed = f"http://[{host}]" if ":" in host else f"http://{host}"
+    handed = _http(host)
     if not loopback(handed):
         return  # this machine's address: whether AWS routes to it is the user's to know
     endpoint = runtime_endpoint(agent_core.region)
