@@ -19,7 +19,7 @@ import json
 import logging
 import pickle
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -27,6 +27,7 @@ from typing import Any
 import pytest
 from tests.support.metrics import LocalSink
 
+from agentrl.bundle.failures import AGENT_ERROR, SAMPLE_KEY
 from agentrl.bundle.metrics import BundleMetrics
 from agentrl.bundle.rewards import post_process_rewards
 from agentrl.bundle.rollout import generate_rollout, install_runtime
@@ -43,7 +44,7 @@ from agentrl.bundle.rollout.resume import (
     write,
 )
 from agentrl.bundle.rollout.runtime import RolloutRuntime
-from agentrl.bundle.rollout.types import slime_types
+from agentrl.bundle.rollout.types import Status, slime_types
 from agentrl.slimecmd.checkpoint import TRACKER
 
 from .doubles import FakeGateway, StubAgent, runtime_config, simulated_clock
@@ -308,6 +309,51 @@ def test_a_restart_never_gives_a_fresh_episode_the_rollout_id_of_a_carried_one(
     )
     partitions, _, _, global_batch_sizes = schedule
     assert global_batch_sizes == [4] and sorted(partitions[0]) == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize("commit", COMMITS)
+def test_a_failed_episode_carried_in_an_older_state_is_dropped_at_load(
+    tmp_path: Path, commit: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A state written before only task outcomes were carried over (cd244fa) may hold a cut
+    group's failed episode. Loaded as it was, the restart reused it once: its stand-in (reward
+    0, no tokens) trained as one of prompt 0's two outcomes. It is dropped at load, named once
+    with its session id and counted, and prompt 0 runs both of its episodes again."""
+    rows = write_rows(tmp_path / "rows.jsonl", CARRY_ROWS)
+    root = tmp_path / "ckpt"
+    root.mkdir()
+    config_path = tmp_path / "config.json"
+    one_process(root, rows, config_path, commit, step=0, reward=None)
+    # The old shape: the same state, its carried episode a failure (what the step kept
+    # for prompt 0 when its finished episode had failed, before cd244fa).
+    old = read(root, 0)
+    assert old is not None and len(old.carry.episodes) == 1
+    ((key, (step, ok)),) = old.carry.episodes.items()
+    failed = replace(
+        ok,
+        reward=0.0,
+        failure=AGENT_ERROR,
+        samples=[
+            replace(s, reward=0.0, loss_mask=[0] * len(s.loss_mask), remove_sample=True,
+                    status=Status.FAILED, metadata={**s.metadata, SAMPLE_KEY: AGENT_ERROR})
+            for s in ok.samples
+        ],
+    )  # fmt: skip
+    old.carry.episodes[key] = (step, failed)
+    write(root, old)
+    caplog.set_level(logging.INFO, logger="agentrl.rollout")
+
+    _, out = one_process(root, rows, config_path, commit, step=1, reward=0.0)  # restart
+
+    assert [g[0].metadata["id"] for g in out.samples] == [0, 3]
+    group = out.samples[0]
+    assert ok.session_id not in {s.session_id for s in group}
+    assert [s.metadata["policy_version"] for s in group] == [1, 1]
+    assert [s.metadata[SAMPLE_KEY] for s in group] == [None, None]
+    lines = [r.getMessage() for r in caplog.records if ok.session_id in r.getMessage()]
+    assert len(lines) == 1 and "reason=carry_failed" in lines[0], lines
+    assert lines[0].startswith("train episode discarded: session=")
+    assert "0 carried-over episode(s), 1 failed carried-over episode(s) dropped" in caplog.text
 
 
 # ---- the state file ------------------------------------------------------------------------

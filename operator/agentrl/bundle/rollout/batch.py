@@ -40,6 +40,9 @@ BATCH_FULL = "batch_full"  # abort reason: the batch filled while the episode st
 GROUP_ABORTED = "group_aborted"  # its group was cut under `abort` and runs again whole
 CARRY_EXPIRED = "carry_expired"  # kept for its cut group, which never came back in time
 CARRY_STALE = "carry_stale"  # kept for its cut group, older than maxPolicyLag when it came back
+# A failed episode in a rollout state saved before failures stopped being carried over:
+# reused, its stand-in would train as one of its group's outcomes.
+CARRY_FAILED = "carry_failed"
 
 
 @dataclass

@@ -34,7 +34,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final
 
+from agentrl.bundle.rollout.batch import CARRY_FAILED, log_discarded
 from agentrl.bundle.rollout.carry import CarryStore
+from agentrl.bundle.rollout.episode import EpisodeOutcome
 from agentrl.slimecmd.checkpoint import TRACKER
 
 log = logging.getLogger("agentrl.rollout")
@@ -135,11 +137,12 @@ def restore(
     state: RolloutState,
     shuffle: bool,
     group_size: int | None = None,
-) -> None:
+) -> list[EpisodeOutcome]:
     """Put the state back into a fresh data source (and the process's carry store).
     `group_size`: slime's `--n-samples-per-prompt` now; handed-back groups of another size
     (the experiment resubmitted with another spec.grpo.samplesPerPrompt) are left out, since
-    slime's buffer asserts that every group it takes has exactly that size."""
+    slime's buffer asserts that every group it takes has exactly that size. Returns the
+    carried-over episodes left out because they failed (each logged once)."""
     for name, value in state.cursor.items():
         if hasattr(data_source, name):
             setattr(data_source, name, value)
@@ -163,8 +166,22 @@ def restore(
             )
     if buffer:
         data_source.add_samples(buffer)
-    carry.episodes.update(state.carry.episodes)
+    # A state written before only task outcomes were carried over may hold a cut group's
+    # failed episode: reused, its stand-in reward would count as one of the group's outcomes
+    # (or leave the group an outcome short). It runs again with its group instead.
+    failed = {k for k, (_, o) in state.carry.episodes.items() if o.failure is not None}
+    dropped = [state.carry.episodes[k][1] for k in sorted(failed)]
+    for outcome in dropped:
+        log_discarded(
+            outcome,
+            CARRY_FAILED,
+            f"a failed episode ({outcome.failure}) carried over in the rollout state of step "
+            f"{state.step}, saved by an earlier agentrl: no outcome to reuse, it runs again "
+            "with its group",
+        )
+    carry.episodes.update({k: v for k, v in state.carry.episodes.items() if k not in failed})
     carry.cut_groups.update(state.carry.cut_groups)
+    return dropped
 
 
 def save_step(args: Any, data_source: Any, carry: CarryStore, step: int) -> None:
@@ -194,15 +211,19 @@ def resume(args: Any, data_source: Any, carry: CarryStore, step: int) -> bool:
         return False
     size = getattr(args, "n_samples_per_prompt", None)
     group_size = size if isinstance(size, int) else None
-    restore(data_source, carry, state, bool(getattr(args, "rollout_shuffle", False)), group_size)
+    shuffle = bool(getattr(args, "rollout_shuffle", False))
+    dropped = restore(data_source, carry, state, shuffle, group_size)
     log.info(
         "Rollout %d: resumed the rollout state of step %d: cursor %s, %d handed-back "
-        "group(s), %d carried-over episode(s)",
+        "group(s), %d carried-over episode(s), %d failed carried-over episode(s) dropped "
+        "(reason=%s)",
         step,
         step - 1,
         _brief(state.cursor),
         sum(1 for g in state.buffer if group_size is None or len(g) == group_size),
-        len(state.carry.episodes),
+        len(state.carry.episodes) - len(dropped),
+        len(dropped),
+        CARRY_FAILED,
     )
     return True
 
