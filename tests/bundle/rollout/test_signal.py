@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +25,7 @@ from agentrl.bundle.metrics import BundleMetrics
 from agentrl.bundle.rewards import post_process_rewards
 from agentrl.bundle.rollout import generate_rollout, install_runtime
 from agentrl.bundle.rollout.batch import RolloutContext
+from agentrl.bundle.rollout.filters import FilterError
 from agentrl.bundle.rollout.runtime import RolloutRuntime
 from agentrl.bundle.rollout.types import slime_types
 from agentrl.controller.progress import parse_progress
@@ -321,6 +323,62 @@ def test_a_carried_episode_too_old_to_reuse_is_logged_once_with_its_session_id(
                for s in g}  # fmt: skip
     assert len(trained) == 8 and sid not in trained
     assert sum(sid in r.getMessage() for r in caplog.records) == 1
+
+
+FAILING_FILTER = """
+def at_step_one(args, samples):
+    if args.fail_filter:
+        raise RuntimeError("the user's filter has a bug")
+    return True
+"""
+
+
+@pytest.mark.parametrize("commit", COMMITS)
+def test_episodes_of_a_step_that_fails_are_logged_once_with_their_session_id(
+    make_rig: Any,
+    tmp_path: Path,
+    commit: str,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Step 1 takes prompt 2's carried-over episode out of the carry store, then the user's
+    filter raises on the first group that finishes (prompt 2) and the step fails. That
+    episode and prompt 2's fresh one finished and train nothing; they went without a word,
+    their agent sessions named nowhere, unlike a cut or expired one."""
+    code = tmp_path / "extra_code"
+    code.mkdir()
+    (code / "step_filters.py").write_text(FAILING_FILTER)
+    monkeypatch.syspath_prepend(str(code))
+    monkeypatch.delitem(sys.modules, "step_filters", raising=False)
+    rig = make_rig(
+        overSamplingBatchSize=4,
+        stragglerPolicy="carryOver",
+        dynamicSamplingFilter="step_filters.at_step_one",
+    )
+    source = buffered_source(commit, write_rows(tmp_path / "rows.jsonl", STRAGGLER_ROWS), 2)
+    first = generate_rollout(SimpleNamespace(**vars(args(2, rig.config_path)), fail_filter=False),
+                             0, source)  # fmt: skip
+    assert ids(first) == [0, 1]
+    step_zero = {r.session_id for r in rig.agent.requests}
+    caplog.set_level("INFO", logger="agentrl.rollout")
+
+    with pytest.raises(FilterError, match="the user's filter has a bug"):
+        generate_rollout(SimpleNamespace(**vars(args(2, rig.config_path)), fail_filter=True),
+                         1, source)  # fmt: skip
+
+    lines = [r.getMessage() for r in caplog.records if "reason=step_failed" in r.getMessage()]
+    assert len(lines) == 2 and all(
+        line.startswith("train episode discarded: session=") for line in lines
+    ), lines
+    sids = [line.split("session=")[1].split()[0] for line in lines]
+    carried = [sid for sid in sids if sid in step_zero]
+    assert len(carried) == 1, sids  # prompt 2's first episode, cut with its group in step 0
+    assert carried[0] not in {s.session_id for g in first.samples for s in g}
+    assert "carried over from the step that cut its group" in lines[sids.index(carried[0])]
+    for sid in sids:
+        assert sum(sid in r.getMessage() for r in caplog.records) == 1
+    # Their time (5 s in step 0, 7 s in step 1) is counted as finished work thrown away.
+    assert rig.metric("agentrl_discarded_episode_seconds_total", reason="aborted") == 12
 
 
 # Prompt 2's first episode fails at once (the agent crashed) while its sibling is still

@@ -43,6 +43,7 @@ CARRY_STALE = "carry_stale"  # kept for its cut group, older than maxPolicyLag w
 # A failed episode in a rollout state saved before failures stopped being carried over:
 # reused, its stand-in would train as one of its group's outcomes.
 CARRY_FAILED = "carry_failed"
+STEP_FAILED = "step_failed"  # finished (or carried into) a train step that then failed
 
 
 @dataclass

@@ -57,6 +57,7 @@ from agentrl.bundle.rollout.batch import (
     CARRY_EXPIRED,
     CARRY_STALE,
     GROUP_ABORTED,
+    STEP_FAILED,
     RolloutContext,
     Ticket,
     log_discarded,
@@ -448,6 +449,7 @@ class _Step:
             task.cancel()
         if pending:
             await asyncio.gather(*pending, return_exceptions=True)
+        self.discard_finished()
         if not self.handed_back and self.runs and self.source.returns_supported():
             try:
                 self.source.give_back([r.prompt for r in self.runs])
@@ -458,6 +460,33 @@ class _Step:
                     "the train step was interrupted; its %d group(s) went back to slime's "
                     "data source",
                     len(self.runs),
+                )
+
+    def discard_finished(self) -> None:
+        """The step failed: its finished task outcomes, fresh or carried over from the step
+        that cut their group (taken out of the carry store), train nothing. Each is named
+        once with its session id and its time counted, like a cut group's under `abort`.
+        Failed episodes were logged as they ended; a cut group already settled keeps what it
+        left in the carry store."""
+        settled = set(self.cut_runs) if self.handed_back else set()
+        for run in self.runs:
+            if run in settled:
+                continue
+            for slot, task in enumerate(run.tasks):
+                if task is None or not task.done() or task.cancelled() or task.exception():
+                    continue
+                if run.outcomes[slot] is None:  # finished before its event was read
+                    run.outcomes[slot] = task.result()
+            for slot, outcome in enumerate(run.outcomes):
+                if outcome is None or outcome.failure is not None:
+                    continue
+                self.ctx.recorder.discarded("aborted", outcome.seconds)
+                carried = run.tasks[slot] is None
+                log_discarded(
+                    outcome,
+                    STEP_FAILED,
+                    ("carried over from the step that cut its group, " if carried else "")
+                    + "it finished in a train step that then failed, so it trains nothing",
                 )
 
     def batch(self) -> list[list[EpisodeOutcome]]:
