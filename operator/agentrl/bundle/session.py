@@ -61,7 +61,8 @@ class QuiesceReport:
 @dataclass(frozen=True)
 class ContextFullCalls:
     """A session's model calls whose prompt alone filled the model's context: each was
-    answered with finish reason `length` and nothing sampled, so none is a turn."""
+    answered with finish reason `length` and nothing sampled (in the trace, a turn with
+    finish reason `traces.CONTEXT_FULL` and no ids)."""
 
     calls: int = 0
     prompt_tokens: int = 0  # the longest such prompt
@@ -76,7 +77,8 @@ class GatewaySessions(Protocol):
         ...
 
     async def get_turns(self, session_id: str) -> Sequence[Turn]:
-        """The session's turns in the order they were made."""
+        """The session's turns in the order they were made, a call refused for a full
+        context among them as a `traces.CONTEXT_FULL` turn (no ids)."""
         ...
 
     async def context_full(self, session_id: str) -> ContextFullCalls:

@@ -4,6 +4,10 @@ The gateway records every model call of an episode as a `Turn` holding the exact
 the engine saw and sampled; `merge_turns` folds an episode's turns into `Segment`s, the
 sequences slime trains on. The contract (names, fields and rules) is docs/traces.md.
 
+A model call the gateway refused because its prompt alone filled the model's context is in
+the trace too, as a `Turn` with finish reason `CONTEXT_FULL` and no ids: it adds no token, and
+the segment of the call before it ends truncated (unless a later call extends that segment).
+
 Nothing that cannot be a sampled token is trained on: a turn whose logprobs are missing,
 misaligned, non-finite, positive or not numbers (booleans included) is kept with mask 0 and
 counted; ids that are not non-negative integers (floats, booleans) make the whole trace
@@ -31,7 +35,7 @@ class Turn:
     prompt_ids: Sequence[int]
     completion_ids: Sequence[int]
     logprobs: Sequence[float] | None  # one per completion token, None if the engine gave none
-    finish_reason: str  # "stop", "length", "abort", ...
+    finish_reason: str  # "stop", "length", "abort", ..., CONTEXT_FULL (refused, no ids)
     # The policy that sampled it: the rollout step whose weights the engines held (slime
     # updates them only between steps); stamped by the rollout, None where unknown.
     policy_version: int | None = None
@@ -48,6 +52,12 @@ class Segment:
     num_turns: int
     truncated: bool
     policy_version: int | None = None  # the oldest policy among its turns; None if unknown
+
+
+# The finish reason of a call the gateway refused because its prompt filled the model's
+# context (answered `length` with nothing sampled, as slime's agent adapter does): its turn
+# has no ids, adds no token, and truncates the segment of the call before it.
+CONTEXT_FULL = "context_full"
 
 
 # Why a turn started a new segment instead of extending one (label of trace_breaks_total).
@@ -86,6 +96,7 @@ class MergeStats:
     clipped_tokens: int = 0
     dropped_over_budget: int = 0  # the prompt alone leaves no room for a response token
     dropped_empty: int = 0  # nothing sampled at all (every completion empty)
+    context_full: int = 0  # calls refused for a full context (CONTEXT_FULL turns)
 
 
 def _as_list(ids: Sequence[int]) -> list[int]:
@@ -269,7 +280,16 @@ def merge_turns_with_stats(
     stats = MergeStats(turns=len(turns))
     chains: list[_Chain] = []
     index = PrefixIndex()
+    last = -1  # the chain of the latest sampled turn
     for i, turn in enumerate(turns):
+        if turn.finish_reason == CONTEXT_FULL:
+            # Nothing was sampled and its prompt never reached the engine: no token. The
+            # conversation it would have continued was cut by the context, as a completion
+            # cut at its token limit is: that segment ends truncated.
+            stats.context_full += 1
+            if last >= 0:
+                chains[last].finish = "length"
+            continue
         prompt = _as_list(turn.prompt_ids)
         completion = _as_list(turn.completion_ids)
         match = index.lookup(prompt)
@@ -287,6 +307,7 @@ def merge_turns_with_stats(
             chains.append(_Chain(prompt))
         chains[chain].append(turn, prompt, completion, stats)
         index.record(chain, prompt, completion, match)
+        last = chain
     sequences = [index.sequence(i) if c.sampled else [] for i, c in enumerate(chains)]
     index.close()
     segments = []

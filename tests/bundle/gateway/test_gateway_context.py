@@ -31,6 +31,7 @@ from agentrl.api.model_context import context_length_of
 from agentrl.bundle.gateway import GatewayServer
 from agentrl.bundle.gateway.context import checkpoint_context_length
 from agentrl.bundle.gateway.sglang import EngineError, StreamState
+from agentrl.bundle.traces import CONTEXT_FULL, Turn
 
 from .gateway_helpers import MESSAGES, Cluster, metric, settings_for
 
@@ -107,7 +108,8 @@ async def test_a_prompt_that_fills_the_context_is_finish_reason_length_without_t
     cluster: Cluster, checkpoint: Path, renderer: Any, stream: bool
 ) -> None:
     """As slime's agent adapter answers it: finish reason `length`, no content, no engine
-    call, and no turn recorded (nothing was sampled)."""
+    call; nothing was sampled, so the trace holds each call as a `CONTEXT_FULL` turn with
+    no ids (which truncates the segment before it)."""
     context = prompt_len(renderer)
     cluster.set(context_len=context)
     gateway = await started(cluster, checkpoint, context_length=context)
@@ -139,7 +141,7 @@ async def test_a_prompt_that_fills_the_context_is_finish_reason_length_without_t
         )
         assert msg.stop_reason == "max_tokens" and msg.usage.output_tokens == 0
         assert cluster.all_requests() == []
-        assert await gateway.get_turns("full") == []
+        assert await gateway.get_turns("full") == [Turn((), (), None, CONTEXT_FULL)] * 2
         assert metric(cluster, "agentrl_context_full_turns_total") == 2
         assert metric(cluster, "agentrl_gateway_requests_total", api="openai", code="200") == 1
     finally:

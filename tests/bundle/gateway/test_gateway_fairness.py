@@ -25,6 +25,7 @@ from agentrl.bundle.gateway.chat import ApiError
 from agentrl.bundle.gateway.engine import ENCODE_SLICE, generate_body
 from agentrl.bundle.gateway.memory import LARGE_BYTES
 from agentrl.bundle.gateway.render_pool import INLINE_RENDER_BYTES, RenderPool
+from agentrl.bundle.traces import CONTEXT_FULL, Turn
 
 from .gateway_helpers import (
     MESSAGES,
@@ -225,12 +226,14 @@ async def test_a_prompt_over_the_model_context_never_reaches_the_engine(
     gateway: GatewayServer, cluster: Cluster
 ) -> None:
     """Refused before it becomes a Python list (a worker renders it), answered as slime's
-    adapter does: finish reason `length`, nothing sampled, nothing recorded."""
+    adapter does: finish reason `length`, nothing sampled, no ids recorded (the trace holds
+    the call as a CONTEXT_FULL turn)."""
     handle = await gateway.create_session("long", {})
     long = [{"role": "user", "content": words(2_000)}]
     out = await client(handle).chat.completions.create(model="m", messages=long)  # type: ignore[arg-type]
     assert out.choices[0].finish_reason == "length" and out.choices[0].message.content == ""
-    assert cluster.all_requests() == [] and await gateway.get_turns("long") == []
+    assert cluster.all_requests() == [] and gateway.store.get("long").turns == []
+    assert await gateway.get_turns("long") == [Turn((), (), None, CONTEXT_FULL)]
     session = gateway.store.get("long")  # the session remembers that its context was full
     assert session.answers == {200: 1} and session.context_full == 1 and not session.refusals
     # Counting answers any length: Claude Code asks before compacting what no longer fits.

@@ -25,6 +25,7 @@ from agentrl.bundle.gateway.tokenizer import load_tokenizer
 from agentrl.bundle.hub import Hub
 from agentrl.bundle.rollout.batch import RolloutContext, run_groups
 from agentrl.bundle.rollout.episode import EpisodeInput, EpisodeSpec
+from agentrl.bundle.rollout.types import Status
 
 from .doubles import ChatAgent, runtime_config
 
@@ -117,6 +118,40 @@ async def test_a_prompt_over_the_context_fails_the_episode_naming_the_context(
     assert "filled the model's context of 8 tokens" in outcome.message, outcome.message
     assert "spec.model.contextLength" in outcome.message
     assert len(hub._gateway.store) == 0
+
+
+# The first call's prompt is 17 tokens and its reply 7; the second's prompt, 42, fills it.
+@pytest.mark.parametrize("model_overrides", [{"contextLength": 30}])
+async def test_a_later_call_that_finds_the_context_full_truncates_the_episode(
+    hub_with_gateway: tuple[Hub, GatewayClient],
+) -> None:
+    """The agent's second call finds the context full: the gateway answers it finish reason
+    `length` without the engine. The episode was cut by the context as surely as by a
+    completion cut at `max_new_tokens`, yet its sample came back COMPLETED (the refused call
+    left no trace), so truncated figures and anything keyed on TRUNCATED missed it. slime's
+    own agent adapter records the call (slime 624b824: the sample's `truncated`). Its sample
+    is TRUNCATED now, and holds no token of the refused call."""
+    hub, client = hub_with_gateway
+    agent = ChatAgent(turns=2)
+    ctx = RolloutContext(client, agent, asyncio.Semaphore(1))
+    spec = EpisodeSpec({"temperature": 1.0, "max_new_tokens": 16}, 256, 60.0, "agentrl")
+    try:
+        ((outcome,),) = await run_groups(
+            ctx, [[EpisodeInput("p", {"q": "a question"}, None, 0, 0)]], spec, "train"
+        )
+    finally:
+        await agent.aclose()
+    assert agent.calls == 2
+    assert outcome.failure is None, outcome.message
+    (sample,) = outcome.samples
+    assert sample.status is Status.TRUNCATED
+    # The first call alone: its 17-token prompt and 7 sampled tokens, all trained.
+    assert len(sample.tokens) == 24 and sample.response_length == 7
+    assert sample.loss_mask == [1] * 7 and sample.metadata["num_turns"] == 1
+    assert outcome.merge is not None and outcome.merge.context_full == 1
+    assert ctx.recorder.take().counters[("truncated_samples", ())] == 1
+    text = exposition(hub.metrics)
+    assert "agentrl_context_full_turns_total 1.0" in text
 
 
 async def test_the_hub_freezes_its_heap_while_its_gateway_serves(tmp_path: Path) -> None:

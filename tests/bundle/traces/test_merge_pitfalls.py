@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from agentrl.bundle.traces import (
+    CONTEXT_FULL,
     DIVERGED_PREFIX,
     EDITED_COMPLETION,
     IDENTICAL_PROMPT,
@@ -129,6 +130,33 @@ def test_length_finish_on_the_last_turn_marks_truncated() -> None:
     assert merge_turns([turn(SYS, [4], "length")])[0].truncated
     stopped = [turn(SYS, [4], "length"), turn([*SYS, 4, 5], [6])]
     assert not merge_turns(stopped)[0].truncated
+
+
+REFUSED = Turn((), (), None, CONTEXT_FULL)  # a call whose prompt filled the context
+
+
+def test_a_call_refused_for_a_full_context_truncates_the_segment_before_it() -> None:
+    """No token of its own (its prompt never reached the engine), but the conversation it
+    would have continued was cut by the context: that segment ends truncated, and only
+    that one (the sub-agent before the last call is untouched)."""
+    a1, b1 = turn([*SYS, 10], [11]), turn([*SYS, 50], [51])
+    segments, stats = merge_turns_with_stats([a1, b1, REFUSED])
+    assert segments == [seg([*SYS, 10, 11], [1]), seg([*SYS, 50, 51], [1], truncated=True)]
+    assert stats.context_full == 1 and stats.breaks == {DIVERGED_PREFIX: 1}
+    assert merge_turns([a1, b1, REFUSED]) == segments
+
+
+def test_a_refused_call_the_conversation_then_goes_past_truncates_nothing() -> None:
+    # The agent dropped the long tool result and went on in the same conversation.
+    turns = [turn([*SYS, 10], [11]), REFUSED, turn([*SYS, 10, 11, 12], [13])]
+    segments, stats = merge_turns_with_stats(turns)
+    assert segments == [seg([*SYS, 10, 11, 12, 13], [1, 0, 1], 2)]
+    assert stats.context_full == 1
+
+
+def test_refused_calls_alone_are_no_segment() -> None:
+    segments, stats = merge_turns_with_stats([REFUSED, REFUSED])
+    assert segments == [] and stats.context_full == 2 and stats.dropped_empty == 0
 
 
 def test_empty_completions_invent_no_tokens() -> None:

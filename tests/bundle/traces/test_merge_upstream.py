@@ -26,7 +26,7 @@ from tests.support.shared import UPSTREAM, require
 from tests.support.stand_ins import stand_in
 
 from agentrl.bundle.rollout.types import PlainSample
-from agentrl.bundle.traces import Turn, merge_turns
+from agentrl.bundle.traces import CONTEXT_FULL, Turn, merge_turns
 
 
 @dataclass
@@ -95,3 +95,40 @@ def test_chains_merge_as_slimes_own_trajectory_builder(seed: int) -> None:
         turns = _chain(rng)
         ours = [(s.tokens, s.response_length, s.loss_mask, s.logprobs) for s in merge_turns(turns)]
         assert ours == _upstream(module, turns), [(t.prompt_ids, t.completion_ids) for t in turns]
+
+
+def test_a_call_refused_for_a_full_context_truncates_as_slimes_trajectory_marks_it() -> None:
+    """slime's adapter answers a prompt that fills the context without the engine and still
+    records the call (`call_sglang_generate`: no output, finish reason "length"), and its
+    `TrajectoryManager` marks the conversation's sample `truncated`. The gateway's trace holds
+    the call as a CONTEXT_FULL turn: the segment is truncated too, with the same trained
+    tokens. By design it adds none of the refused prompt's tokens, where slime appends them
+    untrained up to the context (docs/traces.md)."""
+    module = _trajectory()
+    manager = module.TrajectoryManager()
+    question = [{"role": "user", "content": "q"}]
+    answer = {"role": "assistant", "content": "a"}
+    first = module.TurnRecord([1, 2, 3, 10], [11, 12], "stop", [-0.5, -0.25])
+    manager.record_turn("s", turn=first, prompt_messages=question, response_message=answer)
+    refused = module.TurnRecord([1, 2, 3, 10, 11, 12, 20, 21, 22], [], "length")
+    manager.record_turn(
+        "s",
+        turn=refused,
+        prompt_messages=[*question, answer, {"role": "user", "content": "a long tool result"}],
+        response_message={"role": "assistant", "content": ""},
+    )
+    (theirs,) = manager.get_trajectory(
+        "s", base_sample=_Sample(index=0, group_index=0), max_sample_tokens=8
+    )
+    trace = [Turn(first.prompt_ids, first.output_ids, first.output_log_probs, first.finish_reason),
+             Turn((), (), None, CONTEXT_FULL)]  # fmt: skip
+    (ours,) = merge_turns(trace)
+
+    assert theirs.metadata["truncated"] is True and ours.truncated
+
+    def trained(tokens: list[int], length: int, mask: list[int]) -> list[int]:
+        return [t for t, m in zip(tokens[len(tokens) - length :], mask, strict=True) if m]
+
+    assert trained(theirs.tokens, theirs.response_length, theirs.loss_mask) == [11, 12]
+    assert trained(ours.tokens, ours.response_length, ours.loss_mask) == [11, 12]
+    assert ours.tokens == [1, 2, 3, 10, 11, 12] and theirs.tokens == [1, 2, 3, 10, 11, 12, 20, 21]

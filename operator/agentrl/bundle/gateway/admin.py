@@ -6,10 +6,12 @@ agent can never open, read or close another episode's session.
     POST   /admin/sessions {"session_id", "sampling_params"}
                                         -> 201 {session_id, base_url, token}
     GET    /admin/sessions/{sid}/turns  -> {"turns": [{prompt_ids, completion_ids, logprobs,
-                                                    finish_reason}]}
+                                                    finish_reason}]} (a call whose prompt
+                                           filled the context: finish_reason "context_full",
+                                           no ids)
     GET    /admin/sessions/{sid}/context_full
                                         -> {calls, prompt_tokens, context_length} (calls whose
-                                           prompt filled the context: no turn, nothing sampled)
+                                           prompt filled the context: nothing sampled)
     DELETE /admin/sessions/{sid}        -> 204 (idempotent)
     POST   /admin/engines/quiesce {"timeout_s"}
                                         -> 200 {idle, in_flight, engine_requests, workers}

@@ -19,11 +19,13 @@ from typing import Any
 
 from agentrl.bundle.gateway.prompt import Chain
 from agentrl.bundle.session import SessionError, secret_matches
-from agentrl.bundle.traces import Turn
+from agentrl.bundle.traces import CONTEXT_FULL, Turn
 
 SESSION_ID = re.compile(r"[A-Za-z0-9._-]{1,128}")  # the whole id: `fullmatch`, never `$`
 MAX_TOMBSTONES = 200_000  # closed ids remembered to refuse reuse; old ones age out
 REFUSAL_CHARS = 300  # of the last refusal's message a session keeps
+# A call whose prompt filled the context, in the trace: nothing sampled, no ids (shared).
+REFUSED_TURN = Turn((), (), None, CONTEXT_FULL)
 Check = Callable[[Any], str | None]  # None, or what is wrong with the value
 
 
@@ -171,7 +173,7 @@ class Session:
     # What the agent's calls on this session's URL were answered (HTTP status -> calls), why
     # its turns failed (error code, or the status where there is none -> turns) with the
     # last such message, and how many turns found the context full (answered `length`,
-    # never recorded): whoever debugs an episode (the rehearsal) learns whether the agent
+    # nothing sampled): whoever debugs an episode (the rehearsal) learns whether the agent
     # called at all, and what it was told.
     answers: dict[int, int] = field(default_factory=dict)
     refusals: dict[str, int] = field(default_factory=dict)
@@ -179,6 +181,9 @@ class Session:
     context_full: int = 0
     context_full_tokens: int = 0  # the longest prompt that found it full
     context_length: int = 0  # the context it filled
+    # Where in `turns` each of those calls came (how many turns were recorded before it):
+    # the trace (`SessionStore.turns`) holds them as CONTEXT_FULL turns, in order.
+    context_full_at: list[int] = field(default_factory=list)
 
     def answered(self, status: int) -> None:
         self.answers[status] = self.answers.get(status, 0) + 1
@@ -222,7 +227,23 @@ class SessionStore:
         raise UnknownSession(f"no session {sid!r}")
 
     def turns(self, sid: str) -> list[Turn]:
-        return list(self.get(sid).turns)
+        """The session's trace: its sampled turns, and each call refused for a full context
+        as a `CONTEXT_FULL` turn (no ids) where it came, which ends its segment truncated."""
+        session = self.get(sid)
+        if not session.context_full_at:
+            return list(session.turns)
+        out: list[Turn] = []
+        refused = iter(session.context_full_at)
+        at = next(refused, None)
+        for i, turn in enumerate(session.turns):
+            while at is not None and at <= i:
+                out.append(REFUSED_TURN)
+                at = next(refused, None)
+            out.append(turn)
+        while at is not None:
+            out.append(REFUSED_TURN)
+            at = next(refused, None)
+        return out
 
     def close(self, sid: str) -> Session | None:
         """Close `sid` and cancel its running requests (which aborts them upstream); idempotent."""

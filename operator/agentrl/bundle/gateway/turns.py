@@ -9,7 +9,9 @@ The context is honoured as slime's own agent adapter does (`call_sglang_generate
 `slime/agent/adapters/common.py` at fa3c990 and 624b824): `max_new_tokens` is capped at the
 context minus the prompt, so SGLang never refuses a long conversation, and a prompt that
 leaves no room is answered at once with finish reason `length` and no content, never sent to
-the engine and never recorded (nothing was sampled).
+the engine. Nothing was sampled, so it is no turn of tokens; the session notes where it came
+(`Session.context_full_at`), and the trace shows it there as a `CONTEXT_FULL` turn, which
+ends the conversation's segment truncated, as slime's adapter records the call.
 """
 
 from __future__ import annotations
@@ -95,6 +97,7 @@ class TurnRunner:
                 session.context_full += 1
                 session.context_full_tokens = max(session.context_full_tokens, full.tokens)
                 session.context_length = full.limit
+                session.context_full_at.append(len(session.turns))
                 log.info(
                     "gateway: session %s: the prompt (%d tokens) fills the context (%d); "
                     "answered with finish reason length",

@@ -34,7 +34,7 @@ from agentrl.bundle.failures import (
 from agentrl.bundle.redact import describe_error, redact_values
 from agentrl.bundle.rollout.types import SampleFields, Status
 from agentrl.bundle.session import ContextFullCalls, GatewaySessions, SessionError
-from agentrl.bundle.traces import MergeStats, Segment, merge_turns_with_stats
+from agentrl.bundle.traces import CONTEXT_FULL, MergeStats, Segment, merge_turns_with_stats
 
 log = logging.getLogger("agentrl.rollout")
 
@@ -298,12 +298,14 @@ async def _play(
             t if t.policy_version is not None else replace(t, policy_version=spec.policy_version)
             for t in await sessions.get_turns(sid)
         ]
-        # Read before the session closes: a call whose prompt filled the context is no turn.
-        full = await sessions.context_full(sid) if not turns else None
+        # A call whose prompt filled the context sampled nothing (a CONTEXT_FULL turn): an
+        # episode of those alone has no turn; why is read before the session closes.
+        sampled = any(t.finish_reason != CONTEXT_FULL for t in turns)
+        full = await sessions.context_full(sid) if not sampled else None
     finally:
         # Shielded so a cancelled or timed-out episode still frees its gateway session.
         await asyncio.shield(_close(sessions, sid))
-    if not turns:
+    if not sampled:
         raise _EpisodeFailure(NO_TURNS, _no_turns_message(full))
     segments, stats = merge_turns_with_stats(turns, spec.max_response_len)
     if not segments:
