@@ -164,7 +164,9 @@ class BundleMetrics:
         self.discarded_episode_seconds = Counter(
             PREFIX + "discarded_episode_seconds",
             "Train episode time that trained nothing: cut (episodes stopped while running), "
-            "aborted (finished episodes of groups the abort policy handed back) or filtered.",
+            "aborted (finished episodes of groups the abort policy handed back, and finished "
+            "episodes thrown away otherwise: kept too long for a cut group, or in a step that "
+            "failed) or filtered.",
             ["reason"],
             registry=r,
         )
