@@ -319,3 +319,23 @@ def test_a_prompt_after_the_first_that_is_not_text_is_judged_as_slime_judges_it(
     assert len(slime_keeps(data)) == 4
     assert launcher(data) == ([], [])
     assert len(plan_inputs(exp, options).groups) == 4
+
+
+def test_counting_prompts_of_a_hub_id_the_cache_lacks_offline_names_model_dir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A prompt length in extraArgs has the rehearsal count the train prompts with the
+    model's tokenizer; for a hub id kept off the hub and not in the cache, that load raised
+    out of the rehearsal (a traceback, after huggingface_hub's retries where the hub was
+    merely out of reach). It is refused, naming --model-dir."""
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    exp = experiment()
+    runtime = exp.runtime.model_copy(update={"extra_args": ["--rollout-max-prompt-len", "12"]})
+    exp = exp.model_copy(update={"runtime": runtime})
+    data = write_rows(tmp_path / "train.jsonl", [row("t-0")])
+    options = Options(engine="", out=tmp_path, data=data)
+    with pytest.raises(RehearsalError, match=r"HF_HUB_OFFLINE is set.*Or pass --model-dir"):
+        plan_inputs(exp, options)

@@ -130,6 +130,7 @@ def _slime_keeps(
     # Only with a prompt length set: the tokenizer (and `renderers`) are loaded for it alone.
     from agentrl.bundle.gateway.tokenizer import load_tokenizer
 
+    check_hub_tokenizer(str(model), None)  # a hub id the cache lacks, the hub silent
     tokenizer = load_tokenizer(str(model))
     most, flag = limit
 
@@ -216,6 +217,23 @@ def _check_model(path: str, model_dir: Path | None) -> None:
                 "tokenizer files are enough)"
             )
         _check_tokenizer_files(Path(path), f"spec.model.path {path}")
+
+
+def check_hub_tokenizer(model_id: str, model_dir: Path | None) -> None:
+    """A hub id without `--model-dir`: the gateway loads its tokenizer from the hub, or from
+    the Hugging Face cache where the hub does not answer (or HF_HUB_OFFLINE is set); a
+    cache without it is said before the gateway starts, with `--model-dir`."""
+    if model_dir is not None or is_local_path(model_id):
+        return
+    from agentrl.bundle.gateway.tokenizer import hub_tokenizer_problem
+
+    problem = hub_tokenizer_problem(model_id)[1]
+    if problem is not None:
+        raise RehearsalError(
+            f"spec.model.path is the Hugging Face id {model_id!r}, and {problem}. Or pass "
+            "--model-dir with a local copy of its tokenizer files (hf download "
+            f"{model_id} tokenizer.json tokenizer_config.json config.json --local-dir DIR)"
+        )
 
 
 def _check_context(
