@@ -7,6 +7,7 @@ runs the same against a real kube-apiserver with the real kubectl.
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -320,3 +321,52 @@ def test_a_missing_experiment_is_said_so(
     _fake_kubectl(tmp_path, monkeypatch, missing)
     assert main(["logs", NAME, "-n", NS]) == 1
     assert f"experiment {NS}/{NAME} not found. A deleted" in capsys.readouterr().err
+
+
+def _closed_port() -> int:
+    """A local port nothing listens on (bound, then released)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="needs the real kubectl")
+@pytest.mark.parametrize("kubeconfig", [True, False])
+def test_an_unreachable_cluster_is_said_once_with_kubectls_reason(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+    kubeconfig: bool,
+) -> None:  # fmt: skip
+    """The real kubectl against an API server that refuses connections (and without any
+    kubeconfig, when it tries localhost:8080): agentrl logs printed kubectl's stderr as it
+    came, client-go's discovery error over and over, then `error: kubectl get rlx NAME:`.
+    Now one line says the cluster is unreachable, kubectl's own reason in it, and what to
+    check."""
+    import socket
+
+    if not kubeconfig and socket.socket().connect_ex(("127.0.0.1", 8080)) == 0:
+        pytest.skip("something listens on localhost:8080, kubectl's default server")
+    server = f"127.0.0.1:{_closed_port()}"
+    config = tmp_path / "kubeconfig"
+    config.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: lab\n"
+        f"clusters: [{{name: lab, cluster: {{server: 'https://{server}'}}}}]\n"
+        "contexts: [{name: lab, context: {cluster: lab, user: me}}]\n"
+        "users: [{name: me, user: {token: t}}]\n"
+    )
+    monkeypatch.setenv("KUBECONFIG", str(config) if kubeconfig else str(tmp_path / "none"))
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.kube/config either
+    assert main(["logs", NAME]) == 1
+    err = capsys.readouterr().err
+    (line,) = err.splitlines()
+    shown = server if kubeconfig else "localhost:8080"
+    assert line.startswith(
+        f"error: agentrl logs cannot reach the cluster's API server (The connection to the "
+        f"server {shown} was refused - did you specify the right host or port?); "
+    )
+    if kubeconfig:
+        assert "your current context points at it" in line
+        assert "`kubectl cluster-info`; pass --context to use another" in line
+    else:
+        assert "set KUBECONFIG (or create ~/.kube/config) for your cluster" in line

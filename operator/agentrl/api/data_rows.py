@@ -50,17 +50,26 @@ _NOT_UTF8: Final = re.compile("[\udc80-\udcff]")
 def row_problem(line: str) -> str | None:
     """What is wrong with one JSONL line as a data row, or None. A line read with
     `errors=ERRORS` that held bytes that are not UTF-8 is refused as such."""
+    return _judge(line)[1]
+
+
+def _judge(line: str) -> tuple[dict[str, Any] | None, str | None]:
+    """(the line's JSON object, or None; what is wrong with it as a data row, or None)."""
     if (bad := _NOT_UTF8.search(line)) is not None:
-        return (
+        return None, (
             f"not UTF-8 text (byte 0x{ord(bad.group()) - 0xDC00:02x}): slime reads the file "
             "as UTF-8 and stops the job when it reaches this row; re-encode the file as UTF-8"
         )
     try:
         row = json.loads(line)
     except json.JSONDecodeError as e:
-        return f"not JSON ({e.msg})"
+        return None, f"not JSON ({e.msg})"
     if not isinstance(row, dict):
-        return "not a JSON object"
+        return None, "not a JSON object"
+    return row, _object_problem(row)
+
+
+def _object_problem(row: dict[str, Any]) -> str | None:
     if "prompt" not in row:
         return 'no "prompt" key'
     if not isinstance(row.get("metadata"), dict):
@@ -92,15 +101,20 @@ class RowReport:
         return listed
 
 
-def judge_rows(lines: Iterable[str]) -> RowReport:
-    """Every line judged by `row_problem`, in one pass (a file may be larger than memory)."""
+def judge_rows(lines: Iterable[str], prompts: list[tuple[int, Any]] | None = None) -> RowReport:
+    """Every line judged by `row_problem`, in one pass (a file may be larger than memory).
+    `prompts`, when given, receives (line number, `prompt`) of each row that is a JSON
+    object, in the same pass: what slime's Dataset counts for a prompt length."""
     rows, more = 0, 0
     bad: list[tuple[int, str]] = []
     for n, line in enumerate(lines, 1):
         if not line.strip():
             continue
         rows += 1
-        if problem := row_problem(line):
+        row, problem = _judge(line)
+        if prompts is not None and row is not None:
+            prompts.append((n, row.get("prompt")))
+        if problem:
             if len(bad) < LISTED_ROWS:
                 bad.append((n, problem))
             else:

@@ -440,7 +440,8 @@ def cmd_logs(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     try:
         pods = kubectl.get("pods", "-n", ns, "-l", f"{LABEL_EXPERIMENT}={args.name}")["items"]
     except KubectlError as e:
-        print(f"error: cannot list the pods of {ns}/{args.name}: {e}", file=err)
+        down = unreachable(str(e), args.context)
+        print(down or f"error: cannot list the pods of {ns}/{args.name}: {e}", file=err)
         return 1
     rayjob_name = (exp.get("status") or {}).get("rayJobName") or args.name
     try:
@@ -460,9 +461,44 @@ def cmd_logs(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         return 130
 
 
+# kubectl's own last words when it cannot talk to the API server: a refused connection, or
+# any other failure to connect (DNS, timeout, TLS), after client-go's klog lines (one per
+# discovery attempt, the same error each time).
+_REFUSED = re.compile(r"The connection to the server (?P<server>\S+) was refused")
+_UNABLE = "Unable to connect to the server"
+_KLOG = re.compile(r"^[IWEF]\d{4} \d{2}:\d{2}:\d{2}\.\d+\s+\d+ \S+:\d+\] ")
+# Where kubectl connects when no kubeconfig is found (client-go's insecure default).
+_NO_KUBECONFIG_SERVER = "localhost:8080"
+
+
+def unreachable(message: str, context: str | None) -> str | None:
+    """The explanation when kubectl could not reach the cluster's API server, with kubectl's
+    own reason (its klog repeats left out), else None."""
+    said = [line for line in message.splitlines() if line.strip() and not _KLOG.match(line)]
+    reason = "\n".join(said).strip()
+    refused = _REFUSED.search(reason)
+    if refused is None and _UNABLE not in reason:
+        return None
+    which = f"the context {context!r} (--context)" if context else "your current context"
+    if refused is not None and refused.group("server") == _NO_KUBECONFIG_SERVER:
+        check = (
+            f"{_NO_KUBECONFIG_SERVER} is where kubectl connects when it finds no kubeconfig: "
+            "set KUBECONFIG (or create ~/.kube/config) for your cluster, or pass --context"
+        )
+    else:
+        check = (
+            f"check that the cluster is running and that {which} points at it and is "
+            "reachable from here (VPN, proxy, tunnel): `kubectl config current-context`, "
+            "`kubectl cluster-info`; pass --context to use another"
+        )
+    return f"error: agentrl logs cannot reach the cluster's API server ({reason}); {check}"
+
+
 def _experiment_error(args: argparse.Namespace, message: str, looked_in: str | None = None) -> str:
     """`looked_in`: the namespace kubectl searched, when the error is a NotFound."""
     where = f"{args.namespace}/" if args.namespace else ""
+    if (down := unreachable(message, args.context)) is not None:
+        return down
     if "the server doesn't have a resource type" in message:
         return (
             f"error: this cluster has no RLExperiment resource ({message}); install the "

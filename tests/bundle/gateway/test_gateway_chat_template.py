@@ -67,9 +67,13 @@ def test_which_families_render_with_the_chat_template(checkpoint: Path) -> None:
 
 def test_a_hub_id_goes_through_renderers_loader(monkeypatch: pytest.MonkeyPatch) -> None:
     """renderers exports its loader from renderers.base only (`renderers.load_tokenizer` is
-    no attribute): a hub id used to fail with AttributeError before reaching the hub."""
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    with pytest.raises(OSError, match="Qwen/not-a-model"):
+    no attribute): a hub id used to fail with AttributeError before reaching the hub. Kept
+    off the hub (huggingface_hub's switch, read at each call), an uncached id is said at
+    once; tests/bundle/gateway/test_gateway_hub.py loads a cached one through renderers."""
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    with pytest.raises(RuntimeError, match="'Qwen/not-a-model' cannot be loaded: HF_HUB_OFF"):
         load_tokenizer("Qwen/not-a-model")
 
 

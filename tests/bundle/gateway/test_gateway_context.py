@@ -9,22 +9,21 @@ conversation would see exactly what SGLang answers: 400, or an error event in a 
 from __future__ import annotations
 
 import ast
-import http.server
 import json
-import os
 import shutil
 import subprocess
 import sys
-import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import anthropic
 import openai
 import orjson
 import pytest
 from tests.support import upstream
+from tests.support.down_hub import cache_snapshot, hub_env
+from tests.support.down_hub import down_hub as hub_down
 from tests.support.shared import require
 
 from agentrl.api.model_context import context_length_of
@@ -330,34 +329,10 @@ def test_an_unreadable_config_leaves_the_context_unknown_with_a_warning(
     assert sum("not capped" in r.getMessage() for r in caplog.records) == 3
 
 
-class DownHub(http.server.BaseHTTPRequestHandler):
-    """A Hugging Face endpoint that is down: 503 to every request, each one counted."""
-
-    seen: ClassVar[list[str]] = []
-
-    def _answer(self) -> None:
-        DownHub.seen.append(f"{self.command} {self.path}")
-        self.send_response(503)
-        self.send_header("Content-Length", "0")
-        self.end_headers()
-
-    do_HEAD = do_GET = _answer
-
-    def log_message(self, *args: Any) -> None:  # quiet
-        pass
-
-
 @pytest.fixture
 def down_hub() -> Iterator[tuple[str, list[str]]]:
-    DownHub.seen = []
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), DownHub)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", DownHub.seen
-    finally:
-        server.shutdown()
-        server.server_close()
+    with hub_down() as hub:
+        yield hub
 
 
 @pytest.mark.parametrize("offline", [False, True])
@@ -373,15 +348,9 @@ def test_a_hub_that_does_not_answer_is_asked_once_then_the_cache_is_read(
     url, seen = down_hub
     repo, cache = "Qwen/Qwen3-8B", tmp_path / "hub"
     if cached:
-        snapshot = cache / f"models--{repo.replace('/', '--')}" / "snapshots" / ("0" * 40)
-        snapshot.mkdir(parents=True)
+        snapshot = cache_snapshot(cache, repo)
         (snapshot / "config.json").write_text('{"max_position_embeddings": 40960}')
-        (snapshot.parents[1] / "refs").mkdir()
-        (snapshot.parents[1] / "refs" / "main").write_text("0" * 40)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGING"))}
-    env.update(HF_ENDPOINT=url, HF_HOME=str(tmp_path / "home"), HF_HUB_CACHE=str(cache))
-    if offline:
-        env["HF_HUB_OFFLINE"] = "1"
+    env = hub_env(url, tmp_path / "home", cache, offline)
     code = (
         "from agentrl.bundle.gateway.context import checkpoint_context_length as c; "
         f"print(c({repo!r}))"

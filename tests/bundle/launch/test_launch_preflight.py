@@ -476,6 +476,13 @@ def test_every_row_of_an_eval_file_is_checked(tmp_path: Path) -> None:
     assert problem.startswith(f"spec.data.eval[0].path: {dev.path} line 25: not JSON")
 
 
+def _train_prompts(root: Path, spec: RLExperimentSpec) -> list[tuple[int, Any]]:
+    """The train rows' (line, prompt), read in the row check's one pass, as the launcher does."""
+    prompts: list[tuple[int, Any]] = []
+    assert preflight.check_data(root, spec, prompts) == []
+    return prompts
+
+
 @pytest.mark.parametrize("commit", slime_rows())
 @pytest.mark.parametrize(("flag", "value"), [("--rollout-max-prompt-len", 12),
                                              ("--rollout-max-context-len", 13)])  # fmt: skip
@@ -507,7 +514,8 @@ def test_train_rows_slime_drops_for_a_long_prompt_are_counted_and_all_dropped_re
                [s.metadata for s in kept]]  # fmt: skip
     assert dropped == [2, 4]  # slime's own verdict on this file
     lengths = preflight.slime_prompt_lengths(tmp_path, "/models/Qwen2.5-7B-Instruct")
-    problems, warnings = preflight.check_prompt_lengths(tmp_path, spec, lengths)
+    problems, warnings = preflight.check_prompt_lengths(spec, _train_prompts(tmp_path, spec),
+                                                        lengths)  # fmt: skip
     assert problems == []
     (warning,) = warnings
     assert warning.startswith(f"spec.runtime.extraArgs: {flag} {value}: slime's Dataset drops")
@@ -515,6 +523,7 @@ def test_train_rows_slime_drops_for_a_long_prompt_are_counted_and_all_dropped_re
     assert "at lines 2 (28 tokens), 4 (91 tokens):" in warning
 
     touch(tmp_path, "/data/web/train.jsonl", "".join(json.dumps(r) + "\n" for r in rows[3:4]))
-    problems, warnings = preflight.check_prompt_lengths(tmp_path, spec, lengths)
+    problems, warnings = preflight.check_prompt_lengths(spec, _train_prompts(tmp_path, spec),
+                                                        lengths)  # fmt: skip
     assert warnings == [] and len(problems) == 1
     assert "every row, nothing is left to train on; raise or remove the flag" in problems[0]

@@ -251,3 +251,91 @@ def test_the_rows_slime_drops_for_a_long_prompt_are_not_rehearsed(
     write_rows(data, rows[3:4])
     with pytest.raises(RehearsalError, match=r"drops every row of spec\.data\.train"):
         plan_inputs(exp, options)
+
+
+@pytest.mark.parametrize("commit", slime_rows())
+def test_a_prompt_after_the_first_that_is_not_text_is_judged_as_slime_judges_it(
+    tmp_path: Path, commit: str
+) -> None:
+    """With a prompt length set and a first prompt that is text, slime's Dataset hands every
+    prompt to the tokenizer in one batch: a list of messages (or an object, or null) later in
+    the file stops the job with a TypeError, and a list of two texts is counted as a text
+    pair. The launcher only warned that it could not count, and the rehearsal ran such rows
+    as if slime kept them; both now apply one rule (`agentrl.api.prompt_lengths`)."""
+    from tests.support.tiny_tokenizer import write_checkpoint
+    from transformers import AutoTokenizer
+
+    from agentrl.bundle.launch import preflight
+
+    checkpoint = write_checkpoint(tmp_path / "ckpt")
+    tokenizer = AutoTokenizer.from_pretrained(str(checkpoint))
+
+    def slime_keeps(path: Path) -> list[Any]:
+        return [s.prompt for s in data_module(commit).Dataset(
+            str(path), tokenizer=tokenizer, processor=None, max_length=12, prompt_key="prompt",
+            metadata_key="metadata", label_key=None, tool_key="tools",
+        ).samples]  # fmt: skip
+
+    exp = experiment()
+    runtime = exp.runtime.model_copy(update={"extra_args": ["--rollout-max-prompt-len", "12"]})
+    data = tmp_path / "train.jsonl"
+    exp = exp.model_copy(update={"runtime": runtime, "data": exp.data.model_copy(
+        update={"train": str(data)})})  # fmt: skip
+    options = Options(engine="", out=tmp_path, prompts=10, samples=1, data=data,
+                      model_dir=checkpoint)  # fmt: skip
+
+    def launcher(path: Path) -> tuple[list[str], list[str]]:
+        prompts: list[tuple[int, Any]] = []
+        assert check_jsonl(Path("/"), "spec.data.train", str(path), prompts) == []
+        lengths = preflight.slime_prompt_lengths(Path("/"), str(checkpoint))
+        return preflight.check_prompt_lengths(exp, prompts, lengths)
+
+    # Text pairs: slime keeps the short one and drops the long one (both texts counted).
+    pairs = [row("t-0") | {"prompt": "word"}, row("t-1") | {"prompt": ["word " * 2, "word"]},
+             row("t-2") | {"prompt": ["word " * 2, "word " * 3]}]  # fmt: skip
+    write_rows(data, pairs)
+    kept = slime_keeps(data)
+    assert kept == ["word", ["word " * 2, "word"]]  # slime's own verdict
+    assert [g[0].prompt for g in plan_inputs(exp, options).groups] == kept
+    problems, (warning,) = launcher(data)
+    assert problems == [] and "at lines 3 (17 tokens): 1 of 3 rows" in warning
+
+    # A list of messages after a text prompt: slime's Dataset stops the job.
+    messages = [*pairs[:2], row("t-3") | {"prompt": [{"role": "user", "content": "hi"}]}]
+    write_rows(data, messages)
+    with pytest.raises(TypeError):
+        slime_keeps(data)
+    (problem,), warnings = launcher(data)
+    assert warnings == []
+    assert problem.startswith(f"spec.data.train: {data} has prompts that are not text at lines "
+                              "3 (list), and spec.runtime.extraArgs: --rollout-max-prompt-len "
+                              "12 is set: slime's Dataset counts")  # fmt: skip
+    assert "TypeError" in problem and "make every prompt text" in problem
+    with pytest.raises(RehearsalError, match=r"not text at row 3 \(list\).*TypeError"):
+        plan_inputs(exp, options)
+
+    # The first prompt not text: slime counts nothing, and neither judge does.
+    write_rows(data, [messages[2], *pairs])
+    assert len(slime_keeps(data)) == 4
+    assert launcher(data) == ([], [])
+    assert len(plan_inputs(exp, options).groups) == 4
+
+
+def test_counting_prompts_of_a_hub_id_the_cache_lacks_offline_names_model_dir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A prompt length in extraArgs has the rehearsal count the train prompts with the
+    model's tokenizer; for a hub id kept off the hub and not in the cache, that load raised
+    out of the rehearsal (a traceback, after huggingface_hub's retries where the hub was
+    merely out of reach). It is refused, naming --model-dir."""
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    exp = experiment()
+    runtime = exp.runtime.model_copy(update={"extra_args": ["--rollout-max-prompt-len", "12"]})
+    exp = exp.model_copy(update={"runtime": runtime})
+    data = write_rows(tmp_path / "train.jsonl", [row("t-0")])
+    options = Options(engine="", out=tmp_path, data=data)
+    with pytest.raises(RehearsalError, match=r"HF_HUB_OFFLINE is set.*Or pass --model-dir"):
+        plan_inputs(exp, options)

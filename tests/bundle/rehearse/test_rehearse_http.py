@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 
 import orjson
 import pytest
+from tests.support.down_hub import down_hub, hub_env
 from tests.support.process import free_port
 from tests.support.tiny_tokenizer import write_checkpoint
 
@@ -300,3 +301,35 @@ async def test_an_ipv6_listen_address_rehearses_like_an_ipv4_one(
     for e in episodes:
         host = urlsplit(e["base_url"]).hostname or ""
         assert ipaddress.ip_address(host).version == 6, e["base_url"]
+
+
+async def test_a_hub_id_without_model_dir_and_no_hub_fails_at_once_naming_model_dir(
+    tmp_path: Path, model: Model
+) -> None:
+    """The spec names a hub id, no --model-dir is given, and the hub is out of reach with
+    nothing in the cache: the gateway's tokenizer load went through huggingface_hub's
+    retries for each file (280 seconds, 88 requests) before the rehearsal failed with
+    transformers' "couldn't connect". Now the hub is asked once, before the gateway starts,
+    and the error names --model-dir."""
+    engine = await start_engine(model.tok, model.click_then_finish())
+    try:
+        spec_path, data = write(tmp_path, spec(http_agent("http://127.0.0.1:9/run")), [row()])
+        with down_hub() as (url, seen):
+            env = hub_env(url, tmp_path / "home", tmp_path / "hub", offline=False)
+            run = await rehearse("-f", spec_path, "--engine", engine.url, "--data", data,
+                                 "--out", tmp_path / "out", env=env)  # fmt: skip
+    finally:
+        await engine.stop()
+    assert run.code == 2, run.out + run.err
+    (said,) = [line for line in run.err.splitlines() if line.startswith("error: ")]
+    assert said.startswith(
+        "error: spec.model.path is the Hugging Face id 'Qwen/Qwen3-8B', and the tokenizer of "
+        f"'Qwen/Qwen3-8B' cannot be loaded: the hub {url} answered 503, and the Hugging Face "
+        f"cache {tmp_path / 'hub'} holds no tokenizer of 'Qwen/Qwen3-8B'"
+    )
+    assert said.endswith(
+        "Or pass --model-dir with a local copy of its tokenizer files (hf download "
+        "Qwen/Qwen3-8B tokenizer.json tokenizer_config.json config.json --local-dir DIR)"
+    )
+    assert [s for s in seen if "Qwen3-8B" in s] == ["HEAD /Qwen/Qwen3-8B/resolve/main/config.json"]
+    assert engine.requests == []  # nothing was sampled

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from agentrl.api.model_context import LENGTH_KEYS, context_length_of
 from agentrl.api.rules import is_local_path
+from agentrl.bundle.gateway.hub import hub_silent
 
 log = logging.getLogger("agentrl.gateway")
 
@@ -33,23 +34,16 @@ def config_file(model_path: str) -> Path:
     asks for more than the room left, where a local copy of the same checkpoint (`agentrl
     rehearse --model-dir`) caps it; OSError when it cannot be had.
 
-    The hub is asked once, within huggingface_hub's own metadata timeout: `hf_hub_download`
-    alone retries an unreachable hub with backoff (some 23 seconds at 2.4.0 before it gives
-    up) when the file is not cached, and every gateway start waited for it. Where the hub
-    does not answer, or `HF_HUB_OFFLINE` is set, the cache alone is read."""
+    The hub is asked once (`hub.hub_silent`): `hf_hub_download` alone retries an unreachable
+    hub with backoff (some 23 seconds at 2.4.0 before it gives up) when the file is not
+    cached, and every gateway start waited for it. Where the hub does not answer, or
+    `HF_HUB_OFFLINE` is set, the cache alone is read."""
     if Path(model_path).is_dir() or is_local_path(model_path):
         return Path(model_path) / CONFIG_FILE
     try:
-        from huggingface_hub import constants, get_hf_file_metadata, hf_hub_download, hf_hub_url
+        from huggingface_hub import hf_hub_download
 
-        cache_only = bool(constants.HF_HUB_OFFLINE)
-        if not cache_only:
-            try:
-                get_hf_file_metadata(hf_hub_url(model_path, CONFIG_FILE))
-            except Exception as exc:  # no network, no such model, a hub error: the cache's copy
-                log.info("gateway: %s: the hub did not answer (%s); reading the cache only",
-                         model_path, type(exc).__name__)  # fmt: skip
-                cache_only = True
+        cache_only = hub_silent(model_path, CONFIG_FILE) is not None
         return Path(hf_hub_download(model_path, CONFIG_FILE, local_files_only=cache_only))
     except Exception as exc:  # no hub library, no network, no such model or file: unknown
         raise OSError(f"{model_path}: {type(exc).__name__}") from exc

@@ -22,6 +22,8 @@ from renderers.configs import DefaultRendererConfig, config_from_name
 from tokenizers import Tokenizer as HFTokenizer
 
 from agentrl.api.model_names import GATEWAY_REASONING_PARSERS, GATEWAY_TOOL_PARSERS
+from agentrl.api.rules import is_local_path
+from agentrl.bundle.gateway.hub import cache_only, hub_silent, uncached_tokenizer
 
 ENCODE_CACHE_CHARS = 16_000_000  # text remembered by the encode cache (about 16-64 MB)
 
@@ -123,13 +125,43 @@ def load_tokenizer(path: str, chat_template: bool = False) -> Any:
         tok = HFTokenizer.from_file(str(directory / "tokenizer.json"))
         return TokenizerAdapter(tok, str(directory), _eos_from_config(directory))
     try:
-        return renderers_load_tokenizer(path)
+        if directory.is_dir() or is_local_path(path):
+            return renderers_load_tokenizer(path)
+        return _load_hub_tokenizer(path)
     except ImportError as exc:
         need = "the chat template (rendererFamily default)" if chat_template else "a hub id"
         raise RuntimeError(
             f"gateway: {path!r} needs transformers for {need}, and it is not installed "
             "(it is in slime's image; elsewhere: pip install transformers)"
         ) from exc
+
+
+def hub_tokenizer_problem(model_id: str) -> tuple[bool, str | None]:
+    """(whether a hub id's tokenizer is to come from the cache alone, why it cannot be had
+    there, or None). The hub is asked once (`hub.hub_silent`) about the repository renderers
+    loads it from (a mirror for some ids); where it answers, transformers fetches the files
+    and says itself what is wrong."""
+    from renderers import base
+
+    source = getattr(base, "TOKENIZER_SOURCE_OVERRIDES", {}).get(model_id, model_id)
+    revision = getattr(base, "TRUSTED_REVISIONS", {}).get(source)
+    why = hub_silent(source)
+    if why is None:
+        return False, None
+    return True, uncached_tokenizer(model_id, source, revision, why)
+
+
+def _load_hub_tokenizer(model_id: str) -> Any:
+    """A hub id's tokenizer through `renderers`; where the hub does not answer, from the
+    cache alone, and at once an error naming the ways out when the cache lacks it
+    (huggingface_hub's retries took minutes to say that it could not connect)."""
+    cached, problem = hub_tokenizer_problem(model_id)
+    if problem is not None:
+        raise RuntimeError(f"gateway: {problem}")
+    if not cached:
+        return renderers_load_tokenizer(model_id)
+    with cache_only():
+        return renderers_load_tokenizer(model_id)
 
 
 def uses_chat_template(family: str, path: str) -> bool:

@@ -209,10 +209,15 @@ def _start(config: RuntimeConfig, problems: list[str], warnings: list[str]) -> s
     return decision
 
 
-def _prompt_lengths(spec: RLExperimentSpec, problems: list[str], warnings: list[str]) -> None:
+def _prompt_lengths(
+    spec: RLExperimentSpec,
+    prompts: list[tuple[int, Any]] | None,
+    problems: list[str],
+    warnings: list[str],
+) -> None:
     """The train rows slime's Dataset will drop for extraArgs' prompt length, counted with
-    the tokenizer slime loads (only when the flag is set: it reads the whole file)."""
-    if prompt_limit(spec.runtime.extra_args) is None:
+    the tokenizer slime loads (only when the flag is set: `prompts` is None otherwise)."""
+    if prompts is None:
         return
     try:
         lengths = preflight.slime_prompt_lengths(Path("/"), spec.model.path)
@@ -222,7 +227,7 @@ def _prompt_lengths(spec: RLExperimentSpec, problems: list[str], warnings: list[
             f"length limit ({type(exc).__name__}: {str(exc)[:200]})"
         )
         return
-    found, said = preflight.check_prompt_lengths(Path("/"), spec, lengths)
+    found, said = preflight.check_prompt_lengths(spec, prompts, lengths)
     problems += found
     warnings += said
 
@@ -244,11 +249,15 @@ def build_plan(
     model_args = _guarded(problems, probe.model_args, slime_dir, model_type) or []
     gpus, gpu_warning = probe.visible_gpus()
     warnings += [gpu_warning] if gpu_warning else []
-    problems += preflight.run_all(Path("/"), spec, gpus)  # creates the checkpoint dir
+    # The train prompts, read in the row check's pass, when a prompt length is set.
+    prompts: list[tuple[int, Any]] | None = (
+        [] if prompt_limit(spec.runtime.extra_args) is not None else None
+    )
+    problems += preflight.run_all(Path("/"), spec, gpus, prompts)  # creates the checkpoint dir
     problems += preflight.check_context_length(Path("/"), spec, env)
     problems += preflight.check_offline_hub(Path("/"), spec, env)
     warnings += preflight.model_warnings(spec)
-    _prompt_lengths(spec, problems, warnings)
+    _prompt_lengths(spec, prompts, problems, warnings)
     start = _start(config, problems, warnings)
     key_env = config.wandb_api_key_env or ENV_WANDB_API_KEY
     if spec.tracking.wandb is not None and not ambient.get(key_env):

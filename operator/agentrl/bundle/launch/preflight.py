@@ -10,7 +10,7 @@ import json
 import os
 import re
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,13 @@ from agentrl.api.model_context import longer_context_problem
 from agentrl.api.model_names import DEFAULT_FAMILY
 from agentrl.api.models import RLExperimentSpec
 from agentrl.api.paths import TRAINER_WEIGHTS_FIX, trainer_weights_problem
+from agentrl.api.prompt_lengths import (
+    ALL_DROPPED_FIX,
+    NOT_TEXT_FIX,
+    NOT_TEXT_WHY,
+    Count,
+    judge_prompts,
+)
 from agentrl.api.rules import is_local_path
 from agentrl.api.slime_flags import (
     SAVE_INTERVAL_FIX,
@@ -255,13 +262,16 @@ def model_warnings(spec: RLExperimentSpec) -> list[str]:
     ]
 
 
-def check_jsonl(root: Path, field: str, path: str) -> list[str]:
+def check_jsonl(
+    root: Path, field: str, path: str, prompts: list[tuple[int, Any]] | None = None
+) -> list[str]:
     """Every row parses and has `prompt`, a `metadata` object and, if any, a `tools` list
     (`agentrl.api.data_rows`): slime's Dataset reads the whole train file when its
-    RolloutManager starts, and the rollout reads the whole eval file at the eval."""
+    RolloutManager starts, and the rollout reads the whole eval file at the eval. `prompts`
+    receives (line, prompt) of its rows in the same pass (`check_prompt_lengths`)."""
     try:
         with _host(root, path).open(encoding=ENCODING, errors=ERRORS) as f:
-            report = judge_rows(f)
+            report = judge_rows(f, prompts)
     except OSError as e:
         return [f"{field}: cannot read {path}: {e.strerror}; check the volume mount and path"]
     if not report.rows:
@@ -269,7 +279,7 @@ def check_jsonl(root: Path, field: str, path: str) -> list[str]:
     return report.problems(f"{field}: {path}")
 
 
-def slime_prompt_lengths(root: Path, model_path: str) -> Callable[[list[str]], list[int]]:
+def slime_prompt_lengths(root: Path, model_path: str) -> Count:
     """Token counts of prompts as slime's Dataset counts them: the checkpoint's tokenizer
     through transformers' AutoTokenizer (slime's `load_tokenizer`), no special tokens."""
     from transformers import AutoTokenizer
@@ -283,62 +293,63 @@ def slime_prompt_lengths(root: Path, model_path: str) -> Callable[[list[str]], l
     return lengths
 
 
+def _lines(numbers: list[int], found: Iterable[tuple[int, Any]]) -> str:
+    """`N (what)` for the first LISTED_ROWS rows, by their position among `numbers`."""
+    found = list(found)
+    listed = ", ".join(f"{numbers[i]} ({what})" for i, what in found[:LISTED_ROWS])
+    more = f" and {len(found) - LISTED_ROWS} more" if len(found) > LISTED_ROWS else ""
+    return listed + more
+
+
 def check_prompt_lengths(
-    root: Path, spec: RLExperimentSpec, lengths: Callable[[list[str]], list[int]]
+    spec: RLExperimentSpec, prompts: list[tuple[int, Any]], lengths: Count
 ) -> tuple[list[str], list[str]]:
     """(problems, warnings): the train rows slime's Dataset drops for a prompt longer than
-    extraArgs' `--rollout-max-prompt-len` (`prompt_limit`). It drops them when the job starts
-    and logs a count at info level only: the run trains on fewer rows than the file holds, and
-    `agentrl rehearse` runs them. Every row dropped is refused (nothing left to train on)."""
+    extraArgs' `--rollout-max-prompt-len` (`prompt_limit`), judged by `judge_prompts` on
+    the (line, prompt) of spec.data.train's rows (`check_data` reads them). slime drops them
+    when the job starts and logs a count at info level only: the run trains on fewer rows
+    than the file holds. Every row dropped is refused (nothing left to train on), and so is
+    a prompt slime's tokenizer cannot count (the job would stop on it)."""
     limit = prompt_limit(spec.runtime.extra_args)
     if limit is None:
         return [], []
     most, flag = limit
     path = spec.data.train
-    prompts: list[Any] = []
-    lines: list[int] = []
-    try:
-        with _host(root, path).open(encoding=ENCODING, errors=ERRORS) as f:
-            for n, line in enumerate(f, 1):
-                try:
-                    row = json.loads(line) if line.strip() else None
-                except ValueError:
-                    continue  # check_jsonl names it
-                if isinstance(row, dict):
-                    prompts.append(row.get("prompt"))
-                    lines.append(n)
-    except OSError:
-        return [], []  # check_jsonl names it
-    if not prompts or not isinstance(prompts[0], str):
-        return [], []  # slime filters nothing when the first prompt is not text
     where = f"spec.runtime.extraArgs: {flag}"
+    numbers = [n for n, _ in prompts]
     try:
-        counts = lengths(prompts)
-    except Exception as exc:  # the tokenizer, or a prompt that is not text: slime's too
+        verdict = judge_prompts([p for _, p in prompts], most, lengths)
+    except Exception as exc:  # the tokenizer: slime's fails the same way
         return [], [f"{where}: the prompts of {path} could not be counted as slime's Dataset "
                      f"counts them ({type(exc).__name__}: {str(exc)[:200]})"]  # fmt: skip
-    long = [(n, k) for n, k in zip(lines, counts, strict=True) if k > most]
-    if not long:
+    if verdict is None:
+        return [], []  # slime filters nothing when the first prompt is not text
+    if verdict.not_text:
+        return [f"spec.data.train: {path} has prompts that are not text at lines "
+                f"{_lines(numbers, verdict.not_text)}, and {where} is set: {NOT_TEXT_WHY}; "
+                f"{NOT_TEXT_FIX}"], []  # fmt: skip
+    if not verdict.long:
         return [], []
-    listed = ", ".join(f"{n} ({k} tokens)" for n, k in long[:LISTED_ROWS])
-    more = f" and {len(long) - LISTED_ROWS} more" if len(long) > LISTED_ROWS else ""
+    long = len(verdict.long)
     said = (
         f"{where}: slime's Dataset drops the rows of spec.data.train ({path}) whose prompt is "
         f"longer than {most} tokens (the text as it is, without the chat template), at lines "
-        f"{listed}{more}"
+        f"{_lines(numbers, ((i, f'{k} tokens') for i, k in verdict.long))}"
     )
-    if len(long) == len(prompts):
-        return [f"{said}: that is every row, nothing is left to train on; raise or remove "
-                "the flag"], []  # fmt: skip
+    if verdict.all_dropped:
+        return [f"{said}: that is every row, nothing is left to train on; {ALL_DROPPED_FIX}"], []
     return [], [
-        f"{said}: {len(long)} of {len(prompts)} rows; the run trains on the other "
-        f"{len(prompts) - len(long)} (a rehearsal leaves them out too); shorten those prompts, or "
+        f"{said}: {long} of {verdict.rows} rows; the run trains on the other "
+        f"{verdict.rows - long} (a rehearsal leaves them out too); shorten those prompts, or "
         "raise or remove the flag to train on them"
     ]
 
 
-def check_data(root: Path, spec: RLExperimentSpec) -> list[str]:
-    problems = check_jsonl(root, "spec.data.train", spec.data.train)
+def check_data(
+    root: Path, spec: RLExperimentSpec, train_prompts: list[tuple[int, Any]] | None = None
+) -> list[str]:
+    """The train and eval files' rows; `train_prompts` receives the train rows' prompts."""
+    problems = check_jsonl(root, "spec.data.train", spec.data.train, train_prompts)
     for i, s in enumerate(spec.data.eval):
         problems += check_jsonl(root, f"spec.data.eval[{i}].path", s.path)
     return problems
@@ -441,11 +452,16 @@ def write_run_mark(root: Path, spec: RLExperimentSpec, mark: RunMark) -> None:
     partial.replace(target)  # whole or not at all
 
 
-def run_all(root: Path, spec: RLExperimentSpec, visible_gpus: int | None) -> list[str]:
+def run_all(
+    root: Path,
+    spec: RLExperimentSpec,
+    visible_gpus: int | None,
+    train_prompts: list[tuple[int, Any]] | None = None,
+) -> list[str]:
     return [
         *check_model(root, spec),
         *check_chat_template(root, spec),
-        *check_data(root, spec),
+        *check_data(root, spec, train_prompts),
         *check_gpus(spec, visible_gpus),
         *check_checkpoint(root, spec),
     ]

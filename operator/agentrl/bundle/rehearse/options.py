@@ -24,6 +24,7 @@ from agentrl.api.constants import SPLIT_EVAL, SPLIT_TRAIN
 from agentrl.api.data_rows import ENCODING, ERRORS, ROW_SHAPE, judge_rows
 from agentrl.api.model_context import longer_context_problem
 from agentrl.api.models import RLExperimentSpec
+from agentrl.api.prompt_lengths import ALL_DROPPED_FIX, NOT_TEXT_FIX, NOT_TEXT_WHY, judge_prompts
 from agentrl.api.rules import is_local_path
 from agentrl.api.slime_flags import prompt_limit
 from agentrl.api.tokenizer_files import VOCABULARY_NAMES, has_vocabulary
@@ -122,28 +123,39 @@ def _slime_keeps(
     groups: list[list[EpisodeInput]], limit: tuple[int, str], model: Path | str, where: str
 ) -> tuple[list[list[EpisodeInput]], int]:
     """(the groups whose prompt slime's Dataset keeps under extraArgs' prompt length, how many
-    it drops): tokens counted as slime counts them (the text as it is, no special tokens; a
-    first prompt that is not text turns the filter off), with the checkpoint's tokenizer."""
+    it drops), by the launcher's rule (`judge_prompts`), tokens counted with the
+    checkpoint's tokenizer."""
     if not groups or not isinstance(groups[0][0].prompt, str):
-        return groups, 0
+        return groups, 0  # slime filters nothing: no tokenizer to load
     # Only with a prompt length set: the tokenizer (and `renderers`) are loaded for it alone.
     from agentrl.bundle.gateway.tokenizer import load_tokenizer
 
+    check_hub_tokenizer(str(model), None)  # a hub id the cache lacks, the hub silent
     tokenizer = load_tokenizer(str(model))
     most, flag = limit
-    kept = [
-        g
-        for g in groups
-        if not isinstance(g[0].prompt, str)
-        or len(tokenizer.encode(g[0].prompt, add_special_tokens=False)) <= most
-    ]
-    if not kept:
+
+    def count(texts: list[str]) -> list[int]:
+        return [len(tokenizer.encode(t, add_special_tokens=False)) for t in texts]
+
+    verdict = judge_prompts([g[0].prompt for g in groups], most, count)
+    if verdict is None:
+        return groups, 0
+    if verdict.not_text:
+        rows = ", ".join(f"row {i + 1} ({kind})" for i, kind in verdict.not_text[:3])
+        more = f" and {len(verdict.not_text) - 3} more" if len(verdict.not_text) > 3 else ""
+        raise RehearsalError(
+            f"{where}: prompts that are not text at {rows}{more}, and spec.runtime.extraArgs "
+            f"sets {flag}: {NOT_TEXT_WHY}; {NOT_TEXT_FIX}"
+        )
+    if verdict.all_dropped:
         raise RehearsalError(
             f"spec.runtime.extraArgs: {flag}: slime's Dataset drops every row of {where}, each "
             f"with a prompt longer than {most} tokens, and the launcher in the pods refuses "
-            "the file; raise or remove the flag"
+            f"the file; {ALL_DROPPED_FIX}"
         )
-    return kept, len(groups) - len(kept)
+    dropped = verdict.dropped
+    kept = [g for i, g in enumerate(groups) if i not in dropped]
+    return kept, len(dropped)
 
 
 def _first(groups: list[list[EpisodeInput]], n: int) -> list[list[EpisodeInput]]:
@@ -205,6 +217,23 @@ def _check_model(path: str, model_dir: Path | None) -> None:
                 "tokenizer files are enough)"
             )
         _check_tokenizer_files(Path(path), f"spec.model.path {path}")
+
+
+def check_hub_tokenizer(model_id: str, model_dir: Path | None) -> None:
+    """A hub id without `--model-dir`: the gateway loads its tokenizer from the hub, or from
+    the Hugging Face cache where the hub does not answer (or HF_HUB_OFFLINE is set); a
+    cache without it is said before the gateway starts, with `--model-dir`."""
+    if model_dir is not None or is_local_path(model_id):
+        return
+    from agentrl.bundle.gateway.tokenizer import hub_tokenizer_problem
+
+    problem = hub_tokenizer_problem(model_id)[1]
+    if problem is not None:
+        raise RehearsalError(
+            f"spec.model.path is the Hugging Face id {model_id!r}, and {problem}. Or pass "
+            "--model-dir with a local copy of its tokenizer files (hf download "
+            f"{model_id} tokenizer.json tokenizer_config.json config.json --local-dir DIR)"
+        )
 
 
 def _check_context(

@@ -49,7 +49,7 @@ from agentrl.bundle.rehearse.checks import (
     context_findings,
 )
 from agentrl.bundle.rehearse.observe import Observations, ObservedBackend, ObservedSessions, Seen
-from agentrl.bundle.rehearse.options import Options, Plan, plan_inputs
+from agentrl.bundle.rehearse.options import Options, Plan, check_hub_tokenizer, plan_inputs
 from agentrl.bundle.rehearse.report import (
     EpisodeReport,
     EpisodeView,
@@ -104,6 +104,8 @@ async def _rehearse(config: RuntimeConfig, options: Options, plan: Plan) -> Repo
     started = time.perf_counter()
     spec = config.spec
     engine_model = await check_engine(options.engine, config, options)
+    # Before the gateway: it would stop on the same, without naming --model-dir.
+    check_hub_tokenizer(spec.model.path, options.model_dir)
     server = await _start_gateway(config, options)
     client = GatewayClient(_http(_loopback(options.listen), server.admin_port),
                            server.settings.admin_token)  # fmt: skip

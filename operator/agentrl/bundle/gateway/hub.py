@@ -1,0 +1,99 @@
+"""A Hugging Face model id's files, with the hub asked once.
+
+huggingface_hub retries a hub that does not answer (a refused connection, a timeout, a 5xx)
+with backoff for each file it is asked for that is not cached: at 2.4.0 some 23 seconds for
+one file, and transformers asks for a tokenizer's files one by one (with an unreachable
+`HF_ENDPOINT`, 88 requests and 280 seconds before it said it could not connect). So the
+gateway asks the hub one question within huggingface_hub's metadata timeout
+(`HF_HUB_ETAG_TIMEOUT`); when it gets no answer, or `HF_HUB_OFFLINE` is set, the files come
+from the cache alone, and a cache without them is said at once, with the ways out.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+
+from agentrl.api.tokenizer_files import VOCABULARY_NAMES, has_vocabulary
+
+log = logging.getLogger("agentrl.gateway")
+
+# The file asked about: every model repository SGLang serves has one.
+PROBE_FILE = "config.json"
+# An HTTP status the hub answers with below this is its answer (a gated or missing repo
+# or file): the hub is reachable, and huggingface_hub says what is wrong at once.
+_SERVER_ERROR = 500
+
+
+def hub_silent(repo: str, filename: str = PROBE_FILE) -> str | None:
+    """Why the hub is not to be asked about `repo`: `HF_HUB_OFFLINE`, or the one HEAD
+    request for `filename` that got no answer (no connection, a timeout, a 5xx); None when
+    the hub answered."""
+    from huggingface_hub import constants, get_hf_file_metadata, hf_hub_url
+    from huggingface_hub.errors import HfHubHTTPError
+
+    if constants.HF_HUB_OFFLINE:
+        return "HF_HUB_OFFLINE is set"
+    try:
+        get_hf_file_metadata(hf_hub_url(repo, filename))  # within HF_HUB_ETAG_TIMEOUT
+    except HfHubHTTPError as exc:
+        status = getattr(exc.response, "status_code", None)
+        if isinstance(status, int) and status < _SERVER_ERROR:
+            return None
+        why = f"the hub {constants.ENDPOINT} answered {status}"
+    except Exception as exc:  # no connection, no name, a timeout, TLS
+        why = f"the hub {constants.ENDPOINT} did not answer ({type(exc).__name__})"
+    else:
+        return None
+    log.info("gateway: %s: %s; reading the Hugging Face cache only", repo, why)
+    return why
+
+
+def cached_snapshot(repo: str, revision: str | None = None) -> Path | None:
+    """The cached snapshot directory of `repo` at `revision` (a branch, a tag or a commit;
+    default main), where huggingface_hub's cache (`HF_HUB_CACHE`) has one."""
+    from huggingface_hub import constants
+    from huggingface_hub.file_download import repo_folder_name
+
+    folder = Path(constants.HF_HUB_CACHE) / repo_folder_name(repo_id=repo, repo_type="model")
+    ref = revision or "main"
+    try:
+        commit = (folder / "refs" / ref).read_text(encoding="utf-8").strip()
+    except OSError:
+        commit = ref  # a commit id is its own snapshot's name
+    snapshot = folder / "snapshots" / commit
+    return snapshot if snapshot.is_dir() else None
+
+
+def uncached_tokenizer(model_id: str, source: str, revision: str | None, why: str) -> str | None:
+    """The error when `source` (the repository `model_id`'s tokenizer loads from) has no
+    tokenizer vocabulary in the cache while the hub is not asked (`why`); None when cached."""
+    snapshot = cached_snapshot(source, revision)
+    if snapshot is not None and has_vocabulary(p.name for p in snapshot.iterdir() if p.is_file()):
+        return None
+    from huggingface_hub import constants
+
+    return (
+        f"the tokenizer of {model_id!r} cannot be loaded: {why}, and the Hugging Face cache "
+        f"{constants.HF_HUB_CACHE} holds no tokenizer of {source!r} ({VOCABULARY_NAMES}). "
+        f"Download it where the hub is reachable (`hf download {source} tokenizer.json "
+        "tokenizer_config.json config.json`, into the cache this process reads: HF_HOME or "
+        "HF_HUB_CACHE), then run with HF_HUB_OFFLINE=1 and that cache; or give the path of "
+        "a local copy of the checkpoint instead of the hub id"
+    )
+
+
+@contextlib.contextmanager
+def cache_only() -> Iterator[None]:
+    """huggingface_hub (and transformers, which asks it) kept off the hub for a load:
+    its offline switch, read at each call, set for the duration."""
+    from huggingface_hub import constants
+
+    before = constants.HF_HUB_OFFLINE
+    constants.HF_HUB_OFFLINE = True
+    try:
+        yield
+    finally:
+        constants.HF_HUB_OFFLINE = before

@@ -1,0 +1,80 @@
+"""A hub id's tokenizer where the hub does not answer: asked once, then the cache alone.
+
+huggingface_hub retries an unreachable hub with backoff for each file not in the cache, and
+transformers asks for a tokenizer's files one by one: with `HF_ENDPOINT` out of reach, the
+gateway (and `agentrl rehearse` without `--model-dir`) took 280 seconds and 88 requests to
+fail, saying only that it could not connect. Each check runs in a fresh process, against an
+endpoint that answers 503 to everything: huggingface_hub reads its settings at import.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from tests.support.down_hub import cache_snapshot, down_hub, hub_env
+from tests.support.tiny_tokenizer import write_checkpoint
+
+REPO = "Qwen/Qwen3-8B"
+LOAD = (
+    "from agentrl.bundle.gateway.tokenizer import load_tokenizer\n"
+    "try:\n"
+    f"    tok = load_tokenizer({REPO!r})\n"
+    "except Exception as exc:\n"
+    "    print('ERROR', exc)\n"
+    "else:\n"
+    "    print('IDS', tok.encode('What is 6*7?', add_special_tokens=False))\n"
+)
+
+
+@pytest.fixture
+def hub() -> Iterator[tuple[str, list[str]]]:
+    with down_hub() as answer:
+        yield answer
+
+
+def _load(env: dict[str, str]) -> str:
+    # The timeout only guards the suite: before the fix this load took 280 seconds.
+    done = subprocess.run([sys.executable, "-c", LOAD], env=env, capture_output=True,
+                          text=True, timeout=120, check=True)  # fmt: skip
+    return done.stdout.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize("offline", [False, True])
+def test_an_uncached_hub_tokenizer_fails_at_once_naming_the_ways_out(
+    hub: tuple[str, list[str]], tmp_path: Path, offline: bool
+) -> None:
+    url, seen = hub
+    cache = tmp_path / "hub"
+    said = _load(hub_env(url, tmp_path / "home", cache, offline))
+    why = "HF_HUB_OFFLINE is set" if offline else f"the hub {url} answered 503"
+    assert said.startswith(
+        f"ERROR gateway: the tokenizer of {REPO!r} cannot be loaded: {why}, and the Hugging "
+        f"Face cache {cache} holds no tokenizer of {REPO!r} (tokenizer.json"
+    )
+    assert f"`hf download {REPO} tokenizer.json tokenizer_config.json config.json`" in said
+    assert "HF_HUB_OFFLINE=1" in said and "the path of a local copy of the checkpoint" in said
+    asked = [s for s in seen if REPO in s]  # not the library's own calls (2.4.0's at import)
+    assert asked == ([] if offline else [f"HEAD /{REPO}/resolve/main/config.json"])
+
+
+@pytest.mark.parametrize("offline", [False, True])
+def test_a_cached_hub_tokenizer_loads_from_the_cache_with_the_hub_asked_once(
+    hub: tuple[str, list[str]], tmp_path: Path, offline: bool
+) -> None:
+    """The cache holds the tokenizer (and not every file transformers asks the hub about,
+    such as added_tokens.json): it loads from there, the hub asked once, or not at all."""
+    url, seen = hub
+    cache = tmp_path / "hub"
+    snapshot = write_checkpoint(cache_snapshot(cache, REPO))
+    (snapshot / "config.json").write_text('{"model_type": "qwen2"}')
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(snapshot))
+    want = tokenizer.encode("What is 6*7?", add_special_tokens=False)
+    assert _load(hub_env(url, tmp_path / "home", cache, offline)) == f"IDS {want}"
+    asked = [s for s in seen if REPO in s]
+    assert asked == ([] if offline else [f"HEAD /{REPO}/resolve/main/config.json"])
