@@ -31,7 +31,7 @@ from agentrl.bundle.rollout.types import slime_types
 from agentrl.controller.progress import parse_progress
 
 from .doubles import FakeGateway, StubAgent, runtime_config, simulated_clock
-from .slime_upstream import COMMITS, buffered_source, write_rows
+from .slime_upstream import COMMITS, buffered_source, data_source_module, slime_args, write_rows
 
 
 def args(batch: int, config_path: Path) -> SimpleNamespace:
@@ -383,6 +383,40 @@ def test_episodes_of_a_step_that_fails_are_logged_once_with_their_session_id(
     assert carry.episodes == kept_before and carry.cut_groups == cut_before
     # Only the fresh episode's time (7 s in step 1) is finished work thrown away.
     assert rig.metric("agentrl_discarded_episode_seconds_total", reason="aborted") == 7
+
+
+@pytest.mark.parametrize("commit", COMMITS)
+def test_a_cut_groups_episode_is_logged_once_when_handing_it_back_fails(
+    make_rig: Any, tmp_path: Path, commit: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A data source (`--data-source-path`) whose add_samples takes the empty probe but
+    raises on the cut groups: the step fails as it hands them back. Prompt 2's finished
+    episode was logged `group_aborted` ("runs again whole") just before, then again
+    `step_failed` by the failed step: two lines for one session."""
+    base = data_source_module(commit).RolloutDataSourceWithBuffer
+
+    class Refusing(base):  # type: ignore[misc, valid-type]
+        def add_samples(self, samples: list[list[Any]]) -> None:
+            if samples:
+                raise RuntimeError("this data source has a bug")
+            super().add_samples(samples)
+
+    rows = write_rows(tmp_path / "rows.jsonl", STRAGGLER_ROWS)
+    source = Refusing(slime_args(rows, 2))
+    rig = make_rig(overSamplingBatchSize=4, stragglerPolicy="abort")
+    caplog.set_level("INFO", logger="agentrl.rollout")
+
+    with pytest.raises(RuntimeError, match="this data source has a bug"):
+        generate_rollout(args(2, rig.config_path), 0, source)
+
+    lines = [r.getMessage() for r in caplog.records if "episode discarded" in r.getMessage()]
+    sids = [line.split("session=")[1].split()[0] for line in lines]
+    assert len(sids) == 5 and len(set(sids)) == 5, lines  # prompts 0 and 1, prompt 2's first
+    assert all("reason=step_failed" in line for line in lines), lines
+    assert (
+        rig.metric("agentrl_discarded_episode_seconds_total", reason="aborted")
+        == 10 + 10 + 20 + 20 + 5
+    )
 
 
 # Prompt 2's first episode fails at once (the agent crashed) while its sibling is still

@@ -418,7 +418,12 @@ class _Step:
         (self.cut_runs if started else self.unstarted).append(run)
 
     def settle_cut_groups(self) -> None:
-        """Remember what the cut groups leave behind, then hand them back to slime."""
+        """Hand the cut groups back to slime, then remember what they leave behind. In that
+        order: a source that refuses them fails the step with nothing logged or kept for
+        them yet, and the failed step names each finished episode once (`discard_finished`)."""
+        self.report.unstarted = len(self.unstarted)
+        self.source.give_back([r.prompt for r in self.cut_runs + self.unstarted])
+        self.handed_back = True
         for run in self.cut_runs:
             first = run.prompt.key(0)
             finished = {}
@@ -446,9 +451,6 @@ class _Step:
             if first is not None:
                 self.ctx.carry.put(self.step, first[0], finished)
             self.report.other_seconds += [o.seconds for o in run.done_outcomes()]
-        self.report.unstarted = len(self.unstarted)
-        self.source.give_back([r.prompt for r in self.cut_runs + self.unstarted])
-        self.handed_back = True
 
     async def abandon(self) -> None:
         """The step failed or was cancelled: stop every episode, hand every group back."""
