@@ -62,7 +62,7 @@ class QuiesceReport:
 class ContextFullCalls:
     """A session's model calls whose prompt alone filled the model's context: each was
     answered with finish reason `length` and nothing sampled (in the trace, a turn with
-    finish reason `traces.CONTEXT_FULL` and no ids)."""
+    finish reason `traces.CONTEXT_FULL`, no completion)."""
 
     calls: int = 0
     prompt_tokens: int = 0  # the longest such prompt
@@ -78,7 +78,7 @@ class GatewaySessions(Protocol):
 
     async def get_turns(self, session_id: str) -> Sequence[Turn]:
         """The session's turns in the order they were made, a call refused for a full
-        context among them as a `traces.CONTEXT_FULL` turn (no ids)."""
+        context among them as a `traces.CONTEXT_FULL` turn (nothing sampled)."""
         ...
 
     async def context_full(self, session_id: str) -> ContextFullCalls:

@@ -5,8 +5,9 @@ the engine saw and sampled; `merge_turns` folds an episode's turns into `Segment
 sequences slime trains on. The contract (names, fields and rules) is docs/traces.md.
 
 A model call the gateway refused because its prompt alone filled the model's context is in
-the trace too, as a `Turn` with finish reason `CONTEXT_FULL` and no ids: it adds no token, and
-the segment of the call before it ends truncated (unless a later call extends that segment).
+the trace too, as a `Turn` with finish reason `CONTEXT_FULL`, no completion, and as prompt ids
+the conversation it continued (the prompt + completion of that turn; none for a new one): it
+adds no token, and that conversation's segment ends truncated (unless a later call extends it).
 
 Nothing that cannot be a sampled token is trained on: a turn whose logprobs are missing,
 misaligned, non-finite, positive or not numbers (booleans included) is kept with mask 0 and
@@ -35,7 +36,7 @@ class Turn:
     prompt_ids: Sequence[int]
     completion_ids: Sequence[int]
     logprobs: Sequence[float] | None  # one per completion token, None if the engine gave none
-    finish_reason: str  # "stop", "length", "abort", ..., CONTEXT_FULL (refused, no ids)
+    finish_reason: str  # "stop", "length", "abort", ..., CONTEXT_FULL (refused, nothing sampled)
     # The policy that sampled it: the rollout step whose weights the engines held (slime
     # updates them only between steps); stamped by the rollout, None where unknown.
     policy_version: int | None = None
@@ -56,7 +57,7 @@ class Segment:
 
 # The finish reason of a call the gateway refused because its prompt filled the model's
 # context (answered `length` with nothing sampled, as slime's agent adapter does): its turn
-# has no ids, adds no token, and truncates the segment of the call before it.
+# adds no token; its prompt ids are the conversation it continued, whose segment it truncates.
 CONTEXT_FULL = "context_full"
 
 
@@ -280,15 +281,18 @@ def merge_turns_with_stats(
     stats = MergeStats(turns=len(turns))
     chains: list[_Chain] = []
     index = PrefixIndex()
-    last = -1  # the chain of the latest sampled turn
     for i, turn in enumerate(turns):
         if turn.finish_reason == CONTEXT_FULL:
             # Nothing was sampled and its prompt never reached the engine: no token. The
-            # conversation it would have continued was cut by the context, as a completion
-            # cut at its token limit is: that segment ends truncated.
+            # conversation it continued (its ids: that conversation so far) was cut by the
+            # context, as a completion cut at its token limit is: that segment ends
+            # truncated. Only an exact tip: a conversation that went on since is not it.
             stats.context_full += 1
-            if last >= 0:
-                chains[last].finish = "length"
+            cut = _as_list(turn.prompt_ids)
+            if cut:
+                at = index.lookup(cut).chain
+                if at >= 0 and chains[at].full_len == len(cut):
+                    chains[at].finish = "length"
             continue
         prompt = _as_list(turn.prompt_ids)
         completion = _as_list(turn.completion_ids)
@@ -307,7 +311,6 @@ def merge_turns_with_stats(
             chains.append(_Chain(prompt))
         chains[chain].append(turn, prompt, completion, stats)
         index.record(chain, prompt, completion, match)
-        last = chain
     sequences = [index.sequence(i) if c.sampled else [] for i, c in enumerate(chains)]
     index.close()
     segments = []

@@ -30,9 +30,9 @@ from agentrl.api.model_context import context_length_of
 from agentrl.bundle.gateway import GatewayServer
 from agentrl.bundle.gateway.context import checkpoint_context_length
 from agentrl.bundle.gateway.sglang import EngineError, StreamState
-from agentrl.bundle.traces import CONTEXT_FULL, Turn
+from agentrl.bundle.traces import CONTEXT_FULL, Turn, merge_turns
 
-from .gateway_helpers import MESSAGES, Cluster, metric, settings_for
+from .gateway_helpers import MESSAGES, Cluster, metric, scripted, settings_for
 
 BUDGET = 64  # the session's max_new_tokens (maxResponseLength), as the rollout sets it
 
@@ -83,6 +83,42 @@ async def test_max_new_tokens_is_capped_at_the_room_left_not_refused(
     assert len(turn.prompt_ids) + len(turn.completion_ids) <= context
 
 
+async def test_a_full_context_names_the_conversation_it_cut_not_the_last_caller(
+    cluster: Cluster, checkpoint: Path, renderer: Any, tok: Any
+) -> None:
+    """Two sub-agents on one session: A calls, B calls, then A's next call (a long tool
+    result) fills the context. Its CONTEXT_FULL turn carries A's conversation so far (A's
+    turn's prompt + completion), so merging ends A's segment truncated, not B's, the last
+    caller's."""
+    context = prompt_len(renderer) + 20  # room for the short replies, not the tool result
+    cluster.set(context_len=context, responder=scripted(tok, "42"))
+    gateway = await started(cluster, checkpoint, context_length=context)
+    try:
+        handle = await gateway.create_session("subagents", {"max_new_tokens": BUDGET})
+        c = openai.AsyncOpenAI(base_url=handle.base_url, api_key=handle.token, max_retries=0)
+        a1 = await c.chat.completions.create(model="m", messages=MESSAGES)  # type: ignore[arg-type]
+        b = [{"role": "system", "content": "B"}, MESSAGES[1]]
+        b1 = await c.chat.completions.create(model="m", messages=b)  # type: ignore[arg-type]
+        assert a1.choices[0].finish_reason == b1.choices[0].finish_reason == "stop"
+        reply = {"role": "assistant", "content": a1.choices[0].message.content}
+        long = {"role": "user", "content": "a long tool result " * 20}
+        a2 = await c.chat.completions.create(model="m", messages=[*MESSAGES, reply, long])  # type: ignore[arg-type]
+        assert a2.choices[0].finish_reason == "length"
+        turns = await gateway.get_turns(handle.session_id)
+    finally:
+        await gateway.stop()
+
+    turn_a, turn_b, cut = turns
+    assert cut.finish_reason == CONTEXT_FULL and list(cut.completion_ids) == []
+    assert list(cut.prompt_ids) == [*turn_a.prompt_ids, *turn_a.completion_ids]
+    segments = merge_turns([turn_a, turn_b, cut])
+    assert [s.tokens[: len(turn_a.prompt_ids)] == list(turn_a.prompt_ids) for s in segments] == [
+        True,
+        False,
+    ]
+    assert [s.truncated for s in segments] == [True, False]
+
+
 async def test_the_context_comes_from_config_json_when_the_spec_leaves_it_unset(
     cluster: Cluster, checkpoint: Path, renderer: Any, tmp_path: Path
 ) -> None:
@@ -108,7 +144,7 @@ async def test_a_prompt_that_fills_the_context_is_finish_reason_length_without_t
 ) -> None:
     """As slime's agent adapter answers it: finish reason `length`, no content, no engine
     call; nothing was sampled, so the trace holds each call as a `CONTEXT_FULL` turn with
-    no ids (which truncates the segment before it)."""
+    no ids (each began a conversation: it cut no earlier one)."""
     context = prompt_len(renderer)
     cluster.set(context_len=context)
     gateway = await started(cluster, checkpoint, context_length=context)

@@ -19,6 +19,7 @@ import json
 import logging
 import pickle
 import random
+import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import SimpleNamespace
@@ -33,6 +34,7 @@ from agentrl.bundle.rewards import post_process_rewards
 from agentrl.bundle.rollout import generate_rollout, install_runtime
 from agentrl.bundle.rollout.batch import RolloutContext
 from agentrl.bundle.rollout.carry import CarryStore
+from agentrl.bundle.rollout.filters import FilterError
 from agentrl.bundle.rollout.resume import (
     RolloutState,
     capture,
@@ -223,10 +225,19 @@ CARRY_ROWS = [
 
 
 def one_process(
-    root: Path, rows: Path, config_path: Path, commit: str, *, step: int, reward: float | None
+    root: Path,
+    rows: Path,
+    config_path: Path,
+    commit: str,
+    *,
+    step: int,
+    reward: float | None,
+    fail_filter: bool = False,
+    **grpo: Any,
 ) -> tuple[SimpleNamespace, Any]:
     """A process lifetime of slime's train.py that runs step `step` (restoring the state of
-    step - 1 when there is one, as a restart does), then saves; its agent scores `reward`."""
+    step - 1 when there is one, as a restart does), then saves; its agent scores `reward`.
+    `grpo`: more GRPO keys; `fail_filter` is an arg a test's filter may read."""
     load = str(root) if step > 0 else None
     args = slime_args(
         rows,
@@ -238,12 +249,17 @@ def one_process(
         rollout_temperature=1.0,
         reward_key=None,
         agentrl_config_path=str(config_path),
+        fail_filter=fail_filter,
     )
     source = data_source_module(commit).RolloutDataSourceWithBuffer(args)
     if load is not None:
         source.load(step - 1)
     config = runtime_config(
-        max_concurrent=16, timeout=3600, overSamplingBatchSize=4, stragglerPolicy="carryOver"
+        max_concurrent=16,
+        timeout=3600,
+        overSamplingBatchSize=4,
+        stragglerPolicy="carryOver",
+        **grpo,
     )
     config_path.write_text(config.to_json())
     gateway = FakeGateway()
@@ -354,6 +370,59 @@ def test_a_failed_episode_carried_in_an_older_state_is_dropped_at_load(
     assert len(lines) == 1 and "reason=carry_failed" in lines[0], lines
     assert lines[0].startswith("train episode discarded: session=")
     assert "0 carried-over episode(s), 1 failed carried-over episode(s) dropped" in caplog.text
+
+
+FAILING_FILTER = """
+def unless_told(args, samples):
+    if args.fail_filter:
+        raise RuntimeError("the user's filter has a bug")
+    return True
+"""
+
+
+@pytest.mark.parametrize("commit", COMMITS)
+def test_a_carried_episode_of_a_step_that_fails_is_kept_for_the_restart(
+    tmp_path: Path,
+    commit: str,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Step 0 cuts prompt 0 and keeps its finished episode; step 1 takes it out of the carry
+    store, then the user's filter raises and the step fails (slime's train.py dies with it).
+    The rollout state of step 0 still holds the episode, so the restart from step 0's
+    checkpoint trains it. It was logged as discarded (reason=step_failed, "trains nothing")
+    and its time counted as thrown away; only step 1's fresh episodes are lost."""
+    code = tmp_path / "extra_code"
+    code.mkdir()
+    (code / "resume_filters.py").write_text(FAILING_FILTER)
+    monkeypatch.syspath_prepend(str(code))
+    monkeypatch.delitem(sys.modules, "resume_filters", raising=False)
+    spec = {"dynamicSamplingFilter": "resume_filters.unless_told"}
+    rows = write_rows(tmp_path / "rows.jsonl", CARRY_ROWS)
+    root = tmp_path / "ckpt"
+    root.mkdir()
+    config_path = tmp_path / "config.json"
+    one_process(root, rows, config_path, commit, step=0, reward=None, **spec)
+    state = read(root, 0)
+    assert state is not None
+    ((_, (_, kept)),) = state.carry.episodes.items()
+    caplog.set_level(logging.INFO, logger="agentrl.rollout")
+
+    with pytest.raises(FilterError, match="the user's filter has a bug"):
+        one_process(root, rows, config_path, commit, step=1, reward=0.0, fail_filter=True, **spec)
+
+    failed_step = [r.getMessage() for r in caplog.records]
+    assert not [line for line in failed_step if kept.session_id in line and "discarded" in line]
+    lost = [line for line in failed_step if "reason=step_failed" in line]
+    assert lost and all(kept.session_id not in line for line in lost), lost
+    assert sum(kept.session_id in line for line in failed_step) == 1  # kept, said once
+    caplog.clear()
+
+    _, out = one_process(root, rows, config_path, commit, step=1, reward=0.0, **spec)  # restart
+
+    assert [g[0].metadata["id"] for g in out.samples] == [0, 3]
+    reused = out.samples[0][0]
+    assert reused.session_id == kept.session_id and reused.metadata["policy_version"] == 0
 
 
 # ---- the state file ------------------------------------------------------------------------

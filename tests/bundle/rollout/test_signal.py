@@ -31,7 +31,7 @@ from agentrl.bundle.rollout.types import slime_types
 from agentrl.controller.progress import parse_progress
 
 from .doubles import FakeGateway, StubAgent, runtime_config, simulated_clock
-from .slime_upstream import COMMITS, buffered_source, write_rows
+from .slime_upstream import COMMITS, buffered_source, data_source_module, slime_args, write_rows
 
 
 def args(batch: int, config_path: Path) -> SimpleNamespace:
@@ -49,6 +49,7 @@ class Rig:
     agent: StubAgent
     metrics: BundleMetrics
     config_path: Path
+    runtime: RolloutRuntime
 
     def metric(self, name: str, **labels: str) -> float:
         value = self.metrics.registry.get_sample_value(name, labels)
@@ -77,7 +78,7 @@ def make_rig(tmp_path: Path) -> Iterator[Any]:
         runtime = RolloutRuntime(build, LocalSink(metrics), loop_factory=simulated_clock)
         install_runtime(runtime, config, slime_types(prefer_plain=True))
         runtimes.append(runtime)
-        return Rig(agent, metrics, path)
+        return Rig(agent, metrics, path, runtime)
 
     yield make
     install_runtime(None)
@@ -342,9 +343,11 @@ def test_episodes_of_a_step_that_fails_are_logged_once_with_their_session_id(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Step 1 takes prompt 2's carried-over episode out of the carry store, then the user's
-    filter raises on the first group that finishes (prompt 2) and the step fails. That
-    episode and prompt 2's fresh one finished and train nothing; they went without a word,
-    their agent sessions named nowhere, unlike a cut or expired one."""
+    filter raises on the first group that finishes (prompt 2) and the step fails. Prompt 2's
+    fresh episode finished and trains nothing: it went without a word, its agent session
+    named nowhere, unlike a cut or expired one. The carried one is no loss (the rollout
+    state saved after step 0 holds it for the restart: test_resume): said once, not counted
+    as thrown away, and back in the carry store."""
     code = tmp_path / "extra_code"
     code.mkdir()
     (code / "step_filters.py").write_text(FAILING_FILTER)
@@ -360,6 +363,9 @@ def test_episodes_of_a_step_that_fails_are_logged_once_with_their_session_id(
                              0, source)  # fmt: skip
     assert ids(first) == [0, 1]
     step_zero = {r.session_id for r in rig.agent.requests}
+    carry = rig.runtime.call(rig.runtime.context()).carry
+    kept_before, cut_before = dict(carry.episodes), dict(carry.cut_groups)
+    assert len(kept_before) == 1 and cut_before
     caplog.set_level("INFO", logger="agentrl.rollout")
 
     with pytest.raises(FilterError, match="the user's filter has a bug"):
@@ -367,18 +373,50 @@ def test_episodes_of_a_step_that_fails_are_logged_once_with_their_session_id(
                          1, source)  # fmt: skip
 
     lines = [r.getMessage() for r in caplog.records if "reason=step_failed" in r.getMessage()]
-    assert len(lines) == 2 and all(
-        line.startswith("train episode discarded: session=") for line in lines
-    ), lines
+    assert len(lines) == 1 and lines[0].startswith("train episode discarded: session="), lines
+    sid = lines[0].split("session=")[1].split()[0]
+    assert sid not in step_zero  # prompt 2's second episode, run in step 1
+    assert sum(sid in r.getMessage() for r in caplog.records) == 1
+    ((_, carried),) = kept_before.values()
+    said = [r.getMessage() for r in caplog.records if carried.session_id in r.getMessage()]
+    assert len(said) == 1 and said[0].startswith("train episode kept: session="), said
+    assert carry.episodes == kept_before and carry.cut_groups == cut_before
+    # Only the fresh episode's time (7 s in step 1) is finished work thrown away.
+    assert rig.metric("agentrl_discarded_episode_seconds_total", reason="aborted") == 7
+
+
+@pytest.mark.parametrize("commit", COMMITS)
+def test_a_cut_groups_episode_is_logged_once_when_handing_it_back_fails(
+    make_rig: Any, tmp_path: Path, commit: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A data source (`--data-source-path`) whose add_samples takes the empty probe but
+    raises on the cut groups: the step fails as it hands them back. Prompt 2's finished
+    episode was logged `group_aborted` ("runs again whole") just before, then again
+    `step_failed` by the failed step: two lines for one session."""
+    base = data_source_module(commit).RolloutDataSourceWithBuffer
+
+    class Refusing(base):  # type: ignore[misc, valid-type]
+        def add_samples(self, samples: list[list[Any]]) -> None:
+            if samples:
+                raise RuntimeError("this data source has a bug")
+            super().add_samples(samples)
+
+    rows = write_rows(tmp_path / "rows.jsonl", STRAGGLER_ROWS)
+    source = Refusing(slime_args(rows, 2))
+    rig = make_rig(overSamplingBatchSize=4, stragglerPolicy="abort")
+    caplog.set_level("INFO", logger="agentrl.rollout")
+
+    with pytest.raises(RuntimeError, match="this data source has a bug"):
+        generate_rollout(args(2, rig.config_path), 0, source)
+
+    lines = [r.getMessage() for r in caplog.records if "episode discarded" in r.getMessage()]
     sids = [line.split("session=")[1].split()[0] for line in lines]
-    carried = [sid for sid in sids if sid in step_zero]
-    assert len(carried) == 1, sids  # prompt 2's first episode, cut with its group in step 0
-    assert carried[0] not in {s.session_id for g in first.samples for s in g}
-    assert "carried over from the step that cut its group" in lines[sids.index(carried[0])]
-    for sid in sids:
-        assert sum(sid in r.getMessage() for r in caplog.records) == 1
-    # Their time (5 s in step 0, 7 s in step 1) is counted as finished work thrown away.
-    assert rig.metric("agentrl_discarded_episode_seconds_total", reason="aborted") == 12
+    assert len(sids) == 5 and len(set(sids)) == 5, lines  # prompts 0 and 1, prompt 2's first
+    assert all("reason=step_failed" in line for line in lines), lines
+    assert (
+        rig.metric("agentrl_discarded_episode_seconds_total", reason="aborted")
+        == 10 + 10 + 20 + 20 + 5
+    )
 
 
 # Prompt 2's first episode fails at once (the agent crashed) while its sibling is still

@@ -132,30 +132,52 @@ def test_length_finish_on_the_last_turn_marks_truncated() -> None:
     assert not merge_turns(stopped)[0].truncated
 
 
-REFUSED = Turn((), (), None, CONTEXT_FULL)  # a call whose prompt filled the context
+def refused(conversation: Sequence[int] = ()) -> Turn:
+    """A call whose prompt filled the context, continuing `conversation` (that turn's prompt
+    + completion, as the gateway's trace names it; empty: a new conversation)."""
+    return Turn(conversation, (), None, CONTEXT_FULL)
 
 
-def test_a_call_refused_for_a_full_context_truncates_the_segment_before_it() -> None:
+def test_a_call_refused_for_a_full_context_truncates_the_segment_it_continued() -> None:
     """No token of its own (its prompt never reached the engine), but the conversation it
-    would have continued was cut by the context: that segment ends truncated, and only
-    that one (the sub-agent before the last call is untouched)."""
+    continued was cut by the context: that segment ends truncated, and only that one."""
     a1, b1 = turn([*SYS, 10], [11]), turn([*SYS, 50], [51])
-    segments, stats = merge_turns_with_stats([a1, b1, REFUSED])
+    segments, stats = merge_turns_with_stats([a1, b1, refused([*SYS, 50, 51])])
     assert segments == [seg([*SYS, 10, 11], [1]), seg([*SYS, 50, 51], [1], truncated=True)]
     assert stats.context_full == 1 and stats.breaks == {DIVERGED_PREFIX: 1}
-    assert merge_turns([a1, b1, REFUSED]) == segments
+    assert merge_turns([a1, b1, refused([*SYS, 50, 51])]) == segments
+
+
+def test_a_sub_agent_cut_by_the_context_is_the_one_truncated_not_the_last_caller() -> None:
+    # Sub-agent A's second call fills the context after B called: A's segment was cut.
+    # It marked B's, the latest sampled turn's (slime marks A's: test_merge_upstream).
+    a1, b1 = turn([*SYS, 10], [11]), turn([*SYS, 50], [51])
+    segments = merge_turns([a1, b1, refused([*SYS, 10, 11])])
+    assert segments == [seg([*SYS, 10, 11], [1], truncated=True), seg([*SYS, 50, 51], [1])]
+
+
+def test_a_new_conversation_cut_by_the_context_truncates_no_other() -> None:
+    # A sub-agent's first call (its prompt alone) fills the context: it continued nothing.
+    segments = merge_turns([turn([*SYS, 10], [11]), refused()])
+    assert segments == [seg([*SYS, 10, 11], [1])]
 
 
 def test_a_refused_call_the_conversation_then_goes_past_truncates_nothing() -> None:
     # The agent dropped the long tool result and went on in the same conversation.
-    turns = [turn([*SYS, 10], [11]), REFUSED, turn([*SYS, 10, 11, 12], [13])]
+    turns = [turn([*SYS, 10], [11]), refused([*SYS, 10, 11]), turn([*SYS, 10, 11, 12], [13])]
     segments, stats = merge_turns_with_stats(turns)
     assert segments == [seg([*SYS, 10, 11, 12, 13], [1, 0, 1], 2)]
     assert stats.context_full == 1
 
 
+def test_a_refused_call_on_a_turn_its_conversation_went_past_truncates_nothing() -> None:
+    # It went back to the first turn's state, which its conversation has gone past since.
+    turns = [turn([*SYS, 10], [11]), turn([*SYS, 10, 11, 12], [13]), refused([*SYS, 10, 11])]
+    assert merge_turns(turns) == [seg([*SYS, 10, 11, 12, 13], [1, 0, 1], 2)]
+
+
 def test_refused_calls_alone_are_no_segment() -> None:
-    segments, stats = merge_turns_with_stats([REFUSED, REFUSED])
+    segments, stats = merge_turns_with_stats([refused(), refused()])
     assert segments == [] and stats.context_full == 2 and stats.dropped_empty == 0
 
 

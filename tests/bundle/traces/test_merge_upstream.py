@@ -101,9 +101,9 @@ def test_a_call_refused_for_a_full_context_truncates_as_slimes_trajectory_marks_
     """slime's adapter answers a prompt that fills the context without the engine and still
     records the call (`call_sglang_generate`: no output, finish reason "length"), and its
     `TrajectoryManager` marks the conversation's sample `truncated`. The gateway's trace holds
-    the call as a CONTEXT_FULL turn: the segment is truncated too, with the same trained
-    tokens. By design it adds none of the refused prompt's tokens, where slime appends them
-    untrained up to the context (docs/traces.md)."""
+    the call as a CONTEXT_FULL turn (its ids: the conversation it continued): the segment is
+    truncated too, with the same trained tokens. By design it adds none of the refused
+    prompt's tokens, where slime appends them untrained up to the context (docs/traces.md)."""
     module = _trajectory()
     manager = module.TrajectoryManager()
     question = [{"role": "user", "content": "q"}]
@@ -121,7 +121,7 @@ def test_a_call_refused_for_a_full_context_truncates_as_slimes_trajectory_marks_
         "s", base_sample=_Sample(index=0, group_index=0), max_sample_tokens=8
     )
     trace = [Turn(first.prompt_ids, first.output_ids, first.output_log_probs, first.finish_reason),
-             Turn((), (), None, CONTEXT_FULL)]  # fmt: skip
+             Turn([1, 2, 3, 10, 11, 12], (), None, CONTEXT_FULL)]  # fmt: skip
     (ours,) = merge_turns(trace)
 
     assert theirs.metadata["truncated"] is True and ours.truncated
@@ -132,3 +132,37 @@ def test_a_call_refused_for_a_full_context_truncates_as_slimes_trajectory_marks_
     assert trained(theirs.tokens, theirs.response_length, theirs.loss_mask) == [11, 12]
     assert trained(ours.tokens, ours.response_length, ours.loss_mask) == [11, 12]
     assert ours.tokens == [1, 2, 3, 10, 11, 12] and theirs.tokens == [1, 2, 3, 10, 11, 12, 20, 21]
+
+
+def test_the_sub_agent_cut_by_the_context_is_truncated_as_slimes_trajectory_marks_it() -> None:
+    """Two sub-agents (their own system prompts) in one session: A calls, B calls, then A's
+    next call fills the context. slime's `TrajectoryManager` files the refused call under
+    A's conversation and marks A's sample `truncated`, B's not. agentrl marked B's (the
+    latest sampled turn's); the gateway's trace now names the conversation it continued."""
+    module = _trajectory()
+    manager = module.TrajectoryManager()
+    a = [{"role": "system", "content": "A"}, {"role": "user", "content": "qa"}]
+    b = [{"role": "system", "content": "B"}, {"role": "user", "content": "qb"}]
+    reply = {"role": "assistant", "content": "r"}
+    ta = module.TurnRecord([1, 10], [11], "stop", [-0.5])
+    tb = module.TurnRecord([1, 50], [51], "stop", [-0.5])
+    cut = module.TurnRecord([1, 10, 11, 12, 13], [], "length")
+    manager.record_turn("s", turn=ta, prompt_messages=a, response_message=reply)
+    manager.record_turn("s", turn=tb, prompt_messages=b, response_message=reply)
+    manager.record_turn(
+        "s",
+        turn=cut,
+        prompt_messages=[*a, reply, {"role": "user", "content": "a long tool result"}],
+        response_message={"role": "assistant", "content": ""},
+    )
+    theirs = manager.get_trajectory("s", base_sample=_Sample(index=0, group_index=0))
+    trace = [Turn(t.prompt_ids, t.output_ids, t.output_log_probs, t.finish_reason)
+             for t in (ta, tb)] + [Turn([1, 10, 11], (), None, CONTEXT_FULL)]  # fmt: skip
+    ours = merge_turns(trace)
+
+    def truncated_by_first_prompt(samples: list[Any], flag: Any) -> dict[int, bool]:
+        return {s.tokens[1]: flag(s) for s in samples}
+
+    expected = {10: True, 50: False}
+    assert truncated_by_first_prompt(theirs, lambda s: s.metadata["truncated"]) == expected
+    assert truncated_by_first_prompt(ours, lambda s: s.truncated) == expected

@@ -8,7 +8,8 @@ agent can never open, read or close another episode's session.
     GET    /admin/sessions/{sid}/turns  -> {"turns": [{prompt_ids, completion_ids, logprobs,
                                                     finish_reason}]} (a call whose prompt
                                            filled the context: finish_reason "context_full",
-                                           no ids)
+                                           no completion, as prompt_ids the conversation
+                                           it continued)
     GET    /admin/sessions/{sid}/context_full
                                         -> {calls, prompt_tokens, context_length} (calls whose
                                            prompt filled the context: nothing sampled)

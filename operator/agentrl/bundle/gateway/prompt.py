@@ -22,7 +22,7 @@ from typing import Any
 
 import orjson
 
-from agentrl.bundle.gateway.render_pool import PromptRenderer
+from agentrl.bundle.gateway.render_pool import ContextFull, PromptRenderer
 from agentrl.bundle.gateway.token_view import History, TokenView
 
 MAX_CHAINS = 32  # conversations remembered per session (sub-agents, forks)
@@ -171,23 +171,27 @@ class PromptBuilder:
         extends = chains.index(live[idx])
         chain = live[idx]
         prev = chain.history[: chain.end]
-        if not self.cumulative or continue_final:  # a prefill: a full render, checked
-            ids = await full()
-            drift = None if ids[: len(prev)] == prev else "retokenize_drift"
-            return PromptPlan(ids, fps, tools_fp, extends, drift)
-        first_new = len(chain.message_fps) + 1
-        bridged = await self.render_with.bridge(
-            chain.prompt_ids(),
-            chain.completion_ids(),
-            messages[first_new:],
-            tools,
-            sum(n for _, n in sized[first_new:]),
-        )
-        if bridged is None:
-            return PromptPlan(await full(), fps, tools_fp, extends, "bridge_refused")
-        if bridged[: len(prev)] != prev:  # the renderer's contract, checked: never train on drift
-            return PromptPlan(await full(), fps, tools_fp, extends, "bridge_mismatch")
-        return PromptPlan(bridged, fps, tools_fp, extends, None)
+        try:
+            if not self.cumulative or continue_final:  # a prefill: a full render, checked
+                ids = await full()
+                drift = None if ids[: len(prev)] == prev else "retokenize_drift"
+                return PromptPlan(ids, fps, tools_fp, extends, drift)
+            first_new = len(chain.message_fps) + 1
+            bridged = await self.render_with.bridge(
+                chain.prompt_ids(),
+                chain.completion_ids(),
+                messages[first_new:],
+                tools,
+                sum(n for _, n in sized[first_new:]),
+            )
+            if bridged is None:
+                return PromptPlan(await full(), fps, tools_fp, extends, "bridge_refused")
+            if bridged[: len(prev)] != prev:  # the renderer's contract: never train on drift
+                return PromptPlan(await full(), fps, tools_fp, extends, "bridge_mismatch")
+            return PromptPlan(bridged, fps, tools_fp, extends, None)
+        except ContextFull as exc:
+            exc.extends = extends  # the conversation the full context cut (the trace names it)
+            raise
 
     async def count(
         self,

@@ -59,6 +59,9 @@ class ContextFull(ApiError):
         )
         self.tokens = tokens
         self.limit = limit
+        # The session's chain the call continued (`prompt.PromptBuilder.build` sets it), so
+        # the trace can name the conversation the full context cut.
+        self.extends: int | None = None
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ import math
 import re
 import secrets
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,8 +24,6 @@ from agentrl.bundle.traces import CONTEXT_FULL, Turn
 SESSION_ID = re.compile(r"[A-Za-z0-9._-]{1,128}")  # the whole id: `fullmatch`, never `$`
 MAX_TOMBSTONES = 200_000  # closed ids remembered to refuse reuse; old ones age out
 REFUSAL_CHARS = 300  # of the last refusal's message a session keeps
-# A call whose prompt filled the context, in the trace: nothing sampled, no ids (shared).
-REFUSED_TURN = Turn((), (), None, CONTEXT_FULL)
 Check = Callable[[Any], str | None]  # None, or what is wrong with the value
 
 
@@ -181,9 +179,10 @@ class Session:
     context_full: int = 0
     context_full_tokens: int = 0  # the longest prompt that found it full
     context_length: int = 0  # the context it filled
-    # Where in `turns` each of those calls came (how many turns were recorded before it):
-    # the trace (`SessionStore.turns`) holds them as CONTEXT_FULL turns, in order.
-    context_full_at: list[int] = field(default_factory=list)
+    # Where in `turns` each of those calls came (how many turns were recorded before it),
+    # with the prompt + completion ids of the turn it continued (empty: none): the trace
+    # (`SessionStore.turns`) holds them as CONTEXT_FULL turns, in order.
+    context_full_at: list[tuple[int, Sequence[int]]] = field(default_factory=list)
 
     def answered(self, status: int) -> None:
         self.answers[status] = self.answers.get(status, 0) + 1
@@ -228,7 +227,9 @@ class SessionStore:
 
     def turns(self, sid: str) -> list[Turn]:
         """The session's trace: its sampled turns, and each call refused for a full context
-        as a `CONTEXT_FULL` turn (no ids) where it came, which ends its segment truncated."""
+        where it came, as a `CONTEXT_FULL` turn whose prompt ids are the conversation it
+        continued (that turn's prompt + completion; none for a new conversation) and no
+        completion: it ends that conversation's segment truncated."""
         session = self.get(sid)
         if not session.context_full_at:
             return list(session.turns)
@@ -236,12 +237,12 @@ class SessionStore:
         refused = iter(session.context_full_at)
         at = next(refused, None)
         for i, turn in enumerate(session.turns):
-            while at is not None and at <= i:
-                out.append(REFUSED_TURN)
+            while at is not None and at[0] <= i:
+                out.append(Turn(at[1], (), None, CONTEXT_FULL))
                 at = next(refused, None)
             out.append(turn)
         while at is not None:
-            out.append(REFUSED_TURN)
+            out.append(Turn(at[1], (), None, CONTEXT_FULL))
             at = next(refused, None)
         return out
 

@@ -10,8 +10,9 @@ The context is honoured as slime's own agent adapter does (`call_sglang_generate
 context minus the prompt, so SGLang never refuses a long conversation, and a prompt that
 leaves no room is answered at once with finish reason `length` and no content, never sent to
 the engine. Nothing was sampled, so it is no turn of tokens; the session notes where it came
-(`Session.context_full_at`), and the trace shows it there as a `CONTEXT_FULL` turn, which
-ends the conversation's segment truncated, as slime's adapter records the call.
+and which conversation it continued (`Session.context_full_at`), and the trace shows it
+there as a `CONTEXT_FULL` turn whose ids are that conversation's so far, which ends that
+conversation's segment truncated, as slime's adapter records the call.
 """
 
 from __future__ import annotations
@@ -97,7 +98,13 @@ class TurnRunner:
                 session.context_full += 1
                 session.context_full_tokens = max(session.context_full_tokens, full.tokens)
                 session.context_length = full.limit
-                session.context_full_at.append(len(session.turns))
+                # The ids of the turn whose conversation it continued (none: a new one), so
+                # the trace ends that conversation's segment truncated, not another's.
+                tip: Sequence[int] = ()
+                if full.extends is not None:
+                    chain = session.chains[full.extends]
+                    tip = TokenView(chain.history, chain.end)
+                session.context_full_at.append((len(session.turns), tip))
                 log.info(
                     "gateway: session %s: the prompt (%d tokens) fills the context (%d); "
                     "answered with finish reason length",

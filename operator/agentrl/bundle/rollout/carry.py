@@ -34,10 +34,21 @@ class CarryStore:
         return group_index is not None and self.cut_groups.pop(group_index, None) is not None
 
     def take(self, key: Key | None) -> EpisodeOutcome | None:
-        if key is None:
-            return None
-        entry = self.episodes.pop(key, None)
+        entry = self.take_entry(key)
         return None if entry is None else entry[1]
+
+    def take_entry(self, key: Key | None) -> tuple[int, EpisodeOutcome] | None:
+        """The kept episode with the step that kept it (what `put_back` needs)."""
+        return None if key is None else self.episodes.pop(key, None)
+
+    def put_back(
+        self, group_index: int, cut_step: int | None, entries: dict[Key, tuple[int, EpisodeOutcome]]
+    ) -> None:
+        """Undo `was_cut` and `take_entry` for a group whose step failed: the store is again
+        what the rollout state saved after the previous step holds (`resume.py`)."""
+        if cut_step is not None:
+            self.cut_groups.setdefault(group_index, cut_step)
+        self.episodes.update(entries)
 
     def expire(self, step: int) -> list[EpisodeOutcome]:
         """Forget entries older than TTL_STEPS; returns the finished episodes dropped."""

@@ -199,6 +199,10 @@ class GroupRun:
     tickets: list[Ticket | None]
     tasks: list[asyncio.Task[EpisodeOutcome] | None]
     carried: int = 0  # episodes reused from the step that cut it
+    # What this step took out of the carry store for it (the step that cut it, the episodes
+    # reused with the step that kept them): put back if the step fails (`discard_finished`).
+    cut_step: int | None = None
+    taken: dict[int, tuple[int, EpisodeOutcome]] = field(default_factory=dict)
 
     @property
     def finished(self) -> bool:
@@ -254,6 +258,7 @@ class _Step:
     def start(self, groups: Sequence[PromptGroup]) -> None:
         for prompt in groups:
             first = prompt.key(0) if prompt.samples else None
+            cut_step = self.ctx.carry.cut_groups.get(first[0]) if first else None
             # A group cut before is waited for, as long as the reserved ones fit the batch.
             protected = (
                 self.ctx.carry.was_cut(first[0] if first else None)
@@ -261,12 +266,14 @@ class _Step:
             )
             n = len(prompt.inputs)
             run = GroupRun(prompt, len(self.runs), protected, [None] * n, [None] * n, [None] * n)
+            run.cut_step = cut_step
             for slot, inp in enumerate(prompt.inputs):
-                reused = (
-                    self.ctx.carry.take(prompt.key(slot))
+                entry = (
+                    self.ctx.carry.take_entry(prompt.key(slot))
                     if self.plan.policy == "carryOver"
                     else None
                 )
+                reused = None if entry is None else entry[1]
                 if reused is not None and self.step - reused.policy_version > (
                     self.plan.max_policy_lag
                 ):
@@ -281,13 +288,14 @@ class _Step:
                         "its prompt runs again",
                     )
                     reused = None
-                if reused is not None:
+                if entry is not None and reused is not None:
                     # A fresh id from this process's counter: the one it was run with came
                     # from the process that ran it, and a restarted process counts from 0
                     # again. slime takes samples sharing an id for one episode (its DP
                     # schedule, its per-rollout loss denominator, the reward post-process):
                     # https://github.com/THUDM/slime/blob/fa3c990af6f18efd3fd9922698bf4bf4048d1263/slime/utils/dp_schedule.py
                     run.outcomes[slot] = renumbered(reused, next(self.ctx.rollout_ids))
+                    run.taken[slot] = entry
                     run.carried += 1
                     continue
                 ticket = Ticket()
@@ -410,7 +418,12 @@ class _Step:
         (self.cut_runs if started else self.unstarted).append(run)
 
     def settle_cut_groups(self) -> None:
-        """Remember what the cut groups leave behind, then hand them back to slime."""
+        """Hand the cut groups back to slime, then remember what they leave behind. In that
+        order: a source that refuses them fails the step with nothing logged or kept for
+        them yet, and the failed step names each finished episode once (`discard_finished`)."""
+        self.report.unstarted = len(self.unstarted)
+        self.source.give_back([r.prompt for r in self.cut_runs + self.unstarted])
+        self.handed_back = True
         for run in self.cut_runs:
             first = run.prompt.key(0)
             finished = {}
@@ -438,9 +451,6 @@ class _Step:
             if first is not None:
                 self.ctx.carry.put(self.step, first[0], finished)
             self.report.other_seconds += [o.seconds for o in run.done_outcomes()]
-        self.report.unstarted = len(self.unstarted)
-        self.source.give_back([r.prompt for r in self.cut_runs + self.unstarted])
-        self.handed_back = True
 
     async def abandon(self) -> None:
         """The step failed or was cancelled: stop every episode, hand every group back."""
@@ -463,15 +473,25 @@ class _Step:
                 )
 
     def discard_finished(self) -> None:
-        """The step failed: its finished task outcomes, fresh or carried over from the step
-        that cut their group (taken out of the carry store), train nothing. Each is named
-        once with its session id and its time counted, like a cut group's under `abort`.
-        Failed episodes were logged as they ended; a cut group already settled keeps what it
-        left in the carry store."""
+        """The step failed: its finished task outcomes train nothing. Each is named once with
+        its session id and its time counted, like a cut group's under `abort`. Failed
+        episodes were logged as they ended; a cut group already settled keeps what it left in
+        the carry store. An episode carried over into the step is no loss: the rollout state
+        saved after the previous step still holds it, and a restart from that step's
+        checkpoint (slime's train.py dies with the step) reuses it. It goes back into the
+        carry store, with its group's cut, so the process agrees with that state."""
         settled = set(self.cut_runs) if self.handed_back else set()
         for run in self.runs:
             if run in settled:
                 continue
+            first = run.prompt.key(0) if run.prompt.samples else None
+            if first is not None:
+                entries = {
+                    key: entry
+                    for slot, entry in run.taken.items()
+                    if (key := run.prompt.key(slot)) is not None
+                }
+                self.ctx.carry.put_back(first[0], run.cut_step, entries)
             for slot, task in enumerate(run.tasks):
                 if task is None or not task.done() or task.cancelled() or task.exception():
                     continue
@@ -480,13 +500,22 @@ class _Step:
             for slot, outcome in enumerate(run.outcomes):
                 if outcome is None or outcome.failure is not None:
                     continue
+                if slot in run.taken:
+                    log.info(
+                        "train episode kept: session=%s after %.1fs: carried over into train "
+                        "step %d, which failed; the rollout state saved after step %d still "
+                        "holds it, so a restart from that step's checkpoint reuses it",
+                        outcome.session_id,
+                        outcome.seconds,
+                        self.step,
+                        self.step - 1,
+                    )
+                    continue
                 self.ctx.recorder.discarded("aborted", outcome.seconds)
-                carried = run.tasks[slot] is None
                 log_discarded(
                     outcome,
                     STEP_FAILED,
-                    ("carried over from the step that cut its group, " if carried else "")
-                    + "it finished in a train step that then failed, so it trains nothing",
+                    "it finished in a train step that then failed, so it trains nothing",
                 )
 
     def batch(self) -> list[list[EpisodeOutcome]]:
