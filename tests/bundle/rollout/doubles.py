@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import secrets
+import sys
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -326,3 +328,22 @@ class SlimeDataSource:
         for group in groups:
             assert len(group) == self.n_samples, f"{len(group)} != {self.n_samples}"
             self.buffer.append(group)
+
+
+FAILING_FILTER = """
+def fails_when_told(args, samples):
+    if args.fail_filter:
+        raise RuntimeError("the user's filter has a bug")
+    return True
+"""
+
+
+def failing_filter(tmp_path: Path, monkeypatch: Any, module: str) -> str:
+    """A user's dynamic sampling filter, importable as `module`, that raises when slime's args
+    say `fail_filter` (a step that fails partway); its dotted path for the spec."""
+    code = tmp_path / "extra_code"
+    code.mkdir(exist_ok=True)
+    (code / f"{module}.py").write_text(FAILING_FILTER)
+    monkeypatch.syspath_prepend(str(code))
+    monkeypatch.delitem(sys.modules, module, raising=False)
+    return f"{module}.fails_when_told"

@@ -19,7 +19,6 @@ import json
 import logging
 import pickle
 import random
-import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import SimpleNamespace
@@ -49,7 +48,7 @@ from agentrl.bundle.rollout.runtime import RolloutRuntime
 from agentrl.bundle.rollout.types import Status, slime_types
 from agentrl.slimecmd.checkpoint import TRACKER
 
-from .doubles import FakeGateway, StubAgent, runtime_config, simulated_clock
+from .doubles import FakeGateway, StubAgent, failing_filter, runtime_config, simulated_clock
 from .slime_upstream import COMMITS, data_source_module, dp_schedule_module, slime_args, write_rows
 
 PROMPTS, SAMPLES, BATCH, OVER = 7, 2, 2, 4
@@ -372,14 +371,6 @@ def test_a_failed_episode_carried_in_an_older_state_is_dropped_at_load(
     assert "0 carried-over episode(s), 1 failed carried-over episode(s) dropped" in caplog.text
 
 
-FAILING_FILTER = """
-def unless_told(args, samples):
-    if args.fail_filter:
-        raise RuntimeError("the user's filter has a bug")
-    return True
-"""
-
-
 @pytest.mark.parametrize("commit", COMMITS)
 def test_a_carried_episode_of_a_step_that_fails_is_kept_for_the_restart(
     tmp_path: Path,
@@ -392,12 +383,7 @@ def test_a_carried_episode_of_a_step_that_fails_is_kept_for_the_restart(
     The rollout state of step 0 still holds the episode, so the restart from step 0's
     checkpoint trains it. It was logged as discarded (reason=step_failed, "trains nothing")
     and its time counted as thrown away; only step 1's fresh episodes are lost."""
-    code = tmp_path / "extra_code"
-    code.mkdir()
-    (code / "resume_filters.py").write_text(FAILING_FILTER)
-    monkeypatch.syspath_prepend(str(code))
-    monkeypatch.delitem(sys.modules, "resume_filters", raising=False)
-    spec = {"dynamicSamplingFilter": "resume_filters.unless_told"}
+    spec = {"dynamicSamplingFilter": failing_filter(tmp_path, monkeypatch, "resume_filters")}
     rows = write_rows(tmp_path / "rows.jsonl", CARRY_ROWS)
     root = tmp_path / "ckpt"
     root.mkdir()

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +29,7 @@ from agentrl.bundle.rollout.runtime import RolloutRuntime
 from agentrl.bundle.rollout.types import slime_types
 from agentrl.controller.progress import parse_progress
 
-from .doubles import FakeGateway, StubAgent, runtime_config, simulated_clock
+from .doubles import FakeGateway, StubAgent, failing_filter, runtime_config, simulated_clock
 from .slime_upstream import COMMITS, buffered_source, data_source_module, slime_args, write_rows
 
 
@@ -326,14 +325,6 @@ def test_a_carried_episode_too_old_to_reuse_is_logged_once_with_its_session_id(
     assert sum(sid in r.getMessage() for r in caplog.records) == 1
 
 
-FAILING_FILTER = """
-def at_step_one(args, samples):
-    if args.fail_filter:
-        raise RuntimeError("the user's filter has a bug")
-    return True
-"""
-
-
 @pytest.mark.parametrize("commit", COMMITS)
 def test_episodes_of_a_step_that_fails_are_logged_once_with_their_session_id(
     make_rig: Any,
@@ -348,15 +339,10 @@ def test_episodes_of_a_step_that_fails_are_logged_once_with_their_session_id(
     named nowhere, unlike a cut or expired one. The carried one is no loss (the rollout
     state saved after step 0 holds it for the restart: test_resume): said once, not counted
     as thrown away, and back in the carry store."""
-    code = tmp_path / "extra_code"
-    code.mkdir()
-    (code / "step_filters.py").write_text(FAILING_FILTER)
-    monkeypatch.syspath_prepend(str(code))
-    monkeypatch.delitem(sys.modules, "step_filters", raising=False)
     rig = make_rig(
         overSamplingBatchSize=4,
         stragglerPolicy="carryOver",
-        dynamicSamplingFilter="step_filters.at_step_one",
+        dynamicSamplingFilter=failing_filter(tmp_path, monkeypatch, "step_filters"),
     )
     source = buffered_source(commit, write_rows(tmp_path / "rows.jsonl", STRAGGLER_ROWS), 2)
     first = generate_rollout(SimpleNamespace(**vars(args(2, rig.config_path)), fail_filter=False),
