@@ -1,6 +1,7 @@
-"""A Hugging Face endpoint that is down (503 to every request, each one counted), and a
-subprocess environment that points huggingface_hub at it: huggingface_hub reads its endpoint,
-cache and offline switch at import, so each check runs in a fresh process."""
+"""A Hugging Face endpoint that is down (503, or another status, to every request, each one
+counted), and a subprocess environment that points huggingface_hub at it: huggingface_hub
+reads its endpoint, cache and offline switch at import, so each check runs in a fresh
+process."""
 
 from __future__ import annotations
 
@@ -14,13 +15,14 @@ from typing import Any, ClassVar
 
 
 class DownHub(http.server.BaseHTTPRequestHandler):
-    """503 to every request, each one recorded as `METHOD /path`."""
+    """`status` (503 unless told) to every request, each one recorded as `METHOD /path`."""
 
     seen: ClassVar[list[str]] = []
+    status: ClassVar[int] = 503
 
     def _answer(self) -> None:
         DownHub.seen.append(f"{self.command} {self.path}")
-        self.send_response(503)
+        self.send_response(DownHub.status)
         self.send_header("Content-Length", "0")
         self.end_headers()
 
@@ -31,9 +33,10 @@ class DownHub(http.server.BaseHTTPRequestHandler):
 
 
 @contextmanager
-def down_hub() -> Iterator[tuple[str, list[str]]]:
-    """(the endpoint's URL, the requests it has seen)."""
+def down_hub(status: int = 503) -> Iterator[tuple[str, list[str]]]:
+    """(the endpoint's URL, the requests it has seen); it answers `status` to each."""
     DownHub.seen = []
+    DownHub.status = status
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), DownHub)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()

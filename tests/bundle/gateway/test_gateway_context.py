@@ -365,9 +365,10 @@ def test_an_unreadable_config_leaves_the_context_unknown_with_a_warning(
     assert sum("not capped" in r.getMessage() for r in caplog.records) == 3
 
 
-@pytest.fixture
-def down_hub() -> Iterator[tuple[str, list[str]]]:
-    with hub_down() as hub:
+@pytest.fixture(params=[503, 429])
+def down_hub(request: pytest.FixtureRequest) -> Iterator[tuple[str, list[str]]]:
+    """A hub that is down (503), or rate-limits (429): huggingface_hub retries both."""
+    with hub_down(request.param) as hub:
         yield hub
 
 

@@ -4,7 +4,8 @@ huggingface_hub retries an unreachable hub with backoff for each file not in the
 transformers asks for a tokenizer's files one by one: with `HF_ENDPOINT` out of reach, the
 gateway (and `agentrl rehearse` without `--model-dir`) took 280 seconds and 88 requests to
 fail, saying only that it could not connect. Each check runs in a fresh process, against an
-endpoint that answers 503 to everything: huggingface_hub reads its settings at import.
+endpoint that answers 503 (or 429) to everything: huggingface_hub reads its settings at
+import.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tests.support.down_hub import cache_snapshot, down_hub, hub_env
+from tests.support.down_hub import DownHub, cache_snapshot, down_hub, hub_env
 from tests.support.tiny_tokenizer import write_checkpoint
 
 REPO = "Qwen/Qwen3-8B"
@@ -30,9 +31,11 @@ LOAD = (
 )
 
 
-@pytest.fixture
-def hub() -> Iterator[tuple[str, list[str]]]:
-    with down_hub() as answer:
+@pytest.fixture(params=[503, 429])
+def hub(request: pytest.FixtureRequest) -> Iterator[tuple[str, list[str]]]:
+    """A hub that is down (503), or one that rate-limits (429): huggingface_hub retries
+    both with backoff for each file, so neither is an answer."""
+    with down_hub(request.param) as answer:
         yield answer
 
 
@@ -50,7 +53,8 @@ def test_an_uncached_hub_tokenizer_fails_at_once_naming_the_ways_out(
     url, seen = hub
     cache = tmp_path / "hub"
     said = _load(hub_env(url, tmp_path / "home", cache, offline))
-    why = "HF_HUB_OFFLINE is set" if offline else f"the hub {url} answered 503"
+    status = DownHub.status
+    why = "HF_HUB_OFFLINE is set" if offline else f"the hub {url} answered {status}"
     assert said.startswith(
         f"ERROR gateway: the tokenizer of {REPO!r} cannot be loaded: {why}, and the Hugging "
         f"Face cache {cache} holds no tokenizer of {REPO!r} (tokenizer.json"

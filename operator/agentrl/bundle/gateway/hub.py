@@ -22,15 +22,20 @@ log = logging.getLogger("agentrl.gateway")
 
 # The file asked about: every model repository SGLang serves has one.
 PROBE_FILE = "config.json"
-# An HTTP status the hub answers with below this is its answer (a gated or missing repo
-# or file): the hub is reachable, and huggingface_hub says what is wrong at once.
+# The HTTP statuses huggingface_hub retries with backoff for each file (2.4.0's
+# `utils/_http.py` `_DEFAULT_RETRY_ON_STATUS_CODES`: a request timeout, rate limiting, server
+# errors): the hub is as good as silent. Any other status below 500 is its answer (a gated or
+# missing repo or file), which huggingface_hub says at once. A rate-limited hub (429, as
+# anonymous pulls from one cluster address meet) was taken for an answer, and the load then
+# retried it for 280 seconds and 90 requests.
+_RETRIED = frozenset({408, 429})
 _SERVER_ERROR = 500
 
 
 def hub_silent(repo: str, filename: str = PROBE_FILE) -> str | None:
     """Why the hub is not to be asked about `repo`: `HF_HUB_OFFLINE`, or the one HEAD
-    request for `filename` that got no answer (no connection, a timeout, a 5xx); None when
-    the hub answered."""
+    request for `filename` that got no answer (no connection, a timeout, a 5xx, a 408 or a
+    429: what huggingface_hub would retry); None when the hub answered."""
     from huggingface_hub import constants, get_hf_file_metadata, hf_hub_url
     from huggingface_hub.errors import HfHubHTTPError
 
@@ -40,7 +45,7 @@ def hub_silent(repo: str, filename: str = PROBE_FILE) -> str | None:
         get_hf_file_metadata(hf_hub_url(repo, filename))  # within HF_HUB_ETAG_TIMEOUT
     except HfHubHTTPError as exc:
         status = getattr(exc.response, "status_code", None)
-        if isinstance(status, int) and status < _SERVER_ERROR:
+        if isinstance(status, int) and status < _SERVER_ERROR and status not in _RETRIED:
             return None
         why = f"the hub {constants.ENDPOINT} answered {status}"
     except Exception as exc:  # no connection, no name, a timeout, TLS
