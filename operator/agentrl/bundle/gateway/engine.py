@@ -202,9 +202,11 @@ class EngineClient:
                         break
                     # Chunks that come before the consumer wants them wait in the connection's
                     # buffer and are taken in one read: a wake-up per flush, not per chunk.
-                    # The end of the answer is read as soon as it comes.
+                    # The end of the answer is read as soon as it comes. Not for cumulative
+                    # chunks: those soon outgrow the buffer, and the stalls cost more than
+                    # the wake-ups (only the newest chunk is parsed there anyway).
                     pause = wanted_at - loop.time() if wanted_at is not None else 0.0
-                    if pause > 0 and not ended.done():
+                    if pause > 0 and not ended.done() and not state.lazy:
                         await asyncio.wait({ended}, timeout=pause)
         except aiohttp.ClientError as exc:
             raise EngineError(f"engine /generate stream broke: {exc}") from exc
