@@ -202,11 +202,11 @@ class EngineClient:
                         break
                     # Chunks that come before the consumer wants them wait in the connection's
                     # buffer and are taken in one read: a wake-up per flush, not per chunk.
-                    # The end of the answer is read as soon as it comes. Not for cumulative
-                    # chunks: those soon outgrow the buffer, and the stalls cost more than
-                    # the wake-ups (only the newest chunk is parsed there anyway).
+                    # The end of the answer is read as soon as it comes. Only for chunks
+                    # known to be incremental: cumulative ones soon outgrow the buffer, and
+                    # the stalls cost more than the wake-ups (only the newest is parsed).
                     pause = wanted_at - loop.time() if wanted_at is not None else 0.0
-                    if pause > 0 and not ended.done() and not state.lazy:
+                    if pause > 0 and not ended.done() and state.incremental:
                         await asyncio.wait({ended}, timeout=pause)
         except aiohttp.ClientError as exc:
             raise EngineError(f"engine /generate stream broke: {exc}") from exc
