@@ -53,6 +53,11 @@ def _headers(routing_key: str | None) -> dict[str, str]:
     return headers
 
 
+# A stream's consumer: the ids sampled so far (a list that only grows); it answers the event
+# loop time before which it has no use for more (None: as soon as they come).
+OnStreamTokens = Callable[[list[int]], Awaitable[float | None]]
+
+
 ENCODE_SLICE = 1 << 16  # prompt ids encoded at once: about a millisecond of the event loop
 
 
@@ -137,10 +142,11 @@ class EngineClient:
         rid: str,
         timeout_s: float,
         *,
-        on_tokens: Callable[[list[int]], Awaitable[None]],
+        on_tokens: OnStreamTokens,
         routing_key: str | None = None,
     ) -> Completion:
-        """Like `generate`, streaming: `on_tokens` sees the ids sampled so far after each chunk."""
+        """Like `generate`, streaming: `on_tokens` sees the ids sampled so far after each read
+        of the stream, and answers when it next wants more (see `OnStreamTokens`)."""
         payload = await generate_body(input_ids, sampling_params, rid, stream=True)
         with self._tracked(rid):
             try:
@@ -156,11 +162,12 @@ class EngineClient:
     async def _post_stream(
         self,
         payload: bytes,
-        on_tokens: Callable[[list[int]], Awaitable[None]],
+        on_tokens: OnStreamTokens,
         routing_key: str | None,
     ) -> Completion:
         state = StreamState()
         headers = _headers(routing_key)
+        loop = asyncio.get_running_loop()
         try:
             async with self._http.post(
                 self._router + "/generate", data=payload, headers=headers
@@ -171,6 +178,13 @@ class EngineClient:
                         f"engine /generate: HTTP {resp.status}: {raw[:300]!r}", resp.status
                     )
                 events = SseEvents()
+                ended: asyncio.Future[None] = loop.create_future()  # the answer is all here
+
+                def at_end() -> None:
+                    if not ended.done():
+                        ended.set_result(None)
+
+                resp.content.on_eof(at_end)
                 async for piece in resp.content.iter_any():  # no line-length limit
                     grew, done = False, False
                     for data in events.feed(piece):
@@ -183,10 +197,17 @@ class EngineClient:
                     if state.finished:
                         await resp.content.read()  # the trailing [DONE]: keeps the connection
                         return state.completion()
-                    if grew:  # once per read, however many chunks it held
-                        await on_tokens(state.ids)
+                    wanted_at = await on_tokens(state.ids) if grew else None  # once per read
                     if done:
                         break
+                    # Chunks that come before the consumer wants them wait in the connection's
+                    # buffer and are taken in one read: a wake-up per flush, not per chunk.
+                    # The end of the answer is read as soon as it comes. Only for chunks
+                    # known to be incremental: cumulative ones soon outgrow the buffer, and
+                    # the stalls cost more than the wake-ups (only the newest is parsed).
+                    pause = wanted_at - loop.time() if wanted_at is not None else 0.0
+                    if pause > 0 and not ended.done() and state.incremental:
+                        await asyncio.wait({ended}, timeout=pause)
         except aiohttp.ClientError as exc:
             raise EngineError(f"engine /generate stream broke: {exc}") from exc
         return state.completion()  # an unread last chunk is read here

@@ -238,6 +238,11 @@ class StreamState:
         self._read_at = 0.0
 
     @property
+    def incremental(self) -> bool:
+        """Every field seen so far carries only the new part (unknown after one chunk)."""
+        return bool(self._incremental) and not self._cumulative
+
+    @property
     def lazy(self) -> bool:
         """Every field repeats everything: only the newest chunk matters."""
         return bool(self._cumulative) and not self._incremental

@@ -32,6 +32,9 @@ REPARSE_GROWTH = 8  # a full parse at most once per 1/8 growth of the completion
 TEXT_MARKERS = ("<think>", "</think>")  # reasoning tags some families read from text
 CONTEXT_TOKENS = 4  # tokens decoded before the new ones, so each piece decodes in context
 FLUSH_EVERY_S = 0.05  # deltas go out at most this often
+# A read that wakes for the next flush may come a hair early (timer rounding): flush then
+# rather than arm a timer for the rest.
+FLUSH_EARLY_S = 0.001
 
 
 class Detokenizer:
@@ -264,11 +267,12 @@ class LiveStream:
         except ConnectionError:
             self.gone = True
 
-    async def on_tokens(self, prompt_ids: Sequence[int], ids: list[int]) -> None:
+    async def on_tokens(self, prompt_ids: Sequence[int], ids: list[int]) -> float | None:
         """The ids sampled so far (a list that only grows); what they add goes out now, or
-        when the last flush is `FLUSH_EVERY_S` old."""
+        when the last flush is `FLUSH_EVERY_S` old. Returns when the next flush may come:
+        the engine stream is read no sooner (its chunks wait in the connection)."""
         if self.gone:
-            return
+            return None
         if self.preview is None:
             self.preview = Preview(
                 self.renderer, self.tokenizer, self.req, prompt_ids, self.stop_ids
@@ -276,10 +280,11 @@ class LiveStream:
         self.ids, self.prompt_tokens = ids, len(prompt_ids)
         loop = asyncio.get_running_loop()
         wait = self.flush_at - loop.time()
-        if wait <= 0:
+        if wait <= FLUSH_EARLY_S:
             await self._flush()
         elif self._timer is None and (self._flusher is None or self._flusher.done()):
             self._timer = loop.call_later(wait, self._wake)
+        return self.flush_at
 
     def _wake(self) -> None:
         self._timer = None

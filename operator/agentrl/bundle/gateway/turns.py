@@ -41,8 +41,9 @@ from agentrl.bundle.traces import Turn
 
 log = logging.getLogger("agentrl.gateway")
 
-# Called with (prompt ids, completion ids so far) while a streamed turn generates.
-OnTokens = Callable[[Sequence[int], list[int]], Awaitable[None]]
+# Called with (prompt ids, completion ids so far) while a streamed turn generates; answers the
+# event loop time before which it has no use for more tokens (None: as soon as they come).
+OnTokens = Callable[[Sequence[int], list[int]], Awaitable[float | None]]
 
 
 class TurnRunner:
@@ -156,8 +157,8 @@ class TurnRunner:
                 prompt, params, rid, self.timeout_s, routing_key=session.sid
             )
 
-        async def progress(ids: list[int]) -> None:
-            await on_tokens(prompt, ids)
+        async def progress(ids: list[int]) -> float | None:
+            return await on_tokens(prompt, ids)
 
         params.setdefault("stream_interval", self.stream_interval)
         return await self.engine.generate_stream(
