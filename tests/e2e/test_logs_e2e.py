@@ -224,7 +224,11 @@ def test_a_missing_experiment_and_a_context(kube: KubeHarness, cli: Cli, tmp_pat
     kubeconfig = tmp_path / "two-contexts"
     kubeconfig.write_text(yaml.safe_dump(config))
     unreachable = cli.run("no-such-experiment", "-n", NS, KUBECONFIG=str(kubeconfig))
-    assert unreachable.returncode == 1 and "error: kubectl get rlx" in unreachable.stderr
+    assert unreachable.returncode == 1
+    # Said once, with kubectl's own reason and the way to the reachable context.
+    said = unreachable.stderr.strip().splitlines()
+    assert len(said) == 1 and said[0].startswith("error: agentrl logs cannot reach"), said
+    assert "127.0.0.1:1 was refused" in said[0] and "--context" in said[0]
     picked = cli.run("no-such-experiment", "-n", NS, "--context", "e2e", KUBECONFIG=str(kubeconfig))
     assert "not found" in picked.stderr  # reached the apiserver through the named context
 
