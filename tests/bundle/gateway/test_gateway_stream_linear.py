@@ -19,6 +19,7 @@ from agentrl.bundle.gateway import GatewayServer
 from agentrl.bundle.gateway.chat import ChatRequest, ModelOutput
 from agentrl.bundle.gateway.engine import EngineClient
 from agentrl.bundle.gateway.sglang import (
+    Completion,
     EngineError,
     SseEvents,
     StreamState,
@@ -258,17 +259,19 @@ def sglang_rule(n: int, interval: int) -> bool:
 # ---- reading the engine stream no more often than the consumer wants it -------------------
 
 
-async def test_engine_chunks_wait_until_the_consumer_wants_them_and_the_end_comes_at_once(
-    cluster: Cluster,
-) -> None:
-    """A consumer that wants no more tokens for an hour is called at most twice (one chunk
-    does not yet show the stream incremental): the chunks sampled meanwhile wait in the
-    connection, and the end of the answer is read as soon as it comes (the hour is never
-    waited out), every id and logprob exact."""
-    sampled = list(range(100, 400))
-    # One chunk per token, spread over about 0.3 s: a read per chunk unless they wait.
+SAMPLED = list(range(100, 400))
+
+
+async def _an_hour_between_reads(
+    cluster: Cluster, incremental: bool, rid: str
+) -> tuple[list[int], Completion]:
+    """A stream of one chunk per token (spread over about 0.3 s: a read per chunk unless they
+    wait), to a consumer that wants no more tokens for an hour: (the token counts it was
+    called with, the answer). Checks the answer exact, every id and logprob."""
     cluster.set(
-        responder=lambda prompt, params: sampled, incremental_stream=True, token_delay_s=0.001
+        responder=lambda prompt, params: SAMPLED,
+        incremental_stream=incremental,
+        token_delay_s=0.001,
     )
     calls: list[int] = []
 
@@ -281,40 +284,30 @@ async def test_engine_chunks_wait_until_the_consumer_wants_them_and_the_end_come
         async with asyncio.timeout(60):  # a hang guard: the hour must not be waited out
             done = await client.generate_stream(
                 [1, 2, 3],
-                {"max_new_tokens": len(sampled), "stream_interval": 1},
-                "paced-1",
+                {"max_new_tokens": len(SAMPLED), "stream_interval": 1},
+                rid,
                 600.0,
                 on_tokens=on_tokens,
             )
+    assert done.ids == SAMPLED == cluster.sampled(rid)
+    assert done.logprobs == [stub_logprob(t, i) for i, t in enumerate(SAMPLED)]
+    return calls, done
+
+
+async def test_engine_chunks_wait_until_the_consumer_wants_them_and_the_end_comes_at_once(
+    cluster: Cluster,
+) -> None:
+    """A consumer that wants no more tokens for an hour is called at most twice (one chunk
+    does not yet show the stream incremental): the chunks sampled meanwhile wait in the
+    connection, and the end of the answer is read as soon as it comes (the hour is never
+    waited out)."""
+    calls, done = await _an_hour_between_reads(cluster, True, "paced-1")
     assert len(calls) <= 2, f"the consumer was called after {calls[:10]} tokens"
-    assert done.ids == sampled == cluster.sampled("paced-1")
-    assert done.logprobs == [stub_logprob(t, i) for i, t in enumerate(sampled)]
     assert done.finish_reason == "length"
 
 
 async def test_cumulative_engine_chunks_are_read_as_they_come(cluster: Cluster) -> None:
     """Cumulative chunks (each repeats the answer so far) are not left waiting for the
     consumer: waiting, they outgrow the connection's buffer. The answer stays exact."""
-    sampled = list(range(100, 400))
-    cluster.set(
-        responder=lambda prompt, params: sampled, incremental_stream=False, token_delay_s=0.001
-    )
-    calls: list[int] = []
-
-    async def on_tokens(ids: list[int]) -> float:
-        calls.append(len(ids))
-        return asyncio.get_running_loop().time() + 3600.0
-
-    async with aiohttp.ClientSession() as http:
-        client = EngineClient(cluster.router.url, http)
-        async with asyncio.timeout(60):
-            done = await client.generate_stream(
-                [1, 2, 3],
-                {"max_new_tokens": len(sampled), "stream_interval": 1},
-                "cumulative-1",
-                600.0,
-                on_tokens=on_tokens,
-            )
+    calls, _ = await _an_hour_between_reads(cluster, False, "cumulative-1")
     assert len(calls) > 1  # read on as the chunks came, over about 0.3 s
-    assert done.ids == sampled == cluster.sampled("cumulative-1")
-    assert done.logprobs == [stub_logprob(t, i) for i, t in enumerate(sampled)]
