@@ -165,8 +165,8 @@ class BundleMetrics:
             PREFIX + "discarded_episode_seconds",
             "Train episode time that trained nothing: cut (episodes stopped while running), "
             "aborted (finished episodes of groups the abort policy handed back, and finished "
-            "episodes thrown away otherwise: kept too long for a cut group, or in a step that "
-            "failed) or filtered.",
+            "episodes thrown away otherwise: kept too long for a cut group, in a step that "
+            "failed, or a failed one carried over in an older rollout state) or filtered.",
             ["reason"],
             registry=r,
         )

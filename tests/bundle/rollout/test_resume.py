@@ -34,6 +34,7 @@ from agentrl.bundle.rollout import generate_rollout, install_runtime
 from agentrl.bundle.rollout.batch import RolloutContext
 from agentrl.bundle.rollout.carry import CarryStore
 from agentrl.bundle.rollout.filters import FilterError
+from agentrl.bundle.rollout.report import Recorder
 from agentrl.bundle.rollout.resume import (
     RolloutState,
     capture,
@@ -232,11 +233,13 @@ def one_process(
     step: int,
     reward: float | None,
     fail_filter: bool = False,
+    metrics: BundleMetrics | None = None,
     **grpo: Any,
 ) -> tuple[SimpleNamespace, Any]:
     """A process lifetime of slime's train.py that runs step `step` (restoring the state of
     step - 1 when there is one, as a restart does), then saves; its agent scores `reward`.
-    `grpo`: more GRPO keys; `fail_filter` is an arg a test's filter may read."""
+    `grpo`: more GRPO keys; `fail_filter` is an arg a test's filter may read; `metrics`: the
+    registry the hub of that process serves."""
     load = str(root) if step > 0 else None
     args = slime_args(
         rows,
@@ -267,7 +270,8 @@ def one_process(
     async def build() -> RolloutContext:
         return RolloutContext(gateway, agent, asyncio.Semaphore(16))
 
-    runtime = RolloutRuntime(build, LocalSink(BundleMetrics()), loop_factory=simulated_clock)
+    sink = LocalSink(metrics or BundleMetrics())
+    runtime = RolloutRuntime(build, sink, loop_factory=simulated_clock)
     install_runtime(runtime, config, slime_types(prefer_plain=True))
     try:
         out = generate_rollout(args, step, source)
@@ -333,7 +337,8 @@ def test_a_failed_episode_carried_in_an_older_state_is_dropped_at_load(
     """A state written before only task outcomes were carried over (cd244fa) may hold a cut
     group's failed episode. Loaded as it was, the restart reused it once: its stand-in (reward
     0, no tokens) trained as one of prompt 0's two outcomes. It is dropped at load, named once
-    with its session id and counted, and prompt 0 runs both of its episodes again."""
+    with its session id, its time counted as thrown away in the restarted job's metrics (as
+    the other discarded episodes' is), and prompt 0 runs both of its episodes again."""
     rows = write_rows(tmp_path / "rows.jsonl", CARRY_ROWS)
     root = tmp_path / "ckpt"
     root.mkdir()
@@ -357,8 +362,9 @@ def test_a_failed_episode_carried_in_an_older_state_is_dropped_at_load(
     old.carry.episodes[key] = (step, failed)
     write(root, old)
     caplog.set_level(logging.INFO, logger="agentrl.rollout")
+    metrics = BundleMetrics()  # the restarted job's hub: a new head pod, counting from 0
 
-    _, out = one_process(root, rows, config_path, commit, step=1, reward=0.0)  # restart
+    _, out = one_process(root, rows, config_path, commit, step=1, reward=0.0, metrics=metrics)
 
     assert [g[0].metadata["id"] for g in out.samples] == [0, 3]
     group = out.samples[0]
@@ -369,6 +375,13 @@ def test_a_failed_episode_carried_in_an_older_state_is_dropped_at_load(
     assert len(lines) == 1 and "reason=carry_failed" in lines[0], lines
     assert lines[0].startswith("train episode discarded: session=")
     assert "0 carried-over episode(s), 1 failed carried-over episode(s) dropped" in caplog.text
+    # The step itself throws nothing else away (carryOver keeps what it cuts), so the
+    # counter holds the dropped episode's time alone.
+    assert failed.seconds > 0
+    thrown_away = metrics.registry.get_sample_value(
+        "agentrl_discarded_episode_seconds_total", {"reason": "aborted"}
+    )
+    assert thrown_away == failed.seconds
 
 
 @pytest.mark.parametrize("commit", COMMITS)
@@ -462,9 +475,11 @@ def test_a_restart_without_a_state_says_what_is_lost(
 ) -> None:
     caplog.set_level(logging.WARNING, logger="agentrl.rollout")
     args = SimpleNamespace(load=str(tmp_path))
-    assert not resume(args, object(), CarryStore(), 4)
+    assert not resume(args, object(), CarryStore(), 4, Recorder())
     assert "without agentrl's rollout state of step 3" in caplog.text
-    assert not resume(SimpleNamespace(load=None), object(), CarryStore(), 4)  # a first run
+    assert not resume(
+        SimpleNamespace(load=None), object(), CarryStore(), 4, Recorder()
+    )  # a first run
 
 
 @pytest.mark.parametrize("commit", COMMITS)
@@ -484,10 +499,10 @@ def test_a_resubmission_with_another_samples_per_prompt_leaves_old_groups_out(
     caplog.set_level(logging.WARNING, logger="agentrl.rollout")
     args = slime_args(rows, 4, load=str(tmp_path), save=str(tmp_path))
     after = module.RolloutDataSourceWithBuffer(args)
-    assert resume(args, after, CarryStore(), 4)
+    assert resume(args, after, CarryStore(), 4, Recorder())
     assert after.buffer == [] and after.sample_offset == 3
     assert "2 group(s) handed back" in caplog.text and "samplesPerPrompt is now 4" in caplog.text
     again = module.RolloutDataSourceWithBuffer(slime_args(rows, 2, load=str(tmp_path)))
     assert resume(SimpleNamespace(**{**vars(args), "n_samples_per_prompt": 2}), again,
-                  CarryStore(), 4)  # fmt: skip
+                  CarryStore(), 4, Recorder())  # fmt: skip
     assert [len(g) for g in again.buffer] == [2, 2]  # the same size: all back

@@ -104,7 +104,7 @@ async def train_batch(
     ctx = await rt.context()
     if not ctx.resumed:  # a restarted job: what its checkpoint's step left behind
         ctx.resumed = True
-        resume(args, data_source, ctx.carry, rollout_id)
+        resume(args, data_source, ctx.carry, rollout_id, ctx.recorder)
     ctx.recorder.run_link(wandb_run_url(args), getattr(args, "wandb_group", None))
 
     def to_samples(outcomes: Sequence[EpisodeOutcome]) -> list[Any]:

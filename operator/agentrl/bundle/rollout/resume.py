@@ -37,6 +37,7 @@ from typing import Any, Final
 from agentrl.bundle.rollout.batch import CARRY_FAILED, log_discarded
 from agentrl.bundle.rollout.carry import CarryStore
 from agentrl.bundle.rollout.episode import EpisodeOutcome
+from agentrl.bundle.rollout.report import Recorder
 from agentrl.slimecmd.checkpoint import TRACKER
 
 log = logging.getLogger("agentrl.rollout")
@@ -136,13 +137,16 @@ def restore(
     carry: CarryStore,
     state: RolloutState,
     shuffle: bool,
+    *,
+    recorder: Recorder,
     group_size: int | None = None,
 ) -> list[EpisodeOutcome]:
     """Put the state back into a fresh data source (and the process's carry store).
     `group_size`: slime's `--n-samples-per-prompt` now; handed-back groups of another size
     (the experiment resubmitted with another spec.grpo.samplesPerPrompt) are left out, since
     slime's buffer asserts that every group it takes has exactly that size. Returns the
-    carried-over episodes left out because they failed (each logged once)."""
+    carried-over episodes left out because they failed (each logged once, and its time
+    counted in `recorder` as thrown away)."""
     for name, value in state.cursor.items():
         if hasattr(data_source, name):
             setattr(data_source, name, value)
@@ -172,6 +176,10 @@ def restore(
     failed = {k for k, (_, o) in state.carry.episodes.items() if o.failure is not None}
     dropped = [state.carry.episodes[k][1] for k in sorted(failed)]
     for outcome in dropped:
+        # Finished work thrown away, counted where the other discards (group_aborted,
+        # carry_expired, step_failed) count theirs: its failure was counted when it ended,
+        # by the process that ran it, and a restarted job's hub counts from 0 again.
+        recorder.discarded("aborted", outcome.seconds)
         log_discarded(
             outcome,
             CARRY_FAILED,
@@ -191,9 +199,10 @@ def save_step(args: Any, data_source: Any, carry: CarryStore, step: int) -> None
         write(root, capture(data_source, carry, step))
 
 
-def resume(args: Any, data_source: Any, carry: CarryStore, step: int) -> bool:
+def resume(args: Any, data_source: Any, carry: CarryStore, step: int, recorder: Recorder) -> bool:
     """First train step of a process: restore the state of the checkpoint slime loaded
-    (`--load`, at step - 1). True if a state was restored."""
+    (`--load`, at step - 1) and count what it leaves out in `recorder`. True if a state was
+    restored."""
     root = getattr(args, "load", None)
     if not root or step <= 0:
         return False  # a first run: nothing to resume
@@ -212,7 +221,7 @@ def resume(args: Any, data_source: Any, carry: CarryStore, step: int) -> bool:
     size = getattr(args, "n_samples_per_prompt", None)
     group_size = size if isinstance(size, int) else None
     shuffle = bool(getattr(args, "rollout_shuffle", False))
-    dropped = restore(data_source, carry, state, shuffle, group_size)
+    dropped = restore(data_source, carry, state, shuffle, recorder=recorder, group_size=group_size)
     log.info(
         "Rollout %d: resumed the rollout state of step %d: cursor %s, %d handed-back "
         "group(s), %d carried-over episode(s), %d failed carried-over episode(s) dropped "
