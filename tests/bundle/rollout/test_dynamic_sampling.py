@@ -29,7 +29,15 @@ from agentrl.bundle.rollout.source import SourceError
 from agentrl.bundle.rollout.types import PlainSample, slime_types
 
 from .doubles import FakeGateway, StubAgent, runtime_config, simulated_clock
-from .slime_upstream import COMMITS, UPSTREAM, buffered_source, read_only_source, write_rows
+from .slime_upstream import (
+    COMMITS,
+    UPSTREAM,
+    buffered_source,
+    data_source_module,
+    read_only_source,
+    slime_args,
+    write_rows,
+)
 
 
 def args(batch: int) -> SimpleNamespace:
@@ -424,3 +432,69 @@ def test_every_episode_a_cut_stops_or_throws_away_is_logged_once_with_its_sessio
         assert "reason=group_aborted" in line
     else:  # kept for the group's return: nothing lost, nothing to report
         assert lines_naming(caplog, finished_cut) == []
+
+
+def newest_group_only(args: Any, rollout_id: Any, buffer: list[Any], num_samples: int) -> list[Any]:
+    """A `--buffer-filter-path` function (slime's signature: it takes what it hands out off
+    the buffer): the group handed back last, one per call."""
+    return [buffer.pop()] if buffer and num_samples > 0 else []
+
+
+# Step 0: A (id 0) and X (id 1) are cut at t=20, A's first episode finished (kept). Step 1,
+# with a buffer filter handing out one group per call, newest first: X and three fresh
+# groups; F1 (id 4) is filtered at t=1 and A comes in its place (reserved: X and A are the
+# batch of 2); F2 (id 5) is kept at t=10, before the next cut, so three groups are kept.
+TRIM_ROWS = [
+    {"id": 0, "sleep": [5, 1000, 35], "reward": [1, 0, 0]},  # A
+    {"id": 1, "sleep": [1000, 1000, 30, 40], "reward": [0, 0, 1, 0]},  # X
+    {"id": 2, "sleep": 10, "reward": [0, 1]},
+    {"id": 3, "sleep": 20, "reward": [1, 0]},
+    {"id": 4, "sleep": 1, "reward": 1},  # F1: no variance
+    {"id": 5, "sleep": 10, "reward": [0, 1]},  # F2
+    {"id": 6, "sleep": 1000, "reward": [0, 1]},  # F3: cut
+]
+
+
+@pytest.mark.parametrize("commit", COMMITS)
+def test_a_batch_over_b_hands_back_a_fresh_group_never_a_reserved_one(
+    make_rig: Any, tmp_path: Path, commit: str
+) -> None:
+    """A group cut once is waited for when it comes back, so it trains within two steps and
+    its finished episodes are reused at most one update old. When a step ends with more than
+    B groups (a reserved group that came in a refill, a fresh one kept before the cut), the
+    fresh one goes back. Handing back the reserved group instead (the latest started) made it
+    wait a third step, where its carried episode, two updates old, was thrown away
+    (maxPolicyLag 1) and run again."""
+    rig = make_rig(
+        overSamplingBatchSize=4,
+        stragglerPolicy="carryOver",
+        dynamicSamplingFilter="zeroRewardVariance",
+        maxRefillRounds=1,
+        maxPolicyLag=1,
+    )
+    rows = write_rows(tmp_path / "rows.jsonl", TRIM_ROWS)
+    settings = slime_args(rows, 2)
+    settings.buffer_filter_path = f"{__name__}.newest_group_only"
+    source = data_source_module(commit).RolloutDataSourceWithBuffer(settings)
+
+    out = generate_rollout(args(2), 0, source)
+    assert groups_of(out) == [2, 3]
+    assert [g[0].metadata["id"] for g in source.buffer] == [0, 1]
+    first_step_sids = set(rig.gateway.created)
+
+    out = generate_rollout(args(2), 1, source)
+
+    # X and A, both cut in step 0, train now; A with its episode of step 0.
+    assert [g[0].metadata["id"] for g in out.samples] == [1, 0]
+    reused = [s for s in out.samples[1] if s.session_id in first_step_sids]
+    assert len(reused) == 1 and reused[0].metadata["policy_version"] == 0
+    assert out.metrics["agentrl/policy_lag_max"] == 1
+    # F2, kept too, goes back with its two finished episodes (F3 was cut, F1 filtered).
+    assert sorted(g[0].metadata["id"] for g in source.buffer) == [5, 6]
+
+    out = generate_rollout(args(2), 2, source)
+
+    # F2 comes back reserved, both of its episodes reused one update old; nothing is too old.
+    (f2,) = [g for g in out.samples if g[0].metadata["id"] == 5]
+    assert [s.metadata["policy_version"] for s in f2] == [1, 1]
+    assert out.metrics["agentrl/stale_episodes_restarted"] == 0

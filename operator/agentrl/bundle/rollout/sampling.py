@@ -341,17 +341,21 @@ class _Step:
         self.settle_cut_groups()
 
     def trim(self) -> None:
-        """Never more than B groups: a group that completed in the same instant as the cut
-        (or came back with every episode already finished) can push the count over.
-        Skipped groups and backfills go first, then the latest started; they are handed back
-        like a cut."""
+        """Never more than B groups: a reserved group fetched in a refill (a buffer filter
+        may hand a cut group out after fresh ones) fills the batch without a cut, and a fresh
+        group that finishes before the next cut is kept as well. Fresh groups go first,
+        reserved ones last: a reserved group handed back again would wait a third step, its
+        carried episodes then too old to reuse. Within each, skipped groups and backfills go
+        first, then the latest started; they are handed back like a cut."""
         extra = self.have - self.plan.batch_size
         if extra <= 0:
             return
         by_preference = [
             (group, run)
+            for protected in (False, True)
             for group in (self.skipped, self.backfilled, self.kept)
             for run in sorted(group, key=lambda r: -r.order)
+            if run.protected is protected
         ]
         for group, run in by_preference[:extra]:
             group.remove(run)
