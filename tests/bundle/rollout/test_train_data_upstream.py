@@ -104,6 +104,15 @@ CASES: dict[str, dict[str, Any]] = {
         {},
         [],
     ),
+    # A group whose task outcomes all scored 1, one episode failed; one with variance.
+    "zero_std": _case(
+        [
+            {"behavior": ["ok", "error", "ok", "ok"], "reward": 1},
+            {"behavior": "ok", "reward": [1, 0, 1, 0]},
+        ],
+        {},
+        [],
+    ),
     # Rows of which only some carry a `round_number` in their metadata.
     "round_number": _case(
         [
@@ -385,3 +394,40 @@ def test_every_group_reaches_slime_whole_and_contiguous(row: str, name: str) -> 
     assert out["metrics"]["agentrl/groups_kept"] + out["metrics"]["agentrl/groups_skipped"] == (
         batch
     )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("row", ROWS)
+def test_slimes_raw_reward_averages_a_failures_stand_in_per_sequence(row: str) -> None:
+    """slime's own `rollout/raw_reward` (the actor's `log_rollout_data`, both rows) is the
+    mean of `metadata.raw_reward` over every sample of the step: a failed episode's stand-in
+    counts as a reward of 0, and an episode counts once per sequence. agentrl's
+    `agentrl/episode_reward_mean` is the mean over the episodes with a task outcome; nothing
+    on agentrl's side can change slime's figure without changing what slime trains on (the
+    stand-in sample keeps its group's size), so docs/rollout.md says which one to read."""
+    out = result(row, "grpo")
+    samples = out["samples"]
+    assert sum(s["failure"] is not None for s in samples) == 4 and len(samples) == 12
+    stand_in = [0.0 if s["failure"] else float(s["reward"]) for s in samples]
+    assert out["logged"]["rollout/raw_reward"] == pytest.approx(sum(stand_in) / len(stand_in))
+    outcomes = {s["rollout_id"]: float(s["reward"]) for s in samples if s["failure"] is None}
+    task_mean = sum(outcomes.values()) / len(outcomes)
+    assert out["metrics"]["agentrl/episode_reward_mean"] == pytest.approx(task_mean)
+    # FAILURE_ROWS: 5 rewards of 1 among 8 task outcomes, 4 failures: 5/12 against 5/8.
+    assert (out["logged"]["rollout/raw_reward"], task_mean) == pytest.approx((5 / 12, 5 / 8))
+    # Its per-sample lengths count the stand-in too: 1 response token, none trained.
+    lengths = [s["response_length"] for s in samples]
+    assert {s["response_length"] for s in samples if s["failure"]} == {1}
+    assert out["logged"]["rollout/response_lengths"] == pytest.approx(sum(lengths) / 12)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("row", ROWS)
+def test_slimes_zero_std_count_sees_a_failures_stand_in_as_a_reward(row: str) -> None:
+    """slime's `rollout/zero_std/count_<reward>` (the RolloutManager's per-sample figures)
+    compares every sample's reward: a group whose task outcomes all scored 1 and one of whose
+    episodes failed is not counted there, though it has no GRPO signal; agentrl's
+    `agentrl/zero_variance_share` counts it."""
+    out = result(row, "zero_std")
+    assert not [k for k in out["logged"] if k.startswith("rollout/zero_std/")]
+    assert out["metrics"]["agentrl/zero_variance_share"] == pytest.approx(0.5)

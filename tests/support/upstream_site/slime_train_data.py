@@ -20,9 +20,11 @@ check and flattening, `_convert_samples_to_train_data` (with the reward post-pro
 args name), the DP schedule, the tensors the actor receives, then
 `compute_advantages_and_returns` (the rollout's log-probs stand for the trainer's, as
 `--use-rollout-logprobs` does) and, per micro-batch, `get_batch`'s token and loss-mask
-layout. Prints one JSON list: per case, each sample as agentrl returned it (`samples`) and
-what the trainer holds for it (`trained`, in the same order: the DP split keeps it with one
-rank), or `error` with the stage and what slime raised.
+layout; last, what slime logs for the step (`logged`: the RolloutManager's per-sample
+figures and the actor's `log_rollout_data`, each with its W&B key). Prints one JSON list:
+per case, each sample as agentrl returned it (`samples`), what the trainer holds for it
+(`trained`, in the same order: the DP split keeps it with one rank) and `logged`, or
+`error` with the stage and what slime raised.
 """
 
 from __future__ import annotations
@@ -61,6 +63,9 @@ MPU = SimpleNamespace(
     get_data_parallel_rank=lambda *a, **k: 0,
     get_data_parallel_group=lambda *a, **k: None,
     get_virtual_pipeline_model_parallel_world_size=lambda *a, **k: None,
+    get_tensor_model_parallel_rank=lambda *a, **k: 0,
+    get_data_parallel_src_rank=lambda *a, **k: 0,
+    get_data_parallel_group_gloo=lambda *a, **k: None,
 )
 
 
@@ -203,6 +208,36 @@ def _trainer(args: Any, rollout_data: dict[str, Any]) -> tuple[list[Any], list[A
     return [a.tolist() for a in rollout_data["advantages"]], packed
 
 
+def _slime_logs(args: Any, rollout_data: dict[str, Any]) -> dict[str, Any]:
+    """What the actor's `log_rollout_data` reports for the step (to W&B and TensorBoard,
+    under `rollout/...`), computed by the row's own code on what the trainer holds; one rank,
+    so the gather across data-parallel ranks hands back this rank's figures."""
+    try:  # where later slime releases keep it
+        module = importlib.import_module("slime.observability.train_metric_utils")
+    except ImportError:
+        module = importlib.import_module("slime.backends.megatron_utils.data")
+    gather = sys.modules[module.gather_and_reduce_log_dict.__module__]
+    gather.dist = SimpleNamespace(
+        get_rank=lambda *a, **k: 0,
+        gather_object=lambda obj, out, **k: out.__setitem__(0, obj),
+    )
+    logged: dict[str, Any] = {}
+    module.logging_utils = SimpleNamespace(log=lambda _args, metrics, **k: logged.update(metrics))
+    module.log_rollout_data(0, args, rollout_data)
+    return logged
+
+
+def _slime_rollout_logs(rollout: Any, args: Any, samples: list[Any]) -> dict[str, Any]:
+    """The per-sample figures the RolloutManager logs for the step (`rollout/...`, next to
+    the rollout function's own metrics), by the row's own `compute_metrics_from_samples`."""
+    fn = getattr(rollout, "compute_metrics_from_samples", None)
+    if fn is None:  # where later slime releases keep it
+        fn = importlib.import_module(
+            "slime.observability.rollout_metrics"
+        ).compute_metrics_from_samples
+    return {f"rollout/{k}": v for k, v in fn(args, samples).items()}
+
+
 def run(case: dict[str, Any]) -> dict[str, Any]:
     # One directory per case, removed with it: a suite run makes hundreds.
     with tempfile.TemporaryDirectory(prefix="agentrl-train-data-") as tmp:
@@ -241,6 +276,11 @@ def _run(case: dict[str, Any], work: Path) -> dict[str, Any]:
             ]
             stage = "advantages"
             advantages, packed = _trainer(args, rollout_data)
+            stage = "log"
+            logged = {
+                **_slime_rollout_logs(rollout, args, samples),
+                **_slime_logs(args, rollout_data),
+            }
     except BaseException as e:  # what slime raises is the finding
         return {"error": {"stage": stage, "message": f"{type(e).__name__}: {e}",
                           "trace": traceback.format_exc()[-3000:]}}  # fmt: skip
@@ -266,7 +306,14 @@ def _run(case: dict[str, Any], work: Path) -> dict[str, Any]:
             for s in samples
         ],
         "max_response_len": args.rollout_max_response_len,
-        "metrics": {k: v for k, v in out.metrics.items() if k.startswith("agentrl/groups")},
+        "metrics": {
+            k: v
+            for k, v in out.metrics.items()
+            if k.startswith("agentrl/groups")
+            or k in ("agentrl/episode_reward_mean", "agentrl/zero_variance_share")
+        },
+        # What slime itself logs for the step (floats; JSON has no tensors).
+        "logged": {k: float(v) for k, v in logged.items() if isinstance(v, (int, float))},
         "trained": {  # what the trainer holds, in the order of `samples`
             "rollout_ids": [int(r) for r in rollout_data["rollout_ids"]],
             "advantages": advantages,
