@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import ast
 import json
+import logging
 import shutil
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, Optional, Union
 
 import anthropic
 import openai
@@ -24,12 +26,13 @@ import pytest
 from tests.support import upstream
 from tests.support.down_hub import cache_snapshot, hub_env
 from tests.support.down_hub import down_hub as hub_down
+from tests.support.sglang_stub import StubEngine
 from tests.support.shared import require
 
 from agentrl.api.model_context import context_length_of
 from agentrl.bundle.gateway import GatewayServer
 from agentrl.bundle.gateway.context import checkpoint_context_length
-from agentrl.bundle.gateway.sglang import EngineError, StreamState
+from agentrl.bundle.gateway.sglang import EngineError, StreamState, prompt_limit
 from agentrl.bundle.traces import CONTEXT_FULL, Turn, merge_turns
 
 from .gateway_helpers import MESSAGES, Cluster, metric, scripted, settings_for
@@ -201,27 +204,69 @@ async def test_a_streamed_engine_refusal_reaches_the_client_as_the_engines_400(
 
 
 @pytest.mark.parametrize("stream", [False, True])
-async def test_the_schedulers_length_refusal_is_a_context_error_and_no_turn(
-    gateway: GatewayServer, cluster: Cluster, renderer: Any, stream: bool
+@pytest.mark.parametrize("check", ["scheduler", "tokenizer_manager"])
+async def test_the_engines_refusal_of_a_long_prompt_is_a_full_context_in_the_trace(
+    gateway: GatewayServer, cluster: Cluster, tok: Any, stream: bool, check: str
 ) -> None:
-    """SGLang's scheduler refuses a prompt a few tokens short of the context (its own check,
-    after the tokenizer manager's): a 400 unstreamed, the last chunk of a stream. The agent
-    gets a 400 with `context_length_exceeded` (what agents trim their history on), and
-    nothing is recorded: the one token streamed was sampled after a stand-in prompt."""
-    cluster.set(max_req_input_len=prompt_len(renderer))
-    handle = await gateway.create_session(f"scheduler-{stream}", {"max_new_tokens": BUDGET})
+    """The agent's second call passes the gateway's check (here the gateway knows no
+    context; with one, SGLang's scheduler still refuses a prompt a few tokens short of it)
+    and SGLang refuses the prompt as too long: its scheduler (a 400 unstreamed, the last
+    chunk of a stream) or its tokenizer manager (a 400, an error event in a stream). The
+    agent got a 400 and nothing was traced, so the episode's sample came back COMPLETED
+    where the same call a few tokens longer, found full by the gateway, made it TRUNCATED.
+    It is now the gateway's own full context: finish reason `length`, nothing sampled, a
+    CONTEXT_FULL turn naming the conversation it continued, counted."""
+    cluster.set(responder=scripted(tok, "42"))
+    sid = f"{check}-{stream}"
+    handle = await gateway.create_session(sid, {"max_new_tokens": BUDGET})
     c = openai.AsyncOpenAI(base_url=handle.base_url, api_key=handle.token, max_retries=0)
-    with pytest.raises(openai.BadRequestError, match="maximum allowed length") as err:
-        if stream:
-            async for _ in await c.chat.completions.create(  # type: ignore[call-overload]
-                model="m", messages=MESSAGES, stream=True
-            ):
-                pass
-        else:
-            await c.chat.completions.create(model="m", messages=MESSAGES)  # type: ignore[arg-type]
+    first = await c.chat.completions.create(model="m", messages=MESSAGES)  # type: ignore[arg-type]
+    (turn_a,) = await gateway.get_turns(sid)
+    # The engine now takes prompts shorter than the conversation so far and its reply only.
+    limit = len(turn_a.prompt_ids) + len(turn_a.completion_ids) + 1
+    cluster.set(**{"max_req_input_len" if check == "scheduler" else "context_len": limit})
+    reply = {"role": "assistant", "content": first.choices[0].message.content}
+    long = [*MESSAGES, reply, {"role": "user", "content": "a long tool result " * 20}]
+    if stream:
+        chunks = [
+            ch
+            async for ch in await c.chat.completions.create(  # type: ignore[call-overload]
+                model="m", messages=long, stream=True
+            )
+        ]
+        assert chunks[-1].choices[0].finish_reason == "length"
+        assert "".join(ch.choices[0].delta.content or "" for ch in chunks) == ""
+    else:
+        out = await c.chat.completions.create(model="m", messages=long)  # type: ignore[arg-type]
+        assert out.choices[0].finish_reason == "length" and out.choices[0].message.content == ""
+        assert out.usage is not None and out.usage.completion_tokens == 0
+    assert len(cluster.all_requests()) == 2  # the engine was asked, and refused it
+    turns = await gateway.get_turns(sid)
+    assert turns[0] == turn_a
+    assert turns[1:] == [Turn([*turn_a.prompt_ids, *turn_a.completion_ids], (), None, CONTEXT_FULL)]
+    (segment,) = merge_turns(turns)
+    assert segment.truncated and segment.tokens == [*turn_a.prompt_ids, *turn_a.completion_ids]
+    session = gateway.store.get(sid)
+    assert session.context_full == 1 and session.context_length == limit
+    assert session.answers == {200: 2} and not session.refusals
+    assert metric(cluster, "agentrl_context_full_turns_total") == 1
+    assert metric(cluster, "agentrl_gateway_requests_total", api="openai", code="400") == 0
+
+
+async def test_an_engine_refusal_of_the_prompt_and_its_budget_stays_a_400(
+    gateway: GatewayServer, cluster: Cluster, renderer: Any
+) -> None:
+    """SGLang's refusal of prompt + max_new_tokens over its context (the gateway knows no
+    context to cap at) is no full context: the prompt fits, and a smaller `max_tokens`
+    would be served. The agent gets the 400 with `context_length_exceeded`; no turn."""
+    cluster.set(context_len=prompt_len(renderer) + 2)
+    handle = await gateway.create_session("budget", {"max_new_tokens": BUDGET})
+    c = openai.AsyncOpenAI(base_url=handle.base_url, api_key=handle.token, max_retries=0)
+    with pytest.raises(openai.BadRequestError, match="maximum context length") as err:
+        await c.chat.completions.create(model="m", messages=MESSAGES)  # type: ignore[arg-type]
     assert err.value.code == "context_length_exceeded"
-    assert await gateway.get_turns(f"scheduler-{stream}") == []
-    assert metric(cluster, "agentrl_gateway_requests_total", api="openai", code="400") == 1
+    assert await gateway.get_turns("budget") == []
+    assert gateway.store.get("budget").context_full == 0
 
 
 @pytest.mark.parametrize(
@@ -269,6 +314,93 @@ def sglang_get_context_length(version: str) -> Callable[[Any], int]:
     namespace: dict[str, Any] = {}
     exec(compile(ast.Module(wanted, []), str(path), "exec"), namespace)
     return namespace["get_context_length"]  # type: ignore[no-any-return]
+
+
+def sglang_function(version: str, module: str, name: str, within: str | None = None) -> Any:
+    """SGLang's own function `name` (a method of class `within`) from the pinned release's
+    source, compiled alone: its names besides are given by the caller's namespace."""
+    path = upstream.sglang_dir(version) / f"sglang/srt/{module}.py"
+    tree = ast.parse(require(path, f"SGLang {version}'s {name}").read_text("utf-8"))
+    body = tree.body
+    if within is not None:
+        (cls,) = [n for n in body if isinstance(n, ast.ClassDef) and n.name == within]
+        body = cls.body
+    found = [n for n in body if isinstance(n, ast.FunctionDef) and n.name == name]
+    assert len(found) == 1, f"SGLang {version} moved {name}"
+    namespace: dict[str, Any] = {
+        "Any": Any, "List": list, "Optional": Optional, "Union": Union, "Req": object,
+        "GenerateReqInput": SimpleNamespace, "EmbeddingReqInput": type("Embedding", (), {}),
+        "logger": logging.getLogger("sglang"),
+    }  # fmt: skip
+    exec(compile(ast.Module(found, []), str(path), "exec"), namespace)
+    return namespace[name]
+
+
+def sglang_refusal(
+    version: str, context: int, max_req_input_len: int, n: int, new: int
+) -> str | None:
+    """What SGLang `version` answers a prompt of `n` tokens asking for `new`: its tokenizer
+    manager's ValueError, else its scheduler's abort message, else None (served); without
+    --allow-auto-truncate and without speculative decoding, as slime launches it."""
+    check = sglang_function(
+        version, "managers/tokenizer_manager", "_validate_one_request", "TokenizerManager"
+    )
+    server_args = SimpleNamespace(
+        allow_auto_truncate=False,
+        enable_return_hidden_states=False,
+        enable_custom_logit_processor=False,
+    )
+    manager = SimpleNamespace(
+        context_len=context,
+        num_reserved_tokens=0,
+        server_args=server_args,
+        validate_total_tokens=True,
+        _validate_token_ids_logprob=lambda o: None,
+    )
+    obj = SimpleNamespace(
+        sampling_params={"max_new_tokens": new},
+        return_hidden_states=False,
+        custom_logit_processor=None,
+    )
+    try:
+        check(manager, obj, list(range(n)))
+    except ValueError as exc:
+        return str(exc)
+    validate = sglang_function(version, "managers/utils", "validate_input_length")
+    req = SimpleNamespace(origin_input_ids=list(range(n)))
+    message: str | None = validate(req, max_req_input_len, False)
+    return message
+
+
+@pytest.mark.parametrize("version", upstream.sglang_pin()["versions"])  # type: ignore[arg-type]
+def test_the_stand_in_refuses_long_prompts_as_sglang_and_the_gateway_knows_which(
+    version: str,
+) -> None:
+    """SGLang's own length checks (its tokenizer manager's and its scheduler's, from each
+    pinned release's source) against the stand-in engine the gateway tests run on: the same
+    prompts refused, with the same messages. Of those, the gateway takes the refusals of
+    the prompt alone as a full context (`prompt_limit`, the limit named), and not the one of
+    prompt + max_new_tokens over the context (the prompt fits a smaller budget)."""
+    context = 40
+    limit = context - 1 - 5  # the scheduler's max_req_len - 5, the KV pool larger
+    stub = StubEngine(vocab_size=100, context_len=context, max_req_input_len=limit)
+    seen: set[int | None] = set()
+    for n in range(limit - 3, context + 3):
+        for new in (1, 4, 8):
+            theirs = sglang_refusal(version, context, limit, n, new)
+            body = {"input_ids": list(range(n)), "sampling_params": {"max_new_tokens": new}}
+            ours = stub._context_refusal(body)
+            if ours is None:
+                scheduler = stub._scheduler_refusal(body)
+                ours = None if scheduler is None else scheduler["message"]
+            assert ours == theirs, (n, new)
+            if theirs is None:
+                continue
+            named = prompt_limit(EngineError("refused", 400, theirs))
+            whole = n >= context or (n >= limit and n + new <= context)
+            assert named == (None if not whole else context if n >= context else limit), theirs
+            seen.add(named)
+    assert seen == {None, limit, context}  # each kind of refusal met
 
 
 QWEN2 = {"model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"]}

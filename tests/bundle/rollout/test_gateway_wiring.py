@@ -37,14 +37,22 @@ def model_overrides() -> dict[str, int]:
 
 
 @pytest.fixture
+def engine_limits() -> dict[str, int]:
+    """The stand-in engine's length checks a test turns on (`StubEngine` fields)."""
+    return {}
+
+
+@pytest.fixture
 async def hub_with_gateway(
-    tmp_path: Path, model_overrides: dict[str, int]
+    tmp_path: Path, model_overrides: dict[str, int], engine_limits: dict[str, int]
 ) -> AsyncIterator[tuple[Hub, GatewayClient]]:
     checkpoint = write_checkpoint(tmp_path / "ckpt")
     tok = load_tokenizer(str(checkpoint))
     reply = [*tok.encode("The answer is 42."), tok.convert_tokens_to_ids("<|im_end|>")]
     # A model that ends its turn properly, so the next prompt can extend it exactly.
-    engine = StubEngine(vocab_size=len(tok.get_vocab()), responder=lambda p, s: list(reply))
+    engine = StubEngine(
+        vocab_size=len(tok.get_vocab()), responder=lambda p, s: list(reply), **engine_limits
+    )
     router = StubRouter([await engine.start()])
     await router.start()
     port = free_port()
@@ -146,6 +154,39 @@ async def test_a_later_call_that_finds_the_context_full_truncates_the_episode(
     (sample,) = outcome.samples
     assert sample.status is Status.TRUNCATED
     # The first call alone: its 17-token prompt and 7 sampled tokens, all trained.
+    assert len(sample.tokens) == 24 and sample.response_length == 7
+    assert sample.loss_mask == [1] * 7 and sample.metadata["num_turns"] == 1
+    assert outcome.merge is not None and outcome.merge.context_full == 1
+    assert ctx.recorder.take().counters[("truncated_samples", ())] == 1
+    text = exposition(hub.metrics)
+    assert "agentrl_context_full_turns_total 1.0" in text
+
+
+# The first call's prompt is 17 tokens and its reply 7; the second's, 42 tokens, passes the
+# gateway (no context set) and SGLang refuses it: its scheduler, or its tokenizer manager.
+@pytest.mark.parametrize("engine_limits", [{"max_req_input_len": 30}, {"context_len": 40}])
+async def test_a_later_call_the_engine_refuses_as_too_long_truncates_the_episode(
+    hub_with_gateway: tuple[Hub, GatewayClient],
+) -> None:
+    """SGLang itself refuses the agent's second call as too long (its scheduler's limit is a
+    few tokens short of the context, so the gateway's own check can pass it). The agent got
+    a 400 and nothing was traced: an agent that ends on `length` failed instead, and one
+    that caught the error came back COMPLETED. As with the gateway's own full context, the
+    call is answered `length` and the sample is TRUNCATED, with no token of the refused call."""
+    hub, client = hub_with_gateway
+    agent = ChatAgent(turns=2)
+    ctx = RolloutContext(client, agent, asyncio.Semaphore(1))
+    spec = EpisodeSpec({"temperature": 1.0, "max_new_tokens": 16}, 256, 60.0, "agentrl")
+    try:
+        ((outcome,),) = await run_groups(
+            ctx, [[EpisodeInput("p", {"q": "a question"}, None, 0, 0)]], spec, "train"
+        )
+    finally:
+        await agent.aclose()
+    assert agent.calls == 2
+    assert outcome.failure is None, outcome.message
+    (sample,) = outcome.samples
+    assert sample.status is Status.TRUNCATED
     assert len(sample.tokens) == 24 and sample.response_length == 7
     assert sample.loss_mask == [1] * 7 and sample.metadata["num_turns"] == 1
     assert outcome.merge is not None and outcome.merge.context_full == 1

@@ -34,6 +34,7 @@ from agentrl.bundle.gateway.sglang import (
     SseEvents,
     StreamState,
     engine_requests,
+    http_error,
     parse_generate_response,
     worker_urls,
 )
@@ -173,10 +174,7 @@ class EngineClient:
                 self._router + "/generate", data=payload, headers=headers
             ) as resp:
                 if resp.status != 200:
-                    raw = await resp.read()
-                    raise EngineError(
-                        f"engine /generate: HTTP {resp.status}: {raw[:300]!r}", resp.status
-                    )
+                    raise http_error(resp.status, await resp.read())
                 events = SseEvents()
                 ended: asyncio.Future[None] = loop.create_future()  # the answer is all here
 
@@ -225,7 +223,7 @@ class EngineClient:
         except (aiohttp.ClientError, HttpError) as exc:
             raise EngineError(f"engine /generate unreachable: {exc}") from exc
         if status != 200:
-            raise EngineError(f"engine /generate: HTTP {status}: {raw[:300]!r}", status)
+            raise http_error(status, raw)
         try:
             body = orjson.loads(raw)
         except orjson.JSONDecodeError as exc:

@@ -20,11 +20,53 @@ import orjson
 
 
 class EngineError(Exception):
-    """The engine or router failed a call (HTTP error, bad body, unreachable)."""
+    """The engine or router failed a call (HTTP error, bad body, unreachable). `detail` is
+    the engine's own message where it gave one (an error body, an error event, an abort's)."""
 
-    def __init__(self, message: str, status: int | None = None) -> None:
+    def __init__(self, message: str, status: int | None = None, detail: str | None = None) -> None:
         super().__init__(message)
         self.status = status
+        self.detail = detail
+
+
+MAX_ERROR_BODY = 64 * 1024  # an error body longer than this is not read for its message
+
+
+def http_error(status: int, raw: bytes) -> EngineError:
+    """A `/generate` answered with an HTTP error; SGLang's body `{"error": {"message"}}`
+    (`http_server._create_error_response`) gives the detail."""
+    message: Any = None
+    if len(raw) <= MAX_ERROR_BODY:
+        try:
+            body = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            body = None
+        error = body.get("error") if isinstance(body, dict) else None
+        message = error.get("message") if isinstance(error, dict) else None
+    detail = message if isinstance(message, str) else None
+    return EngineError(f"engine /generate: HTTP {status}: {raw[:300]!r}", status, detail)
+
+
+# SGLang's refusals of a prompt that alone is too long for it (0.5.13 and 0.5.15.post1, which
+# slime runs without --allow-auto-truncate), with the limit each names last: the tokenizer
+# manager's (`TokenizerManager._validate_one_request`: prompt tokens at or over the context)
+# and the scheduler's (`managers/utils.validate_input_length`: at or over `max_req_len - 5`,
+# `max_req_len` the smaller of the context and the KV pool, minus one). Not its refusal of
+# prompt + max_new_tokens over the context ("Requested token count exceeds ..."): that prompt
+# fits, and a smaller max_new_tokens would be served.
+PROMPT_TOO_LONG = re.compile(
+    r"The input \((\d+) tokens\) is longer than the model's context length \((\d+) tokens\)"
+    r"|Input length \((\d+) tokens\) exceeds the maximum allowed length \((\d+) tokens\)"
+)
+
+
+def prompt_limit(error: EngineError) -> int | None:
+    """The prompt limit the engine named when it refused a prompt for its length alone (a
+    400), else None."""
+    if error.status != 400 or error.detail is None:
+        return None
+    found = PROMPT_TOO_LONG.search(error.detail)
+    return None if found is None else int(found.group(2) or found.group(4))
 
 
 @dataclass(frozen=True)
@@ -140,7 +182,8 @@ def engine_refusal(finish: Any) -> EngineError | None:
     code = finish.get("status_code")
     if type(code) is not int or not 400 <= code <= 599:
         return None  # an abort by request id, `abort_all` or a weight update: status_code null
-    return EngineError(f"engine refused: {str(finish.get('message'))[:300]}", code)
+    message = str(finish.get("message"))
+    return EngineError(f"engine refused: {message[:300]}", code, message)
 
 
 def stream_error(error: Any) -> EngineError:
@@ -151,7 +194,8 @@ def stream_error(error: Any) -> EngineError:
     detail = error if isinstance(error, dict) else {"message": error}
     code = detail.get("code")
     status = code if type(code) is int and 400 <= code <= 599 else None
-    return EngineError(f"engine stream error: {str(detail.get('message', detail))[:300]}", status)
+    message = str(detail.get("message", detail))
+    return EngineError(f"engine stream error: {message[:300]}", status, message)
 
 
 class SseEvents:

@@ -12,7 +12,10 @@ leaves no room is answered at once with finish reason `length` and no content, n
 the engine. Nothing was sampled, so it is no turn of tokens; the session notes where it came
 and which conversation it continued (`Session.context_full_at`), and the trace shows it
 there as a `CONTEXT_FULL` turn whose ids are that conversation's so far, which ends that
-conversation's segment truncated, as slime's adapter records the call.
+conversation's segment truncated, as slime's adapter records the call. A prompt the engine
+itself refuses as too long (SGLang's scheduler takes prompts only a few tokens short of the
+context, or of its KV pool) is the same full context, answered and traced the same way;
+slime's adapter answers the agent an error there (a 500) and records nothing.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from agentrl.bundle.gateway.engine import EngineClient
 from agentrl.bundle.gateway.prompt import PromptBuilder, record_turn, reply_fingerprint
 from agentrl.bundle.gateway.render_pool import ContextFull
 from agentrl.bundle.gateway.session_store import Session
-from agentrl.bundle.gateway.sglang import Completion
+from agentrl.bundle.gateway.sglang import Completion, EngineError, prompt_limit
 from agentrl.bundle.gateway.token_view import TokenView
 from agentrl.bundle.metrics import BundleMetrics
 from agentrl.bundle.traces import Turn
@@ -95,31 +98,25 @@ class TurnRunner:
                     session.chains, req.messages, req.tools, continue_final=req.continue_final
                 )
             except ContextFull as full:
-                self.metrics.context_full_turns.inc()
-                session.context_full += 1
-                session.context_full_tokens = max(session.context_full_tokens, full.tokens)
-                session.context_length = full.limit
-                # The ids of the turn whose conversation it continued (none: a new one), so
-                # the trace ends that conversation's segment truncated, not another's.
-                tip: Sequence[int] = ()
-                if full.extends is not None:
-                    chain = session.chains[full.extends]
-                    tip = TokenView(chain.history, chain.end)
-                session.context_full_at.append((len(session.turns), tip))
-                log.info(
-                    "gateway: session %s: the prompt (%d tokens) fills the context (%d); "
-                    "answered with finish reason length",
-                    session.sid,
-                    full.tokens,
-                    full.limit,
-                )
-                return ModelOutput("", None, finish_reason="length", prompt_tokens=full.tokens)
+                return self._context_full(session, full.tokens, full.limit, full.extends, "")
             if plan.break_reason is not None:
                 self.metrics.trace_breaks.labels(plan.break_reason).inc()
             session.n_requests += 1
             rid = f"{session.sid}-{session.n_requests}-{secrets.token_hex(4)}"
             prompt: TokenView[int] = TokenView(plan.prompt_ids, len(plan.prompt_ids))
-            done = await self._generate(session, req, prompt, rid, on_tokens)
+            try:
+                done = await self._generate(session, req, prompt, rid, on_tokens)
+            except EngineError as exc:
+                # SGLang refused the prompt itself as too long: its scheduler's limit is a
+                # few tokens short of the context (and the KV pool may set a lower one), so
+                # a prompt that passed the gateway's check can meet it. The same full
+                # context: answered and traced as the gateway's own check does.
+                limit = prompt_limit(exc)
+                if limit is None:
+                    raise
+                return self._context_full(
+                    session, len(prompt), limit, plan.extends, f" (the engine: {exc.detail})"
+                )
             # Recorded first: nothing that happens to the reply can lose a sampled turn.
             at = len(session.turns)
             session.turns.append(Turn(prompt, done.ids, done.logprobs, done.finish_reason))
@@ -142,6 +139,32 @@ class TurnRunner:
                 kind="api_error",
             )
         return out
+
+    def _context_full(
+        self, session: Session, tokens: int, limit: int, extends: int | None, why: str
+    ) -> ModelOutput:
+        """A call whose prompt fills the context: counted, noted where it came in the trace
+        with the conversation it continued, and answered finish reason `length`."""
+        self.metrics.context_full_turns.inc()
+        session.context_full += 1
+        session.context_full_tokens = max(session.context_full_tokens, tokens)
+        session.context_length = limit
+        # The ids of the turn whose conversation it continued (none: a new one), so the
+        # trace ends that conversation's segment truncated, not another's.
+        tip: Sequence[int] = ()
+        if extends is not None:
+            chain = session.chains[extends]
+            tip = TokenView(chain.history, chain.end)
+        session.context_full_at.append((len(session.turns), tip))
+        log.info(
+            "gateway: session %s: the prompt (%d tokens) fills the context (%d)%s; "
+            "answered with finish reason length",
+            session.sid,
+            tokens,
+            limit,
+            why,
+        )
+        return ModelOutput("", None, finish_reason="length", prompt_tokens=tokens)
 
     async def _generate(
         self,
