@@ -311,8 +311,22 @@ def test_a_prompt_after_the_first_that_is_not_text_is_judged_as_slime_judges_it(
                               "3 (list), and spec.runtime.extraArgs: --rollout-max-prompt-len "
                               "12 is set: slime's Dataset counts")  # fmt: skip
     assert "TypeError" in problem and "make every prompt text" in problem
-    with pytest.raises(RehearsalError, match=r"not text at row 3 \(list\).*TypeError"):
+    with pytest.raises(RehearsalError) as refused:
         plan_inputs(exp, options)
+    assert str(refused.value) == problem  # the launcher's words, the same rows
+
+    # More such rows than are listed, after a blank line (no row): both name the same lines,
+    # the same number of them (the rehearsal counted rows, not lines, and listed 3).
+    listed = [pairs[0], *[row(f"t-{i}") | {"prompt": [{"role": "user"}]} for i in range(7)]]
+    data.write_text("\n".join(json.dumps(r) for r in listed[:1]) + "\n\n"
+                    + "".join(json.dumps(r) + "\n" for r in listed[1:]))  # fmt: skip
+    (problem,), _ = launcher(data)
+    assert "not text at lines 3 (list), 4 (list), 5 (list), 6 (list), 7 (list) and 2 more" in (
+        problem
+    )
+    with pytest.raises(RehearsalError) as refused:
+        plan_inputs(exp, options)
+    assert str(refused.value) == problem
 
     # The first prompt not text: slime counts nothing, and neither judge does.
     write_rows(data, [messages[2], *pairs])
