@@ -182,9 +182,9 @@ def _check_rows(data: Path, where: str) -> list[int]:
     with data.open(encoding=ENCODING, errors=ERRORS) as lines:
         report = judge_rows(lines, rows)
     if report.bad:
-        listed = "; ".join(f"{data}:{n}: {p}" for n, p in report.bad[:3])
-        left = len(report.bad) - 3 + report.more
-        more = f" (and {left} more)" if left > 0 else ""
+        # The rows the launcher lists (the first LISTED_ROWS), then the count it gives.
+        listed = "; ".join(f"{data}:{n}: {p}" for n, p in report.bad)
+        more = f" (and {report.more} more)" if report.more else ""
         raise RehearsalError(
             f"{where}: {listed}{more}. {ROW_SHAPE}; the launcher in the pods refuses a file "
             "with such a row anywhere in it, after the GPUs are scheduled"
