@@ -5,7 +5,9 @@ With `--rollout-max-prompt-len` (or `--rollout-max-context-len`) in extraArgs, s
 Dataset counts every train prompt's tokens when the job starts and drops the rows over the
 limit. The launcher's preflight in the pods says which, counting with transformers as slime
 does; `agentrl rehearse` leaves the same rows out, counting with the gateway's tokenizer.
-Both judge with `judge_prompts`, so they agree on every row, the odd ones included.
+Both judge with `judge_prompts`, so they agree on every row, the odd ones included, and
+both list the rows with `listed_rows` (a prompt that is not text in the words of
+`not_text_problem`), so they name the same rows.
 
 slime's `filter_long_prompt` (slime/utils/data.py, the same at both supported commits):
 https://github.com/THUDM/slime/blob/fa3c990af6f18efd3fd9922698bf4bf4048d1263/slime/utils/data.py#L81-L127
@@ -20,9 +22,11 @@ https://github.com/THUDM/slime/blob/624b824a898ab0ec1fcb4d373004c7f3852bf515/sli
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
+
+from agentrl.api.data_rows import LISTED_ROWS
 
 Count = Callable[[list[str]], list[int]]
 """Token counts of texts as slime counts them: the checkpoint's tokenizer, no special tokens."""
@@ -92,3 +96,25 @@ def judge_prompts(prompts: Sequence[Any], most: int, count: Count) -> PromptVerd
         if tokens > most:
             long.append((i, tokens))
     return PromptVerdict(len(prompts), tuple(long), tuple(not_text))
+
+
+def listed_rows(lines: Sequence[int], found: Iterable[tuple[int, Any]]) -> str:
+    """`N (what)` for the first LISTED_ROWS of `found` ((position among the rows, what)),
+    each by its line number in `lines` (the rows' line numbers, in file order: blank lines
+    are no rows), then how many more."""
+    found = list(found)
+    listed = ", ".join(f"{lines[i]} ({what})" for i, what in found[:LISTED_ROWS])
+    more = f" and {len(found) - LISTED_ROWS} more" if len(found) > LISTED_ROWS else ""
+    return listed + more
+
+
+def not_text_problem(
+    path: str, lines: Sequence[int], not_text: Iterable[tuple[int, str]], flag: str
+) -> str:
+    """The refusal of spec.data.train's file `path` (rows at `lines`) for the prompts slime's
+    tokenizer cannot count (`PromptVerdict.not_text`) under extraArgs' `flag`."""
+    return (
+        f"spec.data.train: {path} has prompts that are not text at lines "
+        f"{listed_rows(lines, not_text)}, and spec.runtime.extraArgs: {flag} is set: "
+        f"{NOT_TEXT_WHY}; {NOT_TEXT_FIX}"
+    )

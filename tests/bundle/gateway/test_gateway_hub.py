@@ -82,3 +82,38 @@ def test_a_cached_hub_tokenizer_loads_from_the_cache_with_the_hub_asked_once(
     assert _load(hub_env(url, tmp_path / "home", cache, offline)) == f"IDS {want}"
     asked = [s for s in seen if REPO in s]
     assert asked == ([] if offline else [f"HEAD /{REPO}/resolve/main/config.json"])
+
+
+START_TWICE = (
+    "import asyncio\n"
+    "from agentrl.bundle.gateway import GatewayServer, GatewaySettings\n"
+    "from agentrl.bundle.metrics import BundleMetrics\n"
+    "async def start() -> None:\n"
+    "    settings = GatewaySettings(router_url='http://127.0.0.1:9', port=0,\n"
+    f"                               tokenizer_path={REPO!r}, renderer_family='qwen3')\n"
+    "    server = GatewayServer(settings, BundleMetrics())\n"
+    "    await server.start()\n"
+    "    print('CONTEXT', server.context_length)\n"
+    "    await server.stop()\n"
+    "asyncio.run(start())\n"
+    "asyncio.run(start())\n"
+)
+
+
+def test_a_gateway_start_asks_a_silent_hub_once_and_the_next_start_asks_again(
+    hub: tuple[str, list[str]], tmp_path: Path
+) -> None:
+    """A gateway serving a hub id reads its tokenizer and its config.json (the context) at
+    start: each asked the hub, and a silent hub cost each HF_HUB_ETAG_TIMEOUT. One answer
+    serves one start; a gateway started again in the same process (the rollout's process
+    lives for the whole job) asks again, so a hub that has come back is not ignored."""
+    url, seen = hub
+    cache = tmp_path / "hub"
+    snapshot = write_checkpoint(cache_snapshot(cache, REPO))
+    (snapshot / "config.json").write_text('{"max_position_embeddings": 40960}')
+    done = subprocess.run([sys.executable, "-c", START_TWICE], capture_output=True, text=True,
+                          env=hub_env(url, tmp_path / "home", cache, offline=False),
+                          timeout=120, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:2] == ["CONTEXT 40960"] * 2, done.stdout + done.stderr
+    assert [s for s in seen if REPO in s] == [f"HEAD /{REPO}/resolve/main/config.json"] * 2

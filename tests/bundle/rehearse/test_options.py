@@ -125,6 +125,23 @@ def test_a_row_the_pods_launcher_refuses_is_refused_by_the_rehearsal(
     assert '"prompt": ..., "metadata": {...}' in message  # the shape to fix it to
 
 
+def test_a_file_of_many_bad_rows_names_the_rows_the_pods_launcher_names(tmp_path: Path) -> None:
+    """Both list the first bad rows and count the rest; the rehearsal listed 3 of the 5 the
+    launcher names."""
+    data = tmp_path / "train.jsonl"
+    bad = {"question": "task", "metadata": {"task_id": "t"}}
+    write_rows(data, [row("t-1"), *[bad] * 7])
+    problems = check_jsonl(Path("/"), "spec.data.train", str(data))  # the pods' check
+    assert len(problems) == 6 and "2 more bad row(s)" in problems[5], problems
+    assert all(f"line {n}: " in p for n, p in zip(range(2, 7), problems, strict=False))
+    with pytest.raises(RehearsalError) as refused:
+        plan_inputs(experiment(), Options(engine="", out=tmp_path, prompts=1, data=data))
+    message = str(refused.value)
+    assert all(f"train.jsonl:{n}: " in message for n in range(2, 7))
+    assert "train.jsonl:7: " not in message
+    assert "(and 2 more)" in message
+
+
 def test_a_context_longer_than_the_checkpoint_s_is_refused_as_the_pods_launcher_does(
     tmp_path: Path,
 ) -> None:
@@ -311,8 +328,22 @@ def test_a_prompt_after_the_first_that_is_not_text_is_judged_as_slime_judges_it(
                               "3 (list), and spec.runtime.extraArgs: --rollout-max-prompt-len "
                               "12 is set: slime's Dataset counts")  # fmt: skip
     assert "TypeError" in problem and "make every prompt text" in problem
-    with pytest.raises(RehearsalError, match=r"not text at row 3 \(list\).*TypeError"):
+    with pytest.raises(RehearsalError) as refused:
         plan_inputs(exp, options)
+    assert str(refused.value) == problem  # the launcher's words, the same rows
+
+    # More such rows than are listed, after a blank line (no row): both name the same lines,
+    # the same number of them (the rehearsal counted rows, not lines, and listed 3).
+    listed = [pairs[0], *[row(f"t-{i}") | {"prompt": [{"role": "user"}]} for i in range(7)]]
+    data.write_text("\n".join(json.dumps(r) for r in listed[:1]) + "\n\n"
+                    + "".join(json.dumps(r) + "\n" for r in listed[1:]))  # fmt: skip
+    (problem,), _ = launcher(data)
+    assert "not text at lines 3 (list), 4 (list), 5 (list), 6 (list), 7 (list) and 2 more" in (
+        problem
+    )
+    with pytest.raises(RehearsalError) as refused:
+        plan_inputs(exp, options)
+    assert str(refused.value) == problem
 
     # The first prompt not text: slime counts nothing, and neither judge does.
     write_rows(data, [messages[2], *pairs])

@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 
 import orjson
 import pytest
-from tests.support.down_hub import down_hub, hub_env
+from tests.support.down_hub import cache_snapshot, down_hub, hub_env
 from tests.support.process import free_port
 from tests.support.tiny_tokenizer import write_checkpoint
 
@@ -333,3 +333,30 @@ async def test_a_hub_id_without_model_dir_and_no_hub_fails_at_once_naming_model_
     )
     assert [s for s in seen if "Qwen3-8B" in s] == ["HEAD /Qwen/Qwen3-8B/resolve/main/config.json"]
     assert engine.requests == []  # nothing was sampled
+
+
+async def test_a_rehearsal_of_a_cached_hub_id_asks_the_silent_hub_once(
+    tmp_path: Path, model: Model, agent: AgentProcess
+) -> None:
+    """A hub id the Hugging Face cache holds, no --model-dir, a prompt length in extraArgs,
+    and a hub that does not answer: each question to it costs up to HF_HUB_ETAG_TIMEOUT,
+    and the rehearsal asked it five times (the prompt count's check and its tokenizer load,
+    the check before the gateway, the gateway's tokenizer and its config.json). One answer
+    now serves the run."""
+    cache = tmp_path / "hub"
+    snapshot = write_checkpoint(cache_snapshot(cache, "Qwen/Qwen3-8B"))
+    (snapshot / "config.json").write_text('{"max_position_embeddings": 40960}')
+    engine = await start_engine(model.tok, model.click_then_finish())
+    try:
+        body = spec(http_agent(agent.url))
+        body["spec"]["runtime"] = {"extraArgs": ["--rollout-max-prompt-len", "64"]}
+        spec_path, data = write(tmp_path, body, [row()])
+        with down_hub() as (url, seen):
+            env = hub_env(url, tmp_path / "home", cache, offline=False)
+            run = await rehearse("-f", spec_path, "--engine", engine.url, "--data", data,
+                                 "--out", tmp_path / "out", "-o", "json", env=env)  # fmt: skip
+    finally:
+        await engine.stop()
+    assert run.code == 0, run.out + run.err + agent.log_tail()
+    assert [e["status"] for e in run.episodes()] == ["ok"] * 4
+    assert [s for s in seen if "Qwen3-8B" in s] == ["HEAD /Qwen/Qwen3-8B/resolve/main/config.json"]

@@ -7,6 +7,13 @@ one file, and transformers asks for a tokenizer's files one by one (with an unre
 gateway asks the hub one question within huggingface_hub's metadata timeout
 (`HF_HUB_ETAG_TIMEOUT`); when it gets no answer, or `HF_HUB_OFFLINE` is set, the files come
 from the cache alone, and a cache without them is said at once, with the ways out.
+
+One start-up (a gateway's, a rehearsal's) reads a hub id's config.json and its tokenizer,
+and checks first where the rehearsal can name `--model-dir`: each asked the hub again, and
+a silent hub cost each the timeout. Within `hub_answers()` the first answer about a
+repository serves them all. Only within it: a hub that was silent when a gateway started is
+asked again when one starts later in the same process (the rollout's long-lived process
+restarts its gateway), rather than that gateway kept off the hub by a stale answer.
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Iterator
+from contextvars import ContextVar
 from pathlib import Path
 
 from agentrl.api.tokenizer_files import VOCABULARY_NAMES, has_vocabulary
@@ -32,15 +40,51 @@ _RETRIED = frozenset({408, 429})
 _SERVER_ERROR = 500
 
 
+# The hub's answers of the start-up under way, by (repository, file); None outside one. A
+# context variable: the loads run in worker threads (`asyncio.to_thread` copies the context,
+# and with it this dictionary), and two gateways starting at once keep their own.
+_ANSWERS: ContextVar[dict[tuple[str, str], str | None] | None] = ContextVar(
+    "agentrl_hub_answers", default=None
+)
+
+
+@contextlib.contextmanager
+def hub_answers() -> Iterator[None]:
+    """One start-up's questions to the hub: `hub_silent` asks about a repository once and
+    answers again from memory until the block ends (a block inside another shares its
+    answers)."""
+    if _ANSWERS.get() is not None:
+        yield
+        return
+    token = _ANSWERS.set({})
+    try:
+        yield
+    finally:
+        _ANSWERS.reset(token)
+
+
 def hub_silent(repo: str, filename: str = PROBE_FILE) -> str | None:
     """Why the hub is not to be asked about `repo`: `HF_HUB_OFFLINE`, or the one HEAD
     request for `filename` that got no answer (no connection, a timeout, a 5xx, a 408 or a
-    429: what huggingface_hub would retry); None when the hub answered."""
-    from huggingface_hub import constants, get_hf_file_metadata, hf_hub_url
-    from huggingface_hub.errors import HfHubHTTPError
+    429: what huggingface_hub would retry); None when the hub answered. Within
+    `hub_answers()`, the hub is asked once per repository and file."""
+    from huggingface_hub import constants
 
     if constants.HF_HUB_OFFLINE:
         return "HF_HUB_OFFLINE is set"
+    answers = _ANSWERS.get()
+    if answers is None:
+        return _ask(repo, filename)
+    if (repo, filename) not in answers:
+        answers[repo, filename] = _ask(repo, filename)
+    return answers[repo, filename]
+
+
+def _ask(repo: str, filename: str) -> str | None:
+    """The one HEAD request, within HF_HUB_ETAG_TIMEOUT: why the hub is silent, or None."""
+    from huggingface_hub import constants, get_hf_file_metadata, hf_hub_url
+    from huggingface_hub.errors import HfHubHTTPError
+
     try:
         get_hf_file_metadata(hf_hub_url(repo, filename))  # within HF_HUB_ETAG_TIMEOUT
     except HfHubHTTPError as exc:

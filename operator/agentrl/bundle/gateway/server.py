@@ -21,6 +21,7 @@ from agentrl.bundle.gateway.connections import ConnectionGuard, GuardedRunner, L
 from agentrl.bundle.gateway.context import checkpoint_context_length
 from agentrl.bundle.gateway.engine import EngineClient
 from agentrl.bundle.gateway.frontend import Frontend, build_admin_app, build_app, new_http_session
+from agentrl.bundle.gateway.hub import hub_answers
 from agentrl.bundle.gateway.prompt import PromptBuilder
 from agentrl.bundle.gateway.render_pool import PromptRenderer, RenderPool, WorkerConfig
 from agentrl.bundle.gateway.session_store import SessionStore
@@ -76,22 +77,23 @@ class GatewayServer:
         s = self.settings
         spec = s.spec
         configure_logging(spec.log_level)
-        tokenizer, renderer = await asyncio.to_thread(
-            load_renderer,
-            s.tokenizer_path,
-            s.renderer_family,
-            s.tool_call_parser,
-            s.reasoning_parser,
-        )
+        with hub_answers():  # a hub id's tokenizer and config.json: the hub asked once
+            tokenizer, renderer = await asyncio.to_thread(
+                load_renderer,
+                s.tokenizer_path,
+                s.renderer_family,
+                s.tool_call_parser,
+                s.reasoning_parser,
+            )
+            context = s.context_length or await asyncio.to_thread(
+                checkpoint_context_length, s.tokenizer_path
+            )
         # Workers start on the first large prompt (most test gateways never see one).
         self._pool = RenderPool(
             WorkerConfig(
                 s.tokenizer_path, s.renderer_family, s.tool_call_parser, s.reasoning_parser
             ),
             s.render_workers,
-        )
-        context = s.context_length or await asyncio.to_thread(
-            checkpoint_context_length, s.tokenizer_path
         )
         self.context_length = context
         self._http = new_http_session(spec.max_in_flight)

@@ -10,22 +10,22 @@ import json
 import os
 import re
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from agentrl.api.constants import DRIVER_RAY_RESOURCE
-from agentrl.api.data_rows import ENCODING, ERRORS, LISTED_ROWS, judge_rows
+from agentrl.api.data_rows import ENCODING, ERRORS, judge_rows
 from agentrl.api.model_context import longer_context_problem
 from agentrl.api.model_names import DEFAULT_FAMILY
 from agentrl.api.models import RLExperimentSpec
 from agentrl.api.paths import TRAINER_WEIGHTS_FIX, trainer_weights_problem
 from agentrl.api.prompt_lengths import (
     ALL_DROPPED_FIX,
-    NOT_TEXT_FIX,
-    NOT_TEXT_WHY,
     Count,
     judge_prompts,
+    listed_rows,
+    not_text_problem,
 )
 from agentrl.api.rules import is_local_path
 from agentrl.api.slime_flags import (
@@ -293,14 +293,6 @@ def slime_prompt_lengths(root: Path, model_path: str) -> Count:
     return lengths
 
 
-def _lines(numbers: list[int], found: Iterable[tuple[int, Any]]) -> str:
-    """`N (what)` for the first LISTED_ROWS rows, by their position among `numbers`."""
-    found = list(found)
-    listed = ", ".join(f"{numbers[i]} ({what})" for i, what in found[:LISTED_ROWS])
-    more = f" and {len(found) - LISTED_ROWS} more" if len(found) > LISTED_ROWS else ""
-    return listed + more
-
-
 def check_prompt_lengths(
     spec: RLExperimentSpec, prompts: list[tuple[int, Any]], lengths: Count
 ) -> tuple[list[str], list[str]]:
@@ -325,16 +317,14 @@ def check_prompt_lengths(
     if verdict is None:
         return [], []  # slime filters nothing when the first prompt is not text
     if verdict.not_text:
-        return [f"spec.data.train: {path} has prompts that are not text at lines "
-                f"{_lines(numbers, verdict.not_text)}, and {where} is set: {NOT_TEXT_WHY}; "
-                f"{NOT_TEXT_FIX}"], []  # fmt: skip
+        return [not_text_problem(path, numbers, verdict.not_text, flag)], []
     if not verdict.long:
         return [], []
     long = len(verdict.long)
     said = (
         f"{where}: slime's Dataset drops the rows of spec.data.train ({path}) whose prompt is "
         f"longer than {most} tokens (the text as it is, without the chat template), at lines "
-        f"{_lines(numbers, ((i, f'{k} tokens') for i, k in verdict.long))}"
+        f"{listed_rows(numbers, ((i, f'{k} tokens') for i, k in verdict.long))}"
     )
     if verdict.all_dropped:
         return [f"{said}: that is every row, nothing is left to train on; {ALL_DROPPED_FIX}"], []

@@ -24,7 +24,7 @@ from agentrl.api.constants import SPLIT_EVAL, SPLIT_TRAIN
 from agentrl.api.data_rows import ENCODING, ERRORS, ROW_SHAPE, judge_rows
 from agentrl.api.model_context import longer_context_problem
 from agentrl.api.models import RLExperimentSpec
-from agentrl.api.prompt_lengths import ALL_DROPPED_FIX, NOT_TEXT_FIX, NOT_TEXT_WHY, judge_prompts
+from agentrl.api.prompt_lengths import ALL_DROPPED_FIX, judge_prompts, not_text_problem
 from agentrl.api.rules import is_local_path
 from agentrl.api.slime_flags import prompt_limit
 from agentrl.api.tokenizer_files import VOCABULARY_NAMES, has_vocabulary
@@ -100,10 +100,11 @@ def plan_inputs(spec: RLExperimentSpec, options: Options) -> Plan:
         groups = read_groups(data, samples, str(data), limit=first, as_train_set=is_train)
     except (OSError, ValueError) as exc:
         raise RehearsalError(f"{where}: {exc}") from None
-    _check_rows(data, where)
+    lines = _check_rows(data, where)
     notes = []
     if limit is not None:
-        groups, dropped = _slime_keeps(groups, limit, options.model_dir or spec.model.path, where)
+        model = options.model_dir or spec.model.path
+        groups, dropped = _slime_keeps(groups, lines, limit, model, data=data, where=where)
         groups = _first(groups, options.prompts)
         if dropped:
             notes.append(
@@ -120,11 +121,18 @@ def plan_inputs(spec: RLExperimentSpec, options: Options) -> Plan:
 
 
 def _slime_keeps(
-    groups: list[list[EpisodeInput]], limit: tuple[int, str], model: Path | str, where: str
+    groups: list[list[EpisodeInput]],
+    lines: list[int],
+    limit: tuple[int, str],
+    model: Path | str,
+    *,
+    data: Path,
+    where: str,
 ) -> tuple[list[list[EpisodeInput]], int]:
     """(the groups whose prompt slime's Dataset keeps under extraArgs' prompt length, how many
     it drops), by the launcher's rule (`judge_prompts`), tokens counted with the
-    checkpoint's tokenizer."""
+    checkpoint's tokenizer; a prompt it cannot count is refused as the launcher refuses it,
+    naming the same rows (`lines`: each group's line in `data`)."""
     if not groups or not isinstance(groups[0][0].prompt, str):
         return groups, 0  # slime filters nothing: no tokenizer to load
     # Only with a prompt length set: the tokenizer (and `renderers`) are loaded for it alone.
@@ -141,12 +149,7 @@ def _slime_keeps(
     if verdict is None:
         return groups, 0
     if verdict.not_text:
-        rows = ", ".join(f"row {i + 1} ({kind})" for i, kind in verdict.not_text[:3])
-        more = f" and {len(verdict.not_text) - 3} more" if len(verdict.not_text) > 3 else ""
-        raise RehearsalError(
-            f"{where}: prompts that are not text at {rows}{more}, and spec.runtime.extraArgs "
-            f"sets {flag}: {NOT_TEXT_WHY}; {NOT_TEXT_FIX}"
-        )
+        raise RehearsalError(not_text_problem(str(data), lines, verdict.not_text, flag))
     if verdict.all_dropped:
         raise RehearsalError(
             f"spec.runtime.extraArgs: {flag}: slime's Dataset drops every row of {where}, each "
@@ -170,20 +173,23 @@ def _first(groups: list[list[EpisodeInput]], n: int) -> list[list[EpisodeInput]]
     return out
 
 
-def _check_rows(data: Path, where: str) -> None:
+def _check_rows(data: Path, where: str) -> list[int]:
     """The rows the launcher checks in the pods, checked the same way: a file it refuses
     (a `question` key for `prompt`, a row without `metadata`) stops the launch after the
-    GPUs are scheduled, while the rehearsal would run its episodes without a prompt."""
+    GPUs are scheduled, while the rehearsal would run its episodes without a prompt. The
+    rows' line numbers, in file order (blank lines are no rows)."""
+    rows: list[tuple[int, object]] = []
     with data.open(encoding=ENCODING, errors=ERRORS) as lines:
-        report = judge_rows(lines)
+        report = judge_rows(lines, rows)
     if report.bad:
-        listed = "; ".join(f"{data}:{n}: {p}" for n, p in report.bad[:3])
-        left = len(report.bad) - 3 + report.more
-        more = f" (and {left} more)" if left > 0 else ""
+        # The rows the launcher lists (the first LISTED_ROWS), then the count it gives.
+        listed = "; ".join(f"{data}:{n}: {p}" for n, p in report.bad)
+        more = f" (and {report.more} more)" if report.more else ""
         raise RehearsalError(
             f"{where}: {listed}{more}. {ROW_SHAPE}; the launcher in the pods refuses a file "
             "with such a row anywhere in it, after the GPUs are scheduled"
         )
+    return [n for n, _ in rows]
 
 
 def _local(path: str, where: str) -> Path:

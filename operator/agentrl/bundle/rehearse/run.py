@@ -40,6 +40,7 @@ from agentrl.bundle.agents.agentcore import runtime_endpoint
 from agentrl.bundle.agents.base import received_reward
 from agentrl.bundle.agents.http import HttpAgentBackend
 from agentrl.bundle.gateway import GatewayClient, GatewayServer, GatewaySettings
+from agentrl.bundle.gateway.hub import hub_answers
 from agentrl.bundle.gateway.tokenizer import hub_family
 from agentrl.bundle.metrics import BundleMetrics
 from agentrl.bundle.rehearse.checks import (
@@ -84,6 +85,13 @@ def rehearse(config: RuntimeConfig, options: Options) -> Report:
     config = with_agent_url(config, options.agent_url)
     check_gateway_url(options.gateway_url)
     check_runtime_reaches_gateway(config, options)
+    # The prompts' count, the checks and the gateway's start read a hub id's files: the hub
+    # is asked once for the whole run.
+    with hub_answers():
+        return _run(config, options)
+
+
+def _run(config: RuntimeConfig, options: Options) -> Report:
     plan = plan_inputs(config.spec, options)
     options.out.mkdir(parents=True, exist_ok=True)
     handler = logging.FileHandler(options.out / LOG_FILE, mode="w", encoding="utf-8")
