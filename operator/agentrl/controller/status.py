@@ -286,10 +286,17 @@ def rayjob_deleted_message(st: Mapping[str, Any], phase: str | None, checkpoint:
                  "(spec.checkpoint), if one was saved there")  # fmt: skip
     else:
         again = "it starts from the beginning (no spec.checkpoint.path to resume from)"
-    return (f"RayJob {name} was deleted outside the operator while the experiment was "
-            f"{phase or Phase.PENDING}; its Ray cluster went with it, so the run has ended and "
-            "is not restarted. To run it again, delete this RLExperiment (`kubectl delete "
-            f"rlx`) and apply it again; {again}")  # fmt: skip
+    was = phase or Phase.PENDING
+    # Only an Initializing or Running attempt has a Ray cluster: KubeRay deletes it on suspend
+    # (and between attempts), and creates none before Initializing.
+    if was in (Phase.INITIALIZING, Phase.RUNNING):
+        ended = "its Ray cluster went with it, so the run has ended"
+    else:
+        ended = ("it had no Ray cluster then, and without its RayJob none is started again, so "
+                 "the run has ended")  # fmt: skip
+    return (f"RayJob {name} was deleted outside the operator while the experiment was {was}; "
+            f"{ended} and is not restarted. To run it again, delete this RLExperiment "
+            f"(`kubectl delete rlx`) and apply it again; {again}")  # fmt: skip
 
 
 def _mirror(st: Status, rj: Mapping[str, Any]) -> None:
