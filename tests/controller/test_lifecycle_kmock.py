@@ -273,6 +273,42 @@ async def test_why_an_attempt_failed_outlives_kuberay_clearing_it(
     assert [(e["type"], e["message"]) for e in failed] == [("Warning", cond["message"])]
 
 
+# KubeRay v1.6.2's two writes of a stopped Ray job (rayjob_controller.go): once the submitter
+# has finished, `Complete` with Ray's own message and no reason; when it has not within the
+# transition grace period, `Complete` with KubeRay's reason and message in place of Ray's.
+GRACE = "JobDeploymentStatusTransitionGracePeriodExceeded"
+GRACE_MESSAGE = ("JobDeploymentStatus does not transition to Complete or Failed within the "
+                 "grace period after JobStatus reaches a terminal state.")  # fmt: skip
+STOPPED = {
+    "submitter-finished": ({"message": "Job was intentionally stopped."},
+                           "; Ray: Job was intentionally stopped."),
+    "grace-period": ({"reason": GRACE, "message": GRACE_MESSAGE},
+                     f"; KubeRay: {GRACE}: {GRACE_MESSAGE}"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("how", list(STOPPED))
+async def test_a_stopped_ray_job_says_so(api: Api, operator: OperatorRun, how: str) -> None:
+    """`ray job stop` under a Running run: the experiment is Failed with reason JobStopped and
+    a message saying what that means (not retried) with KubeRay's or Ray's words, and its one
+    Warning event says the same, not a bare `phase Running -> Failed`."""
+    await running(api)
+    written, said = STOPPED[how]
+    rj_status = {"jobDeploymentStatus": "Complete", "jobStatus": "STOPPED", **written}
+    await api.patch(RAYJOBS, NS, "demo", {"status": rj_status}, "status")
+    await wait_for(lambda: status_of(api).get("phase") == "Failed", what="phase Failed")
+    failed = conditions.get(status_of(api), ConditionType.FAILED) or {}
+    assert failed["reason"] == "JobStopped"
+    assert failed["message"].startswith("Ray reports the job STOPPED: it was stopped before it "
+                                        "ended (`ray job stop`")  # fmt: skip
+    assert "KubeRay does not retry a stopped job" in failed["message"]
+    assert failed["message"].endswith(said)
+    await wait_for(lambda: "Failed" in api.reasons("demo"), what="the event")
+    (event,) = [e for e in api.events("demo") if e["reason"] == "Failed"]
+    assert event["type"] == "Warning"
+    assert event["message"] == f"phase Running -> Failed (JobStopped): {failed['message']}"
+
+
 async def test_a_rayjob_deleted_while_no_operator_ran_is_not_created_again(
     api: Api, operator: OperatorRun
 ) -> None:

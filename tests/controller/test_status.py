@@ -414,6 +414,12 @@ def test_a_rayjob_deleted_before_the_run_finished_fails_the_experiment(
         assert failed["reason"] == conditions.RAYJOB_DELETED
         assert "RayJob exp was deleted outside the operator" in failed["message"]
         assert "kubectl delete rlx" in failed["message"]
+        # Only an Initializing or Running attempt has a Ray cluster to lose (KubeRay deletes
+        # it on suspend, and has made none before Initializing).
+        deployment = (before or {}).get("jobDeploymentStatus")
+        had_cluster = deployment in ("Initializing", "Running")
+        assert ("its Ray cluster went with it" in failed["message"]) is had_cluster
+        assert ("it had no Ray cluster then" in failed["message"]) is not had_cluster
         assert gone["completionTime"] == T2
         created_cond = conditions.get(gone, C.RAYJOB_CREATED)
         assert created_cond is not None and created_cond["status"] == "False"

@@ -26,7 +26,7 @@ from tests.support.kube import KubeHarness, controller_manager, running_harness,
 from agentrl.api.constants import LABEL_EXPERIMENT
 
 from .operator_process import OperatorProcess, install_chart_rbac
-from .test_operator_e2e import children, status, wait
+from .test_operator_e2e import children, condition, events, status, wait
 
 pytestmark = pytest.mark.e2e
 KUBERAY_FINALIZER = "ray.io/rayjob-finalizer"  # utils.RayJobStopJobFinalizer, v1.6.2
@@ -189,6 +189,45 @@ def test_deleting_while_the_operator_is_down(
     labelled = kube.kubectl_json("get", "rayclusters.ray.io", "-n", ns)["items"]
     assert labelled == []  # the predecessor's cluster went with its RayJob
     assert all(LABEL_EXPERIMENT in k["metadata"]["labels"] for k in kids)
+
+
+@pytest.mark.parametrize("operator_down", [True, False], ids=["operator-down", "operator-up"])
+def test_a_rayjob_deleted_by_hand_fails_the_run(
+    cluster: tuple[KubeHarness, OperatorProcess, KubeRayStandIn], operator_down: bool
+) -> None:
+    """`kubectl delete rayjob`: KubeRay's finalizer goes, the garbage collector takes the Ray
+    cluster with it. The operator that watched it, or the next one, finding the status naming
+    a RayJob that is gone, reports the run Failed (RayJobDeleted) with one Warning event
+    saying what to do, and creates no RayJob again (a new GPU cluster nobody asked for)."""
+    kube, operator, kuberay = cluster
+    ns, name = "del-rayjob-" + ("down" if operator_down else "up"), "exp"
+    ray_cluster = _running(kube, kuberay, ns, name, "Running")
+    if operator_down:
+        operator.stop()
+    try:
+        kube.kubectl("delete", "rayjobs.ray.io", name, "-n", ns, "--wait=true",
+                     "--timeout=90s")  # fmt: skip
+        wait(lambda: _get(kube, "rayclusters.ray.io", ns, ray_cluster) is None,
+             what="the Ray cluster collected with its RayJob")  # fmt: skip
+    finally:
+        if operator_down:
+            operator.start()
+    st = wait(lambda: (s := status(kube, ns, name)).get("phase") == "Failed" and s,
+              what="phase Failed")  # fmt: skip
+    failed = condition(st, "Failed")
+    assert failed["reason"] == "RayJobDeleted"
+    assert f"RayJob {name} was deleted outside the operator while the experiment was " \
+        "Running" in failed["message"]  # fmt: skip
+    assert "delete this RLExperiment (`kubectl delete rlx`) and apply it again" in (
+        failed["message"])  # fmt: skip
+    created = condition(st, "RayJobCreated")
+    assert (created["status"], created["reason"]) == ("False", "RayJobDeleted")
+    warned = wait(lambda: [e for e in events(kube, ns, name) if e["reason"] == "RayJobDeleted"],
+                  what="the RayJobDeleted event")  # fmt: skip
+    assert [(e["type"], e["message"]) for e in warned] == [("Warning", failed["message"])]
+    # Down: the verdict was written by the reconcile that would have created the RayJob.
+    assert sorted(k["kind"] for k in children(kube, ns, name)) == ["ConfigMap"] * 2 + [
+        "Service"] * 2  # fmt: skip
 
 
 def test_a_child_created_after_its_experiment_was_deleted_is_collected(

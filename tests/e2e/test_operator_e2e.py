@@ -324,3 +324,48 @@ def test_pods_kuberay_cannot_create_stall_the_experiment(
     cond = condition(st, "Stalled")
     assert cond["reason"] == "FailedCreateWorkerPod" and "exceeded quota: gpus" in cond["message"]
     reasons_become(kube, ns, name, lambda r: "Stalled" in r, what="the Stalled event")
+
+
+# KubeRay v1.6.2's two writes of a stopped Ray job (rayjob_controller.go): with the submitter
+# finished, Ray's message and no reason; past the transition grace period, its own words.
+STOPPED_WRITES = {
+    "submitter-finished": {"message": "Job was intentionally stopped."},
+    "grace-period": {
+        "reason": "JobDeploymentStatusTransitionGracePeriodExceeded",
+        "message": "JobDeploymentStatus does not transition to Complete or Failed within the "
+        "grace period after JobStatus reaches a terminal state.",
+    },
+}
+
+
+@pytest.mark.parametrize("how", list(STOPPED_WRITES))
+def test_a_stopped_ray_job_says_so(
+    kube_harness: KubeHarness, operator: OperatorProcess, how: str
+) -> None:
+    """`ray job stop` under a running experiment, as KubeRay writes it through its real CRD:
+    Failed with reason JobStopped, a message saying the job was stopped and is not retried
+    with KubeRay's or Ray's words, and one Warning event `Failed` saying the same."""
+    kube, ns, name = kube_harness, "e2e-stopped", f"stopped-{how}"
+    kube.ensure_namespace(ns)
+    body = minimal_body()
+    body["metadata"] = {"name": name, "namespace": ns}
+    kube.apply(body)
+    wait(lambda: status(kube, ns, name).get("rayJobName"), what="RayJob created")
+    patch_rayjob_status(kube, ns, name, {"jobDeploymentStatus": "Running", "jobStatus": "RUNNING"})
+    wait(lambda: status(kube, ns, name).get("phase") == "Running", what="Running")
+    written = STOPPED_WRITES[how]
+    patch_rayjob_status(kube, ns, name, {"jobDeploymentStatus": "Complete",
+                                         "jobStatus": "STOPPED", **written})  # fmt: skip
+    st = wait(lambda: (s := status(kube, ns, name)).get("phase") == "Failed" and s,
+              what="Failed")  # fmt: skip
+    failed = condition(st, "Failed")
+    assert failed["reason"] == "JobStopped"
+    assert failed["message"].startswith("Ray reports the job STOPPED: it was stopped before it "
+                                        "ended")  # fmt: skip
+    assert "KubeRay does not retry a stopped job" in failed["message"]
+    assert written["message"] in failed["message"]
+    assert written.get("reason", "Ray:") in failed["message"]
+    reasons_become(kube, ns, name, lambda r: "Failed" in r, what="the Failed event")
+    (event,) = [e for e in events(kube, ns, name) if e["reason"] == "Failed"]
+    assert event["type"] == "Warning"
+    assert event["message"] == f"phase Running -> Failed (JobStopped): {failed['message']}"

@@ -141,6 +141,11 @@ def _unread(args: argparse.Namespace, exc: Exception, notes: str) -> dict[str, A
 def cmd_render(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     image = DefaultImage(args.image or None, missing="warning" if args.show_command else "error")
     parsed = _parse(args, err, image)
+    if not (args.show_command or args.summary):  # objects to apply by hand, no operator
+        parsed = [(source, None, [*problems, found]) if exp is not None
+                  and (found := _resume_needs_uid(exp)) is not None
+                  else (source, exp, problems)
+                  for source, exp, problems in parsed]  # fmt: skip
     for source, _, problems in parsed:
         for problem in problems:
             print(f"{source}: {problem}", file=err)
@@ -180,6 +185,24 @@ def cmd_render(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         return EXIT_OK
     out.write(dump_objects([obj for _, children in rendered for obj in children], args.output))
     return EXIT_OK
+
+
+def _resume_needs_uid(exp: RLExperiment) -> Problem | None:
+    """`checkpoint.resume: false` rendered for `kubectl apply` without the operator: only the
+    API server assigns the uid the launcher tells this run's own saves by (`slimecmd.checkpoint`,
+    RUN_MARK), so every KubeRay retry and every resume after a suspend would start over from
+    the model and save over the saves of the attempts before it."""
+    ckpt = exp.spec.checkpoint
+    if exp.metadata.uid or not ckpt.path or ckpt.resume:
+        return None
+    return Problem(
+        "spec.checkpoint.resume",
+        f"false needs the experiment's uid, which the API server assigns: rendered here, each "
+        f"KubeRay retry (spec.backoffLimit) and each resume after spec.suspend would start "
+        f"over from the model and save over this run's own checkpoints in {ckpt.path}",
+        "apply the RLExperiment itself with `kubectl apply -f` for the operator to run it, "
+        "or remove spec.checkpoint.resume and give the run a checkpoint directory of its own",
+    )
 
 
 def cmd_crd(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:

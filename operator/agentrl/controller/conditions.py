@@ -142,8 +142,12 @@ def events_between(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Event
         and not (phase_new == Phase.FAILED and events)
     ):
         kind = "Warning" if phase_new == Phase.FAILED else "Normal"
-        why = new.get("rayJob", {}).get("reason") if phase_new == Phase.FAILED else None
-        detail = f" ({why})" if why else ""
+        detail = ""
+        if phase_new == Phase.FAILED:
+            # The Failed condition's reason and message: KubeRay's, or ours where KubeRay
+            # gives none (a stopped Ray job ends `Complete` with no reason).
+            why, what = failed.get("reason"), failed.get("message")
+            detail = (f" ({why})" if why else "") + (f": {what}" if what else "")
         events.append(Event(kind, str(phase_new), f"phase {phase_old} -> {phase_new}{detail}"))
     return events
 

@@ -39,6 +39,10 @@ DEPLOYMENT_PHASES: Mapping[str, Phase] = {
     "ValidationFailed": Phase.FAILED,
 }
 FAILED_JOB_STATUSES = ("FAILED", "STOPPED")
+# The reason of a Failed phase whose Ray job was stopped (`Complete` with jobStatus STOPPED),
+# whichever way KubeRay noticed: its own reason, when it gives one (the transition grace
+# period), goes into the message, which says what stopped means for the run.
+JOB_STOPPED = "JobStopped"
 # Why a child could not be created or updated: the API server refused the request (the
 # Kubernetes controllers' own event reasons for the same thing).
 FAILED_CREATE, FAILED_UPDATE = "FailedCreate", "FailedUpdate"
@@ -265,6 +269,8 @@ def rayjob_phase(rj: Mapping[str, Any], prev: Phase) -> tuple[Phase, str]:
     phase = DEPLOYMENT_PHASES.get(deployment)
     if phase is None:
         return prev, f"Unknown jobDeploymentStatus {deployment!r}"
+    if phase == Phase.SUCCEEDED and rj.get("jobStatus") == "STOPPED":
+        return Phase.FAILED, JOB_STOPPED
     if phase == Phase.SUCCEEDED and rj.get("jobStatus") in FAILED_JOB_STATUSES:
         return Phase.FAILED, str(rj.get("reason") or f"Job{str(rj['jobStatus']).title()}")
     if phase == Phase.FAILED:
@@ -280,10 +286,17 @@ def rayjob_deleted_message(st: Mapping[str, Any], phase: str | None, checkpoint:
                  "(spec.checkpoint), if one was saved there")  # fmt: skip
     else:
         again = "it starts from the beginning (no spec.checkpoint.path to resume from)"
-    return (f"RayJob {name} was deleted outside the operator while the experiment was "
-            f"{phase or Phase.PENDING}; its Ray cluster went with it, so the run has ended and "
-            "is not restarted. To run it again, delete this RLExperiment (`kubectl delete "
-            f"rlx`) and apply it again; {again}")  # fmt: skip
+    was = phase or Phase.PENDING
+    # Only an Initializing or Running attempt has a Ray cluster: KubeRay deletes it on suspend
+    # (and between attempts), and creates none before Initializing.
+    if was in (Phase.INITIALIZING, Phase.RUNNING):
+        ended = "its Ray cluster went with it, so the run has ended"
+    else:
+        ended = ("it had no Ray cluster then, and without its RayJob none is started again, so "
+                 "the run has ended")  # fmt: skip
+    return (f"RayJob {name} was deleted outside the operator while the experiment was {was}; "
+            f"{ended} and is not restarted. To run it again, delete this RLExperiment "
+            f"(`kubectl delete rlx`) and apply it again; {again}")  # fmt: skip
 
 
 def _mirror(st: Status, rj: Mapping[str, Any]) -> None:
@@ -351,6 +364,23 @@ def attempt_failed_message(st: Mapping[str, Any]) -> str | None:
             "(spec.backoffLimit)")  # fmt: skip
 
 
+def stopped_message(rj: Mapping[str, Any]) -> str:
+    """Why a run whose Ray job was stopped is over, with KubeRay's or Ray's own words.
+
+    KubeRay v1.6.2 ends the RayJob `Complete` with jobStatus STOPPED once the submitter has
+    finished, with Ray's message ("Job was intentionally stopped."), or, when the submitter
+    has not finished within its transition grace period, with its own reason and message in
+    place of Ray's. Only `Failed` is retried (spec.backoffLimit), so a stopped job is not."""
+    said = ""
+    if rj.get("reason"):
+        said = f"; KubeRay: {rj['reason']}" + (f": {rj['message']}" if rj.get("message") else "")
+    elif rj.get("message"):
+        said = f"; Ray: {rj['message']}"
+    return ("Ray reports the job STOPPED: it was stopped before it ended (`ray job stop`, or a "
+            "stop from the Ray dashboard), and KubeRay does not retry a stopped job (only a "
+            f"failed one, spec.backoffLimit){said}")  # fmt: skip
+
+
 def _phase_conditions(
     st: Status, phase: Phase, reason: str, now: str, *, suspended: str = ""
 ) -> None:
@@ -373,6 +403,8 @@ def _phase_conditions(
         message = (conditions.get(st, SPEC_FAILURES[reason]) or {}).get("message", "")
     if phase == Phase.FAILED and reason == conditions.RAYJOB_DELETED:
         message = (conditions.get(st, C.RAYJOB_CREATED) or {}).get("message", "")
+    if phase == Phase.FAILED and reason == JOB_STOPPED:
+        message = stopped_message(st.get("rayJob") or {})
     failed = phase == Phase.FAILED
     conditions.put_if_relevant(st, C.FAILED, failed, reason=reason,
                                message=message if failed else "", now=now)  # fmt: skip
