@@ -117,3 +117,55 @@ def test_a_gateway_start_asks_a_silent_hub_once_and_the_next_start_asks_again(
     assert done.returncode == 0, done.stderr
     assert done.stdout.split("\n")[:2] == ["CONTEXT 40960"] * 2, done.stdout + done.stderr
     assert [s for s in seen if REPO in s] == [f"HEAD /{REPO}/resolve/main/config.json"] * 2
+
+
+WORKERS = (
+    "import asyncio\n"
+    "from array import array\n"
+    "from agentrl.bundle.gateway import GatewayServer, GatewaySettings\n"
+    "from agentrl.bundle.gateway.render_pool import RenderFailed\n"
+    "from agentrl.bundle.gateway.render_worker import prompt_ids\n"
+    "from agentrl.bundle.metrics import BundleMetrics\n"
+    "MESSAGES = [{'role': 'user', 'content': 'What is 6*7? ' * 4000}]\n"
+    "JOB = {'op': 'render', 'messages': MESSAGES, 'tools': None}\n"
+    "async def main() -> None:\n"
+    "    settings = GatewaySettings(router_url='http://127.0.0.1:9', port=0, render_workers=2,\n"
+    f"                               tokenizer_path={REPO!r}, renderer_family='qwen3')\n"
+    "    server = GatewayServer(settings, BundleMetrics())\n"
+    "    await server.start()\n"
+    "    pool = server._pool\n"
+    "    want = prompt_ids(server.frontend.runner.renderer, MESSAGES, None)\n"
+    "    replies = await asyncio.gather(pool.call(JOB), pool.call(JOB))\n"
+    "    for worker in list(pool.workers):  # both crash; the next prompts start new ones\n"
+    "        worker.kill()\n"
+    "        await worker.proc.wait()\n"
+    "    for _ in range(2):\n"
+    "        try:\n"
+    "            await pool.call(JOB)\n"
+    "        except RenderFailed:\n"
+    "            pass\n"
+    "    replies.append(await pool.call(JOB))\n"
+    "    same = [body == array('i', want).tobytes() for _, body in replies]\n"
+    "    print('STARTED', pool.started, 'SAME', same, 'BROKEN', pool.broken)\n"
+    "    await server.stop()\n"
+    "asyncio.run(main())\n"
+)
+
+
+def test_render_workers_load_the_tokenizer_without_asking_the_hub_again(tmp_path: Path) -> None:
+    """A gateway's render workers each load the tokenizer when they start (on the first
+    large prompts, and again for one that replaces a crashed worker): each asked a silent
+    hub once more, and the prompt waited HF_HUB_ETAG_TIMEOUT (10 s by default) for each.
+    The gateway asks at start; its workers read the files its load left in the cache, and
+    render what the gateway itself renders."""
+    cache = tmp_path / "hub"
+    snapshot = write_checkpoint(cache_snapshot(cache, REPO))
+    (snapshot / "config.json").write_text('{"max_position_embeddings": 40960}')
+    with down_hub(503) as (url, seen):
+        done = subprocess.run([sys.executable, "-c", WORKERS], capture_output=True, text=True,
+                              env=hub_env(url, tmp_path / "home", cache, offline=False),
+                              timeout=300, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    said = done.stdout.strip().splitlines()[-1]
+    assert said == "STARTED 3 SAME [True, True, True] BROKEN None", done.stdout + done.stderr
+    assert [s for s in seen if REPO in s] == [f"HEAD /{REPO}/resolve/main/config.json"]

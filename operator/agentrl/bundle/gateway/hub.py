@@ -14,13 +14,18 @@ a silent hub cost each the timeout. Within `hub_answers()` the first answer abou
 repository serves them all. Only within it: a hub that was silent when a gateway started is
 asked again when one starts later in the same process (the rollout's long-lived process
 restarts its gateway), rather than that gateway kept off the hub by a stale answer.
+
+A gateway's render worker processes load the tokenizer again, each when it starts (on the
+first large prompt, or to replace one that exited): each asked the hub once more, and a
+silent hub held that prompt for the timeout. Within `hub_told()` (a worker's load) the hub
+is not asked: the files come from the cache, where the gateway's own load left them.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextvars import ContextVar
 from pathlib import Path
 
@@ -48,30 +53,62 @@ _ANSWERS: ContextVar[dict[tuple[str, str], str | None] | None] = ContextVar(
 )
 
 
+# Why the hub is not asked at all in this context (a render worker's load); None: ask it.
+_TOLD: ContextVar[str | None] = ContextVar("agentrl_hub_told", default=None)
+
+# What a render worker is told when its gateway's start-up found the hub answering: the
+# gateway's load put the files in the cache, and the worker reads those same files.
+LOADED_AT_START = "the gateway loaded it at start, and its render workers read those files"
+
+
 @contextlib.contextmanager
-def hub_answers() -> Iterator[None]:
+def hub_answers() -> Iterator[Mapping[tuple[str, str], str | None]]:
     """One start-up's questions to the hub: `hub_silent` asks about a repository once and
     answers again from memory until the block ends (a block inside another shares its
-    answers)."""
-    if _ANSWERS.get() is not None:
-        yield
+    answers). Yields those answers: (repository, file) -> why silent, or None."""
+    answers = _ANSWERS.get()
+    if answers is not None:
+        yield answers
         return
-    token = _ANSWERS.set({})
+    answers = {}
+    token = _ANSWERS.set(answers)
+    try:
+        yield answers
+    finally:
+        _ANSWERS.reset(token)
+
+
+def start_answer(answers: Mapping[tuple[str, str], str | None]) -> str:
+    """What a gateway tells its render workers about the hub (`hub_told`): why it was silent
+    at start, or that the start-up's load left the files in the cache."""
+    return next((why for why in answers.values() if why is not None), LOADED_AT_START)
+
+
+@contextlib.contextmanager
+def hub_told(why: str) -> Iterator[None]:
+    """The hub not asked within the block: `hub_silent` answers `why` (a render worker, whose
+    gateway asked at start; its load left in the cache the files the worker reads, the same
+    files the gateway renders with, even if the hub has changed them since)."""
+    token = _TOLD.set(why)
     try:
         yield
     finally:
-        _ANSWERS.reset(token)
+        _TOLD.reset(token)
 
 
 def hub_silent(repo: str, filename: str = PROBE_FILE) -> str | None:
     """Why the hub is not to be asked about `repo`: `HF_HUB_OFFLINE`, or the one HEAD
     request for `filename` that got no answer (no connection, a timeout, a 5xx, a 408 or a
     429: what huggingface_hub would retry); None when the hub answered. Within
-    `hub_answers()`, the hub is asked once per repository and file."""
+    `hub_answers()`, the hub is asked once per repository and file; within `hub_told()`,
+    not at all."""
     from huggingface_hub import constants
 
     if constants.HF_HUB_OFFLINE:
         return "HF_HUB_OFFLINE is set"
+    told = _TOLD.get()
+    if told is not None:
+        return told
     answers = _ANSWERS.get()
     if answers is None:
         return _ask(repo, filename)

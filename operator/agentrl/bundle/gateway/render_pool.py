@@ -70,6 +70,10 @@ class WorkerConfig:
     renderer_family: str
     tool_call_parser: str | None
     reasoning_parser: str | None
+    # What the gateway's start-up learnt of the hub (`hub.start_answer`): a worker given it
+    # loads a hub id's tokenizer from the cache without asking the hub (`hub.hub_told`);
+    # None: it asks, as a gateway starting does.
+    hub_answer: str | None = None
 
 
 class _Worker:

@@ -7,8 +7,9 @@ session; a separate process at the idle scheduling policy does not. The gateway
 and talks to each over its stdin/stdout, one job at a time:
 
     frame   = u32 header length, u32 payload length (big-endian), header (JSON), payload
-    config  = {"tokenizer_path", "renderer_family", "tool_call_parser", "reasoning_parser"}
-              -> {"ok": true} once loaded, or {"ok": false, "error"}
+    config  = {"tokenizer_path", "renderer_family", "tool_call_parser", "reasoning_parser",
+               "hub_answer"} -> {"ok": true} once loaded, or {"ok": false, "error"}
+              (with a hub_answer, a hub id's tokenizer comes from the cache, the hub unasked)
     render  = {"op": "render", "messages", "tools", "continue_final"}
               -> {"ok": true, "n"} + ids (int32, native order) (`prompt_ids`)
     bridge  = {"op": "bridge", "prompt_len", "messages", "tools"} + prompt + completion ids
@@ -160,15 +161,20 @@ def main() -> None:
     if frame is None:
         return
     config, _ = frame
+    told = config.get("hub_answer")
     try:
+        from agentrl.bundle.gateway.hub import hub_told
         from agentrl.bundle.gateway.tokenizer import load_renderer
 
-        _, renderer = load_renderer(
-            config["tokenizer_path"],
-            config["renderer_family"],
-            config.get("tool_call_parser"),
-            config.get("reasoning_parser"),
-        )
+        # The gateway asked the hub at start; asking again cost each worker's first prompt
+        # HF_HUB_ETAG_TIMEOUT where the hub is silent.
+        with hub_told(told) if told is not None else contextlib.nullcontext():
+            _, renderer = load_renderer(
+                config["tokenizer_path"],
+                config["renderer_family"],
+                config.get("tool_call_parser"),
+                config.get("reasoning_parser"),
+            )
     except Exception as exc:
         write_frame(out, {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:500]})
         return

@@ -21,7 +21,7 @@ from agentrl.bundle.gateway.connections import ConnectionGuard, GuardedRunner, L
 from agentrl.bundle.gateway.context import checkpoint_context_length
 from agentrl.bundle.gateway.engine import EngineClient
 from agentrl.bundle.gateway.frontend import Frontend, build_admin_app, build_app, new_http_session
-from agentrl.bundle.gateway.hub import hub_answers
+from agentrl.bundle.gateway.hub import hub_answers, start_answer
 from agentrl.bundle.gateway.prompt import PromptBuilder
 from agentrl.bundle.gateway.render_pool import PromptRenderer, RenderPool, WorkerConfig
 from agentrl.bundle.gateway.session_store import SessionStore
@@ -77,7 +77,7 @@ class GatewayServer:
         s = self.settings
         spec = s.spec
         configure_logging(spec.log_level)
-        with hub_answers():  # a hub id's tokenizer and config.json: the hub asked once
+        with hub_answers() as answers:  # a hub id's tokenizer and config.json: asked once
             tokenizer, renderer = await asyncio.to_thread(
                 load_renderer,
                 s.tokenizer_path,
@@ -91,7 +91,11 @@ class GatewayServer:
         # Workers start on the first large prompt (most test gateways never see one).
         self._pool = RenderPool(
             WorkerConfig(
-                s.tokenizer_path, s.renderer_family, s.tool_call_parser, s.reasoning_parser
+                s.tokenizer_path,
+                s.renderer_family,
+                s.tool_call_parser,
+                s.reasoning_parser,
+                start_answer(answers),  # workers load from the cache, the hub not asked again
             ),
             s.render_workers,
         )
