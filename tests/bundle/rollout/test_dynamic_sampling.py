@@ -443,7 +443,7 @@ def newest_group_only(args: Any, rollout_id: Any, buffer: list[Any], num_samples
 # Step 0: A (id 0) and X (id 1) are cut at t=20, A's first episode finished (kept). Step 1,
 # with a buffer filter handing out one group per call, newest first: X and three fresh
 # groups; F1 (id 4) is filtered at t=1 and A comes in its place (reserved: X and A are the
-# batch of 2); F2 (id 5) is kept at t=10, before the next cut, so three groups are kept.
+# batch of 2), so F2 (id 5, 10 s episodes) and F3 (id 6) are cut then.
 TRIM_ROWS = [
     {"id": 0, "sleep": [5, 1000, 35], "reward": [1, 0, 0]},  # A
     {"id": 1, "sleep": [1000, 1000, 30, 40], "reward": [0, 0, 1, 0]},  # X
@@ -456,15 +456,14 @@ TRIM_ROWS = [
 
 
 @pytest.mark.parametrize("commit", COMMITS)
-def test_a_batch_over_b_hands_back_a_fresh_group_never_a_reserved_one(
+def test_a_reserved_group_a_refill_hands_out_trains_in_that_step(
     make_rig: Any, tmp_path: Path, commit: str
 ) -> None:
     """A group cut once is waited for when it comes back, so it trains within two steps and
-    its finished episodes are reused at most one update old. When a step ends with more than
-    B groups (a reserved group that came in a refill, a fresh one kept before the cut), the
-    fresh one goes back. Handing back the reserved group instead (the latest started) made it
-    wait a third step, where its carried episode, two updates old, was thrown away
-    (maxPolicyLag 1) and run again."""
+    its finished episodes are reused at most one update old, also when a buffer filter hands
+    it out only in a refill. Handing it back again (as the latest started of three kept
+    groups) made it wait a third step, where its carried episode, two updates old, was thrown
+    away (maxPolicyLag 1) and run again."""
     rig = make_rig(
         overSamplingBatchSize=4,
         stragglerPolicy="carryOver",
@@ -489,12 +488,59 @@ def test_a_batch_over_b_hands_back_a_fresh_group_never_a_reserved_one(
     reused = [s for s in out.samples[1] if s.session_id in first_step_sids]
     assert len(reused) == 1 and reused[0].metadata["policy_version"] == 0
     assert out.metrics["agentrl/policy_lag_max"] == 1
-    # F2, kept too, goes back with its two finished episodes (F3 was cut, F1 filtered).
+    # F2 and F3 go back (F1 was filtered).
     assert sorted(g[0].metadata["id"] for g in source.buffer) == [5, 6]
 
     out = generate_rollout(args(2), 2, source)
 
-    # F2 comes back reserved, both of its episodes reused one update old; nothing is too old.
-    (f2,) = [g for g in out.samples if g[0].metadata["id"] == 5]
-    assert [s.metadata["policy_version"] for s in f2] == [1, 1]
+    # Nothing carried is too old to reuse, and no token of the batch is masked as stale.
     assert out.metrics["agentrl/stale_episodes_restarted"] == 0
+    assert out.metrics["agentrl/stale_tokens_masked"] == 0
+
+
+@pytest.mark.parametrize("policy", ["abort", "carryOver"])
+@pytest.mark.parametrize("commit", COMMITS)
+def test_the_cut_comes_as_soon_as_a_refill_fills_the_batch_with_reserved_groups(
+    make_rig: Any, tmp_path: Path, commit: str, policy: str
+) -> None:
+    """TRIM_ROWS' step 1: at t=1 F1 is filtered and its refill brings A, so X and A (both
+    reserved) are the batch of 2. F2 and F3 are cut then, one second into their episodes.
+    Checked only when the next group finished, the cut waited for F2 (t=10): F2 and F3 ran
+    nine seconds more per episode, and F2, kept, went back all the same (over B), its two
+    finished episodes thrown away under `abort`, under `carryOver` reused a step late with
+    every token masked (one update old): its group trained nothing in step 2."""
+    rig = make_rig(
+        overSamplingBatchSize=4,
+        stragglerPolicy=policy,
+        dynamicSamplingFilter="zeroRewardVariance",
+        maxRefillRounds=1,
+        maxPolicyLag=1,
+    )
+    rows = write_rows(tmp_path / "rows.jsonl", TRIM_ROWS)
+    settings = slime_args(rows, 2)
+    settings.buffer_filter_path = f"{__name__}.newest_group_only"
+    source = data_source_module(commit).RolloutDataSourceWithBuffer(settings)
+    generate_rollout(args(2), 0, source)
+
+    def discarded() -> dict[str, float]:
+        return {
+            reason: rig.metric("agentrl_discarded_episode_seconds_total", reason=reason)
+            for reason in ("cut", "aborted")
+        }
+
+    before = discarded()
+
+    out = generate_rollout(args(2), 1, source)
+
+    assert [g[0].metadata["id"] for g in out.samples] == [1, 0]  # X and A, as before
+    assert sorted(g[0].metadata["id"] for g in source.buffer) == [5, 6]  # F2 and F3
+    # F2's and F3's four episodes, cut at t=1, one second each; none of them finished.
+    after = discarded()
+    assert after["cut"] - before["cut"] == 4 and after["aborted"] == before["aborted"]
+    assert out.metrics["agentrl/episodes_cut"] == 4
+
+    out = generate_rollout(args(2), 2, source)
+
+    # Every group of step 2 ran on its policy: no token is masked as stale.
+    assert [s.metadata["policy_version"] for g in out.samples for s in g] == [2] * 4
+    assert out.metrics["agentrl/stale_tokens_masked"] == 0

@@ -136,10 +136,10 @@ def test_the_length_bias_compares_trained_with_everything_the_step_ran() -> None
     assert StepReport().length_bias is None
 
 
-def run_of(order: int) -> GroupRun:
+def run_of(order: int, protected: bool = False) -> GroupRun:
     inp = EpisodeInput("p", {}, None, group_index=order, index=order)
     prompt = PromptGroup([PlainSample(group_index=order, index=order)], [inp])
-    return GroupRun(prompt, order, False, [outcome(f"s{order}")], [None], [None])
+    return GroupRun(prompt, order, protected, [outcome(f"s{order}")], [None], [None])
 
 
 def test_a_batch_never_holds_more_than_b_groups() -> None:
@@ -153,3 +153,17 @@ def test_a_batch_never_holds_more_than_b_groups() -> None:
     # Backfills go first, then the latest started.
     assert [r.order for r in step.kept] == [0, 2] and step.backfilled == []
     assert sorted(r.order for r in step.cut_runs) == [1, 3]
+
+
+def test_a_batch_over_b_hands_back_fresh_groups_before_reserved_ones() -> None:
+    """The guard keeps a group cut in the step before (reserved) over a fresh one, even the
+    latest started: handed back again, it would wait a third step."""
+    gateway = FakeGateway()
+    ctx = RolloutContext(gateway, StubAgent(gateway), asyncio.Semaphore(1))
+    plan = SamplingPlan(batch_size=2, in_flight=4, max_refill_rounds=0, policy="carryOver")
+    step = _Step(ctx, None, plan, spec=None, group_filter=None, to_samples=list, step=0)  # type: ignore[arg-type]
+    step.kept = [run_of(0, protected=True), run_of(1), run_of(3, protected=True)]
+    step.backfilled = [run_of(2)]
+    step.trim()
+    assert [r.order for r in step.kept] == [0, 3] and step.backfilled == []
+    assert sorted(r.order for r in step.cut_runs) == [1, 2]

@@ -335,18 +335,23 @@ class _Step:
                 self.maybe_cut()
                 if not self.cut_done:
                     self.refill()
+                    # A refill can bring groups cut in the step before (reserved: a buffer
+                    # filter may hand them out after fresh ones) that fill the batch on their
+                    # own; cut now, or the fresh groups run on until the next group finishes,
+                    # and one kept meanwhile is only handed back by `trim`.
+                    self.maybe_cut()
         if self.cancelled:  # every cut episode has stopped its agent and closed its session
             await asyncio.gather(*self.cancelled, return_exceptions=True)
         self.trim()
         self.settle_cut_groups()
 
     def trim(self) -> None:
-        """Never more than B groups: a reserved group fetched in a refill (a buffer filter
-        may hand a cut group out after fresh ones) fills the batch without a cut, and a fresh
-        group that finishes before the next cut is kept as well. Fresh groups go first,
-        reserved ones last: a reserved group handed back again would wait a third step, its
-        carried episodes then too old to reuse. Within each, skipped groups and backfills go
-        first, then the latest started; they are handed back like a cut."""
+        """Never more than B groups. The cut comes as soon as the groups kept and reserved
+        fill the batch (a refill that brings reserved groups included), so this only guards
+        the count. Fresh groups go first, reserved ones last: a reserved group handed back
+        again would wait a third step, its carried episodes then too old to reuse. Within
+        each, skipped groups and backfills go first, then the latest started; they are
+        handed back like a cut."""
         extra = self.have - self.plan.batch_size
         if extra <= 0:
             return
