@@ -455,6 +455,21 @@ TRIM_ROWS = [
 ]
 
 
+def trim_rig(make_rig: Any, tmp_path: Path, commit: str, policy: str) -> tuple[Any, Any]:
+    """TRIM_ROWS' rig (B=2, O=4, one refill round, maxPolicyLag 1) and slime's own data
+    source at `commit`, with the buffer filter that hands out one group per call."""
+    rig = make_rig(
+        overSamplingBatchSize=4,
+        stragglerPolicy=policy,
+        dynamicSamplingFilter="zeroRewardVariance",
+        maxRefillRounds=1,
+        maxPolicyLag=1,
+    )
+    settings = slime_args(write_rows(tmp_path / "rows.jsonl", TRIM_ROWS), 2)
+    settings.buffer_filter_path = f"{__name__}.newest_group_only"
+    return rig, data_source_module(commit).RolloutDataSourceWithBuffer(settings)
+
+
 @pytest.mark.parametrize("commit", COMMITS)
 def test_a_reserved_group_a_refill_hands_out_trains_in_that_step(
     make_rig: Any, tmp_path: Path, commit: str
@@ -464,17 +479,7 @@ def test_a_reserved_group_a_refill_hands_out_trains_in_that_step(
     it out only in a refill. Handing it back again (as the latest started of three kept
     groups) made it wait a third step, where its carried episode, two updates old, was thrown
     away (maxPolicyLag 1) and run again."""
-    rig = make_rig(
-        overSamplingBatchSize=4,
-        stragglerPolicy="carryOver",
-        dynamicSamplingFilter="zeroRewardVariance",
-        maxRefillRounds=1,
-        maxPolicyLag=1,
-    )
-    rows = write_rows(tmp_path / "rows.jsonl", TRIM_ROWS)
-    settings = slime_args(rows, 2)
-    settings.buffer_filter_path = f"{__name__}.newest_group_only"
-    source = data_source_module(commit).RolloutDataSourceWithBuffer(settings)
+    rig, source = trim_rig(make_rig, tmp_path, commit, "carryOver")
 
     out = generate_rollout(args(2), 0, source)
     assert groups_of(out) == [2, 3]
@@ -509,17 +514,7 @@ def test_the_cut_comes_as_soon_as_a_refill_fills_the_batch_with_reserved_groups(
     nine seconds more per episode, and F2, kept, went back all the same (over B), its two
     finished episodes thrown away under `abort`, under `carryOver` reused a step late with
     every token masked (one update old): its group trained nothing in step 2."""
-    rig = make_rig(
-        overSamplingBatchSize=4,
-        stragglerPolicy=policy,
-        dynamicSamplingFilter="zeroRewardVariance",
-        maxRefillRounds=1,
-        maxPolicyLag=1,
-    )
-    rows = write_rows(tmp_path / "rows.jsonl", TRIM_ROWS)
-    settings = slime_args(rows, 2)
-    settings.buffer_filter_path = f"{__name__}.newest_group_only"
-    source = data_source_module(commit).RolloutDataSourceWithBuffer(settings)
+    rig, source = trim_rig(make_rig, tmp_path, commit, policy)
     generate_rollout(args(2), 0, source)
 
     def discarded() -> dict[str, float]:
