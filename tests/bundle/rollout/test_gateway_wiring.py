@@ -128,17 +128,30 @@ async def test_a_prompt_over_the_context_fails_the_episode_naming_the_context(
     assert len(hub._gateway.store) == 0
 
 
-# The first call's prompt is 17 tokens and its reply 7; the second's prompt, 42, fills it.
-@pytest.mark.parametrize("model_overrides", [{"contextLength": 30}])
+# The first call's prompt is 17 tokens and its reply 7; the second's, 42 tokens, finds the
+# context full: the gateway's own check (contextLength 30), or, the gateway knowing no
+# context, SGLang's refusal (its scheduler's limit, or its tokenizer manager's context).
+@pytest.mark.parametrize(
+    ("model_overrides", "engine_limits"),
+    [
+        ({"contextLength": 30}, {}),
+        ({}, {"max_req_input_len": 30}),
+        ({}, {"context_len": 40}),
+    ],
+    ids=["gateway", "engine-scheduler", "engine-tokenizer-manager"],
+)
 async def test_a_later_call_that_finds_the_context_full_truncates_the_episode(
     hub_with_gateway: tuple[Hub, GatewayClient],
 ) -> None:
-    """The agent's second call finds the context full: the gateway answers it finish reason
-    `length` without the engine. The episode was cut by the context as surely as by a
-    completion cut at `max_new_tokens`, yet its sample came back COMPLETED (the refused call
-    left no trace), so truncated figures and anything keyed on TRUNCATED missed it. slime's
-    own agent adapter records the call (slime 624b824: the sample's `truncated`). Its sample
-    is TRUNCATED now, and holds no token of the refused call."""
+    """The agent's second call finds the context full. The gateway answers it finish reason
+    `length` without the engine; SGLang refused it itself where the gateway's check passed
+    it (its scheduler's limit is a few tokens short of the context), and the agent got a
+    400. Either way the episode was cut by the context as surely as by a completion cut at
+    `max_new_tokens`, yet its sample came back COMPLETED (the refused call left no trace;
+    an agent that ends on `length` failed on the 400), so truncated figures and anything
+    keyed on TRUNCATED missed it. slime's own agent adapter records the gateway's case
+    (slime 624b824: the sample's `truncated`). Its sample is TRUNCATED now, and holds no
+    token of the refused call."""
     hub, client = hub_with_gateway
     agent = ChatAgent(turns=2)
     ctx = RolloutContext(client, agent, asyncio.Semaphore(1))
@@ -154,39 +167,6 @@ async def test_a_later_call_that_finds_the_context_full_truncates_the_episode(
     (sample,) = outcome.samples
     assert sample.status is Status.TRUNCATED
     # The first call alone: its 17-token prompt and 7 sampled tokens, all trained.
-    assert len(sample.tokens) == 24 and sample.response_length == 7
-    assert sample.loss_mask == [1] * 7 and sample.metadata["num_turns"] == 1
-    assert outcome.merge is not None and outcome.merge.context_full == 1
-    assert ctx.recorder.take().counters[("truncated_samples", ())] == 1
-    text = exposition(hub.metrics)
-    assert "agentrl_context_full_turns_total 1.0" in text
-
-
-# The first call's prompt is 17 tokens and its reply 7; the second's, 42 tokens, passes the
-# gateway (no context set) and SGLang refuses it: its scheduler, or its tokenizer manager.
-@pytest.mark.parametrize("engine_limits", [{"max_req_input_len": 30}, {"context_len": 40}])
-async def test_a_later_call_the_engine_refuses_as_too_long_truncates_the_episode(
-    hub_with_gateway: tuple[Hub, GatewayClient],
-) -> None:
-    """SGLang itself refuses the agent's second call as too long (its scheduler's limit is a
-    few tokens short of the context, so the gateway's own check can pass it). The agent got
-    a 400 and nothing was traced: an agent that ends on `length` failed instead, and one
-    that caught the error came back COMPLETED. As with the gateway's own full context, the
-    call is answered `length` and the sample is TRUNCATED, with no token of the refused call."""
-    hub, client = hub_with_gateway
-    agent = ChatAgent(turns=2)
-    ctx = RolloutContext(client, agent, asyncio.Semaphore(1))
-    spec = EpisodeSpec({"temperature": 1.0, "max_new_tokens": 16}, 256, 60.0, "agentrl")
-    try:
-        ((outcome,),) = await run_groups(
-            ctx, [[EpisodeInput("p", {"q": "a question"}, None, 0, 0)]], spec, "train"
-        )
-    finally:
-        await agent.aclose()
-    assert agent.calls == 2
-    assert outcome.failure is None, outcome.message
-    (sample,) = outcome.samples
-    assert sample.status is Status.TRUNCATED
     assert len(sample.tokens) == 24 and sample.response_length == 7
     assert sample.loss_mask == [1] * 7 and sample.metadata["num_turns"] == 1
     assert outcome.merge is not None and outcome.merge.context_full == 1
