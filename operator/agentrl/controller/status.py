@@ -38,7 +38,6 @@ DEPLOYMENT_PHASES: Mapping[str, Phase] = {
     "Failed": Phase.FAILED,
     "ValidationFailed": Phase.FAILED,
 }
-FAILED_JOB_STATUSES = ("FAILED", "STOPPED")
 # The reason of a Failed phase whose Ray job was stopped (`Complete` with jobStatus STOPPED),
 # whichever way KubeRay noticed: its own reason, when it gives one (the transition grace
 # period), goes into the message, which says what stopped means for the run.
@@ -271,8 +270,8 @@ def rayjob_phase(rj: Mapping[str, Any], prev: Phase) -> tuple[Phase, str]:
         return prev, f"Unknown jobDeploymentStatus {deployment!r}"
     if phase == Phase.SUCCEEDED and rj.get("jobStatus") == "STOPPED":
         return Phase.FAILED, JOB_STOPPED
-    if phase == Phase.SUCCEEDED and rj.get("jobStatus") in FAILED_JOB_STATUSES:
-        return Phase.FAILED, str(rj.get("reason") or f"Job{str(rj['jobStatus']).title()}")
+    if phase == Phase.SUCCEEDED and rj.get("jobStatus") == "FAILED":
+        return Phase.FAILED, str(rj.get("reason") or "JobFailed")
     if phase == Phase.FAILED:
         return phase, str(rj.get("reason") or deployment)
     return phase, deployment or "Pending"
