@@ -539,3 +539,91 @@ def test_the_cut_comes_as_soon_as_a_refill_fills_the_batch_with_reserved_groups(
     # Every group of step 2 ran on its policy: no token is masked as stale.
     assert [s.metadata["policy_version"] for g in out.samples for s in g] == [2] * 4
     assert out.metrics["agentrl/stale_tokens_masked"] == 0
+
+
+def returned_groups_three_at_a_time(
+    args: Any, rollout_id: Any, buffer: list[Any], num_samples: int
+) -> list[Any]:
+    """A `--buffer-filter-path` function (slime's signature) that hands handed-back groups out
+    only once three or more wait, then as many as asked (slime's `pop_first` order): groups
+    cut in two steps come out together, more of them than the batch holds."""
+    if len(buffer) < 3:
+        return []
+    out = buffer[: min(len(buffer), num_samples)]
+    del buffer[: len(out)]
+    return out
+
+
+def _cut_with_one_finished(i: int) -> dict[str, Any]:
+    # One fast episode (kept when its group is cut), one slow (cut), then the rerun.
+    return {"id": i, "sleep": [5, 1000, 7], "reward": [1, 0, 0]}
+
+
+# B=2, O=4: each step keeps its two fast groups and cuts the other two at t=20, each with one
+# finished episode carried. Step 1 gets no returned group (two wait); step 2 gets all four
+# cut so far, two of them more than the batch holds; step 4 gets step 1's two back.
+RECUT_ROWS = [
+    {"id": 0, "sleep": 10, "reward": [0, 1]},
+    {"id": 1, "sleep": 20, "reward": [1, 0]},
+    _cut_with_one_finished(2),
+    _cut_with_one_finished(3),
+    {"id": 4, "sleep": 10, "reward": [0, 1]},
+    {"id": 5, "sleep": 20, "reward": [1, 0]},
+    _cut_with_one_finished(6),
+    _cut_with_one_finished(7),
+    {"id": 8, "sleep": 10, "reward": [0, 1]},
+    {"id": 9, "sleep": 20, "reward": [1, 0]},
+    _cut_with_one_finished(10),
+    _cut_with_one_finished(11),
+]
+
+
+def step_line(caplog: pytest.LogCaptureFixture, step: int) -> dict[str, str]:
+    (line,) = [
+        r.getMessage()
+        for r in caplog.records
+        if r.getMessage().startswith(f"Rollout {step} groups:")
+    ]
+    return dict(f.split("=", 1) for f in line.split() if "=" in f)
+
+
+@pytest.mark.parametrize("commit", COMMITS)
+def test_a_carried_episode_counts_as_reused_once_when_its_group_trains(
+    make_rig: Any, tmp_path: Path, commit: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """More groups cut earlier come back at once than the batch holds: two are waited for,
+    the other two go straight back with their carried episodes. Those were counted as reused
+    in the step that handed them back and again in the step that trained them, so the step
+    line's `episodes_reused` said 4 for a batch reusing 2, and 6 over the run for the 4
+    carried episodes that trained. Their age still goes by the step that ran them."""
+    rig = make_rig(overSamplingBatchSize=4, stragglerPolicy="carryOver", maxPolicyLag=3)
+    settings = slime_args(write_rows(tmp_path / "rows.jsonl", RECUT_ROWS), 2)
+    settings.buffer_filter_path = f"{__name__}.returned_groups_three_at_a_time"
+    source = data_source_module(commit).RolloutDataSourceWithBuffer(settings)
+    caplog.set_level("INFO", logger="agentrl.rollout")
+
+    for step in range(2):
+        out = generate_rollout(args(2), step, source)
+        assert groups_of(out) == [4 * step, 4 * step + 1]
+    ran_before = set(rig.gateway.created)
+
+    out = generate_rollout(args(2), 2, source)
+
+    # 2 and 3 (cut in step 0) train; 6 and 7 (cut in step 1) go back untouched.
+    assert [g[0].metadata["id"] for g in out.samples] == [2, 3]
+    reused = [s for g in out.samples for s in g if s.session_id in ran_before]
+    assert len(reused) == 2 and {s.metadata["policy_version"] for s in reused} == {0}
+    assert [g[0].metadata["id"] for g in source.buffer] == [6, 7]
+    assert step_line(caplog, 2)["episodes_reused"] == "2"
+
+    out = generate_rollout(args(2), 3, source)  # 6 and 7 wait (two in the buffer)
+    assert groups_of(out) == [8, 9] and step_line(caplog, 3)["episodes_reused"] == "0"
+    out = generate_rollout(args(2), 4, source)
+
+    # 6 and 7 train with the episodes step 1 ran: three updates old, as sampled, not as
+    # old as the step that last handed them back.
+    assert [g[0].metadata["id"] for g in out.samples] == [6, 7]
+    reused = [s for g in out.samples for s in g if s.session_id in ran_before]
+    assert len(reused) == 2 and {s.metadata["policy_version"] for s in reused} == {1}
+    assert out.metrics["agentrl/policy_lag_max"] == 3
+    assert step_line(caplog, 4)["episodes_reused"] == "2"

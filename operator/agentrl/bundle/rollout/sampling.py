@@ -198,7 +198,7 @@ class GroupRun:
     outcomes: list[EpisodeOutcome | None]
     tickets: list[Ticket | None]
     tasks: list[asyncio.Task[EpisodeOutcome] | None]
-    carried: int = 0  # episodes reused from the step that cut it
+    carried: int = 0  # episodes taken from the carry store (finished in the step that cut it)
     # What this step took out of the carry store for it (the step that cut it, the episodes
     # reused with the step that kept them): put back if the step fails (`discard_finished`).
     cut_step: int | None = None
@@ -302,7 +302,6 @@ class _Step:
                 task = asyncio.create_task(run_one(self.ctx, inp, self.spec, TRAIN, ticket))
                 task.add_done_callback(functools.partial(self._done, run, slot))
                 run.tickets[slot], run.tasks[slot] = ticket, task
-            self.report.episodes_reused += run.carried
             self.runs.append(run)
             self.unfinished.add(run)
             if run.finished:  # nothing left to run (all its episodes were carried)
@@ -536,6 +535,10 @@ class _Step:
                 self.report.other_seconds += [o.seconds for o in run.done_outcomes()]
         self.report.kept, self.report.backfilled = len(self.kept), len(self.backfilled)
         self.report.skipped = len(self.skipped)
+        # Reused once, by the step that settles its group (trained, or filtered); a group
+        # handed back again (cut when more returned groups came than the batch holds, or
+        # trimmed) takes its carried episodes back to the store, and they count when it trains.
+        self.report.episodes_reused = sum(r.carried for r in self.runs if r not in self.cut_runs)
         return [
             [self.untrained(self.settle_age(o)) if r in self.unwanted else self.settle_age(o)
              for o in r.done_outcomes()]
