@@ -578,6 +578,15 @@ RECUT_ROWS = [
 ]
 
 
+def recut_rig(make_rig: Any, tmp_path: Path, commit: str) -> tuple[Any, Any]:
+    """RECUT_ROWS' rig (B=2, O=4, carryOver, maxPolicyLag 3) and slime's own data source at
+    `commit`, with the buffer filter that holds returned groups back until three wait."""
+    rig = make_rig(overSamplingBatchSize=4, stragglerPolicy="carryOver", maxPolicyLag=3)
+    settings = slime_args(write_rows(tmp_path / "rows.jsonl", RECUT_ROWS), 2)
+    settings.buffer_filter_path = f"{__name__}.returned_groups_three_at_a_time"
+    return rig, data_source_module(commit).RolloutDataSourceWithBuffer(settings)
+
+
 def step_line(caplog: pytest.LogCaptureFixture, step: int) -> dict[str, str]:
     (line,) = [
         r.getMessage()
@@ -596,12 +605,8 @@ def test_a_carried_episode_counts_as_reused_once_when_its_group_trains(
     in the step that handed them back and again in the step that trained them, so the step
     line's `episodes_reused` said 4 for a batch reusing 2, and 6 over the run for the 4
     carried episodes that trained. Their age still goes by the step that ran them."""
-    rig = make_rig(overSamplingBatchSize=4, stragglerPolicy="carryOver", maxPolicyLag=3)
-    settings = slime_args(write_rows(tmp_path / "rows.jsonl", RECUT_ROWS), 2)
-    settings.buffer_filter_path = f"{__name__}.returned_groups_three_at_a_time"
-    source = data_source_module(commit).RolloutDataSourceWithBuffer(settings)
+    rig, source = recut_rig(make_rig, tmp_path, commit)
     caplog.set_level("INFO", logger="agentrl.rollout")
-
     for step in range(2):
         out = generate_rollout(args(2), step, source)
         assert groups_of(out) == [4 * step, 4 * step + 1]
@@ -627,3 +632,23 @@ def test_a_carried_episode_counts_as_reused_once_when_its_group_trains(
     assert len(reused) == 2 and {s.metadata["policy_version"] for s in reused} == {1}
     assert out.metrics["agentrl/policy_lag_max"] == 3
     assert step_line(caplog, 4)["episodes_reused"] == "2"
+
+
+@pytest.mark.parametrize("commit", COMMITS)
+def test_the_length_bias_leaves_out_carried_episodes_a_step_hands_back_again(
+    make_rig: Any, tmp_path: Path, commit: str
+) -> None:
+    """RECUT_ROWS' step 2 trains 2 and 3: each its carried 5 s episode and a 7 s rerun, the
+    only episodes the step ran. 6 and 7 go straight back with their carried 5 s episodes,
+    which step 1 ran (and counted) and nothing trains now; counted again as run by step 2,
+    they made its trained episodes look 6% longer than the step's (length_bias 0.059)."""
+    rig, source = recut_rig(make_rig, tmp_path, commit)
+    for step in range(2):
+        generate_rollout(args(2), step, source)
+
+    out = generate_rollout(args(2), 2, source)
+
+    assert [g[0].metadata["id"] for g in out.samples] == [2, 3]
+    assert [g[0].metadata["id"] for g in source.buffer] == [6, 7]
+    assert out.metrics["agentrl/length_bias"] == pytest.approx(0.0)
+    assert rig.metric("agentrl_episode_length_bias") == pytest.approx(0.0)

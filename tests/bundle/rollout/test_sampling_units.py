@@ -167,3 +167,31 @@ def test_a_batch_over_b_hands_back_fresh_groups_before_reserved_ones() -> None:
     step.trim()
     assert [r.order for r in step.kept] == [0, 3] and step.backfilled == []
     assert sorted(r.order for r in step.cut_runs) == [1, 2]
+
+
+def test_a_filtered_groups_carried_episode_counts_in_the_length_bias_of_the_step_that_ran_it() -> (
+    None
+):
+    """A group that came back with one carried episode (5 s, run and counted as another
+    episode by the step that cut it) and one rerun (7 s), then filtered: of its episodes, this
+    step ran the rerun only. Both counted made the trained 10 s episodes look 36% longer than
+    the step's episodes, not 18%."""
+    gateway = FakeGateway()
+    ctx = RolloutContext(gateway, StubAgent(gateway), asyncio.Semaphore(1))
+    plan = SamplingPlan(batch_size=1, in_flight=2, max_refill_rounds=0, policy="carryOver")
+    step = _Step(ctx, None, plan, spec=None, group_filter=None, to_samples=list, step=1)  # type: ignore[arg-type]
+    kept = GroupRun(run_of(0).prompt, 0, False, [outcome("k", seconds=10.0)], [None], [None])
+    inp = EpisodeInput("p", {}, None, group_index=1, index=2)
+    prompt = PromptGroup([PlainSample(group_index=1, index=2)] * 2, [inp, inp])
+    carried = outcome("c", seconds=5.0)
+    filtered = GroupRun(
+        prompt, 1, True, [carried, outcome("r", seconds=7.0)], [None] * 2, [None] * 2
+    )
+    filtered.carried, filtered.taken = 1, {0: (0, carried)}
+    step.runs, step.kept = [kept, filtered], [kept]
+
+    step.batch()
+
+    assert step.report.trained_seconds == [10.0] and step.report.other_seconds == [7.0]
+    assert step.report.length_bias == pytest.approx(10.0 / 8.5 - 1.0)
+    assert step.report.episodes_reused == 1  # used by this step's filter: reused once

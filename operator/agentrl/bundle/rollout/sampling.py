@@ -144,7 +144,9 @@ class StepReport:
     filtered_seconds: float = 0.0
     aborted_seconds: float = 0.0  # finished episodes of groups cut under `abort`
     cut_seconds: float = 0.0  # elapsed time of episodes cancelled while running
-    other_seconds: list[float] = field(default_factory=list)  # every other episode the step ran
+    # Every other finished episode the step ran (not the carried ones it handed back or
+    # filtered: they count in the step that ran them).
+    other_seconds: list[float] = field(default_factory=list)
     # Token age (carried-over episodes): per trained episode, how many updates old it is.
     policy_lags: list[int] = field(default_factory=list)
     stale_restarted: int = 0  # carried episodes older than maxPolicyLag, run again
@@ -210,6 +212,13 @@ class GroupRun:
 
     def done_outcomes(self) -> list[EpisodeOutcome]:
         return [o for o in self.outcomes if o is not None]
+
+    def ran_seconds(self) -> list[float]:
+        """The durations of the finished episodes this step ran: not those taken from the
+        carry store, which the step that cut the group ran and counted."""
+        return [
+            o.seconds for s, o in enumerate(self.outcomes) if o is not None and s not in self.taken
+        ]
 
 
 SampleConverter = Callable[[Sequence[EpisodeOutcome]], list[Any]]
@@ -458,7 +467,9 @@ class _Step:
                 finished = {}
             if first is not None:
                 self.ctx.carry.put(self.step, first[0], finished)
-            self.report.other_seconds += [o.seconds for o in run.done_outcomes()]
+            # Its carried episodes, if it came back with some, ran (and counted) in an earlier
+            # step and train nothing here: counted again, they would skew the length bias.
+            self.report.other_seconds += run.ran_seconds()
 
     async def abandon(self) -> None:
         """The step failed or was cancelled: stop every episode, hand every group back."""
@@ -532,7 +543,7 @@ class _Step:
             self.report.trained_seconds += [o.seconds for o in run.done_outcomes()]
         for run in self.runs:
             if run not in trained and run not in self.cut_runs and run.finished:
-                self.report.other_seconds += [o.seconds for o in run.done_outcomes()]
+                self.report.other_seconds += run.ran_seconds()
         self.report.kept, self.report.backfilled = len(self.kept), len(self.backfilled)
         self.report.skipped = len(self.skipped)
         # Reused once, by the step that settles its group (trained, or filtered); a group
