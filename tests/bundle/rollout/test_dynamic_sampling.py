@@ -652,3 +652,28 @@ def test_the_length_bias_leaves_out_carried_episodes_a_step_hands_back_again(
     assert [g[0].metadata["id"] for g in source.buffer] == [6, 7]
     assert out.metrics["agentrl/length_bias"] == pytest.approx(0.0)
     assert rig.metric("agentrl_episode_length_bias") == pytest.approx(0.0)
+
+
+@pytest.mark.parametrize("commit", COMMITS)
+def test_a_carried_episode_too_old_to_reuse_counts_as_thrown_away(
+    make_rig: Any, tmp_path: Path, commit: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """maxPolicyLag 0 reuses no carried episode: group 2's finished 5 s episode, kept when the
+    batch filled in step 0, is one update old when the group comes back, so its prompt runs
+    again. Like a kept episode the data source never handed back (carry_expired), its time
+    trained nothing: it counts under reason "aborted", once, as its log line says."""
+    rig = make_rig(overSamplingBatchSize=4, stragglerPolicy="carryOver", maxPolicyLag=0)
+    source = buffered_source(commit, write_rows(tmp_path / "rows.jsonl", STRAGGLER_ROWS), 2)
+    caplog.set_level("INFO", logger="agentrl.rollout")
+    out = generate_rollout(args(2), 0, source)
+    (kept,) = set(rig.agent.finished) - {s.session_id for g in out.samples for s in g}
+    assert rig.metric("agentrl_discarded_episode_seconds_total", reason="aborted") == 0
+
+    out = generate_rollout(args(2), 1, source)
+
+    assert groups_of(out) == [2, 3]
+    assert kept not in {s.session_id for g in out.samples for s in g}
+    assert out.metrics["agentrl/stale_episodes_restarted"] == 1
+    (line,) = lines_naming(caplog, kept)
+    assert "reason=carry_stale" in line
+    assert rig.metric("agentrl_discarded_episode_seconds_total", reason="aborted") == 5

@@ -142,7 +142,9 @@ class StepReport:
     drop_reasons: Counter[str] = field(default_factory=Counter)
     trained_seconds: list[float] = field(default_factory=list)
     filtered_seconds: float = 0.0
-    aborted_seconds: float = 0.0  # finished episodes of groups cut under `abort`
+    # Finished episodes thrown away: of groups cut under `abort`, and carried ones too old
+    # to reuse (maxPolicyLag) or never handed back (TTL_STEPS).
+    aborted_seconds: float = 0.0
     cut_seconds: float = 0.0  # elapsed time of episodes cancelled while running
     # Every other finished episode the step ran (not the carried ones it handed back or
     # filtered: they count in the step that ran them).
@@ -287,6 +289,8 @@ class _Step:
                     self.plan.max_policy_lag
                 ):
                     self.report.stale_restarted += 1  # too old: from the prompt again
+                    # Its time trained nothing, like an expired one's (`fill_batch`).
+                    self.report.aborted_seconds += reused.seconds
                     # Finished work thrown away, like an expired one: named once, so that its
                     # agent session (AgentCore, S3 result key) can be told from a lost one.
                     log_discarded(
