@@ -677,3 +677,32 @@ def test_a_carried_episode_too_old_to_reuse_counts_as_thrown_away(
     (line,) = lines_naming(caplog, kept)
     assert "reason=carry_stale" in line
     assert rig.metric("agentrl_discarded_episode_seconds_total", reason="aborted") == 5
+
+
+@pytest.mark.parametrize("commit", COMMITS)
+@pytest.mark.parametrize("policy", ["carryOver", "abort"])
+def test_a_cut_groups_failed_episode_counts_as_thrown_away_under_either_policy(
+    make_rig: Any, tmp_path: Path, commit: str, policy: str
+) -> None:
+    """Group 2's first episode fails after 5 s (the agent crashed) and the batch fills at t=20
+    while its second runs. The failed one is no outcome to carry over: it runs again with its
+    group under `carryOver` as under `abort`, its 5 s trained nothing. `abort` counted them
+    (with its finished episodes), `carryOver` nowhere."""
+    rows = [dict(r) for r in STRAGGLER_ROWS]
+    rows[2]["behavior"] = ["error", "ok", "ok"]
+    rig = make_rig(overSamplingBatchSize=4, stragglerPolicy=policy)
+    source = buffered_source(commit, write_rows(tmp_path / "rows.jsonl", rows), 2)
+
+    out = generate_rollout(args(2), 0, source)
+
+    assert groups_of(out) == [0, 1]
+    assert rig.metric("agentrl_failed_sessions_total", split="train", reason="agent_error") == 1
+    assert rig.metric("agentrl_discarded_episode_seconds_total", reason="aborted") == 5
+    assert rig.metric("agentrl_discarded_episode_seconds_total", reason="cut") == 60
+
+    out = generate_rollout(args(2), 1, source)
+
+    # It ran again with its group: nothing of step 0's attempt trains.
+    assert groups_of(out) == [2, 3] and not {s.session_id for g in out.samples for s in g} & set(
+        rig.gateway.created[:8]
+    )

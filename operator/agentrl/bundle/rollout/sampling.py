@@ -142,8 +142,9 @@ class StepReport:
     drop_reasons: Counter[str] = field(default_factory=Counter)
     trained_seconds: list[float] = field(default_factory=list)
     filtered_seconds: float = 0.0
-    # Finished episodes thrown away: of groups cut under `abort`, and carried ones too old
-    # to reuse (maxPolicyLag) or never handed back (TTL_STEPS).
+    # Finished episodes thrown away: of groups cut under `abort`, failed ones of groups cut
+    # under `carryOver`, and carried ones too old to reuse (maxPolicyLag) or never handed
+    # back (TTL_STEPS).
     aborted_seconds: float = 0.0
     cut_seconds: float = 0.0  # elapsed time of episodes cancelled while running
     # Every other finished episode the step ran (not the carried ones it handed back or
@@ -458,6 +459,11 @@ class _Step:
             seconds = sum(o.seconds for o in run.done_outcomes())
             if self.plan.policy == "carryOver":
                 self.report.carried_over += 1
+                # Its failed episodes are not kept (above): they run again with the group, so
+                # their time trained nothing, as under `abort` (logged once as they failed).
+                self.report.aborted_seconds += sum(
+                    o.seconds for o in run.done_outcomes() if o.failure is not None
+                )
             else:
                 self.report.aborted += 1
                 self.report.aborted_seconds += seconds
