@@ -410,7 +410,9 @@ class GrpoSpec(Model):
     straggler_policy: Literal["wait", "abort", "carryOver"] = "wait"
     """Once the batch is full: `wait` for every started group; `abort` the rest and return
     their prompts to slime's data source; `carryOver`: as abort, but keep their finished
-    episodes, so the group resumes in the next step. A group is cut at most once.
+    episodes, so the group resumes in the next step. A group that resumes is waited for,
+    never cut again, as long as slime's data source hands cut groups out the next step (its
+    default buffer does).
     """
     failed_episodes: Literal["exclude", "zeroReward"] = "exclude"
     """Episodes that end without a reward the agent reported (engine, transport, timeout,
