@@ -33,6 +33,7 @@ from agentrl.api.model_context import context_length_of
 from agentrl.bundle.gateway import GatewayServer
 from agentrl.bundle.gateway.context import checkpoint_context_length
 from agentrl.bundle.gateway.sglang import (
+    SCHEDULER_MARGIN,
     EngineError,
     StreamState,
     length_refusal,
@@ -250,7 +251,11 @@ async def test_the_engines_refusal_of_a_long_prompt_is_a_full_context_in_the_tra
     (segment,) = merge_turns(turns)
     assert segment.truncated and segment.tokens == [*turn_a.prompt_ids, *turn_a.completion_ids]
     session = gateway.store.get(sid)
-    assert session.context_full == 1 and session.context_length == limit
+    # What a request may hold there: the context the tokenizer manager named, or the one
+    # behind the scheduler's limit (SGLang's `max_req_len - 5`, `max_req_len` the context
+    # minus one), not the limit itself, a few tokens under the context.
+    assert session.context_full == 1
+    assert session.context_length == (limit + 6 if check == "scheduler" else limit)
     assert session.answers == {200: 2} and not session.refusals
     assert metric(cluster, "agentrl_context_full_turns_total") == 1
     assert metric(cluster, "agentrl_gateway_requests_total", api="openai", code="400") == 0
@@ -381,6 +386,66 @@ def sglang_function(version: str, module: str, name: str, within: str | None = N
     return namespace[name]
 
 
+class Loose(SimpleNamespace):
+    """Stands in for SGLang's objects: the attributes given, and another for any other."""
+
+    def __getattr__(self, name: str) -> Any:
+        return Loose()
+
+
+def sglang_scheduler_limit(version: str, context: int, pool: int) -> int:
+    """The scheduler's `max_req_input_len` as SGLang `version` derives it for a model
+    `context` and a KV pool of `pool` tokens: `TpModelWorker.get_worker_info()`'s sixth
+    item (what the scheduler unpacks), with the assignments `__init__` makes to it first."""
+    path = upstream.sglang_dir(version) / "sglang/srt/managers/tp_worker.py"
+    tree = ast.parse(require(path, f"SGLang {version}'s TpModelWorker").read_text("utf-8"))
+    (cls,) = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "TpModelWorker"]
+    methods = {n.name: n for n in cls.body if isinstance(n, ast.FunctionDef)}
+    limits = ("max_req_len", "max_req_input_len")
+    assigned = [
+        n
+        for n in ast.walk(methods["__init__"])
+        if isinstance(n, ast.Assign)
+        and any(isinstance(t, ast.Attribute) and t.attr in limits for t in n.targets)
+    ]
+    init = ast.FunctionDef(
+        name="init",
+        args=methods["get_worker_info"].args,
+        body=[*assigned, ast.Pass()],
+        decorator_list=[],
+        returns=None,
+        type_params=[],
+    )
+    module = ast.fix_missing_locations(ast.Module([init, methods["get_worker_info"]], []))
+    namespace: dict[str, Any] = {}
+    exec(compile(module, str(path), "exec"), namespace)
+    worker = Loose(
+        model_config=Loose(context_len=context),
+        model_runner=Loose(max_token_pool_size=pool),
+    )
+    namespace["init"](worker)
+    limit: int = namespace["get_worker_info"](worker)[5]
+    return limit
+
+
+@pytest.mark.parametrize("version", upstream.sglang_pin()["versions"])  # type: ignore[arg-type]
+@pytest.mark.parametrize("pool", [1000, 30])
+def test_the_schedulers_limit_names_what_a_request_may_hold_less_six(
+    version: str, pool: int
+) -> None:
+    """SGLang's scheduler refuses prompts at or over its `max_req_input_len`, derived from
+    the context and the KV pool by its own code here: six tokens under the smaller of them.
+    So the gateway takes its refusal as a full context of the limit + 6 (the context where
+    the pool is larger), not of the limit, a few tokens under the context."""
+    context = 40
+    limit = sglang_scheduler_limit(version, context, pool)
+    assert limit + SCHEDULER_MARGIN == min(context, pool)
+    message = sglang_refusal(version, context, limit, limit, 1)
+    assert message is not None and "maximum allowed length" in message
+    refusal = length_refusal(EngineError("refused", 400, message))
+    assert refusal is not None and refusal.context == min(context, pool) and not refusal.exact
+
+
 def sglang_refusal(
     version: str, context: int, max_req_input_len: int, n: int, new: int, *, reserved: int = 0
 ) -> str | None:
@@ -430,7 +495,7 @@ def test_the_stand_in_refuses_long_prompts_as_sglang_and_the_gateway_knows_which
     and the one of prompt + max_new_tokens over the context as the room it names: asked
     again for that many new tokens, SGLang serves the call."""
     context = 40
-    limit = context - 1 - 5  # the scheduler's max_req_len - 5, the KV pool larger
+    limit = sglang_scheduler_limit(version, context, 1000)  # the KV pool larger
     stub = StubEngine(
         vocab_size=100, context_len=context, max_req_input_len=limit, reserved_tokens=reserved
     )
@@ -462,7 +527,7 @@ def test_the_stand_in_refuses_long_prompts_as_sglang_and_the_gateway_knows_which
                     second = length_refusal(EngineError("refused", 400, str(again)))
                     assert second is not None and not second.fits
             else:  # the scheduler
-                assert n >= limit and refusal.context == limit
+                assert n >= limit and refusal.context == limit + SCHEDULER_MARGIN == context
     assert {fits for _, fits in seen} == {True, False}  # each kind of refusal met
 
 

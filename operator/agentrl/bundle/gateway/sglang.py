@@ -53,7 +53,8 @@ def http_error(status: int, raw: bytes) -> EngineError:
 # prompt at or over it, or prompt + max_new_tokens over it (the prompt fits: a smaller
 # max_new_tokens is served). The scheduler's (`managers/utils.validate_input_length`) refuses
 # a prompt at or over its `max_req_input_len`, which it names: `max_req_len - 5`, where
-# `max_req_len` is the smaller of the context and the KV pool, minus one.
+# `max_req_len` is the smaller of the context and the KV pool, minus one
+# (`TpModelWorker.__init__`), so SCHEDULER_MARGIN tokens short of what a request may hold.
 PROMPT_TOO_LONG = re.compile(
     r"The input \((\d+) tokens\) is longer than the model's context length \((\d+) tokens\)"
 )
@@ -64,12 +65,14 @@ BUDGET_TOO_LONG = re.compile(
 SCHEDULER_TOO_LONG = re.compile(
     r"Input length \((\d+) tokens\) exceeds the maximum allowed length \((\d+) tokens\)"
 )
+SCHEDULER_MARGIN = 6
 
 
 @dataclass(frozen=True)
 class LengthRefusal:
-    """SGLang refused a call as too long. `context` is the limit it named: the model's
-    context (`exact`, the tokenizer manager named it) or the scheduler's. `fits`: the prompt fits,
+    """SGLang refused a call as too long. `context` is the most tokens a request may hold
+    there: the model's context (`exact`, the tokenizer manager named it) or, from the
+    scheduler's limit, the smaller of it and the engine's KV pool. `fits`: the prompt fits,
     only prompt + max_new_tokens did not; `input_tokens` is the prompt as the engine counted
     it (with the tokens it reserves for speculative decoding)."""
 
@@ -88,7 +91,8 @@ def length_refusal(error: EngineError) -> LengthRefusal | None:
     if found := BUDGET_TOO_LONG.search(error.detail):
         return LengthRefusal(int(found[1]), int(found[2]), exact=True, fits=True)
     if found := SCHEDULER_TOO_LONG.search(error.detail):
-        return LengthRefusal(int(found[2]), int(found[1]), exact=False, fits=False)
+        limit = int(found[2]) + SCHEDULER_MARGIN
+        return LengthRefusal(limit, int(found[1]), exact=False, fits=False)
     return None
 
 
