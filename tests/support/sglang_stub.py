@@ -14,9 +14,11 @@ rid reaches the engine before its request does (a no-op there; only `abort_all` 
 `gate`, when set, holds every generation until the event is set (requests stay in flight
 for as long as a test needs). `context_len` turns on the tokenizer manager's context check
 (`_validate_one_request` at 0.5.13 and 0.5.15.post1, no `--allow-auto-truncate`): an input
-of `context_len` tokens or more, or input + `max_new_tokens` above it, is refused with a
+of `context_len` tokens or more, or input + `max_new_tokens` above it (the input counted
+with `reserved_tokens`, SGLang's `num_reserved_tokens` under EAGLE), is refused with a
 ValueError's message, which the HTTP server answers as 400 `{"error": {"message"}}`, or,
-for a stream, as HTTP 200 with one `data: {"error": {..., "code": 400}}` event and `[DONE]`.
+for a stream, as HTTP 200 with one `data: {"error": {..., "code": 400}}` event and `[DONE]`
+(as are its other input checks a stream meets: ids past the vocabulary, a bad `top_p`).
 `max_req_input_len` turns on the scheduler's own check behind it (`validate_input_length`,
 `max_req_len - 5`, so a prompt a few tokens short of the context): a prompt of that many
 tokens or more is aborted with status 400, which SGLang answers as the same 400 unstreamed,
@@ -74,6 +76,7 @@ class StubEngine:
     gate: asyncio.Event | None = None  # generations wait for it (None: never held)
     context_len: int | None = None  # the engine's context (None: no check)
     max_req_input_len: int | None = None  # the scheduler's input limit (None: no check)
+    reserved_tokens: int = 0  # counted with each input (speculative decoding's draft tokens)
     requests: list[dict[str, Any]] = field(default_factory=list)
     aborted: list[str] = field(default_factory=list)  # rids asked to abort ("*" = abort_all)
     sampled: dict[str, list[int]] = field(default_factory=dict)  # rid -> ids returned
@@ -189,6 +192,9 @@ class StubEngine:
         error = self._validate(body)
         if error is None and body.get("rid") in self._live:
             error = "Duplicate request ID detected"
+        if error is not None and isinstance(body, dict) and body.get("stream"):
+            # SGLang's tokenizer manager raises these inside the stream: 200, an error event.
+            return await self._stream_error(request, error)
         if error is not None:
             return _json({"error": {"message": error}}, 400)
         if not isinstance(body["input_ids"][0], int):
@@ -211,7 +217,7 @@ class StubEngine:
         """SGLang's tokenizer-manager length checks, with its messages."""
         if self.context_len is None:
             return None
-        n = len(body["input_ids"])
+        n = len(body["input_ids"]) + self.reserved_tokens
         if n >= self.context_len:
             return (
                 f"The input ({n} tokens) is longer than the model's context length "

@@ -32,7 +32,12 @@ from tests.support.shared import require
 from agentrl.api.model_context import context_length_of
 from agentrl.bundle.gateway import GatewayServer
 from agentrl.bundle.gateway.context import checkpoint_context_length
-from agentrl.bundle.gateway.sglang import EngineError, StreamState, prompt_limit
+from agentrl.bundle.gateway.sglang import (
+    SCHEDULER_MARGIN,
+    EngineError,
+    StreamState,
+    length_refusal,
+)
 from agentrl.bundle.traces import CONTEXT_FULL, Turn, merge_turns
 
 from .gateway_helpers import MESSAGES, Cluster, metric, scripted, settings_for
@@ -187,16 +192,15 @@ async def test_a_prompt_that_fills_the_context_is_finish_reason_length_without_t
 
 
 async def test_a_streamed_engine_refusal_reaches_the_client_as_the_engines_400(
-    gateway: GatewayServer, cluster: Cluster, renderer: Any
+    gateway: GatewayServer, cluster: Cluster
 ) -> None:
-    """An engine whose context is smaller than the gateway knows (the fixture's checkpoint
-    has no config.json): SGLang answers the stream with 200 and an error event; the agent
-    gets the engine's message as a 400 its SDK raises (and does not retry), not a 502."""
-    assert getattr(gateway, "context_length", None) is None
-    cluster.set(context_len=prompt_len(renderer) + 2)
+    """SGLang's tokenizer manager refuses a stream's input (here: ids past the model's
+    vocabulary) after its HTTP server answered 200, as an error event; the agent gets the
+    engine's message as a 400 its SDK raises (and does not retry), not a 502."""
+    cluster.set(vocab_size=10)
     handle = await gateway.create_session("refused", {"max_new_tokens": BUDGET})
     c = openai.AsyncOpenAI(base_url=handle.base_url, api_key=handle.token, max_retries=0)
-    with pytest.raises(openai.BadRequestError, match="maximum context length"):
+    with pytest.raises(openai.BadRequestError, match="Token id out of range"):
         async for _ in await c.chat.completions.create(model="m", messages=MESSAGES, stream=True):  # type: ignore[call-overload]
             pass
     assert metric(cluster, "agentrl_gateway_requests_total", api="openai", code="400") == 1
@@ -247,26 +251,72 @@ async def test_the_engines_refusal_of_a_long_prompt_is_a_full_context_in_the_tra
     (segment,) = merge_turns(turns)
     assert segment.truncated and segment.tokens == [*turn_a.prompt_ids, *turn_a.completion_ids]
     session = gateway.store.get(sid)
-    assert session.context_full == 1 and session.context_length == limit
+    # What a request may hold there: the context the tokenizer manager named, or the one
+    # behind the scheduler's limit (SGLang's `max_req_len - 5`, `max_req_len` the context
+    # minus one), not the limit itself, a few tokens under the context.
+    assert session.context_full == 1
+    assert session.context_length == (limit + 6 if check == "scheduler" else limit)
     assert session.answers == {200: 2} and not session.refusals
     assert metric(cluster, "agentrl_context_full_turns_total") == 1
     assert metric(cluster, "agentrl_gateway_requests_total", api="openai", code="400") == 0
 
 
-async def test_an_engine_refusal_of_the_prompt_and_its_budget_stays_a_400(
-    gateway: GatewayServer, cluster: Cluster, renderer: Any
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("case", ["no_context", "speculative"])
+async def test_an_engine_refusal_of_the_prompt_and_its_budget_is_asked_again_for_the_room(
+    cluster: Cluster, checkpoint: Path, renderer: Any, stream: bool, case: str
 ) -> None:
-    """SGLang's refusal of prompt + max_new_tokens over its context (the gateway knows no
-    context to cap at) is no full context: the prompt fits, and a smaller `max_tokens`
-    would be served. The agent gets the 400 with `context_length_exceeded`; no turn."""
-    cluster.set(context_len=prompt_len(renderer) + 2)
-    handle = await gateway.create_session("budget", {"max_new_tokens": BUDGET})
-    c = openai.AsyncOpenAI(base_url=handle.base_url, api_key=handle.token, max_retries=0)
-    with pytest.raises(openai.BadRequestError, match="maximum context length") as err:
-        await c.chat.completions.create(model="m", messages=MESSAGES)  # type: ignore[arg-type]
-    assert err.value.code == "context_length_exceeded"
-    assert await gateway.get_turns("budget") == []
-    assert gateway.store.get("budget").context_full == 0
+    """SGLang refuses prompt + max_new_tokens over its context (the prompt fits) where the
+    gateway could not cap the budget: it knew no context (neither the spec nor config.json
+    gave one), or it knew it and the engine counts the tokens EAGLE reserves with the
+    prompt. The agent got a 400 and nothing was traced, where with the context known (and
+    with slime's adapter) the call is answered `length` with the tokens that fit. Now the
+    call is asked again for the room the refusal names; the context it names is the
+    gateway's from then on, so the next call is capped at once."""
+    room, reserved = 2, 3 if case == "speculative" else 0
+    context = prompt_len(renderer) + reserved + room
+    cluster.set(context_len=context, reserved_tokens=reserved)
+    known = {"context_length": context} if case == "speculative" else {}
+    gateway = await started(cluster, checkpoint, **known)
+    try:
+        assert gateway.context_length == (context if known else None)
+        for sid in ("first", "next"):
+            handle = await gateway.create_session(f"{sid}-{stream}", {"max_new_tokens": BUDGET})
+            c = openai.AsyncOpenAI(base_url=handle.base_url, api_key=handle.token, max_retries=0)
+            if stream:
+                chunks = [
+                    ch
+                    async for ch in await c.chat.completions.create(  # type: ignore[call-overload]
+                        model="m", messages=MESSAGES, stream=True
+                    )
+                ]
+                assert chunks[-1].choices[0].finish_reason == "length"
+            else:
+                out = await c.chat.completions.create(model="m", messages=MESSAGES)  # type: ignore[arg-type]
+                assert out.choices[0].finish_reason == "length"
+                assert out.usage is not None and out.usage.completion_tokens == room
+            (turn,) = await gateway.get_turns(handle.session_id)
+            assert len(turn.completion_ids) == room and turn.finish_reason == "length"
+            assert len(turn.prompt_ids) == prompt_len(renderer)
+        asked = {  # a session's calls go to one engine (the routing key), in order
+            sid: [
+                r["sampling_params"]["max_new_tokens"]
+                for r in cluster.all_requests()
+                if r["rid"].startswith(f"{sid}-{stream}-")
+            ]
+            for sid in ("first", "next")
+        }
+        # The first call: refused, then asked for the room; the next, capped at once (where
+        # the engine reserves tokens the gateway does not know of, refused again).
+        if case == "no_context":
+            assert asked == {"first": [BUDGET, room], "next": [room]}
+        else:
+            assert asked == {"first": [room + reserved, room], "next": [room + reserved, room]}
+        assert gateway.context_length == context
+        assert metric(cluster, "agentrl_gateway_requests_total", api="openai", code="400") == 0
+        assert metric(cluster, "agentrl_context_full_turns_total") == 0
+    finally:
+        await gateway.stop()
 
 
 @pytest.mark.parametrize(
@@ -336,12 +386,73 @@ def sglang_function(version: str, module: str, name: str, within: str | None = N
     return namespace[name]
 
 
+class Loose(SimpleNamespace):
+    """Stands in for SGLang's objects: the attributes given, and another for any other."""
+
+    def __getattr__(self, name: str) -> Any:
+        return Loose()
+
+
+def sglang_scheduler_limit(version: str, context: int, pool: int) -> int:
+    """The scheduler's `max_req_input_len` as SGLang `version` derives it for a model
+    `context` and a KV pool of `pool` tokens: `TpModelWorker.get_worker_info()`'s sixth
+    item (what the scheduler unpacks), with the assignments `__init__` makes to it first."""
+    path = upstream.sglang_dir(version) / "sglang/srt/managers/tp_worker.py"
+    tree = ast.parse(require(path, f"SGLang {version}'s TpModelWorker").read_text("utf-8"))
+    (cls,) = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "TpModelWorker"]
+    methods = {n.name: n for n in cls.body if isinstance(n, ast.FunctionDef)}
+    limits = ("max_req_len", "max_req_input_len")
+    assigned = [
+        n
+        for n in ast.walk(methods["__init__"])
+        if isinstance(n, ast.Assign)
+        and any(isinstance(t, ast.Attribute) and t.attr in limits for t in n.targets)
+    ]
+    init = ast.FunctionDef(
+        name="init",
+        args=methods["get_worker_info"].args,
+        body=[*assigned, ast.Pass()],
+        decorator_list=[],
+        returns=None,
+        type_params=[],
+    )
+    module = ast.fix_missing_locations(ast.Module([init, methods["get_worker_info"]], []))
+    namespace: dict[str, Any] = {}
+    exec(compile(module, str(path), "exec"), namespace)
+    worker = Loose(
+        model_config=Loose(context_len=context),
+        model_runner=Loose(max_token_pool_size=pool),
+    )
+    namespace["init"](worker)
+    limit: int = namespace["get_worker_info"](worker)[5]
+    return limit
+
+
+@pytest.mark.parametrize("version", upstream.sglang_pin()["versions"])  # type: ignore[arg-type]
+@pytest.mark.parametrize("pool", [1000, 30])
+def test_the_schedulers_limit_names_what_a_request_may_hold_less_six(
+    version: str, pool: int
+) -> None:
+    """SGLang's scheduler refuses prompts at or over its `max_req_input_len`, derived from
+    the context and the KV pool by its own code here: six tokens under the smaller of them.
+    So the gateway takes its refusal as a full context of the limit + 6 (the context where
+    the pool is larger), not of the limit, a few tokens under the context."""
+    context = 40
+    limit = sglang_scheduler_limit(version, context, pool)
+    assert limit + SCHEDULER_MARGIN == min(context, pool)
+    message = sglang_refusal(version, context, limit, limit, 1)
+    assert message is not None and "maximum allowed length" in message
+    refusal = length_refusal(EngineError("refused", 400, message))
+    assert refusal is not None and refusal.context == min(context, pool) and not refusal.exact
+
+
 def sglang_refusal(
-    version: str, context: int, max_req_input_len: int, n: int, new: int
+    version: str, context: int, max_req_input_len: int, n: int, new: int, *, reserved: int = 0
 ) -> str | None:
     """What SGLang `version` answers a prompt of `n` tokens asking for `new`: its tokenizer
     manager's ValueError, else its scheduler's abort message, else None (served); without
-    --allow-auto-truncate and without speculative decoding, as slime launches it."""
+    --allow-auto-truncate, as slime launches it, and `reserved` tokens counted with the
+    input (its `num_reserved_tokens`: none, or EAGLE's draft tokens)."""
     check = sglang_function(
         version, "managers/tokenizer_manager", "_validate_one_request", "TokenizerManager"
     )
@@ -352,7 +463,7 @@ def sglang_refusal(
     )
     manager = SimpleNamespace(
         context_len=context,
-        num_reserved_tokens=0,
+        num_reserved_tokens=reserved,
         server_args=server_args,
         validate_total_tokens=True,
         _validate_token_ids_logprob=lambda o: None,
@@ -373,21 +484,25 @@ def sglang_refusal(
 
 
 @pytest.mark.parametrize("version", upstream.sglang_pin()["versions"])  # type: ignore[arg-type]
+@pytest.mark.parametrize("reserved", [0, 3])
 def test_the_stand_in_refuses_long_prompts_as_sglang_and_the_gateway_knows_which(
-    version: str,
+    version: str, reserved: int
 ) -> None:
     """SGLang's own length checks (its tokenizer manager's and its scheduler's, from each
     pinned release's source) against the stand-in engine the gateway tests run on: the same
     prompts refused, with the same messages. Of those, the gateway takes the refusals of
-    the prompt alone as a full context (`prompt_limit`, the limit named), and not the one of
-    prompt + max_new_tokens over the context (the prompt fits a smaller budget)."""
+    the prompt alone as a full context (`length_refusal`, what a request may hold there),
+    and the one of prompt + max_new_tokens over the context as the room it names: asked
+    again for that many new tokens, SGLang serves the call."""
     context = 40
-    limit = context - 1 - 5  # the scheduler's max_req_len - 5, the KV pool larger
-    stub = StubEngine(vocab_size=100, context_len=context, max_req_input_len=limit)
-    seen: set[int | None] = set()
+    limit = sglang_scheduler_limit(version, context, 1000)  # the KV pool larger
+    stub = StubEngine(
+        vocab_size=100, context_len=context, max_req_input_len=limit, reserved_tokens=reserved
+    )
+    seen: set[tuple[int, bool]] = set()
     for n in range(limit - 3, context + 3):
         for new in (1, 4, 8):
-            theirs = sglang_refusal(version, context, limit, n, new)
+            theirs = sglang_refusal(version, context, limit, n, new, reserved=reserved)
             body = {"input_ids": list(range(n)), "sampling_params": {"max_new_tokens": new}}
             ours = stub._context_refusal(body)
             if ours is None:
@@ -396,11 +511,24 @@ def test_the_stand_in_refuses_long_prompts_as_sglang_and_the_gateway_knows_which
             assert ours == theirs, (n, new)
             if theirs is None:
                 continue
-            named = prompt_limit(EngineError("refused", 400, theirs))
-            whole = n >= context or (n >= limit and n + new <= context)
-            assert named == (None if not whole else context if n >= context else limit), theirs
-            seen.add(named)
-    assert seen == {None, limit, context}  # each kind of refusal met
+            refusal = length_refusal(EngineError("refused", 400, theirs))
+            assert refusal is not None, theirs
+            seen.add((refusal.context, refusal.fits))
+            if n + reserved >= context:  # the tokenizer manager: the prompt fills the context
+                assert (refusal.context, refusal.exact, refusal.fits) == (context, True, False)
+            elif refusal.fits:  # the budget: asked for the room named, SGLang serves it
+                assert refusal.input_tokens == n + reserved
+                room = refusal.context - refusal.input_tokens
+                assert 0 < room < new
+                again = sglang_refusal(version, context, limit, n, room, reserved=reserved)
+                if n < limit:
+                    assert again is None
+                else:  # or its scheduler refuses the prompt: a full context, as above
+                    second = length_refusal(EngineError("refused", 400, str(again)))
+                    assert second is not None and not second.fits
+            else:  # the scheduler
+                assert n >= limit and refusal.context == limit + SCHEDULER_MARGIN == context
+    assert {fits for _, fits in seen} == {True, False}  # each kind of refusal met
 
 
 QWEN2 = {"model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"]}

@@ -20,8 +20,9 @@ CONTEXT_LENGTH_EXCEEDED = "context_length_exceeded"
 # What SGLang's refusals of a prompt too long for it say: the tokenizer manager's (a prompt
 # at or over the context, or prompt + max_new_tokens over it) "context length", the
 # scheduler's own (`validate_input_length`, a few tokens short of the context) "maximum
-# allowed length". A refusal of the prompt alone never reaches the agent as an error: it is
-# a full context (`sglang.prompt_limit`, `turns`); prompt + max_new_tokens over it does.
+# allowed length". Neither reaches the agent as an error (`sglang.length_refusal`, `turns`):
+# the prompt alone too long is a full context, prompt + max_new_tokens is asked for less; only
+# an engine that refuses the smaller budget too (it never should) does.
 CONTEXT_REFUSALS = ("context length", "maximum allowed length")
 
 

@@ -55,8 +55,13 @@ class GatewayServer:
         self._pool: RenderPool | None = None
         self.frontend: Frontend | None = None
         self.port = settings.bind_port
-        self.context_length: int | None = None  # known once started (spec or config.json)
         self.admin_port = settings.admin_port
+
+    @property
+    def context_length(self) -> int | None:
+        """The model's context: the spec's, else config.json's (once started), else the one
+        the engine named refusing a call (`TurnRunner.learn_context`); None: unknown."""
+        return None if self.frontend is None else self.frontend.runner.context_length
 
     @property
     def guards(self) -> list[ConnectionGuard]:
@@ -99,7 +104,6 @@ class GatewayServer:
             ),
             s.render_workers,
         )
-        self.context_length = context
         self._http = new_http_session(spec.max_in_flight)
         self._engine = EngineClient(s.router_url, self._http)
         turns = TurnRunner(

@@ -47,26 +47,53 @@ def http_error(status: int, raw: bytes) -> EngineError:
     return EngineError(f"engine /generate: HTTP {status}: {raw[:300]!r}", status, detail)
 
 
-# SGLang's refusals of a prompt that alone is too long for it (0.5.13 and 0.5.15.post1, which
-# slime runs without --allow-auto-truncate), with the limit each names last: the tokenizer
-# manager's (`TokenizerManager._validate_one_request`: prompt tokens at or over the context)
-# and the scheduler's (`managers/utils.validate_input_length`: at or over `max_req_len - 5`,
-# `max_req_len` the smaller of the context and the KV pool, minus one). Not its refusal of
-# prompt + max_new_tokens over the context ("Requested token count exceeds ..."): that prompt
-# fits, and a smaller max_new_tokens would be served.
+# SGLang's refusals of a call for its length (0.5.13 and 0.5.15.post1, which slime runs
+# without --allow-auto-truncate). The tokenizer manager's (`_validate_one_request`) count the
+# prompt with the tokens speculative decoding reserves and name the model's context: the
+# prompt at or over it, or prompt + max_new_tokens over it (the prompt fits: a smaller
+# max_new_tokens is served). The scheduler's (`managers/utils.validate_input_length`) refuses
+# a prompt at or over its `max_req_input_len`, which it names: `max_req_len - 5`, where
+# `max_req_len` is the smaller of the context and the KV pool, minus one
+# (`TpModelWorker.__init__`), so SCHEDULER_MARGIN tokens short of what a request may hold.
 PROMPT_TOO_LONG = re.compile(
     r"The input \((\d+) tokens\) is longer than the model's context length \((\d+) tokens\)"
-    r"|Input length \((\d+) tokens\) exceeds the maximum allowed length \((\d+) tokens\)"
 )
+BUDGET_TOO_LONG = re.compile(
+    r"exceeds the model's maximum context length of (\d+) tokens\. You requested a total of "
+    r"\d+ tokens: (\d+) tokens from the input messages"
+)
+SCHEDULER_TOO_LONG = re.compile(
+    r"Input length \((\d+) tokens\) exceeds the maximum allowed length \((\d+) tokens\)"
+)
+SCHEDULER_MARGIN = 6
 
 
-def prompt_limit(error: EngineError) -> int | None:
-    """The prompt limit the engine named when it refused a prompt for its length alone (a
-    400), else None."""
+@dataclass(frozen=True)
+class LengthRefusal:
+    """SGLang refused a call as too long. `context` is the most tokens a request may hold
+    there: the model's context (`exact`, the tokenizer manager named it) or, from the
+    scheduler's limit, the smaller of it and the engine's KV pool. `fits`: the prompt fits,
+    only prompt + max_new_tokens did not; `input_tokens` is the prompt as the engine counted
+    it (with the tokens it reserves for speculative decoding)."""
+
+    context: int
+    input_tokens: int
+    exact: bool
+    fits: bool
+
+
+def length_refusal(error: EngineError) -> LengthRefusal | None:
+    """What the engine's refusal (a 400) says about the call's length, else None."""
     if error.status != 400 or error.detail is None:
         return None
-    found = PROMPT_TOO_LONG.search(error.detail)
-    return None if found is None else int(found.group(2) or found.group(4))
+    if found := PROMPT_TOO_LONG.search(error.detail):
+        return LengthRefusal(int(found[2]), int(found[1]), exact=True, fits=False)
+    if found := BUDGET_TOO_LONG.search(error.detail):
+        return LengthRefusal(int(found[1]), int(found[2]), exact=True, fits=True)
+    if found := SCHEDULER_TOO_LONG.search(error.detail):
+        limit = int(found[2]) + SCHEDULER_MARGIN
+        return LengthRefusal(limit, int(found[1]), exact=False, fits=False)
+    return None
 
 
 @dataclass(frozen=True)

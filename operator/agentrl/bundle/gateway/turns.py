@@ -15,7 +15,10 @@ there as a `CONTEXT_FULL` turn whose ids are that conversation's so far, which e
 conversation's segment truncated, as slime's adapter records the call. A prompt the engine
 itself refuses as too long (SGLang's scheduler takes prompts only a few tokens short of the
 context, or of its KV pool) is the same full context, answered and traced the same way;
-slime's adapter answers the agent an error there (a 500) and records nothing.
+slime's adapter answers the agent an error there (a 500) and records nothing. Where the
+engine refuses prompt + max_new_tokens alone (the gateway knew no context, or speculative
+decoding reserves tokens), the call is asked again for the room the refusal names, and a
+context it names becomes the gateway's: the agent is answered as if the context were known.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from agentrl.bundle.gateway.engine import EngineClient
 from agentrl.bundle.gateway.prompt import PromptBuilder, record_turn, reply_fingerprint
 from agentrl.bundle.gateway.render_pool import ContextFull
 from agentrl.bundle.gateway.session_store import Session
-from agentrl.bundle.gateway.sglang import Completion, EngineError, prompt_limit
+from agentrl.bundle.gateway.sglang import Completion, EngineError, length_refusal
 from agentrl.bundle.gateway.token_view import TokenView
 from agentrl.bundle.metrics import BundleMetrics
 from agentrl.bundle.traces import Turn
@@ -102,21 +105,39 @@ class TurnRunner:
             if plan.break_reason is not None:
                 self.metrics.trace_breaks.labels(plan.break_reason).inc()
             session.n_requests += 1
-            rid = f"{session.sid}-{session.n_requests}-{secrets.token_hex(4)}"
             prompt: TokenView[int] = TokenView(plan.prompt_ids, len(plan.prompt_ids))
-            try:
-                done = await self._generate(session, req, prompt, rid, on_tokens)
-            except EngineError as exc:
-                # SGLang refused the prompt itself as too long: its scheduler's limit is a
-                # few tokens short of the context (and the KV pool may set a lower one), so
-                # a prompt that passed the gateway's check can meet it. The same full
-                # context: answered and traced as the gateway's own check does.
-                limit = prompt_limit(exc)
-                if limit is None:
-                    raise
-                return self._context_full(
-                    session, len(prompt), limit, plan.extends, f" (the engine: {exc.detail})"
-                )
+            cap: int | None = None  # max_new_tokens the engine said fits, on a second try
+            while True:
+                rid = f"{session.sid}-{session.n_requests}-{secrets.token_hex(4)}"
+                try:
+                    done = await self._generate(session, req, prompt, rid, on_tokens, cap=cap)
+                    break
+                except EngineError as exc:
+                    refusal = length_refusal(exc)
+                    if refusal is None:
+                        raise
+                    if refusal.exact:
+                        self.learn_context(refusal.context)
+                    if refusal.fits and cap is None:
+                        # Only prompt + max_new_tokens was too long: the gateway knew no
+                        # context, or the engine reserves tokens for speculative decoding.
+                        # Asked again for the room its refusal names, as when the gateway
+                        # knows the context (nothing was sampled; a refusal comes first).
+                        cap = refusal.context - refusal.input_tokens
+                        continue
+                    if refusal.fits:
+                        raise
+                    # SGLang refused the prompt itself as too long: its scheduler's limit is
+                    # a few tokens short of the context (and the KV pool may set a lower
+                    # one), so a prompt that passed the gateway's check can meet it. The
+                    # same full context: answered and traced as the gateway's own check does.
+                    return self._context_full(
+                        session,
+                        len(prompt),
+                        refusal.context,
+                        plan.extends,
+                        f" (the engine: {exc.detail})",
+                    )
             # Recorded first: nothing that happens to the reply can lose a sampled turn.
             at = len(session.turns)
             session.turns.append(Turn(prompt, done.ids, done.logprobs, done.finish_reason))
@@ -139,6 +160,22 @@ class TurnRunner:
                 kind="api_error",
             )
         return out
+
+    def learn_context(self, context: int) -> None:
+        """The model's context as the engine named it refusing a call, when the gateway knew
+        none (neither the spec nor config.json gave one): from now on every call is capped
+        and checked against it, as if it had been known from the start."""
+        if self.context_length is not None:
+            return
+        self.context_length = context
+        if self.builder.render_with.max_tokens is None:
+            self.builder.render_with.max_tokens = context
+        log.warning(
+            "gateway: the engine's context is %d tokens (it named it refusing a call too "
+            "long for it); max_new_tokens is capped at the room left from now on (set "
+            "spec.model.contextLength to cap from the first call)",
+            context,
+        )
 
     def _context_full(
         self, session: Session, tokens: int, limit: int, extends: int | None, why: str
@@ -173,8 +210,12 @@ class TurnRunner:
         prompt: TokenView[int],
         rid: str,
         on_tokens: OnTokens | None,
+        *,
+        cap: int | None = None,  # at most this many new tokens (what the engine said fits)
     ) -> Completion:
         params = self.sampling_params(req, session, len(prompt))
+        if cap is not None:
+            params["max_new_tokens"] = min(int(params.get("max_new_tokens", cap)), cap)
         if on_tokens is None:
             return await self.engine.generate(
                 prompt, params, rid, self.timeout_s, routing_key=session.sid
