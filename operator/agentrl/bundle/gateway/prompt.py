@@ -7,8 +7,8 @@ renderer's bridge for only the messages that are new since then, so a re-render 
 drift from what the model saw. A session can hold several conversations at once
 (sub-agents), so each one is a `Chain` and a request extends the chain whose message
 history it continues. When a client rewrote its history, or the renderer cannot prove a
-bridge exact, the prompt falls back to a full render and the reason is reported as a trace
-break.
+bridge exact, the prompt falls back to a full render, and the reason is reported as a trace
+break where that render does not hold the conversation's ids.
 """
 
 from __future__ import annotations
@@ -185,7 +185,12 @@ class PromptBuilder:
                 sum(n for _, n in sized[first_new:]),
             )
             if bridged is None:
-                return PromptPlan(await full(), fps, tools_fp, extends, "bridge_refused")
+                # No bridge proven (the chat-template family never bridges; qwen3 re-renders
+                # at a new user query): the full render is the prompt, and a break only where
+                # it does not hold the conversation's ids, as the merge will see it.
+                ids = await full()
+                drift = None if ids[: len(prev)] == prev else "bridge_refused"
+                return PromptPlan(ids, fps, tools_fp, extends, drift)
             if bridged[: len(prev)] != prev:  # the renderer's contract: never train on drift
                 return PromptPlan(await full(), fps, tools_fp, extends, "bridge_mismatch")
             return PromptPlan(bridged, fps, tools_fp, extends, None)
