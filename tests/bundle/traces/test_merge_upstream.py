@@ -12,7 +12,8 @@ finish reasons ("length": a turn cut without its stop token). The file runs as i
 Where the two differ by design (a retry after an empty completion, the budget) docs/traces.md
 has agentrl's rules; those cases are not generated here. Where slime realigns a drifted
 response or merges an edited reply away (it then trains that turn nowhere), the tests at the
-end run its `TrajectoryManager` on a real template's turns and pin both outcomes.
+end run its `TrajectoryManager`, and agentcore-rl-toolkit 0.2.0's (which only forks, as
+agentrl does), on a real template's turns and pin the outcomes.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from agentcore_rl_toolkit.rollout_gateway import trace as toolkit_trace
+from agentcore_rl_toolkit.rollout_gateway import trajectory as toolkit_trajectory
 from tests.support.shared import UPSTREAM, require
 from tests.support.stand_ins import stand_in
 from tests.support.tiny_tokenizer import write_checkpoint
@@ -173,6 +176,25 @@ def test_the_sub_agent_cut_by_the_context_is_truncated_as_slimes_trajectory_mark
     assert truncated_by_first_prompt(ours, lambda s: s.truncated) == expected
 
 
+Step = tuple[Turn, list[dict[str, Any]], dict[str, Any]]  # a turn, its messages, its reply
+
+
+def _managed(module: Any, steps: list[Step]) -> list[tuple[Any, ...]]:
+    """(tokens, response_length, loss_mask, logprobs) of each sample a `TrajectoryManager`
+    (slime's, or agentcore-rl-toolkit's, which has the same interface) makes of `steps`."""
+    manager = module.TrajectoryManager()
+    for turn, messages, response in steps:
+        record = module.TurnRecord(
+            list(turn.prompt_ids), list(turn.completion_ids), "stop", list(turn.logprobs or [])
+        )
+        manager.record_turn("s", turn=record, prompt_messages=messages, response_message=response)
+    if module is toolkit_trajectory:
+        rows = manager.get_trajectory("s", base_sample=toolkit_trace.BaseTrace())
+        return [(r.token_ids, r.response_length, r.loss_mask, r.logprobs) for r in rows]
+    samples = manager.get_trajectory("s", base_sample=_Sample(index=0, group_index=0))
+    return [(s.tokens, s.response_length, s.loss_mask, s.rollout_log_probs) for s in samples]
+
+
 # A Qwen3 tool cycle as an OpenAI-SDK agent runs it, rendered by the gateway in its default
 # (full render) mode with the qwen3 renderer and a real byte-level BPE tokenizer.
 _SYSTEM = {"role": "system", "content": "You are a helpful assistant."}
@@ -234,8 +256,6 @@ def test_a_reply_re_rendered_without_its_thinking_is_trained_as_sampled(
         Turn(p2, c2, [-0.25] * len(c2), "stop"),
     ]
 
-    module = _trajectory(commit)
-    manager = module.TrajectoryManager()
     # The messages as slime's OpenAI adapter keeps them: arguments a dict, no wire ids.
     reply = {
         "role": "assistant",
@@ -247,25 +267,19 @@ def test_a_reply_re_rendered_without_its_thinking_is_trained_as_sampled(
             }
         ],
     }
-    for turn, messages, response in (
+    steps: list[Step] = [
         (turns[0], [_SYSTEM, _USER], reply),
         (turns[1], [_SYSTEM, _USER, reply, {"role": "tool", "content": result["content"]}],
          {"role": "assistant", "content": answer}),
-    ):  # fmt: skip
-        record = module.TurnRecord(
-            list(turn.prompt_ids), list(turn.completion_ids), "stop", list(turn.logprobs or [])
-        )
-        manager.record_turn("s", turn=record, prompt_messages=messages, response_message=response)
-    theirs = [
-        (s.tokens, s.response_length, s.loss_mask, s.rollout_log_probs)
-        for s in manager.get_trajectory("s", base_sample=_Sample(index=0, group_index=0))
-    ]
+    ]  # fmt: skip
+    theirs = _managed(_trajectory(commit), steps)
     ours = [(s.tokens, s.response_length, s.loss_mask, s.logprobs) for s in merge_turns(turns)]
 
     assert ours == [
         (p1 + c1, len(c1), [1] * len(c1), [-0.5] * len(c1)),
         (p2 + c2, len(c2), [1] * len(c2), [-0.25] * len(c2)),
     ]
+    assert _managed(toolkit_trajectory, steps) == ours  # the toolkit's manager only forks
     if len(c2) >= 1024:  # slime's fork threshold, on the incoming turn's response
         assert theirs == ours
     else:
@@ -297,22 +311,13 @@ def test_a_reply_the_agent_edited_stays_trained_where_slime_demotes_it(
     c2 = [*tok.encode("<think>\nok\n</think>\n\n42"), im_end]
     turns = [Turn(p1, c1, [-0.5] * len(c1), "stop"), Turn(p2, c2, [-0.25] * len(c2), "stop")]
 
-    module = _trajectory(commit)
-    manager = module.TrajectoryManager()
-    for turn, messages, answer in (
+    steps: list[Step] = [
         (turns[0], [_SYSTEM, _USER], {"role": "assistant", "content": said}),
         (turns[1], [_SYSTEM, _USER, edited, follow_up], {"role": "assistant", "content": "42"}),
-    ):
-        record = module.TurnRecord(
-            list(turn.prompt_ids), list(turn.completion_ids), "stop", list(turn.logprobs or [])
-        )
-        manager.record_turn("s", turn=record, prompt_messages=messages, response_message=answer)
-    theirs = [
-        (s.tokens, s.response_length, s.loss_mask, s.rollout_log_probs)
-        for s in manager.get_trajectory("s", base_sample=_Sample(index=0, group_index=0))
     ]
     ours = [(s.tokens, s.response_length, s.loss_mask, s.logprobs) for s in merge_turns(turns)]
 
     turn_2 = (p2 + c2, len(c2), [1] * len(c2), [-0.25] * len(c2))
-    assert theirs == [turn_2]
+    assert _managed(_trajectory(commit), steps) == [turn_2]
     assert ours == [(p1 + c1, len(c1), [1] * len(c1), [-0.5] * len(c1)), turn_2]
+    assert _managed(toolkit_trajectory, steps) == ours  # the toolkit's manager only forks
