@@ -10,6 +10,7 @@ import pytest
 
 from agentrl.bundle.gateway import GatewayServer
 from agentrl.bundle.gateway.render_pool import INLINE_RENDER_BYTES
+from agentrl.bundle.traces import merge_turns
 
 from .gateway_helpers import TOOL_REPLY, Cluster, metric, scripted
 
@@ -287,6 +288,54 @@ async def test_the_turn_after_a_prefill_extends_what_the_model_saw(
     assert list(second.prompt_ids)[: len(seen)] == seen
     assert metric(cluster, "agentrl_trace_breaks_total", reason="bridge_refused") == 0
     assert metric(cluster, "agentrl_trace_breaks_total", reason="history_rewrite") == 0
+
+
+TOOL_CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+
+
+@pytest.mark.gateway(cumulative_token_mode=True)
+async def test_a_reply_cut_at_max_tokens_then_continued_is_one_conversation(
+    gateway: GatewayServer, cluster: Cluster, tok: Any
+) -> None:
+    """The agent's answer stops at max_tokens; it continues it as a prefill, and the model
+    calls a tool. The echo of prefill + continuation is the prefilled turn's reply, not the
+    cut one's: the turn after the tool result extends what the model saw and sampled (one
+    segment). Both earlier turns fit that echo's history and neither reply matched it
+    whole, so the turn was an `ambiguous_fork`, rendered in full, and its own segment."""
+    handle = await gateway.create_session("a-cut-continued", {})
+    c = client(handle)
+    question = {"role": "user", "content": "Weather in Paris?"}
+    cluster.set(responder=scripted(tok, "Let me check the weather."))
+    cut = await c.messages.create(model="m", max_tokens=3, messages=[question], tools=TOOLS)  # type: ignore[arg-type]
+    assert cut.stop_reason == "max_tokens"
+    (begun,) = [b.text for b in cut.content if b.type == "text"]
+    cluster.set(responder=scripted(tok, TOOL_CALL))
+    prefill = [question, {"role": "assistant", "content": begun}]
+    msg = await c.messages.create(model="m", max_tokens=64, messages=prefill, tools=TOOLS)  # type: ignore[arg-type]
+    (call,) = [b for b in msg.content if b.type == "tool_use"]
+    cluster.set(responder=scripted(tok, "Sunny."))
+    follow = [
+        question,
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "text", "text": begun},
+                {"type": "tool_use", "id": call.id, "name": call.name, "input": call.input},
+            ],
+        },
+        {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": call.id, "content": "sunny"}],
+        },
+    ]
+    await c.messages.create(model="m", max_tokens=64, messages=follow, tools=TOOLS)  # type: ignore[arg-type]
+    first, second, third = await gateway.get_turns(handle.session_id)
+    assert first.finish_reason == "length"
+    seen = [*second.prompt_ids, *second.completion_ids]
+    assert list(third.prompt_ids)[: len(seen)] == seen
+    assert metric(cluster, "agentrl_trace_breaks_total", reason="ambiguous_fork") == 0
+    segments = merge_turns([first, second, third])
+    assert [s.num_turns for s in segments] == [1, 2]
 
 
 async def test_a_final_assistant_tool_use_without_its_result_is_refused(

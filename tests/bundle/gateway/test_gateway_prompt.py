@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 from array import array
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,6 +20,8 @@ from agentrl.bundle.gateway.prompt import (
     reply_fingerprint,
 )
 from agentrl.bundle.gateway.token_view import History, TokenView
+from agentrl.bundle.gateway.tokenizer import load_renderer
+from agentrl.bundle.traces import Turn, merge_turns
 
 SYSTEM = {"role": "system", "content": "You are a helpful assistant."}
 USER = {"role": "user", "content": "Weather in Paris?"}
@@ -141,9 +144,10 @@ def test_fingerprints_ignore_key_order_and_reply_json_spacing() -> None:
 
 
 async def test_a_new_user_query_with_thinking_on_is_rerendered(renderer: Any, tok: Any) -> None:
-    """qwen3 drops old reasoning at a new user query, so the bridge is refused (and counted)."""
+    """qwen3 drops old reasoning at a new user query, so the bridge is refused and the full
+    render no longer holds the sampled ids (counted)."""
     builder, chains = PromptBuilder(renderer, cumulative=True), []
-    await turn(builder, chains, [SYSTEM, USER], "Sunny.", tok)
+    await turn(builder, chains, [SYSTEM, USER], "<think>\nok\n</think>\n\nSunny.", tok)
     follow = [
         SYSTEM,
         USER,
@@ -153,6 +157,46 @@ async def test_a_new_user_query_with_thinking_on_is_rerendered(renderer: Any, to
     plan = await builder.build(chains, follow, None)
     assert plan.break_reason == "bridge_refused"
     assert plan.prompt_ids.tolist() == renderer.render_ids(follow, add_generation_prompt=True)
+
+
+@pytest.mark.parametrize("family", ["qwen3", "default"])
+async def test_a_refused_bridge_whose_full_render_holds_the_ids_is_no_break(
+    checkpoint: Path, family: str
+) -> None:
+    """The chat-template family never bridges, and qwen3 refuses at a new user query; where
+    the full render still holds the sampled ids (no reasoning to drop) the turn extends its
+    conversation, as the merge sees it: no trace break. Every such turn was counted as
+    `bridge_refused`, in cumulative mode on the chat-template family every turn."""
+    tok, renderer = load_renderer(str(checkpoint), family)
+    builder, chains = PromptBuilder(renderer, cumulative=True), []
+    messages: list[Any] = [SYSTEM, USER]
+    turns = []
+    for i in range(3):
+        plan = await builder.build(chains, messages, None)
+        assert plan.break_reason is None
+        if turns:
+            assert plan.extends is not None
+            assert bridged(renderer, turns[-1], messages[-1:]) is None  # no bridge proven
+        reply = f"The answer is 4{i}."
+        completion = [
+            *tok.encode(reply, add_special_tokens=False),
+            tok.convert_tokens_to_ids("<|im_end|>"),
+        ]
+        record_turn(chains, plan, completion, reply_fingerprint({"content": reply}))
+        turns.append(Turn(plan.prompt_ids.tolist(), completion, [-0.5] * len(completion), "stop"))
+        messages = [
+            *messages,
+            {"role": "assistant", "content": reply},
+            {"role": "user", "content": "And?"},
+        ]
+    (segment,) = merge_turns(turns)
+    assert segment.num_turns == 3
+
+
+def bridged(renderer: Any, turn: Turn, new: list[Any]) -> Any:
+    return renderer.bridge_to_next_turn(
+        list(turn.prompt_ids), list(turn.completion_ids), new, tools=None
+    )
 
 
 def test_token_view_is_a_read_only_int_sequence() -> None:

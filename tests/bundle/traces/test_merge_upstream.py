@@ -9,8 +9,11 @@ rollout_log_probs, whatever the number of turns, the bridges (empty ones include
 finish reasons ("length": a turn cut without its stop token). The file runs as it is; only
 `slime.utils.types.Sample` is stood in for (the plain twin with the same fields).
 
-Where the two differ by design (a retry after an empty completion, drift healing, the
-budget) docs/traces.md has agentrl's rules; those cases are not generated here.
+Where the two differ by design (a retry after an empty completion, the budget) docs/traces.md
+has agentrl's rules; those cases are not generated here. Where slime realigns a drifted
+response or merges an edited reply away (it then trains that turn nowhere), the tests at the
+end run its `TrajectoryManager`, and agentcore-rl-toolkit 0.2.0's (which only forks, as
+agentrl does), on a real template's turns and pin the outcomes.
 """
 
 from __future__ import annotations
@@ -19,12 +22,17 @@ import importlib.util
 import random
 import types
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
+from agentcore_rl_toolkit.rollout_gateway import trace as toolkit_trace
+from agentcore_rl_toolkit.rollout_gateway import trajectory as toolkit_trajectory
 from tests.support.shared import UPSTREAM, require
 from tests.support.stand_ins import stand_in
+from tests.support.tiny_tokenizer import write_checkpoint
 
+from agentrl.bundle.gateway.tokenizer import build_renderer, load_tokenizer
 from agentrl.bundle.rollout.types import PlainSample
 from agentrl.bundle.traces import CONTEXT_FULL, Turn, merge_turns
 
@@ -37,14 +45,14 @@ class _Sample(PlainSample):
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def _trajectory() -> Any:
+def _trajectory(commit: str = "624b824") -> Any:
     path = require(
-        UPSTREAM / "slime" / "624b824" / "slime" / "agent" / "trajectory.py",
-        "slime 624b824's snapshot",
+        UPSTREAM / "slime" / commit / "slime" / "agent" / "trajectory.py",
+        f"slime {commit}'s snapshot",
     )
     fakes = {n: types.ModuleType(n) for n in ("slime", "slime.utils", "slime.utils.types")}
     fakes["slime.utils.types"].Sample = _Sample  # type: ignore[attr-defined]
-    name = "slime_624b824_trajectory"
+    name = f"slime_{commit}_trajectory"
     spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -166,3 +174,150 @@ def test_the_sub_agent_cut_by_the_context_is_truncated_as_slimes_trajectory_mark
     expected = {10: True, 50: False}
     assert truncated_by_first_prompt(theirs, lambda s: s.metadata["truncated"]) == expected
     assert truncated_by_first_prompt(ours, lambda s: s.truncated) == expected
+
+
+Step = tuple[Turn, list[dict[str, Any]], dict[str, Any]]  # a turn, its messages, its reply
+
+
+def _managed(module: Any, steps: list[Step]) -> list[tuple[Any, ...]]:
+    """(tokens, response_length, loss_mask, logprobs) of each sample a `TrajectoryManager`
+    (slime's, or agentcore-rl-toolkit's, which has the same interface) makes of `steps`."""
+    manager = module.TrajectoryManager()
+    for turn, messages, response in steps:
+        record = module.TurnRecord(
+            list(turn.prompt_ids), list(turn.completion_ids), "stop", list(turn.logprobs or [])
+        )
+        manager.record_turn("s", turn=record, prompt_messages=messages, response_message=response)
+    if module is toolkit_trajectory:
+        rows = manager.get_trajectory("s", base_sample=toolkit_trace.BaseTrace())
+        return [(r.token_ids, r.response_length, r.loss_mask, r.logprobs) for r in rows]
+    samples = manager.get_trajectory("s", base_sample=_Sample(index=0, group_index=0))
+    return [(s.tokens, s.response_length, s.loss_mask, s.rollout_log_probs) for s in samples]
+
+
+# A Qwen3 tool cycle as an OpenAI-SDK agent runs it, rendered by the gateway in its default
+# (full render) mode with the qwen3 renderer and a real byte-level BPE tokenizer.
+_SYSTEM = {"role": "system", "content": "You are a helpful assistant."}
+_USER = {"role": "user", "content": "Weather in Paris?"}
+_TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "The weather in a city.",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+        },
+    }
+]
+_CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+
+
+@pytest.mark.parametrize("commit", ["fa3c990", "624b824"])
+@pytest.mark.parametrize("sentences", [1, 250], ids=["short", "long"])
+def test_a_reply_re_rendered_without_its_thinking_is_trained_as_sampled(
+    tmp_path: Path, commit: str, sentences: int
+) -> None:
+    """Turn 1 thinks, then calls a tool; the agent echoes the call without the reasoning
+    (many clients leave `reasoning_content` out of the history they send), so turn 2's full
+    render no longer holds turn 1's sampled ids: it diverges where turn 1's response starts.
+
+    agentrl trains each turn on the ids it was sampled on: turn 1 in its own segment, turn 2
+    in one that starts at its own prompt (docs/traces.md, `edited_completion`). slime's
+    `TrajectoryManager` (both pinned commits) forks the same way when turn 2's response is
+    1024 tokens or more, and gives the very same samples; under that it *realigns*: it
+    overwrites turn 1's response with turn 2's re-rendered prompt, loss mask 0, so turn 1's
+    sampled tokens are trained nowhere. Run on the same turns, that is the only difference."""
+    tok = load_tokenizer(str(write_checkpoint(tmp_path)))
+    renderer = build_renderer(tok, "qwen3")
+    im_end = tok.convert_tokens_to_ids("<|im_end|>")
+    answer = " ".join(["The answer is sunny."] * sentences)
+    p1 = renderer.render_ids([_SYSTEM, _USER], tools=_TOOLS, add_generation_prompt=True)
+    c1 = [*tok.encode(f"<think>\nLet me think about it step by step.\n</think>\n\n{_CALL}"), im_end]
+    echo = {  # as such a client sends it back: arguments a JSON string, no reasoning
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [
+            {
+                "id": "call_1",
+                "type": "function",
+                "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+            }
+        ],
+    }
+    result = {"role": "tool", "tool_call_id": "call_1", "content": "sunny, 21 degrees"}
+    p2 = renderer.render_ids(
+        [_SYSTEM, _USER, echo, result], tools=_TOOLS, add_generation_prompt=True
+    )
+    c2 = [*tok.encode(f"<think>\nok\n</think>\n\n{answer}"), im_end]
+    assert p2[: len(p1)] == p1 and p2[: len(p1) + len(c1)] != p1 + c1  # the thinking is gone
+    assert (len(c2) >= 1024) == (sentences > 1)
+    turns = [
+        Turn(p1, c1, [-0.5] * len(c1), "stop"),
+        Turn(p2, c2, [-0.25] * len(c2), "stop"),
+    ]
+
+    # The messages as slime's OpenAI adapter keeps them: arguments a dict, no wire ids.
+    reply = {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [
+            {
+                "type": "function",
+                "function": {"name": "get_weather", "arguments": {"city": "Paris"}},
+            }
+        ],
+    }
+    steps: list[Step] = [
+        (turns[0], [_SYSTEM, _USER], reply),
+        (turns[1], [_SYSTEM, _USER, reply, {"role": "tool", "content": result["content"]}],
+         {"role": "assistant", "content": answer}),
+    ]  # fmt: skip
+    theirs = _managed(_trajectory(commit), steps)
+    ours = [(s.tokens, s.response_length, s.loss_mask, s.logprobs) for s in merge_turns(turns)]
+
+    assert ours == [
+        (p1 + c1, len(c1), [1] * len(c1), [-0.5] * len(c1)),
+        (p2 + c2, len(c2), [1] * len(c2), [-0.25] * len(c2)),
+    ]
+    assert _managed(toolkit_trajectory, steps) == ours  # the toolkit's manager only forks
+    if len(c2) >= 1024:  # slime's fork threshold, on the incoming turn's response
+        assert theirs == ours
+    else:
+        assert theirs == [
+            (p2 + c2, len(p2) - len(p1) + len(c2),
+             [0] * (len(p2) - len(p1)) + [1] * len(c2),
+             [0.0] * (len(p2) - len(p1)) + [-0.25] * len(c2)),
+        ]  # fmt: skip
+
+
+@pytest.mark.parametrize("commit", ["fa3c990", "624b824"])
+def test_a_reply_the_agent_edited_stays_trained_where_slime_demotes_it(
+    tmp_path: Path, commit: str
+) -> None:
+    """The agent trims the reply it got before sending it back (here its last sentence).
+    slime's `TrajectoryManager` (both pinned commits) merges the rewrite onto the turn that
+    sampled it and demotes that turn to context: one sample, turn 2's; turn 1's sampled
+    tokens are trained nowhere. agentrl keeps turn 1 trained, in its own segment, and turn 2
+    the same as slime."""
+    tok = load_tokenizer(str(write_checkpoint(tmp_path)))
+    renderer = build_renderer(tok, "qwen3")
+    im_end = tok.convert_tokens_to_ids("<|im_end|>")
+    said, kept = "The answer is 42. Let me think about it.", "The answer is 42."
+    p1 = renderer.render_ids([_SYSTEM, _USER], add_generation_prompt=True)
+    c1 = [*tok.encode(f"<think>\nok\n</think>\n\n{said}"), im_end]
+    follow_up = {"role": "user", "content": "What is 6*7?"}
+    edited = {"role": "assistant", "content": kept}
+    p2 = renderer.render_ids([_SYSTEM, _USER, edited, follow_up], add_generation_prompt=True)
+    c2 = [*tok.encode("<think>\nok\n</think>\n\n42"), im_end]
+    turns = [Turn(p1, c1, [-0.5] * len(c1), "stop"), Turn(p2, c2, [-0.25] * len(c2), "stop")]
+
+    steps: list[Step] = [
+        (turns[0], [_SYSTEM, _USER], {"role": "assistant", "content": said}),
+        (turns[1], [_SYSTEM, _USER, edited, follow_up], {"role": "assistant", "content": "42"}),
+    ]
+    ours = [(s.tokens, s.response_length, s.loss_mask, s.logprobs) for s in merge_turns(turns)]
+
+    turn_2 = (p2 + c2, len(c2), [1] * len(c2), [-0.25] * len(c2))
+    assert _managed(_trajectory(commit), steps) == [turn_2]
+    assert ours == [(p1 + c1, len(c1), [1] * len(c1), [-0.5] * len(c1)), turn_2]
+    assert _managed(toolkit_trajectory, steps) == ours  # the toolkit's manager only forks

@@ -7,8 +7,8 @@ renderer's bridge for only the messages that are new since then, so a re-render 
 drift from what the model saw. A session can hold several conversations at once
 (sub-agents), so each one is a `Chain` and a request extends the chain whose message
 history it continues. When a client rewrote its history, or the renderer cannot prove a
-bridge exact, the prompt falls back to a full render and the reason is reported as a trace
-break.
+bridge exact, the prompt falls back to a full render, and the reason is reported as a trace
+break where that render does not hold the conversation's ids.
 """
 
 from __future__ import annotations
@@ -39,9 +39,14 @@ def sized_fingerprint(value: Any) -> tuple[bytes, int]:
     return hashlib.sha256(data).digest(), len(data)
 
 
-def reply_fingerprint(message: Mapping[str, Any]) -> bytes:
+def reply_fingerprint(message: Mapping[str, Any], prefill: str = "") -> bytes:
     """What identifies an assistant reply as the agent echoes it back: its text (stripped) and
-    its tool calls (arguments as JSON values), not the agent's re-serialisation of them."""
+    its tool calls (arguments as JSON values), not the agent's re-serialisation of them.
+    `prefill`: the start of the reply that the agent wrote itself (a prefilled turn), left out
+    of an echo that begins with it, so that prefill + continuation matches the continuation."""
+    text = str(message.get("content") or "")
+    if prefill and text.startswith(prefill):
+        text = text[len(prefill) :]
     calls = []
     for tc in message.get("tool_calls") or []:
         fn = tc.get("function") or {}
@@ -50,7 +55,7 @@ def reply_fingerprint(message: Mapping[str, Any]) -> bytes:
             with contextlib.suppress(orjson.JSONDecodeError):
                 args = orjson.loads(args)
         calls.append([fn.get("name"), args])
-    return fingerprint([str(message.get("content") or "").strip(), calls])
+    return fingerprint([text.strip(), calls])
 
 
 @dataclass
@@ -65,6 +70,7 @@ class Chain:
     completion_len: int
     tools_fp: bytes
     reply_fp: bytes  # the reply the agent got, to tell siblings with one prompt apart
+    prefill: str = ""  # the start of that reply the agent wrote (prompt ids, not sampled)
 
     @property
     def end(self) -> int:
@@ -84,6 +90,7 @@ class PromptPlan:
     tools_fp: bytes
     extends: int | None  # index of the chain this turn continues, if any
     break_reason: str | None  # set when a turn that should have extended a chain could not
+    prefill: str = ""  # the text of the reply's start the model continued (`continue_final`)
 
 
 def _common_prefix(a: Sequence[bytes], b: Sequence[bytes]) -> int:
@@ -108,7 +115,7 @@ def _continuation(
         if len(fps) <= n + 1 or roles[n] != "assistant" or "assistant" in roles[n + 1 :]:
             continue
         if list(fps[:n]) == c.message_fps:
-            fits.append((c.reply_fp == reply_fingerprint(messages[n]), n, i))
+            fits.append((c.reply_fp == reply_fingerprint(messages[n], c.prefill), n, i))
     if not fits:
         return None
     match, n, idx = max(fits)
@@ -159,6 +166,9 @@ class PromptBuilder:
                 messages, tools, work, continue_final=continue_final
             )
 
+        # The agent echoes a prefilled reply as prefill + continuation: its chain remembers the
+        # prefill, so the echo matches the reply it got (the continuation).
+        prefill = str(messages[-1].get("content") or "") if continue_final else ""
         asked = messages[:-1] if continue_final else messages
         fps = fps[:-1] if continue_final else fps
         live = [c for c in chains if c.tools_fp == tools_fp]
@@ -167,7 +177,7 @@ class PromptBuilder:
             reason = idx or ("history_rewrite" if _rewrite(live, fps) else None)
             if reason is None and len(live) < len(chains) and _rewrite(chains, fps):
                 reason = "tools_changed"
-            return PromptPlan(await full(), fps, tools_fp, None, reason)
+            return PromptPlan(await full(), fps, tools_fp, None, reason, prefill)
         extends = chains.index(live[idx])
         chain = live[idx]
         prev = chain.history[: chain.end]
@@ -175,7 +185,7 @@ class PromptBuilder:
             if not self.cumulative or continue_final:  # a prefill: a full render, checked
                 ids = await full()
                 drift = None if ids[: len(prev)] == prev else "retokenize_drift"
-                return PromptPlan(ids, fps, tools_fp, extends, drift)
+                return PromptPlan(ids, fps, tools_fp, extends, drift, prefill)
             first_new = len(chain.message_fps) + 1
             bridged = await self.render_with.bridge(
                 chain.prompt_ids(),
@@ -185,7 +195,12 @@ class PromptBuilder:
                 sum(n for _, n in sized[first_new:]),
             )
             if bridged is None:
-                return PromptPlan(await full(), fps, tools_fp, extends, "bridge_refused")
+                # No bridge proven (the chat-template family never bridges; qwen3 re-renders
+                # at a new user query): the full render is the prompt, and a break only where
+                # it does not hold the conversation's ids, as the merge will see it.
+                ids = await full()
+                drift = None if ids[: len(prev)] == prev else "bridge_refused"
+                return PromptPlan(ids, fps, tools_fp, extends, drift)
             if bridged[: len(prev)] != prev:  # the renderer's contract: never train on drift
                 return PromptPlan(await full(), fps, tools_fp, extends, "bridge_mismatch")
             return PromptPlan(bridged, fps, tools_fp, extends, None)
@@ -245,10 +260,17 @@ def record_turn(
     history.extend(completion_ids)
     view = TokenView(history, len(prompt)), TokenView(history, len(completion_ids), len(prompt))
     chain = Chain(
-        list(plan.message_fps), history, len(prompt), len(completion_ids), plan.tools_fp, reply_fp
+        list(plan.message_fps),
+        history,
+        len(prompt),
+        len(completion_ids),
+        plan.tools_fp,
+        reply_fp,
+        plan.prefill,
     )
+    key = (chain.message_fps, chain.tools_fp, reply_fp, plan.prefill)
     for i, c in enumerate(chains):  # an exact repeat (same prompt, same reply): one tip suffices
-        if (c.message_fps, c.tools_fp, c.reply_fp) == (chain.message_fps, chain.tools_fp, reply_fp):
+        if (c.message_fps, c.tools_fp, c.reply_fp, c.prefill) == key:
             chains[i] = chain
             return view
     chains.append(chain)
