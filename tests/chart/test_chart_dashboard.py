@@ -362,7 +362,7 @@ def test_eval_reward_by_set_draws_every_eval_pass_of_a_run(tmp_path: Path) -> No
     (expr,) = [e for where, e in queries(dashboard()) if where.startswith("Eval reward by set/")]
     cases = []
     for t, rollout in passes:
-        drawn = [{"labels": f'{{eval_set="{EVAL_SET}", experiment="demo"}}',
+        drawn = [{"labels": f'{{eval_set="{EVAL_SET}", experiment="demo", namespace="rl"}}',
                   "value": 0.3 + rollout / 100}]  # fmt: skip
         cases += [{"expr": expr, "eval_time": f"{t + s}s", "exp_samples": drawn} for s in (0, 45)]
         cases.append({"expr": expr, "eval_time": f"{t + 600}s", "exp_samples": []})
@@ -381,7 +381,7 @@ def test_rollout_step_duration_draws_every_call_of_a_run(tmp_path: Path) -> None
     (expr,) = [e for where, e in queries(dashboard()) if where.startswith("Rollout step duration/")]
 
     def drawn(split: str, value: float) -> dict[str, Any]:
-        return {"labels": f'{{experiment="demo", split="{split}"}}', "value": value}
+        return {"labels": f'{{experiment="demo", namespace="rl", split="{split}"}}', "value": value}
 
     numbers = f"({expr}) > -1"  # 0/0 (no call ended in the interval) is NaN: not drawn
     cases = [
@@ -406,7 +406,7 @@ def test_checkpoint_annotation_marks_every_save_of_a_run(tmp_path: Path) -> None
     (expr,) = [e for where, e in queries(dashboard()) if where == "annotation Checkpoints"]
     cases = []
     for t, rollout in saves:
-        marked = [{"labels": '{experiment="demo"}', "value": rollout}]
+        marked = [{"labels": '{experiment="demo", namespace="rl"}', "value": rollout}]
         at = -(-t // SCRAPE_S) * SCRAPE_S  # the first scrape that reads the tracker
         # marked while the 1m window holds the scrape before the save (and so the change)
         cases += [{"expr": expr, "eval_time": f"{at + s}s", "exp_samples": marked} for s in (0, 30)]

@@ -34,6 +34,8 @@ SHORT_WINDOWS = (
     "monitoring.prometheusRule.stalledAfter=10s",
     "monitoring.prometheusRule.experimentStalledFor=5s",
 )
+# A second head pod with the same experiment name (names are unique only per namespace).
+OTHER_NAMESPACE = "rl-b"
 HISTORY_ALERTS = {"AgentRLProgressStalled", "AgentRLExperimentFailed", "AgentRLExperimentStalled"}
 
 
@@ -95,8 +97,10 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prom]:
                     "static_configs": [
                         {
                             "targets": [f"127.0.0.1:{ports['bundle']}"],
-                            "labels": {"namespace": "rl", "experiment": "demo"},
+                            "labels": {"namespace": ns, "experiment": "demo"},
                         }
+                        # Another team's experiment of the same name in its own namespace.
+                        for ns in ("rl", OTHER_NAMESPACE)
                     ],
                 },
                 {  # the PodMonitor's second endpoint: the head relaying its SGLang engines
@@ -242,12 +246,36 @@ def test_dashboard_variables_find_the_experiment(prometheus: Prom) -> None:
     deadline = time.monotonic() + WAIT_SECONDS
     prometheus.wait_for("agentrl_rollout_step", deadline)
     variables = {v["name"]: v for v in dashboard()["templating"]["list"]}
-    for name, expected in (("namespace", ["rl"]), ("experiment", ["demo"])):
+    for name, expected in (("namespace", ["rl", OTHER_NAMESPACE]), ("experiment", ["demo"])):
         query = variables[name]["query"].replace("$namespace", "rl")
         metric, label = query.removeprefix("label_values(").removesuffix(")").rsplit(", ", 1)
         assert label == name
         values = prometheus.get(f"/api/v1/label/{label}/values", **{"match[]": metric})
         assert values == expected
+
+
+def test_panels_keep_same_named_experiments_of_two_namespaces_apart(prometheus: Prom) -> None:
+    """Experiment names are unique only within a namespace, and the namespace variable selects
+    all of them by default: every series a panel draws for an experiment names its namespace,
+    so rl/demo and rl-b/demo are two series, never one sum or average of both."""
+    deadline = time.monotonic() + WAIT_SECONDS
+    prometheus.wait_for(f'agentrl_samples_total{{namespace="{OTHER_NAMESPACE}"}}', deadline)
+    merged, drawn = [], {}
+    for where, expr in queries(dashboard()):
+        for r in prometheus.wait_for(expr, deadline):
+            labels = r["metric"]
+            if "experiment" not in labels:
+                continue  # the XY panel, repeated per experiment
+            ns = labels.get("namespace", labels.get("experiment_namespace"))
+            if ns is None:
+                merged.append(where)
+            drawn.setdefault(where, set()).add((ns, labels["experiment"]))
+    assert merged == []
+    (samples,) = panel_exprs("Training samples/s")
+    assert drawn[next(w for w in drawn if w.startswith("Training samples/s/"))] == {
+        ("rl", "demo"),
+        (OTHER_NAMESPACE, "demo"),
+    }, samples
 
 
 def panel_exprs(title: str) -> list[str]:
