@@ -393,6 +393,29 @@ def test_rollout_step_duration_draws_every_call_of_a_run(tmp_path: Path) -> None
     assert_over_timeline(tmp_path, Run(), 60 * 60, cases)
 
 
+def test_step_time_and_eta_follow_the_runs_pace(tmp_path: Path) -> None:
+    """The same run, 8 steps: each takes 960 s of generation and 240 s of training, and
+    every second one a 300 s eval pass, so train rollouts end 1200 or 1500 s apart. At 2h30m
+    the last hour holds the steps that ended at 1h31m (1200 s), 1h56m (1500 s) and 2h16m
+    (1200 s): a step takes 1300 s, and after rollout 5 of 200, 194 are left. Once rollout 7
+    of 8 is done nothing is. The panel read the rollout call alone (960 s, no training, no
+    eval) and counted one step more than is left."""
+    from run_timeline import Run, events
+
+    trains = [t for t, what, _ in events(Run(steps=8)) if what == "train"]
+    assert trains == [1560, 2760, 4260, 5460, 6960, 8160, 9660, 10860]
+    step, eta = [e for where, e in queries(dashboard()) if where.startswith("Step time and ETA/")]
+    demo = '{experiment="demo", namespace="rl"}'
+    cases = [
+        {"expr": step, "eval_time": "9000s", "exp_samples": [{"labels": demo, "value": 1300}]},
+        {"expr": eta, "eval_time": "9000s",
+         "exp_samples": [{"labels": demo, "value": 194 * 1300}]},
+    ]  # fmt: skip
+    assert_over_timeline(tmp_path, Run(steps=8), 9000, cases)
+    done = [{"expr": eta, "eval_time": "11000s", "exp_samples": [{"labels": demo, "value": 0}]}]
+    assert_over_timeline(tmp_path, Run(steps=8, num_rollouts=8), 11000, done)
+
+
 def test_checkpoint_annotation_marks_every_save_of_a_run(tmp_path: Path) -> None:
     """A healthy run with `saveInterval: 1` as the bundle's real code exports it (run_timeline):
     slime saves after each train step, the first as iteration 0. Each save is marked at the
