@@ -169,7 +169,7 @@ def test_both_targets_are_scraped(prometheus: Prom) -> None:
     deadline = time.monotonic() + WAIT_SECONDS
     up = prometheus.wait_for("up == 1", deadline)
     want = {"agentrl-experiments", "agentrl", "agentrl-engines", "dcgm-exporter"}
-    while len(up) < len(want) and time.monotonic() < deadline:
+    while {r["metric"]["job"] for r in up} != want and time.monotonic() < deadline:
         time.sleep(0.5)
         up = prometheus.query("up == 1")
     assert {r["metric"]["job"] for r in up} == want
