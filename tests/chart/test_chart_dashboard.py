@@ -416,6 +416,53 @@ def test_step_time_and_eta_follow_the_runs_pace(tmp_path: Path) -> None:
     assert_over_timeline(tmp_path, Run(steps=8, num_rollouts=8), 11000, done)
 
 
+def test_a_burst_of_failures_reaches_the_failure_panels(tmp_path: Path) -> None:
+    """An engine dies at 10m and the 32 train episodes it served fail at once, counted in one
+    flush of the rollout's Recorder, applied to the hub's registry as the hub applies it and
+    scraped every 15 s; a few episodes succeed every minute before and after. The failures'
+    series used to be created by that flush at 32, which rate() never counts: the burst never
+    showed on any panel."""
+    from prometheus_client import generate_latest
+    from run_timeline import SCRAPE_S, fmt, read
+
+    from agentrl.bundle.hub import apply_delta
+    from agentrl.bundle.metrics import BundleMetrics
+    from agentrl.bundle.rollout.report import Recorder
+
+    metrics, taken = BundleMetrics(), []
+    for t in range(0, 1200 + 1, SCRAPE_S):
+        rec = Recorder()
+        ends = [("gateway_error", 32)] if t == 600 else []
+        if t >= 300 and t % 60 == 0:
+            ends.append((None, 4))
+        for failure, n in ends:
+            for _ in range(n):
+                rec.episode_started("train")
+                rec.episode_finished("train", failure, 0.0, 1, 0, seconds=50.0)
+        apply_delta(metrics, rec.take())
+        taken.append(read(generate_latest(metrics.registry).decode()))
+    names = sorted({name for series in taken for name in series})
+    series = [{"series": n, "values": " ".join(fmt(s.get(n)) for s in taken)} for n in names]
+    panel = {where.split("/")[0]: e for where, e in queries(dashboard())}
+    demo = 'experiment="demo", namespace="rl", split="train"'
+    cases = [
+        {"expr": f"sgn({panel[title]}) > 0", "eval_time": "630s",
+         "exp_samples": [{"labels": "{" + demo + extra + "}", "value": 1}]}
+        for title, extra in (("Failed sessions by reason", ', reason="gateway_error"'),
+                             ("Failed-session ratio", ""),
+                             ("Failed-session ratio by reason", ', reason="gateway_error"'))
+    ]  # fmt: skip
+    outcomes = [{"labels": "{" + demo + f', outcome="{o}"}}', "value": 1}
+                for o in ("failed", "succeeded")]  # fmt: skip
+    cases.append({"expr": f'sgn({panel["Episodes by outcome"]}) > 0', "eval_time": "630s",
+                  "exp_samples": outcomes})  # fmt: skip
+    test = {"interval": f"{SCRAPE_S}s", "input_series": series, "promql_expr_test": cases}
+    suite = {"rule_files": [], "evaluation_interval": f"{SCRAPE_S}s", "tests": [test]}
+    (tmp_path / "burst_test.yaml").write_text(yaml.safe_dump(suite, width=1 << 20))
+    proc = promtool("test", "rules", "burst_test.yaml", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
 def test_checkpoint_annotation_marks_every_save_of_a_run(tmp_path: Path) -> None:
     """A healthy run with `saveInterval: 1` as the bundle's real code exports it (run_timeline):
     slime saves after each train step, the first as iteration 0. Each save is marked at the

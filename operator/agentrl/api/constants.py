@@ -86,6 +86,9 @@ METRIC_FAILED_SESSIONS_TOTAL: Final = "agentrl_failed_sessions_total"
 METRIC_WANDB_RUN_INFO: Final = "agentrl_wandb_run_info"
 SPLIT_TRAIN: Final = "train"
 SPLIT_EVAL: Final = "eval"
+# agentrl_episodes_total{outcome}: how an episode that ran to its end ended.
+OUTCOME_SUCCEEDED: Final = "succeeded"
+OUTCOME_FAILED: Final = "failed"
 GATEWAY_PORT_NAME: Final = "gateway"
 METRICS_PORT_NAME: Final = "agentrl-metrics"
 # HTTP agents post an episode's result to `<gateway URL>/agentrl/callback/<session id>`, on
