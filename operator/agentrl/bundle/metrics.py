@@ -243,15 +243,6 @@ class BundleMetrics:
             buckets=STEP_BUCKETS,
             registry=r,
         )
-        # Every label set an episode's end can count exists at 0 from the head's start: a
-        # series created by its first increment starts at that count, which rate() and
-        # increase() never see, so a burst of failures flushed at once (an engine dying with
-        # every episode it served) never reached the dashboard or the failed-session alert.
-        for split in (SPLIT_TRAIN, SPLIT_EVAL):
-            for outcome in (OUTCOME_SUCCEEDED, OUTCOME_FAILED):
-                self.episodes.labels(split, outcome)
-            for reason in REASONS:
-                self.failed_sessions.labels(split, reason)
         # One observation per rollout call: a split's series created by its first call would
         # start at count 1, and rate() never sees that first train step or eval pass.
         for split in (SPLIT_TRAIN, SPLIT_EVAL):
@@ -337,3 +328,14 @@ class BundleMetrics:
             "favoured.",
             registry=r,
         )
+        # Every label set an episode's end can count exists at 0 from the head's start: a
+        # series created by its first increment starts at that count, which rate() and
+        # increase() never see, so a burst of failures flushed at once (an engine dying with
+        # every episode it served) never reached the dashboard or the failed-session alert.
+        for split in (SPLIT_TRAIN, SPLIT_EVAL):
+            for outcome in (OUTCOME_SUCCEEDED, OUTCOME_FAILED):
+                self.episodes.labels(split, outcome)
+            for reason in REASONS:
+                self.failed_sessions.labels(split, reason)
+        for reason in REASONS:  # train episodes left out of their group's statistics
+            self.excluded_episodes.labels(reason)
