@@ -9,6 +9,7 @@ import json
 import os
 import re
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -422,16 +423,11 @@ def test_a_burst_of_failures_reaches_the_failure_panels(tmp_path: Path) -> None:
     scraped every 15 s; a few episodes succeed every minute before and after, and the step
     that ends then leaves the 32 out of their groups. The failures' series used to be created
     by that flush at 32, which rate() never counts: the burst never showed on any panel."""
-    from prometheus_client import generate_latest
-    from run_timeline import SCRAPE_S, fmt, read
+    from run_timeline import SCRAPE_S
 
-    from agentrl.bundle.hub import apply_delta
-    from agentrl.bundle.metrics import BundleMetrics
     from agentrl.bundle.rollout.report import Recorder
 
-    metrics, taken = BundleMetrics(), []
-    for t in range(0, 1200 + 1, SCRAPE_S):
-        rec = Recorder()
+    def flushes(t: int, rec: Recorder) -> None:
         ends = [("gateway_error", 32)] if t == 600 else []
         if t >= 300 and t % 60 == 0:
             ends.append((None, 4))
@@ -441,10 +437,8 @@ def test_a_burst_of_failures_reaches_the_failure_panels(tmp_path: Path) -> None:
                 rec.episode_finished("train", failure, 0.0, 1, 0, seconds=50.0)
         if t == 600:  # the step ends: its failed episodes are left out of their groups
             rec.signal({"gateway_error": 32}, 0.5, [0] * 32, masked=0, trained=0, restarted=0)
-        apply_delta(metrics, rec.take())
-        taken.append(read(generate_latest(metrics.registry).decode()))
-    names = sorted({name for series in taken for name in series})
-    series = [{"series": n, "values": " ".join(fmt(s.get(n)) for s in taken)} for n in names]
+
+    series = recorded_series(flushes, 1200)
     panel = {where.split("/")[0]: e for where, e in queries(dashboard())}
     demo = 'experiment="demo", namespace="rl"'
     train, burst = f'{demo}, split="train"', 'reason="gateway_error"'
@@ -464,6 +458,74 @@ def test_a_burst_of_failures_reaches_the_failure_panels(tmp_path: Path) -> None:
     suite = {"rule_files": [], "evaluation_interval": f"{SCRAPE_S}s", "tests": [test]}
     (tmp_path / "burst_test.yaml").write_text(yaml.safe_dump(suite, width=1 << 20))
     proc = promtool("test", "rules", "burst_test.yaml", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def recorded_series(flushes: Callable[[int, Any], None], until_s: int) -> list[dict[str, str]]:
+    """promtool input series of what the hub's registry exports when the rollout's Recorder,
+    filled by `flushes(t, recorder)` at each scrape time t, is flushed and applied as the hub
+    applies it; scraped every run_timeline.SCRAPE_S seconds from the head pod's start."""
+    from prometheus_client import generate_latest
+    from run_timeline import SCRAPE_S, fmt, read
+
+    from agentrl.bundle.hub import apply_delta
+    from agentrl.bundle.metrics import BundleMetrics
+    from agentrl.bundle.rollout.report import Recorder
+
+    metrics, taken = BundleMetrics(), []
+    for t in range(0, until_s + 1, SCRAPE_S):
+        rec = Recorder()
+        flushes(t, rec)
+        apply_delta(metrics, rec.take())
+        taken.append(read(generate_latest(metrics.registry).decode()))
+    names = sorted({name for series in taken for name in series})
+    return [{"series": n, "values": " ".join(fmt(s.get(n)) for s in taken)} for n in names]
+
+
+def test_a_steps_groups_and_discarded_time_reach_the_efficiency_panels(tmp_path: Path) -> None:
+    """A train step ends at 10m having kept 2 groups and aborted 1 (300 s of its finished
+    episodes thrown away) and cut 4 running episodes (120 s each), recorded by the rollout's
+    own record_step; episodes succeed every minute before and after. Each outcome's and
+    reason's series used to be created by that step at its count, which rate() never counts:
+    a step's groups and discarded time showed from the second step with them on, a one-off
+    never."""
+    from types import SimpleNamespace
+
+    from run_timeline import SCRAPE_S
+
+    from agentrl.bundle.rollout.batch import BATCH_FULL
+    from agentrl.bundle.rollout.driver import record_step
+    from agentrl.bundle.rollout.report import Recorder
+    from agentrl.bundle.rollout.sampling import StepReport
+
+    def flushes(t: int, rec: Recorder) -> None:
+        if t >= 300 and t % 60 == 0:
+            for _ in range(4):
+                rec.episode_started("train")
+                rec.episode_finished("train", None, 1.0, 1, 0, seconds=50.0)
+        if t == 600:
+            for _ in range(4):
+                rec.episode_started("train")
+                rec.episode_aborted("train", BATCH_FULL, 120.0)
+            report = StepReport(kept=2, aborted=1, aborted_seconds=300.0)
+            record_step(SimpleNamespace(recorder=rec), report)  # type: ignore[arg-type]
+
+    series = recorded_series(flushes, 1200)
+    panel = {where.split("/")[0]: e for where, e in queries(dashboard())}
+    demo = 'experiment="demo", namespace="rl"'
+    drawn = {
+        "Groups by outcome": [f'{demo}, outcome="{o}"' for o in ("aborted", "kept")],
+        "Episode time discarded": [f'{demo}, reason="{r}"' for r in ("aborted", "cut")],
+    }
+    cases = [
+        {"expr": f"sgn({panel[title]}) > 0", "eval_time": "630s",
+         "exp_samples": [{"labels": "{" + labels + "}", "value": 1} for labels in series_of]}
+        for title, series_of in drawn.items()
+    ]  # fmt: skip
+    test = {"interval": f"{SCRAPE_S}s", "input_series": series, "promql_expr_test": cases}
+    suite = {"rule_files": [], "evaluation_interval": f"{SCRAPE_S}s", "tests": [test]}
+    (tmp_path / "step_test.yaml").write_text(yaml.safe_dump(suite, width=1 << 20))
+    proc = promtool("test", "rules", "step_test.yaml", cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 

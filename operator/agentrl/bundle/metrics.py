@@ -15,6 +15,8 @@ from collections.abc import Callable
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from agentrl.api.constants import (
+    DISCARD_REASONS,
+    GROUP_OUTCOMES,
     METRIC_BATCH_REWARD_MEAN,
     METRIC_EPISODES_TOTAL,
     METRIC_FAILED_SESSIONS_TOTAL,
@@ -337,5 +339,13 @@ class BundleMetrics:
                 self.episodes.labels(split, outcome)
             for reason in REASONS:
                 self.failed_sessions.labels(split, reason)
+            self.episode_seconds.labels(split)
+            self.episode_reward.labels(split)
         for reason in REASONS:  # train episodes left out of their group's statistics
             self.excluded_episodes.labels(reason)
+        # A train step's groups and its discarded time: an outcome that first occurs at step 40
+        # would otherwise show from its second occurrence on, and a one-off never.
+        for outcome in GROUP_OUTCOMES:
+            self.groups.labels(outcome)
+        for reason in DISCARD_REASONS:
+            self.discarded_episode_seconds.labels(reason)
