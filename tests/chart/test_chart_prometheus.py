@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -260,22 +261,52 @@ def test_panels_keep_same_named_experiments_of_two_namespaces_apart(prometheus: 
     so rl/demo and rl-b/demo are two series, never one sum or average of both."""
     deadline = time.monotonic() + WAIT_SECONDS
     prometheus.wait_for(f'agentrl_samples_total{{namespace="{OTHER_NAMESPACE}"}}', deadline)
-    merged, drawn = [], {}
+    legends = legend_formats()
+    merged, drawn, alike = [], {}, []
     for where, expr in queries(dashboard()):
+        shown: list[str] = []
         for r in prometheus.wait_for(expr, deadline):
             labels = r["metric"]
+            # Grafana's {{label}} substitution: two series alike in their legend are one to
+            # the reader (the Ray dashboards' bars are links: the wrong one opens another
+            # team's dashboard).
+            shown.append(legend(legends[where], labels))
             if "experiment" not in labels:
                 continue  # the XY panel, repeated per experiment
             ns = labels.get("namespace", labels.get("experiment_namespace"))
             if ns is None:
                 merged.append(where)
             drawn.setdefault(where, set()).add((ns, labels["experiment"]))
+        # W&B runs are labelled by their W&B group; the fixture's two head targets are one
+        # registry and so report one group, where rl-b's own run would report rl-b/demo.
+        if len(set(shown)) < len(shown) and not where.startswith("W&B runs/"):
+            alike.append(where)
     assert merged == []
+    assert alike == []
     (samples,) = panel_exprs("Training samples/s")
     assert drawn[next(w for w in drawn if w.startswith("Training samples/s/"))] == {
         ("rl", "demo"),
         (OTHER_NAMESPACE, "demo"),
     }, samples
+
+
+def legend(fmt: str, labels: dict[str, str]) -> str:
+    """A legend as Grafana renders it: each {{label}} replaced by the series' value."""
+    return re.sub(r"\{\{(\w+)\}\}", lambda m: labels.get(m[1], ""), fmt)
+
+
+def legend_formats() -> dict[str, str]:
+    """Each query's legend (a panel target's legendFormat, an annotation's titleFormat), by
+    the names queries() gives them."""
+    dash = dashboard()
+    out = {
+        f"{p['title']}/{t['refId']}": t.get("legendFormat", "")
+        for p in dash["panels"]
+        for t in p.get("targets", ())
+    }
+    for a in dash["annotations"]["list"]:
+        out[f"annotation {a['name']}"] = a.get("target", {}).get("titleFormat", "")
+    return out
 
 
 def panel_exprs(title: str) -> list[str]:
