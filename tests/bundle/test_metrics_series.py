@@ -27,6 +27,7 @@ COUNTERS = (
     "agentrl_excluded_episodes_total",
     "agentrl_groups_total",
     "agentrl_discarded_episode_seconds_total",
+    "agentrl_aborted_episodes_total",
 )
 
 

@@ -487,8 +487,8 @@ def test_a_steps_groups_and_discarded_time_reach_the_efficiency_panels(tmp_path:
     episodes thrown away) and cut 4 running episodes (120 s each), recorded by the rollout's
     own record_step; episodes succeed every minute before and after. Each outcome's and
     reason's series used to be created by that step at its count, which rate() never counts:
-    a step's groups and discarded time showed from the second step with them on, a one-off
-    never."""
+    a step's groups, its cut episodes and its discarded time showed from the second step with
+    them on, a one-off never."""
     from types import SimpleNamespace
 
     from run_timeline import SCRAPE_S
@@ -522,6 +522,10 @@ def test_a_steps_groups_and_discarded_time_reach_the_efficiency_panels(tmp_path:
          "exp_samples": [{"labels": "{" + labels + "}", "value": 1} for labels in series_of]}
         for title, series_of in drawn.items()
     ]  # fmt: skip
+    (aborted,) = [e for w, e in queries(dashboard()) if w == "Length bias and aborted episodes/B"]
+    cut = "{" + demo + f', reason="{BATCH_FULL}", split="train"' + "}"
+    cases.append({"expr": f"sgn({aborted}) > 0", "eval_time": "630s",
+                  "exp_samples": [{"labels": cut, "value": 1}]})  # fmt: skip
     test = {"interval": f"{SCRAPE_S}s", "input_series": series, "promql_expr_test": cases}
     suite = {"rule_files": [], "evaluation_interval": f"{SCRAPE_S}s", "tests": [test]}
     (tmp_path / "step_test.yaml").write_text(yaml.safe_dump(suite, width=1 << 20))

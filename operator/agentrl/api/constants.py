@@ -94,6 +94,8 @@ OUTCOME_FAILED: Final = "failed"
 # record_step and Recorder name them; docs/rollout.md).
 GROUP_OUTCOMES: Final = ("kept", "filtered", "backfilled", "skipped", "aborted", "carried_over")
 DISCARD_REASONS: Final = ("cut", "aborted", "filtered")
+# agentrl_aborted_episodes_total{reason}: why the rollout stopped a running episode.
+ABORT_REASONS: Final = ("batch_full",)
 GATEWAY_PORT_NAME: Final = "gateway"
 METRICS_PORT_NAME: Final = "agentrl-metrics"
 # HTTP agents post an episode's result to `<gateway URL>/agentrl/callback/<session id>`, on

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from agentrl.api.constants import (
+    ABORT_REASONS,
     DISCARD_REASONS,
     GROUP_OUTCOMES,
     METRIC_BATCH_REWARD_MEAN,
@@ -341,6 +342,8 @@ class BundleMetrics:
                 self.failed_sessions.labels(split, reason)
             self.episode_seconds.labels(split)
             self.episode_reward.labels(split)
+            for reason in ABORT_REASONS:
+                self.aborted_episodes.labels(split, reason)
         for reason in REASONS:  # train episodes left out of their group's statistics
             self.excluded_episodes.labels(reason)
         # A train step's groups and its discarded time: an outcome that first occurs at step 40
