@@ -56,6 +56,8 @@ def set_gauges(bundle: BundleMetrics, operator: OperatorMetrics) -> None:
         "https://wandb.ai/ml-research/agentrl-swe/runs/abc123", "rl/demo"
     ).set(1)
     operator.link(("rl", "a"), None, "http://a-raycluster-x-head-svc.rl.svc.cluster.local:8265")
+    # Another team's experiment of the same name.
+    operator.link(("rl-b", "a"), None, "http://a-raycluster-y-head-svc.rl-b.svc.cluster.local:8265")
     for name, reward in (("gsm8k-test", 0.58), ("math-hard", 0.21)):
         bundle.eval_reward_mean.labels(name).set(reward)
     for name, phase in (("a", "Running"), ("b", "Running"), ("c", "Failed"), ("d", "Succeeded")):

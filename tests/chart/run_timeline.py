@@ -43,6 +43,7 @@ class Run:
     eval_interval: int = 2
     save_interval: int = 1
     steps: int = 4
+    num_rollouts: int = 200  # spec.grpo.numRollouts (the run is watched before it ends)
 
 
 def events(run: Run) -> Iterator[tuple[int, str, int]]:
@@ -69,12 +70,14 @@ def scrapes(run: Run, until_s: int) -> list[tuple[int, dict[str, float]]]:
 
 
 def _scrapes(run: Run, until_s: int, checkpoints: Path) -> list[tuple[int, dict[str, float]]]:
-    metrics = BundleMetrics()
+    now = [0.0]  # the hub's clock: the moment each rollout call returns
+    metrics = BundleMetrics(clock=lambda: now[0])
     pending = list(events(run))
     out = []
     for t in range(0, until_s + 1, SCRAPE_S):
         while pending and pending[0][0] <= t:
-            _, what, rollout_id = pending.pop(0)
+            when, what, rollout_id = pending.pop(0)
+            now[0] = when
             rec = Recorder()
             if what == "save":  # what Megatron's save_checkpoint writes once a save is whole
                 (checkpoints / TRACKER).write_text(str(rollout_id))
@@ -83,7 +86,9 @@ def _scrapes(run: Run, until_s: int, checkpoints: Path) -> list[tuple[int, dict[
                 rec.batch_finished("eval", rollout_id, 0.3 + rollout_id / 100)
                 rec.step_seconds("eval", run.eval_s)
             else:
-                rec.batch_finished("train", rollout_id, 0.2 + rollout_id / 100, total_steps=200)
+                rec.batch_finished(
+                    "train", rollout_id, 0.2 + rollout_id / 100, total_steps=run.num_rollouts
+                )
                 rec.step_seconds("train", run.generate_s)
             apply_delta(metrics, rec.take())
         read_checkpoint(metrics, checkpoints)

@@ -9,6 +9,7 @@ import json
 import os
 import re
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -362,7 +363,7 @@ def test_eval_reward_by_set_draws_every_eval_pass_of_a_run(tmp_path: Path) -> No
     (expr,) = [e for where, e in queries(dashboard()) if where.startswith("Eval reward by set/")]
     cases = []
     for t, rollout in passes:
-        drawn = [{"labels": f'{{eval_set="{EVAL_SET}", experiment="demo"}}',
+        drawn = [{"labels": f'{{eval_set="{EVAL_SET}", experiment="demo", namespace="rl"}}',
                   "value": 0.3 + rollout / 100}]  # fmt: skip
         cases += [{"expr": expr, "eval_time": f"{t + s}s", "exp_samples": drawn} for s in (0, 45)]
         cases.append({"expr": expr, "eval_time": f"{t + 600}s", "exp_samples": []})
@@ -381,7 +382,7 @@ def test_rollout_step_duration_draws_every_call_of_a_run(tmp_path: Path) -> None
     (expr,) = [e for where, e in queries(dashboard()) if where.startswith("Rollout step duration/")]
 
     def drawn(split: str, value: float) -> dict[str, Any]:
-        return {"labels": f'{{experiment="demo", split="{split}"}}', "value": value}
+        return {"labels": f'{{experiment="demo", namespace="rl", split="{split}"}}', "value": value}
 
     numbers = f"({expr}) > -1"  # 0/0 (no call ended in the interval) is NaN: not drawn
     cases = [
@@ -391,6 +392,145 @@ def test_rollout_step_duration_draws_every_call_of_a_run(tmp_path: Path) -> None
         {"expr": numbers, "eval_time": "46m15s", "exp_samples": [drawn("train", 960)]},
     ]
     assert_over_timeline(tmp_path, Run(), 60 * 60, cases)
+
+
+def test_step_time_and_eta_follow_the_runs_pace(tmp_path: Path) -> None:
+    """The same run, 8 steps: each takes 960 s of generation and 240 s of training, and
+    every second one a 300 s eval pass, so train rollouts end 1200 or 1500 s apart. At 2h30m
+    the last hour holds the steps that ended at 1h31m (1200 s), 1h56m (1500 s) and 2h16m
+    (1200 s): a step takes 1300 s, and after rollout 5 of 200, 194 are left. Once rollout 7
+    of 8 is done nothing is. The panel read the rollout call alone (960 s, no training, no
+    eval) and counted one step more than is left."""
+    from run_timeline import Run, events
+
+    trains = [t for t, what, _ in events(Run(steps=8)) if what == "train"]
+    assert trains == [1560, 2760, 4260, 5460, 6960, 8160, 9660, 10860]
+    step, eta = [e for where, e in queries(dashboard()) if where.startswith("Step time and ETA/")]
+    demo = '{experiment="demo", namespace="rl"}'
+    cases = [
+        {"expr": step, "eval_time": "9000s", "exp_samples": [{"labels": demo, "value": 1300}]},
+        {"expr": eta, "eval_time": "9000s",
+         "exp_samples": [{"labels": demo, "value": 194 * 1300}]},
+    ]  # fmt: skip
+    assert_over_timeline(tmp_path, Run(steps=8), 9000, cases)
+    done = [{"expr": eta, "eval_time": "11000s", "exp_samples": [{"labels": demo, "value": 0}]}]
+    assert_over_timeline(tmp_path, Run(steps=8, num_rollouts=8), 11000, done)
+
+
+def test_a_burst_of_failures_reaches_the_failure_panels(tmp_path: Path) -> None:
+    """An engine dies at 10m and the 32 train episodes it served fail at once, counted in one
+    flush of the rollout's Recorder, applied to the hub's registry as the hub applies it and
+    scraped every 15 s; a few episodes succeed every minute before and after, and the step
+    that ends then leaves the 32 out of their groups. The failures' series used to be created
+    by that flush at 32, which rate() never counts: the burst never showed on any panel."""
+    from run_timeline import SCRAPE_S
+
+    from agentrl.bundle.rollout.report import Recorder
+
+    def flushes(t: int, rec: Recorder) -> None:
+        ends = [("gateway_error", 32)] if t == 600 else []
+        if t >= 300 and t % 60 == 0:
+            ends.append((None, 4))
+        for failure, n in ends:
+            for _ in range(n):
+                rec.episode_started("train")
+                rec.episode_finished("train", failure, 0.0, 1, 0, seconds=50.0)
+        if t == 600:  # the step ends: its failed episodes are left out of their groups
+            rec.signal({"gateway_error": 32}, 0.5, [0] * 32, masked=0, trained=0, restarted=0)
+
+    series = recorded_series(flushes, 1200)
+    panel = {where.split("/")[0]: e for where, e in queries(dashboard())}
+    demo = 'experiment="demo", namespace="rl"'
+    train, burst = f'{demo}, split="train"', 'reason="gateway_error"'
+    drawn = {
+        "Failed sessions by reason": [f"{train}, {burst}"],
+        "Failed-session ratio": [train],
+        "Failed-session ratio by reason": [f"{train}, {burst}"],
+        "Excluded episodes by reason": [f"{demo}, {burst}"],
+        "Episodes by outcome": [f'{train}, outcome="{o}"' for o in ("failed", "succeeded")],
+    }
+    cases = [
+        {"expr": f"sgn({panel[title]}) > 0", "eval_time": "630s",
+         "exp_samples": [{"labels": "{" + labels + "}", "value": 1} for labels in series_of]}
+        for title, series_of in drawn.items()
+    ]  # fmt: skip
+    test = {"interval": f"{SCRAPE_S}s", "input_series": series, "promql_expr_test": cases}
+    suite = {"rule_files": [], "evaluation_interval": f"{SCRAPE_S}s", "tests": [test]}
+    (tmp_path / "burst_test.yaml").write_text(yaml.safe_dump(suite, width=1 << 20))
+    proc = promtool("test", "rules", "burst_test.yaml", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def recorded_series(flushes: Callable[[int, Any], None], until_s: int) -> list[dict[str, str]]:
+    """promtool input series of what the hub's registry exports when the rollout's Recorder,
+    filled by `flushes(t, recorder)` at each scrape time t, is flushed and applied as the hub
+    applies it; scraped every run_timeline.SCRAPE_S seconds from the head pod's start."""
+    from prometheus_client import generate_latest
+    from run_timeline import SCRAPE_S, fmt, read
+
+    from agentrl.bundle.hub import apply_delta
+    from agentrl.bundle.metrics import BundleMetrics
+    from agentrl.bundle.rollout.report import Recorder
+
+    metrics, taken = BundleMetrics(), []
+    for t in range(0, until_s + 1, SCRAPE_S):
+        rec = Recorder()
+        flushes(t, rec)
+        apply_delta(metrics, rec.take())
+        taken.append(read(generate_latest(metrics.registry).decode()))
+    names = sorted({name for series in taken for name in series})
+    return [{"series": n, "values": " ".join(fmt(s.get(n)) for s in taken)} for n in names]
+
+
+def test_a_steps_groups_and_discarded_time_reach_the_efficiency_panels(tmp_path: Path) -> None:
+    """A train step ends at 10m having kept 2 groups and aborted 1 (300 s of its finished
+    episodes thrown away) and cut 4 running episodes (120 s each), recorded by the rollout's
+    own record_step; episodes succeed every minute before and after. Each outcome's and
+    reason's series used to be created by that step at its count, which rate() never counts:
+    a step's groups, its cut episodes and its discarded time showed from the second step with
+    them on, a one-off never."""
+    from types import SimpleNamespace
+
+    from run_timeline import SCRAPE_S
+
+    from agentrl.bundle.rollout.batch import BATCH_FULL
+    from agentrl.bundle.rollout.driver import record_step
+    from agentrl.bundle.rollout.report import Recorder
+    from agentrl.bundle.rollout.sampling import StepReport
+
+    def flushes(t: int, rec: Recorder) -> None:
+        if t >= 300 and t % 60 == 0:
+            for _ in range(4):
+                rec.episode_started("train")
+                rec.episode_finished("train", None, 1.0, 1, 0, seconds=50.0)
+        if t == 600:
+            for _ in range(4):
+                rec.episode_started("train")
+                rec.episode_aborted("train", BATCH_FULL, 120.0)
+            report = StepReport(kept=2, aborted=1, aborted_seconds=300.0)
+            record_step(SimpleNamespace(recorder=rec), report)  # type: ignore[arg-type]
+
+    series = recorded_series(flushes, 1200)
+    panel = {where.split("/")[0]: e for where, e in queries(dashboard())}
+    demo = 'experiment="demo", namespace="rl"'
+    drawn = {
+        "Groups by outcome": [f'{demo}, outcome="{o}"' for o in ("aborted", "kept")],
+        "Episode time discarded": [f'{demo}, reason="{r}"' for r in ("aborted", "cut")],
+    }
+    cases = [
+        {"expr": f"sgn({panel[title]}) > 0", "eval_time": "630s",
+         "exp_samples": [{"labels": "{" + labels + "}", "value": 1} for labels in series_of]}
+        for title, series_of in drawn.items()
+    ]  # fmt: skip
+    (aborted,) = [e for w, e in queries(dashboard()) if w == "Length bias and aborted episodes/B"]
+    cut = "{" + demo + f', reason="{BATCH_FULL}", split="train"' + "}"
+    cases.append({"expr": f"sgn({aborted}) > 0", "eval_time": "630s",
+                  "exp_samples": [{"labels": cut, "value": 1}]})  # fmt: skip
+    test = {"interval": f"{SCRAPE_S}s", "input_series": series, "promql_expr_test": cases}
+    suite = {"rule_files": [], "evaluation_interval": f"{SCRAPE_S}s", "tests": [test]}
+    (tmp_path / "step_test.yaml").write_text(yaml.safe_dump(suite, width=1 << 20))
+    proc = promtool("test", "rules", "step_test.yaml", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
 def test_checkpoint_annotation_marks_every_save_of_a_run(tmp_path: Path) -> None:
@@ -406,7 +546,7 @@ def test_checkpoint_annotation_marks_every_save_of_a_run(tmp_path: Path) -> None
     (expr,) = [e for where, e in queries(dashboard()) if where == "annotation Checkpoints"]
     cases = []
     for t, rollout in saves:
-        marked = [{"labels": '{experiment="demo"}', "value": rollout}]
+        marked = [{"labels": '{experiment="demo", namespace="rl"}', "value": rollout}]
         at = -(-t // SCRAPE_S) * SCRAPE_S  # the first scrape that reads the tracker
         # marked while the 1m window holds the scrape before the save (and so the change)
         cases += [{"expr": expr, "eval_time": f"{at + s}s", "exp_samples": marked} for s in (0, 30)]

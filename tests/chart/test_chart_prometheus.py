@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -34,6 +35,8 @@ SHORT_WINDOWS = (
     "monitoring.prometheusRule.stalledAfter=10s",
     "monitoring.prometheusRule.experimentStalledFor=5s",
 )
+# A second head pod with the same experiment name (names are unique only per namespace).
+OTHER_NAMESPACE = "rl-b"
 HISTORY_ALERTS = {"AgentRLProgressStalled", "AgentRLExperimentFailed", "AgentRLExperimentStalled"}
 
 
@@ -95,8 +98,10 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prom]:
                     "static_configs": [
                         {
                             "targets": [f"127.0.0.1:{ports['bundle']}"],
-                            "labels": {"namespace": "rl", "experiment": "demo"},
+                            "labels": {"namespace": ns, "experiment": "demo"},
                         }
+                        # Another team's experiment of the same name in its own namespace.
+                        for ns in ("rl", OTHER_NAMESPACE)
                     ],
                 },
                 {  # the PodMonitor's second endpoint: the head relaying its SGLang engines
@@ -165,7 +170,7 @@ def test_both_targets_are_scraped(prometheus: Prom) -> None:
     deadline = time.monotonic() + WAIT_SECONDS
     up = prometheus.wait_for("up == 1", deadline)
     want = {"agentrl-experiments", "agentrl", "agentrl-engines", "dcgm-exporter"}
-    while len(up) < len(want) and time.monotonic() < deadline:
+    while {r["metric"]["job"] for r in up} != want and time.monotonic() < deadline:
         time.sleep(0.5)
         up = prometheus.query("up == 1")
     assert {r["metric"]["job"] for r in up} == want
@@ -242,12 +247,66 @@ def test_dashboard_variables_find_the_experiment(prometheus: Prom) -> None:
     deadline = time.monotonic() + WAIT_SECONDS
     prometheus.wait_for("agentrl_rollout_step", deadline)
     variables = {v["name"]: v for v in dashboard()["templating"]["list"]}
-    for name, expected in (("namespace", ["rl"]), ("experiment", ["demo"])):
+    for name, expected in (("namespace", ["rl", OTHER_NAMESPACE]), ("experiment", ["demo"])):
         query = variables[name]["query"].replace("$namespace", "rl")
         metric, label = query.removeprefix("label_values(").removesuffix(")").rsplit(", ", 1)
         assert label == name
         values = prometheus.get(f"/api/v1/label/{label}/values", **{"match[]": metric})
         assert values == expected
+
+
+def test_panels_keep_same_named_experiments_of_two_namespaces_apart(prometheus: Prom) -> None:
+    """Experiment names are unique only within a namespace, and the namespace variable selects
+    all of them by default: every series a panel draws for an experiment names its namespace,
+    so rl/demo and rl-b/demo are two series, never one sum or average of both."""
+    deadline = time.monotonic() + WAIT_SECONDS
+    prometheus.wait_for(f'agentrl_samples_total{{namespace="{OTHER_NAMESPACE}"}}', deadline)
+    legends = legend_formats()
+    merged, drawn, alike = [], {}, []
+    for where, expr in queries(dashboard()):
+        shown: list[str] = []
+        for r in prometheus.wait_for(expr, deadline):
+            labels = r["metric"]
+            # Grafana's {{label}} substitution: two series alike in their legend are one to
+            # the reader (the Ray dashboards' bars are links: the wrong one opens another
+            # team's dashboard).
+            shown.append(legend(legends[where], labels))
+            if "experiment" not in labels:
+                continue  # the XY panel, repeated per experiment
+            ns = labels.get("namespace", labels.get("experiment_namespace"))
+            if ns is None:
+                merged.append(where)
+            drawn.setdefault(where, set()).add((ns, labels["experiment"]))
+        # W&B runs are labelled by their W&B group; the fixture's two head targets are one
+        # registry and so report one group, where rl-b's own run would report rl-b/demo.
+        if len(set(shown)) < len(shown) and not where.startswith("W&B runs/"):
+            alike.append(where)
+    assert merged == []
+    assert alike == []
+    (samples,) = panel_exprs("Training samples/s")
+    assert drawn[next(w for w in drawn if w.startswith("Training samples/s/"))] == {
+        ("rl", "demo"),
+        (OTHER_NAMESPACE, "demo"),
+    }, samples
+
+
+def legend(fmt: str, labels: dict[str, str]) -> str:
+    """A legend as Grafana renders it: each {{label}} replaced by the series' value."""
+    return re.sub(r"\{\{(\w+)\}\}", lambda m: labels.get(m[1], ""), fmt)
+
+
+def legend_formats() -> dict[str, str]:
+    """Each query's legend (a panel target's legendFormat, an annotation's titleFormat), by
+    the names queries() gives them."""
+    dash = dashboard()
+    out = {
+        f"{p['title']}/{t['refId']}": t.get("legendFormat", "")
+        for p in dash["panels"]
+        for t in p.get("targets", ())
+    }
+    for a in dash["annotations"]["list"]:
+        out[f"annotation {a['name']}"] = a.get("target", {}).get("titleFormat", "")
+    return out
 
 
 def panel_exprs(title: str) -> list[str]:

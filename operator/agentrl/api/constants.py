@@ -86,6 +86,16 @@ METRIC_FAILED_SESSIONS_TOTAL: Final = "agentrl_failed_sessions_total"
 METRIC_WANDB_RUN_INFO: Final = "agentrl_wandb_run_info"
 SPLIT_TRAIN: Final = "train"
 SPLIT_EVAL: Final = "eval"
+# agentrl_episodes_total{outcome}: how an episode that ran to its end ended.
+OUTCOME_SUCCEEDED: Final = "succeeded"
+OUTCOME_FAILED: Final = "failed"
+# agentrl_groups_total{outcome} and agentrl_discarded_episode_seconds_total{reason}: what a
+# train step does with its prompt groups, and why episode time trained nothing (the rollout's
+# record_step and Recorder name them; docs/rollout.md).
+GROUP_OUTCOMES: Final = ("kept", "filtered", "backfilled", "skipped", "aborted", "carried_over")
+DISCARD_REASONS: Final = ("cut", "aborted", "filtered")
+# agentrl_aborted_episodes_total{reason}: why the rollout stopped a running episode.
+ABORT_REASONS: Final = ("batch_full",)
 GATEWAY_PORT_NAME: Final = "gateway"
 METRICS_PORT_NAME: Final = "agentrl-metrics"
 # HTTP agents post an episode's result to `<gateway URL>/agentrl/callback/<session id>`, on

@@ -9,18 +9,26 @@ never collide.
 from __future__ import annotations
 
 import math
+import time
+from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from agentrl.api.constants import (
+    ABORT_REASONS,
+    DISCARD_REASONS,
+    GROUP_OUTCOMES,
     METRIC_BATCH_REWARD_MEAN,
     METRIC_EPISODES_TOTAL,
     METRIC_FAILED_SESSIONS_TOTAL,
     METRIC_PREFLIGHT_INFO,
     METRIC_ROLLOUT_STEP,
+    OUTCOME_FAILED,
+    OUTCOME_SUCCEEDED,
     SPLIT_EVAL,
     SPLIT_TRAIN,
 )
+from agentrl.bundle.failures import REASONS
 
 PREFIX = "agentrl_"
 
@@ -37,10 +45,55 @@ POLICY_LAG_BUCKETS = (0, 1, 2, 3, 4, 8)
 RESPONSE_TOKEN_BUCKETS = tuple(2**i for i in range(4, 17))
 
 
-class BundleMetrics:
-    """The bundle's metric families on one registry."""
+class _RolloutStepGauge(Gauge):
+    """`agentrl_rollout_step`, which also times the run's pace: the wall time from one train
+    rollout's end to the next, spread over the steps it moved, goes into `paced`. The rollout
+    ships its metrics when the rollout call returns, so the moment the gauge is set is the
+    moment the step's generation ended; the time to the next one holds everything slime does
+    per step (Megatron's train step, the weight update, checkpoint saves, eval passes), which
+    `agentrl_rollout_step_seconds` (the rollout call alone) leaves out."""
 
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        documentation: str,
+        *,
+        registry: CollectorRegistry,
+        paced: Histogram,
+        clock: Callable[[], float],
+    ) -> None:
+        self._paced, self._clock = paced, clock
+        self._last: tuple[float, float] | None = None  # (step, when it was set)
+        super().__init__(name, documentation, registry=registry)
+
+    def set(self, value: float) -> None:
+        super().set(value)
+        now = self._clock()
+        if math.isnan(value):
+            self._last = None
+            return
+        if self._last is not None:
+            step, at = self._last
+            if value == step:
+                return  # the same step again: the clock runs from its first report
+            if value > step:
+                # The first move after the hub starts has no earlier end to time from (it
+                # would hold the model load or the resume), so only later moves count.
+                moved = int(value - step)
+                for _ in range(moved):
+                    self._paced.observe((now - at) / moved)
+        self._last = (value, now)
+
+
+class BundleMetrics:
+    """The bundle's metric families on one registry. `clock` (monotonic seconds) times the
+    run's pace, `agentrl_rollout_step_interval_seconds`."""
+
+    def __init__(
+        self,
+        registry: CollectorRegistry | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
         r = self.registry
         self.preflight = Gauge(
@@ -50,10 +103,19 @@ class BundleMetrics:
             ["result", "reason", "message"],
             registry=r,
         )
-        self.rollout_step = Gauge(
+        self.rollout_step_interval_seconds = Histogram(
+            PREFIX + "rollout_step_interval_seconds",
+            "Wall time from one train rollout's end to the next, per step: the run's pace "
+            "(generation, training, weight update, checkpoints, eval passes).",
+            buckets=STEP_BUCKETS,
+            registry=r,
+        )
+        self.rollout_step = _RolloutStepGauge(
             METRIC_ROLLOUT_STEP,
             "Id of the last train rollout finished (counted from 0); NaN before the first.",
             registry=r,
+            paced=self.rollout_step_interval_seconds,
+            clock=clock,
         )
         # NaN, not prometheus_client's 0, until rollout 0 finishes: that sets 0, and a change
         # AgentRLProgressStalled must see (changes() counts NaN -> 0, not 0 -> 0); the
@@ -269,3 +331,24 @@ class BundleMetrics:
             "favoured.",
             registry=r,
         )
+        # Every label set an episode's end can count exists at 0 from the head's start: a
+        # series created by its first increment starts at that count, which rate() and
+        # increase() never see, so a burst of failures flushed at once (an engine dying with
+        # every episode it served) never reached the dashboard or the failed-session alert.
+        for split in (SPLIT_TRAIN, SPLIT_EVAL):
+            for outcome in (OUTCOME_SUCCEEDED, OUTCOME_FAILED):
+                self.episodes.labels(split, outcome)
+            for reason in REASONS:
+                self.failed_sessions.labels(split, reason)
+            self.episode_seconds.labels(split)
+            self.episode_reward.labels(split)
+            for reason in ABORT_REASONS:
+                self.aborted_episodes.labels(split, reason)
+        for reason in REASONS:  # train episodes left out of their group's statistics
+            self.excluded_episodes.labels(reason)
+        # A train step's groups and its discarded time: an outcome that first occurs at step 40
+        # would otherwise show from its second occurrence on, and a one-off never.
+        for outcome in GROUP_OUTCOMES:
+            self.groups.labels(outcome)
+        for reason in DISCARD_REASONS:
+            self.discarded_episode_seconds.labels(reason)

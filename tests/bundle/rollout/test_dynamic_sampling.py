@@ -17,9 +17,10 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from tests.support.metrics import LocalSink, exposition
+from tests.support.metrics import LocalSink
 from tests.support.shared import require
 
+from agentrl.api.constants import GROUP_OUTCOMES
 from agentrl.bundle.metrics import BundleMetrics
 from agentrl.bundle.rollout import generate_rollout, install_runtime
 from agentrl.bundle.rollout.batch import RolloutContext
@@ -355,8 +356,8 @@ def test_eval_is_never_filtered_or_cut(make_rig: Any, tmp_path: Path) -> None:
     assert out.data["e"]["rewards"] == [1.0, 1.0, 1.0, 0.0, 0.0, 0.0]
     assert rig.agent.cancelled == [] and len(rig.agent.finished) == 6
     assert rig.metric("agentrl_aborted_episodes_total", split="eval", reason="batch_full") == 0
-    text = exposition(rig.metrics)
-    assert "agentrl_groups_total{" not in text  # eval groups are not sampled
+    # eval groups are not sampled (every outcome's series exists at 0 from the start)
+    assert {rig.metric("agentrl_groups_total", outcome=o) for o in GROUP_OUTCOMES} == {0}
     assert rig.metric("agentrl_rollout_step_seconds_count", split="eval") == 1
     assert rig.metric("agentrl_episode_seconds_count", split="eval") == 6
 
