@@ -423,7 +423,6 @@ def test_a_burst_of_failures_reaches_the_failure_panels(tmp_path: Path) -> None:
     scraped every 15 s; a few episodes succeed every minute before and after, and the step
     that ends then leaves the 32 out of their groups. The failures' series used to be created
     by that flush at 32, which rate() never counts: the burst never showed on any panel."""
-    from run_timeline import SCRAPE_S
 
     from agentrl.bundle.rollout.report import Recorder
 
@@ -449,16 +448,8 @@ def test_a_burst_of_failures_reaches_the_failure_panels(tmp_path: Path) -> None:
         "Excluded episodes by reason": [f"{demo}, {burst}"],
         "Episodes by outcome": [f'{train}, outcome="{o}"' for o in ("failed", "succeeded")],
     }
-    cases = [
-        {"expr": f"sgn({panel[title]}) > 0", "eval_time": "630s",
-         "exp_samples": [{"labels": "{" + labels + "}", "value": 1} for labels in series_of]}
-        for title, series_of in drawn.items()
-    ]  # fmt: skip
-    test = {"interval": f"{SCRAPE_S}s", "input_series": series, "promql_expr_test": cases}
-    suite = {"rule_files": [], "evaluation_interval": f"{SCRAPE_S}s", "tests": [test]}
-    (tmp_path / "burst_test.yaml").write_text(yaml.safe_dump(suite, width=1 << 20))
-    proc = promtool("test", "rules", "burst_test.yaml", cwd=tmp_path)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    cases = drawn_cases(panel, drawn, "630s")
+    assert_over_series(tmp_path, series, cases)
 
 
 def recorded_series(flushes: Callable[[int, Any], None], until_s: int) -> list[dict[str, str]]:
@@ -491,8 +482,6 @@ def test_a_steps_groups_and_discarded_time_reach_the_efficiency_panels(tmp_path:
     them on, a one-off never."""
     from types import SimpleNamespace
 
-    from run_timeline import SCRAPE_S
-
     from agentrl.bundle.rollout.batch import BATCH_FULL
     from agentrl.bundle.rollout.driver import record_step
     from agentrl.bundle.rollout.report import Recorder
@@ -517,20 +506,12 @@ def test_a_steps_groups_and_discarded_time_reach_the_efficiency_panels(tmp_path:
         "Groups by outcome": [f'{demo}, outcome="{o}"' for o in ("aborted", "kept")],
         "Episode time discarded": [f'{demo}, reason="{r}"' for r in ("aborted", "cut")],
     }
-    cases = [
-        {"expr": f"sgn({panel[title]}) > 0", "eval_time": "630s",
-         "exp_samples": [{"labels": "{" + labels + "}", "value": 1} for labels in series_of]}
-        for title, series_of in drawn.items()
-    ]  # fmt: skip
+    cases = drawn_cases(panel, drawn, "630s")
     (aborted,) = [e for w, e in queries(dashboard()) if w == "Length bias and aborted episodes/B"]
     cut = "{" + demo + f', reason="{BATCH_FULL}", split="train"' + "}"
     cases.append({"expr": f"sgn({aborted}) > 0", "eval_time": "630s",
                   "exp_samples": [{"labels": cut, "value": 1}]})  # fmt: skip
-    test = {"interval": f"{SCRAPE_S}s", "input_series": series, "promql_expr_test": cases}
-    suite = {"rule_files": [], "evaluation_interval": f"{SCRAPE_S}s", "tests": [test]}
-    (tmp_path / "step_test.yaml").write_text(yaml.safe_dump(suite, width=1 << 20))
-    proc = promtool("test", "rules", "step_test.yaml", cwd=tmp_path)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert_over_series(tmp_path, series, cases)
 
 
 def test_checkpoint_annotation_marks_every_save_of_a_run(tmp_path: Path) -> None:
@@ -560,11 +541,32 @@ def assert_over_timeline(
     """promtool evaluates `cases` (promql_expr_test) over what the bundle's code exports for
     `run` (a run_timeline.Run) from the head pod's start to `until_s`, scraped as the
     PodMonitor scrapes."""
-    from run_timeline import SCRAPE_S, input_series
+    from run_timeline import input_series
 
-    test = {"interval": f"{SCRAPE_S}s", "input_series": input_series(run, until_s),
-            "promql_expr_test": cases}  # fmt: skip
+    assert_over_series(tmp_path, input_series(run, until_s), cases)
+
+
+def assert_over_series(
+    tmp_path: Path, series: list[dict[str, str]], cases: list[dict[str, Any]]
+) -> None:
+    """promtool evaluates `cases` (promql_expr_test) over `series` (promtool input series),
+    scraped every run_timeline.SCRAPE_S seconds, as the PodMonitor scrapes."""
+    from run_timeline import SCRAPE_S
+
+    test = {"interval": f"{SCRAPE_S}s", "input_series": series, "promql_expr_test": cases}
     suite = {"rule_files": [], "evaluation_interval": f"{SCRAPE_S}s", "tests": [test]}
-    (tmp_path / "timeline_test.yaml").write_text(yaml.safe_dump(suite, width=1 << 20))
-    proc = promtool("test", "rules", "timeline_test.yaml", cwd=tmp_path)
+    (tmp_path / "series_test.yaml").write_text(yaml.safe_dump(suite, width=1 << 20))
+    proc = promtool("test", "rules", "series_test.yaml", cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def drawn_cases(
+    panel: dict[str, str], drawn: dict[str, list[str]], eval_time: str
+) -> list[dict[str, Any]]:
+    """promql_expr_test cases: at `eval_time`, each panel titled in `drawn` draws a line
+    above 0 for exactly the series (label lists) given."""
+    return [
+        {"expr": f"sgn({panel[title]}) > 0", "eval_time": eval_time,
+         "exp_samples": [{"labels": "{" + labels + "}", "value": 1} for labels in series_of]}
+        for title, series_of in drawn.items()
+    ]  # fmt: skip
