@@ -367,3 +367,49 @@ def test_a_re_rendered_turn_shares_what_it_has_in_common() -> None:
     kept = sum(len(h.own) for h in histories.values())
     assert kept <= 3 + 60 * (3 + 2)  # each turn's own ids only, not 60 copies
     assert len(chains[-1].history) == len(prompt) - 3 + 2
+
+
+async def prefilled(
+    builder: PromptBuilder, chains: list[Chain], messages: list[Any], reply: str, tok: Any
+) -> Any:
+    """A turn whose last message is the start of the reply (Anthropic's prefill)."""
+    plan = await builder.build(chains, messages, None, continue_final=True)
+    record_turn(chains, plan, sample(tok, reply), reply_fingerprint({"content": reply}))
+    return plan
+
+
+@pytest.mark.parametrize("echo", ["Sunny.", "Sure. Sunny."])
+async def test_an_echo_without_a_siblings_prefill_extends_the_sibling_that_said_it(
+    renderer: Any, tok: Any, echo: str
+) -> None:
+    """Two siblings with one history: the model answered "Sunny.", and, prefilled with
+    "Sure.", continued " Sunny.". An echo of "Sunny." is the first one's reply; the
+    prefilled one's continuation matches it too (an agent may drop its own prefill), and
+    the later sibling was taken: the next prompt held "Sure." that the agent never sent.
+    The echo "Sure. Sunny." is the prefilled turn's."""
+    builder, chains = PromptBuilder(renderer, cumulative=True), []
+    plain = await turn(builder, chains, [SYSTEM, USER], "Sunny.", tok)
+    asked = [SYSTEM, USER, {"role": "assistant", "content": "Sure."}]
+    prefill = await prefilled(builder, chains, asked, " Sunny.", tok)
+    assert len(chains) == 2 and chains[1].prefill == "Sure."
+    follow = [SYSTEM, USER, {"role": "assistant", "content": echo}, TOOL]
+    plan = await builder.build(chains, follow, None)
+    said = (plain, "Sunny.") if echo == "Sunny." else (prefill, " Sunny.")
+    prev = said[0].prompt_ids.tolist() + sample(tok, said[1])
+    assert plan.break_reason is None and plan.extends == (0 if echo == "Sunny." else 1)
+    assert plan.prompt_ids[: len(prev)].tolist() == prev
+
+
+async def test_an_echo_lacking_both_siblings_prefills_is_an_ambiguous_fork(
+    renderer: Any, tok: Any
+) -> None:
+    """Two prefilled siblings ("Sure." and "Yes.") continued the same way; an echo of the
+    continuation alone matches neither reply as the model saw it: guessing would put one
+    prefill's ids under a conversation that may have held the other."""
+    builder, chains = PromptBuilder(renderer, cumulative=True), []
+    for start in ("Sure.", "Yes."):
+        asked = [SYSTEM, USER, {"role": "assistant", "content": start}]
+        await prefilled(builder, chains, asked, " Sunny.", tok)
+    follow = [SYSTEM, USER, {"role": "assistant", "content": "Sunny."}, TOOL]
+    plan = await builder.build(chains, follow, None)
+    assert plan.break_reason == "ambiguous_fork" and plan.extends is None

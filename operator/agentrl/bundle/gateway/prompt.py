@@ -102,26 +102,42 @@ def _common_prefix(a: Sequence[bytes], b: Sequence[bytes]) -> int:
     return n
 
 
+EXACT, CONTINUATION = 2, 1  # `_reply_match`: the echo is the reply / only its continuation
+
+
 def _continuation(
     chains: Sequence[Chain], messages: Sequence[Mapping[str, Any]], fps: Sequence[bytes]
 ) -> int | str | None:
     """The chain this request continues (its messages, then its reply, then only non-assistant
-    messages): the index, "ambiguous_fork" when several siblings fit and none by its reply,
-    or None."""
+    messages): the index, "ambiguous_fork" when several siblings fit and none by its reply
+    (or several only by a continuation whose prefill the echo lacks), or None."""
     roles = [m.get("role") for m in messages]
-    fits: list[tuple[bool, int, int]] = []  # (reply matches, history length, index)
+    fits: list[tuple[int, int, int]] = []  # (how the reply matches, history length, index)
     for i, c in enumerate(chains):
         n = len(c.message_fps)
         if len(fps) <= n + 1 or roles[n] != "assistant" or "assistant" in roles[n + 1 :]:
             continue
         if list(fps[:n]) == c.message_fps:
-            fits.append((c.reply_fp == reply_fingerprint(messages[n], c.prefill), n, i))
+            fits.append((_reply_match(c, messages[n]), n, i))
     if not fits:
         return None
     match, n, idx = max(fits)
-    if not match and sum(1 for f in fits if f[1] == n) > 1:
-        return "ambiguous_fork"  # an unknown reply and several siblings: guessing could mix them
+    if match < EXACT and sum(1 for f in fits if f[:2] == (match, n)) > 1:
+        # No sibling's reply is the echo, and several fit it as well as each other: guessing
+        # could put one conversation's ids (a prefill it never sent) under another's.
+        return "ambiguous_fork"
     return idx
+
+
+def _reply_match(chain: Chain, message: Mapping[str, Any]) -> int:
+    """How the echoed `message` matches the reply `chain` got: EXACT (a prefilled turn's:
+    prefill + continuation), CONTINUATION (a prefilled turn's continuation without the
+    prefill, which the agent then dropped from its history: ranked below a sibling whose
+    reply is the echo, as that conversation's ids never held the prefill), or 0."""
+    if chain.reply_fp != reply_fingerprint(message, chain.prefill):
+        return 0
+    text = str(message.get("content") or "")
+    return EXACT if text.startswith(chain.prefill) else CONTINUATION
 
 
 def _rewrite(chains: Sequence[Chain], fps: Sequence[bytes]) -> bool:
