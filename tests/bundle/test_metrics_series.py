@@ -60,3 +60,20 @@ def test_nothing_the_rollout_counts_is_a_new_series() -> None:
     counted = series(metrics.registry)
     assert counted - fresh == set()
     assert {name for name, _ in counted} == set(COUNTERS)
+
+
+def test_every_trace_break_reason_is_exported_from_the_start() -> None:
+    """The merge's and the gateway's reasons for a trace break are the ones the registry
+    creates at 0, so one agent's one-off rewrite still moves rate() on the dashboard."""
+    from agentrl.api.constants import TRACE_BREAK_REASONS
+    from agentrl.bundle.gateway.prompt import PROMPT_BREAK_REASONS
+    from agentrl.bundle.traces import BREAK_REASONS
+
+    assert sorted({*BREAK_REASONS, *PROMPT_BREAK_REASONS}) == sorted(TRACE_BREAK_REASONS)
+    fresh = {
+        s.labels["reason"]: s.value
+        for family in BundleMetrics().registry.collect()
+        for s in family.samples
+        if s.name == "agentrl_trace_breaks_total"
+    }
+    assert fresh == dict.fromkeys(TRACE_BREAK_REASONS, 0.0)

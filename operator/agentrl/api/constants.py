@@ -96,6 +96,21 @@ GROUP_OUTCOMES: Final = ("kept", "filtered", "backfilled", "skipped", "aborted",
 DISCARD_REASONS: Final = ("cut", "aborted", "filtered")
 # agentrl_aborted_episodes_total{reason}: why the rollout stopped a running episode.
 ABORT_REASONS: Final = ("batch_full",)
+# agentrl_trace_breaks_total{reason}: why a turn started a new training sequence (the merge's
+# reasons, `bundle.traces.BREAK_REASONS`) or why the gateway rendered a prompt in full where it
+# should have extended its conversation (`bundle.gateway.prompt.PROMPT_BREAK_REASONS`).
+TRACE_BREAK_REASONS: Final = (
+    "identical_prompt",
+    "rewound",
+    "edited_completion",
+    "diverged_prefix",
+    "ambiguous_fork",
+    "history_rewrite",
+    "tools_changed",
+    "retokenize_drift",
+    "bridge_refused",
+    "bridge_mismatch",
+)
 GATEWAY_PORT_NAME: Final = "gateway"
 METRICS_PORT_NAME: Final = "agentrl-metrics"
 # HTTP agents post an episode's result to `<gateway URL>/agentrl/callback/<session id>`, on

@@ -27,6 +27,7 @@ from agentrl.api.constants import (
     OUTCOME_SUCCEEDED,
     SPLIT_EVAL,
     SPLIT_TRAIN,
+    TRACE_BREAK_REASONS,
 )
 from agentrl.bundle.failures import REASONS
 
@@ -352,3 +353,5 @@ class BundleMetrics:
             self.groups.labels(outcome)
         for reason in DISCARD_REASONS:
             self.discarded_episode_seconds.labels(reason)
+        for reason in TRACE_BREAK_REASONS:  # a one-off break (one agent's rewrite) shows too
+            self.trace_breaks.labels(reason)

@@ -102,6 +102,23 @@ def _common_prefix(a: Sequence[bytes], b: Sequence[bytes]) -> int:
     return n
 
 
+# Why a prompt was rendered in full where it should have extended its conversation (the
+# reason of agentrl_trace_breaks_total, with the merge's own: `traces.BREAK_REASONS`).
+AMBIGUOUS_FORK = "ambiguous_fork"  # several siblings fit the echo and none is its reply
+HISTORY_REWRITE = "history_rewrite"  # the client rewrote a conversation's history
+TOOLS_CHANGED = "tools_changed"  # the conversation continues with other tools
+RETOKENIZE_DRIFT = "retokenize_drift"  # the full render does not hold the sampled ids
+BRIDGE_REFUSED = "bridge_refused"  # no bridge proven, and the full render drifted
+BRIDGE_MISMATCH = "bridge_mismatch"  # the renderer's bridge broke its own contract
+PROMPT_BREAK_REASONS = (
+    AMBIGUOUS_FORK,
+    HISTORY_REWRITE,
+    TOOLS_CHANGED,
+    RETOKENIZE_DRIFT,
+    BRIDGE_REFUSED,
+    BRIDGE_MISMATCH,
+)
+
 EXACT, CONTINUATION = 2, 1  # `_reply_match`: the echo is the reply / only its continuation
 
 
@@ -125,7 +142,7 @@ def _continuation(
     if match < EXACT and sum(1 for f in fits if f[:2] == (match, n)) > 1:
         # No sibling's reply is the echo, and several fit it as well as each other: guessing
         # could put one conversation's ids (a prefill it never sent) under another's.
-        return "ambiguous_fork"
+        return AMBIGUOUS_FORK
     return idx
 
 
@@ -190,9 +207,9 @@ class PromptBuilder:
         live = [c for c in chains if c.tools_fp == tools_fp]
         idx = _continuation(live, asked, fps)
         if not isinstance(idx, int):
-            reason = idx or ("history_rewrite" if _rewrite(live, fps) else None)
+            reason = idx or (HISTORY_REWRITE if _rewrite(live, fps) else None)
             if reason is None and len(live) < len(chains) and _rewrite(chains, fps):
-                reason = "tools_changed"
+                reason = TOOLS_CHANGED
             return PromptPlan(await full(), fps, tools_fp, None, reason, prefill)
         extends = chains.index(live[idx])
         chain = live[idx]
@@ -200,7 +217,7 @@ class PromptBuilder:
         try:
             if not self.cumulative or continue_final:  # a prefill: a full render, checked
                 ids = await full()
-                drift = None if ids[: len(prev)] == prev else "retokenize_drift"
+                drift = None if ids[: len(prev)] == prev else RETOKENIZE_DRIFT
                 return PromptPlan(ids, fps, tools_fp, extends, drift, prefill)
             first_new = len(chain.message_fps) + 1
             bridged = await self.render_with.bridge(
@@ -215,10 +232,10 @@ class PromptBuilder:
                 # at a new user query): the full render is the prompt, and a break only where
                 # it does not hold the conversation's ids, as the merge will see it.
                 ids = await full()
-                drift = None if ids[: len(prev)] == prev else "bridge_refused"
+                drift = None if ids[: len(prev)] == prev else BRIDGE_REFUSED
                 return PromptPlan(ids, fps, tools_fp, extends, drift)
             if bridged[: len(prev)] != prev:  # the renderer's contract: never train on drift
-                return PromptPlan(await full(), fps, tools_fp, extends, "bridge_mismatch")
+                return PromptPlan(await full(), fps, tools_fp, extends, BRIDGE_MISMATCH)
             return PromptPlan(bridged, fps, tools_fp, extends, None)
         except ContextFull as exc:
             exc.extends = extends  # the conversation the full context cut (the trace names it)
