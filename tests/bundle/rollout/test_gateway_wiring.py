@@ -175,6 +175,52 @@ async def test_a_later_call_that_finds_the_context_full_truncates_the_episode(
     assert "agentrl_context_full_turns_total 1.0" in text
 
 
+# The second call's 42-token prompt fits a context of 47, but not with the 16 new tokens the
+# agent asks for: the gateway caps them at the 5 left where it knows the context; SGLang's
+# tokenizer manager refuses prompt + max_new_tokens where it does not (and names the
+# context), or where the engine reserves tokens for speculative decoding (2 here: 3 left).
+@pytest.mark.parametrize(
+    ("model_overrides", "engine_limits", "room"),
+    [
+        ({"contextLength": 47}, {}, 5),
+        ({}, {"context_len": 47}, 5),
+        ({"contextLength": 47}, {"context_len": 47, "reserved_tokens": 2}, 3),
+    ],
+    ids=["gateway", "engine-budget", "engine-budget-reserved"],
+)
+async def test_a_later_reply_cut_by_the_context_truncates_the_episode(
+    hub_with_gateway: tuple[Hub, GatewayClient], room: int
+) -> None:
+    """The agent's second call has room for fewer tokens than it asks for: the reply is cut
+    at the room left and answered finish reason `length`, whether the gateway capped it or
+    SGLang refused prompt + max_new_tokens and the gateway asked again for the room it
+    named. The episode's sample holds both turns, the second one's tokens that fit, and is
+    TRUNCATED, counted in the truncated samples, as a reply cut at max_new_tokens is."""
+    hub, client = hub_with_gateway
+    agent = ChatAgent(turns=2)
+    ctx = RolloutContext(client, agent, asyncio.Semaphore(1))
+    spec = EpisodeSpec({"temperature": 1.0, "max_new_tokens": 16}, 256, 60.0, "agentrl")
+    try:
+        ((outcome,),) = await run_groups(
+            ctx, [[EpisodeInput("p", {"q": "a question"}, None, 0, 0)]], spec, "train"
+        )
+    finally:
+        await agent.aclose()
+    assert agent.calls == 2
+    assert outcome.failure is None, outcome.message
+    (sample,) = outcome.samples
+    assert sample.status is Status.TRUNCATED
+    # The first call's 17-token prompt and 7-token reply, the 18 tokens that bridge to the
+    # second prompt (masked), and the second reply's tokens that fit, all sampled ones trained.
+    assert len(sample.tokens) == 42 + room and sample.response_length == 25 + room
+    assert sample.loss_mask == [1] * 7 + [0] * 18 + [1] * room
+    assert sample.metadata["num_turns"] == 2
+    assert outcome.merge is not None and outcome.merge.context_full == 0
+    assert ctx.recorder.take().counters[("truncated_samples", ())] == 1
+    text = exposition(hub.metrics)
+    assert 'agentrl_gateway_requests_total{api="openai",code="200"} 2.0' in text
+
+
 async def test_the_hub_freezes_its_heap_while_its_gateway_serves(tmp_path: Path) -> None:
     """The hub's process lives as long as its gateway: once it serves, what is loaded is
     left out of full collections (each walked it with the event loop stopped); stopping
