@@ -102,14 +102,24 @@ async def test_episodes_through_the_real_gateway(
     assert 'agentrl_gateway_requests_total{api="openai",code="200"} 8.0' in text
 
 
-@pytest.mark.parametrize("model_overrides", [{"contextLength": 8}])
+# The row's 17-token prompt fills what a request may hold: the gateway's context (8), or,
+# the gateway's context (40) passing it, the engine's, where SGLang's scheduler takes prompts
+# under 10 tokens: `max_req_len - 5`, `max_req_len` one under its KV pool of 16 tokens (a
+# pool smaller than the context), so 16 tokens a request may hold, which no context names.
+@pytest.mark.parametrize(
+    ("model_overrides", "engine_limits", "holds"),
+    [({"contextLength": 8}, {}, 8), ({"contextLength": 40}, {"max_req_input_len": 10}, 16)],
+    ids=["context", "engine-kv-pool"],
+)
 async def test_a_prompt_over_the_context_fails_the_episode_naming_the_context(
-    hub_with_gateway: tuple[Hub, GatewayClient],
+    hub_with_gateway: tuple[Hub, GatewayClient], holds: int
 ) -> None:
     """A row whose prompt alone fills the model's context: the gateway answers the agent's
     call with finish reason `length` and samples nothing, so the episode has no turn. Its
-    failure says so (the prompt's and the context's sizes, the fields to change), not that
-    the agent never called the model, which sends the user debugging a working agent."""
+    failure says so (the prompt's and the limit's sizes, the fields to change), not that
+    the agent never called the model, which sends the user debugging a working agent. The
+    limit may be the engine's KV cache pool, not the context: the message then must not
+    call it the model's context, nor offer raising the context as the only fix."""
     hub, client = hub_with_gateway
     agent = ChatAgent(turns=1)
     ctx = RolloutContext(client, agent, asyncio.Semaphore(1))
@@ -123,8 +133,11 @@ async def test_a_prompt_over_the_context_fails_the_episode_naming_the_context(
     assert agent.calls == 1
     assert outcome.failure == "no_turns"
     assert "without calling the model" not in outcome.message
-    assert "filled the model's context of 8 tokens" in outcome.message, outcome.message
+    assert f"filled the {holds} tokens a request may hold" in outcome.message, outcome.message
+    assert "the longest prompt: 17 tokens" in outcome.message
+    assert "model's context of" not in outcome.message
     assert "spec.model.contextLength" in outcome.message
+    assert "--sglang-mem-fraction-static" in outcome.message
     assert len(hub._gateway.store) == 0
 
 
