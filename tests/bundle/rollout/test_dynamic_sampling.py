@@ -706,3 +706,23 @@ def test_a_cut_groups_failed_episode_counts_as_thrown_away_under_either_policy(
     assert groups_of(out) == [2, 3] and not {s.session_id for g in out.samples for s in g} & set(
         rig.gateway.created[:8]
     )
+
+
+@pytest.mark.parametrize("commit", COMMITS)
+def test_a_failing_step_counts_the_time_of_every_episode_it_throws_away(
+    make_rig: Any, tmp_path: Path, user_filter: Any, commit: str
+) -> None:
+    """Group 0's two episodes end at t=5, one of them failed (the agent crashed), and the
+    filter raises on the group: the step fails while group 1's two episodes run. The
+    finished task outcome's 5 s counted as thrown away, the failed one's nowhere, though a
+    cut group's failed episode counts its time."""
+    rig = make_rig(dynamicSamplingFilter="my_filters.broken", minValidSamplesPerGroup=1)
+    rows = [{"id": 0, "sleep": 5, "behavior": ["error", "ok"]}, {"id": 1, "sleep": 1000}]
+    source = buffered_source(commit, write_rows(tmp_path / "rows.jsonl", rows), 2)
+
+    with pytest.raises(FilterError, match=r"my_filters\.broken raised KeyError"):
+        generate_rollout(args(2), 0, source)
+
+    assert rig.metric("agentrl_failed_sessions_total", split="train", reason="agent_error") == 1
+    assert rig.metric("agentrl_failed_sessions_total", split="train", reason="cancelled") == 2
+    assert rig.metric("agentrl_discarded_episode_seconds_total", reason="aborted") == 10

@@ -502,13 +502,14 @@ class _Step:
                 )
 
     def discard_finished(self) -> None:
-        """The step failed: its finished task outcomes train nothing. Each is named once with
-        its session id and its time counted, like a cut group's under `abort`. Failed
-        episodes were logged as they ended; a cut group already settled keeps what it left in
-        the carry store. An episode carried over into the step is no loss: the rollout state
-        saved after the previous step still holds it, and a restart from that step's
-        checkpoint (slime's train.py dies with the step) reuses it. It goes back into the
-        carry store, with its group's cut, so the process agrees with that state."""
+        """The step failed: its finished episodes train nothing. Each task outcome is named
+        once with its session id and its time counted, like a cut group's under `abort`;
+        failed episodes were logged as they ended, and their time counts the same. A cut
+        group already settled keeps what it left in the carry store. An episode carried over
+        into the step is no loss: the rollout state saved after the previous step still
+        holds it, and a restart from that step's checkpoint (slime's train.py dies with the
+        step) reuses it. It goes back into the carry store, with its group's cut, so the
+        process agrees with that state."""
         settled = set(self.cut_runs) if self.handed_back else set()
         for run in self.runs:
             if run in settled:
@@ -527,7 +528,12 @@ class _Step:
                 if run.outcomes[slot] is None:  # finished before its event was read
                     run.outcomes[slot] = task.result()
             for slot, outcome in enumerate(run.outcomes):
-                if outcome is None or outcome.failure is not None:
+                if outcome is None:
+                    continue
+                if outcome.failure is not None:
+                    # Its time trains nothing either, as a cut group's failed episode's
+                    # (logged once as it failed).
+                    self.ctx.recorder.discarded("aborted", outcome.seconds)
                     continue
                 if slot in run.taken:
                     log.info(
