@@ -715,7 +715,8 @@ def test_a_failing_step_counts_the_time_of_every_episode_it_throws_away(
     """Group 0's two episodes end at t=5, one of them failed (the agent crashed), and the
     filter raises on the group: the step fails while group 1's two episodes run. The
     finished task outcome's 5 s counted as thrown away, the failed one's nowhere, though a
-    cut group's failed episode counts its time."""
+    cut group's failed episode counts its time; nor the two stopped ones' 5 s each, though
+    an episode the cut stops counts its time."""
     rig = make_rig(dynamicSamplingFilter="my_filters.broken", minValidSamplesPerGroup=1)
     rows = [{"id": 0, "sleep": 5, "behavior": ["error", "ok"]}, {"id": 1, "sleep": 1000}]
     source = buffered_source(commit, write_rows(tmp_path / "rows.jsonl", rows), 2)
@@ -726,3 +727,4 @@ def test_a_failing_step_counts_the_time_of_every_episode_it_throws_away(
     assert rig.metric("agentrl_failed_sessions_total", split="train", reason="agent_error") == 1
     assert rig.metric("agentrl_failed_sessions_total", split="train", reason="cancelled") == 2
     assert rig.metric("agentrl_discarded_episode_seconds_total", reason="aborted") == 10
+    assert rig.metric("agentrl_discarded_episode_seconds_total", reason="cut") == 10
