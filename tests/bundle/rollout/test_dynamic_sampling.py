@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import types
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -707,3 +708,83 @@ def test_a_cut_groups_failed_episode_counts_as_thrown_away_under_either_policy(
     assert groups_of(out) == [2, 3] and not {s.session_id for g in out.samples for s in g} & set(
         rig.gateway.created[:8]
     )
+
+
+@pytest.mark.parametrize("commit", COMMITS)
+def test_a_failing_step_counts_the_time_of_every_episode_it_throws_away(
+    make_rig: Any, tmp_path: Path, user_filter: Any, commit: str
+) -> None:
+    """Group 0's two episodes end at t=5, one of them failed (the agent crashed), and the
+    filter raises on the group: the step fails while group 1's two episodes run. The
+    finished task outcome's 5 s counted as thrown away, the failed one's nowhere, though a
+    cut group's failed episode counts its time; nor the two stopped ones' 5 s each, though
+    an episode the cut stops counts its time."""
+    rig = make_rig(dynamicSamplingFilter="my_filters.broken", minValidSamplesPerGroup=1)
+    rows = [{"id": 0, "sleep": 5, "behavior": ["error", "ok"]}, {"id": 1, "sleep": 1000}]
+    source = buffered_source(commit, write_rows(tmp_path / "rows.jsonl", rows), 2)
+
+    with pytest.raises(FilterError, match=r"my_filters\.broken raised KeyError"):
+        generate_rollout(args(2), 0, source)
+
+    assert rig.metric("agentrl_failed_sessions_total", split="train", reason="agent_error") == 1
+    assert rig.metric("agentrl_failed_sessions_total", split="train", reason="cancelled") == 2
+    assert rig.metric("agentrl_discarded_episode_seconds_total", reason="aborted") == 10
+    assert rig.metric("agentrl_discarded_episode_seconds_total", reason="cut") == 10
+
+
+@pytest.fixture
+def told_filter(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A user filter (slime's signature) that keeps every group, and raises (the step
+    fails) while the step's args say `fail_filter`."""
+
+    def fails_when_told(args: Any, samples: list[Any], **kwargs: Any) -> bool:
+        if getattr(args, "fail_filter", False):
+            raise RuntimeError("the user's filter has a bug")
+        return True
+
+    module = types.ModuleType("told_filters")
+    module.fails_when_told = fails_when_told  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "told_filters", module)
+
+
+@pytest.mark.parametrize("commit", COMMITS)
+def test_a_carried_episode_too_old_to_reuse_in_a_step_that_fails_counts_once(
+    make_rig: Any,
+    tmp_path: Path,
+    commit: str,
+    told_filter: None,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Step 1 finds group 2's kept 5 s episode too old (maxPolicyLag 0), then fails when
+    group 2's two new episodes end (7 s and 5 s, thrown away with the step). The kept one was
+    named thrown away (carry_stale) and its time counted with the failed step's report, which
+    nothing records, and it was not put back with the step's other carried episodes: the
+    store no longer matched the rollout state saved after step 0 (a restart finds it, and
+    names it again), and step 1 run again did not count it. It is thrown away once, when a
+    step that ran its prompt again ends."""
+    rig = make_rig(
+        overSamplingBatchSize=4,
+        stragglerPolicy="carryOver",
+        maxPolicyLag=0,
+        dynamicSamplingFilter="told_filters.fails_when_told",
+    )
+    source = buffered_source(commit, write_rows(tmp_path / "rows.jsonl", STRAGGLER_ROWS), 2)
+    caplog.set_level("INFO", logger="agentrl.rollout")
+    out = generate_rollout(args(2), 0, source)
+    (kept,) = set(rig.agent.finished) - {s.session_id for g in out.samples for s in g}
+    failing = args(2)
+    failing.fail_filter = True
+
+    with pytest.raises(FilterError, match="the user's filter has a bug"):
+        generate_rollout(failing, 1, source)
+
+    assert lines_naming(caplog, kept) == []
+    assert rig.metric("agentrl_discarded_episode_seconds_total", reason="aborted") == 12
+
+    out = generate_rollout(args(2), 1, source)  # the step again, in the same process
+
+    assert groups_of(out) == [2, 3]
+    (line,) = lines_naming(caplog, kept)
+    assert "reason=carry_stale" in line
+    assert rig.metric("agentrl_discarded_episode_seconds_total", reason="aborted") == 12 + 5
+    assert rig.metric("agentrl_stale_episodes_restarted_total") == 1

@@ -102,14 +102,24 @@ async def test_episodes_through_the_real_gateway(
     assert 'agentrl_gateway_requests_total{api="openai",code="200"} 8.0' in text
 
 
-@pytest.mark.parametrize("model_overrides", [{"contextLength": 8}])
+# The row's 17-token prompt fills what a request may hold: the gateway's context (8), or,
+# the gateway's context (40) passing it, the engine's, where SGLang's scheduler takes prompts
+# under 10 tokens: `max_req_len - 5`, `max_req_len` one under its KV pool of 16 tokens (a
+# pool smaller than the context), so 16 tokens a request may hold, which no context names.
+@pytest.mark.parametrize(
+    ("model_overrides", "engine_limits", "holds"),
+    [({"contextLength": 8}, {}, 8), ({"contextLength": 40}, {"max_req_input_len": 10}, 16)],
+    ids=["context", "engine-kv-pool"],
+)
 async def test_a_prompt_over_the_context_fails_the_episode_naming_the_context(
-    hub_with_gateway: tuple[Hub, GatewayClient],
+    hub_with_gateway: tuple[Hub, GatewayClient], holds: int
 ) -> None:
     """A row whose prompt alone fills the model's context: the gateway answers the agent's
     call with finish reason `length` and samples nothing, so the episode has no turn. Its
-    failure says so (the prompt's and the context's sizes, the fields to change), not that
-    the agent never called the model, which sends the user debugging a working agent."""
+    failure says so (the prompt's and the limit's sizes, the fields to change), not that
+    the agent never called the model, which sends the user debugging a working agent. The
+    limit may be the engine's KV cache pool, not the context: the message then must not
+    call it the model's context, nor offer raising the context as the only fix."""
     hub, client = hub_with_gateway
     agent = ChatAgent(turns=1)
     ctx = RolloutContext(client, agent, asyncio.Semaphore(1))
@@ -123,8 +133,11 @@ async def test_a_prompt_over_the_context_fails_the_episode_naming_the_context(
     assert agent.calls == 1
     assert outcome.failure == "no_turns"
     assert "without calling the model" not in outcome.message
-    assert "filled the model's context of 8 tokens" in outcome.message, outcome.message
+    assert f"filled the {holds} tokens a request may hold" in outcome.message, outcome.message
+    assert "the longest prompt: 17 tokens" in outcome.message
+    assert "model's context of" not in outcome.message
     assert "spec.model.contextLength" in outcome.message
+    assert "--sglang-mem-fraction-static" in outcome.message
     assert len(hub._gateway.store) == 0
 
 
@@ -173,6 +186,52 @@ async def test_a_later_call_that_finds_the_context_full_truncates_the_episode(
     assert ctx.recorder.take().counters[("truncated_samples", ())] == 1
     text = exposition(hub.metrics)
     assert "agentrl_context_full_turns_total 1.0" in text
+
+
+# The second call's 42-token prompt fits a context of 47, but not with the 16 new tokens the
+# agent asks for: the gateway caps them at the 5 left where it knows the context; SGLang's
+# tokenizer manager refuses prompt + max_new_tokens where it does not (and names the
+# context), or where the engine reserves tokens for speculative decoding (2 here: 3 left).
+@pytest.mark.parametrize(
+    ("model_overrides", "engine_limits", "room"),
+    [
+        ({"contextLength": 47}, {}, 5),
+        ({}, {"context_len": 47}, 5),
+        ({"contextLength": 47}, {"context_len": 47, "reserved_tokens": 2}, 3),
+    ],
+    ids=["gateway", "engine-budget", "engine-budget-reserved"],
+)
+async def test_a_later_reply_cut_by_the_context_truncates_the_episode(
+    hub_with_gateway: tuple[Hub, GatewayClient], room: int
+) -> None:
+    """The agent's second call has room for fewer tokens than it asks for: the reply is cut
+    at the room left and answered finish reason `length`, whether the gateway capped it or
+    SGLang refused prompt + max_new_tokens and the gateway asked again for the room it
+    named. The episode's sample holds both turns, the second one's tokens that fit, and is
+    TRUNCATED, counted in the truncated samples, as a reply cut at max_new_tokens is."""
+    hub, client = hub_with_gateway
+    agent = ChatAgent(turns=2)
+    ctx = RolloutContext(client, agent, asyncio.Semaphore(1))
+    spec = EpisodeSpec({"temperature": 1.0, "max_new_tokens": 16}, 256, 60.0, "agentrl")
+    try:
+        ((outcome,),) = await run_groups(
+            ctx, [[EpisodeInput("p", {"q": "a question"}, None, 0, 0)]], spec, "train"
+        )
+    finally:
+        await agent.aclose()
+    assert agent.calls == 2
+    assert outcome.failure is None, outcome.message
+    (sample,) = outcome.samples
+    assert sample.status is Status.TRUNCATED
+    # The first call's 17-token prompt and 7-token reply, the 18 tokens that bridge to the
+    # second prompt (masked), and the second reply's tokens that fit, all sampled ones trained.
+    assert len(sample.tokens) == 42 + room and sample.response_length == 25 + room
+    assert sample.loss_mask == [1] * 7 + [0] * 18 + [1] * room
+    assert sample.metadata["num_turns"] == 2
+    assert outcome.merge is not None and outcome.merge.context_full == 0
+    assert ctx.recorder.take().counters[("truncated_samples", ())] == 1
+    text = exposition(hub.metrics)
+    assert 'agentrl_gateway_requests_total{api="openai",code="200"} 2.0' in text
 
 
 async def test_the_hub_freezes_its_heap_while_its_gateway_serves(tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
+from agentrl.api.constants import SPLIT_TRAIN
 from agentrl.bundle.agents.base import AgentBackend
 from agentrl.bundle.failures import CANCELLED
 from agentrl.bundle.rollout.carry import CarryStore
@@ -108,6 +109,8 @@ async def run_one(
                 )
             else:
                 ctx.recorder.episode_finished(split, CANCELLED, 0.0, samples=0, truncated=0)
+                if split == SPLIT_TRAIN:  # stopped while running, as a cut one: its time
+                    ctx.recorder.discarded("cut", ticket.elapsed(loop.time()))
                 # A failure like any other: logged once, with the session id its agent
                 # (AgentCore session, S3 result key) and gateway session were known by.
                 log.warning(

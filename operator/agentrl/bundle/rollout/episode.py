@@ -319,11 +319,17 @@ def _no_turns_message(full: ContextFullCalls | None) -> str:
     every prompt it sent already filled the model's context, so nothing could be sampled."""
     if full is None or not full.calls:
         return "the agent finished without calling the model"
+    # The session's context_length is what a request may hold on the engine: the model's
+    # context, or, where SGLang's scheduler refused the prompt, the smaller of it and the
+    # engine's KV cache pool. Which one the rollout cannot tell, so both fixes are named.
     return (
-        f"every model call ({full.calls}) had a prompt that filled the model's context of "
-        f"{full.context_length} tokens (the longest: {full.prompt_tokens} tokens), so nothing "
-        "was sampled (the agent was answered finish_reason length); shorten the row's prompt "
-        "or raise spec.model.contextLength"
+        f"every model call ({full.calls}) had a prompt that filled the {full.context_length} "
+        "tokens a request may hold on the engine (the model's context, or the engine's KV "
+        f"cache where that is smaller; the longest prompt: {full.prompt_tokens} tokens), so "
+        "nothing was sampled (the agent was answered finish_reason length); shorten the "
+        "row's prompt, or raise spec.model.contextLength if that is the model's context, "
+        "else give each engine more KV cache (a larger --sglang-mem-fraction-static in "
+        "spec.runtime.extraArgs, or more spec.resources.rolloutGpusPerEngine)"
     )
 
 

@@ -208,6 +208,9 @@ class GroupRun:
     # reused with the step that kept them): put back if the step fails (`discard_finished`).
     cut_step: int | None = None
     taken: dict[int, tuple[int, EpisodeOutcome]] = field(default_factory=dict)
+    # Those too old to reuse (maxPolicyLag): thrown away once the step ends, put back with
+    # the others if it fails, so a step run again (or a restart) finds and counts them once.
+    stale: dict[int, tuple[int, EpisodeOutcome]] = field(default_factory=dict)
 
     @property
     def finished(self) -> bool:
@@ -286,21 +289,13 @@ class _Step:
                     else None
                 )
                 reused = None if entry is None else entry[1]
-                if reused is not None and self.step - reused.policy_version > (
-                    self.plan.max_policy_lag
+                if (
+                    entry is not None
+                    and reused is not None
+                    and self.step - reused.policy_version > self.plan.max_policy_lag
                 ):
                     self.report.stale_restarted += 1  # too old: from the prompt again
-                    # Its time trained nothing, like an expired one's (`fill_batch`).
-                    self.report.aborted_seconds += reused.seconds
-                    # Finished work thrown away, like an expired one: named once, so that its
-                    # agent session (AgentCore, S3 result key) can be told from a lost one.
-                    log_discarded(
-                        reused,
-                        CARRY_STALE,
-                        f"kept for its cut group, it is {self.step - reused.policy_version} "
-                        f"updates old, more than maxPolicyLag {self.plan.max_policy_lag}: "
-                        "its prompt runs again",
-                    )
+                    run.stale[slot] = entry  # thrown away when the step ends (`batch`)
                     reused = None
                 if entry is not None and reused is not None:
                     # A fresh id from this process's counter: the one it was run with came
@@ -502,13 +497,14 @@ class _Step:
                 )
 
     def discard_finished(self) -> None:
-        """The step failed: its finished task outcomes train nothing. Each is named once with
-        its session id and its time counted, like a cut group's under `abort`. Failed
-        episodes were logged as they ended; a cut group already settled keeps what it left in
-        the carry store. An episode carried over into the step is no loss: the rollout state
-        saved after the previous step still holds it, and a restart from that step's
-        checkpoint (slime's train.py dies with the step) reuses it. It goes back into the
-        carry store, with its group's cut, so the process agrees with that state."""
+        """The step failed: its finished episodes train nothing. Each task outcome is named
+        once with its session id and its time counted, like a cut group's under `abort`;
+        failed episodes were logged as they ended, and their time counts the same. A cut
+        group already settled keeps what it left in the carry store. An episode carried over
+        into the step is no loss: the rollout state saved after the previous step still
+        holds it, and a restart from that step's checkpoint (slime's train.py dies with the
+        step) reuses it. It goes back into the carry store, with its group's cut, so the
+        process agrees with that state."""
         settled = set(self.cut_runs) if self.handed_back else set()
         for run in self.runs:
             if run in settled:
@@ -517,7 +513,7 @@ class _Step:
             if first is not None:
                 entries = {
                     key: entry
-                    for slot, entry in run.taken.items()
+                    for slot, entry in (run.taken | run.stale).items()
                     if (key := run.prompt.key(slot)) is not None
                 }
                 self.ctx.carry.put_back(first[0], run.cut_step, entries)
@@ -527,7 +523,12 @@ class _Step:
                 if run.outcomes[slot] is None:  # finished before its event was read
                     run.outcomes[slot] = task.result()
             for slot, outcome in enumerate(run.outcomes):
-                if outcome is None or outcome.failure is not None:
+                if outcome is None:
+                    continue
+                if outcome.failure is not None:
+                    # Its time trains nothing either, as a cut group's failed episode's
+                    # (logged once as it failed).
+                    self.ctx.recorder.discarded("aborted", outcome.seconds)
                     continue
                 if slot in run.taken:
                     log.info(
@@ -556,6 +557,19 @@ class _Step:
                 self.report.other_seconds += run.ran_seconds()
         self.report.kept, self.report.backfilled = len(self.kept), len(self.backfilled)
         self.report.skipped = len(self.skipped)
+        for run in self.runs:
+            for _, outcome in run.stale.values():
+                # Its time trained nothing, like an expired one's (`fill_batch`). Finished
+                # work thrown away: named once, so that its agent session (AgentCore, S3
+                # result key) can be told from a lost one.
+                self.report.aborted_seconds += outcome.seconds
+                log_discarded(
+                    outcome,
+                    CARRY_STALE,
+                    f"kept for its cut group, it is {self.step - outcome.policy_version} "
+                    f"updates old, more than maxPolicyLag {self.plan.max_policy_lag}: "
+                    "its prompt runs again",
+                )
         # Reused once, by the step that settles its group (trained, or filtered); a group
         # handed back again (cut when more returned groups came than the batch holds, or
         # trimmed) takes its carried episodes back to the store, and they count when it trains.

@@ -1,0 +1,263 @@
+"""Every second an agent ran for a train step is counted once: random workloads.
+
+Each case runs a training job of several processes (slime's train.py restarted from the last
+step's checkpoint after a step fails, and sometimes between steps) with slime's own data
+source (`RolloutDataSourceWithBuffer` from the snapshot) and agentrl's real rollout, saving
+and loading its rollout state, on a simulated clock, with heavy-tailed episode durations,
+failing agents and a user filter that sometimes raises (the step fails), under each
+straggler policy. A ledger around `run_one` records every episode the steps ran: its time
+when it finished, or what it ran until stopped. Then:
+- across the job, that time is exactly what the steps trained (each trained episode once,
+  in the one step that trains it), what `agentrl_discarded_episode_seconds_total` counts
+  (filtered, aborted, cut) and what the carry store still holds for groups handed back;
+- per step, the length bias's figures hold every episode the step ran once (trained, other,
+  or cut), and the carried ones it trains besides, none it hands back or filters.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import sys
+import types
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from tests.support.metrics import LocalSink
+
+from agentrl.bundle.metrics import BundleMetrics
+from agentrl.bundle.rollout import driver, generate_rollout, install_runtime, sampling
+from agentrl.bundle.rollout.batch import RolloutContext, Ticket
+from agentrl.bundle.rollout.episode import EpisodeInput, EpisodeOutcome, EpisodeSpec
+from agentrl.bundle.rollout.filters import FilterError, has_reward_variance
+from agentrl.bundle.rollout.runtime import RolloutRuntime
+from agentrl.bundle.rollout.sampling import StepReport
+from agentrl.bundle.rollout.types import slime_types
+from agentrl.slimecmd.checkpoint import TRACKER
+
+from .doubles import FakeGateway, StubAgent, runtime_config, simulated_clock
+from .slime_upstream import data_source_module, slime_args, write_rows
+
+B, N, OVER, ROUNDS, STEPS = 3, 3, 6, 1, 8
+REASONS = ("filtered", "aborted", "cut")
+
+
+class Ledger:
+    """What `run_one` ran, per step: finished episodes by session id, and the time of those
+    stopped while running (cut by the policy, or cancelled with a failing step)."""
+
+    def __init__(self, contexts: list[RolloutContext]) -> None:
+        self.contexts = contexts  # one per process: a step's attempt is (process, step)
+        self.finished: dict[str, tuple[tuple[int, int], float]] = {}  # sid -> attempt, seconds
+        self.stopped: list[tuple[tuple[int, int], float]] = []
+
+    def wrap(self, real: Any) -> Any:
+        async def run_one(
+            ctx: RolloutContext,
+            inp: EpisodeInput,
+            spec: EpisodeSpec,
+            split: str,
+            ticket: Ticket | None = None,
+        ) -> EpisodeOutcome:
+            ticket = ticket or Ticket()
+            attempt = (self.contexts.index(ctx), spec.policy_version)
+            try:
+                outcome: EpisodeOutcome = await real(ctx, inp, spec, split, ticket)
+            except BaseException:
+                now = asyncio.get_running_loop().time()
+                self.stopped.append((attempt, ticket.elapsed(now)))
+                raise
+            self.finished[outcome.session_id] = (attempt, outcome.seconds)
+            return outcome
+
+        return run_one
+
+
+class Flaky:
+    """When the user's filter raises: on the calls numbered in `fail_on`, and at random."""
+
+    def __init__(self) -> None:
+        self.rng = random.Random()
+        self.calls = 0
+        self.fail_on: set[int] = set()
+
+    def seed(self, seed: int) -> None:
+        self.rng.seed(seed)
+        self.fail_on = {self.rng.randrange(2, 12), self.rng.randrange(12, 30)}
+
+
+@pytest.fixture
+def flaky_filter(monkeypatch: pytest.MonkeyPatch) -> Flaky:
+    """A user filter (slime's signature) that drops groups without reward variance and
+    sometimes raises (the step fails)."""
+    flaky = Flaky()
+
+    def keep_if_varied(args: Any, samples: list[Any], **kwargs: Any) -> bool:
+        flaky.calls += 1
+        if flaky.calls in flaky.fail_on or flaky.rng.random() < 0.03:
+            raise RuntimeError("the user's filter has a bug")
+        return has_reward_variance([s.get_reward_value(args) for s in samples])
+
+    module = types.ModuleType("accounting_filter")
+    module.keep_if_varied = keep_if_varied  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "accounting_filter", module)
+    return flaky
+
+
+@pytest.mark.parametrize("policy", ["wait", "abort", "carryOver"])
+@pytest.mark.parametrize("seed", range(6))
+def test_every_second_an_episode_ran_is_counted_once(
+    policy: str,
+    seed: int,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    flaky_filter: Flaky,
+) -> None:
+    """Steps fail (the filter raises) and the job restarts; episodes fail (the agent
+    crashes); maxPolicyLag 0 (even seeds) throws every carried episode away when its group
+    comes back, 1 (odd seeds) reuses it."""
+    rng = random.Random(seed)
+    flaky_filter.seed(seed + 1000)
+    rows = [
+        {
+            "id": i,
+            "p": rng.choice([0.0, 0.5, 0.5, 1.0]),
+            "behavior": [rng.choice(["ok"] * 5 + ["error"]) for _ in range(7)],
+        }
+        for i in range(300)
+    ]
+    rows_file = write_rows(tmp_path / "rows.jsonl", rows)
+    durations = random.Random(seed + 100)
+
+    def delay(request: Any, attempt: int) -> float:
+        return round(60 * durations.lognormvariate(0, 1.2), 3)
+
+    def reward(request: Any, attempt: int) -> float:
+        return float(durations.random() < request.payload["p"])
+
+    grpo: dict[str, Any] = {
+        "rolloutBatchSize": B,
+        "samplesPerPrompt": N,
+        "dynamicSamplingFilter": "accounting_filter.keep_if_varied",
+        "maxRefillRounds": ROUNDS,
+        "stragglerPolicy": policy,
+        "maxPolicyLag": seed % 2,
+    }
+    if policy != "wait":
+        grpo["overSamplingBatchSize"] = OVER
+    config = runtime_config(max_concurrent=6, timeout=10**6, **grpo)
+    contexts: list[RolloutContext] = []
+    ledger = Ledger(contexts)
+    monkeypatch.setattr(sampling, "run_one", ledger.wrap(sampling.run_one))
+    reports: dict[tuple[int, int], StepReport] = {}
+    real_record = driver.record_step
+
+    def record_step(ctx: RolloutContext, report: StepReport) -> None:
+        assert ctx.generated is not None
+        reports[(contexts.index(ctx), ctx.generated)] = report
+        real_record(ctx, report)
+
+    monkeypatch.setattr(driver, "record_step", record_step)
+    metrics = BundleMetrics()  # summed over the job's processes
+    gateway = FakeGateway()
+    agent = StubAgent(gateway, yields=0, delay=delay, reward=reward)
+    root = tmp_path / "ckpt"
+    root.mkdir()
+    trained: dict[tuple[int, int], list[str]] = {}  # per attempt, the sessions it trained
+    failures = restarts = 0
+
+    def start_process(step: int) -> tuple[SimpleNamespace, Any, RolloutRuntime]:
+        """slime's train.py starting at `step`: --load set when a checkpoint exists."""
+        load = str(root) if step > 0 else None
+        args = slime_args(
+            rows_file,
+            N,
+            save=str(root),
+            load=load,
+            rollout_batch_size=B,
+            rollout_max_response_len=64,
+            rollout_temperature=1.0,
+            reward_key=None,
+        )
+        source = data_source_module("624b824").RolloutDataSourceWithBuffer(args)
+        if load is not None:
+            source.load(step - 1)
+
+        async def build() -> RolloutContext:
+            contexts.append(RolloutContext(gateway, agent, asyncio.Semaphore(6)))
+            return contexts[-1]
+
+        runtime = RolloutRuntime(build, LocalSink(metrics), loop_factory=simulated_clock)
+        install_runtime(runtime, config, slime_types(prefer_plain=True))
+        return args, source, runtime
+
+    step = 0
+    args, source, runtime = start_process(step)
+    try:
+        while step < STEPS:
+            try:
+                out = generate_rollout(args, step, source)
+            except FilterError:  # slime's train.py dies with the step: restart from the last
+                failures += 1
+                install_runtime(None)
+                runtime.close()
+                args, source, runtime = start_process(step)
+                continue
+            trained[(len(contexts) - 1, step)] = list(
+                dict.fromkeys(s.session_id for g in out.samples for s in g)
+            )
+            source.save(step)  # rollout_manager.save, after Megatron's checkpoint
+            (root / TRACKER).write_text(str(step))
+            step += 1
+            if step < STEPS and rng.random() < 0.2:  # a preemption between steps
+                restarts += 1
+                install_runtime(None)
+                runtime.close()
+                args, source, runtime = start_process(step)
+    finally:
+        install_runtime(None)
+        runtime.close()
+
+    def counter(reason: str) -> float:
+        value = metrics.registry.get_sample_value(
+            "agentrl_discarded_episode_seconds_total", {"reason": reason}
+        )
+        return value or 0.0
+
+    # Each trained episode trains once, in one step.
+    trained_sids = [sid for sids in trained.values() for sid in sids]
+    assert len(trained_sids) == len(set(trained_sids))
+    trained_seconds = sum(ledger.finished[sid][1] for sid in trained_sids)
+    pending = sum(o.seconds for _, o in contexts[-1].carry.episodes.values())
+    ran = sum(s for _, s in ledger.finished.values()) + sum(s for _, s in ledger.stopped)
+    counted = {reason: counter(reason) for reason in REASONS}
+    assert trained_seconds + sum(counted.values()) + pending == pytest.approx(ran), (
+        f"ran {ran:.3f} s; trained {trained_seconds:.3f}, {counted}, carried {pending:.3f}, "
+        f"{failures} failed step(s), {restarts} restart(s)"
+    )
+
+    # Per step: the length bias's figures.
+    assert set(reports) == set(trained)
+    for n, report in reports.items():
+        assert sorted(report.trained_seconds) == pytest.approx(
+            sorted(ledger.finished[sid][1] for sid in trained[n])
+        )
+        ran_here = [s for at, s in ledger.finished.values() if at == n]
+        stopped_here = [s for at, s in ledger.stopped if at == n]
+        carried_in = [ledger.finished[sid][1] for sid in trained[n] if ledger.finished[sid][0] != n]
+        assert sum(report.trained_seconds) + sum(report.other_seconds) == pytest.approx(
+            sum(ran_here) + sum(carried_in)
+        ), f"step {n}"
+        assert len(report.trained_seconds) + len(report.other_seconds) == len(ran_here) + len(
+            carried_in
+        ), f"step {n}"
+        assert report.cut_seconds == pytest.approx(sum(stopped_here)), f"step {n}"
+    # The workload exercises what is checked: failed steps, and cuts where allowed.
+    assert failures > 0
+    assert (sum(r.cut_seconds for r in reports.values()) > 0) == (policy != "wait")
+    if policy == "carryOver":  # carried episodes trained (maxPolicyLag 1) or thrown away (0)
+        reused = sum(r.episodes_reused for r in reports.values())
+        restarted = sum(r.stale_restarted for r in reports.values())
+        assert reused > 0 if seed % 2 else restarted > 0
