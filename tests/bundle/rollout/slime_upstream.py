@@ -15,6 +15,7 @@ import importlib
 import importlib.util
 import json
 import pickle
+import sys
 import types
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -144,3 +145,12 @@ def read_only_source(commit: str, rows_file: Path, n_samples: int) -> Any:
     """slime's `RolloutDataSource`, which refuses `add_samples`."""
     module = data_source_module(commit)
     return module.RolloutDataSource(slime_args(rows_file, n_samples))
+
+
+def install_filter(monkeypatch: Any, module: str, fn: Any) -> str:
+    """Makes `fn` importable as `module.<its name>` for the test (a user's filter, as
+    slime's `--dynamic-sampling-filter-path` and `--buffer-filter-path` name one); the path."""
+    fake = types.ModuleType(module)
+    setattr(fake, fn.__name__, fn)
+    monkeypatch.setitem(sys.modules, module, fake)
+    return f"{module}.{fn.__name__}"

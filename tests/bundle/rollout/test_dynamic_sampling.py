@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import sys
-import types
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +35,7 @@ from .slime_upstream import (
     UPSTREAM,
     buffered_source,
     data_source_module,
+    install_filter,
     read_only_source,
     slime_args,
     write_rows,
@@ -742,9 +742,7 @@ def told_filter(monkeypatch: pytest.MonkeyPatch) -> None:
             raise RuntimeError("the user's filter has a bug")
         return True
 
-    module = types.ModuleType("told_filters")
-    module.fails_when_told = fails_when_told  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "told_filters", module)
+    install_filter(monkeypatch, "told_filters", fails_when_told)
 
 
 @pytest.mark.parametrize("commit", COMMITS)

@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import random
-import sys
-import types
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -38,7 +36,7 @@ from agentrl.bundle.rollout.types import slime_types
 from agentrl.slimecmd.checkpoint import TRACKER
 
 from .doubles import FakeGateway, StubAgent, runtime_config, simulated_clock
-from .slime_upstream import data_source_module, slime_args, write_rows
+from .slime_upstream import data_source_module, install_filter, slime_args, write_rows
 
 B, N, OVER, ROUNDS, STEPS = 3, 3, 6, 1, 8
 REASONS = ("filtered", "aborted", "cut")
@@ -100,9 +98,7 @@ def flaky_filter(monkeypatch: pytest.MonkeyPatch) -> Flaky:
             raise RuntimeError("the user's filter has a bug")
         return has_reward_variance([s.get_reward_value(args) for s in samples])
 
-    module = types.ModuleType("accounting_filter")
-    module.keep_if_varied = keep_if_varied  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "accounting_filter", module)
+    install_filter(monkeypatch, "accounting_filter", keep_if_varied)
     return flaky
 
 

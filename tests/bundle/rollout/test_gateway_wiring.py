@@ -24,7 +24,7 @@ from agentrl.bundle.gateway import GatewayClient
 from agentrl.bundle.gateway.tokenizer import load_tokenizer
 from agentrl.bundle.hub import Hub
 from agentrl.bundle.rollout.batch import RolloutContext, run_groups
-from agentrl.bundle.rollout.episode import EpisodeInput, EpisodeSpec
+from agentrl.bundle.rollout.episode import EpisodeInput, EpisodeOutcome, EpisodeSpec
 from agentrl.bundle.rollout.types import Status
 
 from .doubles import ChatAgent, runtime_config
@@ -141,6 +141,24 @@ async def test_a_prompt_over_the_context_fails_the_episode_naming_the_context(
     assert len(hub._gateway.store) == 0
 
 
+async def two_call_episode(client: GatewayClient) -> tuple[RolloutContext, EpisodeOutcome]:
+    """One train episode of an agent that calls the model twice (16 new tokens each), run
+    through the gateway: its context, and its outcome, which must have ended without a
+    failure."""
+    agent = ChatAgent(turns=2)
+    ctx = RolloutContext(client, agent, asyncio.Semaphore(1))
+    spec = EpisodeSpec({"temperature": 1.0, "max_new_tokens": 16}, 256, 60.0, "agentrl")
+    try:
+        ((outcome,),) = await run_groups(
+            ctx, [[EpisodeInput("p", {"q": "a question"}, None, 0, 0)]], spec, "train"
+        )
+    finally:
+        await agent.aclose()
+    assert agent.calls == 2
+    assert outcome.failure is None, outcome.message
+    return ctx, outcome
+
+
 # The first call's prompt is 17 tokens and its reply 7; the second's, 42 tokens, finds the
 # context full: the gateway's own check (contextLength 30), or, the gateway knowing no
 # context, SGLang's refusal (its scheduler's limit, or its tokenizer manager's context).
@@ -166,17 +184,7 @@ async def test_a_later_call_that_finds_the_context_full_truncates_the_episode(
     (slime 624b824: the sample's `truncated`). Its sample is TRUNCATED now, and holds no
     token of the refused call."""
     hub, client = hub_with_gateway
-    agent = ChatAgent(turns=2)
-    ctx = RolloutContext(client, agent, asyncio.Semaphore(1))
-    spec = EpisodeSpec({"temperature": 1.0, "max_new_tokens": 16}, 256, 60.0, "agentrl")
-    try:
-        ((outcome,),) = await run_groups(
-            ctx, [[EpisodeInput("p", {"q": "a question"}, None, 0, 0)]], spec, "train"
-        )
-    finally:
-        await agent.aclose()
-    assert agent.calls == 2
-    assert outcome.failure is None, outcome.message
+    ctx, outcome = await two_call_episode(client)
     (sample,) = outcome.samples
     assert sample.status is Status.TRUNCATED
     # The first call alone: its 17-token prompt and 7 sampled tokens, all trained.
@@ -210,17 +218,7 @@ async def test_a_later_reply_cut_by_the_context_truncates_the_episode(
     named. The episode's sample holds both turns, the second one's tokens that fit, and is
     TRUNCATED, counted in the truncated samples, as a reply cut at max_new_tokens is."""
     hub, client = hub_with_gateway
-    agent = ChatAgent(turns=2)
-    ctx = RolloutContext(client, agent, asyncio.Semaphore(1))
-    spec = EpisodeSpec({"temperature": 1.0, "max_new_tokens": 16}, 256, 60.0, "agentrl")
-    try:
-        ((outcome,),) = await run_groups(
-            ctx, [[EpisodeInput("p", {"q": "a question"}, None, 0, 0)]], spec, "train"
-        )
-    finally:
-        await agent.aclose()
-    assert agent.calls == 2
-    assert outcome.failure is None, outcome.message
+    ctx, outcome = await two_call_episode(client)
     (sample,) = outcome.samples
     assert sample.status is Status.TRUNCATED
     # The first call's 17-token prompt and 7-token reply, the 18 tokens that bridge to the

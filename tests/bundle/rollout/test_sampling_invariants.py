@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import random
-import sys
-import types
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -34,7 +32,7 @@ from agentrl.bundle.rollout.runtime import RolloutRuntime
 from agentrl.bundle.rollout.types import slime_types
 
 from .doubles import FakeGateway, StubAgent, runtime_config, simulated_clock
-from .slime_upstream import buffered_source, write_rows
+from .slime_upstream import buffered_source, install_filter, write_rows
 
 B, N, OVER, ROUNDS, STEPS = 4, 3, 6, 2, 5
 
@@ -67,9 +65,7 @@ def recording_filter(monkeypatch: pytest.MonkeyPatch) -> list[int]:
             dropped.append(samples[0].metadata["id"])
         return keep
 
-    module = types.ModuleType("recording_filter")
-    module.keep_if_varied = keep_if_varied  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "recording_filter", module)
+    install_filter(monkeypatch, "recording_filter", keep_if_varied)
     return dropped
 
 
