@@ -514,6 +514,27 @@ def test_a_steps_groups_and_discarded_time_reach_the_efficiency_panels(tmp_path:
     assert_over_series(tmp_path, series, cases)
 
 
+def test_step_time_and_eta_hold_steps_longer_than_the_window(tmp_path: Path) -> None:
+    """Steps of 90 minutes (an hour of generation, 30 minutes of training, no eval after
+    rollout 0): train rollouts end at 1h10m, 2h40m, 4h10m and 5h40m, 5400 s apart. At 3h50m
+    no step ended in the last hour, so the hour's mean was 0/0 and the panel drew nothing
+    half of the run; it falls back to the mean since the head started (the one step timed
+    so far: 5400 s) until a step ends in the window again."""
+    from run_timeline import Run, events
+
+    run = Run(generate_s=3600, train_s=1800, eval_interval=100, steps=4)
+    trains = [t for t, what, _ in events(run) if what == "train"]
+    assert trains == [4200, 9600, 15000, 20400]
+    step, eta = [e for where, e in queries(dashboard()) if where.startswith("Step time and ETA/")]
+    demo = '{experiment="demo", namespace="rl"}'
+    cases = [
+        {"expr": expr, "eval_time": f"{t}s", "exp_samples": [{"labels": demo, "value": value}]}
+        for t, left in ((13800, 198), (15600, 197))  # no step / one step in the last hour
+        for expr, value in ((step, 5400), (eta, left * 5400))
+    ]  # fmt: skip
+    assert_over_timeline(tmp_path, run, 15600, cases)
+
+
 def test_checkpoint_annotation_marks_every_save_of_a_run(tmp_path: Path) -> None:
     """A healthy run with `saveInterval: 1` as the bundle's real code exports it (run_timeline):
     slime saves after each train step, the first as iteration 0. Each save is marked at the
