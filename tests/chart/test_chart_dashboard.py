@@ -535,6 +535,48 @@ def test_step_time_and_eta_hold_steps_longer_than_the_window(tmp_path: Path) -> 
     assert_over_timeline(tmp_path, run, 15600, cases)
 
 
+def test_series_at_0_draw_no_line_until_they_occur(tmp_path: Path) -> None:
+    """A healthy train-only run: 4 episodes succeed every minute, and a step ends at 10m
+    keeping its 2 groups; nothing failed, was cut, aborted, filtered or evaluated. The head
+    exports every split's, outcome's and reason's series at 0 from its start (so a first
+    occurrence is counted); the panels must still draw only what occurred, as before: a 0
+    line for each never-seen outcome, reason and split (eval's quantiles as NaN) filled the
+    legends of Episodes by outcome, Groups by outcome, Episode time discarded, aborted
+    episodes and both quantile panels."""
+    from types import SimpleNamespace
+
+    from agentrl.bundle.rollout.driver import record_step
+    from agentrl.bundle.rollout.report import Recorder
+    from agentrl.bundle.rollout.sampling import StepReport
+
+    def flushes(t: int, rec: Recorder) -> None:
+        if t >= 60 and t % 60 == 0:
+            for i in range(4):
+                rec.episode_started("train")
+                rec.episode_finished("train", None, i / 4, 1, 0, seconds=40.0 + i)
+        if t == 600:
+            record_step(SimpleNamespace(recorder=rec), StepReport(kept=2))  # type: ignore[arg-type]
+
+    series = recorded_series(flushes, 900)
+    demo = 'experiment="demo", namespace="rl"'
+    train = f'{demo}, split="train"'
+    drawn = {
+        "Episodes by outcome/A": [f'{train}, outcome="succeeded"'],
+        "Groups by outcome/A": [f'{demo}, outcome="kept"'],
+        "Episode time discarded/A": [],
+        "Length bias and aborted episodes/B": [],
+        **{f"Episode reward quantiles/{r}": [train] for r in "ABC"},
+        **{f"Episode duration quantiles/{r}": [train] for r in "ABC"},
+    }
+    exprs = dict(queries(dashboard()))
+    cases = [  # every series the panel draws, each as 1 (a NaN one stays NaN and fails)
+        {"expr": f"({exprs[where]}) * 0 + 1", "eval_time": "630s",
+         "exp_samples": [{"labels": "{" + labels + "}", "value": 1} for labels in series_of]}
+        for where, series_of in drawn.items()
+    ]  # fmt: skip
+    assert_over_series(tmp_path, series, cases)
+
+
 def test_checkpoint_annotation_marks_every_save_of_a_run(tmp_path: Path) -> None:
     """A healthy run with `saveInterval: 1` as the bundle's real code exports it (run_timeline):
     slime saves after each train step, the first as iteration 0. Each save is marked at the
