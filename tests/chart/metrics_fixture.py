@@ -112,6 +112,9 @@ def tick(bundle: BundleMetrics, operator: OperatorMetrics, n: int) -> None:
     # and slime saves a checkpoint (the tracker's iteration moves).
     if n % 8 == 0:
         bundle.checkpoint_iteration.set(20 * (n // 8 + 1))
+        # A step's wall time, observed directly: the step gauge stays at 42 for
+        # AgentRLProgressStalled, so the gauge's own clock never observes one.
+        bundle.rollout_step_interval_seconds.observe(540.0)
         for name in ("gsm8k-test", "math-hard"):
             bundle.eval_step.labels(name).set(42 + n // 8)
     if n % FAIL_EVERY_TICKS == FAIL_EVERY_TICKS - 1:

@@ -514,6 +514,69 @@ def test_a_steps_groups_and_discarded_time_reach_the_efficiency_panels(tmp_path:
     assert_over_series(tmp_path, series, cases)
 
 
+def test_step_time_and_eta_hold_steps_longer_than_the_window(tmp_path: Path) -> None:
+    """Steps of 90 minutes (an hour of generation, 30 minutes of training, no eval after
+    rollout 0): train rollouts end at 1h10m, 2h40m, 4h10m and 5h40m, 5400 s apart. At 3h50m
+    no step ended in the last hour, so the hour's mean was 0/0 and the panel drew nothing
+    half of the run; it falls back to the mean since the head started (the one step timed
+    so far: 5400 s) until a step ends in the window again."""
+    from run_timeline import Run, events
+
+    run = Run(generate_s=3600, train_s=1800, eval_interval=100, steps=4)
+    trains = [t for t, what, _ in events(run) if what == "train"]
+    assert trains == [4200, 9600, 15000, 20400]
+    step, eta = [e for where, e in queries(dashboard()) if where.startswith("Step time and ETA/")]
+    demo = '{experiment="demo", namespace="rl"}'
+    cases = [
+        {"expr": expr, "eval_time": f"{t}s", "exp_samples": [{"labels": demo, "value": value}]}
+        for t, left in ((13800, 198), (15600, 197))  # no step / one step in the last hour
+        for expr, value in ((step, 5400), (eta, left * 5400))
+    ]  # fmt: skip
+    assert_over_timeline(tmp_path, run, 15600, cases)
+
+
+def test_series_at_0_draw_no_line_until_they_occur(tmp_path: Path) -> None:
+    """A healthy train-only run: 4 episodes succeed every minute, and a step ends at 10m
+    keeping its 2 groups; nothing failed, was cut, aborted, filtered or evaluated. The head
+    exports every split's, outcome's and reason's series at 0 from its start (so a first
+    occurrence is counted); the panels must still draw only what occurred, as before: a 0
+    line for each never-seen outcome, reason and split (eval's quantiles as NaN) filled the
+    legends of Episodes by outcome, Groups by outcome, Episode time discarded, aborted
+    episodes and both quantile panels."""
+    from types import SimpleNamespace
+
+    from agentrl.bundle.rollout.driver import record_step
+    from agentrl.bundle.rollout.report import Recorder
+    from agentrl.bundle.rollout.sampling import StepReport
+
+    def flushes(t: int, rec: Recorder) -> None:
+        if t >= 60 and t % 60 == 0:
+            for i in range(4):
+                rec.episode_started("train")
+                rec.episode_finished("train", None, i / 4, 1, 0, seconds=40.0 + i)
+        if t == 600:
+            record_step(SimpleNamespace(recorder=rec), StepReport(kept=2))  # type: ignore[arg-type]
+
+    series = recorded_series(flushes, 900)
+    demo = 'experiment="demo", namespace="rl"'
+    train = f'{demo}, split="train"'
+    drawn = {
+        "Episodes by outcome/A": [f'{train}, outcome="succeeded"'],
+        "Groups by outcome/A": [f'{demo}, outcome="kept"'],
+        "Episode time discarded/A": [],
+        "Length bias and aborted episodes/B": [],
+        **{f"Episode reward quantiles/{r}": [train] for r in "ABC"},
+        **{f"Episode duration quantiles/{r}": [train] for r in "ABC"},
+    }
+    exprs = dict(queries(dashboard()))
+    cases = [  # every series the panel draws, each as 1 (a NaN one stays NaN and fails)
+        {"expr": f"({exprs[where]}) * 0 + 1", "eval_time": "630s",
+         "exp_samples": [{"labels": "{" + labels + "}", "value": 1} for labels in series_of]}
+        for where, series_of in drawn.items()
+    ]  # fmt: skip
+    assert_over_series(tmp_path, series, cases)
+
+
 def test_checkpoint_annotation_marks_every_save_of_a_run(tmp_path: Path) -> None:
     """A healthy run with `saveInterval: 1` as the bundle's real code exports it (run_timeline):
     slime saves after each train step, the first as iteration 0. Each save is marked at the
