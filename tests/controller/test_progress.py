@@ -104,10 +104,12 @@ def test_parse_progress_refuses_garbage() -> None:
         pytest.param(
             {"episodes": 20, "failed": 2}, {"episodes": 100, "failed": 10}, 0.1, id="counters-reset"
         ),
+        # Nothing finished since (the trainer's step, a slow agent): no figure, so the status
+        # keeps the last one instead of jumping to the whole run's.
         pytest.param(
             {"episodes": 100, "failed": 10},
             {"episodes": 100, "failed": 10},
-            0.1,
+            None,
             id="no-new-episodes",
         ),
         pytest.param({}, None, None, id="no-episodes"),
@@ -195,3 +197,17 @@ def test_progress_fields_carry_step_time_and_eta() -> None:
         "eta": "2026-01-01T00:26:53Z",  # 1000 s + 10 x 61.26 s
     }
     assert "stepSeconds" not in progress.progress_fields({"rollout": 9}, None, 20, None)
+
+
+def test_a_read_with_no_new_episodes_keeps_the_recent_ratio_shown() -> None:
+    """All of the last 100 episodes failed, after 5000 healthy ones; then a read between two
+    batches: RECENT FAIL RATIO stays 1.0 (it showed 0.1, the whole run's, until the next
+    batch finished, and wrote the status both ways)."""
+    from agentrl.controller.status import apply_progress
+
+    before = {"episodes": 5000, "failed": 500}
+    failing = {"episodes": 5100, "failed": 600}
+    st = apply_progress({}, progress.progress_fields(failing, before, 10), "t1")
+    assert st["progress"]["failedSessionRatio"] == 1.0
+    between = apply_progress(st, progress.progress_fields(failing, failing, 10), "t2")
+    assert between == st

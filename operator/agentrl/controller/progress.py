@@ -129,7 +129,10 @@ def progress_fields(
     """status.progress values from a scrape, the one before it and the pace so far.
 
     The failed-session ratio is over the train episodes finished since the previous scrape,
-    or over the whole run when there is no usable previous scrape.
+    or over the whole run when there is no usable previous scrape (the first, or one whose
+    counters were higher: a new head pod). A scrape with no new train episodes leaves it out,
+    so the status keeps the last figure: the whole run's would show a failing run as a
+    healthy one (and back) between steps, a status write each time.
     """
     fields: dict[str, Any] = {}
     if "rollout" in raw:
@@ -141,7 +144,9 @@ def progress_fields(
         if key in raw:
             fields[key] = round(raw[key], 6)
     episodes, failed = raw.get("episodes", 0.0), raw.get("failed", 0.0)
-    if previous and episodes > previous.get("episodes", 0.0):
+    if previous and episodes == previous.get("episodes", 0.0):
+        episodes = 0.0  # nothing new to judge
+    elif previous and episodes > previous.get("episodes", 0.0):
         episodes -= previous.get("episodes", 0.0)
         failed -= previous.get("failed", 0.0)
     if episodes > 0:
