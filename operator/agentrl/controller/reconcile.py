@@ -420,6 +420,7 @@ class Controller:
                 submitter=exp.submitter_trouble,
             )
             new = status.apply_observed(new, seen, now)
+            new = status.apply_episodes(new, exp.episodes, exp.key[1], now)
             if exp.progress is not None:
                 new = status.apply_progress(new, exp.progress, now)
             if exp.preflight is not None:
