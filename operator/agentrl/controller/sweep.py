@@ -40,9 +40,6 @@ async def sweep(controller: Controller) -> None:
     gate = asyncio.Semaphore(controller.config.scrape_concurrency)
     experiments = list(controller.experiments.values())
     running = [exp for exp in experiments if exp.phase == Phase.RUNNING]
-    for exp in experiments:
-        if exp.phase != Phase.RUNNING:  # a next attempt's head counts from 0: so does its judge
-            exp.episodes_from = exp.episodes = None
     await asyncio.gather(*(scrape(controller, exp, gate) for exp in running))
     for exp in experiments:
         if exp.rayjob_gone is not None:  # deleted, and whose deletion not read yet
