@@ -628,7 +628,7 @@ def test_every_failure_reason_of_the_bundle_is_a_documented_condition_reason() -
     from agentrl.api.constants import FAILURE_REASONS
     from agentrl.bundle.failures import REASONS
 
-    assert tuple(REASONS) == FAILURE_REASONS  # the operator's copy (it never imports the bundle)
+    assert tuple(REASONS) == FAILURE_REASONS  # every reason the rollout defines has a meaning
     doc = (Path(__file__).resolve().parents[2] / "docs" / "operator.md").read_text()
     (row,) = [line for line in doc.splitlines() if line.startswith("| `EpisodesFailing` |")]
     for label in REASONS:

@@ -96,22 +96,33 @@ EPISODES_FAILING_RATIO: Final = 0.5
 # the judgement to a later read (the count runs on from the same start), so 1 failure of 1
 # does not flip the condition and a slow agent is still judged.
 EPISODES_FAILING_MIN_EPISODES: Final = 20
-# agentrl_failed_sessions_total{reason}: the failure reasons the rollout counts, the labels
-# of `bundle.failures.REASONS` (a test holds the two equal). The operator names only these in
-# EpisodesFailing and its events, and counts any other label value as FAILURE_REASON_OTHER:
-# a label is whatever the run's /metrics says, and the condition's reason also labels
-# agentrl_experiment_condition, so unknown text reaches no status field, event or series.
+# agentrl_failed_sessions_total{reason}: why an episode failed, the log line's `reason=` too
+# (bundle/failures.py gives each its category and meaning, and the rollout raises only these).
+# The operator names only these in EpisodesFailing and its events, and counts any other
+# label value as FAILURE_REASON_OTHER: a label is whatever the run's /metrics says, and the
+# condition's reason also labels agentrl_experiment_condition, so unknown text reaches no
+# status field, event or series.
+FAILURE_TIMEOUT: Final = "timeout"
+FAILURE_AGENT_ERROR: Final = "agent_error"
+FAILURE_THROTTLED: Final = "throttled"
+FAILURE_BAD_RESULT: Final = "bad_result"
+FAILURE_RESULT_UNREADABLE: Final = "result_unreadable"
+FAILURE_GATEWAY_ERROR: Final = "gateway_error"
+FAILURE_NO_TURNS: Final = "no_turns"
+FAILURE_EMPTY_MERGE: Final = "empty_merge"
+FAILURE_INTERNAL: Final = "internal_error"
+FAILURE_CANCELLED: Final = "cancelled"
 FAILURE_REASONS: Final = (
-    "timeout",
-    "agent_error",
-    "throttled",
-    "bad_result",
-    "result_unreadable",
-    "gateway_error",
-    "no_turns",
-    "empty_merge",
-    "internal_error",
-    "cancelled",
+    FAILURE_TIMEOUT,
+    FAILURE_AGENT_ERROR,
+    FAILURE_THROTTLED,
+    FAILURE_BAD_RESULT,
+    FAILURE_RESULT_UNREADABLE,
+    FAILURE_GATEWAY_ERROR,
+    FAILURE_NO_TURNS,
+    FAILURE_EMPTY_MERGE,
+    FAILURE_INTERNAL,
+    FAILURE_CANCELLED,
 )
 FAILURE_REASON_OTHER: Final = "other"
 SPLIT_TRAIN: Final = "train"
