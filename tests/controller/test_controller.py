@@ -352,3 +352,34 @@ async def test_a_fresh_experiment_still_gets_its_rayjob() -> None:
     assert sorted(what for _, what in child_writes(kube)) == [
         "ConfigMap", "ConfigMap", "RayJob", "Service", "Service"]  # fmt: skip
     assert controller.experiments[("rl", "demo")].status["phase"] == "Pending"
+
+
+# ---- EpisodesFailing across attempts ------------------------------------------------------
+
+RETRYING = {"jobDeploymentStatus": "Retrying", "jobStatus": "FAILED"}
+
+
+async def test_a_judgement_of_one_attempt_is_not_the_next_attempts() -> None:
+    """The attempt's episodes fail; KubeRay retries it and the next head is Running before
+    the next sweep. The condition went False with the first attempt, and the next attempt
+    is judged on its own episodes: the old judgement (or a count from the old head's totals)
+    turned it True again, with a second Warning about episodes no head was running."""
+    from agentrl.controller.progress import Episodes
+
+    kube = FakeKube()
+    controller = controller_on(kube)
+    await controller.on_experiment(experiment())
+    await controller._attempt(("rl", "demo"))
+    await controller.on_rayjob(rayjob_event(RUNNING))
+    exp = controller.experiments[("rl", "demo")]
+    exp.episodes_from, exp.episodes = {"episodes": 40.0}, Episodes(40, 40, (("agent_error", 40),))
+    await controller.sync(exp)
+    assert conditions.is_true(exp.status, ConditionType.EPISODES_FAILING)
+    await controller.on_rayjob(rayjob_event(RETRYING))
+    assert exp.status["phase"] == "Initializing"
+    assert not conditions.is_true(exp.status, ConditionType.EPISODES_FAILING)
+    await controller.on_rayjob(rayjob_event(RUNNING))  # no sweep in between
+    assert exp.status["phase"] == "Running"
+    assert not conditions.is_true(exp.status, ConditionType.EPISODES_FAILING)
+    assert (exp.episodes_from, exp.episodes) == (None, None)
+    assert events(kube).count(("Warning", "EpisodesFailing")) == 1

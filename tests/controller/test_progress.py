@@ -66,7 +66,12 @@ def exposition(
                     ("gsm8k", "timeout"): 50,
                 },
             ),
-            {"episodes": 100.0, "failed": 10.0},
+            {
+                "episodes": 100.0,
+                "failed": 10.0,
+                "failed:timeout": 6.0,
+                "failed:agent_error": 4.0,
+            },
             id="train-episodes-only",
         ),
     ],
@@ -104,10 +109,12 @@ def test_parse_progress_refuses_garbage() -> None:
         pytest.param(
             {"episodes": 20, "failed": 2}, {"episodes": 100, "failed": 10}, 0.1, id="counters-reset"
         ),
+        # Nothing finished since (the trainer's step, a slow agent): no figure, so the status
+        # keeps the last one instead of jumping to the whole run's.
         pytest.param(
             {"episodes": 100, "failed": 10},
             {"episodes": 100, "failed": 10},
-            0.1,
+            None,
             id="no-new-episodes",
         ),
         pytest.param({}, None, None, id="no-episodes"),
@@ -195,3 +202,113 @@ def test_progress_fields_carry_step_time_and_eta() -> None:
         "eta": "2026-01-01T00:26:53Z",  # 1000 s + 10 x 61.26 s
     }
     assert "stepSeconds" not in progress.progress_fields({"rollout": 9}, None, 20, None)
+
+
+def test_a_read_with_no_new_episodes_keeps_the_recent_ratio_shown() -> None:
+    """All of the last 100 episodes failed, after 5000 healthy ones; then a read between two
+    batches: RECENT FAIL RATIO stays 1.0 (it showed 0.1, the whole run's, until the next
+    batch finished, and wrote the status both ways)."""
+    from agentrl.controller.status import apply_progress
+
+    before = {"episodes": 5000, "failed": 500}
+    failing = {"episodes": 5100, "failed": 600}
+    st = apply_progress({}, progress.progress_fields(failing, before, 10), "t1")
+    assert st["progress"]["failedSessionRatio"] == 1.0
+    between = apply_progress(st, progress.progress_fields(failing, failing, 10), "t2")
+    assert between == st
+
+
+def bundle_reading(finished: int, failed: dict[str, int]) -> dict[str, float]:
+    """The operator's reading of the bundle's own registry after `finished` train episodes,
+    `failed` of them by reason (every other reason at 0, as the bundle exports them)."""
+    from agentrl.bundle.metrics import BundleMetrics
+
+    metrics = BundleMetrics()
+    metrics.episodes.labels("train", "failed").inc(sum(failed.values()))
+    metrics.episodes.labels("train", "succeeded").inc(finished - sum(failed.values()))
+    for reason, n in failed.items():
+        metrics.failed_sessions.labels("train", reason).inc(n)
+    metrics.failed_sessions.labels("eval", "timeout").inc(1000)  # eval never counts
+    return progress.parse_progress(generate_latest(metrics.registry).decode())
+
+
+def test_the_reading_holds_each_failure_reason_of_the_train_episodes() -> None:
+    raw = bundle_reading(40, {"agent_error": 30, "timeout": 8})
+    assert raw["failed:agent_error"] == 30 and raw["failed:timeout"] == 8
+    assert raw["failed"] == 38 and raw["episodes"] == 40
+    assert raw["failed:throttled"] == 0  # exported at 0 from the head's start
+
+
+def test_a_failure_reason_the_rollout_never_counts_is_other() -> None:
+    """A label value is whatever the run's /metrics says (a user's own exporter on the port,
+    a newer bundle): it names no key of the reading, so none reaches the condition's reason
+    (a metric label), its message or its event, and the reading's keys stay a fixed set."""
+    secret = "token=" + "s" * 5000
+    failures = {("train", "timeout"): 5, ("train", secret): 20, ("train", "Timeout"): 3,
+                ("train", ""): 2, ("eval", secret): 7}  # fmt: skip
+    text = exposition(1, {}, {("train", "succeeded"): 10, ("train", "failed"): 30}, failures)
+    raw = progress.parse_progress(text)
+    reasons = {key for key in raw if key.startswith(progress.FAILED_PREFIX)}
+    assert reasons == {"failed:timeout", "failed:other"}
+    assert raw["failed:other"] == 25 and raw["failed"] == 30
+    _, counted = progress.episodes_window({}, raw)
+    assert counted == progress.Episodes(40, 30, (("other", 25), ("timeout", 5)))
+
+
+def test_the_first_reading_only_starts_the_count() -> None:
+    """After an operator restart the totals reach back to the head's start: a run that
+    failed for an hour days ago and recovered since is not judged on them."""
+    raw = bundle_reading(1000, {"agent_error": 900})
+    start, counted = progress.episodes_window(None, raw)
+    assert (start, counted) == (raw, None)
+
+
+def test_the_count_covers_the_episodes_since_its_start_by_reason() -> None:
+    start = bundle_reading(1000, {"agent_error": 10})
+    raw = bundle_reading(1040, {"agent_error": 40, "timeout": 8})
+    moved, counted = progress.episodes_window(start, raw)
+    assert moved == raw
+    assert counted == progress.Episodes(40, 38, (("agent_error", 30), ("timeout", 8)))
+    assert counted.failing and counted.breakdown() == "agent_error 30, timeout 8"
+
+
+def test_too_few_episodes_judge_nothing_and_the_count_runs_on() -> None:
+    """1 failure of 1 does not flip anything; a slow agent is still judged, later."""
+    start = bundle_reading(100, {})
+    few = bundle_reading(101, {"agent_error": 1})
+    kept, counted = progress.episodes_window(start, few)
+    assert (kept, counted) == (start, None)
+    enough = bundle_reading(120, {"agent_error": 20})
+    _, counted = progress.episodes_window(kept, enough)
+    assert counted == progress.Episodes(20, 20, (("agent_error", 20),))
+
+
+def test_a_reading_with_no_new_episodes_judges_nothing() -> None:
+    raw = bundle_reading(100, {"timeout": 100})
+    assert progress.episodes_window(raw, raw) == (raw, None)
+
+
+def test_counters_that_went_back_count_from_zero() -> None:
+    """A new head (KubeRay's retry, a resume): its counters start at 0, so everything it
+    counted is new, as Prometheus' increase() reads a counter reset."""
+    old_head = bundle_reading(5000, {"agent_error": 100})
+    new_head = bundle_reading(30, {"throttled": 30})
+    start, counted = progress.episodes_window(old_head, new_head)
+    assert counted == progress.Episodes(30, 30, (("throttled", 30),))
+    # Too few on the new head yet: the count runs from 0, not from the old head's totals.
+    start, counted = progress.episodes_window(old_head, bundle_reading(5, {"throttled": 5}))
+    assert counted is None and start == {}
+    _, counted = progress.episodes_window(start, bundle_reading(6000, {"throttled": 30}))
+    assert counted == progress.Episodes(6000, 30, (("throttled", 30),))
+    assert not counted.failing
+
+
+@pytest.mark.parametrize(
+    ("finished", "failed", "failing"),
+    [(40, 20, True), (40, 19, False), (20, 20, True), (20, 0, False)],
+)
+def test_failing_from_the_threshold(finished: int, failed: int, failing: bool) -> None:
+    from agentrl.api.constants import EPISODES_FAILING_RATIO
+
+    assert EPISODES_FAILING_RATIO == 0.5
+    assert progress.Episodes(finished, failed).failing is failing

@@ -9,7 +9,7 @@ import pytest
 
 from agentrl.api.constants import ConditionType as C
 from agentrl.api.constants import Phase
-from agentrl.controller import conditions, status
+from agentrl.controller import conditions, progress, status
 
 T0 = "2026-01-01T00:00:00Z"
 T1 = "2026-01-01T00:05:00Z"
@@ -505,3 +505,132 @@ def test_why_an_attempt_failed_is_kept_while_kuberay_retries() -> None:
     assert conditions.get(again, C.RUNNING) == {"type": "Running", "status": "True",
                                                  "reason": "Running", "observedGeneration": 1,
                                                  "lastTransitionTime": T2}  # fmt: skip
+
+
+# ---- EpisodesFailing: the training episodes, judged from the progress reads ---------------
+
+EF = C.EPISODES_FAILING
+ALL_FAIL = progress.Episodes(40, 38, (("agent_error", 30), ("timeout", 8)))
+HEALTHY = progress.Episodes(40, 2, (("timeout", 2),))
+
+
+def running() -> dict[str, Any]:
+    return observe(created(), {"jobDeploymentStatus": "Running", "jobStatus": "RUNNING"})
+
+
+def judged(st: dict[str, Any], counted: progress.Episodes | None, now: str) -> dict[str, Any]:
+    return status.apply_episodes(st, counted, "demo", now)
+
+
+def test_episodes_failing_turns_true_with_the_dominant_reason_and_one_warning() -> None:
+    before = running()
+    st = judged(before, ALL_FAIL, T1)
+    cond = conditions.get(st, EF)
+    assert cond is not None
+    assert (cond["status"], cond["reason"]) == ("True", "AgentError")
+    assert cond["lastTransitionTime"] == T1
+    assert cond["message"].startswith(
+        "38 of the last 40 training episodes failed (EpisodesFailing is True from 50%): "
+        "agent_error 30, timeout 8. "
+    )
+    assert "`agentrl logs demo`" in cond["message"]
+    assert st["phase"] == Phase.RUNNING  # the run goes on: stopping it is the user's call
+    assert [(e.type, e.reason, e.message) for e in conditions.events_between(before, st)] == [
+        ("Warning", "EpisodesFailing", cond["message"])
+    ]
+    assert conditions.problems(st) == {(EF, "AgentError")}
+
+
+def test_a_run_failing_for_days_costs_one_write_and_one_event() -> None:
+    """Each read brings new counts; while the dominant reason stays, nothing is written."""
+    st = judged(running(), ALL_FAIL, T1)
+    for n in range(20, 60):
+        again = judged(st, progress.Episodes(n, n, (("agent_error", n),)), T2)
+        assert status.diff(st, again) is None
+        assert conditions.events_between(st, again) == []
+    # Another reason takes over: the condition says so (a status write), no new event.
+    other = judged(st, progress.Episodes(40, 40, (("throttled", 40),)), T2)
+    cond = conditions.get(other, EF)
+    assert cond is not None and cond["reason"] == "Throttled"
+    assert cond["lastTransitionTime"] == T1
+    assert conditions.events_between(st, other) == []
+
+
+def test_recovery_is_false_and_one_normal_event_then_nothing() -> None:
+    failing = judged(running(), ALL_FAIL, T1)
+    back = judged(failing, HEALTHY, T2)
+    cond = conditions.get(back, EF)
+    assert cond is not None
+    assert (cond["status"], cond["reason"], cond["lastTransitionTime"]) == (
+        "False", "EpisodesRecovered", T2,
+    )  # fmt: skip
+    assert [(e.type, e.reason) for e in conditions.events_between(failing, back)] == [
+        ("Normal", "EpisodesRecovered")
+    ]
+    assert conditions.problems(back) == frozenset()
+    # Healthy reads after that write nothing: the message carries no count.
+    again = judged(back, progress.Episodes(400, 0), T2)
+    assert status.diff(back, again) is None
+
+
+def test_a_healthy_run_never_gets_the_condition() -> None:
+    st = running()
+    assert judged(st, HEALTHY, T1) == st
+
+
+def test_nothing_judged_leaves_the_condition_as_it_is() -> None:
+    """Too few episodes, or no read yet since an operator restart: the status read back
+    from the API server stands."""
+    failing = judged(running(), ALL_FAIL, T1)
+    assert judged(failing, None, T2) == failing
+    assert judged(running(), None, T2) == running()
+
+
+@pytest.mark.parametrize("rayjob", [
+    {"jobDeploymentStatus": "Retrying", "jobStatus": "FAILED"},
+    {"jobDeploymentStatus": "Suspended"},
+    {"jobDeploymentStatus": "Complete", "jobStatus": "SUCCEEDED"},
+])  # fmt: skip
+def test_a_run_no_longer_running_is_not_failing_episodes(rayjob: dict[str, Any]) -> None:
+    failing = judged(running(), ALL_FAIL, T1)
+    left = observe(failing, rayjob, T2)
+    st = judged(left, ALL_FAIL, T2)  # a judgement left from the Running attempt: ignored
+    cond = conditions.get(st, EF)
+    assert cond is not None
+    assert (cond["status"], cond["reason"]) == ("False", left["phase"])
+    # The phase's own event says what happened; no EpisodesRecovered for it.
+    assert "EpisodesRecovered" not in [e.reason for e in conditions.events_between(failing, st)]
+
+
+@pytest.mark.parametrize(
+    ("reasons", "reason"),
+    [
+        ((("agent_error", 3),), "AgentError"),
+        ((("timeout", 3),), "Timeout"),
+        ((("internal_error", 3), ("timeout", 1)), "InternalError"),
+        ((("other", 3), ("timeout", 1)), "EpisodesFailing"),  # labels the rollout never counts
+        ((("", 3),), "EpisodesFailing"),
+        ((("bad reason!", 3),), "EpisodesFailing"),
+        ((("9lives", 3),), "EpisodesFailing"),
+        ((("agent_error_" + "x" * 2000, 3),), "EpisodesFailing"),  # CamelCase-able, unknown
+        ((), "EpisodesFailing"),
+    ],
+)
+def test_failure_reason_is_camel_case(reasons: tuple[tuple[str, int], ...], reason: str) -> None:
+    assert status.failure_reason(progress.Episodes(3, 3, reasons)) == reason
+
+
+def test_every_failure_reason_of_the_bundle_is_a_documented_condition_reason() -> None:
+    """Each reason the rollout counts becomes its own CamelCase reason (none falls back to
+    the generic one), and docs/operator.md's condition table lists it."""
+    from pathlib import Path
+
+    from agentrl.api.constants import FAILURE_REASONS
+    from agentrl.bundle.failures import REASONS
+
+    assert tuple(REASONS) == FAILURE_REASONS  # every reason the rollout defines has a meaning
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "operator.md").read_text()
+    (row,) = [line for line in doc.splitlines() if line.startswith("| `EpisodesFailing` |")]
+    for label in REASONS:
+        reason = status.failure_reason(progress.Episodes(1, 1, ((label, 1),)))
+        assert reason != C.EPISODES_FAILING and f"`{reason}`" in row, label

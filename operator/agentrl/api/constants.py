@@ -84,6 +84,47 @@ METRIC_BATCH_REWARD_MEAN: Final = "agentrl_batch_reward_mean"
 METRIC_EPISODES_TOTAL: Final = "agentrl_episodes_total"
 METRIC_FAILED_SESSIONS_TOTAL: Final = "agentrl_failed_sessions_total"
 METRIC_WANDB_RUN_INFO: Final = "agentrl_wandb_run_info"
+# The EpisodesFailing condition: True once at least this share of the training episodes
+# finished between two of the operator's reads failed. Half, because a failed episode gives
+# no training signal (`failedEpisodes: exclude` leaves it out of its group, `zeroReward`
+# trains it towards a 0 nobody judged): from there on most of the GPU time trains nothing,
+# which a broken or unreachable agent service (every episode failing) is the common case of.
+# The Prometheus alert (chart value monitoring.prometheusRule.failedSessionRatio) warns
+# earlier; this is what `kubectl describe rlx` shows without Prometheus.
+EPISODES_FAILING_RATIO: Final = 0.5
+# ... judged over at least this many finished training episodes: a read with fewer leaves
+# the judgement to a later read (the count runs on from the same start), so 1 failure of 1
+# does not flip the condition and a slow agent is still judged.
+EPISODES_FAILING_MIN_EPISODES: Final = 20
+# agentrl_failed_sessions_total{reason}: why an episode failed, the log line's `reason=` too
+# (bundle/failures.py gives each its category and meaning, and the rollout raises only these).
+# The operator names only these in EpisodesFailing and its events, and counts any other
+# label value as FAILURE_REASON_OTHER: a label is whatever the run's /metrics says, and the
+# condition's reason also labels agentrl_experiment_condition, so unknown text reaches no
+# status field, event or series.
+FAILURE_TIMEOUT: Final = "timeout"
+FAILURE_AGENT_ERROR: Final = "agent_error"
+FAILURE_THROTTLED: Final = "throttled"
+FAILURE_BAD_RESULT: Final = "bad_result"
+FAILURE_RESULT_UNREADABLE: Final = "result_unreadable"
+FAILURE_GATEWAY_ERROR: Final = "gateway_error"
+FAILURE_NO_TURNS: Final = "no_turns"
+FAILURE_EMPTY_MERGE: Final = "empty_merge"
+FAILURE_INTERNAL: Final = "internal_error"
+FAILURE_CANCELLED: Final = "cancelled"
+FAILURE_REASONS: Final = (
+    FAILURE_TIMEOUT,
+    FAILURE_AGENT_ERROR,
+    FAILURE_THROTTLED,
+    FAILURE_BAD_RESULT,
+    FAILURE_RESULT_UNREADABLE,
+    FAILURE_GATEWAY_ERROR,
+    FAILURE_NO_TURNS,
+    FAILURE_EMPTY_MERGE,
+    FAILURE_INTERNAL,
+    FAILURE_CANCELLED,
+)
+FAILURE_REASON_OTHER: Final = "other"
 SPLIT_TRAIN: Final = "train"
 SPLIT_EVAL: Final = "eval"
 # agentrl_episodes_total{outcome}: how an episode that ran to its end ended.
@@ -198,6 +239,7 @@ class ConditionType(StrEnum):
     CHILD_REJECTED = "ChildRejected"
     KUBERAY_INCOMPATIBLE = "KubeRayIncompatible"
     PREFLIGHT = "Preflight"
+    EPISODES_FAILING = "EpisodesFailing"
 
 
 # Kubernetes' documented scalability limit: clusters of at most 5,000 nodes

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Final
 
+from agentrl.api import constants
+
 
 class FailureClass(StrEnum):
     TASK_OUTCOME = "task_outcome"
@@ -48,17 +50,18 @@ class Reason:
     meaning: str  # one line for docs/rollout.md
 
 
-# The labels (rollout, agent backends and the batch use these names, nothing else).
-TIMEOUT: Final = "timeout"
-AGENT_ERROR: Final = "agent_error"
-THROTTLED: Final = "throttled"
-BAD_RESULT: Final = "bad_result"
-RESULT_UNREADABLE: Final = "result_unreadable"
-GATEWAY_ERROR: Final = "gateway_error"
-NO_TURNS: Final = "no_turns"
-EMPTY_MERGE: Final = "empty_merge"
-INTERNAL: Final = "internal_error"
-CANCELLED: Final = "cancelled"
+# The labels (rollout, agent backends and the batch use these names, nothing else); their
+# home is agentrl.api.constants, where the operator reads them too.
+TIMEOUT: Final = constants.FAILURE_TIMEOUT
+AGENT_ERROR: Final = constants.FAILURE_AGENT_ERROR
+THROTTLED: Final = constants.FAILURE_THROTTLED
+BAD_RESULT: Final = constants.FAILURE_BAD_RESULT
+RESULT_UNREADABLE: Final = constants.FAILURE_RESULT_UNREADABLE
+GATEWAY_ERROR: Final = constants.FAILURE_GATEWAY_ERROR
+NO_TURNS: Final = constants.FAILURE_NO_TURNS
+EMPTY_MERGE: Final = constants.FAILURE_EMPTY_MERGE
+INTERNAL: Final = constants.FAILURE_INTERNAL
+CANCELLED: Final = constants.FAILURE_CANCELLED
 
 REASONS: Final[Mapping[str, Reason]] = {
     r.label: r

@@ -143,7 +143,7 @@ class BundleMetrics:
         )
         self.failed_sessions = Counter(
             METRIC_FAILED_SESSIONS_TOTAL,
-            "Episodes that failed, by reason (timeout, agent_error, no_traces, ...).",
+            "Episodes that failed, by reason (timeout, agent_error, no_turns, ...).",
             ["split", "reason"],
             registry=r,
         )

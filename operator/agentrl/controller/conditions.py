@@ -24,6 +24,9 @@ RAYJOB_DELETED = "RayJobDeleted"
 # Warning event that carries why (KubeRay clears its own words once the retry starts).
 ATTEMPT_FAILED = "AttemptFailed"
 RETRYING = "Retrying"  # KubeRay's jobDeploymentStatus while it tears a failed attempt down
+# EpisodesFailing turned False because the training episodes fail less again: its reason,
+# and that of the Normal event (the Warning one is the condition's type).
+EPISODES_RECOVERED = "EpisodesRecovered"
 
 # Conditions whose entering their problem value (True, or False for Valid and Preflight) is
 # news the user must see in `kubectl describe`, and the reason of its Warning event (None: the
@@ -46,6 +49,7 @@ PROBLEM_VALUES: dict[str, str] = {
     **{ctype: value for ctype, (value, _) in WARNING_CONDITIONS.items()},
     ConditionType.FAILED: "True",
     ConditionType.CONFIG_WARNING: "True",
+    ConditionType.EPISODES_FAILING: "True",
 }
 
 
@@ -109,7 +113,27 @@ def put_if_relevant(
 
 
 def events_between(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Event]:
-    """What to post for the change old -> new: condition problems first, then the phase."""
+    """What to post for the change old -> new: condition problems first, then the phase,
+    then the training episodes."""
+    return _problems_and_phase(old, new) + _episodes(old, new)
+
+
+def _episodes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Event]:
+    """A Warning when EpisodesFailing turns True, a Normal one when it turns False because
+    the episodes recovered; never for a new count or reason while it stays (one per read
+    would bury every other event), nor when the run stops (its phase event says so)."""
+    cond, was = get(new, ConditionType.EPISODES_FAILING), get(old, ConditionType.EPISODES_FAILING)
+    now, before = (cond or {}).get("status"), (was or {}).get("status")
+    if cond is None or now == before:
+        return []
+    if now == "True":
+        return [Event("Warning", ConditionType.EPISODES_FAILING, str(cond.get("message", "")))]
+    if before == "True" and cond.get("reason") == EPISODES_RECOVERED:
+        return [Event("Normal", EPISODES_RECOVERED, str(cond.get("message", "")))]
+    return []
+
+
+def _problems_and_phase(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Event]:
     events: list[Event] = []
     for ctype, (bad, reason) in WARNING_CONDITIONS.items():
         cond, was = get(new, ctype), get(old, ctype)

@@ -12,6 +12,12 @@ been reached long before), so it only starts the clock. Readings are one sweep a
 bounds the error of one measurement by the sweep interval; smoothing spreads it out. The ETA
 is a timestamp computed when the rollout moves, so it does not change (and costs no status
 write) between moves.
+
+The same reading says whether the training episodes are failing (`episodes_window`): the
+train episodes finished since the start of the current count, and the failed ones by
+`agentrl_failed_sessions_total{reason}`, judged once at least EPISODES_FAILING_MIN_EPISODES
+finished. Counters that went back (a new head pod: a retry, a resume) count from 0 again, as
+Prometheus' `increase()` does.
 """
 
 from __future__ import annotations
@@ -25,6 +31,10 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from agentrl.api.constants import (
+    EPISODES_FAILING_MIN_EPISODES,
+    EPISODES_FAILING_RATIO,
+    FAILURE_REASON_OTHER,
+    FAILURE_REASONS,
     METRIC_BATCH_REWARD_MEAN,
     METRIC_EPISODES_TOTAL,
     METRIC_FAILED_SESSIONS_TOTAL,
@@ -38,6 +48,8 @@ from agentrl.controller.status import format_time
 # (an evaluation, a checkpoint save) moves the estimate without taking it over.
 SMOOTHING = 0.3
 STEP_SECONDS_DIGITS = 1
+# A reading's key for the failed train episodes of one reason: `failed:agent_error`.
+FAILED_PREFIX = "failed:"
 
 
 def parse_progress(text: str) -> dict[str, float]:
@@ -46,10 +58,15 @@ def parse_progress(text: str) -> dict[str, float]:
 
 
 def parse_reading(text: str) -> tuple[dict[str, float], str | None]:
-    """`parse_progress`'s sums, and the W&B run's URL when the run reports one."""
+    """`parse_progress`'s sums, and the W&B run's URL when the run reports one.
+
+    Once a train episode finished, the sums also hold the failed train episodes of each
+    reason, under `FAILED_PREFIX + reason`: FAILURE_REASONS, any other label value summed
+    under FAILURE_REASON_OTHER."""
     out: dict[str, float] = {}
     eval_rewards: list[float] = []
     episodes = failed = 0.0
+    by_reason: dict[str, float] = {}
     run_url: str | None = None
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
@@ -70,11 +87,69 @@ def parse_reading(text: str) -> tuple[dict[str, float], str | None]:
                 episodes += value
             elif name == METRIC_FAILED_SESSIONS_TOTAL and split == SPLIT_TRAIN:
                 failed += value
+                reason = labels.get("reason")
+                if reason not in FAILURE_REASONS:  # a bounded set of keys, names and labels
+                    reason = FAILURE_REASON_OTHER
+                by_reason[reason] = by_reason.get(reason, 0.0) + value
     if eval_rewards:
         out["evalReward"] = sum(eval_rewards) / len(eval_rewards)
     if episodes:
         out["episodes"], out["failed"] = episodes, failed
+        out.update({FAILED_PREFIX + reason: n for reason, n in by_reason.items()})
     return out, run_url
+
+
+@dataclass(frozen=True)
+class Episodes:
+    """Training episodes finished over one count, and the failed ones by reason."""
+
+    finished: int
+    failed: int
+    reasons: tuple[tuple[str, int], ...] = ()  # (reason, failed), most first, none at 0
+
+    @property
+    def failing(self) -> bool:
+        return self.failed >= EPISODES_FAILING_RATIO * self.finished
+
+    def breakdown(self) -> str:
+        """`agent_error 30, timeout 8`."""
+        return ", ".join(f"{reason} {n}" for reason, n in self.reasons)
+
+
+def _went_back(start: Mapping[str, float], raw: Mapping[str, float]) -> bool:
+    """Whether a counter is lower than at the start: the head pod started again (a retry or
+    a resume), and its counters with it."""
+    keys = ("episodes", "failed", *(k for k in start if k.startswith(FAILED_PREFIX)))
+    return any(raw.get(key, 0.0) < start.get(key, 0.0) for key in keys)
+
+
+def episodes_window(
+    start: Mapping[str, float] | None, raw: Mapping[str, float]
+) -> tuple[dict[str, float], Episodes | None]:
+    """(where the count runs from now, the judged episodes or None) once `raw` is read.
+
+    `start` is the reading the count runs from; None before this process read any, when
+    `raw` only starts the count: its totals reach back to the head's start, maybe days,
+    and a run that failed then and recovered since must not be judged on them. Fewer than
+    EPISODES_FAILING_MIN_EPISODES finished since `start` (none at all included) judge
+    nothing, and the count runs on from `start`; counters that went back run from 0.
+    """
+    if start is None:
+        return dict(raw), None
+    if _went_back(start, raw):
+        start = {}
+    finished = round(raw.get("episodes", 0.0) - start.get("episodes", 0.0))
+    if finished < EPISODES_FAILING_MIN_EPISODES:
+        return dict(start), None
+    failed = round(raw.get("failed", 0.0) - start.get("failed", 0.0))
+    reasons = []
+    for key, value in raw.items():
+        if key.startswith(FAILED_PREFIX):
+            n = round(value - start.get(key, 0.0))
+            if n > 0:
+                reasons.append((key.removeprefix(FAILED_PREFIX), n))
+    reasons.sort(key=lambda pair: (-pair[1], pair[0]))
+    return dict(raw), Episodes(finished, max(0, failed), tuple(reasons))
 
 
 @dataclass(frozen=True)
@@ -129,7 +204,10 @@ def progress_fields(
     """status.progress values from a scrape, the one before it and the pace so far.
 
     The failed-session ratio is over the train episodes finished since the previous scrape,
-    or over the whole run when there is no usable previous scrape.
+    or over the whole run when there is no usable previous scrape (the first, or one whose
+    counters were higher: a new head pod). A scrape with no new train episodes leaves it out,
+    so the status keeps the last figure: the whole run's would show a failing run as a
+    healthy one (and back) between steps, a status write each time.
     """
     fields: dict[str, Any] = {}
     if "rollout" in raw:
@@ -141,7 +219,9 @@ def progress_fields(
         if key in raw:
             fields[key] = round(raw[key], 6)
     episodes, failed = raw.get("episodes", 0.0), raw.get("failed", 0.0)
-    if previous and episodes > previous.get("episodes", 0.0):
+    if previous and episodes == previous.get("episodes", 0.0):
+        episodes = 0.0  # nothing new to judge
+    elif previous and episodes > previous.get("episodes", 0.0):
         episodes -= previous.get("episodes", 0.0)
         failed -= previous.get("failed", 0.0)
     if episodes > 0:

@@ -35,7 +35,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from agentrl.api import validation
-from agentrl.api.constants import API_VERSION, KIND, LABEL_COMPONENT, LABEL_EXPERIMENT
+from agentrl.api.constants import API_VERSION, KIND, LABEL_COMPONENT, LABEL_EXPERIMENT, Phase
 from agentrl.api.images import DefaultImage
 from agentrl.controller import checkpoints, children, conditions, observe, status
 from agentrl.controller.apply import Retry, apply_children
@@ -420,6 +420,12 @@ class Controller:
                 submitter=exp.submitter_trouble,
             )
             new = status.apply_observed(new, seen, now)
+            new = status.apply_episodes(new, exp.episodes, exp.key[1], now)
+            if new.get("phase") != Phase.RUNNING:
+                # A next attempt's (or a resumed run's) head counts from 0, and its episodes
+                # are judged afresh: a judgement of this one, or a count from its totals, must
+                # not turn the condition True again when it runs, before a sweep forgot them.
+                exp.episodes_from = exp.episodes = None
             if exp.progress is not None:
                 new = status.apply_progress(new, exp.progress, now)
             if exp.preflight is not None:

@@ -19,7 +19,7 @@ from agentrl.api.constants import Phase
 from agentrl.api.models import startup_deadline
 from agentrl.controller import status
 from agentrl.controller.preflight import Reading
-from agentrl.controller.progress import Pace
+from agentrl.controller.progress import Episodes, Pace
 from agentrl.render.rayjob import COMPONENT_SUBMITTER
 
 Key = tuple[str, str]  # (namespace, name)
@@ -79,6 +79,10 @@ class Experiment:
     scrape: dict[str, float] | None = None  # the previous progress reading, raw
     progress: dict[str, Any] | None = None  # status.progress values from the last reading
     pace: Pace | None = None  # rollout step timing
+    # The reading the count of training episodes runs from (None: none read since this
+    # process started or the run last left Running), and the episodes last judged.
+    episodes_from: dict[str, float] | None = None
+    episodes: Episodes | None = None
     preflight: Reading | None = None  # the launcher's gang preflight result, last read
     wandb_run_url: str | None = None  # the W&B run the run's metrics last reported
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # one status sync at a time

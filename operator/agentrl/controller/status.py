@@ -14,13 +14,16 @@ import copy
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from agentrl.api.constants import EPISODES_FAILING_RATIO, FAILURE_REASONS, Phase
 from agentrl.api.constants import ConditionType as C
-from agentrl.api.constants import Phase
 from agentrl.controller import conditions
-from agentrl.controller.conditions import Status
+from agentrl.controller.conditions import EPISODES_RECOVERED, Status
 from agentrl.controller.preflight import Reading
+
+if TYPE_CHECKING:  # progress reads its time format from here
+    from agentrl.controller.progress import Episodes
 
 # jobDeploymentStatus -> phase. Retrying means KubeRay is building a new cluster for the next
 # attempt, so the experiment is initializing again (not training); Waiting only occurs in
@@ -562,6 +565,71 @@ def apply_preflight(old: Mapping[str, Any], reading: Reading, now: str) -> Statu
     conditions.put(st, C.PREFLIGHT, reading.passed, reason=reading.reason,
                    message=reading.message, now=now)  # fmt: skip
     return st
+
+
+def apply_episodes(old: Mapping[str, Any], counted: Episodes | None, name: str, now: str) -> Status:
+    """The EpisodesFailing condition from the training episodes last judged (`counted`).
+
+    True, with the most frequent failure reason in CamelCase (`agent_error`: `AgentError`),
+    while at least EPISODES_FAILING_RATIO of them failed; False (`EpisodesRecovered`) once a
+    count falls below it, and False with the phase's name when the run is no longer Running
+    (a retry's next head is judged afresh). Nothing judged (None: too few episodes, or none
+    read since the operator started) leaves the condition as it is. The phase is not
+    touched: the run goes on, and stopping it is the user's call.
+
+    While it stays True with the same reason the message keeps the counts that turned it
+    True (`progress.failedSessionRatio` shows the share now): a run whose agent service is
+    down for days costs one status write, not one per read.
+    """
+    st: Status = copy.deepcopy(dict(old))
+    phase = st.get("phase")
+    if phase != Phase.RUNNING:
+        if conditions.is_true(st, C.EPISODES_FAILING):
+            conditions.put(st, C.EPISODES_FAILING, False, reason=str(phase or Phase.PENDING),
+                           message=f"the experiment is {phase}: no training episodes are read",
+                           now=now)  # fmt: skip
+        return st
+    if counted is None:
+        return st
+    if not counted.failing:
+        conditions.put_if_relevant(st, C.EPISODES_FAILING, False, reason=EPISODES_RECOVERED,
+                                   message=recovered_message(), now=now)  # fmt: skip
+        return st
+    reason = failure_reason(counted)
+    was = conditions.get(st, C.EPISODES_FAILING) or {}
+    if was.get("status") == "True" and was.get("reason") == reason:
+        return st
+    conditions.put(st, C.EPISODES_FAILING, True, reason=reason,
+                   message=episodes_failing_message(counted, name), now=now)  # fmt: skip
+    return st
+
+
+def failure_reason(counted: Episodes) -> str:
+    """The most frequent failure reason as a condition reason: `agent_error` -> `AgentError`.
+    Only the rollout's own reasons (FAILURE_REASONS) are named; anything else, a label no
+    agentrl version counts, is `EpisodesFailing`: the reason labels a metric series too."""
+    label = counted.reasons[0][0] if counted.reasons else ""
+    if label not in FAILURE_REASONS:
+        return C.EPISODES_FAILING
+    return "".join(word.capitalize() for word in label.split("_"))
+
+
+def episodes_failing_message(counted: Episodes, name: str) -> str:
+    """Counts, reasons and where to look, e.g. `38 of the last 40 training episodes failed
+    ...: agent_error 30, timeout 8. ...`. Bounded: the reasons are FAILURE_REASONS and
+    `other`, the name the experiment's."""
+    return (f"{counted.failed} of the last {counted.finished} training episodes failed "
+            f"(EpisodesFailing is True from {EPISODES_FAILING_RATIO:.0%}): "
+            f"{counted.breakdown() or 'no reason counted'}. A failed episode gives no "
+            "training signal, and the run goes on holding its GPUs. The run's log "
+            f"(`agentrl logs {name}`) has each failure once, with its session id and reason; "
+            "status.progress.failedSessionRatio shows the share now")  # fmt: skip
+
+
+def recovered_message() -> str:
+    """Stable, so a healthy run's reads write nothing."""
+    return (f"fewer than {EPISODES_FAILING_RATIO:.0%} of the last training episodes "
+            "counted failed")  # fmt: skip
 
 
 def parse_time(text: str) -> datetime:

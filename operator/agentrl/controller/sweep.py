@@ -7,8 +7,9 @@ asks again whose deletion a deleted RayJob's was where the experiment could not 
 and re-evaluates only the experiments whose status can have moved: new progress, a startup
 deadline still running, or a sync that did not finish. The rest are
 current (a sync follows every watch event), so a thousand steady experiments cost nothing
-here. An unreachable or unparsable endpoint leaves progress as it was: no error loop, no
-event; the next sweep tries again.
+here. The same read judges the training episodes finished since the count's start (the
+EpisodesFailing condition: `progress.episodes_window`). An unreachable or unparsable
+endpoint leaves progress as it was: no error loop, no event; the next sweep tries again.
 """
 
 from __future__ import annotations
@@ -89,3 +90,6 @@ async def scrape(controller: Controller, exp: Experiment, gate: asyncio.Semaphor
     if fields != exp.progress:
         exp.settled = False
     exp.progress, exp.scrape = fields, raw
+    exp.episodes_from, counted = progress.episodes_window(exp.episodes_from, raw)
+    if counted is not None and counted != exp.episodes:
+        exp.episodes, exp.settled = counted, False
