@@ -256,6 +256,9 @@ async def test_the_engines_refusal_of_a_long_prompt_is_a_full_context_in_the_tra
     # minus one), not the limit itself, a few tokens under the context.
     assert session.context_full == 1
     assert session.context_length == (limit + 6 if check == "scheduler" else limit)
+    # Which limit that was: the tokenizer manager names the context; the scheduler's limit,
+    # the gateway knowing no context, may be the context or the KV pool.
+    assert session.context_limit == (None if check == "scheduler" else "context")
     assert session.answers == {200: 2} and not session.refusals
     assert metric(cluster, "agentrl_context_full_turns_total") == 1
     assert metric(cluster, "agentrl_gateway_requests_total", api="openai", code="400") == 0
@@ -315,6 +318,33 @@ async def test_an_engine_refusal_of_the_prompt_and_its_budget_is_asked_again_for
         assert gateway.context_length == context
         assert metric(cluster, "agentrl_gateway_requests_total", api="openai", code="400") == 0
         assert metric(cluster, "agentrl_context_full_turns_total") == 0
+    finally:
+        await gateway.stop()
+
+
+@pytest.mark.parametrize("pool", ["smaller", "larger"])
+async def test_a_full_context_the_scheduler_finds_names_the_limit_it_met(
+    cluster: Cluster, checkpoint: Path, renderer: Any, pool: str
+) -> None:
+    """SGLang's scheduler takes prompts under `min(context, KV pool) - 6`, so what its
+    refusal says a request may hold is the context or the pool, whichever is smaller. Where
+    the gateway knows the context, the one that bound is plain: less than the context, the
+    pool. The session said neither, and the episode's failure named both fixes (raise the
+    context, give engines more KV cache), one of which does nothing. It now names the limit
+    (`ContextFullCalls.limit`)."""
+    n = prompt_len(renderer)
+    context = n + 3  # the gateway's check passes the prompt, and so does the tokenizer manager's
+    holds = n - 1 if pool == "smaller" else context  # min(context, pool)
+    cluster.set(context_len=context, max_req_input_len=holds - SCHEDULER_MARGIN)
+    gateway = await started(cluster, checkpoint, context_length=context)
+    try:
+        handle = await gateway.create_session(f"full-{pool}", {"max_new_tokens": BUDGET})
+        c = openai.AsyncOpenAI(base_url=handle.base_url, api_key=handle.token, max_retries=0)
+        out = await c.chat.completions.create(model="m", messages=MESSAGES)  # type: ignore[arg-type]
+        assert out.choices[0].finish_reason == "length" and out.choices[0].message.content == ""
+        full = await gateway.context_full(handle.session_id)
+        assert (full.calls, full.prompt_tokens, full.context_length) == (1, n, holds)
+        assert full.limit == ("kv_cache" if pool == "smaller" else "context")
     finally:
         await gateway.stop()
 

@@ -19,6 +19,9 @@ slime's adapter answers the agent an error there (a 500) and records nothing. Wh
 engine refuses prompt + max_new_tokens alone (the gateway knew no context, or speculative
 decoding reserves tokens), the call is asked again for the room the refusal names, and a
 context it names becomes the gateway's: the agent is answered as if the context were known.
+A full context names the limit it met (`Session.context_limit`): the model's context, or
+the engine's KV cache where SGLang's scheduler refused less than the context the gateway
+knows, so the episode's failure can name the one fix that helps.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ from agentrl.bundle.gateway.session_store import Session
 from agentrl.bundle.gateway.sglang import Completion, EngineError, length_refusal
 from agentrl.bundle.gateway.token_view import TokenView
 from agentrl.bundle.metrics import BundleMetrics
+from agentrl.bundle.session import CONTEXT_LIMIT, KV_CACHE_LIMIT, FullLimit
 from agentrl.bundle.traces import Turn
 
 log = logging.getLogger("agentrl.gateway")
@@ -101,7 +105,9 @@ class TurnRunner:
                     session.chains, req.messages, req.tools, continue_final=req.continue_final
                 )
             except ContextFull as full:
-                return self._context_full(session, full.tokens, full.limit, full.extends, "")
+                return self._context_full(
+                    session, full.tokens, full.limit, full.extends, "", met=CONTEXT_LIMIT
+                )
             if plan.break_reason is not None:
                 self.metrics.trace_breaks.labels(plan.break_reason).inc()
             session.n_requests += 1
@@ -137,6 +143,7 @@ class TurnRunner:
                         refusal.context,
                         plan.extends,
                         f" (the engine: {exc.detail})",
+                        met=self._limit_met(refusal.context, refusal.exact),
                     )
             # Recorded first: nothing that happens to the reply can lose a sampled turn.
             at = len(session.turns)
@@ -177,15 +184,35 @@ class TurnRunner:
             context,
         )
 
+    def _limit_met(self, holds: int, exact: bool) -> FullLimit | None:
+        """Which limit a prompt the engine refused met, from what a request may hold there:
+        the model's context (the tokenizer manager names it), or, from the scheduler's limit
+        (the smaller of the context and the KV pool), the KV cache where that is less than
+        the context the gateway knows; None where it knows none (it cannot tell)."""
+        if exact:
+            return CONTEXT_LIMIT
+        if self.context_length is None:
+            return None
+        return KV_CACHE_LIMIT if holds < self.context_length else CONTEXT_LIMIT
+
     def _context_full(
-        self, session: Session, tokens: int, limit: int, extends: int | None, why: str
+        self,
+        session: Session,
+        tokens: int,
+        limit: int,
+        extends: int | None,
+        why: str,
+        *,
+        met: FullLimit | None,
     ) -> ModelOutput:
-        """A call whose prompt fills the context: counted, noted where it came in the trace
-        with the conversation it continued, and answered finish reason `length`."""
+        """A call whose prompt fills the context (`met`: which limit, None: unknown):
+        counted, noted where it came in the trace with the conversation it continued, and
+        answered finish reason `length`."""
         self.metrics.context_full_turns.inc()
         session.context_full += 1
         session.context_full_tokens = max(session.context_full_tokens, tokens)
         session.context_length = limit
+        session.context_limit = met
         # The ids of the turn whose conversation it continued (none: a new one), so the
         # trace ends that conversation's segment truncated, not another's.
         tip: Sequence[int] = ()
