@@ -348,6 +348,36 @@ async def test_a_full_context_the_scheduler_finds_names_the_limit_it_met(
         await gateway.stop()
 
 
+@pytest.mark.parametrize("first", ["context", "kv_cache"])
+async def test_a_session_whose_full_calls_met_both_limits_names_neither_alone(
+    cluster: Cluster, checkpoint: Path, renderer: Any, first: str
+) -> None:
+    """A session whose prompts met both limits, one over the context (the gateway's own
+    check) and one over the smaller KV pool (SGLang's scheduler), needs both fixes: the
+    limit the last call met named only its own (raising the context does nothing for the
+    other prompt, or the KV cache for the first), so the session says it cannot tell."""
+    n = prompt_len(renderer)
+    context, holds = n + 3, n - 1  # the pool smaller than the context
+    cluster.set(context_len=context, max_req_input_len=holds - SCHEDULER_MARGIN)
+    long = [{**MESSAGES[0]}, {"role": "user", "content": MESSAGES[-1]["content"] + " x" * 20}]
+    assert len(renderer.render_ids(long, add_generation_prompt=True)) >= context
+    calls = {"context": long, "kv_cache": MESSAGES}
+    gateway = await started(cluster, checkpoint, context_length=context)
+    try:
+        handle = await gateway.create_session(f"both-{first}", {"max_new_tokens": BUDGET})
+        c = openai.AsyncOpenAI(base_url=handle.base_url, api_key=handle.token, max_retries=0)
+        met = []
+        for limit in (first, *(k for k in calls if k != first)):
+            out = await c.chat.completions.create(model="m", messages=calls[limit])  # type: ignore[arg-type]
+            assert out.choices[0].finish_reason == "length"
+            met.append((await gateway.context_full(handle.session_id)).limit)
+        assert met == [first, None]
+        full = await gateway.context_full(handle.session_id)
+        assert full.calls == 2 and full.prompt_tokens >= context
+    finally:
+        await gateway.stop()
+
+
 async def test_the_tokens_the_engine_reserves_are_learned_once_and_left_out_of_every_budget(
     cluster: Cluster, checkpoint: Path, renderer: Any, tok: Any
 ) -> None:

@@ -179,7 +179,7 @@ class Session:
     context_full: int = 0
     context_full_tokens: int = 0  # the longest prompt that found it full
     context_length: int = 0  # the context it filled
-    context_limit: FullLimit | None = None  # which limit that was (None: unknown)
+    context_limit: FullLimit | None = None  # which limit that was (None: unknown, or both)
     # Where in `turns` each of those calls came (how many turns were recorded before it),
     # with the prompt + completion ids of the turn it continued (empty: none): the trace
     # (`SessionStore.turns`) holds them as CONTEXT_FULL turns, in order.

@@ -251,6 +251,10 @@ class TurnRunner:
         session.context_full += 1
         session.context_full_tokens = max(session.context_full_tokens, tokens)
         session.context_length = limit
+        # Calls that met different limits (one prompt over the context, another over a
+        # smaller KV pool) need both fixes: unknown from then on, not the last one's.
+        if session.context_full > 1 and session.context_limit != met:
+            met = None
         session.context_limit = met
         # The ids of the turn whose conversation it continued (none: a new one), so the
         # trace ends that conversation's segment truncated, not another's.
