@@ -16,7 +16,7 @@ from __future__ import annotations
 import hmac
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from agentrl.api.constants import CALLBACK_PATH
 from agentrl.bundle.traces import Turn
@@ -58,6 +58,13 @@ class QuiesceReport:
     workers: int  # engines aborted on
 
 
+# The limits a full context may have met (`ContextFullCalls.limit`, the admin API's `limit`).
+FullLimit = Literal["context", "kv_cache"]
+CONTEXT_LIMIT: FullLimit = "context"
+KV_CACHE_LIMIT: FullLimit = "kv_cache"
+FULL_LIMITS: tuple[FullLimit, ...] = (CONTEXT_LIMIT, KV_CACHE_LIMIT)
+
+
 @dataclass(frozen=True)
 class ContextFullCalls:
     """A session's model calls whose prompt alone filled the model's context: each was
@@ -67,6 +74,10 @@ class ContextFullCalls:
     calls: int = 0
     prompt_tokens: int = 0  # the longest such prompt
     context_length: int = 0
+    # Which limit `context_length` is: the model's context, or the engine's KV cache where
+    # that holds less; None where the gateway could not tell (it knew no context), or an
+    # older gateway that does not say.
+    limit: FullLimit | None = None
 
 
 class GatewaySessions(Protocol):

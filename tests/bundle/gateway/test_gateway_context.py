@@ -35,9 +35,11 @@ from agentrl.bundle.gateway.context import checkpoint_context_length
 from agentrl.bundle.gateway.sglang import (
     SCHEDULER_MARGIN,
     EngineError,
+    LengthRefusal,
     StreamState,
     length_refusal,
 )
+from agentrl.bundle.gateway.turns import TurnRunner
 from agentrl.bundle.traces import CONTEXT_FULL, Turn, merge_turns
 
 from .gateway_helpers import MESSAGES, Cluster, metric, scripted, settings_for
@@ -256,6 +258,9 @@ async def test_the_engines_refusal_of_a_long_prompt_is_a_full_context_in_the_tra
     # minus one), not the limit itself, a few tokens under the context.
     assert session.context_full == 1
     assert session.context_length == (limit + 6 if check == "scheduler" else limit)
+    # Which limit that was: the tokenizer manager names the context; the scheduler's limit,
+    # the gateway knowing no context, may be the context or the KV pool.
+    assert session.context_limit == (None if check == "scheduler" else "context")
     assert session.answers == {200: 2} and not session.refusals
     assert metric(cluster, "agentrl_context_full_turns_total") == 1
     assert metric(cluster, "agentrl_gateway_requests_total", api="openai", code="400") == 0
@@ -306,15 +311,123 @@ async def test_an_engine_refusal_of_the_prompt_and_its_budget_is_asked_again_for
             ]
             for sid in ("first", "next")
         }
-        # The first call: refused, then asked for the room; the next, capped at once (where
-        # the engine reserves tokens the gateway does not know of, refused again).
-        if case == "no_context":
-            assert asked == {"first": [BUDGET, room], "next": [room]}
-        else:
-            assert asked == {"first": [room + reserved, room], "next": [room + reserved, room]}
+        # The first call: refused, then asked for the room; the next, capped at once.
+        first = BUDGET if case == "no_context" else room + reserved
+        assert asked == {"first": [first, room], "next": [room]}
         assert gateway.context_length == context
         assert metric(cluster, "agentrl_gateway_requests_total", api="openai", code="400") == 0
         assert metric(cluster, "agentrl_context_full_turns_total") == 0
+    finally:
+        await gateway.stop()
+
+
+@pytest.mark.parametrize("pool", ["smaller", "larger"])
+async def test_a_full_context_the_scheduler_finds_names_the_limit_it_met(
+    cluster: Cluster, checkpoint: Path, renderer: Any, pool: str
+) -> None:
+    """SGLang's scheduler takes prompts under `min(context, KV pool) - 6`, so what its
+    refusal says a request may hold is the context or the pool, whichever is smaller. Where
+    the gateway knows the context, the one that bound is plain: less than the context, the
+    pool. The session said neither, and the episode's failure named both fixes (raise the
+    context, give engines more KV cache), one of which does nothing. It now names the limit
+    (`ContextFullCalls.limit`)."""
+    n = prompt_len(renderer)
+    context = n + 3  # the gateway's check passes the prompt, and so does the tokenizer manager's
+    holds = n - 1 if pool == "smaller" else context  # min(context, pool)
+    cluster.set(context_len=context, max_req_input_len=holds - SCHEDULER_MARGIN)
+    gateway = await started(cluster, checkpoint, context_length=context)
+    try:
+        handle = await gateway.create_session(f"full-{pool}", {"max_new_tokens": BUDGET})
+        c = openai.AsyncOpenAI(base_url=handle.base_url, api_key=handle.token, max_retries=0)
+        out = await c.chat.completions.create(model="m", messages=MESSAGES)  # type: ignore[arg-type]
+        assert out.choices[0].finish_reason == "length" and out.choices[0].message.content == ""
+        full = await gateway.context_full(handle.session_id)
+        assert (full.calls, full.prompt_tokens, full.context_length) == (1, n, holds)
+        assert full.limit == ("kv_cache" if pool == "smaller" else "context")
+    finally:
+        await gateway.stop()
+
+
+@pytest.mark.parametrize("first", ["context", "kv_cache"])
+async def test_a_session_whose_full_calls_met_both_limits_names_neither_alone(
+    cluster: Cluster, checkpoint: Path, renderer: Any, first: str
+) -> None:
+    """A session whose prompts met both limits, one over the context (the gateway's own
+    check) and one over the smaller KV pool (SGLang's scheduler), needs both fixes: the
+    limit the last call met named only its own (raising the context does nothing for the
+    other prompt, or the KV cache for the first), so the session says it cannot tell."""
+    n = prompt_len(renderer)
+    context, holds = n + 3, n - 1  # the pool smaller than the context
+    cluster.set(context_len=context, max_req_input_len=holds - SCHEDULER_MARGIN)
+    long = [{**MESSAGES[0]}, {"role": "user", "content": MESSAGES[-1]["content"] + " x" * 20}]
+    assert len(renderer.render_ids(long, add_generation_prompt=True)) >= context
+    calls = {"context": long, "kv_cache": MESSAGES}
+    gateway = await started(cluster, checkpoint, context_length=context)
+    try:
+        handle = await gateway.create_session(f"both-{first}", {"max_new_tokens": BUDGET})
+        c = openai.AsyncOpenAI(base_url=handle.base_url, api_key=handle.token, max_retries=0)
+        met = []
+        for limit in (first, *(k for k in calls if k != first)):
+            out = await c.chat.completions.create(model="m", messages=calls[limit])  # type: ignore[arg-type]
+            assert out.choices[0].finish_reason == "length"
+            met.append((await gateway.context_full(handle.session_id)).limit)
+        assert met == [first, None]
+        full = await gateway.context_full(handle.session_id)
+        assert full.calls == 2 and full.prompt_tokens >= context
+    finally:
+        await gateway.stop()
+
+
+async def test_the_tokens_the_engine_reserves_are_learned_once_and_left_out_of_every_budget(
+    cluster: Cluster, checkpoint: Path, renderer: Any, tok: Any
+) -> None:
+    """Under EAGLE speculative decoding SGLang counts its reserved tokens with every prompt
+    (`num_reserved_tokens`, checked against its own `_validate_one_request` above), which the
+    gateway's cap at context - prompt left out: with the context known, every call near its
+    end was refused once and asked again, one wasted engine round trip each. The first
+    refusal names the input as the engine counted it; what it adds to the prompt sent is
+    learned, and later calls are capped without it, or, where prompt + reserved fills the
+    context, answered as the full context the engine would refuse, without asking it."""
+    room, reserved = 2, 3
+    n = prompt_len(renderer)
+    context = n + reserved + room
+    cluster.set(context_len=context, reserved_tokens=reserved)
+    # A prompt the gateway passes (under the context) that fills it with the reserved tokens.
+    longer = next(
+        m
+        for k in range(1, 40)
+        if context - reserved
+        <= len(
+            renderer.render_ids(
+                m := [{"role": "user", "content": MESSAGES[-1]["content"] + " x" * k}],
+                add_generation_prompt=True,
+            )
+        )
+        < context
+    )
+    gateway = await started(cluster, checkpoint, context_length=context)
+    try:
+        outs = {}
+        for sid, messages in (("learn", MESSAGES), ("capped", MESSAGES), ("full", longer)):
+            handle = await gateway.create_session(sid, {"max_new_tokens": BUDGET})
+            c = openai.AsyncOpenAI(base_url=handle.base_url, api_key=handle.token, max_retries=0)
+            outs[sid] = await c.chat.completions.create(model="m", messages=messages)  # type: ignore[arg-type]
+        asked = {
+            sid: [
+                r["sampling_params"]["max_new_tokens"]
+                for r in cluster.all_requests()
+                if r["rid"].startswith(f"{sid}-")
+            ]
+            for sid in outs
+        }
+        assert asked == {"learn": [room + reserved, room], "capped": [room], "full": []}
+        assert outs["capped"].usage is not None and outs["capped"].usage.completion_tokens == room
+        assert outs["full"].choices[0].finish_reason == "length"
+        assert outs["full"].choices[0].message.content == ""
+        full = await gateway.context_full("full")
+        assert (full.calls, full.context_length, full.limit) == (1, context, "context")
+        assert metric(cluster, "agentrl_context_full_turns_total") == 1
+        assert metric(cluster, "agentrl_gateway_requests_total", api="openai", code="400") == 0
     finally:
         await gateway.stop()
 
@@ -484,7 +597,7 @@ def sglang_refusal(
 
 
 @pytest.mark.parametrize("version", upstream.sglang_pin()["versions"])  # type: ignore[arg-type]
-@pytest.mark.parametrize("reserved", [0, 3])
+@pytest.mark.parametrize("reserved", [0, 3, 8])  # 8: more than the scheduler's margin
 def test_the_stand_in_refuses_long_prompts_as_sglang_and_the_gateway_knows_which(
     version: str, reserved: int
 ) -> None:
@@ -529,6 +642,70 @@ def test_the_stand_in_refuses_long_prompts_as_sglang_and_the_gateway_knows_which
             else:  # the scheduler
                 assert n >= limit and refusal.context == limit + SCHEDULER_MARGIN == context
     assert {fits for _, fits in seen} == {True, False}  # each kind of refusal met
+
+
+@pytest.mark.parametrize("version", upstream.sglang_pin()["versions"])  # type: ignore[arg-type]
+@pytest.mark.parametrize(("reserved", "pool"), [(3, 1000), (8, 1000), (3, 30)])
+def test_the_reserved_tokens_learned_from_sglangs_refusal_leave_budgets_it_serves(
+    version: str, reserved: int, pool: int
+) -> None:
+    """SGLang's own checks (each pinned release's tokenizer manager and scheduler, EAGLE
+    reserving `reserved` tokens, its KV pool larger or smaller than the context) against
+    the gateway's `TurnRunner`: it learns the reserved count from the tokenizer manager's
+    first refusal, whichever of its two messages, never from the scheduler's (which counts
+    the prompt alone) nor downwards; from then on every budget it sends is one SGLang
+    serves (or its scheduler refuses the prompt itself, a full context either way), and a
+    prompt it answers as a full context without asking is one SGLang's tokenizer manager
+    refuses as such. Capped at context - prompt, as before, it refused them near the end."""
+    context = 40
+    limit = sglang_scheduler_limit(version, context, pool)
+    runner = TurnRunner(
+        SimpleNamespace(renderer=SimpleNamespace(get_stop_token_ids=list)),  # type: ignore[arg-type]
+        None,  # type: ignore[arg-type]
+        None,  # type: ignore[arg-type]
+        1.0,
+        context_length=context,
+    )
+    req = SimpleNamespace(sampling={})
+    session = SimpleNamespace(sampling_params={"max_new_tokens": 64})
+
+    def budget(n: int) -> int:
+        return int(runner.sampling_params(req, session, n)["max_new_tokens"])  # type: ignore[arg-type]
+
+    def refusal(n: int, new: int) -> LengthRefusal | None:
+        message = sglang_refusal(version, context, limit, n, new, reserved=reserved)
+        return None if message is None else length_refusal(EngineError("x", 400, message))
+
+    n0 = min(limit, context - reserved) - 2  # the prompt fits both checks, its budget not
+    before = refusal(n0, budget(n0))
+    assert before is not None and before.exact and before.fits  # the old cap, refused
+    # The scheduler's refusal counts the prompt alone (here past the tokenizer manager's
+    # check without reserved tokens, which the scheduler's never counts), not exact.
+    message = sglang_refusal(version, context, limit, limit, 1)
+    scheduler = length_refusal(EngineError("x", 400, str(message)))
+    assert scheduler is not None and not scheduler.exact
+    assert scheduler.input_tokens == limit  # why it is never learned from
+    assert runner.reserved_tokens == 0
+    runner.learn_reserved(before.input_tokens - n0)
+    assert runner.reserved_tokens == reserved
+    for n in (context - reserved, context):  # the prompt-too-long message names the same
+        full = refusal(n, 1)
+        assert full is not None and full.exact and not full.fits
+        runner.learn_reserved(full.input_tokens - n)
+    runner.learn_reserved(reserved - 5)  # a smaller count (another prompt) lowers nothing
+    assert runner.reserved_tokens == reserved
+    for n in range(min(limit, context - reserved) - 4, context + 2):
+        theirs = refusal(n, 1)
+        if runner.fills_with_reserved(n):
+            assert theirs is not None and theirs.exact and not theirs.fits, n
+            continue
+        assert budget(n) >= 1
+        served = refusal(n, budget(n))
+        assert served is None or (not served.exact and not served.fits), n
+        assert (served is None) == (n < limit), n
+        assert served is None or runner._limit_met(served.context, served.exact) == (
+            "kv_cache" if pool < context else "context"
+        )
 
 
 QWEN2 = {"model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"]}

@@ -8,11 +8,12 @@ from typing import Any
 
 import aiohttp
 import openai
+import orjson
 import pytest
 from tests.support.process import free_port
 
 from agentrl.bundle.gateway import GatewayClient, GatewayServer
-from agentrl.bundle.session import SessionError
+from agentrl.bundle.session import ContextFullCalls, SessionError
 
 from .gateway_helpers import N_WORKERS, Cluster, metric, settings_for, until
 
@@ -478,3 +479,38 @@ async def test_a_session_counts_what_its_calls_were_answered(
         await chat(handle, stream=True)
     assert session.answers == {200: 1, 401: 1, 400: 1}
     assert session.refusals == {"400": 1} and "engine refused" in session.last_refusal
+
+
+@pytest.mark.parametrize(
+    ("limit", "read"),
+    [(None, None), ("context", "context"), ("kv_cache", "kv_cache"), ("pool", None)],
+    ids=["older-gateway", "context", "kv_cache", "unknown-word"],
+)
+async def test_the_client_reads_which_limit_a_full_context_met_when_the_gateway_says(
+    limit: str | None, read: str | None
+) -> None:
+    """`limit` in the admin API's context_full answer is optional: a gateway of an older
+    release (no such key) or a word this release does not know reads as unknown (None), so
+    the episode's failure names both fixes, never a KeyError."""
+    payload: dict[str, object] = {"calls": 2, "prompt_tokens": 17, "context_length": 16}
+    if limit is not None:
+        payload["limit"] = limit
+    body = orjson.dumps(payload)
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n"
+            b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+        )
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(answer, "127.0.0.1", 0)
+    client = GatewayClient(f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}", "t")
+    try:
+        full = await client.context_full("s")
+    finally:
+        await client.aclose()
+        server.close()
+    assert full == ContextFullCalls(2, 17, 16, read)  # type: ignore[arg-type]

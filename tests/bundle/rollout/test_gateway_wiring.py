@@ -106,20 +106,37 @@ async def test_episodes_through_the_real_gateway(
 # the gateway's context (40) passing it, the engine's, where SGLang's scheduler takes prompts
 # under 10 tokens: `max_req_len - 5`, `max_req_len` one under its KV pool of 16 tokens (a
 # pool smaller than the context), so 16 tokens a request may hold, which no context names.
+# The gateway knowing no context, the same 16 tokens may be either limit.
 @pytest.mark.parametrize(
-    ("model_overrides", "engine_limits", "holds"),
-    [({"contextLength": 8}, {}, 8), ({"contextLength": 40}, {"max_req_input_len": 10}, 16)],
-    ids=["context", "engine-kv-pool"],
+    ("model_overrides", "engine_limits", "says", "fixes"),
+    [
+        ({"contextLength": 8}, {}, "filled the model's context of 8 tokens", {"context"}),
+        (
+            {"contextLength": 40},
+            {"max_req_input_len": 10},
+            "filled the 16 tokens the engine's KV cache holds for a request",
+            {"kv_cache"},
+        ),
+        (
+            {},
+            {"max_req_input_len": 10},
+            "filled the 16 tokens a request may hold",
+            {"context", "kv_cache"},
+        ),
+    ],
+    ids=["context", "engine-kv-pool", "engine-unknown"],
 )
 async def test_a_prompt_over_the_context_fails_the_episode_naming_the_context(
-    hub_with_gateway: tuple[Hub, GatewayClient], holds: int
+    hub_with_gateway: tuple[Hub, GatewayClient], says: str, fixes: set[str]
 ) -> None:
     """A row whose prompt alone fills the model's context: the gateway answers the agent's
     call with finish reason `length` and samples nothing, so the episode has no turn. Its
     failure says so (the prompt's and the limit's sizes, the fields to change), not that
     the agent never called the model, which sends the user debugging a working agent. The
-    limit may be the engine's KV cache pool, not the context: the message then must not
-    call it the model's context, nor offer raising the context as the only fix."""
+    limit may be the engine's KV cache pool, not the context: the gateway tells which where
+    it knows the context (the scheduler's limit under it is the pool), and the message names
+    only the fix that helps (raising the context does nothing for a pool, nor the pool for
+    the context); where it cannot tell, both."""
     hub, client = hub_with_gateway
     agent = ChatAgent(turns=1)
     ctx = RolloutContext(client, agent, asyncio.Semaphore(1))
@@ -133,11 +150,11 @@ async def test_a_prompt_over_the_context_fails_the_episode_naming_the_context(
     assert agent.calls == 1
     assert outcome.failure == "no_turns"
     assert "without calling the model" not in outcome.message
-    assert f"filled the {holds} tokens a request may hold" in outcome.message, outcome.message
+    assert says in outcome.message, outcome.message
     assert "the longest prompt: 17 tokens" in outcome.message
-    assert "model's context of" not in outcome.message
-    assert "spec.model.contextLength" in outcome.message
-    assert "--sglang-mem-fraction-static" in outcome.message
+    assert ("spec.model.contextLength" in outcome.message) == ("context" in fixes)
+    assert ("--sglang-mem-fraction-static" in outcome.message) == ("kv_cache" in fixes)
+    assert ("rolloutGpusPerEngine" in outcome.message) == ("kv_cache" in fixes)
     assert len(hub._gateway.store) == 0
 
 

@@ -11,8 +11,9 @@ agent can never open, read or close another episode's session.
                                            no completion, as prompt_ids the conversation
                                            it continued)
     GET    /admin/sessions/{sid}/context_full
-                                        -> {calls, prompt_tokens, context_length} (calls whose
-                                           prompt filled the context: nothing sampled)
+                                        -> {calls, prompt_tokens, context_length, limit}
+                                           (calls whose prompt filled the context: nothing
+                                           sampled; limit: "context", "kv_cache" or null)
     DELETE /admin/sessions/{sid}        -> 204 (idempotent)
     POST   /admin/engines/quiesce {"timeout_s"}
                                         -> 200 {idle, in_flight, engine_requests, workers}
@@ -157,6 +158,7 @@ class AdminApi:
             "calls": session.context_full,
             "prompt_tokens": session.context_full_tokens,
             "context_length": session.context_length,
+            "limit": session.context_limit,
         }
         return web.Response(body=orjson.dumps(payload), content_type="application/json")
 

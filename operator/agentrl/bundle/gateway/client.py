@@ -20,7 +20,13 @@ import orjson
 import stamina
 
 from agentrl.bundle.redact import describe_error
-from agentrl.bundle.session import ContextFullCalls, QuiesceReport, SessionError, SessionHandle
+from agentrl.bundle.session import (
+    FULL_LIMITS,
+    ContextFullCalls,
+    QuiesceReport,
+    SessionError,
+    SessionHandle,
+)
 from agentrl.bundle.traces import Turn
 
 RETRY_ATTEMPTS = 3  # idempotent admin calls: the first try and two retries
@@ -123,7 +129,9 @@ class GatewayClient:
         status, body = await self._call("GET", path, retry=True)
         if status != 200:
             raise self._fail(f"context of {session_id}", status, body)
-        return ContextFullCalls(body["calls"], body["prompt_tokens"], body["context_length"])
+        # `limit` is optional: a gateway of an older release does not name it (None: unknown).
+        limit = next((k for k in FULL_LIMITS if k == body.get("limit")), None)
+        return ContextFullCalls(body["calls"], body["prompt_tokens"], body["context_length"], limit)
 
     async def close_session(self, session_id: str) -> None:
         status, body = await self._call("DELETE", f"/admin/sessions/{session_id}", retry=True)

@@ -184,7 +184,9 @@ class GatewayServer:
 
     async def context_full(self, session_id: str) -> ContextFullCalls:
         s = self.store.get(session_id)
-        return ContextFullCalls(s.context_full, s.context_full_tokens, s.context_length)
+        return ContextFullCalls(
+            s.context_full, s.context_full_tokens, s.context_length, s.context_limit
+        )
 
     async def close_session(self, session_id: str) -> None:
         session = self.store.close(session_id)

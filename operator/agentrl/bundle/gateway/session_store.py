@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentrl.bundle.gateway.prompt import Chain
-from agentrl.bundle.session import SessionError, secret_matches
+from agentrl.bundle.session import FullLimit, SessionError, secret_matches
 from agentrl.bundle.traces import CONTEXT_FULL, Turn
 
 SESSION_ID = re.compile(r"[A-Za-z0-9._-]{1,128}")  # the whole id: `fullmatch`, never `$`
@@ -179,6 +179,7 @@ class Session:
     context_full: int = 0
     context_full_tokens: int = 0  # the longest prompt that found it full
     context_length: int = 0  # the context it filled
+    context_limit: FullLimit | None = None  # which limit that was (None: unknown, or both)
     # Where in `turns` each of those calls came (how many turns were recorded before it),
     # with the prompt + completion ids of the turn it continued (empty: none): the trace
     # (`SessionStore.turns`) holds them as CONTEXT_FULL turns, in order.

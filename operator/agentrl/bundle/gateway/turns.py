@@ -19,6 +19,11 @@ slime's adapter answers the agent an error there (a 500) and records nothing. Wh
 engine refuses prompt + max_new_tokens alone (the gateway knew no context, or speculative
 decoding reserves tokens), the call is asked again for the room the refusal names, and a
 context it names becomes the gateway's: the agent is answered as if the context were known.
+So do the tokens it counts with every prompt (EAGLE's `num_reserved_tokens`, the input it
+names less the prompt sent): later calls are capped that much lower, never refused again.
+A full context names the limit it met (`Session.context_limit`): the model's context, or
+the engine's KV cache where SGLang's scheduler refused less than the context the gateway
+knows, so the episode's failure can name the one fix that helps.
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ from agentrl.bundle.gateway.session_store import Session
 from agentrl.bundle.gateway.sglang import Completion, EngineError, length_refusal
 from agentrl.bundle.gateway.token_view import TokenView
 from agentrl.bundle.metrics import BundleMetrics
+from agentrl.bundle.session import CONTEXT_LIMIT, KV_CACHE_LIMIT, FullLimit
 from agentrl.bundle.traces import Turn
 
 log = logging.getLogger("agentrl.gateway")
@@ -66,6 +72,9 @@ class TurnRunner:
     ) -> None:
         self.tokenizer = tokenizer
         self.context_length = context_length
+        # Tokens the engine counts with every prompt (EAGLE's draft tokens), learned from its
+        # first refusal that names the input as it counted it; 0 until then.
+        self.reserved_tokens = 0
         self.stream_interval = stream_interval
         self.builder = builder
         self.renderer = builder.renderer
@@ -79,7 +88,7 @@ class TurnRunner:
     ) -> dict[str, Any]:
         params = merge_sampling(req.sampling, session.sampling_params)
         if self.context_length is not None:  # the room left, as slime's adapter caps it
-            room = self.context_length - prompt_tokens
+            room = self.context_length - self.reserved_tokens - prompt_tokens
             params["max_new_tokens"] = min(int(params.get("max_new_tokens", room)), room)
         params["stop_token_ids"] = sorted({*params.get("stop_token_ids", []), *self.stop_ids})
         # Keep special tokens and matched stops in the text so it agrees with the ids (as slime).
@@ -101,11 +110,25 @@ class TurnRunner:
                     session.chains, req.messages, req.tools, continue_final=req.continue_final
                 )
             except ContextFull as full:
-                return self._context_full(session, full.tokens, full.limit, full.extends, "")
+                return self._context_full(
+                    session, full.tokens, full.limit, full.extends, "", met=CONTEXT_LIMIT
+                )
             if plan.break_reason is not None:
                 self.metrics.trace_breaks.labels(plan.break_reason).inc()
             session.n_requests += 1
             prompt: TokenView[int] = TokenView(plan.prompt_ids, len(plan.prompt_ids))
+            if self.fills_with_reserved(len(prompt)) and self.context_length is not None:
+                # What the engine's tokenizer manager would refuse as filling the context,
+                # counting its reserved tokens: answered so without asking it.
+                why = f" (with the {self.reserved_tokens} tokens the engine reserves)"
+                return self._context_full(
+                    session,
+                    len(prompt),
+                    self.context_length,
+                    plan.extends,
+                    why,
+                    met=CONTEXT_LIMIT,
+                )
             cap: int | None = None  # max_new_tokens the engine said fits, on a second try
             while True:
                 rid = f"{session.sid}-{session.n_requests}-{secrets.token_hex(4)}"
@@ -118,6 +141,7 @@ class TurnRunner:
                         raise
                     if refusal.exact:
                         self.learn_context(refusal.context)
+                        self.learn_reserved(refusal.input_tokens - len(prompt))
                     if refusal.fits and cap is None:
                         # Only prompt + max_new_tokens was too long: the gateway knew no
                         # context, or the engine reserves tokens for speculative decoding.
@@ -137,6 +161,7 @@ class TurnRunner:
                         refusal.context,
                         plan.extends,
                         f" (the engine: {exc.detail})",
+                        met=self._limit_met(refusal.context, refusal.exact),
                     )
             # Recorded first: nothing that happens to the reply can lose a sampled turn.
             at = len(session.turns)
@@ -177,15 +202,60 @@ class TurnRunner:
             context,
         )
 
+    def learn_reserved(self, reserved: int) -> None:
+        """The tokens the engine counted with a prompt beyond the prompt sent (SGLang's
+        `num_reserved_tokens` under EAGLE speculative decoding), from its refusal naming the
+        input as it counted it: from now on every call's budget leaves them out, so a call
+        near the end of the context is not refused once and asked again for less."""
+        if reserved <= self.reserved_tokens:
+            return
+        self.reserved_tokens = reserved
+        log.warning(
+            "gateway: the engine counts %d tokens with every prompt (speculative decoding "
+            "reserves them); max_new_tokens is capped that much lower from now on",
+            reserved,
+        )
+
+    def fills_with_reserved(self, prompt_tokens: int) -> bool:
+        """Whether a prompt the gateway's own check passed fills the context once the
+        engine's reserved tokens are counted with it, as SGLang's tokenizer manager counts
+        them (`input + num_reserved_tokens >= context_len`): no room for a token."""
+        context, reserved = self.context_length, self.reserved_tokens
+        return bool(reserved) and context is not None and prompt_tokens + reserved >= context
+
+    def _limit_met(self, holds: int, exact: bool) -> FullLimit | None:
+        """Which limit a prompt the engine refused met, from what a request may hold there:
+        the model's context (the tokenizer manager names it), or, from the scheduler's limit
+        (the smaller of the context and the KV pool), the KV cache where that is less than
+        the context the gateway knows; None where it knows none (it cannot tell)."""
+        if exact:
+            return CONTEXT_LIMIT
+        if self.context_length is None:
+            return None
+        return KV_CACHE_LIMIT if holds < self.context_length else CONTEXT_LIMIT
+
     def _context_full(
-        self, session: Session, tokens: int, limit: int, extends: int | None, why: str
+        self,
+        session: Session,
+        tokens: int,
+        limit: int,
+        extends: int | None,
+        why: str,
+        *,
+        met: FullLimit | None,
     ) -> ModelOutput:
-        """A call whose prompt fills the context: counted, noted where it came in the trace
-        with the conversation it continued, and answered finish reason `length`."""
+        """A call whose prompt fills the context (`met`: which limit, None: unknown):
+        counted, noted where it came in the trace with the conversation it continued, and
+        answered finish reason `length`."""
         self.metrics.context_full_turns.inc()
         session.context_full += 1
         session.context_full_tokens = max(session.context_full_tokens, tokens)
         session.context_length = limit
+        # Calls that met different limits (one prompt over the context, another over a
+        # smaller KV pool) need both fixes: unknown from then on, not the last one's.
+        if session.context_full > 1 and session.context_limit != met:
+            met = None
+        session.context_limit = met
         # The ids of the turn whose conversation it continued (none: a new one), so the
         # trace ends that conversation's segment truncated, not another's.
         tip: Sequence[int] = ()

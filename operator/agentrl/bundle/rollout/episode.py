@@ -33,7 +33,13 @@ from agentrl.bundle.failures import (
 )
 from agentrl.bundle.redact import describe_error, redact_values
 from agentrl.bundle.rollout.types import SampleFields, Status
-from agentrl.bundle.session import ContextFullCalls, GatewaySessions, SessionError
+from agentrl.bundle.session import (
+    CONTEXT_LIMIT,
+    KV_CACHE_LIMIT,
+    ContextFullCalls,
+    GatewaySessions,
+    SessionError,
+)
 from agentrl.bundle.traces import CONTEXT_FULL, MergeStats, Segment, merge_turns_with_stats
 
 log = logging.getLogger("agentrl.rollout")
@@ -321,15 +327,33 @@ def _no_turns_message(full: ContextFullCalls | None) -> str:
         return "the agent finished without calling the model"
     # The session's context_length is what a request may hold on the engine: the model's
     # context, or, where SGLang's scheduler refused the prompt, the smaller of it and the
-    # engine's KV cache pool. Which one the rollout cannot tell, so both fixes are named.
+    # engine's KV cache pool. The gateway says which where it can tell (`limit`): only the
+    # fix that helps is named then, both where it cannot.
+    sizes = f"the longest prompt: {full.prompt_tokens} tokens"
+    outcome = "so nothing was sampled (the agent was answered finish_reason length)"
+    kv_fix = (
+        "give each engine more KV cache (a larger --sglang-mem-fraction-static in "
+        "spec.runtime.extraArgs, or more spec.resources.rolloutGpusPerEngine)"
+    )
+    if full.limit == CONTEXT_LIMIT:
+        return (
+            f"every model call ({full.calls}) had a prompt that filled the model's context of "
+            f"{full.context_length} tokens ({sizes}), {outcome}; shorten the row's prompt or "
+            "raise spec.model.contextLength"
+        )
+    if full.limit == KV_CACHE_LIMIT:
+        return (
+            f"every model call ({full.calls}) had a prompt that filled the "
+            f"{full.context_length} tokens the engine's KV cache holds for a request, less "
+            f"than the model's context ({sizes}), {outcome}; shorten the row's prompt or "
+            f"{kv_fix}"
+        )
     return (
         f"every model call ({full.calls}) had a prompt that filled the {full.context_length} "
         "tokens a request may hold on the engine (the model's context, or the engine's KV "
-        f"cache where that is smaller; the longest prompt: {full.prompt_tokens} tokens), so "
-        "nothing was sampled (the agent was answered finish_reason length); shorten the "
-        "row's prompt, or raise spec.model.contextLength if that is the model's context, "
-        "else give each engine more KV cache (a larger --sglang-mem-fraction-static in "
-        "spec.runtime.extraArgs, or more spec.resources.rolloutGpusPerEngine)"
+        f"cache where that is smaller; {sizes}), {outcome}; shorten the row's prompt, or "
+        "raise spec.model.contextLength if that is the model's context, else "
+        f"{kv_fix}"
     )
 
 
