@@ -137,21 +137,34 @@ GROUP_OUTCOMES: Final = ("kept", "filtered", "backfilled", "skipped", "aborted",
 DISCARD_REASONS: Final = ("cut", "aborted", "filtered")
 # agentrl_aborted_episodes_total{reason}: why the rollout stopped a running episode.
 ABORT_REASONS: Final = ("batch_full",)
-# agentrl_trace_breaks_total{reason}: why a turn started a new training sequence (the merge's
-# reasons, `bundle.traces.BREAK_REASONS`) or why the gateway rendered a prompt in full where it
-# should have extended its conversation (`bundle.gateway.prompt.PROMPT_BREAK_REASONS`).
-TRACE_BREAK_REASONS: Final = (
-    "identical_prompt",
-    "rewound",
-    "edited_completion",
-    "diverged_prefix",
-    "ambiguous_fork",
-    "history_rewrite",
-    "tools_changed",
-    "retokenize_drift",
-    "bridge_refused",
-    "bridge_mismatch",
+# agentrl_trace_breaks_total{reason}: why a turn started a new training sequence (the trace
+# merge's reasons, `bundle.traces`) or why the gateway rendered a prompt in full where it
+# should have extended its conversation (`bundle.gateway.prompt`, which says what each means).
+BREAK_IDENTICAL_PROMPT: Final = "identical_prompt"
+BREAK_REWOUND: Final = "rewound"
+BREAK_EDITED_COMPLETION: Final = "edited_completion"
+BREAK_DIVERGED_PREFIX: Final = "diverged_prefix"
+MERGE_BREAK_REASONS: Final = (
+    BREAK_IDENTICAL_PROMPT,
+    BREAK_REWOUND,
+    BREAK_EDITED_COMPLETION,
+    BREAK_DIVERGED_PREFIX,
 )
+BREAK_AMBIGUOUS_FORK: Final = "ambiguous_fork"
+BREAK_HISTORY_REWRITE: Final = "history_rewrite"
+BREAK_TOOLS_CHANGED: Final = "tools_changed"
+BREAK_RETOKENIZE_DRIFT: Final = "retokenize_drift"
+BREAK_BRIDGE_REFUSED: Final = "bridge_refused"
+BREAK_BRIDGE_MISMATCH: Final = "bridge_mismatch"
+PROMPT_BREAK_REASONS: Final = (
+    BREAK_AMBIGUOUS_FORK,
+    BREAK_HISTORY_REWRITE,
+    BREAK_TOOLS_CHANGED,
+    BREAK_RETOKENIZE_DRIFT,
+    BREAK_BRIDGE_REFUSED,
+    BREAK_BRIDGE_MISMATCH,
+)
+TRACE_BREAK_REASONS: Final = MERGE_BREAK_REASONS + PROMPT_BREAK_REASONS
 GATEWAY_PORT_NAME: Final = "gateway"
 METRICS_PORT_NAME: Final = "agentrl-metrics"
 # HTTP agents post an episode's result to `<gateway URL>/agentrl/callback/<session id>`, on

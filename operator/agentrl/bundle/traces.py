@@ -26,6 +26,7 @@ from typing import Any
 
 import orjson
 
+from agentrl.api import constants
 from agentrl.bundle.trace_index import Match, PrefixIndex
 
 
@@ -61,12 +62,17 @@ class Segment:
 CONTEXT_FULL = "context_full"
 
 
-# Why a turn started a new segment instead of extending one (label of trace_breaks_total).
-IDENTICAL_PROMPT = "identical_prompt"  # retry, n>1 sibling, parallel call on one state
-REWOUND = "rewound"  # prompt is a strict prefix of an open segment: back to an earlier state
-EDITED_COMPLETION = "edited_completion"  # extends a last prompt, not its sampled completion
-DIVERGED_PREFIX = "diverged_prefix"  # a new conversation (sub-agent) or context surgery
-BREAK_REASONS = (IDENTICAL_PROMPT, REWOUND, EDITED_COMPLETION, DIVERGED_PREFIX)
+# Why a turn started a new segment instead of extending one (label of trace_breaks_total;
+# the labels' home is agentrl.api.constants, which the metrics pre-create from).
+# retry, n>1 sibling, parallel call on one state
+IDENTICAL_PROMPT = constants.BREAK_IDENTICAL_PROMPT
+# prompt is a strict prefix of an open segment: back to an earlier state
+REWOUND = constants.BREAK_REWOUND
+# extends a last prompt, not its sampled completion
+EDITED_COMPLETION = constants.BREAK_EDITED_COMPLETION
+# a new conversation (sub-agent) or context surgery
+DIVERGED_PREFIX = constants.BREAK_DIVERGED_PREFIX
+BREAK_REASONS = constants.MERGE_BREAK_REASONS
 
 
 # Why a turn's completion was kept but not trained (MergeStats.mask_reasons).

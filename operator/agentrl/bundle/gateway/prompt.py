@@ -22,6 +22,7 @@ from typing import Any
 
 import orjson
 
+from agentrl.api import constants
 from agentrl.bundle.gateway.render_pool import ContextFull, PromptRenderer
 from agentrl.bundle.gateway.token_view import History, TokenView
 
@@ -103,21 +104,21 @@ def _common_prefix(a: Sequence[bytes], b: Sequence[bytes]) -> int:
 
 
 # Why a prompt was rendered in full where it should have extended its conversation (the
-# reason of agentrl_trace_breaks_total, with the merge's own: `traces.BREAK_REASONS`).
-AMBIGUOUS_FORK = "ambiguous_fork"  # several siblings fit the echo and none is its reply
-HISTORY_REWRITE = "history_rewrite"  # the client rewrote a conversation's history
-TOOLS_CHANGED = "tools_changed"  # the conversation continues with other tools
-RETOKENIZE_DRIFT = "retokenize_drift"  # the full render does not hold the sampled ids
-BRIDGE_REFUSED = "bridge_refused"  # no bridge proven, and the full render drifted
-BRIDGE_MISMATCH = "bridge_mismatch"  # the renderer's bridge broke its own contract
-PROMPT_BREAK_REASONS = (
-    AMBIGUOUS_FORK,
-    HISTORY_REWRITE,
-    TOOLS_CHANGED,
-    RETOKENIZE_DRIFT,
-    BRIDGE_REFUSED,
-    BRIDGE_MISMATCH,
-)
+# reason of agentrl_trace_breaks_total, with the merge's own: `traces.BREAK_REASONS`); the
+# labels' home is agentrl.api.constants, which the metrics pre-create from.
+# several siblings fit the echo and none is its reply
+AMBIGUOUS_FORK = constants.BREAK_AMBIGUOUS_FORK
+# the client rewrote a conversation's history
+HISTORY_REWRITE = constants.BREAK_HISTORY_REWRITE
+# the conversation continues with other tools
+TOOLS_CHANGED = constants.BREAK_TOOLS_CHANGED
+# the full render does not hold the sampled ids
+RETOKENIZE_DRIFT = constants.BREAK_RETOKENIZE_DRIFT
+# no bridge proven, and the full render drifted
+BRIDGE_REFUSED = constants.BREAK_BRIDGE_REFUSED
+# the renderer's bridge broke its own contract
+BRIDGE_MISMATCH = constants.BREAK_BRIDGE_MISMATCH
+PROMPT_BREAK_REASONS = constants.PROMPT_BREAK_REASONS
 
 EXACT, CONTINUATION = 2, 1  # `_reply_match`: the echo is the reply / only its continuation
 
