@@ -19,6 +19,7 @@ from agentrl.controller.config import OperatorConfig
 from agentrl.controller.kube import KubeError, NotLeading
 from agentrl.controller.metrics import OperatorMetrics
 from agentrl.controller.reconcile import Controller
+from agentrl.controller.state import Experiment
 from agentrl.controller.sweep import sweep
 
 NOW = "2026-01-01T00:00:00Z"
@@ -86,6 +87,15 @@ def rayjob_event(status: dict[str, Any]) -> dict[str, Any]:
     return {"metadata": meta, "status": status}
 
 
+async def running_on(kube: FakeKube) -> tuple[Controller, Experiment]:
+    """A controller whose experiment `demo` was created, reconciled, and is Running."""
+    controller = controller_on(kube)
+    await controller.on_experiment(experiment())
+    await controller._attempt(("rl", "demo"))
+    await controller.on_rayjob(rayjob_event(RUNNING))
+    return controller, controller.experiments[("rl", "demo")]
+
+
 @pytest.mark.parametrize("moment", ["create RayJob", "patch RLExperiment"])
 async def test_a_rayjob_event_during_the_reconcile_costs_no_second_write(moment: str) -> None:
     kube = FakeKube()
@@ -147,11 +157,7 @@ async def test_a_rayjob_deleted_by_hand_fails_the_running_experiment() -> None:
     """`kubectl delete rayjob demo` while it runs: the pods go with it, so the experiment is
     Failed (RayJobDeleted) with one Warning event, not Running for ever without pods."""
     kube = FakeKube()
-    controller = controller_on(kube)
-    await controller.on_experiment(experiment())
-    await controller._attempt(("rl", "demo"))
-    await controller.on_rayjob(rayjob_event(RUNNING))
-    exp = controller.experiments[("rl", "demo")]
+    controller, exp = await running_on(kube)
     assert exp.status["phase"] == "Running"
     kube.objects["RLExperiment"] = experiment()  # still there, not being deleted
     kube.writes.clear()
@@ -192,11 +198,7 @@ async def test_a_rayjob_deletion_not_told_apart_fails_nothing_until_it_is(
     meanwhile (its watch shows deletionTimestamp) does not."""
     for then in ("still there", "being deleted"):
         kube = FakeKube()
-        controller = controller_on(kube)
-        await controller.on_experiment(experiment())
-        await controller._attempt(("rl", "demo"))
-        await controller.on_rayjob(rayjob_event(RUNNING))
-        exp = controller.experiments[("rl", "demo")]
+        controller, exp = await running_on(kube)
         kube.get_fails["RLExperiment"] = error
         kube.writes.clear()
         await controller.on_rayjob(rayjob_event(RUNNING), deleted=True)
@@ -227,10 +229,7 @@ async def test_a_rayjob_deleted_with_its_experiment_fails_nothing(experiment_sta
     are separate streams, so the RayJob's deletion may arrive before the experiment's own
     event: that is no failure of the run."""
     kube = FakeKube()
-    controller = controller_on(kube)
-    await controller.on_experiment(experiment())
-    await controller._attempt(("rl", "demo"))
-    await controller.on_rayjob(rayjob_event(RUNNING))
+    controller, _ = await running_on(kube)
     current = experiment()
     if experiment_state == "being deleted":
         current["metadata"].update(deletionTimestamp=NOW, finalizers=["foregroundDeletion"])
@@ -250,10 +249,7 @@ async def test_a_rayjob_deleted_with_its_namespace_fails_nothing() -> None:
     deletionTimestamp. The namespace is being deleted, so the experiment goes next: no
     failure, no event (tests/e2e/test_deletion_e2e.py drives it on a real API server)."""
     kube = FakeKube()
-    controller = controller_on(kube)
-    await controller.on_experiment(experiment())
-    await controller._attempt(("rl", "demo"))
-    await controller.on_rayjob(rayjob_event(RUNNING))
+    controller, _ = await running_on(kube)
     kube.objects["RLExperiment"] = experiment()  # still there, not being deleted
     kube.terminating = True
     kube.writes.clear()
@@ -275,11 +271,7 @@ async def test_a_namespace_probe_that_fails_decides_nothing_until_it_works(
     """Whether the namespace is being deleted could not be asked: nothing is failed on a
     guess, and the sweep asks again; once it answers (a live namespace), the run fails."""
     kube = FakeKube()
-    controller = controller_on(kube)
-    await controller.on_experiment(experiment())
-    await controller._attempt(("rl", "demo"))
-    await controller.on_rayjob(rayjob_event(RUNNING))
-    exp = controller.experiments[("rl", "demo")]
+    controller, exp = await running_on(kube)
     kube.objects["RLExperiment"] = experiment()
     kube.probe_fails = error
     kube.writes.clear()
@@ -297,10 +289,7 @@ async def test_a_namespace_probe_refused_otherwise_does_not_hold_the_verdict() -
     """A refusal that says nothing about the namespace (RBAC, say) is not retried for ever:
     the namespace is taken as live and a RayJob deleted by hand fails the run."""
     kube = FakeKube()
-    controller = controller_on(kube)
-    await controller.on_experiment(experiment())
-    await controller._attempt(("rl", "demo"))
-    await controller.on_rayjob(rayjob_event(RUNNING))
+    controller, _ = await running_on(kube)
     kube.objects["RLExperiment"] = experiment()
     kube.probe_fails = KubeError(403, "POST", "/api/v1/namespaces/rl/events",
                                  '{"reason": "Forbidden", "message": "forbidden"}')  # fmt: skip
@@ -367,11 +356,7 @@ async def test_a_judgement_of_one_attempt_is_not_the_next_attempts() -> None:
     from agentrl.controller.progress import Episodes
 
     kube = FakeKube()
-    controller = controller_on(kube)
-    await controller.on_experiment(experiment())
-    await controller._attempt(("rl", "demo"))
-    await controller.on_rayjob(rayjob_event(RUNNING))
-    exp = controller.experiments[("rl", "demo")]
+    controller, exp = await running_on(kube)
     exp.episodes_from, exp.episodes = {"episodes": 40.0}, Episodes(40, 40, (("agent_error", 40),))
     await controller.sync(exp)
     assert conditions.is_true(exp.status, ConditionType.EPISODES_FAILING)
