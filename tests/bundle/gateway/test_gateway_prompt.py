@@ -122,18 +122,44 @@ class LyingRenderer:
         return Out()
 
 
-async def test_a_bridge_that_drifts_is_refused(renderer: Any, tok: Any) -> None:
+async def test_a_bridge_that_drifts_is_refused_and_named_once(
+    renderer: Any, tok: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A bridge that does not begin with the conversation's ids is never trained on: the
+    full render is the prompt. Where that render holds the ids the merge extends the
+    conversation, so it is no trace break (it was counted as `bridge_mismatch`); the
+    renderer's bug is logged once, however many turns it spoils."""
     builder, chains = PromptBuilder(LyingRenderer(renderer), cumulative=True), []
+    messages: list[Any] = [SYSTEM, USER]
+    for i, reply in enumerate(("Sunny.", "Warm.", "Done.")):
+        plan = await builder.build(chains, messages, None)
+        assert plan.break_reason is None and (plan.extends is not None) == bool(i)
+        assert plan.prompt_ids.tolist() == renderer.render_ids(messages, add_generation_prompt=True)
+        record_turn(chains, plan, sample(tok, reply), reply_fingerprint({"content": reply}))
+        messages = [*messages, {"role": "assistant", "content": reply}, TOOL]
+    named = [r for r in caplog.records if "does not begin with" in r.getMessage()]
+    assert len(named) == 1 and "LyingRenderer" in named[0].getMessage()
+
+
+class DriftingLiar(LyingRenderer):
+    """A lying bridge, and a full render that re-tokenises the reply it is given back."""
+
+    def render_ids(self, messages: Any, *a: Any, **kw: Any) -> list[int]:
+        ids = list(self.real.render_ids(messages, *a, **kw))
+        return [ids[0], 0, *ids[1:]] if len(messages) > 2 else ids
+
+
+async def test_a_bridge_that_drifts_where_the_full_render_drifts_is_a_break(
+    renderer: Any, tok: Any
+) -> None:
+    builder, chains = PromptBuilder(DriftingLiar(renderer), cumulative=True), []
     await turn(builder, chains, [SYSTEM, USER], "Sunny.", tok)
-    follow = [
-        SYSTEM,
-        USER,
-        {"role": "assistant", "content": "Sunny."},
-        TOOL,
-    ]
+    follow = [SYSTEM, USER, {"role": "assistant", "content": "Sunny."}, TOOL]
     plan = await builder.build(chains, follow, None)
     assert plan.break_reason == "bridge_mismatch"
-    assert plan.prompt_ids.tolist() == renderer.render_ids(follow, add_generation_prompt=True)
+    assert plan.prompt_ids.tolist() == DriftingLiar(renderer).render_ids(
+        follow, add_generation_prompt=True
+    )
 
 
 def test_fingerprints_ignore_key_order_and_reply_json_spacing() -> None:

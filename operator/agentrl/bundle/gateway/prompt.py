@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
 from array import array
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -25,6 +26,8 @@ import orjson
 from agentrl.api import constants
 from agentrl.bundle.gateway.render_pool import ContextFull, PromptRenderer
 from agentrl.bundle.gateway.token_view import History, TokenView
+
+log = logging.getLogger("agentrl.gateway")
 
 MAX_CHAINS = 32  # conversations remembered per session (sub-agents, forks)
 
@@ -177,6 +180,7 @@ class PromptBuilder:
         self.render_with = render if isinstance(render, PromptRenderer) else PromptRenderer(render)
         self.renderer = self.render_with.renderer
         self.cumulative = cumulative
+        self.mismatch_logged = False  # a renderer whose bridge drifted is named once
 
     async def build(
         self,
@@ -215,10 +219,16 @@ class PromptBuilder:
         extends = chains.index(live[idx])
         chain = live[idx]
         prev = chain.history[: chain.end]
+
+        async def checked(reason: str) -> tuple[array[int], str | None]:
+            """The full render, and `reason` only where it does not hold the conversation's
+            ids: where it does, the merge extends the conversation, so nothing broke."""
+            ids = await full()
+            return ids, (None if ids[: len(prev)] == prev else reason)
+
         try:
             if not self.cumulative or continue_final:  # a prefill: a full render, checked
-                ids = await full()
-                drift = None if ids[: len(prev)] == prev else RETOKENIZE_DRIFT
+                ids, drift = await checked(RETOKENIZE_DRIFT)
                 return PromptPlan(ids, fps, tools_fp, extends, drift, prefill)
             first_new = len(chain.message_fps) + 1
             bridged = await self.render_with.bridge(
@@ -230,13 +240,22 @@ class PromptBuilder:
             )
             if bridged is None:
                 # No bridge proven (the chat-template family never bridges; qwen3 re-renders
-                # at a new user query): the full render is the prompt, and a break only where
-                # it does not hold the conversation's ids, as the merge will see it.
-                ids = await full()
-                drift = None if ids[: len(prev)] == prev else BRIDGE_REFUSED
+                # at a new user query): the full render is the prompt.
+                ids, drift = await checked(BRIDGE_REFUSED)
                 return PromptPlan(ids, fps, tools_fp, extends, drift)
-            if bridged[: len(prev)] != prev:  # the renderer's contract: never train on drift
-                return PromptPlan(await full(), fps, tools_fp, extends, BRIDGE_MISMATCH)
+            if bridged[: len(prev)] != prev:
+                # The renderer broke its own contract (a bug in it): its bridge is never
+                # trained on, and the bug is logged once; the turn is a break only where the
+                # full render drifts too.
+                if not self.mismatch_logged:
+                    self.mismatch_logged = True
+                    log.warning(
+                        "renderer %s bridged a turn to a prompt that does not begin with the "
+                        "conversation's ids; such turns are rendered in full",
+                        type(self.renderer).__name__,
+                    )
+                ids, drift = await checked(BRIDGE_MISMATCH)
+                return PromptPlan(ids, fps, tools_fp, extends, drift)
             return PromptPlan(bridged, fps, tools_fp, extends, None)
         except ContextFull as exc:
             exc.extends = extends  # the conversation the full context cut (the trace names it)
