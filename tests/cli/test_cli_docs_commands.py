@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import re
 import shlex
-from pathlib import Path
 
 import pytest
 
@@ -32,8 +31,8 @@ def _shell_lines() -> list[tuple[str, str]]:
     """(where, line) of every `agentrl VERB ...` command in a bash/sh/console block of the
     docs (in a console block only the `$ ` lines: the rest is output) and every synopsis
     (a line with `[...]`) in any block; backslash continuations and indented `[...]` lines
-    joined, a prompt or path before `agentrl` dropped, and what follows a comment, pipe, redirect or
-    `)` cut off."""
+    joined, a prompt or path before `agentrl` dropped, and what follows a comment, pipe,
+    redirect or `)` cut off."""
     command = re.compile(rf"(?:\$ |\S*/|source <\()?(agentrl (?:{'|'.join(VERBS)})(?=\s|$).*)")
     found = []
     for path in DOCS:
@@ -95,7 +94,7 @@ def test_every_documented_synopsis_names_every_option(where: str, line: str) -> 
     assert (missing, sorted(named - known)) == ([], []), f"{where}: {line}"
 
 
-def test_a_synopsis_missing_an_option_is_caught(tmp_path: Path) -> None:
+def test_a_synopsis_missing_an_option_is_caught() -> None:
     """The check above reads what it should: rehearse without --timeout is incomplete."""
     line = "agentrl rehearse -f F --engine URL [--prompts N]"
     with pytest.raises(AssertionError, match="--timeout"):
