@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from agentrl.cli.main import main
-from conftest import minimal_body
+from conftest import ROOT, minimal_body
 
 IMAGE = "r@sha256:" + "1" * 64
 
@@ -122,3 +122,19 @@ def test_json_when_the_policy_cannot_be_read(
     assert document["source"] == str(policy)
     assert document["problems"][0]["message"].startswith("holds no policy")
     assert f"error: {policy}: holds no policy" in err
+
+
+def test_docs_name_every_key_of_the_report(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """docs/api.md describes the document as printed: its top-level keys (which it once left
+    out, listing only each experiment's) and each experiment's."""
+    path = tmp_path / "one.yaml"
+    path.write_text(yaml.safe_dump(minimal_body()))
+    main(["validate", "-f", str(path), "-o", "json", "--image", IMAGE])
+    report = json.loads(capsys.readouterr().out)
+    text = (ROOT / "docs" / "api.md").read_text(encoding="utf-8")
+    described = text[text.index("`validate -o json` prints") :].split("\n\n")[0]
+    keys = {*report, *report["documents"][0]} - {"namespace", "name"}
+    assert sorted(k for k in keys if f'"{k}"' not in described and f"`{k}`" not in described) == []
+    assert "`namespace`/`name`" in described

@@ -308,18 +308,20 @@ than once. Documents of other kinds are skipped with a note; one without `apiVer
 `kind` is refused, as kubectl refuses it. Errors and warnings go to
 stderr, each prefixed with the file (and `#N` for the Nth document of a file); stdout
 carries only the OK lines of `validate` and the objects of `render`, which renders nothing
-when any experiment is invalid. `validate -o json` prints one document instead: every
-experiment's `source`, `valid`, `namespace`/`name` and `problems` (each with `path`,
-`message`, `hint` and `severity`), with the same exit status; an input that cannot be read
-at all (a missing or empty file, no RLExperiment in it, a wrong `--policy`) is reported as
-the one invalid document, with the reason as its problem (and on stderr). Messages about
-stdin name it `stdin`. `render --summary` prints each object's name, size and purpose, the
-GPU layout and slime's command; with `-o json` it prints them as one document,
-`{{"experiments": [...]}}`, each with `namespace`, `name`, `bytes`, `objects` (`kind`,
-`name`, `bytes` of YAML, `what`), `gpuLayout` (`gpus`, `colocate`, `head`, `workers`,
-`training`, `rollout`) and `command` (slime's command line, one word an item). One input
-that holds the same namespace/name twice is refused at the second: applied together, the
-later would replace the earlier.
+when any experiment is invalid. `validate -o json` prints one document instead, `{{"valid":
+..., "policy": ..., "documents": [...], "notes": [...]}}`: whether every experiment is
+valid, the policy judged by, every experiment's `source`, `valid`, `namespace`/`name` and
+`problems` (each with `path`, `message`, `hint` and `severity`), and the notes (skipped
+documents, policy warnings), with the same exit status; an input that cannot be read at all
+(a missing or empty file, no RLExperiment in it, a wrong `--policy`) is reported as the one
+invalid document, with the reason as its problem (and on stderr). Messages about stdin name
+it `stdin`. `render --summary` prints each object's name, size and purpose, the GPU layout
+and slime's command; with `-o json` it prints them as one document, `{{"experiments":
+[...]}}`, each with `namespace`, `name`, `bytes`, `objects` (`kind`, `name`, `bytes` of
+YAML, `what`), `gpuLayout` (`gpus`, `colocate`, `head`, `workers`, `training`, `rollout`)
+and `command` (slime's command line, one word an item). One input that holds the same
+namespace/name twice is refused at the second: applied together, the later would replace the
+earlier.
 
 Values mean what kubectl sends, which is not always what a YAML library reads: kubectl
 converts YAML to JSON with go-yaml v2's rules, so `1e-6` is a number, `y`, `n`, `yes`, `no`,

@@ -9,6 +9,7 @@ its bearer token) and the CLI are the ones the walkthrough uses.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -55,6 +56,28 @@ async def test_the_http_example_rehearses_as_the_walkthrough_says(
     assert "exit status 0" in out
     for name in ("samples.jsonl", "report.json", "runtime-config.json", "rehearse.log"):
         assert (tmp_path / "out" / name).is_file()
+    # The report the walkthrough shows is this one, up to ids, numbers and paths (and the
+    # episode rows it elides with "...", which read as the one it shows).
+    shown = {_shape(line) for line in _documented_report() if line.strip() != "..."}
+    printed = {_shape(line) for line in out.splitlines()}
+    assert (sorted(shown - printed), sorted(printed - shown)) == ([], [])
+
+
+def _documented_report() -> list[str]:
+    """The lines of docs/rehearse.md's example report, unindented."""
+    text = (ROOT / "docs" / "rehearse.md").read_text(encoding="utf-8")
+    block = re.search(r"```\n( *)(agentrl rehearse rl/.*?)```", text, flags=re.S)
+    assert block, "docs/rehearse.md shows no report"
+    indent = len(block.group(1))
+    return [line[indent:] for line in (block.group(1) + block.group(2)).splitlines()]
+
+
+def _shape(line: str) -> str:
+    """A report line with what differs between runs (session ids, ports, token counts,
+    seconds, temporary paths) replaced, and column padding collapsed."""
+    line = re.sub(r"/\S*/out/", "OUT/", line)
+    line = re.sub(r"\b[0-9a-f]{12,}\b", "ID", line)
+    return " ".join(re.sub(r"\d+(?:\.\d+)?", "N", line).split())
 
 
 async def test_without_the_agent_s_header_the_rehearsal_says_which_variable(
