@@ -633,3 +633,44 @@ def drawn_cases(
          "exp_samples": [{"labels": "{" + labels + "}", "value": 1} for labels in series_of]}
         for title, series_of in drawn.items()
     ]  # fmt: skip
+
+
+def test_gateway_panels_draw_each_code_and_api_once_it_occurs(tmp_path: Path) -> None:
+    """An OpenAI agent's gateway answers 200 every minute and, at 10m, one 502 (the engine
+    failed). The head exports every API's and code's series at 0 from its start, so that
+    first 502 is counted (a series born at 1 never moved rate()); the panels still draw only
+    what occurred: no 0 line per code nobody got, no NaN latency for the unused API."""
+    from types import SimpleNamespace
+
+    from prometheus_client import generate_latest
+    from run_timeline import SCRAPE_S, fmt, read
+
+    from agentrl.bundle.gateway.frontend import Frontend
+    from agentrl.bundle.metrics import BundleMetrics
+
+    metrics = BundleMetrics()
+    front = SimpleNamespace(metrics=metrics, _series={})
+    taken = []
+    for t in range(0, 900 + 1, SCRAPE_S):
+        if t >= 60 and t % 60 == 0:
+            Frontend.tally(front, "openai", 200, 0.4)  # type: ignore[arg-type]
+        if t == 600:
+            Frontend.tally(front, "openai", 502, 0.1)  # type: ignore[arg-type]
+        taken.append(read(generate_latest(metrics.registry).decode()))
+    names = sorted({name for series in taken for name in series})
+    series = [{"series": n, "values": " ".join(fmt(s.get(n)) for s in taken)} for n in names]
+    exprs = dict(queries(dashboard()))
+    demo = 'experiment="demo", namespace="rl"'
+    codes = [f'api="openai", code="{c}", {demo}' for c in ("200", "502")]
+    drawn = {
+        "Gateway requests by code/A": codes,
+        **{f"Gateway latency quantiles/{r}": [f'api="openai", {demo}'] for r in "ABC"},
+    }
+    cases = [  # every series the panel draws, each as 1 (a NaN one stays NaN and fails)
+        {"expr": f"({exprs[where]}) * 0 + 1", "eval_time": "630s",
+         "exp_samples": [{"labels": "{" + labels + "}", "value": 1} for labels in series_of]}
+        for where, series_of in drawn.items()
+    ]  # fmt: skip
+    cases += drawn_cases({"requests": exprs["Gateway requests by code/A"]},
+                         {"requests": codes}, "630s")  # fmt: skip
+    assert_over_series(tmp_path, series, cases)
