@@ -23,7 +23,12 @@ NODE_MODULES = TOOLS / "node" / "node_modules"
 # A Grafana variable left in a query ($1 is label_replace's capture group, not a variable).
 UNSUBSTITUTED = re.compile(r"\$(?![0-9])")
 # What Grafana substitutes before a query reaches Prometheus ("All" selected).
-GRAFANA_VARS = {"$namespace": ".+", "$experiment": ".+", "$__rate_interval": "1m"}
+GRAFANA_VARS = {
+    "$namespace": ".+",
+    "$experiment": ".+",
+    "$__rate_interval": "1m",
+    "$run": "rl/demo",  # one panel of the reward XY panel's repeat: <namespace>/<experiment>
+}
 # Panel type -> (module under @grafana/schema's exports, option and field-config type names).
 PANEL_TYPES = {
     "timeseries": "timeseries/panelcfg/x/TimeSeriesPanelCfg_types.gen",
@@ -31,7 +36,7 @@ PANEL_TYPES = {
     "bargauge": "bargauge/panelcfg/x/BarGaugePanelCfg_types.gen",
 }
 REQUIRED_PANELS = {
-    "Reward vs rollout step: $experiment",
+    "Reward vs rollout step: $run",
     "Reward (train, eval)",
     "Failed sessions by reason",
     "Connection-pool saturation",
@@ -110,7 +115,9 @@ def test_panels_and_variables() -> None:
                 continue  # operator metrics carry the operator's namespace, not an experiment
             assert 'experiment=~"$experiment"' in target["expr"], panel["title"]
     reward = next(p for p in panels(dash) if p["type"] == "xychart")
-    assert reward["repeat"] == "experiment"
+    assert reward["repeat"] == "run"
+    run = variables["run"]
+    assert (run["multi"], run["includeAll"], run["hide"]) == (True, True, 2)
     splits = {t["legendFormat"] for t in reward["targets"]}
     assert splits == {"rollout step", "{{split}} reward"}
 
@@ -673,4 +680,59 @@ def test_gateway_panels_draw_each_code_and_api_once_it_occurs(tmp_path: Path) ->
     ]  # fmt: skip
     cases += drawn_cases({"requests": exprs["Gateway requests by code/A"]},
                          {"requests": codes}, "630s")  # fmt: skip
+    assert_over_series(tmp_path, series, cases)
+
+
+def test_reward_xy_panel_draws_same_named_experiments_of_two_namespaces_apart(
+    tmp_path: Path,
+) -> None:
+    """Experiment `demo` runs in namespaces `rl` (at rollout 7, reward 0.5) and `team-b` (at
+    rollout 3, reward 0.9). The XY panel repeated per experiment name and took the max over
+    both namespaces: one panel, rollout 7 against reward 0.9, a point neither run made. It
+    repeats per <namespace>/<experiment> (the hidden `run` variable, read from Prometheus)
+    and each panel reads its own run only."""
+    dash = dashboard()
+    (variable,) = [v for v in dash["templating"]["list"] if v["name"] == "run"]
+    query = variable["query"]
+    assert query.startswith("query_result(") and query.endswith(")")
+    inner = query.removeprefix("query_result(")[:-1]
+    for var, value in {**GRAFANA_VARS, "$__range": "1h"}.items():
+        inner = inner.replace(var, value)
+    # The variable's regex on the line Grafana makes of each query_result sample.
+    regex = re.compile(variable["regex"].strip("/"))
+    line = '{experiment="demo", namespace="team-b", run="team-b/demo"} 1 1700000000000'
+    assert regex.findall(line) == ["team-b/demo"]
+    (reward,) = [p for p in panels(dash) if p["type"] == "xychart"]
+
+    def panel(run: str) -> dict[str, str]:
+        out = {}
+        for target in reward["targets"]:
+            expr = target["expr"]
+            for var, value in {**GRAFANA_VARS, "$run": run}.items():
+                expr = expr.replace(var, value)
+            out[target["refId"]] = expr
+        return out
+
+    series = []
+    for ns, step, mean in (("rl", 7, 0.5), ("team-b", 3, 0.9)):
+        target = f'namespace="{ns}",experiment="demo",pod="demo-head-{ns}"'
+        series += [
+            {"series": f"agentrl_rollout_step{{{target}}}", "values": f"{step}x10"},
+            {"series": f'agentrl_batch_reward_mean{{{target},split="train"}}',
+             "values": f"{mean}x10"},
+        ]  # fmt: skip
+    cases: list[dict[str, Any]] = [
+        {"expr": inner, "eval_time": "2m", "exp_samples": [
+            {"labels": f'{{experiment="demo", namespace="{ns}", run="{ns}/demo"}}', "value": 1}
+            for ns in ("rl", "team-b")
+        ]},
+    ]  # fmt: skip
+    for ns, step, mean in (("rl", 7, 0.5), ("team-b", 3, 0.9)):
+        exprs = panel(f"{ns}/demo")
+        cases += [
+            {"expr": exprs["A"], "eval_time": "2m",
+             "exp_samples": [{"labels": "{}", "value": step}]},
+            {"expr": exprs["B"], "eval_time": "2m",
+             "exp_samples": [{"labels": '{split="train"}', "value": mean}]},
+        ]  # fmt: skip
     assert_over_series(tmp_path, series, cases)
