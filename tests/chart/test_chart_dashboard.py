@@ -525,8 +525,8 @@ def test_step_time_and_eta_hold_steps_longer_than_the_window(tmp_path: Path) -> 
     """Steps of 90 minutes (an hour of generation, 30 minutes of training, no eval after
     rollout 0): train rollouts end at 1h10m, 2h40m, 4h10m and 5h40m, 5400 s apart. At 3h50m
     no step ended in the last hour, so the hour's mean was 0/0 and the panel drew nothing
-    half of the run; it falls back to the mean since the head started (the one step timed
-    so far: 5400 s) until a step ends in the window again."""
+    half of the run; it falls back to the mean over the last 6 hours (here the mean since the
+    head started: the one step timed so far, 5400 s) until a step ends in the hour again."""
     from run_timeline import Run, events
 
     run = Run(generate_s=3600, train_s=1800, eval_interval=100, steps=4)
@@ -735,4 +735,56 @@ def test_reward_xy_panel_draws_same_named_experiments_of_two_namespaces_apart(
             {"expr": exprs["B"], "eval_time": "2m",
              "exp_samples": [{"labels": '{split="train"}', "value": mean}]},
         ]  # fmt: skip
+    assert_over_series(tmp_path, series, cases)
+
+
+def test_step_time_and_eta_follow_a_run_whose_steps_slowed_past_the_window(
+    tmp_path: Path,
+) -> None:
+    """20 steps of 20 minutes, then steps of 100 minutes (episodes grew longer as the policy
+    learned to use more turns): train rollouts end at 30m, then every 1200 s to rollout 20
+    at 7h10m, then every 6000 s. At 15h no step ended in the last hour; the panel fell back
+    to the mean since the head started, (20 x 1200 + 4 x 6000) / 24 = 2000 s, a third of
+    the step time, and an ETA a third of the time left. The steps of the last 6 hours say
+    6000 s. With 20-minute steps throughout, the last hour holds 3 steps and is read as is."""
+    from run_timeline import SCRAPE_S, fmt
+
+    from agentrl.bundle.hub import apply_delta
+    from agentrl.bundle.metrics import BundleMetrics
+    from agentrl.bundle.rollout.report import Recorder
+
+    ends = [1800 + 1200 * i for i in range(21)]
+    ends += [ends[-1] + 6000 * i for i in range(1, 6)]
+    assert ends[20:] == [25800, 31800, 37800, 43800, 49800, 55800]
+    now = [0.0]
+    metrics = BundleMetrics(clock=lambda: now[0])
+    # The four series the panel reads, sampled from the registry at each scrape (a whole
+    # exposition per scrape over 15 hours takes a minute).
+    names = [f"agentrl_rollout_step_interval_seconds_{s}" for s in ("sum", "count")]
+    names += ["agentrl_rollout_step", "agentrl_rollout_total_steps"]
+    taken: dict[str, list[str]] = {name: [] for name in names}
+    pending = list(enumerate(ends))
+    for t in range(0, 54000 + 1, SCRAPE_S):
+        while pending and pending[0][1] <= t:
+            rollout_id, now[0] = pending.pop(0)
+            rec = Recorder()
+            rec.batch_finished("train", rollout_id, 0.5, total_steps=200)
+            apply_delta(metrics, rec.take())
+        for name in names:
+            taken[name].append(fmt(metrics.registry.get_sample_value(name)))
+    target = '{experiment="demo",namespace="rl",pod="demo-head-x1"}'
+    series = [{"series": name + target, "values": " ".join(v)} for name, v in taken.items()]
+    step, eta = [e for where, e in queries(dashboard()) if where.startswith("Step time and ETA/")]
+    demo = '{experiment="demo", namespace="rl"}'
+    cases = [
+        # round(): rate()'s extrapolation leaves the ratio a float rounding off
+        {"expr": f"round({expr})", "eval_time": f"{t}s",
+         "exp_samples": [{"labels": demo, "value": value}]}
+        for t, value, left in (
+            (54000, 6000, 200 - 24 - 1),  # no step in the last hour: the last 6 hours' 3
+            (50400, 6000, 200 - 24 - 1),  # rollout 24's step in the last hour
+            (18000, 1200, 200 - 13 - 1),  # 20-minute steps: the last hour's 3
+        )
+        for expr, value in ((step, value), (eta, left * value))
+    ]  # fmt: skip
     assert_over_series(tmp_path, series, cases)
