@@ -77,3 +77,94 @@ def test_every_trace_break_reason_is_exported_from_the_start() -> None:
         if s.name == "agentrl_trace_breaks_total"
     }
     assert fresh == dict.fromkeys(TRACE_BREAK_REASONS, 0.0)
+
+
+def test_every_gateway_api_and_code_is_exported_from_the_start() -> None:
+    """Every API's requests by every status the gateway answers exist at 0, and each API's
+    latency histogram too: a first 502 (or an Anthropic agent's first request) moves rate()."""
+    from agentrl.api.constants import GATEWAY_APIS, GATEWAY_CODE_OTHER, GATEWAY_CODES
+    from agentrl.bundle.gateway.frontend import FRONTS
+
+    assert tuple(FRONTS) == GATEWAY_APIS
+    fresh = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in BundleMetrics().registry.collect()
+        for s in family.samples
+        if s.name in ("agentrl_gateway_requests_total", "agentrl_gateway_request_seconds_count")
+    }
+    codes = [*map(str, GATEWAY_CODES), GATEWAY_CODE_OTHER]
+    requests = {
+        ("agentrl_gateway_requests_total", (("api", api), ("code", code))): 0.0
+        for api in GATEWAY_APIS
+        for code in codes
+    }
+    latency = {
+        ("agentrl_gateway_request_seconds_count", (("api", api),)): 0.0 for api in GATEWAY_APIS
+    }
+    assert fresh == requests | latency
+
+
+def test_a_status_the_gateway_does_not_answer_with_counts_as_other() -> None:
+    """The `code` label is bounded: a status outside GATEWAY_CODES (an aiohttp error nobody
+    foresaw) is counted under `other`, never as a new series."""
+    from agentrl.bundle.gateway.frontend import Frontend
+
+    metrics = BundleMetrics()
+    fresh = {s.labels["code"] for f in metrics.registry.collect() for s in f.samples
+             if s.name == "agentrl_gateway_requests_total"}  # fmt: skip
+    front = SimpleNamespace(metrics=metrics, _series={})
+    for status in (418, 507, 200, 418):
+        Frontend.tally(front, "openai", status, 0.5)  # type: ignore[arg-type]
+    value = metrics.registry.get_sample_value
+    assert value("agentrl_gateway_requests_total", {"api": "openai", "code": "other"}) == 3
+    assert value("agentrl_gateway_requests_total", {"api": "openai", "code": "200"}) == 1
+    assert value("agentrl_gateway_request_seconds_count", {"api": "openai"}) == 4
+    codes = {s.labels["code"] for f in metrics.registry.collect() for s in f.samples
+             if s.name == "agentrl_gateway_requests_total"}  # fmt: skip
+    assert codes == fresh
+
+
+def test_every_status_the_gateway_answers_with_is_a_known_code() -> None:
+    """GATEWAY_CODES is the whole set the agent APIs' request path answers with: every
+    status literal it raises (ApiError and its subclasses), counts (`status = ...`, a
+    stream's `return resp, 499`) or answers a finished stream with."""
+    import ast
+    from pathlib import Path
+
+    from agentrl.api.constants import GATEWAY_CODES
+    from agentrl.bundle import gateway
+
+    # Served on other listeners (admin API, callbacks) or the engine's side: not tallied.
+    elsewhere = {"admin.py", "callbacks.py", "client.py", "hub.py", "sglang.py", "http1.py"}
+    errors = {"ApiError", "RenderFailed", "busy", "bad_request", "__init__"}
+    found: dict[int, set[str]] = {}
+    for path in sorted(Path(gateway.__file__).parent.glob("*.py")):
+        if path.name in elsewhere:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            literals: list[ast.expr] = []
+            if isinstance(node, ast.Call) and node.args:
+                func = node.func
+                name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+                if name in errors:
+                    literals.append(node.args[0])
+            elif isinstance(node, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id == "status" for t in node.targets
+            ):
+                literals.append(node.value)
+            elif isinstance(node, ast.Return) and isinstance(node.value, ast.Tuple):
+                literals.append(node.value.elts[-1])
+            elif isinstance(node, ast.IfExp):  # `499 if self.gone else 200`
+                literals += [node.body, node.orelse]
+            for lit in literals:
+                if (
+                    isinstance(lit, ast.Constant)
+                    and type(lit.value) is int
+                    and 100 <= lit.value < 600
+                ):
+                    found.setdefault(lit.value, set()).add(path.name)
+    unknown = set(found) - set(GATEWAY_CODES)
+    assert not unknown, {code: found[code] for code in unknown}
+    # Every code but 500 (the default for an error nobody raised as an ApiError) is one the
+    # path really answers with, so the set holds no dead code either.
+    assert set(GATEWAY_CODES) - set(found) <= {500}, set(GATEWAY_CODES) - set(found)

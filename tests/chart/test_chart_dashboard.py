@@ -23,7 +23,12 @@ NODE_MODULES = TOOLS / "node" / "node_modules"
 # A Grafana variable left in a query ($1 is label_replace's capture group, not a variable).
 UNSUBSTITUTED = re.compile(r"\$(?![0-9])")
 # What Grafana substitutes before a query reaches Prometheus ("All" selected).
-GRAFANA_VARS = {"$namespace": ".+", "$experiment": ".+", "$__rate_interval": "1m"}
+GRAFANA_VARS = {
+    "$namespace": ".+",
+    "$experiment": ".+",
+    "$__rate_interval": "1m",
+    "$run": "rl/demo",  # one panel of the reward XY panel's repeat: <namespace>/<experiment>
+}
 # Panel type -> (module under @grafana/schema's exports, option and field-config type names).
 PANEL_TYPES = {
     "timeseries": "timeseries/panelcfg/x/TimeSeriesPanelCfg_types.gen",
@@ -31,7 +36,7 @@ PANEL_TYPES = {
     "bargauge": "bargauge/panelcfg/x/BarGaugePanelCfg_types.gen",
 }
 REQUIRED_PANELS = {
-    "Reward vs rollout step: $experiment",
+    "Reward vs rollout step: $run",
     "Reward (train, eval)",
     "Failed sessions by reason",
     "Connection-pool saturation",
@@ -110,7 +115,9 @@ def test_panels_and_variables() -> None:
                 continue  # operator metrics carry the operator's namespace, not an experiment
             assert 'experiment=~"$experiment"' in target["expr"], panel["title"]
     reward = next(p for p in panels(dash) if p["type"] == "xychart")
-    assert reward["repeat"] == "experiment"
+    assert reward["repeat"] == "run"
+    run = variables["run"]
+    assert (run["multi"], run["includeAll"], run["hide"]) == (True, True, 2)
     splits = {t["legendFormat"] for t in reward["targets"]}
     assert splits == {"rollout step", "{{split}} reward"}
 
@@ -518,8 +525,8 @@ def test_step_time_and_eta_hold_steps_longer_than_the_window(tmp_path: Path) -> 
     """Steps of 90 minutes (an hour of generation, 30 minutes of training, no eval after
     rollout 0): train rollouts end at 1h10m, 2h40m, 4h10m and 5h40m, 5400 s apart. At 3h50m
     no step ended in the last hour, so the hour's mean was 0/0 and the panel drew nothing
-    half of the run; it falls back to the mean since the head started (the one step timed
-    so far: 5400 s) until a step ends in the window again."""
+    half of the run; it falls back to the mean over the last 6 hours (here the mean since the
+    head started: the one step timed so far, 5400 s) until a step ends in the hour again."""
     from run_timeline import Run, events
 
     run = Run(generate_s=3600, train_s=1800, eval_interval=100, steps=4)
@@ -633,3 +640,151 @@ def drawn_cases(
          "exp_samples": [{"labels": "{" + labels + "}", "value": 1} for labels in series_of]}
         for title, series_of in drawn.items()
     ]  # fmt: skip
+
+
+def test_gateway_panels_draw_each_code_and_api_once_it_occurs(tmp_path: Path) -> None:
+    """An OpenAI agent's gateway answers 200 every minute and, at 10m, one 502 (the engine
+    failed). The head exports every API's and code's series at 0 from its start, so that
+    first 502 is counted (a series born at 1 never moved rate()); the panels still draw only
+    what occurred: no 0 line per code nobody got, no NaN latency for the unused API."""
+    from types import SimpleNamespace
+
+    from prometheus_client import generate_latest
+    from run_timeline import SCRAPE_S, fmt, read
+
+    from agentrl.bundle.gateway.frontend import Frontend
+    from agentrl.bundle.metrics import BundleMetrics
+
+    metrics = BundleMetrics()
+    front = SimpleNamespace(metrics=metrics, _series={})
+    taken = []
+    for t in range(0, 900 + 1, SCRAPE_S):
+        if t >= 60 and t % 60 == 0:
+            Frontend.tally(front, "openai", 200, 0.4)  # type: ignore[arg-type]
+        if t == 600:
+            Frontend.tally(front, "openai", 502, 0.1)  # type: ignore[arg-type]
+        taken.append(read(generate_latest(metrics.registry).decode()))
+    names = sorted({name for series in taken for name in series})
+    series = [{"series": n, "values": " ".join(fmt(s.get(n)) for s in taken)} for n in names]
+    exprs = dict(queries(dashboard()))
+    demo = 'experiment="demo", namespace="rl"'
+    codes = [f'api="openai", code="{c}", {demo}' for c in ("200", "502")]
+    drawn = {
+        "Gateway requests by code/A": codes,
+        **{f"Gateway latency quantiles/{r}": [f'api="openai", {demo}'] for r in "ABC"},
+    }
+    cases = [  # every series the panel draws, each as 1 (a NaN one stays NaN and fails)
+        {"expr": f"({exprs[where]}) * 0 + 1", "eval_time": "630s",
+         "exp_samples": [{"labels": "{" + labels + "}", "value": 1} for labels in series_of]}
+        for where, series_of in drawn.items()
+    ]  # fmt: skip
+    cases += drawn_cases({"requests": exprs["Gateway requests by code/A"]},
+                         {"requests": codes}, "630s")  # fmt: skip
+    assert_over_series(tmp_path, series, cases)
+
+
+def test_reward_xy_panel_draws_same_named_experiments_of_two_namespaces_apart(
+    tmp_path: Path,
+) -> None:
+    """Experiment `demo` runs in namespaces `rl` (at rollout 7, reward 0.5) and `team-b` (at
+    rollout 3, reward 0.9). The XY panel repeated per experiment name and took the max over
+    both namespaces: one panel, rollout 7 against reward 0.9, a point neither run made. It
+    repeats per <namespace>/<experiment> (the hidden `run` variable, read from Prometheus)
+    and each panel reads its own run only."""
+    dash = dashboard()
+    (variable,) = [v for v in dash["templating"]["list"] if v["name"] == "run"]
+    query = variable["query"]
+    assert query.startswith("query_result(") and query.endswith(")")
+    inner = query.removeprefix("query_result(")[:-1]
+    for var, value in {**GRAFANA_VARS, "$__range": "1h"}.items():
+        inner = inner.replace(var, value)
+    # The variable's regex on the line Grafana makes of each query_result sample.
+    regex = re.compile(variable["regex"].strip("/"))
+    line = '{experiment="demo", namespace="team-b", run="team-b/demo"} 1 1700000000000'
+    assert regex.findall(line) == ["team-b/demo"]
+    (reward,) = [p for p in panels(dash) if p["type"] == "xychart"]
+
+    def panel(run: str) -> dict[str, str]:
+        out = {}
+        for target in reward["targets"]:
+            expr = target["expr"]
+            for var, value in {**GRAFANA_VARS, "$run": run}.items():
+                expr = expr.replace(var, value)
+            out[target["refId"]] = expr
+        return out
+
+    series = []
+    for ns, step, mean in (("rl", 7, 0.5), ("team-b", 3, 0.9)):
+        target = f'namespace="{ns}",experiment="demo",pod="demo-head-{ns}"'
+        series += [
+            {"series": f"agentrl_rollout_step{{{target}}}", "values": f"{step}x10"},
+            {"series": f'agentrl_batch_reward_mean{{{target},split="train"}}',
+             "values": f"{mean}x10"},
+        ]  # fmt: skip
+    cases: list[dict[str, Any]] = [
+        {"expr": inner, "eval_time": "2m", "exp_samples": [
+            {"labels": f'{{experiment="demo", namespace="{ns}", run="{ns}/demo"}}', "value": 1}
+            for ns in ("rl", "team-b")
+        ]},
+    ]  # fmt: skip
+    for ns, step, mean in (("rl", 7, 0.5), ("team-b", 3, 0.9)):
+        exprs = panel(f"{ns}/demo")
+        cases += [
+            {"expr": exprs["A"], "eval_time": "2m",
+             "exp_samples": [{"labels": "{}", "value": step}]},
+            {"expr": exprs["B"], "eval_time": "2m",
+             "exp_samples": [{"labels": '{split="train"}', "value": mean}]},
+        ]  # fmt: skip
+    assert_over_series(tmp_path, series, cases)
+
+
+def test_step_time_and_eta_follow_a_run_whose_steps_slowed_past_the_window(
+    tmp_path: Path,
+) -> None:
+    """20 steps of 20 minutes, then steps of 100 minutes (episodes grew longer as the policy
+    learned to use more turns): train rollouts end at 30m, then every 1200 s to rollout 20
+    at 7h10m, then every 6000 s. At 15h no step ended in the last hour; the panel fell back
+    to the mean since the head started, (20 x 1200 + 4 x 6000) / 24 = 2000 s, a third of
+    the step time, and an ETA a third of the time left. The steps of the last 6 hours say
+    6000 s. With 20-minute steps throughout, the last hour holds 3 steps and is read as is."""
+    from run_timeline import SCRAPE_S, fmt
+
+    from agentrl.bundle.hub import apply_delta
+    from agentrl.bundle.metrics import BundleMetrics
+    from agentrl.bundle.rollout.report import Recorder
+
+    ends = [1800 + 1200 * i for i in range(21)]
+    ends += [ends[-1] + 6000 * i for i in range(1, 6)]
+    assert ends[20:] == [25800, 31800, 37800, 43800, 49800, 55800]
+    now = [0.0]
+    metrics = BundleMetrics(clock=lambda: now[0])
+    # The four series the panel reads, sampled from the registry at each scrape (a whole
+    # exposition per scrape over 15 hours takes a minute).
+    names = [f"agentrl_rollout_step_interval_seconds_{s}" for s in ("sum", "count")]
+    names += ["agentrl_rollout_step", "agentrl_rollout_total_steps"]
+    taken: dict[str, list[str]] = {name: [] for name in names}
+    pending = list(enumerate(ends))
+    for t in range(0, 54000 + 1, SCRAPE_S):
+        while pending and pending[0][1] <= t:
+            rollout_id, now[0] = pending.pop(0)
+            rec = Recorder()
+            rec.batch_finished("train", rollout_id, 0.5, total_steps=200)
+            apply_delta(metrics, rec.take())
+        for name in names:
+            taken[name].append(fmt(metrics.registry.get_sample_value(name)))
+    target = '{experiment="demo",namespace="rl",pod="demo-head-x1"}'
+    series = [{"series": name + target, "values": " ".join(v)} for name, v in taken.items()]
+    step, eta = [e for where, e in queries(dashboard()) if where.startswith("Step time and ETA/")]
+    demo = '{experiment="demo", namespace="rl"}'
+    cases = [
+        # round(): rate()'s extrapolation leaves the ratio a float rounding off
+        {"expr": f"round({expr})", "eval_time": f"{t}s",
+         "exp_samples": [{"labels": demo, "value": value}]}
+        for t, value, left in (
+            (54000, 6000, 200 - 24 - 1),  # no step in the last hour: the last 6 hours' 3
+            (50400, 6000, 200 - 24 - 1),  # rollout 24's step in the last hour
+            (18000, 1200, 200 - 13 - 1),  # 20-minute steps: the last hour's 3
+        )
+        for expr, value in ((step, value), (eta, left * value))
+    ]  # fmt: skip
+    assert_over_series(tmp_path, series, cases)

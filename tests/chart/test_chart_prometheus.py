@@ -257,6 +257,17 @@ def test_dashboard_variables_find_the_experiment(prometheus: Prom) -> None:
         assert label == name
         values = prometheus.get(f"/api/v1/label/{label}/values", **{"match[]": metric})
         assert values == expected
+    # The hidden `run` variable the reward XY panel repeats over: each experiment as
+    # <namespace>/<experiment> (query_result is an instant query; the regex is Grafana's).
+    query = variables["run"]["query"].removeprefix("query_result(").removesuffix(")")
+    for var, value in (("$namespace", ".+"), ("$experiment", ".+"), ("$__range", "1h")):
+        query = query.replace(var, value)
+    pattern = re.compile(variables["run"]["regex"].strip("/"))
+    runs = []
+    for r in prometheus.wait_for(query, deadline):  # the line Grafana makes of a sample
+        line = ", ".join(f'{k}="{v}"' for k, v in sorted(r["metric"].items()))
+        runs += pattern.findall(f"{{{line}}} {r['value'][1]} {r['value'][0]}")
+    assert sorted(runs) == sorted(f"{ns}/demo" for ns in ("rl", OTHER_NAMESPACE))
 
 
 def test_panels_keep_same_named_experiments_of_two_namespaces_apart(prometheus: Prom) -> None:

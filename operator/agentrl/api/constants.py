@@ -165,6 +165,15 @@ PROMPT_BREAK_REASONS: Final = (
     BREAK_BRIDGE_MISMATCH,
 )
 TRACE_BREAK_REASONS: Final = MERGE_BREAK_REASONS + PROMPT_BREAK_REASONS
+# agentrl_gateway_requests_total{api,code} and agentrl_gateway_request_seconds{api}: the agent
+# APIs the gateway serves, and every HTTP status its request path answers them with (the
+# frontend's refusals, the engine's errors as 400/502/503/504, 499 for a client that left
+# and 500 for an unexpected error; docs/gateway.md). Any other status is counted as
+# GATEWAY_CODE_OTHER, so the label stays bounded and every series can exist at 0 from the
+# start (a series born at its first request never shows that request in rate()).
+GATEWAY_APIS: Final = ("openai", "anthropic")
+GATEWAY_CODES: Final = (200, 400, 401, 404, 408, 410, 413, 429, 499, 500, 502, 503, 504)
+GATEWAY_CODE_OTHER: Final = "other"
 GATEWAY_PORT_NAME: Final = "gateway"
 METRICS_PORT_NAME: Final = "agentrl-metrics"
 # HTTP agents post an episode's result to `<gateway URL>/agentrl/callback/<session id>`, on

@@ -17,6 +17,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from agentrl.api.constants import (
     ABORT_REASONS,
     DISCARD_REASONS,
+    GATEWAY_APIS,
+    GATEWAY_CODE_OTHER,
+    GATEWAY_CODES,
     GROUP_OUTCOMES,
     METRIC_BATCH_REWARD_MEAN,
     METRIC_EPISODES_TOTAL,
@@ -355,3 +358,15 @@ class BundleMetrics:
             self.discarded_episode_seconds.labels(reason)
         for reason in TRACE_BREAK_REASONS:  # a one-off break (one agent's rewrite) shows too
             self.trace_breaks.labels(reason)
+        # Every API's requests by every status the gateway answers (a first 502 or 429 is
+        # counted), and each API's latency (its first request is in the quantiles' rate()).
+        for api in GATEWAY_APIS:
+            for code in (*map(str, GATEWAY_CODES), GATEWAY_CODE_OTHER):
+                self.gateway_requests.labels(api, code)
+            self.gateway_request_seconds.labels(api)
+
+
+def gateway_code(status: int) -> str:
+    """The `code` label of a gateway answer: its status if the gateway answers with it
+    (`GATEWAY_CODES`), else `other`, so no status adds a series nobody created at 0."""
+    return str(status) if status in GATEWAY_CODES else GATEWAY_CODE_OTHER

@@ -51,7 +51,7 @@ from agentrl.bundle.gateway.session_store import (
 from agentrl.bundle.gateway.sglang import EngineError
 from agentrl.bundle.gateway.streaming import LiveStream, stream_turn
 from agentrl.bundle.gateway.turns import OnTokens, TurnRunner
-from agentrl.bundle.metrics import BundleMetrics
+from agentrl.bundle.metrics import BundleMetrics, gateway_code
 from agentrl.bundle.session import QuiesceReport
 
 log = logging.getLogger("agentrl.gateway")
@@ -128,7 +128,7 @@ class Frontend:
         self.metrics = metrics
         self.body_timeout_s = body_timeout_s
         self.reading: Counter[str] = Counter()  # session -> bodies being read
-        self._series: dict[tuple[str, int], tuple[Any, Any]] = {}  # (api, status) -> metrics
+        self._series: dict[tuple[str, str], tuple[Any, Any]] = {}  # (api, code) -> metrics
         self.admission = Admission(max_in_flight)
         self.releaser = Releaser()
         self.max_request_bytes = max_request_bytes
@@ -216,11 +216,13 @@ class Frontend:
 
     def tally(self, api: str, status: int, seconds: float) -> None:
         """The request in `agentrl_gateway_requests_total` and `_request_seconds`; the
-        labelled series are looked up once each (a `labels()` call costs microseconds)."""
-        series = self._series.get((api, status))
+        labelled series are looked up once each (a `labels()` call costs microseconds). A
+        status the gateway does not answer with counts as `other` (`gateway_code`)."""
+        code = gateway_code(status)
+        series = self._series.get((api, code))
         if series is None:
-            series = self._series[api, status] = (
-                self.metrics.gateway_requests.labels(api, str(status)),
+            series = self._series[api, code] = (
+                self.metrics.gateway_requests.labels(api, code),
                 self.metrics.gateway_request_seconds.labels(api),
             )
         series[0].inc()
