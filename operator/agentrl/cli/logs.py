@@ -59,6 +59,7 @@ RAY_CLUSTER_LABEL = "ray.io/cluster"
 JOB_NAME_LABELS = ("batch.kubernetes.io/job-name", "job-name")
 RAYJOB_RESOURCE = "rayjobs.ray.io"
 EXPERIMENT_RESOURCE = f"{PLURAL}.{GROUP}"
+EXIT_USAGE = 2  # a wrong command line, as argparse exits
 KUBELET_LOG_MAX = "10 MiB"  # kubelet's default containerLogMaxSize
 # Reads one attempt's file on the volume (positional args; nothing is interpolated).
 ATTEMPT_SCRIPT = (
@@ -166,6 +167,19 @@ def _duration(text: str) -> str:
 # ---- pure: which pod, which command -----------------------------------------------------
 
 
+def usage_error(args: argparse.Namespace) -> str | None:
+    """What is wrong with the command line whatever the cluster holds, else None. Checked
+    before the first kubectl call: a refusal needs no cluster (with none, the connection
+    error came first and hid it) and costs no round trip."""
+    if args.attempt is not None and args.since is not None:
+        return (
+            f"error: --since cannot go with --attempt {args.attempt}: attempt files carry no "
+            "timestamps; use --tail N for the file's last lines, or drop --attempt to read "
+            "the current run's log with --since"
+        )
+    return None
+
+
 def choose(
     exp: Obj,
     rayjob: Obj | None,
@@ -183,7 +197,7 @@ def choose(
     ckpt = (spec.get("checkpoint") or {}).get("path")
     head = head_pod(status, pods)
     if attempt is not None:
-        if since is not None:
+        if since is not None:  # cmd_logs refuses it before kubectl (usage_error)
             return Nothing("--since: the attempt files carry no timestamps; use --tail N")
         return _attempt(exp, ckpt, head, attempt, follow, tail=tail)
     job_id = ((rayjob or {}).get("status") or {}).get("jobId")
@@ -416,6 +430,9 @@ class Kubectl:
 
 
 def cmd_logs(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    if (wrong := usage_error(args)) is not None:
+        print(wrong, file=err)
+        return EXIT_USAGE
     binary = shutil.which("kubectl")
     if binary is None:
         print(
