@@ -341,6 +341,24 @@ def test_since_with_attempt_is_refused_before_kubectl_is_called(
     assert not calls.exists()
 
 
+@pytest.mark.parametrize("namespace", ["Prod", "team_a", "--namespace=-A", "a" * 64])
+def test_a_namespace_that_cannot_exist_is_refused_before_kubectl_is_called(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+    namespace: str,
+) -> None:  # fmt: skip
+    """kubectl takes any word for -n to the API server: with no cluster the connection error
+    came first, and with one the answer was `experiment Prod/NAME not found`, which does not
+    say the namespace is no namespace name."""
+    calls = _recording_kubectl(tmp_path, monkeypatch)
+    argv = [namespace] if namespace.startswith("--") else ["-n", namespace]
+    with pytest.raises(SystemExit) as exc:
+        main(["logs", NAME, *argv])
+    assert exc.value.code == 2
+    shown = namespace.removeprefix("--namespace=")
+    assert f"argument -n/--namespace: {shown!r} is not a namespace name" in capsys.readouterr().err
+    assert not calls.exists()
+
+
 def test_a_command_line_that_is_right_reaches_kubectl(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -73,6 +73,8 @@ ATTEMPT_SCRIPT = (
 HEAD_TAIL_SCRIPT = 'ray job logs --address "$1" "$2" | tail -n "$3"'
 # An RLExperiment name (a DNS-1035 label): anything else is not one, e.g. a kubectl flag.
 NAME = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
+# A namespace name (a DNS-1123 label).
+NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 # kubectl's --since: a Go duration (5s, 2m, 1h30m).
 DURATION = re.compile(r"^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$")
 
@@ -106,7 +108,10 @@ def add_parser(sub: Any) -> None:
     )
     mark(p.add_argument("name", type=_experiment_name, help="RLExperiment name"), "experiment")
     mark(
-        p.add_argument("-n", "--namespace", help="namespace (default: the context's)"), "namespace"
+        p.add_argument(
+            "-n", "--namespace", type=_namespace, help="namespace (default: the context's)"
+        ),
+        "namespace",
     )
     p.add_argument("-f", "--follow", action="store_true", help="keep streaming new output")
     p.add_argument(
@@ -137,6 +142,17 @@ def _experiment_name(text: str) -> str:
         raise argparse.ArgumentTypeError(
             f"{text!r} is not an RLExperiment name (lower-case letters, digits and '-', "
             "starting with a letter); agentrl logs passes no flags to kubectl"
+        )
+    return text
+
+
+def _namespace(text: str) -> str:
+    # Checked here, not by the API server: kubectl would take any word to it, and its answer
+    # (a NotFound for the experiment) would not say the namespace was the mistake.
+    if not NAMESPACE.match(text):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a namespace name (up to 63 lower-case letters, digits and '-', "
+            "starting and ending with a letter or digit)"
         )
     return text
 
