@@ -85,7 +85,8 @@ def add_parser(sub: Any) -> None:
         type=Path,
         metavar="DIR",
         help="where samples.jsonl, report.json and the log go (default rehearsal/<name>); "
-        "created once the engine answers, so a rehearsal that cannot run writes nothing",
+        "created once the engine, gateway and agent are ready: a rehearsal that cannot run "
+        "writes nothing",
     )
     p.add_argument("-o", "--output", choices=("text", "json"), default="text")
     p.add_argument(
