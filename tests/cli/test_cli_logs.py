@@ -304,6 +304,71 @@ def _fake_kubectl(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stderr: str) 
     monkeypatch.setenv("PATH", str(tmp_path))
 
 
+def _recording_kubectl(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A kubectl that writes each call's arguments to a file and answers like a cluster that
+    is down; the file stays absent when nothing called it."""
+    calls = tmp_path / "calls"
+    fake = tmp_path / "bin" / "kubectl"
+    fake.parent.mkdir()
+    fake.write_text(
+        f'#!/bin/sh\necho "$@" >> {calls}\n'
+        "echo 'The connection to the server 127.0.0.1:1 was refused' >&2\nexit 1\n"
+    )
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", str(fake.parent))
+    return calls
+
+
+@pytest.mark.parametrize("kubectl", ["recording", "absent"])
+def test_since_with_attempt_is_refused_before_kubectl_is_called(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+    kubectl: str,
+) -> None:  # fmt: skip
+    """The refusal came from `choose`, after `kubectl get` of the experiment, its pods and its
+    RayJob: with no cluster the user saw the connection error instead, and with one it cost
+    three round trips. The command line is wrong whatever the cluster holds: exit 2 (as
+    argparse's), and kubectl is never run, nor even looked for."""
+    calls = _recording_kubectl(tmp_path, monkeypatch)
+    if kubectl == "absent":
+        monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    assert main(["logs", NAME, "-n", NS, "--attempt", "2", "--since", "10m"]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        "error: --since cannot go with --attempt 2: attempt files carry no timestamps; use "
+        "--tail N for the file's last lines, or drop --attempt to read the current run's log "
+        "with --since\n"
+    )
+    assert not calls.exists()
+
+
+@pytest.mark.parametrize("namespace", ["Prod", "team_a", "--namespace=-A", "a" * 64])
+def test_a_namespace_that_cannot_exist_is_refused_before_kubectl_is_called(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+    namespace: str,
+) -> None:  # fmt: skip
+    """kubectl takes any word for -n to the API server: with no cluster the connection error
+    came first, and with one the answer was `experiment Prod/NAME not found`, which does not
+    say the namespace is no namespace name."""
+    calls = _recording_kubectl(tmp_path, monkeypatch)
+    argv = [namespace] if namespace.startswith("--") else ["-n", namespace]
+    with pytest.raises(SystemExit) as exc:
+        main(["logs", NAME, *argv])
+    assert exc.value.code == 2
+    shown = namespace.removeprefix("--namespace=")
+    assert f"argument -n/--namespace: {shown!r} is not a namespace name" in capsys.readouterr().err
+    assert not calls.exists()
+
+
+def test_a_command_line_that_is_right_reaches_kubectl(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The recording kubectl above records: --attempt with --tail goes to the cluster."""
+    calls = _recording_kubectl(tmp_path, monkeypatch)
+    assert main(["logs", NAME, "-n", NS, "--attempt", "2", "--tail", "5"]) == 1
+    assert "cannot reach the cluster's API server" in capsys.readouterr().err
+    assert calls.read_text().startswith(f"get rlexperiments.agentrl.io {NAME} -n {NS}")
+
+
 def test_an_unknown_context_is_kubectls_error_not_a_missing_experiment(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

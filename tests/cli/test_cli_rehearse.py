@@ -334,3 +334,71 @@ def test_an_agentcore_rehearsal_without_a_reachable_gateway_is_refused_before_an
         assert "Pass --gateway-url with a URL the runtime can reach" in err
     else:  # on to the next check: the checkpoint only the pods have
         assert "spec.model.path is /models/Qwen2.5-3B-Instruct" in err
+
+
+# ---- nothing written when the rehearsal cannot run --------------------------------------
+
+
+def _argv_for(case: str, tmp_path: Path) -> list[str | Path]:
+    """A rehearsal of HTTP_EXAMPLE that stops before it can run, each in its own way."""
+    data = EXAMPLES_DIR / "data" / "web-train.jsonl"
+    closed = f"http://127.0.0.1:{free_port()}"
+    if case == "invalid spec":
+        body = yaml.safe_load(HTTP_EXAMPLE.read_text())
+        body["spec"]["grpo"]["samplesPerPrompt"] = 0
+        bad = tmp_path / "bad.yaml"
+        bad.write_text(yaml.safe_dump(body))
+        return ["-f", bad, "--engine", closed, "--data", data]
+    flags: dict[str, list[str | Path]] = {
+        "no --engine": [],
+        "--prompts 0": ["--engine", closed, "--prompts", "0"],
+        "unknown split": ["--engine", closed, "--split", "eval:nope"],
+        "bad --agent-url": ["--engine", closed, "--agent-url", "https://a.example/#x"],
+        "data only the pods have": ["--engine", closed],
+        "no engine": ["--engine", closed],
+    }
+    extra = flags[case]
+    with_data = case not in ("data only the pods have", "no --engine")
+    return ["-f", HTTP_EXAMPLE, *extra, *(["--data", data] if with_data else [])]
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["invalid spec", "no --engine", "--prompts 0", "unknown split", "bad --agent-url",
+     "data only the pods have", "no engine"],
+)  # fmt: skip
+@pytest.mark.parametrize("out", ["--out", "default"])
+def test_a_rehearsal_that_cannot_run_writes_nothing(
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    case: str,
+    out: str,
+) -> None:
+    """`rehearsal/<name>/` (or `--out DIR`) was created, with an empty rehearse.log in it,
+    before the engine was asked: a rehearsal stopped by its exit 2 left a folder behind that
+    looked like a run's. The folder now appears once the engine, the gateway and the agent
+    backend are up (tests/bundle/rehearse covers the tokenizer and the agent's secrets)."""
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    argv = _argv_for(case, tmp_path)
+    if out == "--out":
+        argv += ["--out", tmp_path / "out" / "nested"]
+    code, stdout, err = run(capsys, "rehearse", *argv)
+    assert (code, stdout) == (2, ""), err
+    assert list(work.iterdir()) == [] and not (tmp_path / "out").exists()
+
+
+def test_an_out_that_is_a_file_is_refused_before_the_engine_is_asked(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """It failed with a FileExistsError traceback; now it is a refusal naming the flag."""
+    taken = tmp_path / "notes.txt"
+    taken.write_text("mine\n")
+    data = EXAMPLES_DIR / "data" / "web-train.jsonl"
+    code, _, err = run(capsys, "rehearse", "-f", HTTP_EXAMPLE, "--engine", "http://127.0.0.1:1",
+                       "--data", data, "--out", taken)  # fmt: skip
+    assert code == 2
+    assert err.startswith(f"error: --out {taken}: a file, not a directory;"), err
+    assert taken.read_text() == "mine\n"

@@ -59,6 +59,7 @@ RAY_CLUSTER_LABEL = "ray.io/cluster"
 JOB_NAME_LABELS = ("batch.kubernetes.io/job-name", "job-name")
 RAYJOB_RESOURCE = "rayjobs.ray.io"
 EXPERIMENT_RESOURCE = f"{PLURAL}.{GROUP}"
+EXIT_USAGE = 2  # a wrong command line, as argparse exits
 KUBELET_LOG_MAX = "10 MiB"  # kubelet's default containerLogMaxSize
 # Reads one attempt's file on the volume (positional args; nothing is interpolated).
 ATTEMPT_SCRIPT = (
@@ -72,6 +73,8 @@ ATTEMPT_SCRIPT = (
 HEAD_TAIL_SCRIPT = 'ray job logs --address "$1" "$2" | tail -n "$3"'
 # An RLExperiment name (a DNS-1035 label): anything else is not one, e.g. a kubectl flag.
 NAME = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
+# A namespace name (a DNS-1123 label).
+NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 # kubectl's --since: a Go duration (5s, 2m, 1h30m).
 DURATION = re.compile(r"^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$")
 
@@ -105,7 +108,10 @@ def add_parser(sub: Any) -> None:
     )
     mark(p.add_argument("name", type=_experiment_name, help="RLExperiment name"), "experiment")
     mark(
-        p.add_argument("-n", "--namespace", help="namespace (default: the context's)"), "namespace"
+        p.add_argument(
+            "-n", "--namespace", type=_namespace, help="namespace (default: the context's)"
+        ),
+        "namespace",
     )
     p.add_argument("-f", "--follow", action="store_true", help="keep streaming new output")
     p.add_argument(
@@ -140,6 +146,17 @@ def _experiment_name(text: str) -> str:
     return text
 
 
+def _namespace(text: str) -> str:
+    # Checked here, not by the API server: kubectl would take any word to it, and its answer
+    # (a NotFound for the experiment) would not say the namespace was the mistake.
+    if not NAMESPACE.match(text):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a namespace name (up to 63 lower-case letters, digits and '-', "
+            "starting and ending with a letter or digit)"
+        )
+    return text
+
+
 def _whole_number(least: int) -> Callable[[str], int]:
     """An argparse type: a whole number from `least` on."""
 
@@ -166,6 +183,19 @@ def _duration(text: str) -> str:
 # ---- pure: which pod, which command -----------------------------------------------------
 
 
+def usage_error(args: argparse.Namespace) -> str | None:
+    """What is wrong with the command line whatever the cluster holds, else None. Checked
+    before the first kubectl call: a refusal needs no cluster (with none, the connection
+    error came first and hid it) and costs no round trip."""
+    if args.attempt is not None and args.since is not None:
+        return (
+            f"error: --since cannot go with --attempt {args.attempt}: attempt files carry no "
+            "timestamps; use --tail N for the file's last lines, or drop --attempt to read "
+            "the current run's log with --since"
+        )
+    return None
+
+
 def choose(
     exp: Obj,
     rayjob: Obj | None,
@@ -183,7 +213,7 @@ def choose(
     ckpt = (spec.get("checkpoint") or {}).get("path")
     head = head_pod(status, pods)
     if attempt is not None:
-        if since is not None:
+        if since is not None:  # cmd_logs refuses it before kubectl (usage_error)
             return Nothing("--since: the attempt files carry no timestamps; use --tail N")
         return _attempt(exp, ckpt, head, attempt, follow, tail=tail)
     job_id = ((rayjob or {}).get("status") or {}).get("jobId")
@@ -416,6 +446,9 @@ class Kubectl:
 
 
 def cmd_logs(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    if (wrong := usage_error(args)) is not None:
+        print(wrong, file=err)
+        return EXIT_USAGE
     binary = shutil.which("kubectl")
     if binary is None:
         print(

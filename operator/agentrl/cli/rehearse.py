@@ -10,7 +10,7 @@ verb must keep working there; without them this verb says which extra to install
 Exit status, as `validate`'s convention: 0 every episode finished with a numeric reward,
 1 an episode failed (each one named in the report), 2 the rehearsal could not run (a wrong
 command line, an unreadable or invalid spec, no engine at `--engine`, a path only the pods
-have).
+have), with nothing written to `--out`.
 """
 
 from __future__ import annotations
@@ -84,7 +84,9 @@ def add_parser(sub: Any) -> None:
         "--out",
         type=Path,
         metavar="DIR",
-        help="where samples.jsonl, report.json and the log go (default rehearsal/<name>)",
+        help="where samples.jsonl, report.json and the log go (default rehearsal/<name>); "
+        "created once the engine, gateway and agent are ready: a rehearsal that cannot run "
+        "writes nothing",
     )
     p.add_argument("-o", "--output", choices=("text", "json"), default="text")
     p.add_argument(

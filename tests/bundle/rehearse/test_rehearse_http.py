@@ -97,6 +97,9 @@ async def test_a_clean_rehearsal_reports_every_episode_and_exits_0(
         assert len(s["tokens"]) == s["prompt_length"] + s["response_length"]
         assert len(s["loss_mask"]) == len(s["rollout_log_probs"]) == s["response_length"]
     assert text.code == 0 and "exit status 0" in text.out and "[trained 36]" in text.out
+    # The gateway's start is logged before the rehearsal writes anything: held, then kept.
+    log = (tmp_path / "j" / "rehearse.log").read_text()
+    assert "WARNING agentrl.gateway: gateway: the model's context length is unknown" in log
 
 
 async def test_a_reward_sent_as_a_string_is_bad_result_and_shown_as_sent(
@@ -333,6 +336,29 @@ async def test_a_hub_id_without_model_dir_and_no_hub_fails_at_once_naming_model_
     )
     assert [s for s in seen if "Qwen3-8B" in s] == ["HEAD /Qwen/Qwen3-8B/resolve/main/config.json"]
     assert engine.requests == []  # nothing was sampled
+    assert not (tmp_path / "out").exists()  # nor written
+
+
+async def test_an_agent_backend_that_cannot_be_built_writes_nothing(
+    tmp_path: Path, checkpoint: Path, model: Model
+) -> None:
+    """The agent's header comes from a Secret, and its env var is not set here: the backend
+    cannot be built, after the engine answered and the gateway started. The rehearsal stops
+    with exit 2 naming the variable, and `--out` is not created (it was, with an empty
+    rehearse.log, before the engine was asked)."""
+    engine = await start_engine(model.tok, model.click_then_finish())
+    header = {"name": "Authorization", "secretKeyRef": {"name": "web-agent", "key": "bearer"}}
+    try:
+        body = spec(http_agent("http://127.0.0.1:9/run", headers=[header]))
+        spec_path, data = write(tmp_path, body, [row()])
+        out = tmp_path / "out"
+        run = await rehearse("-f", spec_path, *flags(engine, checkpoint, data, out))
+    finally:
+        await engine.stop()
+    assert run.code == 2, run.out + run.err
+    assert "header 'Authorization' expects its value in env var" in run.err
+    assert "In a rehearsal the pod's env vars are yours to set: export " in run.err
+    assert engine.requests == [] and not out.exists()
 
 
 async def test_a_rehearsal_of_a_cached_hub_id_asks_the_silent_hub_once(

@@ -81,9 +81,12 @@ SAMPLES_FILE, CONFIG_FILE, LOG_FILE = "samples.jsonl", "runtime-config.json", "r
 
 
 def rehearse(config: RuntimeConfig, options: Options) -> Report:
-    """Run the rehearsal; RehearsalError when it cannot start (the CLI exits 2)."""
+    """Run the rehearsal; RehearsalError when it cannot start (the CLI exits 2), with nothing
+    written: `options.out` is created once the engine, the gateway and the agent backend are
+    up, and the log up to then is held in memory."""
     config = with_agent_url(config, options.agent_url)
     check_gateway_url(options.gateway_url)
+    check_out(options.out)
     check_runtime_reaches_gateway(config, options)
     # The prompts' count, the checks and the gateway's start read a hub id's files: the hub
     # is asked once for the whole run.
@@ -91,24 +94,66 @@ def rehearse(config: RuntimeConfig, options: Options) -> Report:
         return _run(config, options)
 
 
+def check_out(out: Path) -> None:
+    """`--out` must be a directory, or nothing yet: refused before anything starts, rather
+    than when the rehearsal would begin writing there."""
+    if out.exists() and not out.is_dir():
+        raise RehearsalError(
+            f"--out {out}: a file, not a directory; name a directory for samples.jsonl, "
+            "report.json and the log (it is created when the rehearsal starts)"
+        )
+
+
+class RunLog(logging.Handler):
+    """The rehearsal's log: held in memory until the rehearsal can run, so that one which
+    cannot (no engine, no tokenizer, an agent backend that cannot be built) leaves no
+    `--out` directory behind; then written to `<out>/rehearse.log`, what came before first."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.held: list[logging.LogRecord] = []
+        self.file: logging.FileHandler | None = None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.file is None:
+            self.held.append(record)
+        else:
+            self.file.handle(record)
+
+    def open(self, out: Path) -> None:
+        """Create `out` and the log file in it, and write what was held."""
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+            file = logging.FileHandler(out / LOG_FILE, mode="w", encoding="utf-8")
+        except OSError as exc:
+            raise RehearsalError(f"--out {out}: cannot write there ({exc})") from None
+        file.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        for record in self.held:
+            file.handle(record)
+        self.held, self.file = [], file
+
+    def close(self) -> None:
+        if self.file is not None:
+            self.file.close()
+        super().close()
+
+
 def _run(config: RuntimeConfig, options: Options) -> Report:
     plan = plan_inputs(config.spec, options)
-    options.out.mkdir(parents=True, exist_ok=True)
-    handler = logging.FileHandler(options.out / LOG_FILE, mode="w", encoding="utf-8")
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    log = RunLog()
     root = logging.getLogger()
     old_level = root.level
-    root.addHandler(handler)  # the report says everything once; details go to the log
+    root.addHandler(log)  # the report says everything once; details go to the log
     root.setLevel(logging.INFO)
     try:
-        return asyncio.run(_rehearse(config, options, plan))
+        return asyncio.run(_rehearse(config, options, plan, log))
     finally:
-        root.removeHandler(handler)
+        root.removeHandler(log)
         root.setLevel(old_level)
-        handler.close()
+        log.close()
 
 
-async def _rehearse(config: RuntimeConfig, options: Options, plan: Plan) -> Report:
+async def _rehearse(config: RuntimeConfig, options: Options, plan: Plan, log: RunLog) -> Report:
     started = time.perf_counter()
     spec = config.spec
     engine_model = await check_engine(options.engine, config, options)
@@ -117,9 +162,14 @@ async def _rehearse(config: RuntimeConfig, options: Options, plan: Plan) -> Repo
     server = await _start_gateway(config, options)
     client = GatewayClient(_http(_loopback(options.listen), server.admin_port),
                            server.settings.admin_token)  # fmt: skip
+    backend = None
     try:
         backend = await _backend(config, options, client)
+        # Everything that can refuse the rehearsal has passed: from here it runs, and writes.
+        log.open(options.out)
     except BaseException:
+        if backend is not None:
+            await backend.aclose()
         await client.aclose()
         await server.stop()
         raise
