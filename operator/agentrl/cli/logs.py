@@ -43,6 +43,7 @@ from agentrl.api.constants import (
     PLURAL,
     RAY_DASHBOARD_PORT,
 )
+from agentrl.api.formats import DNS1035_LABEL, DNS1123_LABEL, DNS1123_LABEL_MAX, FORMATS
 from agentrl.cli.completion import mark
 from agentrl.render.rayjob import (
     COMPONENT_HEAD,
@@ -71,10 +72,6 @@ ATTEMPT_SCRIPT = (
 )
 # `ray job logs` has no --tail; the last lines of its output, in the head container.
 HEAD_TAIL_SCRIPT = 'ray job logs --address "$1" "$2" | tail -n "$3"'
-# An RLExperiment name (a DNS-1035 label): anything else is not one, e.g. a kubectl flag.
-NAME = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
-# A namespace name (a DNS-1123 label).
-NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 # kubectl's --since: a Go duration (5s, 2m, 1h30m).
 DURATION = re.compile(r"^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$")
 
@@ -137,24 +134,26 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(func=cmd_logs)
 
 
-def _experiment_name(text: str) -> str:
-    if not NAME.match(text):
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not an RLExperiment name (lower-case letters, digits and '-', "
-            "starting with a letter); agentrl logs passes no flags to kubectl"
-        )
-    return text
+def _kube_name(pattern: str, what: str, why: str) -> Callable[[str], str]:
+    """An argparse type: a name of `pattern` (agentrl.api.formats), at most 63 characters.
+    `why`: what a wrong one would do, were it passed on."""
+    hint = FORMATS[pattern].hint
+
+    def check(text: str) -> str:
+        if len(text) > DNS1123_LABEL_MAX or not re.match(pattern, text):
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what} ({hint}); {why}")
+        return text
+
+    return check
 
 
-def _namespace(text: str) -> str:
-    # Checked here, not by the API server: kubectl would take any word to it, and its answer
-    # (a NotFound for the experiment) would not say the namespace was the mistake.
-    if not NAMESPACE.match(text):
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a namespace name (up to 63 lower-case letters, digits and '-', "
-            "starting and ending with a letter or digit)"
-        )
-    return text
+# Anything else is not an experiment's name, e.g. a kubectl flag.
+_experiment_name = _kube_name(
+    DNS1035_LABEL, "an RLExperiment name", "agentrl logs passes no flags to kubectl"
+)
+# Checked here, not by the API server: kubectl would take any word to it, and its answer (a
+# NotFound for the experiment) would not say the namespace was the mistake.
+_namespace = _kube_name(DNS1123_LABEL, "a namespace name", "give it as kubectl get ns lists it")
 
 
 def _whole_number(least: int) -> Callable[[str], int]:
