@@ -232,7 +232,9 @@ class BundleMetrics:
             "Train episode time that trained nothing: cut (episodes stopped while running), "
             "aborted (finished episodes of groups the abort policy handed back, and finished "
             "episodes thrown away otherwise: kept too long for a cut group, in a step that "
-            "failed, or a failed one carried over in an older rollout state) or filtered.",
+            "failed, or a failed one carried over in an older rollout state), filtered (dropped "
+            "groups, and backfills: in the batch with every loss mask 0) or masked (carried-over "
+            "episodes every token of which offPolicyTokens: mask masked).",
             ["reason"],
             registry=r,
         )

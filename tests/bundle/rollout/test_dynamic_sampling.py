@@ -214,6 +214,11 @@ def test_refills_stop_at_the_cap_and_the_batch_is_backfilled(
     assert rig.metric("agentrl_groups_total", outcome="filtered") == 2
     assert rig.metric("agentrl_groups_total", outcome="backfilled") == 2
     assert rig.metric("agentrl_zero_variance_group_share") == 1.0
+    # No token of a backfill trains: its time is thrown away like the dropped groups'.
+    assert all(not any(s.loss_mask) for g in out.samples for s in g)
+    assert rig.metric("agentrl_discarded_episode_seconds_total", reason="filtered") == 2 * (
+        10 + 20 + 30 + 40
+    )
 
 
 USER_FILTER = """

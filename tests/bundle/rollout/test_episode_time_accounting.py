@@ -9,7 +9,11 @@ straggler policy. A ledger around `run_one` records every episode the steps ran:
 when it finished, or what it ran until stopped. Then:
 - across the job, that time is exactly what the steps trained (each trained episode once,
   in the one step that trains it), what `agentrl_discarded_episode_seconds_total` counts
-  (filtered, aborted, cut) and what the carry store still holds for groups handed back;
+  (filtered, aborted, cut, masked) and what the carry store still holds for groups handed
+  back. An episode in the batch of which no token trains is no trained time: a backfill's
+  (a group the filter dropped, in the batch only to fill it) and a carried-over one whose
+  tokens `offPolicyTokens: mask` masked whole; failed episodes (one masked stand-in slot)
+  of trained groups count as trained, as their groups do;
 - per step, the length bias's figures hold every episode the step ran once (trained, other,
   or cut), and the carried ones it trains besides, none it hands back or filters.
 """
@@ -39,7 +43,7 @@ from .doubles import FakeGateway, StubAgent, runtime_config, simulated_clock
 from .slime_upstream import data_source_module, install_filter, slime_args, write_rows
 
 B, N, OVER, ROUNDS, STEPS = 3, 3, 6, 1, 8
-REASONS = ("filtered", "aborted", "cut")
+REASONS = ("filtered", "aborted", "cut", "masked")
 
 
 class Ledger:
@@ -74,12 +78,14 @@ class Ledger:
 
 
 class Flaky:
-    """When the user's filter raises: on the calls numbered in `fail_on`, and at random."""
+    """When the user's filter raises: on the calls numbered in `fail_on`, and at random;
+    `dropped` holds the sessions of each group it dropped."""
 
     def __init__(self) -> None:
         self.rng = random.Random()
         self.calls = 0
         self.fail_on: set[int] = set()
+        self.dropped: list[set[str]] = []
 
     def seed(self, seed: int) -> None:
         self.rng.seed(seed)
@@ -96,7 +102,10 @@ def flaky_filter(monkeypatch: pytest.MonkeyPatch) -> Flaky:
         flaky.calls += 1
         if flaky.calls in flaky.fail_on or flaky.rng.random() < 0.03:
             raise RuntimeError("the user's filter has a bug")
-        return has_reward_variance([s.get_reward_value(args) for s in samples])
+        keep = has_reward_variance([s.get_reward_value(args) for s in samples])
+        if not keep:
+            flaky.dropped.append({s.session_id for s in samples})
+        return keep
 
     install_filter(monkeypatch, "accounting_filter", keep_if_varied)
     return flaky
@@ -144,6 +153,7 @@ def test_every_second_an_episode_ran_is_counted_once(
     if policy != "wait":
         grpo["overSamplingBatchSize"] = OVER
     config = runtime_config(max_concurrent=6, timeout=10**6, **grpo)
+    min_valid = config.spec.grpo.effective_min_valid_samples
     contexts: list[RolloutContext] = []
     ledger = Ledger(contexts)
     monkeypatch.setattr(sampling, "run_one", ledger.wrap(sampling.run_one))
@@ -161,7 +171,9 @@ def test_every_second_an_episode_ran_is_counted_once(
     agent = StubAgent(gateway, yields=0, delay=delay, reward=reward)
     root = tmp_path / "ckpt"
     root.mkdir()
-    trained: dict[tuple[int, int], list[str]] = {}  # per attempt, the sessions it trained
+    trained: dict[tuple[int, int], list[str]] = {}  # per attempt, the sessions in its batch
+    untrained: set[str] = set()  # those of them of which no token trained
+    backfills = 0
     failures = restarts = 0
 
     def start_process(step: int) -> tuple[SimpleNamespace, Any, RolloutRuntime]:
@@ -193,6 +205,7 @@ def test_every_second_an_episode_ran_is_counted_once(
     args, source, runtime = start_process(step)
     try:
         while step < STEPS:
+            dropped_before = len(flaky_filter.dropped)
             try:
                 out = generate_rollout(args, step, source)
             except FilterError:  # slime's train.py dies with the step: restart from the last
@@ -204,6 +217,17 @@ def test_every_second_an_episode_ran_is_counted_once(
             trained[(len(contexts) - 1, step)] = list(
                 dict.fromkeys(s.session_id for g in out.samples for s in g)
             )
+            dropped = set().union(*flaky_filter.dropped[dropped_before:])
+            for group in out.samples:
+                failed = {s.session_id for s in group if s.metadata.get("episode_error")}
+                sids = {s.session_id for s in group}
+                # A backfill: dropped by the filter, or before it (too few task outcomes).
+                if sids & dropped or len(sids - failed) < min_valid:
+                    assert not any(any(s.loss_mask) for s in group)
+                    backfills += 1
+                    untrained |= sids
+                    continue
+                untrained |= sids - failed - {s.session_id for s in group if any(s.loss_mask)}
             source.save(step)  # rollout_manager.save, after Megatron's checkpoint
             (root / TRACKER).write_text(str(step))
             step += 1
@@ -225,7 +249,7 @@ def test_every_second_an_episode_ran_is_counted_once(
     # Each trained episode trains once, in one step.
     trained_sids = [sid for sids in trained.values() for sid in sids]
     assert len(trained_sids) == len(set(trained_sids))
-    trained_seconds = sum(ledger.finished[sid][1] for sid in trained_sids)
+    trained_seconds = sum(ledger.finished[sid][1] for sid in trained_sids if sid not in untrained)
     pending = sum(o.seconds for _, o in contexts[-1].carry.episodes.values())
     ran = sum(s for _, s in ledger.finished.values()) + sum(s for _, s in ledger.stopped)
     counted = {reason: counter(reason) for reason in REASONS}
@@ -252,8 +276,11 @@ def test_every_second_an_episode_ran_is_counted_once(
         assert report.cut_seconds == pytest.approx(sum(stopped_here)), f"step {n}"
     # The workload exercises what is checked: failed steps, and cuts where allowed.
     assert failures > 0
+    assert backfills > 0
     assert (sum(r.cut_seconds for r in reports.values()) > 0) == (policy != "wait")
     if policy == "carryOver":  # carried episodes trained (maxPolicyLag 1) or thrown away (0)
         reused = sum(r.episodes_reused for r in reports.values())
         restarted = sum(r.stale_restarted for r in reports.values())
         assert reused > 0 if seed % 2 else restarted > 0
+        masked = sum(r.stale_tokens_masked for r in reports.values())
+        assert (masked > 0) == (seed % 2 == 1)

@@ -141,7 +141,12 @@ class StepReport:
     episodes_reused: int = 0
     drop_reasons: Counter[str] = field(default_factory=Counter)
     trained_seconds: list[float] = field(default_factory=list)
+    # Episode time that trains nothing: filtered groups', and backfills' (in the batch, every
+    # loss mask 0), carried episodes included.
     filtered_seconds: float = 0.0
+    # Trained groups' episodes every token of which is masked (`offPolicyTokens: mask` over a
+    # carried episode): their reward counts in the group, none of their tokens trains.
+    masked_seconds: float = 0.0
     # Finished episodes thrown away: of groups cut under `abort`, failed ones of groups cut
     # under `carryOver`, and carried ones too old to reuse (maxPolicyLag) or never handed
     # back (TTL_STEPS).
@@ -574,21 +579,30 @@ class _Step:
         # handed back again (cut when more returned groups came than the batch holds, or
         # trimmed) takes its carried episodes back to the store, and they count when it trains.
         self.report.episodes_reused = sum(r.carried for r in self.runs if r not in self.cut_runs)
-        return [
-            [self.untrained(self.settle_age(o)) if r in self.unwanted else self.settle_age(o)
-             for o in r.done_outcomes()]
-            for r in trained
-        ]  # fmt: skip
+        groups = []
+        for r in trained:
+            if r in self.unwanted:
+                # In the batch only to fill it (slime counts its rollouts): no token trains,
+                # so its time, carried episodes' and failed ones' included, is thrown away
+                # like a filtered group's, not trained.
+                self.report.filtered_seconds += sum(o.seconds for o in r.done_outcomes())
+                groups.append(
+                    [self.untrained(self.settle_age(o, backfill=True)) for o in r.done_outcomes()]
+                )
+            else:
+                groups.append([self.settle_age(o) for o in r.done_outcomes()])
+        return groups
 
     @staticmethod
     def untrained(outcome: EpisodeOutcome) -> EpisodeOutcome:
         """A backfill's episode: in the batch (slime counts its rollouts), no token trained."""
         return replace(outcome, samples=[masked(s) for s in outcome.samples])
 
-    def settle_age(self, outcome: EpisodeOutcome) -> EpisodeOutcome:
+    def settle_age(self, outcome: EpisodeOutcome, *, backfill: bool = False) -> EpisodeOutcome:
         """Count a trained episode's age and exclusion; under `offPolicyTokens: mask`, an
         episode sampled by an older policy comes back with every loss mask 0 (its reward
-        still counts in its group; its logprobs stay as sampled)."""
+        still counts in its group; its logprobs stay as sampled) and its time counts as
+        masked, unless it is a backfill's, which counts as filtered."""
         report = self.report
         report.trained_episodes += 1
         if outcome.failure is not None and self.plan.exclude_failed:
@@ -604,6 +618,11 @@ class _Step:
             report.stale_tokens_trained += tokens
             return outcome
         report.stale_tokens_masked += tokens
+        if not backfill:
+            # No token of it trains: its time is no trained time, whatever its reward does
+            # for its group's advantages (a partly masked episode, a turn whose logprobs were
+            # unusable, still trains the rest and counts as trained).
+            report.masked_seconds += outcome.seconds
         return replace(outcome, samples=[masked(s) for s in outcome.samples])
 
 
