@@ -20,9 +20,12 @@ Compared, in one run:
   zeroRewardVariance, maxRefillRounds 3, stragglerPolicy carryOver.
 
 Printed per sigma: mean step wall time (simulated), useful groups (non-zero reward
-variance) trained per hour, the share of episode-seconds spent on work that was aborted
-(cut while running, or finished in a group the abort policy discarded) or filtered, and the
-length bias: mean duration of trained episodes over the mean of every duration drawn (each
+variance) trained per hour, the share of episode-seconds spent on work that trained no
+token (as `agentrl_discarded_episode_seconds_total` counts it): aborted (cut while running,
+or finished in a group the abort policy discarded), filtered (backfills included) or masked
+(carried-over episodes `offPolicyTokens: mask` masked whole, their reward still in their
+group), and the length bias: mean duration of trained episodes (those of the batch's
+groups, masked ones too: their rewards count) over the mean of every duration drawn (each
 attempt is an independent draw, so that mean is unbiased) minus 1. Episodes finished but
 held for the next step when the run ends count as wasted (conservative). The bound printed
 with the bias is the most negative bias any rule could cause by withholding as many
@@ -82,7 +85,10 @@ class Figures:
     drawn: list[float] = field(default_factory=list)  # every duration drawn
     cut: int = 0  # episodes cancelled while running
     cut_seconds: float = 0.0  # how long they had run
-    zero_variance_trained_seconds: float = 0.0
+    zero_variance_trained_seconds: float = 0.0  # of episodes that trained a token
+    # Episodes in the batch of which no token trained (backfills, carried-over episodes
+    # masked whole): wasted, though their groups train (the length bias keeps them).
+    masked_seconds: float = 0.0
 
     @property
     def step_seconds(self) -> float:
@@ -94,12 +100,16 @@ class Figures:
 
     @property
     def wasted_share(self) -> float:
-        return 1.0 - sum(self.trained_seconds) / self.run_seconds
+        return 1.0 - (sum(self.trained_seconds) - self.masked_seconds) / self.run_seconds
 
     @property
     def no_signal_share(self) -> float:
         """Wasted plus trained groups without reward variance (no gradient either)."""
         return self.wasted_share + self.zero_variance_trained_seconds / self.run_seconds
+
+    @property
+    def masked_share(self) -> float:
+        return self.masked_seconds / self.run_seconds
 
     @property
     def cut_seconds_share(self) -> float:
@@ -252,8 +262,15 @@ def run_policy(grpo: dict[str, Any], sigma: float, steps: int, seed: int) -> Fig
                 figures.useful += useful
                 durations = [agent.duration[s.session_id] for s in group]
                 figures.trained_seconds += durations
+                # One sample per episode here; a failed one (signal.py) trains with its group.
+                masked = sum(
+                    d
+                    for d, s in zip(durations, group, strict=True)
+                    if not any(s.loss_mask) and not s.metadata.get("episode_error")
+                )
+                figures.masked_seconds += masked
                 if not useful:
-                    figures.zero_variance_trained_seconds += sum(durations)
+                    figures.zero_variance_trained_seconds += sum(durations) - masked
     figures.run_seconds = sum(agent.ran.values())
     figures.drawn = list(agent.duration.values())
     figures.cut = len(agent.stub.cancelled)
@@ -285,6 +302,7 @@ def compare(
         "wasted_episode_seconds_share": ours.wasted_share,
         "length_bias": ours.length_bias,
         "cut_episode_share": ours.cut_share,
+        "masked_episode_seconds_share": ours.masked_share,
         # Given the share of episodes that was cut, and given the most the policy may cut
         # (at most O - B of the O candidate groups are unfinished at a cut).
         "length_bias_bound": bias_bound(sigma, ours.cut_share),
@@ -359,7 +377,12 @@ def main() -> None:
             sweep.append({"over": over, **r})
     if opts.json:
         doc: dict[str, Any] = {k: round(main_result[k], 4) for k in KEYS}
-        for key in ("length_bias_bound", "length_bias_ceiling", "cut_episode_share"):
+        for key in (
+            "length_bias_bound",
+            "length_bias_ceiling",
+            "cut_episode_share",
+            "masked_episode_seconds_share",
+        ):
             doc[key] = round(main_result[key], 4)
         doc["policy"] = POLICY
         doc["steps"] = steps

@@ -32,6 +32,9 @@ def test_rollout_efficiency_benchmark_quick_mode_prints_the_fixed_json_keys() ->
     # within the ceiling for what may be cut.
     assert doc["length_bias_ceiling"] <= doc["length_bias_bound"] <= 0.0
     assert doc["policy"]["stragglerPolicy"] == "carryOver" and doc["steps"] == 2
+    # Carried-over episodes reused under offPolicyTokens: mask train no token: their time
+    # is wasted, as agentrl_discarded_episode_seconds_total{reason="masked"} counts it.
+    assert 0.0 < doc["masked_episode_seconds_share"] < doc["wasted_episode_seconds_share"]
 
 
 def test_rollout_efficiency_benchmark_quick_mode_prints_its_table() -> None:
