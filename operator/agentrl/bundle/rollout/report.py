@@ -76,7 +76,8 @@ class Recorder:
             self._inc("groups", (outcome,), n)
 
     def discarded(self, reason: str, seconds: float) -> None:
-        """Finished episode time that trains nothing (filtered, or in an aborted group)."""
+        """Finished episode time that trains nothing (filtered or backfilled, in an aborted
+        group, or masked whole)."""
         if seconds:
             self._inc("discarded_episode_seconds", (reason,), seconds)
 
