@@ -264,6 +264,8 @@ def test_a_carried_over_episode_is_masked_by_default(
     assert tokens == 4 and rig.metric("agentrl_stale_tokens_total", action="masked") == tokens
     assert rig.metric("agentrl_stale_tokens_total", action="trained") == 0
     assert second.metrics["agentrl/stale_tokens_masked"] == tokens
+    # No token of it trains: its 5 s count as thrown away, not as trained.
+    assert rig.metric("agentrl_discarded_episode_seconds_total", reason="masked") == 5
     assert second.metrics["agentrl/policy_lag_max"] == 1
     assert rig.metric("agentrl_policy_lag_steps_count") == 8
     assert rig.metric("agentrl_policy_lag_steps_bucket", le="0.0") == 7  # 4 + 3 fresh
@@ -283,6 +285,7 @@ def test_off_policy_tokens_train_keeps_them_trained_and_counted(
     assert old.metadata["policy_version"] == 0 and sum(old.loss_mask) == 4
     assert rig.metric("agentrl_stale_tokens_total", action="trained") == 4
     assert second.metrics["agentrl/stale_tokens_trained"] == 4
+    assert rig.metric("agentrl_discarded_episode_seconds_total", reason="masked") == 0
 
 
 @pytest.mark.parametrize("commit", COMMITS)
