@@ -73,21 +73,25 @@ def panels(dash: dict[str, Any]) -> list[dict[str, Any]]:
     return [p for p in dash["panels"] if p["type"] != "row"]
 
 
+def substitute(expr: str, values: dict[str, str] = GRAFANA_VARS) -> str:
+    """`expr` with Grafana's variables replaced as Grafana would (`values`: variable ->
+    text)."""
+    for var, value in values.items():
+        expr = expr.replace(var, value)
+    return expr
+
+
 def queries(dash: dict[str, Any]) -> list[tuple[str, str]]:
     """(panel title/refId, PromQL with Grafana's variables substituted)."""
     out = []
     for panel in panels(dash):
         for target in panel["targets"]:
-            expr = target["expr"]
-            for var, value in GRAFANA_VARS.items():
-                expr = expr.replace(var, value)
+            expr = substitute(target["expr"])
             assert not UNSUBSTITUTED.search(expr), (panel["title"], expr)
             out.append((f"{panel['title']}/{target['refId']}", expr))
     for annotation in dash.get("annotations", {}).get("list", []):
         if "expr" in annotation.get("target", {}):
-            expr = annotation["target"]["expr"]
-            for var, value in GRAFANA_VARS.items():
-                expr = expr.replace(var, value)
+            expr = substitute(annotation["target"]["expr"])
             assert not UNSUBSTITUTED.search(expr), (annotation["name"], expr)
             out.append((f"annotation {annotation['name']}", expr))
     return out
@@ -631,12 +635,16 @@ def assert_over_series(
 
 
 def drawn_cases(
-    panel: dict[str, str], drawn: dict[str, list[str]], eval_time: str
+    panel: dict[str, str],
+    drawn: dict[str, list[str]],
+    eval_time: str,
+    check: str = "sgn({}) > 0",
 ) -> list[dict[str, Any]]:
     """promql_expr_test cases: at `eval_time`, each panel titled in `drawn` draws a line
-    above 0 for exactly the series (label lists) given."""
+    above 0 for exactly the series (label lists) given; `check` (the query in braces) as 1,
+    e.g. `({}) * 0 + 1` for a line whatever its value (a NaN one still fails)."""
     return [
-        {"expr": f"sgn({panel[title]}) > 0", "eval_time": eval_time,
+        {"expr": check.format(panel[title]), "eval_time": eval_time,
          "exp_samples": [{"labels": "{" + labels + "}", "value": 1} for labels in series_of]}
         for title, series_of in drawn.items()
     ]  # fmt: skip
@@ -673,11 +681,8 @@ def test_gateway_panels_draw_each_code_and_api_once_it_occurs(tmp_path: Path) ->
         "Gateway requests by code/A": codes,
         **{f"Gateway latency quantiles/{r}": [f'api="openai", {demo}'] for r in "ABC"},
     }
-    cases = [  # every series the panel draws, each as 1 (a NaN one stays NaN and fails)
-        {"expr": f"({exprs[where]}) * 0 + 1", "eval_time": "630s",
-         "exp_samples": [{"labels": "{" + labels + "}", "value": 1} for labels in series_of]}
-        for where, series_of in drawn.items()
-    ]  # fmt: skip
+    # every series the panel draws, each as 1 (a NaN one stays NaN and fails)
+    cases = drawn_cases(exprs, drawn, "630s", check="({}) * 0 + 1")
     cases += drawn_cases({"requests": exprs["Gateway requests by code/A"]},
                          {"requests": codes}, "630s")  # fmt: skip
     assert_over_series(tmp_path, series, cases)
@@ -695,9 +700,7 @@ def test_reward_xy_panel_draws_same_named_experiments_of_two_namespaces_apart(
     (variable,) = [v for v in dash["templating"]["list"] if v["name"] == "run"]
     query = variable["query"]
     assert query.startswith("query_result(") and query.endswith(")")
-    inner = query.removeprefix("query_result(")[:-1]
-    for var, value in {**GRAFANA_VARS, "$__range": "1h"}.items():
-        inner = inner.replace(var, value)
+    inner = substitute(query.removeprefix("query_result(")[:-1], {**GRAFANA_VARS, "$__range": "1h"})
     # The variable's regex on the line Grafana makes of each query_result sample.
     regex = re.compile(variable["regex"].strip("/"))
     line = '{experiment="demo", namespace="team-b", run="team-b/demo"} 1 1700000000000'
@@ -705,13 +708,8 @@ def test_reward_xy_panel_draws_same_named_experiments_of_two_namespaces_apart(
     (reward,) = [p for p in panels(dash) if p["type"] == "xychart"]
 
     def panel(run: str) -> dict[str, str]:
-        out = {}
-        for target in reward["targets"]:
-            expr = target["expr"]
-            for var, value in {**GRAFANA_VARS, "$run": run}.items():
-                expr = expr.replace(var, value)
-            out[target["refId"]] = expr
-        return out
+        values = {**GRAFANA_VARS, "$run": run}
+        return {target["refId"]: substitute(target["expr"], values) for target in reward["targets"]}
 
     series = []
     for ns, step, mean in (("rl", 7, 0.5), ("team-b", 3, 0.9)):

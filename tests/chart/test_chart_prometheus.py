@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 import yaml
 from chart_helpers import one, render
-from test_chart_dashboard import dashboard, queries
+from test_chart_dashboard import dashboard, queries, substitute
 from tests.support.process import free_port, stop
 
 FIXTURE = Path(__file__).parent / "metrics_fixture.py"
@@ -260,8 +260,7 @@ def test_dashboard_variables_find_the_experiment(prometheus: Prom) -> None:
     # The hidden `run` variable the reward XY panel repeats over: each experiment as
     # <namespace>/<experiment> (query_result is an instant query; the regex is Grafana's).
     query = variables["run"]["query"].removeprefix("query_result(").removesuffix(")")
-    for var, value in (("$namespace", ".+"), ("$experiment", ".+"), ("$__range", "1h")):
-        query = query.replace(var, value)
+    query = substitute(query, {"$namespace": ".+", "$experiment": ".+", "$__range": "1h"})
     pattern = re.compile(variables["run"]["regex"].strip("/"))
     runs = []
     for r in prometheus.wait_for(query, deadline):  # the line Grafana makes of a sample
