@@ -187,12 +187,18 @@ def usage_error(args: argparse.Namespace) -> str | None:
     before the first kubectl call: a refusal needs no cluster (with none, the connection
     error came first and hid it) and costs no round trip."""
     if args.attempt is not None and args.since is not None:
-        return (
-            f"error: --since cannot go with --attempt {args.attempt}: attempt files carry no "
-            "timestamps; use --tail N for the file's last lines, or drop --attempt to read "
-            "the current run's log with --since"
-        )
+        return f"error: {since_with_attempt(args.attempt)}"
     return None
+
+
+def since_with_attempt(attempt: int) -> str:
+    """Why `--since` cannot go with `--attempt` (refused by `usage_error`, and by `choose`
+    for a caller that skips it)."""
+    return (
+        f"--since cannot go with --attempt {attempt}: attempt files carry no timestamps; use "
+        "--tail N for the file's last lines, or drop --attempt to read the current run's log "
+        "with --since"
+    )
 
 
 def choose(
@@ -213,7 +219,7 @@ def choose(
     head = head_pod(status, pods)
     if attempt is not None:
         if since is not None:  # cmd_logs refuses it before kubectl (usage_error)
-            return Nothing("--since: the attempt files carry no timestamps; use --tail N")
+            return Nothing(since_with_attempt(attempt))
         return _attempt(exp, ckpt, head, attempt, follow, tail=tail)
     job_id = ((rayjob or {}).get("status") or {}).get("jobId")
     window = tail is not None or since is not None
