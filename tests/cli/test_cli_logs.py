@@ -297,26 +297,20 @@ def test_tail_and_since_are_checked(
     assert flag.removeprefix("--") in capsys.readouterr().err
 
 
-def _fake_kubectl(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stderr: str) -> None:
-    fake = tmp_path / "kubectl"
-    fake.write_text(f"#!/bin/sh\necho '{stderr}' >&2\nexit 1\n")
-    fake.chmod(0o755)
-    monkeypatch.setenv("PATH", str(tmp_path))
-
-
-def _recording_kubectl(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A kubectl that writes each call's arguments to a file and answers like a cluster that
-    is down; the file stays absent when nothing called it."""
+def _fake_kubectl(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stderr: str) -> Path:
+    """The only kubectl on PATH: it fails with `stderr`, and writes each call's arguments to
+    the file returned, which stays absent when nothing called it."""
     calls = tmp_path / "calls"
     fake = tmp_path / "bin" / "kubectl"
     fake.parent.mkdir()
-    fake.write_text(
-        f'#!/bin/sh\necho "$@" >> {calls}\n'
-        "echo 'The connection to the server 127.0.0.1:1 was refused' >&2\nexit 1\n"
-    )
+    fake.write_text(f"#!/bin/sh\necho \"$@\" >> {calls}\necho '{stderr}' >&2\nexit 1\n")
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", str(fake.parent))
     return calls
+
+
+# A cluster that is down, as kubectl says it.
+REFUSED = "The connection to the server 127.0.0.1:1 was refused"
 
 
 @pytest.mark.parametrize("kubectl", ["recording", "absent"])
@@ -328,7 +322,7 @@ def test_since_with_attempt_is_refused_before_kubectl_is_called(
     RayJob: with no cluster the user saw the connection error instead, and with one it cost
     three round trips. The command line is wrong whatever the cluster holds: exit 2 (as
     argparse's), and kubectl is never run, nor even looked for."""
-    calls = _recording_kubectl(tmp_path, monkeypatch)
+    calls = _fake_kubectl(tmp_path, monkeypatch, REFUSED)
     if kubectl == "absent":
         monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     assert main(["logs", NAME, "-n", NS, "--attempt", "2", "--since", "10m"]) == 2
@@ -349,7 +343,7 @@ def test_a_namespace_that_cannot_exist_is_refused_before_kubectl_is_called(
     """kubectl takes any word for -n to the API server: with no cluster the connection error
     came first, and with one the answer was `experiment Prod/NAME not found`, which does not
     say the namespace is no namespace name."""
-    calls = _recording_kubectl(tmp_path, monkeypatch)
+    calls = _fake_kubectl(tmp_path, monkeypatch, REFUSED)
     argv = [namespace] if namespace.startswith("--") else ["-n", namespace]
     with pytest.raises(SystemExit) as exc:
         main(["logs", NAME, *argv])
@@ -362,8 +356,8 @@ def test_a_namespace_that_cannot_exist_is_refused_before_kubectl_is_called(
 def test_a_command_line_that_is_right_reaches_kubectl(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """The recording kubectl above records: --attempt with --tail goes to the cluster."""
-    calls = _recording_kubectl(tmp_path, monkeypatch)
+    """The fake kubectl records: --attempt with --tail goes to the cluster."""
+    calls = _fake_kubectl(tmp_path, monkeypatch, REFUSED)
     assert main(["logs", NAME, "-n", NS, "--attempt", "2", "--tail", "5"]) == 1
     assert "cannot reach the cluster's API server" in capsys.readouterr().err
     assert calls.read_text().startswith(f"get rlexperiments.agentrl.io {NAME} -n {NS}")
