@@ -581,16 +581,15 @@ class _Step:
         self.report.episodes_reused = sum(r.carried for r in self.runs if r not in self.cut_runs)
         groups = []
         for r in trained:
+            done = r.done_outcomes()
             if r in self.unwanted:
                 # In the batch only to fill it (slime counts its rollouts): no token trains,
                 # so its time, carried episodes' and failed ones' included, is thrown away
                 # like a filtered group's, not trained.
-                self.report.filtered_seconds += sum(o.seconds for o in r.done_outcomes())
-                groups.append(
-                    [self.untrained(self.settle_age(o, backfill=True)) for o in r.done_outcomes()]
-                )
+                self.report.filtered_seconds += sum(o.seconds for o in done)
+                groups.append([self.untrained(self.settle_age(o, backfill=True)) for o in done])
             else:
-                groups.append([self.settle_age(o) for o in r.done_outcomes()])
+                groups.append([self.settle_age(o) for o in done])
         return groups
 
     @staticmethod
