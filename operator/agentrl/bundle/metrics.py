@@ -233,8 +233,9 @@ class BundleMetrics:
             "aborted (finished episodes of groups the abort policy handed back, and finished "
             "episodes thrown away otherwise: kept too long for a cut group, in a step that "
             "failed, or a failed one carried over in an older rollout state), filtered (dropped "
-            "groups, and backfills: in the batch with every loss mask 0) or masked (carried-over "
-            "episodes every token of which offPolicyTokens: mask masked).",
+            "groups, and backfills: in the batch with every loss mask 0), masked (carried-over "
+            "episodes every token of which offPolicyTokens: mask masked) or failed (failed "
+            "episodes of trained groups: one stand-in slot, its loss mask 0).",
             ["reason"],
             registry=r,
         )

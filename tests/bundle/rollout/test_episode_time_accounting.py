@@ -9,13 +9,14 @@ straggler policy. A ledger around `run_one` records every episode the steps ran:
 when it finished, or what it ran until stopped. Then:
 - across the job, that time is exactly what the steps trained (each trained episode once,
   in the one step that trains it), what `agentrl_discarded_episode_seconds_total` counts
-  (filtered, aborted, cut, masked) and what the carry store still holds for groups handed
-  back. An episode in the batch of which no token trains is no trained time: a backfill's
-  (a group the filter dropped, in the batch only to fill it) and a carried-over one whose
-  tokens `offPolicyTokens: mask` masked whole; failed episodes (one masked stand-in slot)
-  of trained groups count as trained, as their groups do;
+  (filtered, aborted, cut, masked, failed) and what the carry store still holds for groups
+  handed back. An episode in the batch of which no token trains is no trained time: a
+  backfill's (a group the filter dropped, in the batch only to fill it), a carried-over one
+  whose tokens `offPolicyTokens: mask` masked whole, and a failed one of a trained group
+  (one stand-in slot, its loss mask 0);
 - per step, the length bias's figures hold every episode the step ran once (trained, other,
-  or cut), and the carried ones it trains besides, none it hands back or filters.
+  or cut), and the carried ones it trains a token of besides, none it hands back, filters
+  or trains nothing of; its trained ones are exactly those a token of which trains.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from .doubles import FakeGateway, StubAgent, runtime_config, simulated_clock
 from .slime_upstream import data_source_module, install_filter, slime_args, write_rows
 
 B, N, OVER, ROUNDS, STEPS = 3, 3, 6, 1, 8
-REASONS = ("filtered", "aborted", "cut", "masked")
+REASONS = ("filtered", "aborted", "cut", "masked", "failed")
 
 
 class Ledger:
@@ -227,7 +228,8 @@ def test_every_second_an_episode_ran_is_counted_once(
                     backfills += 1
                     untrained |= sids
                     continue
-                untrained |= sids - failed - {s.session_id for s in group if any(s.loss_mask)}
+                # No token of it trains: a failed one's stand-in, a carried one masked whole.
+                untrained |= sids - {s.session_id for s in group if any(s.loss_mask)}
             source.save(step)  # rollout_manager.save, after Megatron's checkpoint
             (root / TRACKER).write_text(str(step))
             step += 1
@@ -261,12 +263,13 @@ def test_every_second_an_episode_ran_is_counted_once(
     # Per step: the length bias's figures.
     assert set(reports) == set(trained)
     for n, report in reports.items():
+        trains = [sid for sid in trained[n] if sid not in untrained]
         assert sorted(report.trained_seconds) == pytest.approx(
-            sorted(ledger.finished[sid][1] for sid in trained[n])
-        )
+            sorted(ledger.finished[sid][1] for sid in trains)
+        ), f"step {n}"
         ran_here = [s for at, s in ledger.finished.values() if at == n]
         stopped_here = [s for at, s in ledger.stopped if at == n]
-        carried_in = [ledger.finished[sid][1] for sid in trained[n] if ledger.finished[sid][0] != n]
+        carried_in = [ledger.finished[sid][1] for sid in trains if ledger.finished[sid][0] != n]
         assert sum(report.trained_seconds) + sum(report.other_seconds) == pytest.approx(
             sum(ran_here) + sum(carried_in)
         ), f"step {n}"
@@ -277,6 +280,7 @@ def test_every_second_an_episode_ran_is_counted_once(
     # The workload exercises what is checked: failed steps, and cuts where allowed.
     assert failures > 0
     assert backfills > 0
+    assert counted["failed"] > 0  # failed episodes in trained groups
     assert (sum(r.cut_seconds for r in reports.values()) > 0) == (policy != "wait")
     if policy == "carryOver":  # carried episodes trained (maxPolicyLag 1) or thrown away (0)
         reused = sum(r.episodes_reused for r in reports.values())

@@ -183,6 +183,7 @@ def record_step(ctx: RolloutContext, report: StepReport) -> None:
         rec.groups(outcome, n)
     rec.discarded("filtered", report.filtered_seconds)
     rec.discarded("masked", report.masked_seconds)
+    rec.discarded("failed", report.failed_seconds)
     # Episodes cut while running count themselves (reason "cut", as they stop).
     rec.discarded("aborted", report.aborted_seconds)
     rec.step_shape(report.zero_variance_share, report.length_bias)

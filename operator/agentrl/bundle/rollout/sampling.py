@@ -140,6 +140,8 @@ class StepReport:
     episodes_cut: int = 0
     episodes_reused: int = 0
     drop_reasons: Counter[str] = field(default_factory=Counter)
+    # The durations of the batch's episodes of which a token trains (the length bias's
+    # "trained"): not backfills', failed ones' or those masked whole.
     trained_seconds: list[float] = field(default_factory=list)
     # Episode time that trains nothing: filtered groups', and backfills' (in the batch, every
     # loss mask 0), carried episodes included.
@@ -147,13 +149,17 @@ class StepReport:
     # Trained groups' episodes every token of which is masked (`offPolicyTokens: mask` over a
     # carried episode): their reward counts in the group, none of their tokens trains.
     masked_seconds: float = 0.0
+    # Trained groups' failed episodes: one stand-in slot whose loss mask is 0, so none of it
+    # trains (under `zeroReward` its stand-in 0 still counts in the group, as a masked one's
+    # reward does).
+    failed_seconds: float = 0.0
     # Finished episodes thrown away: of groups cut under `abort`, failed ones of groups cut
     # under `carryOver`, and carried ones too old to reuse (maxPolicyLag) or never handed
     # back (TTL_STEPS).
     aborted_seconds: float = 0.0
     cut_seconds: float = 0.0  # elapsed time of episodes cancelled while running
-    # Every other finished episode the step ran (not the carried ones it handed back or
-    # filtered: they count in the step that ran them).
+    # Every other finished episode the step ran (not the carried ones it handed back,
+    # filtered or trained nothing of: they count in the step that ran them).
     other_seconds: list[float] = field(default_factory=list)
     # Token age (carried-over episodes): per trained episode, how many updates old it is.
     policy_lags: list[int] = field(default_factory=list)
@@ -555,8 +561,6 @@ class _Step:
 
     def batch(self) -> list[list[EpisodeOutcome]]:
         trained = sorted(self.kept + self.backfilled + self.skipped, key=lambda r: r.order)
-        for run in trained:
-            self.report.trained_seconds += [o.seconds for o in run.done_outcomes()]
         for run in self.runs:
             if run not in trained and run not in self.cut_runs and run.finished:
                 self.report.other_seconds += run.ran_seconds()
@@ -587,42 +591,66 @@ class _Step:
                 # so its time, carried episodes' and failed ones' included, is thrown away
                 # like a filtered group's, not trained.
                 self.report.filtered_seconds += sum(o.seconds for o in done)
-                groups.append([self.untrained(self.settle_age(o, backfill=True)) for o in done])
-            else:
-                groups.append([self.settle_age(o) for o in done])
+                groups.append([self.untrained(self.settle_age(o, backfill=True)[0]) for o in done])
+                self.length_bias_untrained(r, range(len(done)))
+                continue
+            settled = [self.settle_age(o) for o in done]
+            groups.append([o for o, _ in settled])
+            for o, trains in settled:
+                if trains:
+                    self.report.trained_seconds.append(o.seconds)
+                elif o.failure is not None:
+                    # One stand-in slot, loss mask 0: none of it trains, whatever its
+                    # stand-in reward does for the group (`zeroReward`).
+                    self.report.failed_seconds += o.seconds
+            untrained = [i for i, (_, trains) in enumerate(settled) if not trains]
+            self.length_bias_untrained(r, untrained)
         return groups
+
+    def length_bias_untrained(self, run: GroupRun, slots: Sequence[int]) -> None:
+        """A trained group's episodes of which no token trains are no trained episodes for
+        the length bias: one the step ran counts among the others, a carried one not at all
+        (the step that ran it counted it)."""
+        for slot in slots:
+            outcome = run.outcomes[slot]
+            if outcome is not None and slot not in run.taken:
+                self.report.other_seconds.append(outcome.seconds)
 
     @staticmethod
     def untrained(outcome: EpisodeOutcome) -> EpisodeOutcome:
         """A backfill's episode: in the batch (slime counts its rollouts), no token trained."""
         return replace(outcome, samples=[masked(s) for s in outcome.samples])
 
-    def settle_age(self, outcome: EpisodeOutcome, *, backfill: bool = False) -> EpisodeOutcome:
+    def settle_age(
+        self, outcome: EpisodeOutcome, *, backfill: bool = False
+    ) -> tuple[EpisodeOutcome, bool]:
         """Count a trained episode's age and exclusion; under `offPolicyTokens: mask`, an
         episode sampled by an older policy comes back with every loss mask 0 (its reward
         still counts in its group; its logprobs stay as sampled) and its time counts as
-        masked, unless it is a backfill's, which counts as filtered."""
+        masked, unless it is a backfill's, which counts as filtered. With it, whether it
+        trains: not a failed one (its stand-in slot's loss mask is 0) nor one masked here."""
         report = self.report
         report.trained_episodes += 1
+        trains = outcome.failure is None
         if outcome.failure is not None and self.plan.exclude_failed:
             report.excluded[outcome.failure] += 1
         lag = max(0, self.step - outcome.policy_version)
         report.policy_lags.append(lag)
         if lag == 0:
-            return outcome
+            return outcome, trains
         tokens = sum(sum(s.loss_mask) for s in outcome.samples)
         if not tokens:
-            return outcome
+            return outcome, trains
         if not self.plan.mask_stale:
             report.stale_tokens_trained += tokens
-            return outcome
+            return outcome, trains
         report.stale_tokens_masked += tokens
         if not backfill:
             # No token of it trains: its time is no trained time, whatever its reward does
             # for its group's advantages (a partly masked episode, a turn whose logprobs were
             # unusable, still trains the rest and counts as trained).
             report.masked_seconds += outcome.seconds
-        return replace(outcome, samples=[masked(s) for s in outcome.samples])
+        return replace(outcome, samples=[masked(s) for s in outcome.samples]), False
 
 
 def renumbered(outcome: EpisodeOutcome, rollout_id: int) -> EpisodeOutcome:
