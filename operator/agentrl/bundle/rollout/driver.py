@@ -30,9 +30,11 @@ from typing import Any
 
 from agentrl.api.runtime import RuntimeConfig
 from agentrl.bundle.rollout.batch import (
+    STEP_FAILED,
     RolloutContext,
     batch_stats,
     group_samples,
+    log_discarded,
     pass_at_k,
     run_groups,
 )
@@ -122,7 +124,11 @@ async def train_batch(
     await settle_engines(ctx, "Rollout", rollout_id)
     ctx.generated = rollout_id
     # Before slime trains and checkpoints this step: a checkpoint of it resumes from here.
-    await asyncio.to_thread(save_step, args, data_source, ctx.carry, rollout_id)
+    try:
+        await asyncio.to_thread(save_step, args, data_source, ctx.carry, rollout_id)
+    except BaseException:
+        discard_unsaved(ctx, report)
+        raise
     stats = batch_stats(outcomes)
     record_step(ctx, report)
     ctx.recorder.batch_finished(
@@ -168,6 +174,26 @@ async def train_batch(
     for reason, n in report.drop_reasons.items():
         metrics[f"rollout/dynamic_filter/drop_{reason}"] = n
     return types.train_output(samples=samples, metrics=metrics)
+
+
+def discard_unsaved(ctx: RolloutContext, report: StepReport) -> None:
+    """The step's rollout state could not be saved: the step fails with it (slime's train.py
+    dies with the step, and a restart runs it again from the previous step's state), so
+    none of its batch trains, and its report is not recorded. Every finished episode it ran
+    is thrown away, as a step whose filter raised throws its own away
+    (`sampling._Step.discard_finished`): its time under `aborted`, each task outcome named
+    once. What it took from the carry store (reused, too old or expired) is not counted:
+    the previous step's state still holds it, and the step run again counts it. Episodes
+    cut while running counted themselves."""
+    for outcome in report.ran_episodes:
+        ctx.recorder.discarded("aborted", outcome.seconds)
+        if outcome.failure is None:  # a failed one was logged once, as it failed
+            log_discarded(
+                outcome,
+                STEP_FAILED,
+                "it finished in a train step whose rollout state could not be saved, so the "
+                "step failed and it trains nothing",
+            )
 
 
 def record_step(ctx: RolloutContext, report: StepReport) -> None:

@@ -161,6 +161,9 @@ class StepReport:
     # Every other finished episode the step ran (not the carried ones it handed back,
     # filtered or trained nothing of: they count in the step that ran them).
     other_seconds: list[float] = field(default_factory=list)
+    # Every finished episode the step ran (not those carried into it): what a step that fails
+    # after its batch is assembled throws away (`driver.discard_unsaved`).
+    ran_episodes: list[EpisodeOutcome] = field(default_factory=list)
     # Token age (carried-over episodes): per trained episode, how many updates old it is.
     policy_lags: list[int] = field(default_factory=list)
     stale_restarted: int = 0  # carried episodes older than maxPolicyLag, run again
@@ -561,6 +564,12 @@ class _Step:
 
     def batch(self) -> list[list[EpisodeOutcome]]:
         trained = sorted(self.kept + self.backfilled + self.skipped, key=lambda r: r.order)
+        self.report.ran_episodes = [
+            o
+            for run in self.runs
+            for slot, o in enumerate(run.outcomes)
+            if o is not None and slot not in run.taken
+        ]
         for run in self.runs:
             if run not in trained and run not in self.cut_runs and run.finished:
                 self.report.other_seconds += run.ran_seconds()
