@@ -57,6 +57,7 @@ from agentrl.bundle.rollout.batch import (
     CARRY_EXPIRED,
     CARRY_STALE,
     GROUP_ABORTED,
+    RUN_ENDED,
     STEP_FAILED,
     RolloutContext,
     Ticket,
@@ -698,8 +699,11 @@ async def fill_batch(
     group_filter: GroupFilter | None,
     to_samples: SampleConverter,
     step: int,
+    last: bool = False,
 ) -> tuple[list[list[EpisodeOutcome]], StepReport]:
-    """One train step's groups (at most `plan.batch_size`, in the order they were started)."""
+    """One train step's groups (at most `plan.batch_size`, in the order they were started).
+    `last`: slime trains no step after this one, so what the carry store still holds once
+    the batch is assembled never trains and is thrown away (counted, not saved)."""
     run = _Step(
         ctx, source, plan, spec=spec, group_filter=group_filter, to_samples=to_samples, step=step
     )
@@ -717,6 +721,19 @@ async def fill_batch(
             f"kept for its cut group, which slime's data source did not hand back within "
             f"{TTL_STEPS} steps",
         )
+    if last:
+        # Nothing comes after this step to reuse them: the finished episodes of the groups it
+        # cut, and of groups cut before and not handed back yet, train nothing. Counted here;
+        # left in the store, a run extended from this step's checkpoint would reuse (and
+        # count) them once more.
+        for outcome in ctx.carry.drain():
+            run.report.aborted_seconds += outcome.seconds
+            log_discarded(
+                outcome,
+                RUN_ENDED,
+                f"kept for its cut group, but step {step} is the run's last (slime's "
+                "--num-rollout), so it trains nothing",
+            )
     if len(groups) < plan.batch_size:
         log.warning(
             "Rollout %d: only %d of %d groups (slime's data source ran out of prompts)",
