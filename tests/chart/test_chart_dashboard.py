@@ -486,11 +486,12 @@ def recorded_series(flushes: Callable[[int, Any], None], until_s: int) -> list[d
 
 def test_a_steps_groups_and_discarded_time_reach_the_efficiency_panels(tmp_path: Path) -> None:
     """A train step ends at 10m having kept 2 groups and aborted 1 (300 s of its finished
-    episodes thrown away), cut 4 running episodes (120 s each) and trained a carried-over
-    episode masked whole (60 s), recorded by the rollout's own record_step; episodes succeed
-    every minute before and after. Each outcome's and reason's series used to be created by
-    that step at its count, which rate() never counts: a step's groups, its cut episodes and
-    its discarded time showed from the second step with them on, a one-off never."""
+    episodes thrown away), cut 4 running episodes (120 s each), trained a carried-over
+    episode masked whole (60 s) and had a failed episode in a kept group (45 s), recorded by
+    the rollout's own record_step; episodes succeed every minute before and after. Each
+    outcome's and reason's series used to be created by that step at its count, which rate()
+    never counts: a step's groups, its cut episodes and its discarded time showed from the
+    second step with them on, a one-off never."""
     from types import SimpleNamespace
 
     from agentrl.bundle.rollout.batch import BATCH_FULL
@@ -507,7 +508,9 @@ def test_a_steps_groups_and_discarded_time_reach_the_efficiency_panels(tmp_path:
             for _ in range(4):
                 rec.episode_started("train")
                 rec.episode_aborted("train", BATCH_FULL, 120.0)
-            report = StepReport(kept=2, aborted=1, aborted_seconds=300.0, masked_seconds=60.0)
+            report = StepReport(
+                kept=2, aborted=1, aborted_seconds=300.0, masked_seconds=60.0, failed_seconds=45.0
+            )
             record_step(SimpleNamespace(recorder=rec), report)  # type: ignore[arg-type]
 
     series = recorded_series(flushes, 1200)
@@ -515,7 +518,9 @@ def test_a_steps_groups_and_discarded_time_reach_the_efficiency_panels(tmp_path:
     demo = 'experiment="demo", namespace="rl"'
     drawn = {
         "Groups by outcome": [f'{demo}, outcome="{o}"' for o in ("aborted", "kept")],
-        "Episode time discarded": [f'{demo}, reason="{r}"' for r in ("aborted", "cut", "masked")],
+        "Episode time discarded": [
+            f'{demo}, reason="{r}"' for r in ("aborted", "cut", "failed", "masked")
+        ],
     }
     cases = drawn_cases(panel, drawn, "630s")
     (aborted,) = [e for w, e in queries(dashboard()) if w == "Length bias and aborted episodes/B"]

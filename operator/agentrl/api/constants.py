@@ -134,7 +134,7 @@ OUTCOME_FAILED: Final = "failed"
 # train step does with its prompt groups, and why episode time trained nothing (the rollout's
 # record_step and Recorder name them; docs/rollout.md).
 GROUP_OUTCOMES: Final = ("kept", "filtered", "backfilled", "skipped", "aborted", "carried_over")
-DISCARD_REASONS: Final = ("cut", "aborted", "filtered", "masked")
+DISCARD_REASONS: Final = ("cut", "aborted", "filtered", "masked", "failed")
 # agentrl_aborted_episodes_total{reason}: why the rollout stopped a running episode.
 ABORT_REASONS: Final = ("batch_full",)
 # agentrl_trace_breaks_total{reason}: why a turn started a new training sequence (the trace

@@ -231,10 +231,12 @@ class BundleMetrics:
             PREFIX + "discarded_episode_seconds",
             "Train episode time that trained nothing: cut (episodes stopped while running), "
             "aborted (finished episodes of groups the abort policy handed back, and finished "
-            "episodes thrown away otherwise: kept too long for a cut group, in a step that "
-            "failed, or a failed one carried over in an older rollout state), filtered (dropped "
-            "groups, and backfills: in the batch with every loss mask 0) or masked (carried-over "
-            "episodes every token of which offPolicyTokens: mask masked).",
+            "episodes thrown away otherwise: kept too long for a cut group or when the run's "
+            "last step ended, in a step that failed, or a failed one carried over in an older "
+            "rollout state), filtered (dropped groups, and backfills: in the batch with every "
+            "loss mask 0), masked (carried-over "
+            "episodes every token of which offPolicyTokens: mask masked) or failed (failed "
+            "episodes of trained groups: one stand-in slot, its loss mask 0).",
             ["reason"],
             registry=r,
         )

@@ -9,13 +9,15 @@ straggler policy. A ledger around `run_one` records every episode the steps ran:
 when it finished, or what it ran until stopped. Then:
 - across the job, that time is exactly what the steps trained (each trained episode once,
   in the one step that trains it), what `agentrl_discarded_episode_seconds_total` counts
-  (filtered, aborted, cut, masked) and what the carry store still holds for groups handed
-  back. An episode in the batch of which no token trains is no trained time: a backfill's
-  (a group the filter dropped, in the batch only to fill it) and a carried-over one whose
-  tokens `offPolicyTokens: mask` masked whole; failed episodes (one masked stand-in slot)
-  of trained groups count as trained, as their groups do;
+  (filtered, aborted, cut, masked, failed); the carry store is empty at the end (the
+  episodes it held when the last step, slime's `num_rollout` - 1, ended never train and are
+  counted as aborted). An episode in the batch of which no token trains is no trained time: a
+  backfill's (a group the filter dropped, in the batch only to fill it), a carried-over one
+  whose tokens `offPolicyTokens: mask` masked whole, and a failed one of a trained group
+  (one stand-in slot, its loss mask 0);
 - per step, the length bias's figures hold every episode the step ran once (trained, other,
-  or cut), and the carried ones it trains besides, none it hands back or filters.
+  or cut), and the carried ones it trains a token of besides, none it hands back, filters
+  or trains nothing of; its trained ones are exactly those a token of which trains.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ from .doubles import FakeGateway, StubAgent, runtime_config, simulated_clock
 from .slime_upstream import data_source_module, install_filter, slime_args, write_rows
 
 B, N, OVER, ROUNDS, STEPS = 3, 3, 6, 1, 8
-REASONS = ("filtered", "aborted", "cut", "masked")
+REASONS = ("filtered", "aborted", "cut", "masked", "failed")
 
 
 class Ledger:
@@ -120,9 +122,9 @@ def test_every_second_an_episode_ran_is_counted_once(
     monkeypatch: pytest.MonkeyPatch,
     flaky_filter: Flaky,
 ) -> None:
-    """Steps fail (the filter raises) and the job restarts; episodes fail (the agent
-    crashes); maxPolicyLag 0 (even seeds) throws every carried episode away when its group
-    comes back, 1 (odd seeds) reuses it."""
+    """Steps fail (the filter raises, or saving the rollout state at the step's end does)
+    and the job restarts; episodes fail (the agent crashes); maxPolicyLag 0 (even seeds)
+    throws every carried episode away when its group comes back, 1 (odd seeds) reuses it."""
     rng = random.Random(seed)
     flaky_filter.seed(seed + 1000)
     rows = [
@@ -166,6 +168,21 @@ def test_every_second_an_episode_ran_is_counted_once(
         real_record(ctx, report)
 
     monkeypatch.setattr(driver, "record_step", record_step)
+    saves = random.Random(seed + 2000)
+    failing_saves = {saves.randrange(1, 6)}
+    real_save = driver.save_step
+    save_calls = 0
+
+    def save_step(*args: Any) -> None:
+        """The rollout state's write at the step's end: fails on a chosen call and at random
+        (the disk is full), after the batch is assembled."""
+        nonlocal save_calls
+        save_calls += 1
+        if save_calls in failing_saves or saves.random() < 0.05:
+            raise OSError(28, "No space left on device")
+        real_save(*args)
+
+    monkeypatch.setattr(driver, "save_step", save_step)
     metrics = BundleMetrics()  # summed over the job's processes
     gateway = FakeGateway()
     agent = StubAgent(gateway, yields=0, delay=delay, reward=reward)
@@ -174,7 +191,7 @@ def test_every_second_an_episode_ran_is_counted_once(
     trained: dict[tuple[int, int], list[str]] = {}  # per attempt, the sessions in its batch
     untrained: set[str] = set()  # those of them of which no token trained
     backfills = 0
-    failures = restarts = 0
+    failures = save_failures = restarts = 0
 
     def start_process(step: int) -> tuple[SimpleNamespace, Any, RolloutRuntime]:
         """slime's train.py starting at `step`: --load set when a checkpoint exists."""
@@ -184,6 +201,7 @@ def test_every_second_an_episode_ran_is_counted_once(
             N,
             save=str(root),
             load=load,
+            num_rollout=STEPS,
             rollout_batch_size=B,
             rollout_max_response_len=64,
             rollout_temperature=1.0,
@@ -208,8 +226,10 @@ def test_every_second_an_episode_ran_is_counted_once(
             dropped_before = len(flaky_filter.dropped)
             try:
                 out = generate_rollout(args, step, source)
-            except FilterError:  # slime's train.py dies with the step: restart from the last
-                failures += 1
+            except (FilterError, OSError) as exc:  # slime's train.py dies with the step:
+                # restart from the last checkpoint
+                failures += isinstance(exc, FilterError)
+                save_failures += isinstance(exc, OSError)
                 install_runtime(None)
                 runtime.close()
                 args, source, runtime = start_process(step)
@@ -227,7 +247,8 @@ def test_every_second_an_episode_ran_is_counted_once(
                     backfills += 1
                     untrained |= sids
                     continue
-                untrained |= sids - failed - {s.session_id for s in group if any(s.loss_mask)}
+                # No token of it trains: a failed one's stand-in, a carried one masked whole.
+                untrained |= sids - {s.session_id for s in group if any(s.loss_mask)}
             source.save(step)  # rollout_manager.save, after Megatron's checkpoint
             (root / TRACKER).write_text(str(step))
             step += 1
@@ -253,20 +274,23 @@ def test_every_second_an_episode_ran_is_counted_once(
     pending = sum(o.seconds for _, o in contexts[-1].carry.episodes.values())
     ran = sum(s for _, s in ledger.finished.values()) + sum(s for _, s in ledger.stopped)
     counted = {reason: counter(reason) for reason in REASONS}
-    assert trained_seconds + sum(counted.values()) + pending == pytest.approx(ran), (
+    assert trained_seconds + sum(counted.values()) == pytest.approx(ran), (
         f"ran {ran:.3f} s; trained {trained_seconds:.3f}, {counted}, carried {pending:.3f}, "
-        f"{failures} failed step(s), {restarts} restart(s)"
+        f"{failures} failed step(s), {save_failures} failed save(s), {restarts} restart(s)"
     )
+
+    assert pending == 0  # the run's last step threw away what it held, and counted it
 
     # Per step: the length bias's figures.
     assert set(reports) == set(trained)
     for n, report in reports.items():
+        trains = [sid for sid in trained[n] if sid not in untrained]
         assert sorted(report.trained_seconds) == pytest.approx(
-            sorted(ledger.finished[sid][1] for sid in trained[n])
-        )
+            sorted(ledger.finished[sid][1] for sid in trains)
+        ), f"step {n}"
         ran_here = [s for at, s in ledger.finished.values() if at == n]
         stopped_here = [s for at, s in ledger.stopped if at == n]
-        carried_in = [ledger.finished[sid][1] for sid in trained[n] if ledger.finished[sid][0] != n]
+        carried_in = [ledger.finished[sid][1] for sid in trains if ledger.finished[sid][0] != n]
         assert sum(report.trained_seconds) + sum(report.other_seconds) == pytest.approx(
             sum(ran_here) + sum(carried_in)
         ), f"step {n}"
@@ -276,6 +300,7 @@ def test_every_second_an_episode_ran_is_counted_once(
         assert report.cut_seconds == pytest.approx(sum(stopped_here)), f"step {n}"
     # The workload exercises what is checked: failed steps, and cuts where allowed.
     assert failures > 0
+    assert save_failures > 0
     assert backfills > 0
     assert (sum(r.cut_seconds for r in reports.values()) > 0) == (policy != "wait")
     if policy == "carryOver":  # carried episodes trained (maxPolicyLag 1) or thrown away (0)

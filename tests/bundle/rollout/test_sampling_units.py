@@ -128,6 +128,44 @@ def test_a_carried_episode_that_expires_is_logged_once_with_its_session_id(
     assert "reason=carry_expired" in line
 
 
+def test_the_runs_last_step_throws_away_what_the_carry_store_holds(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """After the last step (slime's num_rollout - 1) no step reuses a carried episode: it is
+    counted as aborted and logged once, and not saved with the step's state. An earlier step
+    keeps it."""
+    from types import SimpleNamespace
+
+    from agentrl.bundle.rollout.driver import last_step
+
+    assert last_step(SimpleNamespace(num_rollout=8), 7)
+    assert not last_step(SimpleNamespace(num_rollout=8), 6)
+    assert not last_step(SimpleNamespace(), 7)  # unknown: not the last
+    plan = SamplingPlan(batch_size=1, in_flight=1, max_refill_rounds=0, policy="carryOver")
+    caplog.set_level("INFO", logger="agentrl.rollout")
+    for last in (False, True):
+        gateway = FakeGateway()
+        ctx = RolloutContext(gateway, StubAgent(gateway), asyncio.Semaphore(1))
+        ctx.carry.put(0, 7, {(7, 14): outcome("sid-left-over", seconds=5.0)})
+        _, report = asyncio.run(
+            fill_batch(
+                ctx,
+                DataSource(NoPrompts()),
+                plan,
+                spec=None,  # type: ignore[arg-type]
+                group_filter=None,
+                to_samples=list,
+                step=1,
+                last=last,
+            )
+        )
+        assert report.aborted_seconds == (5.0 if last else 0.0)
+        assert bool(ctx.carry.episodes) is not last
+        assert ctx.carry.cut_groups == {7: 0}  # the group is still waited for if it comes back
+    (line,) = [r.getMessage() for r in caplog.records if "sid-left-over" in r.getMessage()]
+    assert "reason=run_ended" in line
+
+
 def test_the_length_bias_compares_trained_with_everything_the_step_ran() -> None:
     report = StepReport(trained_seconds=[10.0, 10.0], other_seconds=[40.0], episodes_cut=1)
     report.cut_seconds = 30.0

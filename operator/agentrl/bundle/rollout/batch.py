@@ -45,6 +45,7 @@ CARRY_STALE = "carry_stale"  # kept for its cut group, older than maxPolicyLag w
 # reused, its stand-in would train as one of its group's outcomes.
 CARRY_FAILED = "carry_failed"
 STEP_FAILED = "step_failed"  # finished (or carried into) a train step that then failed
+RUN_ENDED = "run_ended"  # kept for its cut group, but the run's last train step has run
 
 
 @dataclass

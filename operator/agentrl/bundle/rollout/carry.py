@@ -50,6 +50,13 @@ class CarryStore:
             self.cut_groups.setdefault(group_index, cut_step)
         self.episodes.update(entries)
 
+    def drain(self) -> list[EpisodeOutcome]:
+        """Forget every kept episode (the run trains no step after this one); returns them.
+        The cut marks stay: they only make a group that comes back be waited for."""
+        dropped = [o for _, o in self.episodes.values()]
+        self.episodes = {}
+        return dropped
+
     def expire(self, step: int) -> list[EpisodeOutcome]:
         """Forget entries older than TTL_STEPS; returns the finished episodes dropped."""
         dropped = [o for k, (s, o) in self.episodes.items() if step - s >= TTL_STEPS]

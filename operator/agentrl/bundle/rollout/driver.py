@@ -30,9 +30,11 @@ from typing import Any
 
 from agentrl.api.runtime import RuntimeConfig
 from agentrl.bundle.rollout.batch import (
+    STEP_FAILED,
     RolloutContext,
     batch_stats,
     group_samples,
+    log_discarded,
     pass_at_k,
     run_groups,
 )
@@ -118,11 +120,16 @@ async def train_batch(
         group_filter=group_filter,
         to_samples=to_samples,
         step=rollout_id,
+        last=last_step(args, rollout_id),
     )
     await settle_engines(ctx, "Rollout", rollout_id)
     ctx.generated = rollout_id
     # Before slime trains and checkpoints this step: a checkpoint of it resumes from here.
-    await asyncio.to_thread(save_step, args, data_source, ctx.carry, rollout_id)
+    try:
+        await asyncio.to_thread(save_step, args, data_source, ctx.carry, rollout_id)
+    except BaseException:
+        discard_unsaved(ctx, report)
+        raise
     stats = batch_stats(outcomes)
     record_step(ctx, report)
     ctx.recorder.batch_finished(
@@ -170,6 +177,36 @@ async def train_batch(
     return types.train_output(samples=samples, metrics=metrics)
 
 
+def last_step(args: Any, rollout_id: int) -> bool:
+    """Whether slime trains no step after `rollout_id`: its train loops run rollout ids
+    `range(args.start_rollout_id, args.num_rollout)` (agentrl always renders --num-rollout,
+    from spec.grpo.numRollouts), so the last one is num_rollout - 1. Unknown (no
+    num_rollout) is not the last.
+    https://github.com/THUDM/slime/blob/624b824a898ab0ec1fcb4d373004c7f3852bf515/train.py"""
+    total = getattr(args, "num_rollout", None)
+    return isinstance(total, int) and rollout_id >= total - 1
+
+
+def discard_unsaved(ctx: RolloutContext, report: StepReport) -> None:
+    """The step's rollout state could not be saved: the step fails with it (slime's train.py
+    dies with the step, and a restart runs it again from the previous step's state), so
+    none of its batch trains, and its report is not recorded. Every finished episode it ran
+    is thrown away, as a step whose filter raised throws its own away
+    (`sampling._Step.discard_finished`): its time under `aborted`, each task outcome named
+    once. What it took from the carry store (reused, too old, expired, or thrown away as the
+    run's last step) is not counted: the previous step's state still holds it, and the step
+    run again counts it. Episodes cut while running counted themselves."""
+    for outcome in report.ran_episodes:
+        ctx.recorder.discarded("aborted", outcome.seconds)
+        if outcome.failure is None:  # a failed one was logged once, as it failed
+            log_discarded(
+                outcome,
+                STEP_FAILED,
+                "it finished in a train step whose rollout state could not be saved, so the "
+                "step failed and it trains nothing",
+            )
+
+
 def record_step(ctx: RolloutContext, report: StepReport) -> None:
     rec = ctx.recorder
     for outcome, n in (
@@ -183,6 +220,7 @@ def record_step(ctx: RolloutContext, report: StepReport) -> None:
         rec.groups(outcome, n)
     rec.discarded("filtered", report.filtered_seconds)
     rec.discarded("masked", report.masked_seconds)
+    rec.discarded("failed", report.failed_seconds)
     # Episodes cut while running count themselves (reason "cut", as they stop).
     rec.discarded("aborted", report.aborted_seconds)
     rec.step_shape(report.zero_variance_share, report.length_bias)

@@ -77,7 +77,7 @@ class Recorder:
 
     def discarded(self, reason: str, seconds: float) -> None:
         """Finished episode time that trains nothing (filtered or backfilled, in an aborted
-        group, or masked whole)."""
+        group, masked whole, or failed in a trained group)."""
         if seconds:
             self._inc("discarded_episode_seconds", (reason,), seconds)
 

@@ -57,6 +57,7 @@ from agentrl.bundle.rollout.batch import (
     CARRY_EXPIRED,
     CARRY_STALE,
     GROUP_ABORTED,
+    RUN_ENDED,
     STEP_FAILED,
     RolloutContext,
     Ticket,
@@ -140,6 +141,8 @@ class StepReport:
     episodes_cut: int = 0
     episodes_reused: int = 0
     drop_reasons: Counter[str] = field(default_factory=Counter)
+    # The durations of the batch's episodes of which a token trains (the length bias's
+    # "trained"): not backfills', failed ones' or those masked whole.
     trained_seconds: list[float] = field(default_factory=list)
     # Episode time that trains nothing: filtered groups', and backfills' (in the batch, every
     # loss mask 0), carried episodes included.
@@ -147,14 +150,21 @@ class StepReport:
     # Trained groups' episodes every token of which is masked (`offPolicyTokens: mask` over a
     # carried episode): their reward counts in the group, none of their tokens trains.
     masked_seconds: float = 0.0
+    # Trained groups' failed episodes: one stand-in slot whose loss mask is 0, so none of it
+    # trains (under `zeroReward` its stand-in 0 still counts in the group, as a masked one's
+    # reward does).
+    failed_seconds: float = 0.0
     # Finished episodes thrown away: of groups cut under `abort`, failed ones of groups cut
     # under `carryOver`, and carried ones too old to reuse (maxPolicyLag) or never handed
     # back (TTL_STEPS).
     aborted_seconds: float = 0.0
     cut_seconds: float = 0.0  # elapsed time of episodes cancelled while running
-    # Every other finished episode the step ran (not the carried ones it handed back or
-    # filtered: they count in the step that ran them).
+    # Every other finished episode the step ran (not the carried ones it handed back,
+    # filtered or trained nothing of: they count in the step that ran them).
     other_seconds: list[float] = field(default_factory=list)
+    # Every finished episode the step ran (not those carried into it): what a step that fails
+    # after its batch is assembled throws away (`driver.discard_unsaved`).
+    ran_episodes: list[EpisodeOutcome] = field(default_factory=list)
     # Token age (carried-over episodes): per trained episode, how many updates old it is.
     policy_lags: list[int] = field(default_factory=list)
     stale_restarted: int = 0  # carried episodes older than maxPolicyLag, run again
@@ -555,8 +565,12 @@ class _Step:
 
     def batch(self) -> list[list[EpisodeOutcome]]:
         trained = sorted(self.kept + self.backfilled + self.skipped, key=lambda r: r.order)
-        for run in trained:
-            self.report.trained_seconds += [o.seconds for o in run.done_outcomes()]
+        self.report.ran_episodes = [
+            o
+            for run in self.runs
+            for slot, o in enumerate(run.outcomes)
+            if o is not None and slot not in run.taken
+        ]
         for run in self.runs:
             if run not in trained and run not in self.cut_runs and run.finished:
                 self.report.other_seconds += run.ran_seconds()
@@ -587,42 +601,66 @@ class _Step:
                 # so its time, carried episodes' and failed ones' included, is thrown away
                 # like a filtered group's, not trained.
                 self.report.filtered_seconds += sum(o.seconds for o in done)
-                groups.append([self.untrained(self.settle_age(o, backfill=True)) for o in done])
-            else:
-                groups.append([self.settle_age(o) for o in done])
+                groups.append([self.untrained(self.settle_age(o, backfill=True)[0]) for o in done])
+                self.length_bias_untrained(r, range(len(done)))
+                continue
+            settled = [self.settle_age(o) for o in done]
+            groups.append([o for o, _ in settled])
+            for o, trains in settled:
+                if trains:
+                    self.report.trained_seconds.append(o.seconds)
+                elif o.failure is not None:
+                    # One stand-in slot, loss mask 0: none of it trains, whatever its
+                    # stand-in reward does for the group (`zeroReward`).
+                    self.report.failed_seconds += o.seconds
+            untrained = [i for i, (_, trains) in enumerate(settled) if not trains]
+            self.length_bias_untrained(r, untrained)
         return groups
+
+    def length_bias_untrained(self, run: GroupRun, slots: Sequence[int]) -> None:
+        """A trained group's episodes of which no token trains are no trained episodes for
+        the length bias: one the step ran counts among the others, a carried one not at all
+        (the step that ran it counted it)."""
+        for slot in slots:
+            outcome = run.outcomes[slot]
+            if outcome is not None and slot not in run.taken:
+                self.report.other_seconds.append(outcome.seconds)
 
     @staticmethod
     def untrained(outcome: EpisodeOutcome) -> EpisodeOutcome:
         """A backfill's episode: in the batch (slime counts its rollouts), no token trained."""
         return replace(outcome, samples=[masked(s) for s in outcome.samples])
 
-    def settle_age(self, outcome: EpisodeOutcome, *, backfill: bool = False) -> EpisodeOutcome:
+    def settle_age(
+        self, outcome: EpisodeOutcome, *, backfill: bool = False
+    ) -> tuple[EpisodeOutcome, bool]:
         """Count a trained episode's age and exclusion; under `offPolicyTokens: mask`, an
         episode sampled by an older policy comes back with every loss mask 0 (its reward
         still counts in its group; its logprobs stay as sampled) and its time counts as
-        masked, unless it is a backfill's, which counts as filtered."""
+        masked, unless it is a backfill's, which counts as filtered. With it, whether it
+        trains: not a failed one (its stand-in slot's loss mask is 0) nor one masked here."""
         report = self.report
         report.trained_episodes += 1
+        trains = outcome.failure is None
         if outcome.failure is not None and self.plan.exclude_failed:
             report.excluded[outcome.failure] += 1
         lag = max(0, self.step - outcome.policy_version)
         report.policy_lags.append(lag)
         if lag == 0:
-            return outcome
+            return outcome, trains
         tokens = sum(sum(s.loss_mask) for s in outcome.samples)
         if not tokens:
-            return outcome
+            return outcome, trains
         if not self.plan.mask_stale:
             report.stale_tokens_trained += tokens
-            return outcome
+            return outcome, trains
         report.stale_tokens_masked += tokens
         if not backfill:
             # No token of it trains: its time is no trained time, whatever its reward does
             # for its group's advantages (a partly masked episode, a turn whose logprobs were
             # unusable, still trains the rest and counts as trained).
             report.masked_seconds += outcome.seconds
-        return replace(outcome, samples=[masked(s) for s in outcome.samples])
+        return replace(outcome, samples=[masked(s) for s in outcome.samples]), False
 
 
 def renumbered(outcome: EpisodeOutcome, rollout_id: int) -> EpisodeOutcome:
@@ -661,8 +699,11 @@ async def fill_batch(
     group_filter: GroupFilter | None,
     to_samples: SampleConverter,
     step: int,
+    last: bool = False,
 ) -> tuple[list[list[EpisodeOutcome]], StepReport]:
-    """One train step's groups (at most `plan.batch_size`, in the order they were started)."""
+    """One train step's groups (at most `plan.batch_size`, in the order they were started).
+    `last`: slime trains no step after this one, so what the carry store still holds once
+    the batch is assembled never trains and is thrown away (counted, not saved)."""
     run = _Step(
         ctx, source, plan, spec=spec, group_filter=group_filter, to_samples=to_samples, step=step
     )
@@ -680,6 +721,19 @@ async def fill_batch(
             f"kept for its cut group, which slime's data source did not hand back within "
             f"{TTL_STEPS} steps",
         )
+    if last:
+        # Nothing comes after this step to reuse them: the finished episodes of the groups it
+        # cut, and of groups cut before and not handed back yet, train nothing. Counted here;
+        # left in the store, a run extended from this step's checkpoint would reuse (and
+        # count) them once more.
+        for outcome in ctx.carry.drain():
+            run.report.aborted_seconds += outcome.seconds
+            log_discarded(
+                outcome,
+                RUN_ENDED,
+                f"kept for its cut group, but step {step} is the run's last (slime's "
+                "--num-rollout), so it trains nothing",
+            )
     if len(groups) < plan.batch_size:
         log.warning(
             "Rollout %d: only %d of %d groups (slime's data source ran out of prompts)",
