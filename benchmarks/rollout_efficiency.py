@@ -262,11 +262,11 @@ def run_policy(grpo: dict[str, Any], sigma: float, steps: int, seed: int) -> Fig
                 figures.useful += useful
                 durations = [agent.duration[s.session_id] for s in group]
                 figures.trained_seconds += durations
-                # One sample per episode here; a failed one (signal.py) trains with its group.
+                # One sample per episode here. One with no trained token (masked whole, or a
+                # failed one's stand-in: the replay injects no failures) trains nothing, as the
+                # rollout's discarded time counts it.
                 masked = sum(
-                    d
-                    for d, s in zip(durations, group, strict=True)
-                    if not any(s.loss_mask) and not s.metadata.get("episode_error")
+                    d for d, s in zip(durations, group, strict=True) if not any(s.loss_mask)
                 )
                 figures.masked_seconds += masked
                 if not useful:
