@@ -376,3 +376,40 @@ async def test_a_stranger_s_session_id_cannot_write_a_log_line(
             assert resp.status == 404
     (line,) = gateway_lines(caplog)
     assert "\n" not in line and "session 'x\\ngateway: forged' not delivered" in line
+
+
+async def test_a_result_is_delivered_and_counted_when_the_agent_stops_waiting(
+    gateway: GatewayServer, admin: GatewayClient
+) -> None:
+    """The agent port cancels the handler of a client that went away, and with it the post
+    to the listener: a result already read was cut short on its way, uncounted, unlogged."""
+    received: list[bytes] = []
+    answered = asyncio.Event()
+
+    async def slow(request: web.Request) -> web.Response:
+        await asyncio.sleep(0.5)  # the agent's client gives up meanwhile
+        received.append(await request.read())
+        answered.set()
+        return web.json_response({"ok": True})
+
+    app = web.Application()
+    app.router.add_post(CALLBACK_PATH + "/{sid}", slow)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    try:
+        await admin.relay_callbacks_to(f"http://127.0.0.1:{port}")
+        await gateway.create_session(SID, {})
+        with pytest.raises(TimeoutError):
+            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=0.1)) as http:
+                await http.post(callback_url(gateway.url, SID), data=b'{"rewards": 1}')
+        await asyncio.wait_for(answered.wait(), 5)
+        for _ in range(50):  # the gateway counts once the listener's answer is in
+            if outcomes(gateway):
+                break
+            await asyncio.sleep(0.02)
+    finally:
+        await runner.cleanup()
+    assert received == [b'{"rewards": 1}']
+    assert outcomes(gateway) == {"delivered": 1}

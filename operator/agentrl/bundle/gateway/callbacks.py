@@ -23,13 +23,15 @@ once (a bad result) instead of letting it wait out `timeoutSeconds` holding its 
 Each callback is counted in `agentrl_gateway_callbacks_total{outcome}` (CALLBACK_OUTCOMES),
 and each one the listener did not take is logged once, with its session id and why (never
 its body or its token): a result lost on the way otherwise surfaced only as the episode's
-`timeout`, whose log line cannot say that the result came.
+`timeout`, whose log line cannot say that the result came. A callback read in full is
+delivered whether or not the agent waits for the answer.
     PUT  /admin/callbacks {"target": "http://host:port"}   (admin port, admin token)
                                                 -> 200 {"callback_base": <gateway URL>}
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
@@ -66,6 +68,7 @@ log = logging.getLogger("agentrl.gateway")
 
 RELAY_TIMEOUT_S = 30.0  # the listener answers at once: it only resolves a future
 RELAY_CONNECTIONS = 64
+CLOSE_WAIT_S = 5.0  # for deliveries in flight when the gateway stops
 _PASSED_ON = ("Authorization", "Content-Type")
 
 
@@ -145,6 +148,7 @@ class CallbackRelay:
         self.target: str | None = None
         self._http: aiohttp.ClientSession | None = None
         self._outcomes = {o: metrics.gateway_callbacks.labels(o) for o in CALLBACK_OUTCOMES}
+        self._deliveries: set[asyncio.Future[web.Response]] = set()  # kept till they end
 
     def add_routes(self, app: web.Application) -> None:
         """The agent-facing route (the gateway Service's port)."""
@@ -181,6 +185,17 @@ class CallbackRelay:
             return self._lost(CALLBACK_NO_LISTENER, sid, why, 503, message, retry=True)
         body = await _read_at_most(request, self._max_bytes)
         headers = {h: request.headers[h] for h in _PASSED_ON if h in request.headers}
+        # Read, it is delivered (and counted) even if the agent stops waiting for the answer:
+        # the agent port cancels the handler of a client that went away, which cut the post
+        # to the listener short, uncounted and unlogged.
+        delivery = asyncio.ensure_future(self._deliver(sid, body, headers))
+        self._deliveries.add(delivery)
+        delivery.add_done_callback(self._deliveries.discard)
+        return await asyncio.shield(delivery)
+
+    async def _deliver(self, sid: str, body: bytes | None, headers: dict[str, str]) -> web.Response:
+        """Pass a callback read in full (None: past the bound) to the listener; the agent's
+        answer."""
         if body is None:
             refused = f"over {self._max_bytes} bytes"
             headers[CALLBACK_REFUSED_HEADER] = refused
@@ -265,5 +280,7 @@ class CallbackRelay:
         return self._http
 
     async def close(self) -> None:
+        if self._deliveries:  # results on their way: a moment to arrive (each is logged)
+            await asyncio.wait(set(self._deliveries), timeout=CLOSE_WAIT_S)
         if self._http is not None:
             await self._http.close()
