@@ -376,7 +376,7 @@ class BundleMetrics:
                 self.gateway_requests.labels(api, code)
             self.gateway_request_seconds.labels(api)
         # Every outcome of a result callback: the first one lost (an unreachable listener)
-        # moves rate() and the alert on it.
+        # moves rate() and the dashboard's callback panel.
         for outcome in CALLBACK_OUTCOMES:
             self.gateway_callbacks.labels(outcome)
 

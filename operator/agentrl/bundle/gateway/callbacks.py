@@ -15,6 +15,8 @@ listener checks the session's callback token, so the relay holds no secret of it
                                                    registered, 502 when it cannot be reached
                                                    or answers 5xx (503 and 502 with
                                                    `Retry-After`: post again)
+    PUT  /admin/callbacks {"target": "http://host:port"}   (admin port, admin token)
+                                                -> 200 {"callback_base": <gateway URL>}
 
 A result refused for its size still reaches the rollout as news: an empty callback with the
 agent's `Authorization` and `CALLBACK_REFUSED_HEADER`, so the listener fails that episode at
@@ -25,8 +27,6 @@ and each one the listener did not take is logged once, with its session id and w
 its body or its token): a result lost on the way otherwise surfaced only as the episode's
 `timeout`, whose log line cannot say that the result came. A callback read in full is
 delivered whether or not the agent waits for the answer.
-    PUT  /admin/callbacks {"target": "http://host:port"}   (admin port, admin token)
-                                                -> 200 {"callback_base": <gateway URL>}
 """
 
 from __future__ import annotations
@@ -69,11 +69,9 @@ log = logging.getLogger("agentrl.gateway")
 RELAY_TIMEOUT_S = 30.0  # the listener answers at once: it only resolves a future
 RELAY_CONNECTIONS = 64
 CLOSE_WAIT_S = 5.0  # for deliveries in flight when the gateway stops
-_PASSED_ON = ("Authorization", "Content-Type")
-
-
 RETRY_AFTER_S = 1  # a 503 or 502 to an agent: its result is wanted, post it again
 LISTENER_MESSAGE_CHARS = 200  # of a listener's refusal, in the gateway's log line
+_PASSED_ON = ("Authorization", "Content-Type")
 
 
 def _error(status: int, message: str, retry: bool = False) -> web.Response:
