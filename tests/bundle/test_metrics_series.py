@@ -168,3 +168,16 @@ def test_every_status_the_gateway_answers_with_is_a_known_code() -> None:
     # Every code but 500 (the default for an error nobody raised as an ApiError) is one the
     # path really answers with, so the set holds no dead code either.
     assert set(GATEWAY_CODES) - set(found) <= {500}, set(GATEWAY_CODES) - set(found)
+
+
+def test_every_callback_outcome_is_exported_from_the_start() -> None:
+    """The gateway's first lost result callback (an unreachable listener) moves rate()."""
+    from agentrl.api.constants import CALLBACK_OUTCOMES
+
+    fresh = {
+        s.labels["outcome"]: s.value
+        for family in BundleMetrics().registry.collect()
+        for s in family.samples
+        if s.name == "agentrl_gateway_callbacks_total"
+    }
+    assert fresh == dict.fromkeys(CALLBACK_OUTCOMES, 0.0)

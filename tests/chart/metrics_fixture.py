@@ -83,6 +83,8 @@ def tick(bundle: BundleMetrics, operator: OperatorMetrics, n: int) -> None:
             bundle.gateway_request_seconds.labels(api).observe(s)
         bundle.gateway_requests.labels(api, "200").inc(len(seconds))
     bundle.gateway_requests.labels("openai", "500").inc()
+    bundle.gateway_callbacks.labels("delivered").inc(7)  # HTTP agents' results, one lost
+    bundle.gateway_callbacks.labels("unreachable").inc()
     bundle.generated_tokens.inc(5120)
     bundle.samples.inc(12)
     bundle.truncated_samples.inc(1)

@@ -44,6 +44,7 @@ REQUIRED_PANELS = {
     "Sessions in flight",
     "Gateway latency quantiles",
     "Generated tokens/s",
+    "Result callbacks by outcome",
     "Truncated samples",
     "Trace breaks by reason",
     "Experiments by phase",
@@ -171,6 +172,7 @@ def test_queries_name_only_exported_metrics() -> None:
         "agentrl_connection_pool_discarded_total",
         "agentrl_gateway_requests_total",
         "agentrl_gateway_request_seconds_bucket",
+        "agentrl_gateway_callbacks_total",
         "agentrl_generated_tokens_total",
         "agentrl_samples_total",
         "agentrl_trace_breaks_total",
@@ -690,6 +692,38 @@ def test_gateway_panels_draw_each_code_and_api_once_it_occurs(tmp_path: Path) ->
     cases = drawn_cases(exprs, drawn, "630s", check="({}) * 0 + 1")
     cases += drawn_cases({"requests": exprs["Gateway requests by code/A"]},
                          {"requests": codes}, "630s")  # fmt: skip
+    assert_over_series(tmp_path, series, cases)
+
+
+def test_callback_panel_draws_each_outcome_once_it_occurs(tmp_path: Path) -> None:
+    """An HTTP agent's results are delivered every minute and, at 10m, one finds the
+    rollout's listener unreachable: the gateway's own counting (every outcome at 0 from the
+    start) puts that lost result on the panel, and no 0 line for an outcome nobody had."""
+    from prometheus_client import generate_latest
+    from run_timeline import SCRAPE_S, fmt, read
+
+    from agentrl.api.constants import CALLBACK_DELIVERED, CALLBACK_UNREACHABLE
+    from agentrl.bundle.gateway.callbacks import CallbackRelay
+    from agentrl.bundle.gateway.session_store import SessionStore
+    from agentrl.bundle.metrics import BundleMetrics
+
+    metrics = BundleMetrics()
+    relay = CallbackRelay(SessionStore(), lambda: "http://gateway", metrics)
+    taken = []
+    for t in range(0, 900 + 1, SCRAPE_S):
+        if t >= 60 and t % 60 == 0:
+            relay._outcomes[CALLBACK_DELIVERED].inc()
+        if t == 600:
+            relay._lost(CALLBACK_UNREACHABLE, "s1", "no answer", 502, "try again", retry=True)
+        taken.append(read(generate_latest(metrics.registry).decode()))
+    names = sorted({name for series in taken for name in series})
+    series = [{"series": n, "values": " ".join(fmt(s.get(n)) for s in taken)} for n in names]
+    expr = dict(queries(dashboard()))["Result callbacks by outcome/A"]
+    demo = 'experiment="demo", namespace="rl"'
+    outcomes = [f'{demo}, outcome="{o}"' for o in (CALLBACK_DELIVERED, CALLBACK_UNREACHABLE)]
+    drawn = {"callbacks": expr}, {"callbacks": outcomes}, "630s"
+    # exactly those lines (one per outcome at 0 would show as 1 here), each above 0
+    cases = drawn_cases(*drawn, check="({}) * 0 + 1") + drawn_cases(*drawn)
     assert_over_series(tmp_path, series, cases)
 
 

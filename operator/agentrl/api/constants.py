@@ -184,6 +184,29 @@ CALLBACK_MAX_BYTES: Final = 16 * 1024 * 1024  # one result document
 # this header (and the agent's own token) on an empty callback, so the episode fails at once
 # as a bad result instead of waiting out its timeout.
 CALLBACK_REFUSED_HEADER: Final = "X-Agentrl-Result-Refused"
+# agentrl_gateway_callbacks_total{outcome}: what became of each result callback the gateway
+# received (docs/gateway.md). `delivered`: the rollout's listener took it (2xx); `refused`:
+# the listener answered 4xx (another token, not JSON, the episode no longer waiting); the
+# rest never reached a listener that could take it: `unknown_session` (no open gateway
+# session: a late result, or a wrong id), `too_large` (over CALLBACK_MAX_BYTES),
+# `no_listener` (no rollout registered yet), `unreachable` (no answer from the listener),
+# `listener_error` (the listener answered 5xx). Each exists at 0 from the start.
+CALLBACK_DELIVERED: Final = "delivered"
+CALLBACK_REFUSED: Final = "refused"
+CALLBACK_UNKNOWN_SESSION: Final = "unknown_session"
+CALLBACK_TOO_LARGE: Final = "too_large"
+CALLBACK_NO_LISTENER: Final = "no_listener"
+CALLBACK_UNREACHABLE: Final = "unreachable"
+CALLBACK_LISTENER_ERROR: Final = "listener_error"
+CALLBACK_OUTCOMES: Final = (
+    CALLBACK_DELIVERED,
+    CALLBACK_REFUSED,
+    CALLBACK_UNKNOWN_SESSION,
+    CALLBACK_TOO_LARGE,
+    CALLBACK_NO_LISTENER,
+    CALLBACK_UNREACHABLE,
+    CALLBACK_LISTENER_ERROR,
+)
 
 # Where things are mounted inside every Ray container.
 CONFIG_MOUNT_DIR: Final = "/etc/agentrl"

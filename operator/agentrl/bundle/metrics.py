@@ -16,6 +16,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from agentrl.api.constants import (
     ABORT_REASONS,
+    CALLBACK_OUTCOMES,
     DISCARD_REASONS,
     GATEWAY_APIS,
     GATEWAY_CODE_OTHER,
@@ -179,6 +180,14 @@ class BundleMetrics:
             "Gateway request latency, end to end.",
             ["api"],
             buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.gateway_callbacks = Counter(
+            PREFIX + "gateway_callbacks",
+            "HTTP agents' result callbacks the gateway received, by outcome: delivered to the "
+            "rollout's listener, refused by it, or not delivered (unknown_session, too_large, "
+            "no_listener, unreachable, listener_error).",
+            ["outcome"],
             registry=r,
         )
         self.generated_tokens = Counter(
@@ -368,6 +377,10 @@ class BundleMetrics:
             for code in (*map(str, GATEWAY_CODES), GATEWAY_CODE_OTHER):
                 self.gateway_requests.labels(api, code)
             self.gateway_request_seconds.labels(api)
+        # Every outcome of a result callback: the first one lost (an unreachable listener)
+        # moves rate() and the dashboard's callback panel.
+        for outcome in CALLBACK_OUTCOMES:
+            self.gateway_callbacks.labels(outcome)
 
 
 def gateway_code(status: int) -> str:

@@ -64,6 +64,10 @@ class Agent:
         if self.mode == "callback":
             task = asyncio.create_task(self.call_back(body["_rollout"]))
             self.tasks.add(task)
+        if self.mode == "wrong-token":  # posts its result with another token, twice
+            info = {**body["_rollout"], "callback_token": "not-the-callback-token"}
+            task = asyncio.create_task(self.call_back(info, status=401, times=2))
+            self.tasks.add(task)
         if self.mode == "quote-payload":  # fails, quoting its payload (a validation error)
             doc = {"status_code": 500, "stop_reason": f"bad payload {body}"[:250]}
             task = asyncio.create_task(self.call_back(body["_rollout"], doc))
@@ -78,16 +82,17 @@ class Agent:
             self.tasks.add(task)
         return web.json_response({"status": "accepted"}, status=202)
 
-    async def call_back(self, info: dict[str, Any], doc: Any = None) -> None:
-        async with (
-            aiohttp.ClientSession() as http,
-            http.post(
-                info["callback_url"],
-                json={"rewards": [0.0, 0.5]} if doc is None else doc,
-                headers={"Authorization": f"Bearer {info['callback_token']}"},
-            ) as resp,
-        ):
-            assert resp.status == 200
+    async def call_back(
+        self, info: dict[str, Any], doc: Any = None, status: int = 200, times: int = 1
+    ) -> None:
+        async with aiohttp.ClientSession() as http:
+            for _ in range(times):
+                async with http.post(
+                    info["callback_url"],
+                    json={"rewards": [0.0, 0.5]} if doc is None else doc,
+                    headers={"Authorization": f"Bearer {info['callback_token']}"},
+                ) as resp:
+                    assert resp.status == status
 
     async def status(self, request: web.Request) -> web.Response:
         if self.mode == "poll":
@@ -379,6 +384,25 @@ async def test_timeout_stops_the_agent_and_late_callbacks_are_refused(rig: Rig) 
         url = f"http://127.0.0.1:{rig.listener.port}/agentrl/callback/{REQUEST.session_id}"
         async with http.post(url, json={"rewards": 1}) as resp:
             assert resp.status == 404
+
+
+async def test_an_episode_whose_result_was_refused_for_its_token_says_so_at_its_end(
+    rig: Rig, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The agent posted its result with another token: refused (401), the episode waited
+    out its deadline, and its log said only `timeout`, nothing of the result that came."""
+    rig.agent.mode = "wrong-token"
+    with caplog.at_level(logging.WARNING, "agentrl.agents.http"), pytest.raises(TimeoutError):
+        async with asyncio.timeout(0.5):
+            await rig.backend.run(REQUEST)
+    await asyncio.gather(*rig.agent.tasks)
+    (line,) = [r.getMessage() for r in caplog.records if r.name == "agentrl.agents.http"]
+    assert line.startswith(
+        f"episode {REQUEST.session_id}: ended without a result, but 2 result callback(s) for "
+        "it came and were refused (HTTP 401)"
+    )
+    assert "not-the-callback-token" not in caplog.text
+    assert rig.listener.forget(REQUEST.session_id) == 0  # nothing kept for a finished episode
 
 
 async def test_callback_needs_the_episode_token(rig: Rig) -> None:

@@ -15,9 +15,11 @@ from typing import Any
 
 import aiohttp
 import pytest
+from aiohttp import web
 from tests.support.process import free_port
+from yarl import URL
 
-from agentrl.api.constants import CALLBACK_MAX_BYTES
+from agentrl.api.constants import CALLBACK_MAX_BYTES, CALLBACK_OUTCOMES, CALLBACK_PATH
 from agentrl.bundle.agents.base import AgentError
 from agentrl.bundle.agents.http import CallbackListener
 from agentrl.bundle.gateway import GatewayClient, GatewayServer
@@ -117,9 +119,10 @@ async def test_an_unreachable_rollout_is_a_502_logged_without_the_token(
     with caplog.at_level(logging.WARNING, "agentrl.gateway"):
         status, body = await post(gateway, SID, b"{}", "secret-callback-token")
     assert status == 502 and "unreachable" in body["error"]
-    assert f"result callback of session {SID} not delivered to the rollout at {gone}" in (
-        caplog.text
-    )
+    assert (
+        f"result callback of session {SID} not delivered (unreachable): the rollout's "
+        f"listener at {gone} did not answer"
+    ) in caplog.text
     assert "secret-callback-token" not in caplog.text
 
 
@@ -227,3 +230,186 @@ async def test_the_first_result_counts_and_later_ones_change_nothing(
     await gateway.close_session(SID)
     assert (await post(gateway, SID, b'{"rewards": 0}', token))[0] == 404
     assert fut.result() == {"rewards": 1}
+
+
+def gateway_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "agentrl.gateway"]
+
+
+def outcomes(gateway: GatewayServer) -> dict[str, float]:
+    """`agentrl_gateway_callbacks_total` by outcome, the ones that moved."""
+    value = gateway.metrics.registry.get_sample_value
+    counts = {
+        o: value("agentrl_gateway_callbacks_total", {"outcome": o}) for o in CALLBACK_OUTCOMES
+    }
+    return {o: n for o, n in counts.items() if n}
+
+
+@pytest.fixture
+async def failing_listener() -> AsyncIterator[str]:
+    """A listener that fails every callback as aiohttp does on an exception (500, text)."""
+
+    async def handle(_: web.Request) -> web.Response:
+        raise RuntimeError("listener bug")
+
+    app = web.Application()
+    app.router.add_post(CALLBACK_PATH + "/{sid}", handle)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    yield f"http://127.0.0.1:{port}"
+    await runner.cleanup()
+
+
+async def post_answer(gateway: GatewayServer, sid: str, body: bytes, token: str) -> Any:
+    """The gateway's whole answer to an agent's callback: (status, Retry-After, JSON)."""
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    async with (
+        aiohttp.ClientSession() as http,
+        http.post(
+            callback_url(f"http://127.0.0.1:{gateway.port}", sid), data=body, headers=headers
+        ) as resp,
+    ):
+        return resp.status, resp.headers.get("Retry-After"), await resp.json(content_type=None)
+
+
+async def test_every_callback_is_counted_by_outcome_and_each_lost_one_logged_once(
+    gateway: GatewayServer,
+    admin: GatewayClient,
+    listener: CallbackListener,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A callback the gateway did not deliver was, for a 404, a 503 or a 413 whose news was
+    lost, neither counted nor logged: the episode failed later as `timeout`, and nothing
+    said that its result had come. Each is now counted by outcome (every series from 0) and
+    logged once with its session id and why, never with the body or the token."""
+    assert outcomes(gateway) == {}
+    secret = "secret-callback-token"
+    with caplog.at_level(logging.WARNING, "agentrl.gateway"):
+        await gateway.create_session(SID, {})
+        assert (await post_answer(gateway, SID, b"{}", secret))[:2] == (503, "1")
+        await admin.relay_callbacks_to(listener.url)
+        token, _ = listener.expect(SID)
+        assert (await post(gateway, SID, b'{"rewards": 1, "trace": "private"}', secret))[0] == 401
+        assert (await post(gateway, SID, b'{"rewards": 1}', token))[0] == 200
+        listener.forget(SID)
+        await gateway.close_session(SID)
+        assert (await post(gateway, SID, b'{"rewards": 1}', token))[0] == 404
+        assert (await post(gateway, "never-opened", b"{}", token))[0] == 404
+    assert outcomes(gateway) == {
+        "no_listener": 1,
+        "refused": 1,
+        "delivered": 1,
+        "unknown_session": 2,
+    }
+    lines = gateway_lines(caplog)
+    assert len(lines) == 4  # one per callback not taken; none for the delivered one
+    no_listener, refused, closed, unknown = lines
+    assert f"session {SID} not delivered (no_listener): no rollout has registered" in no_listener
+    assert f"session {SID} refused by the rollout's listener: HTTP 401: 'bad callback token'" in (
+        refused
+    )
+    assert f"session {SID} not delivered (unknown_session): its session is closed" in closed
+    assert "session never-opened not delivered (unknown_session): no session has that id" in (
+        unknown
+    )
+    for secret_part in (secret, token, "private"):
+        assert secret_part not in caplog.text
+
+
+async def test_a_failing_listener_is_a_502_the_agent_is_told_to_retry(
+    gateway: GatewayServer,
+    admin: GatewayClient,
+    failing_listener: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The listener's 500 went back to the agent as it was, uncounted and unlogged, and an
+    agent reads a 500 as its result being at fault: it is now a 502 with `Retry-After`."""
+    await admin.relay_callbacks_to(failing_listener)
+    await gateway.create_session(SID, {})
+    with caplog.at_level(logging.WARNING, "agentrl.gateway"):
+        status, retry, body = await post_answer(gateway, SID, b'{"rewards": 1}', "t")
+    assert (status, retry) == (502, "1")
+    assert body == {"error": "the rollout's result listener failed (HTTP 500); try again"}
+    assert outcomes(gateway) == {"listener_error": 1}
+    assert gateway_lines(caplog) == [
+        f"gateway: result callback of session {SID} not delivered (listener_error): the "
+        f"rollout's listener at {failing_listener} answered HTTP 500; the agent is told to "
+        "try again"
+    ]
+
+
+async def test_an_unreachable_listener_is_counted_and_the_agent_told_when_to_retry(
+    gateway: GatewayServer, admin: GatewayClient
+) -> None:
+    await admin.relay_callbacks_to(f"http://127.0.0.1:{free_port()}")
+    await gateway.create_session(SID, {})
+    status, retry, _ = await post_answer(gateway, SID, b"{}", "t")
+    assert (status, retry) == (502, "1")
+    assert outcomes(gateway) == {"unreachable": 1}
+
+
+async def test_an_oversized_result_whose_news_is_lost_says_so(
+    gateway: GatewayServer, admin: GatewayClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The 413's news to the rollout failed without a word (`contextlib.suppress`): the
+    episode waited out its timeout and nobody could tell why."""
+    gone = f"http://127.0.0.1:{free_port()}"
+    await admin.relay_callbacks_to(gone)
+    await gateway.create_session(SID, {})
+    too_big = b'{"x": "' + b"x" * CALLBACK_MAX_BYTES + b'"}'
+    with caplog.at_level(logging.WARNING, "agentrl.gateway"):
+        assert (await post(gateway, SID, too_big, "t"))[0] == 413
+    assert outcomes(gateway) == {"too_large": 1}
+    (line,) = gateway_lines(caplog)
+    assert f"session {SID} not delivered (too_large): the result document is over " in line
+    assert "the rollout could not be told (ClientConnectorError" in line
+
+
+async def test_a_stranger_s_session_id_cannot_write_a_log_line(
+    gateway: GatewayServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    url = URL(f"http://127.0.0.1:{gateway.port}{CALLBACK_PATH}/x%0Agateway:%20forged", encoded=True)
+    with caplog.at_level(logging.WARNING, "agentrl.gateway"):
+        async with aiohttp.ClientSession() as http, http.post(url, data=b"{}") as resp:
+            assert resp.status == 404
+    (line,) = gateway_lines(caplog)
+    assert "\n" not in line and "session 'x\\ngateway: forged' not delivered" in line
+
+
+async def test_a_result_is_delivered_and_counted_when_the_agent_stops_waiting(
+    gateway: GatewayServer, admin: GatewayClient
+) -> None:
+    """The agent port cancels the handler of a client that went away, and with it the post
+    to the listener: a result already read was cut short on its way, uncounted, unlogged."""
+    received: list[bytes] = []
+    answered = asyncio.Event()
+
+    async def slow(request: web.Request) -> web.Response:
+        await asyncio.sleep(0.5)  # the agent's client gives up meanwhile
+        received.append(await request.read())
+        answered.set()
+        return web.json_response({"ok": True})
+
+    app = web.Application()
+    app.router.add_post(CALLBACK_PATH + "/{sid}", slow)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    try:
+        await admin.relay_callbacks_to(f"http://127.0.0.1:{port}")
+        await gateway.create_session(SID, {})
+        with pytest.raises(TimeoutError):
+            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=0.1)) as http:
+                await http.post(callback_url(gateway.url, SID), data=b'{"rewards": 1}')
+        await asyncio.wait_for(answered.wait(), 5)
+        for _ in range(50):  # the gateway counts once the listener's answer is in
+            if outcomes(gateway):
+                break
+            await asyncio.sleep(0.02)
+    finally:
+        await runner.cleanup()
+    assert received == [b'{"rewards": 1}']
+    assert outcomes(gateway) == {"delivered": 1}

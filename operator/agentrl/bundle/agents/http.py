@@ -136,6 +136,9 @@ class CallbackListener:
     def __init__(self, host: str, port: int, advertise_host: str) -> None:
         self._host, self._port, self._advertise = host, port, advertise_host
         self._waiters: dict[str, tuple[str, asyncio.Future[Any]]] = {}
+        # Callbacks refused for another token, by waiting episode: the episode goes on
+        # waiting (a stranger must not end it), so its end says that a result came.
+        self._wrong_token: dict[str, int] = {}
         self._runner: web.AppRunner | None = None
         self.port = port
 
@@ -162,16 +165,20 @@ class CallbackListener:
         self._waiters[sid] = (token, fut)
         return token, fut
 
-    def forget(self, sid: str) -> None:
+    def forget(self, sid: str) -> int:
+        """Stop listening for `sid`; how many of its callbacks were refused for their token."""
         self._waiters.pop(sid, None)
+        return self._wrong_token.pop(sid, 0)
 
     async def _handle(self, request: web.Request) -> web.Response:
-        entry = self._waiters.get(request.match_info["sid"])
+        sid = request.match_info["sid"]
+        entry = self._waiters.get(sid)
         auth = request.headers.get("Authorization", "")
         if entry is None:
             return web.json_response({"error": "unknown or finished session"}, status=404)
         token, fut = entry
         if not secret_matches(auth, f"Bearer {token}"):
+            self._wrong_token[sid] = self._wrong_token.get(sid, 0) + 1
             return web.json_response({"error": "bad callback token"}, status=401)
         # A result that cannot be taken fails its episode at once as `bad_result`, not as a
         # `timeout` after timeoutSeconds with the episode's slot held: the agent, told 4xx,
@@ -265,8 +272,20 @@ class HttpAgentBackend:
             exc.args = (redact_values(str(exc), token),)
             raise
         finally:
-            self._listener.forget(sid)
+            wrong_token = self._listener.forget(sid)
             if not finished:
+                if wrong_token:
+                    # Else the episode's end (a `timeout`, most often) is all the log says,
+                    # and nothing that the agent did post its result.
+                    log.warning(
+                        "episode %s: ended without a result, but %d result callback(s) for "
+                        "it came and were refused (HTTP 401): not posted with "
+                        "`Authorization: Bearer <_rollout.callback_token>`; the agent must "
+                        "post its result with the episode's callback_token (not the gateway "
+                        "session's api_key)",
+                        sid,
+                        wrong_token,
+                    )
                 await asyncio.shield(self.stop(sid))
 
     async def _submit(self, payload: Mapping[str, Any]) -> None:

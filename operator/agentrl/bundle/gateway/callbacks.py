@@ -13,16 +13,25 @@ listener checks the session's callback token, so the relay holds no secret of it
                                                    that is not open, 413 past
                                                    CALLBACK_MAX_BYTES, 503 before the rollout
                                                    registered, 502 when it cannot be reached
+                                                   or answers 5xx (503 and 502 with
+                                                   `Retry-After`: post again)
+    PUT  /admin/callbacks {"target": "http://host:port"}   (admin port, admin token)
+                                                -> 200 {"callback_base": <gateway URL>}
 
 A result refused for its size still reaches the rollout as news: an empty callback with the
 agent's `Authorization` and `CALLBACK_REFUSED_HEADER`, so the listener fails that episode at
 once (a bad result) instead of letting it wait out `timeoutSeconds` holding its slot.
-    PUT  /admin/callbacks {"target": "http://host:port"}   (admin port, admin token)
-                                                -> 200 {"callback_base": <gateway URL>}
+
+Each callback is counted in `agentrl_gateway_callbacks_total{outcome}` (CALLBACK_OUTCOMES),
+and each one the listener did not take is logged once, with its session id and why (never
+its body or its token): a result lost on the way otherwise surfaced only as the episode's
+`timeout`, whose log line cannot say that the result came. A callback read in full is
+delivered whether or not the agent waits for the answer.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
@@ -33,21 +42,63 @@ import orjson
 from aiohttp import web
 from yarl import URL
 
-from agentrl.api.constants import CALLBACK_MAX_BYTES, CALLBACK_PATH, CALLBACK_REFUSED_HEADER
-from agentrl.bundle.gateway.session_store import SessionClosed, SessionStore, UnknownSession
+from agentrl.api.constants import (
+    CALLBACK_DELIVERED,
+    CALLBACK_LISTENER_ERROR,
+    CALLBACK_MAX_BYTES,
+    CALLBACK_NO_LISTENER,
+    CALLBACK_OUTCOMES,
+    CALLBACK_PATH,
+    CALLBACK_REFUSED,
+    CALLBACK_REFUSED_HEADER,
+    CALLBACK_TOO_LARGE,
+    CALLBACK_UNKNOWN_SESSION,
+    CALLBACK_UNREACHABLE,
+)
+from agentrl.bundle.gateway.session_store import (
+    SESSION_ID,
+    SessionClosed,
+    SessionStore,
+    UnknownSession,
+)
+from agentrl.bundle.metrics import BundleMetrics
 from agentrl.bundle.redact import describe_error
 
 log = logging.getLogger("agentrl.gateway")
 
 RELAY_TIMEOUT_S = 30.0  # the listener answers at once: it only resolves a future
 RELAY_CONNECTIONS = 64
+CLOSE_WAIT_S = 5.0  # for deliveries in flight when the gateway stops
+RETRY_AFTER_S = 1  # a 503 or 502 to an agent: its result is wanted, post it again
+LISTENER_MESSAGE_CHARS = 200  # of a listener's refusal, in the gateway's log line
 _PASSED_ON = ("Authorization", "Content-Type")
 
 
-def _error(status: int, message: str) -> web.Response:
+def _error(status: int, message: str, retry: bool = False) -> web.Response:
     return web.Response(
-        body=orjson.dumps({"error": message}), status=status, content_type="application/json"
+        body=orjson.dumps({"error": message}),
+        status=status,
+        content_type="application/json",
+        headers={"Retry-After": str(RETRY_AFTER_S)} if retry else None,
     )
+
+
+def _shown(sid: str) -> str:
+    """The session id for a log line: as is when it is one the gateway could have issued,
+    else quoted, so that a stranger's path cannot write a line of its own into the log."""
+    return sid if SESSION_ID.fullmatch(sid) else repr(sid[:130])
+
+
+def _said(answer: Any) -> str:
+    """What a listener's refusal says (its `{"error": ...}`), for the log; never the body of
+    anything else."""
+    if not isinstance(answer, bytes):
+        return ""
+    with contextlib.suppress(orjson.JSONDecodeError):
+        doc = orjson.loads(answer)
+        if isinstance(doc, dict) and isinstance(doc.get("error"), str):
+            return f": {doc['error'][:LISTENER_MESSAGE_CHARS]!r}"
+    return ""
 
 
 async def _read_at_most(request: web.Request, limit: int) -> bytes | None:
@@ -83,13 +134,19 @@ class CallbackRelay:
     """Receives callbacks on the agent port and passes them to the registered listener."""
 
     def __init__(
-        self, store: SessionStore, agent_url: Callable[[], str], max_bytes: int = CALLBACK_MAX_BYTES
+        self,
+        store: SessionStore,
+        agent_url: Callable[[], str],
+        metrics: BundleMetrics,
+        max_bytes: int = CALLBACK_MAX_BYTES,
     ) -> None:
         self._store = store
         self._agent_url = agent_url  # the gateway's URL as agents reach it
         self._max_bytes = max_bytes
         self.target: str | None = None
         self._http: aiohttp.ClientSession | None = None
+        self._outcomes = {o: metrics.gateway_callbacks.labels(o) for o in CALLBACK_OUTCOMES}
+        self._deliveries: set[asyncio.Future[web.Response]] = set()  # kept till they end
 
     def add_routes(self, app: web.Application) -> None:
         """The agent-facing route (the gateway Service's port)."""
@@ -110,30 +167,98 @@ class CallbackRelay:
         sid = request.match_info["sid"]
         try:
             self._store.get(sid)
-        except (UnknownSession, SessionClosed):
-            return _error(404, "unknown or finished session")
+        except SessionClosed:
+            why = "its session is closed (the episode ended: its result came, or it failed)"
+            return self._lost(
+                CALLBACK_UNKNOWN_SESSION, sid, why, 404, "unknown or finished session"
+            )
+        except UnknownSession:
+            why = "no session has that id (an id this gateway never opened)"
+            return self._lost(
+                CALLBACK_UNKNOWN_SESSION, sid, why, 404, "unknown or finished session"
+            )
         if self.target is None:
-            return _error(503, "no rollout is receiving results yet; try again")
+            why = "no rollout has registered a result listener yet; the agent is told to try again"
+            message = "no rollout is receiving results yet; try again"
+            return self._lost(CALLBACK_NO_LISTENER, sid, why, 503, message, retry=True)
         body = await _read_at_most(request, self._max_bytes)
         headers = {h: request.headers[h] for h in _PASSED_ON if h in request.headers}
+        # Read, it is delivered (and counted) even if the agent stops waiting for the answer:
+        # the agent port cancels the handler of a client that went away, which cut the post
+        # to the listener short, uncounted and unlogged.
+        delivery = asyncio.ensure_future(self._deliver(sid, body, headers))
+        self._deliveries.add(delivery)
+        delivery.add_done_callback(self._deliveries.discard)
+        return await asyncio.shield(delivery)
+
+    async def _deliver(self, sid: str, body: bytes | None, headers: dict[str, str]) -> web.Response:
+        """Pass a callback read in full (None: past the bound) to the listener; the agent's
+        answer."""
         if body is None:
             refused = f"over {self._max_bytes} bytes"
             headers[CALLBACK_REFUSED_HEADER] = refused
-            with contextlib.suppress(aiohttp.ClientError, TimeoutError):
-                await self._pass_on(sid, b"", headers)  # news only: the agent's answer is 413
-            return _error(413, f"result document {refused}")
+            try:  # news only: the agent's answer is 413
+                told = await self._pass_on(sid, b"", headers)
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                news = f"the rollout could not be told ({describe_error(exc)})"
+            else:
+                news = f"the rollout was told (its listener answered HTTP {told.status})"
+            why = f"the result document is {refused}; {news}"
+            return self._lost(CALLBACK_TOO_LARGE, sid, why, 413, f"result document {refused}")
         try:
-            return await self._pass_on(sid, body, headers)
+            resp = await self._pass_on(sid, body, headers)
         except (aiohttp.ClientError, TimeoutError) as exc:
             # Never the repr: it would list the request headers (the callback token).
-            log.warning(
-                "gateway: result callback of session %s not delivered to the rollout at %s: "
-                "%s; the rollout falls back to polling the agent",
-                sid,
-                self.target,
-                describe_error(exc),
+            why = (
+                f"the rollout's listener at {self.target} did not answer ({describe_error(exc)}); "
+                "the agent is told to try again, and the rollout polls the agent meanwhile"
             )
-            return _error(502, "the rollout's result listener is unreachable; try again")
+            message = "the rollout's result listener is unreachable; try again"
+            return self._lost(CALLBACK_UNREACHABLE, sid, why, 502, message, retry=True)
+        if resp.status >= 500:
+            # The listener's own failure, not the agent's: a 502 that says to post again,
+            # rather than a 500 the agent may take for its result being bad.
+            why = (
+                f"the rollout's listener at {self.target} answered HTTP {resp.status}"
+                f"{_said(resp.body)}; the agent is told to try again"
+            )
+            message = f"the rollout's result listener failed (HTTP {resp.status}); try again"
+            return self._lost(CALLBACK_LISTENER_ERROR, sid, why, 502, message, retry=True)
+        if resp.status >= 300:
+            # Relayed as it is: the listener's word (another episode's token, not JSON, the
+            # episode no longer waiting) is the agent's to read.
+            self._outcomes[CALLBACK_REFUSED].inc()
+            log.warning(
+                "gateway: result callback of session %s refused by the rollout's listener: "
+                "HTTP %d%s",
+                _shown(sid),
+                resp.status,
+                _said(resp.body),
+            )
+            return resp
+        self._outcomes[CALLBACK_DELIVERED].inc()
+        return resp
+
+    def _lost(
+        self,
+        outcome: str,
+        sid: str,
+        why: str,
+        status: int,
+        message: str,
+        *,
+        retry: bool = False,
+    ) -> web.Response:
+        """A callback no listener took: counted, logged once (session id and why), and the
+        agent's answer."""
+        self._outcomes[outcome].inc()
+        log.warning(
+            "gateway: result callback of session %s not delivered (%s): %s",
+            _shown(sid),
+            outcome,
+            why,
+        )
+        return _error(status, message, retry)
 
     async def _pass_on(self, sid: str, body: bytes, headers: dict[str, str]) -> web.Response:
         """Post to the registered listener; its answer, for the agent."""
@@ -153,5 +278,7 @@ class CallbackRelay:
         return self._http
 
     async def close(self) -> None:
+        if self._deliveries:  # results on their way: a moment to arrive (each is logged)
+            await asyncio.wait(set(self._deliveries), timeout=CLOSE_WAIT_S)
         if self._http is not None:
             await self._http.close()

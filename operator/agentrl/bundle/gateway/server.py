@@ -48,7 +48,7 @@ class GatewayServer:
         self.settings = settings
         self.metrics = metrics
         self.store = SessionStore()
-        self.callbacks = CallbackRelay(self.store, lambda: self.url)
+        self.callbacks = CallbackRelay(self.store, lambda: self.url, metrics)
         self._runners: list[web.AppRunner] = []
         self._http: aiohttp.ClientSession | None = None
         self._engine: EngineClient | None = None
