@@ -233,7 +233,9 @@ async def test_the_first_result_counts_and_later_ones_change_nothing(
 
 
 def gateway_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.name == "agentrl.gateway"]
+    """The gateway's lines about result callbacks (at whatever level caplog captured)."""
+    lines = [r.getMessage() for r in caplog.records if r.name == "agentrl.gateway"]
+    return [line for line in lines if "result callback of session" in line]
 
 
 def outcomes(gateway: GatewayServer) -> dict[str, float]:
@@ -286,7 +288,7 @@ async def test_every_callback_is_counted_by_outcome_and_each_lost_one_logged_onc
     logged once with its session id and why, never with the body or the token."""
     assert outcomes(gateway) == {}
     secret = "secret-callback-token"
-    with caplog.at_level(logging.WARNING, "agentrl.gateway"):
+    with caplog.at_level(logging.DEBUG, "agentrl.gateway"):
         await gateway.create_session(SID, {})
         assert (await post_answer(gateway, SID, b"{}", secret))[:2] == (503, "1")
         await admin.relay_callbacks_to(listener.url)
@@ -304,7 +306,10 @@ async def test_every_callback_is_counted_by_outcome_and_each_lost_one_logged_onc
         "unknown_session": 2,
     }
     lines = gateway_lines(caplog)
-    assert len(lines) == 4  # one per callback not taken; none for the delivered one
+    # One per callback not taken, none for the delivered one; an id the gateway never opened
+    # is no episode's, and anyone reaching a public gateway can post to one: debug level.
+    assert len(lines) == 4
+    assert [r.levelname for r in caplog.records if "never-opened" in r.getMessage()] == ["DEBUG"]
     no_listener, refused, closed, unknown = lines
     assert f"session {SID} not delivered (no_listener): no rollout has registered" in no_listener
     assert f"session {SID} refused by the rollout's listener: HTTP 401: 'bad callback token'" in (
@@ -371,7 +376,7 @@ async def test_a_stranger_s_session_id_cannot_write_a_log_line(
     gateway: GatewayServer, caplog: pytest.LogCaptureFixture
 ) -> None:
     url = URL(f"http://127.0.0.1:{gateway.port}{CALLBACK_PATH}/x%0Agateway:%20forged", encoded=True)
-    with caplog.at_level(logging.WARNING, "agentrl.gateway"):
+    with caplog.at_level(logging.DEBUG, "agentrl.gateway"):
         async with aiohttp.ClientSession() as http, http.post(url, data=b"{}") as resp:
             assert resp.status == 404
     (line,) = gateway_lines(caplog)

@@ -173,10 +173,13 @@ class CallbackRelay:
                 CALLBACK_UNKNOWN_SESSION, sid, why, 404, "unknown or finished session"
             )
         except UnknownSession:
+            # No episode of ours: anyone who reaches a public gateway can post to made-up
+            # ids, so this is counted and logged at debug level, never a warning per post.
             why = "no session has that id (an id this gateway never opened)"
             return self._lost(
-                CALLBACK_UNKNOWN_SESSION, sid, why, 404, "unknown or finished session"
-            )
+                CALLBACK_UNKNOWN_SESSION, sid, why, 404, "unknown or finished session",
+                level=logging.DEBUG,
+            )  # fmt: skip
         if self.target is None:
             why = "no rollout has registered a result listener yet; the agent is told to try again"
             message = "no rollout is receiving results yet; try again"
@@ -248,11 +251,13 @@ class CallbackRelay:
         message: str,
         *,
         retry: bool = False,
+        level: int = logging.WARNING,
     ) -> web.Response:
         """A callback no listener took: counted, logged once (session id and why), and the
         agent's answer."""
         self._outcomes[outcome].inc()
-        log.warning(
+        log.log(
+            level,
             "gateway: result callback of session %s not delivered (%s): %s",
             _shown(sid),
             outcome,
