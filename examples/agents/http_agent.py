@@ -7,8 +7,9 @@ It speaks the HTTP agent contract of docs/agents.md:
   (OpenAI chat completions; the gateway records every token it samples), passing
   `_rollout.sampling_params` on unchanged;
 - when it is done, it posts its result document (`{"rewards": <number>}`, or `{"error": ..}`)
-  to `_rollout.callback_url` with `Authorization: Bearer <callback_token>`; if that fails it
-  keeps the result, and `GET /v1/episodes/<session id>` hands it out (agentrl's backstop);
+  to `_rollout.callback_url` with `Authorization: Bearer <callback_token>` (again when the
+  gateway answers 502 or 503 with `Retry-After`); if that fails it keeps the result, and
+  `GET /v1/episodes/<session id>` hands it out (agentrl's backstop);
 - `DELETE /v1/episodes/<session id>` stops an episode.
 
 The task is the web-task rows of examples/data/web-*.jsonl (`goal`, `start_url`,
@@ -64,6 +65,10 @@ TOOLS = [
 ]
 MODEL_TIMEOUT_S = 300.0
 KEEP_RESULTS_S = 3600.0  # how long an undelivered result waits for agentrl's poll
+# The gateway answers a callback it could not deliver yet (no rollout listening, or the
+# listener failing) with 502/503 and `Retry-After`: its way of saying "post again".
+CALLBACK_ATTEMPTS = 3
+MAX_RETRY_AFTER_S = 10
 
 
 class Browser:
@@ -205,16 +210,28 @@ class Agent:
             asyncio.get_running_loop().call_later(KEEP_RESULTS_S, self.results.pop, sid, None)
 
     async def call_back(self, rollout: dict[str, Any], result: dict[str, Any]) -> bool:
+        """Post the result; again after a 502 or 503 with `Retry-After` (at most
+        CALLBACK_ATTEMPTS posts). False: it waits for agentrl's status poll."""
         assert self.http is not None
+        url = rollout["callback_url"]
         headers = {"Authorization": f"Bearer {rollout['callback_token']}"}
-        try:
-            async with self.http.post(rollout["callback_url"], json=result,
-                                      headers=headers) as resp:  # fmt: skip
-                return resp.status == 200
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            log.warning("callback to %s failed (%s); the result waits for agentrl's poll",
-                        rollout["callback_url"], exc)  # fmt: skip
-            return False
+        for attempt in range(1, CALLBACK_ATTEMPTS + 1):
+            try:
+                async with self.http.post(url, json=result, headers=headers) as resp:
+                    if resp.status == 200:
+                        return True
+                    wait = resp.headers.get("Retry-After", "")
+                    again = resp.status in (502, 503) and wait.isdigit()
+                    if not again or attempt == CALLBACK_ATTEMPTS:
+                        log.warning("callback to %s answered HTTP %d; the result waits for "
+                                    "agentrl's poll", url, resp.status)  # fmt: skip
+                        return False
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                log.warning("callback to %s failed (%s); the result waits for agentrl's poll",
+                            url, exc)  # fmt: skip
+                return False
+            await asyncio.sleep(min(int(wait), MAX_RETRY_AFTER_S))
+        return False
 
     async def status(self, request: web.Request) -> web.Response:
         sid = request.match_info["sid"]
