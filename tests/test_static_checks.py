@@ -17,12 +17,14 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
-PYTHON_TREES = ["operator", "tests", "benchmarks"]
+# The examples too: users copy them, so they are held to the code's standard.
+PYTHON_TREES = ["operator", "tests", "benchmarks", "examples"]
 
 CHECKS = {
     "ruff check": ["ruff", "check", *PYTHON_TREES],
     "ruff format": ["ruff", "format", "--check", *PYTHON_TREES],
     "mypy": ["mypy"],
+    "mypy examples": ["mypy", "--strict", "examples/agents"],
     "import-linter": ["lint-imports"],
     "hadolint": [
         "hadolint",
