@@ -89,6 +89,16 @@ async def test_a_clean_rehearsal_reports_every_episode_and_exits_0(
     assert "4 episode(s) outgrew the response budget (64 tokens" in " ".join(report["notes"])
     assert "the engine serves 'stub', the spec names 'Qwen/Qwen3-8B'" in " ".join(report["notes"])
     assert report["network"]["results_via"] == {"callback": 4}
+    # What the pods hand agents instead (no publicUrl: the in-cluster Service), not tried here.
+    pods = "http://web-agent-gateway.rl.svc:9090"
+    assert report["network"]["in_pods"] == {
+        "gateway": pods,
+        "from": "the gateway's in-cluster Service: spec.gateway.publicUrl is unset, and the "
+        "name resolves only inside the cluster",
+        "rehearsed": False,
+        "base_url": f"{pods}/sessions/<session id>/v1",
+        "callback_url": f"{pods}/agentrl/callback/<session id>",
+    }
     # The samples slime would train on, with the advantage the reward hook gives them.
     lines = (tmp_path / "j" / "samples.jsonl").read_text().splitlines()
     samples = [json.loads(line) for line in lines]
@@ -97,6 +107,9 @@ async def test_a_clean_rehearsal_reports_every_episode_and_exits_0(
         assert len(s["tokens"]) == s["prompt_length"] + s["response_length"]
         assert len(s["loss_mask"]) == len(s["rollout_log_probs"]) == s["response_length"]
     assert text.code == 0 and "exit status 0" in text.out and "[trained 36]" in text.out
+    assert f"in the pods agents are handed {pods} instead" in text.out
+    assert f"base_url {pods}/sessions/<session id>/v1" in text.out
+    assert "not rehearsed: this rehearsal's agents called the gateway on this machine" in text.out
     # The gateway's start is logged before the rehearsal writes anything: held, then kept.
     log = (tmp_path / "j" / "rehearse.log").read_text()
     assert "WARNING agentrl.gateway: gateway: the model's context length is unknown" in log

@@ -214,6 +214,7 @@ async def _rehearse(config: RuntimeConfig, options: Options, plan: Plan, log: Ru
         log_path=str(options.out / LOG_FILE),
         view=_view(outcomes, seen, runner.tokenizer),
         notes=[*plan.notes, *_notes(outcomes, plan, config, engine_model)],
+        pods_gateway=pods_gateway(config, options),
     )
     (options.out / "report.json").write_text(json.dumps(report.to_json(), indent=2) + "\n")
     return report
@@ -380,6 +381,21 @@ async def _start_gateway(config: RuntimeConfig, options: Options) -> GatewayServ
         url = _http(advertised, server.port)
         server.settings = dataclasses.replace(server.settings, public_base_url=url)
     return server
+
+
+def pods_gateway(config: RuntimeConfig, options: Options) -> tuple[str, str]:
+    """(the gateway URL agents are handed in the pods, where it comes from): the hub's own
+    `GatewaySettings.from_runtime_config` of the same runtime config, so the URL is the one
+    the pods hand out (`spec.gateway.publicUrl`, else the in-cluster Service). The
+    rehearsal's agents call this machine's gateway instead; the report says which URL it
+    did not try (`--engine` stands in for slime's router, which the URL does not depend on)."""
+    url = GatewaySettings.from_runtime_config(config, options.engine).base_url
+    if config.spec.gateway.public_url is not None:
+        return url, "spec.gateway.publicUrl"
+    return url, (
+        "the gateway's in-cluster Service: spec.gateway.publicUrl is unset, and the name "
+        "resolves only inside the cluster"
+    )
 
 
 def with_agent_url(config: RuntimeConfig, url: str | None) -> RuntimeConfig:
