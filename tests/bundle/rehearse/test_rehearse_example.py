@@ -76,6 +76,7 @@ def _shape(line: str) -> str:
     """A report line with what differs between runs (session ids, ports, token counts,
     seconds, temporary paths) replaced, and column padding collapsed."""
     line = re.sub(r"/\S*/out/", "OUT/", line)
+    line = re.sub(r"/\S*/qwen2\.5-7b-instruct\b", "CHECKPOINT", line)  # --model-dir's path
     line = re.sub(r"\b[0-9a-f]{12,}\b", "ID", line)
     return " ".join(re.sub(r"\d+(?:\.\d+)?", "N", line).split())
 

@@ -113,6 +113,10 @@ async def test_a_clean_rehearsal_reports_every_episode_and_exits_0(
     # The gateway's start is logged before the rehearsal writes anything: held, then kept.
     log = (tmp_path / "j" / "rehearse.log").read_text()
     assert "WARNING agentrl.gateway: gateway: the model's context length is unknown" in log
+    # ...and the report says what that leaves unrehearsed (the pods read the checkpoint's).
+    note = f"context is unknown here: spec.model.contextLength is unset and {checkpoint} has no"
+    assert note in " ".join(report["notes"])
+    assert "in the pods the gateway caps every call" in text.out
 
 
 async def test_a_reward_sent_as_a_string_is_bad_result_and_shown_as_sent(
@@ -273,6 +277,8 @@ async def test_a_conversation_that_outgrows_the_context_is_named(
         assert e["reason"] is None and e["reward"] == 0.0 and e["truncated"] is True
         (check,) = e["checks"]
         assert check["name"] == "context_exceeded" and "(1024 tokens)" in check["message"]
+    # The spec's context is the budget here as in the pods: nothing to say about it.
+    assert "context is unknown" not in " ".join(run.json()["notes"])
 
 
 async def test_an_eval_split_runs_its_own_rows_and_sampling(

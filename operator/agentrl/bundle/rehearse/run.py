@@ -213,7 +213,11 @@ async def _rehearse(config: RuntimeConfig, options: Options, plan: Plan, log: Ru
         samples_path=str(samples_path),
         log_path=str(options.out / LOG_FILE),
         view=_view(outcomes, seen, runner.tokenizer),
-        notes=[*plan.notes, *_notes(outcomes, plan, config, engine_model)],
+        notes=[
+            *plan.notes,
+            *_notes(outcomes, plan, config, engine_model),
+            *_context_notes(config, server.settings.tokenizer_path, context),
+        ],
         pods_gateway=pods_gateway(config, options),
     )
     (options.out / "report.json").write_text(json.dumps(report.to_json(), indent=2) + "\n")
@@ -244,6 +248,25 @@ def _notes(
             "the rehearsal runs what the engine serves"
         )
     return notes
+
+
+def _context_notes(config: RuntimeConfig, tokenizer_path: str, context: int | None) -> list[str]:
+    """The context budget the rehearsal's gateway never had, where the pods' gateway has one:
+    without `spec.model.contextLength` both read the checkpoint's config.json (the same
+    `checkpoint_context_length`), and the pods' launcher refuses a local checkpoint without
+    one, while `--model-dir` needs only the tokenizer's files. Then no call here had its
+    `max_new_tokens` capped at the room left and no episode was judged against the context
+    (`context_exceeded`), where in the pods every call is capped."""
+    if context is not None or config.spec.model.context_length is not None:
+        return []
+    return [
+        f"the model's context is unknown here: spec.model.contextLength is unset and "
+        f"{tokenizer_path} has no readable config.json naming one, so this rehearsal capped "
+        "no call's max_new_tokens and checked no episode against the context, while in the "
+        "pods the gateway caps every call at the context of the checkpoint's config.json; "
+        "copy config.json next to the tokenizer files (--model-dir), or set "
+        "spec.model.contextLength"
+    ]
 
 
 # -- the engine -------------------------------------------------------------------------
