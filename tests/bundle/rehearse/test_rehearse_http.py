@@ -119,6 +119,36 @@ async def test_a_clean_rehearsal_reports_every_episode_and_exits_0(
     assert "in the pods the gateway caps every call" in text.out
 
 
+FILTER = """
+def keep_within_budget(args, samples):
+    # A DAPO-style filter: the budget and the batch from slime's args, as in the pods.
+    assert args.rollout_batch_size == 2 and args.n_samples_per_prompt == len(samples)
+    return all(s.response_length <= args.rollout_max_response_len for s in samples)
+"""
+
+
+async def test_a_user_filter_reads_slime_s_args_as_the_pods_command_line_sets_them(
+    tmp_path: Path, checkpoint: Path, model: Model, agent: AgentProcess
+) -> None:
+    """The filter is called with the args the pods' slime command sets, not a few of them:
+    one reading `rollout_max_response_len` works in the pods, and must here too."""
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "length_filter.py").write_text(FILTER, encoding="utf-8")
+    engine = await start_engine(model.tok, model.click_then_finish())
+    try:
+        body = spec(http_agent(agent.url), dynamicSamplingFilter="length_filter.keep_within_budget")
+        spec_path, data = write(tmp_path, body, [row()])
+        run = await rehearse("-f", spec_path, *flags(engine, checkpoint, data, tmp_path / "out"),
+                             "-o", "json", env={"PYTHONPATH": str(code)})  # fmt: skip
+    finally:
+        await engine.stop()
+    assert run.code == 0, run.out + run.err
+    (group,) = run.json()["groups"]
+    kept = {"verdict": "kept", "reason": None, "error": None}
+    assert group["dynamic_sampling"] == {"filter": "length_filter.keep_within_budget", **kept}
+
+
 async def test_a_reward_sent_as_a_string_is_bad_result_and_shown_as_sent(
     tmp_path: Path, checkpoint: Path, model: Model, agent: AgentProcess
 ) -> None:

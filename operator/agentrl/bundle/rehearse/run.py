@@ -50,7 +50,13 @@ from agentrl.bundle.rehearse.checks import (
     context_findings,
 )
 from agentrl.bundle.rehearse.observe import Observations, ObservedBackend, ObservedSessions, Seen
-from agentrl.bundle.rehearse.options import Options, Plan, check_hub_tokenizer, plan_inputs
+from agentrl.bundle.rehearse.options import (
+    Options,
+    Plan,
+    check_hub_tokenizer,
+    plan_inputs,
+    slime_args,
+)
 from agentrl.bundle.rehearse.report import (
     EpisodeReport,
     EpisodeView,
@@ -617,13 +623,11 @@ def _slime_samples(group: Sequence[EpisodeOutcome]) -> list[Any]:
 
 
 def _slime_args(config: RuntimeConfig, plan: Plan) -> SimpleNamespace:
-    """The few slime args a user filter may read, with the values slime would have."""
-    grpo = config.spec.grpo
-    return SimpleNamespace(
-        n_samples_per_prompt=plan.samples_per_prompt,
-        rollout_batch_size=grpo.rollout_batch_size,
-        reward_key=None,
-    )
+    """The slime args a user filter is called with: the pods' (`options.slime_args`), the
+    group size the rehearsal's (`--samples`), as its groups are that size."""
+    args = slime_args(config.spec, f"{config.namespace}/{config.experiment}")
+    args.n_samples_per_prompt = plan.samples_per_prompt
+    return args
 
 
 def _write_samples(
