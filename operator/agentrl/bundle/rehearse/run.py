@@ -284,8 +284,28 @@ def engine_command(config: RuntimeConfig, options: Options) -> str:
     a path in the pods as its local copy, `--model-dir`."""
     path = config.spec.model.path
     model = str(options.model_dir) if options.model_dir and is_local_path(path) else path
-    flags = [a.replace("--sglang-", "--", 1) for a in sglang_model_args(config.spec)]
+    spec_flags = [
+        *sglang_model_args(config.spec),
+        *extra_sglang_args(config.spec.runtime.extra_args),
+    ]
+    flags = [a.replace("--sglang-", "--", 1) for a in spec_flags]
     return " ".join(["python -m sglang.launch_server --model-path", model, *flags, "--port 30000"])
+
+
+def extra_sglang_args(extra_args: Sequence[str]) -> list[str]:
+    """The `--sglang-*` flags of `runtime.extraArgs`, each with its values: slime starts the
+    pods' engines with them (speculative decoding, whose reserved tokens shrink every call's
+    room in the context; the KV cache's size, which caps a request below the context), so the
+    rehearsal's engine gets them too. agentrl's recipe flags (memory fraction, CUDA graphs,
+    log levels) fit the pods' GPUs, not this machine's, and are left out."""
+    out: list[str] = []
+    taking = False
+    for arg in extra_args:
+        if arg.startswith("--"):
+            taking = arg.startswith("--sglang-")
+        if taking:
+            out.append(arg)
+    return out
 
 
 async def check_engine(url: str, config: RuntimeConfig, options: Options) -> str:
