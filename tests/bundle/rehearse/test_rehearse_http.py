@@ -119,6 +119,7 @@ async def test_a_clean_rehearsal_reports_every_episode_and_exits_0(
     assert "in the pods the gateway caps every call" in text.out
 
 
+MIRROR = "https://hf-mirror.internal"
 FILTER = """
 def keep_within_budget(args, samples):
     # A DAPO-style filter: the budget and the batch from slime's args, as in the pods.
@@ -321,6 +322,8 @@ async def test_an_eval_split_runs_its_own_rows_and_sampling(
             {"name": "dev", "path": "/data/web/dev.jsonl", "samplesPerPrompt": 2,
              "temperature": 0.0}
         ]  # fmt: skip
+        # The pods' hub mirror: their gateway reads it, the rehearsal is told it did not.
+        body["spec"]["runtime"] = {"env": [{"name": "HF_ENDPOINT", "value": MIRROR}]}
         spec_path, data = write(tmp_path, body, [row("dev-1"), row("dev-2")])
         run = await rehearse("-f", spec_path, *flags(engine, checkpoint, data, tmp_path / "out"),
                              "--split", "eval:dev", "--prompts", 2, "-o", "json")  # fmt: skip
@@ -332,6 +335,7 @@ async def test_an_eval_split_runs_its_own_rows_and_sampling(
     assert [g["dynamic_sampling"]["verdict"] for g in report["groups"]] == [None, None]
     # The eval set's sampling reached the engine: greedy, as the set says.
     assert {r["sampling_params"]["temperature"] for r in engine.requests} == {0.0}
+    assert f"ran without: HF_ENDPOINT='{MIRROR}' (here: " in " ".join(report["notes"])
 
 
 @pytest.mark.parametrize("listen", ["::1", "::"])

@@ -42,3 +42,27 @@ def test_a_gateway_url_that_is_the_pods_one_was_rehearsed_and_needs_no_word() ->
     r = report((public, "spec.gateway.publicUrl"), gateway=public)
     assert "in_pods" not in r.to_json()["network"]
     assert "in the pods" not in r.text()
+
+
+def test_the_pods_env_the_agent_path_reads_and_the_rehearsal_lacks_is_named() -> None:
+    from agentrl.api.runtime import RuntimeConfig
+    from agentrl.bundle.rehearse.run import env_notes
+
+    from .rig import http_agent, spec
+
+    body = spec(http_agent("http://agent:8000/run"))["spec"]
+    config = RuntimeConfig.model_validate(
+        {"experiment": "web-agent", "namespace": "rl", "bundle_version": "0", "spec": body,
+         "gateway_url": "http://web-agent-gateway.rl.svc:9090",
+         "runtime_secret_envs": ["HF_TOKEN", "SENTRY_DSN", "AWS_SECRET_ACCESS_KEY"]}
+    )  # fmt: skip
+    pods = {"HF_ENDPOINT": "https://hf-mirror.internal", "AWS_REGION": "us-west-2",
+            "NCCL_DEBUG": "INFO"}  # fmt: skip
+    here = {"AWS_REGION": "us-west-2", "AWS_SECRET_ACCESS_KEY": "x"}
+    (note,) = env_notes(config, pods, here)
+    # NCCL_DEBUG and SENTRY_DSN are not read on the agent path; AWS_REGION is the same here.
+    assert note.endswith(
+        "which this rehearsal ran without: HF_ENDPOINT='https://hf-mirror.internal' (here: "
+        "unset), HF_TOKEN (from a Secret; here: unset); set them here to rehearse with them"
+    )
+    assert env_notes(config, {"AWS_REGION": "us-west-2"}, {**here, "HF_TOKEN": "t"}) == []

@@ -18,6 +18,7 @@ import functools
 import ipaddress
 import json
 import logging
+import os
 import secrets
 import socket
 import time
@@ -223,6 +224,7 @@ async def _rehearse(config: RuntimeConfig, options: Options, plan: Plan, log: Ru
             *plan.notes,
             *_notes(outcomes, plan, config, engine_model),
             *_context_notes(config, server.settings.tokenizer_path, context),
+            *env_notes(config, options.pod_env, os.environ),
         ],
         pods_gateway=pods_gateway(config, options),
     )
@@ -254,6 +256,41 @@ def _notes(
             "the rehearsal runs what the engine serves"
         )
     return notes
+
+
+# The prefixes of the env variables the pods' agent path reads through its libraries:
+# huggingface_hub and transformers (the gateway's tokenizer and config.json: HF_ENDPOINT,
+# HF_HUB_OFFLINE, HF_TOKEN...), boto3 (the AgentCore backend and its S3 results: AWS_REGION,
+# AWS_ENDPOINT_URL_BEDROCK_AGENTCORE...) and agentrl's own (AGENTRL_BIND_HOST, the HTTP
+# agents' callback listener).
+AGENT_PATH_ENV_PREFIXES = ("HF_", "HUGGING_FACE_", "TRANSFORMERS_", "AWS_", "AGENTRL_")
+
+
+def env_notes(
+    config: RuntimeConfig, pod_env: Mapping[str, str], here: Mapping[str, str]
+) -> list[str]:
+    """`spec.runtime.env` variables the agent path reads that the rehearsal ran without:
+    the pods' containers get them, the rehearsal runs in this machine's environment (a
+    mirror, a VPC endpoint or a region of the pods' is not necessarily reachable from here,
+    so they are not applied). A plain value that differs from this machine's, and a
+    Secret's variable this machine does not set, are named."""
+    differ = [
+        f"{name}={value!r} (here: {'unset' if name not in here else repr(here[name])})"
+        for name, value in pod_env.items()
+        if name.startswith(AGENT_PATH_ENV_PREFIXES) and here.get(name) != value
+    ]
+    unset = [
+        name
+        for name in config.runtime_secret_envs
+        if name.startswith(AGENT_PATH_ENV_PREFIXES) and name not in here
+    ]
+    if not differ and not unset:
+        return []
+    parts = [*differ, *(f"{name} (from a Secret; here: unset)" for name in unset)]
+    return [
+        "spec.runtime.env sets variables the pods' gateway or agent backend read, which this "
+        f"rehearsal ran without: {', '.join(parts)}; set them here to rehearse with them"
+    ]
 
 
 def _context_notes(config: RuntimeConfig, tokenizer_path: str, context: int | None) -> list[str]:
