@@ -150,6 +150,26 @@ async def test_a_user_filter_reads_slime_s_args_as_the_pods_command_line_sets_th
     assert group["dynamic_sampling"] == {"filter": "length_filter.keep_within_budget", **kept}
 
 
+async def test_what_timeout_and_samples_replace_of_the_pods_is_noted(
+    tmp_path: Path, checkpoint: Path, model: Model, agent: AgentProcess
+) -> None:
+    """`--timeout` and `--samples` replace the pods' deadline and group size: an episode
+    that outlived the pods' deadline passes here, and says it would not have there."""
+    engine = await start_engine(model.tok, model.click_then_finish())
+    try:
+        body = spec(http_agent(agent.url, timeoutSeconds=1))
+        spec_path, data = write(tmp_path, body, [row(mistake="slow")])
+        run = await rehearse("-f", spec_path, *flags(engine, checkpoint, data, tmp_path / "out"),
+                             "--timeout", 60, "--samples", 2, "-o", "json")  # fmt: skip
+    finally:
+        await engine.stop()
+    assert run.code == 0, run.out + run.err
+    notes = " ".join(run.json()["notes"])
+    assert "2 episode(s) ran longer than the agent's timeoutSeconds (1s), which --timeout " in notes
+    assert "in the pods each would fail as timeout" in notes
+    assert "each group ran 2 episode(s) (--samples); the pods run 4 per prompt" in notes
+
+
 async def test_a_reward_sent_as_a_string_is_bad_result_and_shown_as_sent(
     tmp_path: Path, checkpoint: Path, model: Model, agent: AgentProcess
 ) -> None:

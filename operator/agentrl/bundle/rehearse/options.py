@@ -62,6 +62,8 @@ class Plan:
     samples_per_prompt: int
     groups: list[list[EpisodeInput]]
     notes: list[str] = field(default_factory=list)
+    # The pods' episode deadline (the agent's timeoutSeconds) where --timeout replaced it.
+    pods_timeout_s: float | None = None
 
 
 def plan_inputs(spec: RLExperimentSpec, options: Options) -> Plan:
@@ -89,7 +91,9 @@ def plan_inputs(spec: RLExperimentSpec, options: Options) -> Plan:
         size, path, where = eval_set.samples_per_prompt, eval_set.path, f"spec.data.eval[{i}].path"
     else:
         raise RehearsalError(f"--split {options.split}: use train or eval:<name>")
-    if options.timeout_s is not None:
+    pods_timeout_s = None
+    if options.timeout_s is not None and options.timeout_s != episode.timeout_s:
+        pods_timeout_s = episode.timeout_s
         episode = dataclasses.replace(episode, timeout_s=options.timeout_s)
     data = options.data or _local(path, where)
     if not data.is_file():
@@ -117,10 +121,19 @@ def plan_inputs(spec: RLExperimentSpec, options: Options) -> Plan:
             )
     if len(groups) < options.prompts:
         notes.append(f"{data} holds {len(groups)} row(s); --prompts asked for {options.prompts}")
+    if samples != size:
+        # The group is GRPO's unit: its statistics, advantages and dynamic-sampling verdict
+        # (minValidSamplesPerGroup, the filter) are of its size.
+        notes.append(
+            f"each group ran {samples} episode(s) (--samples); the pods run {size} per prompt, "
+            "so the groups' reward statistics, advantages and dynamic-sampling verdicts here "
+            f"are those of groups of {samples}"
+        )
     label = options.split
     return Plan(
-        SPLIT_TRAIN if label == SPLIT_TRAIN else SPLIT_EVAL, label, episode, samples, groups, notes
-    )
+        SPLIT_TRAIN if label == SPLIT_TRAIN else SPLIT_EVAL, label, episode, samples, groups, notes,
+        pods_timeout_s=pods_timeout_s,
+    )  # fmt: skip
 
 
 def slime_args(spec: RLExperimentSpec, experiment: str | None = None) -> SimpleNamespace:

@@ -248,6 +248,14 @@ def _notes(
             f"{len(clipped)} episode(s) outgrew the response budget ({budget} tokens, "
             f"grpo.maxResponseLength): {lost} sampled token(s) after it train nothing"
         )
+    deadline = plan.pods_timeout_s
+    slow = [o for g in outcomes for o in g if deadline is not None and o.seconds > deadline]
+    if slow:
+        notes.append(
+            f"{len(slow)} episode(s) ran longer than the agent's timeoutSeconds ({deadline:g}s), "
+            f"which --timeout replaced here ({plan.episode.timeout_s:g}s): in the pods each "
+            "would fail as timeout unless it runs faster there (the pods' engines are GPUs)"
+        )
     spec_model = config.spec.model.path.rstrip("/").rsplit("/", 1)[-1].lower()
     served = engine_model.rstrip("/").rsplit("/", 1)[-1].lower()
     if served and served != spec_model:
