@@ -66,3 +66,14 @@ def test_the_pods_env_the_agent_path_reads_and_the_rehearsal_lacks_is_named() ->
         "unset), HF_TOKEN (from a Secret; here: unset); set them here to rehearse with them"
     )
     assert env_notes(config, {"AWS_REGION": "us-west-2"}, {**here, "HF_TOKEN": "t"}) == []
+
+
+def test_the_agent_url_the_pods_call_instead_of_agent_url_is_named() -> None:
+    r = report(None)
+    assert "pods_agent_url" not in r.to_json()["network"]
+    r.pods_agent = "http://web-agent.agents.svc:8000/v1/episodes"
+    assert r.to_json()["network"]["pods_agent_url"] == r.pods_agent
+    assert (
+        f"agent: in the pods the rollout sends episodes to {r.pods_agent} "
+        "(spec.agent.http.url) instead of --agent-url: not rehearsed"
+    ) in r.text()

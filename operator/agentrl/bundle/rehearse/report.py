@@ -212,6 +212,8 @@ class Report:
     # The gateway URL agents are handed in the pods and where it comes from; None: unknown.
     # Never called by a rehearsal, whose agents call `gateway` on this machine.
     pods_gateway: tuple[str, str] | None = None
+    # spec.agent.http.url where --agent-url replaced it: the pods' rollout calls it instead.
+    pods_agent: str | None = None
 
     @property
     def failed(self) -> list[EpisodeReport]:
@@ -238,6 +240,9 @@ class Report:
         pods = self.in_pods(out)
         if pods is not None:
             out["in_pods"] = pods
+        if self.pods_agent is not None:
+            # Not rehearsed either: this rehearsal's episodes went to --agent-url.
+            out["pods_agent_url"] = self.pods_agent
         return out
 
     def in_pods(self, net: dict[str, Any]) -> dict[str, Any] | None:
@@ -337,6 +342,11 @@ def _text_lines(r: Report) -> list[str]:
         lines += [f"    {k} {pods[k]}" for k in ("base_url", "callback_url") if pods.get(k)]
         lines.append(
             "    not rehearsed: this rehearsal's agents called the gateway on this machine"
+        )
+    if "pods_agent_url" in net:
+        lines.append(
+            f"  agent: in the pods the rollout sends episodes to {net['pods_agent_url']} "
+            "(spec.agent.http.url) instead of --agent-url: not rehearsed"
         )
     if r.view is not None:
         lines += ["", *_view_lines(r.view)]

@@ -91,6 +91,9 @@ def rehearse(config: RuntimeConfig, options: Options) -> Report:
     """Run the rehearsal; RehearsalError when it cannot start (the CLI exits 2), with nothing
     written: `options.out` is created once the engine, the gateway and the agent backend are
     up, and the log up to then is held in memory."""
+    http = config.spec.agent.http
+    # Where the pods' rollout sends episodes, when --agent-url sends the rehearsal's elsewhere.
+    pods_agent = str(http.url) if http and options.agent_url not in (None, str(http.url)) else None
     config = with_agent_url(config, options.agent_url)
     check_gateway_url(options.gateway_url)
     check_out(options.out)
@@ -98,7 +101,7 @@ def rehearse(config: RuntimeConfig, options: Options) -> Report:
     # The prompts' count, the checks and the gateway's start read a hub id's files: the hub
     # is asked once for the whole run.
     with hub_answers():
-        return _run(config, options)
+        return _run(config, options, pods_agent)
 
 
 def check_out(out: Path) -> None:
@@ -145,7 +148,7 @@ class RunLog(logging.Handler):
         super().close()
 
 
-def _run(config: RuntimeConfig, options: Options) -> Report:
+def _run(config: RuntimeConfig, options: Options, pods_agent: str | None = None) -> Report:
     plan = plan_inputs(config.spec, options)
     log = RunLog()
     root = logging.getLogger()
@@ -153,14 +156,16 @@ def _run(config: RuntimeConfig, options: Options) -> Report:
     root.addHandler(log)  # the report says everything once; details go to the log
     root.setLevel(logging.INFO)
     try:
-        return asyncio.run(_rehearse(config, options, plan, log))
+        return asyncio.run(_rehearse(config, options, plan, log, pods_agent))
     finally:
         root.removeHandler(log)
         root.setLevel(old_level)
         log.close()
 
 
-async def _rehearse(config: RuntimeConfig, options: Options, plan: Plan, log: RunLog) -> Report:
+async def _rehearse(
+    config: RuntimeConfig, options: Options, plan: Plan, log: RunLog, pods_agent: str | None
+) -> Report:
     started = time.perf_counter()
     spec = config.spec
     engine_model = await check_engine(options.engine, config, options)
@@ -227,6 +232,7 @@ async def _rehearse(config: RuntimeConfig, options: Options, plan: Plan, log: Ru
             *env_notes(config, options.pod_env, os.environ),
         ],
         pods_gateway=pods_gateway(config, options),
+        pods_agent=pods_agent,
     )
     (options.out / "report.json").write_text(json.dumps(report.to_json(), indent=2) + "\n")
     return report
