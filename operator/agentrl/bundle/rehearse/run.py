@@ -36,7 +36,6 @@ from agentrl.api.formats import base_url_problem
 from agentrl.api.models import HttpAgent
 from agentrl.api.rules import is_local_path, loopback
 from agentrl.api.runtime import RuntimeConfig
-from agentrl.bundle.agents import build_backend
 from agentrl.bundle.agents.agentcore import runtime_endpoint
 from agentrl.bundle.agents.base import received_reward
 from agentrl.bundle.agents.http import HttpAgentBackend
@@ -78,6 +77,7 @@ from agentrl.bundle.rollout.filters import (
     load_filter,
     reward_std,
 )
+from agentrl.bundle.rollout.runtime import build_context
 from agentrl.bundle.rollout.sampling import SamplingPlan, group_verdict
 from agentrl.bundle.rollout.types import SampleFields, Status, slime_types, to_sample
 from agentrl.slimecmd.flags import sglang_model_args
@@ -174,25 +174,25 @@ async def _rehearse(
     server = await _start_gateway(config, options)
     client = GatewayClient(_http(_loopback(options.listen), server.admin_port),
                            server.settings.admin_token)  # fmt: skip
-    backend = None
+    ctx = None
     try:
-        backend = await _backend(config, options, client)
+        # The pods' own builder: the spec's backend and its one maxConcurrent semaphore.
+        ctx = await _context(config, options, client)
         # Everything that can refuse the rehearsal has passed: from here it runs, and writes.
         log.open(options.out)
     except BaseException:
-        if backend is not None:
-            await backend.aclose()
+        if ctx is not None:
+            await ctx.backend.aclose()
         await client.aclose()
         await server.stop()
         raise
     seen = Observations()
     assert server.frontend is not None
+    backend = ctx.backend
     observed = ObservedBackend(backend, seen)
-    ctx = RolloutContext(
-        sessions=ObservedSessions(client, server.store, seen),
-        backend=observed,
-        semaphore=asyncio.Semaphore(spec.agent.max_concurrent),
-    )
+    # Observed on the way, not changed: the episodes talk to the same client and backend.
+    ctx.sessions = ObservedSessions(client, server.store, seen)
+    ctx.backend = observed
     try:
         outcomes = await run_groups(ctx, plan.groups, plan.episode, plan.split)
         await settle_engines(ctx, "Rehearsal", 0)
@@ -550,15 +550,15 @@ def check_runtime_reaches_gateway(config: RuntimeConfig, options: Options) -> No
     )
 
 
-async def _backend(config: RuntimeConfig, options: Options, client: GatewayClient) -> Any:
-    """As in the pods: HTTP agents post results to the gateway's URL, which relays them to
-    the backend's listener (on this machine: bound with the gateway, reached on loopback)."""
+async def _context(
+    config: RuntimeConfig, options: Options, client: GatewayClient
+) -> RolloutContext:
+    """The rollout context as the pods build it (`runtime.build_context`): HTTP agents post
+    results to the gateway's URL, which relays them to the backend's listener (on this
+    machine: bound with the gateway, reached on loopback)."""
     try:
-        return await build_backend(
-            config,
-            callbacks=client,
-            listen_host=options.listen,
-            advertise_host=_loopback(options.listen),
+        return await build_context(
+            config, client, listen_host=options.listen, advertise_host=_loopback(options.listen)
         )
     except ValueError as exc:
         http = config.spec.agent.http
