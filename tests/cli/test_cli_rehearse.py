@@ -402,3 +402,26 @@ def test_an_out_that_is_a_file_is_refused_before_the_engine_is_asked(
     assert code == 2
     assert err.startswith(f"error: --out {taken}: a file, not a directory;"), err
     assert taken.read_text() == "mine\n"
+
+
+def test_the_launch_command_carries_the_sglang_flags_of_extra_args(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """slime starts the pods' engines with extraArgs' `--sglang-*` flags (speculative
+    decoding reserves tokens of every call's context): the rehearsal's engine gets them too,
+    and nothing else of extraArgs (slime's own flags, which SGLang would refuse)."""
+    body = yaml.safe_load(HTTP_EXAMPLE.read_text())
+    extra = ["--use-tis", "--sglang-speculative-algorithm", "EAGLE",
+             "--sglang-speculative-num-steps", "3", "--eval-top-k", "5",
+             "--sglang-enable-metrics"]  # fmt: skip
+    body["spec"].setdefault("runtime", {})["extraArgs"] = extra
+    path = tmp_path / "experiment.yaml"
+    path.write_text(yaml.safe_dump(body))
+    code, _, err = run(capsys, "rehearse", "-f", path)
+    assert code == 2, err
+    (command,) = [line.strip() for line in err.splitlines() if "sglang.launch_server" in line]
+    assert command == (
+        "python -m sglang.launch_server --model-path Qwen/Qwen2.5-7B-Instruct --tool-call-parser "
+        "qwen25 --speculative-algorithm EAGLE --speculative-num-steps 3 --enable-metrics "
+        "--port 30000"
+    )

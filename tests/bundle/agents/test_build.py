@@ -55,3 +55,34 @@ async def test_http_backend_reads_header_values_from_env(monkeypatch: pytest.Mon
     backend = await build_backend(config(agent, envs), listen_host="127.0.0.1")
     assert isinstance(backend, HttpAgentBackend) and backend.pool_stats().size == 8
     await backend.aclose()
+
+
+class Relay:
+    """The gateway's admin client, as far as the backend's callback relay needs it."""
+
+    def __init__(self) -> None:
+        self.targets: list[str] = []
+
+    async def relay_callbacks_to(self, target: str) -> str:
+        self.targets.append(target)
+        return "http://gw/agentrl/callback"
+
+
+async def test_the_pods_and_the_rehearsal_build_one_rollout_context() -> None:
+    """`build_context` is the rollout's one builder of its backend and concurrency, and
+    `agentrl rehearse` calls it rather than a copy of it."""
+    from agentrl.bundle.rehearse import run
+    from agentrl.bundle.rollout.runtime import build_context
+
+    assert run.build_context is build_context
+    relay = Relay()
+    agent = {"http": {"url": "http://agent:8080/run"}, "maxConcurrent": 3}
+    ctx = await build_context(
+        config(agent), relay, listen_host="127.0.0.1", advertise_host="127.0.0.1"
+    )
+    try:
+        assert ctx.sessions is relay and isinstance(ctx.backend, HttpAgentBackend)
+        assert ctx.semaphore._value == 3  # one maxConcurrent for train and eval
+        assert relay.targets and relay.targets[0].startswith("http://127.0.0.1:")
+    finally:
+        await ctx.backend.aclose()

@@ -370,3 +370,27 @@ def test_counting_prompts_of_a_hub_id_the_cache_lacks_offline_names_model_dir(
     options = Options(engine="", out=tmp_path, data=data)
     with pytest.raises(RehearsalError, match=r"HF_HUB_OFFLINE is set.*Or pass --model-dir"):
         plan_inputs(exp, options)
+
+
+@pytest.mark.parametrize("row", slime_rows())
+def test_the_rollout_s_slime_args_are_the_pods_command_line_under_slime_s_names(row: str) -> None:
+    """`slime_args` reads the launcher's own argv; the rollout shape and sampling flags (what
+    `train_spec` and a dynamic-sampling filter read) land under the attribute slime's parser
+    gives each, with the spec's values, and extraArgs' flags reach them too."""
+    from tests.support.slime_upstream import parser_dests
+
+    from agentrl.bundle.rehearse.options import slime_args
+    from agentrl.bundle.rollout.inputs import train_spec
+    from agentrl.slimecmd.flags import data_args
+
+    body = spec(http_agent("http://agent:8000/run"))["spec"]
+    body["runtime"] = {"extraArgs": ["--rollout-top-k", "20"]}
+    exp = RLExperimentSpec.model_validate(body)
+    args, dests = vars(slime_args(exp)), parser_dests(row)
+    shape = [a for a in data_args(exp) if a.startswith("--")]
+    assert {dests[f] for f in shape} <= set(args)
+    assert (args["rollout_batch_size"], args["n_samples_per_prompt"]) == (2, 4)
+    assert (args["rollout_max_response_len"], args["rollout_temperature"]) == (64, 1.0)
+    assert args[dests["--rollout-top-k"]] == 20 and args["reward_key"] is None
+    sampling = train_spec(exp, slime_args(exp)).sampling_params
+    assert sampling == {"temperature": 1.0, "top_p": 1.0, "max_new_tokens": 64}

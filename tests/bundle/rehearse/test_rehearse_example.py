@@ -54,6 +54,8 @@ async def test_the_http_example_rehearses_as_the_walkthrough_says(
     assert out.count(" ok ") == 8 and "results via callback 8" in out
     assert "called in 8 of 8 episode(s)" in out and "[trained " in out
     assert "exit status 0" in out
+    # The spec's agent URL, which --agent-url replaced, is named as the pods' and unrehearsed.
+    assert run.code == 0 and "episodes to https://agents.example.com/v1/episodes" in out
     for name in ("samples.jsonl", "report.json", "runtime-config.json", "rehearse.log"):
         assert (tmp_path / "out" / name).is_file()
     # The report the walkthrough shows is this one, up to ids, numbers and paths (and the
@@ -76,6 +78,7 @@ def _shape(line: str) -> str:
     """A report line with what differs between runs (session ids, ports, token counts,
     seconds, temporary paths) replaced, and column padding collapsed."""
     line = re.sub(r"/\S*/out/", "OUT/", line)
+    line = re.sub(r"/\S*/qwen2\.5-7b-instruct\b", "CHECKPOINT", line)  # --model-dir's path
     line = re.sub(r"\b[0-9a-f]{12,}\b", "ID", line)
     return " ".join(re.sub(r"\d+(?:\.\d+)?", "N", line).split())
 

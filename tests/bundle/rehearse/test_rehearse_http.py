@@ -89,6 +89,16 @@ async def test_a_clean_rehearsal_reports_every_episode_and_exits_0(
     assert "4 episode(s) outgrew the response budget (64 tokens" in " ".join(report["notes"])
     assert "the engine serves 'stub', the spec names 'Qwen/Qwen3-8B'" in " ".join(report["notes"])
     assert report["network"]["results_via"] == {"callback": 4}
+    # What the pods hand agents instead (no publicUrl: the in-cluster Service), not tried here.
+    pods = "http://web-agent-gateway.rl.svc:9090"
+    assert report["network"]["in_pods"] == {
+        "gateway": pods,
+        "from": "the gateway's in-cluster Service: spec.gateway.publicUrl is unset, and the "
+        "name resolves only inside the cluster",
+        "rehearsed": False,
+        "base_url": f"{pods}/sessions/<session id>/v1",
+        "callback_url": f"{pods}/agentrl/callback/<session id>",
+    }
     # The samples slime would train on, with the advantage the reward hook gives them.
     lines = (tmp_path / "j" / "samples.jsonl").read_text().splitlines()
     samples = [json.loads(line) for line in lines]
@@ -97,9 +107,67 @@ async def test_a_clean_rehearsal_reports_every_episode_and_exits_0(
         assert len(s["tokens"]) == s["prompt_length"] + s["response_length"]
         assert len(s["loss_mask"]) == len(s["rollout_log_probs"]) == s["response_length"]
     assert text.code == 0 and "exit status 0" in text.out and "[trained 36]" in text.out
+    assert f"in the pods agents are handed {pods} instead" in text.out
+    assert f"base_url {pods}/sessions/<session id>/v1" in text.out
+    assert "not rehearsed: this rehearsal's agents called the gateway on this machine" in text.out
     # The gateway's start is logged before the rehearsal writes anything: held, then kept.
     log = (tmp_path / "j" / "rehearse.log").read_text()
     assert "WARNING agentrl.gateway: gateway: the model's context length is unknown" in log
+    # ...and the report says what that leaves unrehearsed (the pods read the checkpoint's).
+    note = f"context is unknown here: spec.model.contextLength is unset and {checkpoint} has no"
+    assert note in " ".join(report["notes"])
+    assert "in the pods the gateway caps every call" in text.out
+
+
+MIRROR = "https://hf-mirror.internal"
+FILTER = """
+def keep_within_budget(args, samples):
+    # A DAPO-style filter: the budget and the batch from slime's args, as in the pods.
+    assert args.rollout_batch_size == 2 and args.n_samples_per_prompt == len(samples)
+    return all(s.response_length <= args.rollout_max_response_len for s in samples)
+"""
+
+
+async def test_a_user_filter_reads_slime_s_args_as_the_pods_command_line_sets_them(
+    tmp_path: Path, checkpoint: Path, model: Model, agent: AgentProcess
+) -> None:
+    """The filter is called with the args the pods' slime command sets, not a few of them:
+    one reading `rollout_max_response_len` works in the pods, and must here too."""
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "length_filter.py").write_text(FILTER, encoding="utf-8")
+    engine = await start_engine(model.tok, model.click_then_finish())
+    try:
+        body = spec(http_agent(agent.url), dynamicSamplingFilter="length_filter.keep_within_budget")
+        spec_path, data = write(tmp_path, body, [row()])
+        run = await rehearse("-f", spec_path, *flags(engine, checkpoint, data, tmp_path / "out"),
+                             "-o", "json", env={"PYTHONPATH": str(code)})  # fmt: skip
+    finally:
+        await engine.stop()
+    assert run.code == 0, run.out + run.err
+    (group,) = run.json()["groups"]
+    kept = {"verdict": "kept", "reason": None, "error": None}
+    assert group["dynamic_sampling"] == {"filter": "length_filter.keep_within_budget", **kept}
+
+
+async def test_what_timeout_and_samples_replace_of_the_pods_is_noted(
+    tmp_path: Path, checkpoint: Path, model: Model, agent: AgentProcess
+) -> None:
+    """`--timeout` and `--samples` replace the pods' deadline and group size: an episode
+    that outlived the pods' deadline passes here, and says it would not have there."""
+    engine = await start_engine(model.tok, model.click_then_finish())
+    try:
+        body = spec(http_agent(agent.url, timeoutSeconds=1))
+        spec_path, data = write(tmp_path, body, [row(mistake="slow")])
+        run = await rehearse("-f", spec_path, *flags(engine, checkpoint, data, tmp_path / "out"),
+                             "--timeout", 60, "--samples", 2, "-o", "json")  # fmt: skip
+    finally:
+        await engine.stop()
+    assert run.code == 0, run.out + run.err
+    notes = " ".join(run.json()["notes"])
+    assert "2 episode(s) ran longer than the agent's timeoutSeconds (1s), which --timeout " in notes
+    assert "in the pods each would fail as timeout" in notes
+    assert "each group ran 2 episode(s) (--samples); the pods run 4 per prompt" in notes
 
 
 async def test_a_reward_sent_as_a_string_is_bad_result_and_shown_as_sent(
@@ -260,6 +328,8 @@ async def test_a_conversation_that_outgrows_the_context_is_named(
         assert e["reason"] is None and e["reward"] == 0.0 and e["truncated"] is True
         (check,) = e["checks"]
         assert check["name"] == "context_exceeded" and "(1024 tokens)" in check["message"]
+    # The spec's context is the budget here as in the pods: nothing to say about it.
+    assert "context is unknown" not in " ".join(run.json()["notes"])
 
 
 async def test_an_eval_split_runs_its_own_rows_and_sampling(
@@ -272,6 +342,8 @@ async def test_an_eval_split_runs_its_own_rows_and_sampling(
             {"name": "dev", "path": "/data/web/dev.jsonl", "samplesPerPrompt": 2,
              "temperature": 0.0}
         ]  # fmt: skip
+        # The pods' hub mirror: their gateway reads it, the rehearsal is told it did not.
+        body["spec"]["runtime"] = {"env": [{"name": "HF_ENDPOINT", "value": MIRROR}]}
         spec_path, data = write(tmp_path, body, [row("dev-1"), row("dev-2")])
         run = await rehearse("-f", spec_path, *flags(engine, checkpoint, data, tmp_path / "out"),
                              "--split", "eval:dev", "--prompts", 2, "-o", "json")  # fmt: skip
@@ -283,6 +355,7 @@ async def test_an_eval_split_runs_its_own_rows_and_sampling(
     assert [g["dynamic_sampling"]["verdict"] for g in report["groups"]] == [None, None]
     # The eval set's sampling reached the engine: greedy, as the set says.
     assert {r["sampling_params"]["temperature"] for r in engine.requests} == {0.0}
+    assert f"ran without: HF_ENDPOINT='{MIRROR}' (here: " in " ".join(report["notes"])
 
 
 @pytest.mark.parametrize("listen", ["::1", "::"])

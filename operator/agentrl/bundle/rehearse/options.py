@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 from agentrl.api.constants import SPLIT_EVAL, SPLIT_TRAIN
 from agentrl.api.data_rows import ENCODING, ERRORS, ROW_SHAPE, judge_rows
@@ -32,6 +33,7 @@ from agentrl.bundle.gateway.context import CONFIG_FILE, config_file
 from agentrl.bundle.rehearse.report import RehearsalError
 from agentrl.bundle.rollout.episode import EpisodeInput, EpisodeSpec
 from agentrl.bundle.rollout.inputs import eval_spec, read_groups, train_spec
+from agentrl.slimecmd import PodFacts, Start, compose
 
 
 @dataclass(frozen=True)
@@ -60,6 +62,8 @@ class Plan:
     samples_per_prompt: int
     groups: list[list[EpisodeInput]]
     notes: list[str] = field(default_factory=list)
+    # The pods' episode deadline (the agent's timeoutSeconds) where --timeout replaced it.
+    pods_timeout_s: float | None = None
 
 
 def plan_inputs(spec: RLExperimentSpec, options: Options) -> Plan:
@@ -72,8 +76,9 @@ def plan_inputs(spec: RLExperimentSpec, options: Options) -> Plan:
     _check_model(spec.model.path, options.model_dir)
     _check_context(spec, options.model_dir, options.pod_env)
     if options.split == SPLIT_TRAIN:
-        # No slime args here: the spec's values, which slime's flags default to.
-        episode = train_spec(spec, SimpleNamespace())
+        # slime's args as the pods' command line sets them (`slime_args`), as the rollout
+        # reads its sampling parameters from them there.
+        episode = train_spec(spec, slime_args(spec))
         size, path, where = spec.grpo.samples_per_prompt, spec.data.train, "spec.data.train"
     elif options.split.startswith(SPLIT_EVAL + ":"):
         name = options.split.split(":", 1)[1]
@@ -86,7 +91,9 @@ def plan_inputs(spec: RLExperimentSpec, options: Options) -> Plan:
         size, path, where = eval_set.samples_per_prompt, eval_set.path, f"spec.data.eval[{i}].path"
     else:
         raise RehearsalError(f"--split {options.split}: use train or eval:<name>")
-    if options.timeout_s is not None:
+    pods_timeout_s = None
+    if options.timeout_s is not None and options.timeout_s != episode.timeout_s:
+        pods_timeout_s = episode.timeout_s
         episode = dataclasses.replace(episode, timeout_s=options.timeout_s)
     data = options.data or _local(path, where)
     if not data.is_file():
@@ -114,10 +121,57 @@ def plan_inputs(spec: RLExperimentSpec, options: Options) -> Plan:
             )
     if len(groups) < options.prompts:
         notes.append(f"{data} holds {len(groups)} row(s); --prompts asked for {options.prompts}")
+    if samples != size:
+        # The group is GRPO's unit: its statistics, advantages and dynamic-sampling verdict
+        # (minValidSamplesPerGroup, the filter) are of its size.
+        notes.append(
+            f"each group ran {samples} episode(s) (--samples); the pods run {size} per prompt, "
+            "so the groups' reward statistics, advantages and dynamic-sampling verdicts here "
+            f"are those of groups of {samples}"
+        )
     label = options.split
     return Plan(
-        SPLIT_TRAIN if label == SPLIT_TRAIN else SPLIT_EVAL, label, episode, samples, groups, notes
-    )
+        SPLIT_TRAIN if label == SPLIT_TRAIN else SPLIT_EVAL, label, episode, samples, groups, notes,
+        pods_timeout_s=pods_timeout_s,
+    )  # fmt: skip
+
+
+def slime_args(spec: RLExperimentSpec, experiment: str | None = None) -> SimpleNamespace:
+    """slime's args as the pods' command line sets them: the argv the launcher composes
+    (`slimecmd.compose`, its pod facts taken as a first run's with nothing from the image),
+    read as argparse reads `--flag value...` (a flag alone is True, one value a scalar, more a
+    list; numbers as numbers), the last occurrence winning as in argparse. slime's own
+    parser and its defaults are not here (slime is not installed on this machine): a flag
+    agentrl does not pass is absent, except `reward_key`, whose default None every reader
+    of slime's args expects (and `--reward-key` is refused). The rollout reads its
+    sampling parameters from these (`inputs.train_spec`), a user's dynamic-sampling filter
+    gets them whole."""
+    facts = PodFacts(model_args=(), train_env={}, wandb_key=False, start=Start.FIRST_RUN,
+                     hf_mode_flag=False, experiment=experiment)  # fmt: skip
+    argv = compose(spec, facts).argv()
+    first = next(i for i, a in enumerate(argv) if a.startswith("--"))  # after train.py
+    values: dict[str, Any] = {"reward_key": None}
+    name: str | None = None
+    taken: list[Any] = []
+    for arg in [*argv[first:], "--"]:
+        if arg.startswith("--"):
+            if name is not None:
+                values[name] = True if not taken else taken[0] if len(taken) == 1 else taken
+            name, taken = arg[2:].replace("-", "_") or None, []
+        else:
+            taken.append(_number(arg))
+    return SimpleNamespace(**values)
+
+
+def _number(text: str) -> Any:
+    """A value as slime's argparse types it for the flags agentrl passes: int, float, or
+    the text."""
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
 
 
 def _slime_keeps(

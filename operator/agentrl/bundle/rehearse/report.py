@@ -209,6 +209,11 @@ class Report:
     log_path: str
     view: EpisodeView | None = None
     notes: list[str] = field(default_factory=list)
+    # The gateway URL agents are handed in the pods and where it comes from; None: unknown.
+    # Never called by a rehearsal, whose agents call `gateway` on this machine.
+    pods_gateway: tuple[str, str] | None = None
+    # spec.agent.http.url where --agent-url replaced it: the pods' rollout calls it instead.
+    pods_agent: str | None = None
 
     @property
     def failed(self) -> list[EpisodeReport]:
@@ -232,6 +237,33 @@ class Report:
             via = Counter(e.via or "none" for e in urls)
             out["callback_url"] = _pattern(urls[0].callback_url or "", urls[0].session_id)
             out["results_via"] = dict(sorted(via.items()))
+        pods = self.in_pods(out)
+        if pods is not None:
+            out["in_pods"] = pods
+        if self.pods_agent is not None:
+            # Not rehearsed either: this rehearsal's episodes went to --agent-url.
+            out["pods_agent_url"] = self.pods_agent
+        return out
+
+    def in_pods(self, net: dict[str, Any]) -> dict[str, Any] | None:
+        """The URLs agents are handed in the pods, where they differ from the rehearsal's:
+        the same paths under the pods' gateway URL. Not rehearsed: no agent called them."""
+        if self.pods_gateway is None:
+            return None
+        url, origin = self.pods_gateway
+        here = self.gateway.rstrip("/")
+        if url == here:
+            return None  # --gateway-url is the pods' URL: the agents called it
+
+        def there(pattern: str | None) -> str | None:
+            if pattern is None or not pattern.startswith(here):
+                return None
+            return url + pattern[len(here) :]
+
+        out = {"gateway": url, "from": origin, "rehearsed": False}
+        out["base_url"] = there(net.get("base_url"))
+        if "callback_url" in net:
+            out["callback_url"] = there(net["callback_url"])
         return out
 
     def to_json(self) -> dict[str, Any]:
@@ -304,6 +336,18 @@ def _text_lines(r: Report) -> list[str]:
     if "callback_url" in net:
         via = ", ".join(f"{k} {v}" for k, v in net["results_via"].items())
         lines.append(f"  callback {net['callback_url']}: results via {via}")
+    pods = net.get("in_pods")
+    if pods is not None:
+        lines.append(f"  in the pods agents are handed {pods['gateway']} instead ({pods['from']})")
+        lines += [f"    {k} {pods[k]}" for k in ("base_url", "callback_url") if pods.get(k)]
+        lines.append(
+            "    not rehearsed: this rehearsal's agents called the gateway on this machine"
+        )
+    if "pods_agent_url" in net:
+        lines.append(
+            f"  agent: in the pods the rollout sends episodes to {net['pods_agent_url']} "
+            "(spec.agent.http.url) instead of --agent-url: not rehearsed"
+        )
     if r.view is not None:
         lines += ["", *_view_lines(r.view)]
     lines += ["", *[f"note: {n}" for n in r.notes]] if r.notes else []

@@ -18,6 +18,7 @@ import functools
 import ipaddress
 import json
 import logging
+import os
 import secrets
 import socket
 import time
@@ -35,7 +36,6 @@ from agentrl.api.formats import base_url_problem
 from agentrl.api.models import HttpAgent
 from agentrl.api.rules import is_local_path, loopback
 from agentrl.api.runtime import RuntimeConfig
-from agentrl.bundle.agents import build_backend
 from agentrl.bundle.agents.agentcore import runtime_endpoint
 from agentrl.bundle.agents.base import received_reward
 from agentrl.bundle.agents.http import HttpAgentBackend
@@ -50,7 +50,13 @@ from agentrl.bundle.rehearse.checks import (
     context_findings,
 )
 from agentrl.bundle.rehearse.observe import Observations, ObservedBackend, ObservedSessions, Seen
-from agentrl.bundle.rehearse.options import Options, Plan, check_hub_tokenizer, plan_inputs
+from agentrl.bundle.rehearse.options import (
+    Options,
+    Plan,
+    check_hub_tokenizer,
+    plan_inputs,
+    slime_args,
+)
 from agentrl.bundle.rehearse.report import (
     EpisodeReport,
     EpisodeView,
@@ -71,6 +77,7 @@ from agentrl.bundle.rollout.filters import (
     load_filter,
     reward_std,
 )
+from agentrl.bundle.rollout.runtime import build_context
 from agentrl.bundle.rollout.sampling import SamplingPlan, group_verdict
 from agentrl.bundle.rollout.types import SampleFields, Status, slime_types, to_sample
 from agentrl.slimecmd.flags import sglang_model_args
@@ -84,6 +91,9 @@ def rehearse(config: RuntimeConfig, options: Options) -> Report:
     """Run the rehearsal; RehearsalError when it cannot start (the CLI exits 2), with nothing
     written: `options.out` is created once the engine, the gateway and the agent backend are
     up, and the log up to then is held in memory."""
+    http = config.spec.agent.http
+    # Where the pods' rollout sends episodes, when --agent-url sends the rehearsal's elsewhere.
+    pods_agent = str(http.url) if http and options.agent_url not in (None, str(http.url)) else None
     config = with_agent_url(config, options.agent_url)
     check_gateway_url(options.gateway_url)
     check_out(options.out)
@@ -91,7 +101,7 @@ def rehearse(config: RuntimeConfig, options: Options) -> Report:
     # The prompts' count, the checks and the gateway's start read a hub id's files: the hub
     # is asked once for the whole run.
     with hub_answers():
-        return _run(config, options)
+        return _run(config, options, pods_agent)
 
 
 def check_out(out: Path) -> None:
@@ -138,7 +148,7 @@ class RunLog(logging.Handler):
         super().close()
 
 
-def _run(config: RuntimeConfig, options: Options) -> Report:
+def _run(config: RuntimeConfig, options: Options, pods_agent: str | None = None) -> Report:
     plan = plan_inputs(config.spec, options)
     log = RunLog()
     root = logging.getLogger()
@@ -146,14 +156,16 @@ def _run(config: RuntimeConfig, options: Options) -> Report:
     root.addHandler(log)  # the report says everything once; details go to the log
     root.setLevel(logging.INFO)
     try:
-        return asyncio.run(_rehearse(config, options, plan, log))
+        return asyncio.run(_rehearse(config, options, plan, log, pods_agent))
     finally:
         root.removeHandler(log)
         root.setLevel(old_level)
         log.close()
 
 
-async def _rehearse(config: RuntimeConfig, options: Options, plan: Plan, log: RunLog) -> Report:
+async def _rehearse(
+    config: RuntimeConfig, options: Options, plan: Plan, log: RunLog, pods_agent: str | None
+) -> Report:
     started = time.perf_counter()
     spec = config.spec
     engine_model = await check_engine(options.engine, config, options)
@@ -162,25 +174,25 @@ async def _rehearse(config: RuntimeConfig, options: Options, plan: Plan, log: Ru
     server = await _start_gateway(config, options)
     client = GatewayClient(_http(_loopback(options.listen), server.admin_port),
                            server.settings.admin_token)  # fmt: skip
-    backend = None
+    ctx = None
     try:
-        backend = await _backend(config, options, client)
+        # The pods' own builder: the spec's backend and its one maxConcurrent semaphore.
+        ctx = await _context(config, options, client)
         # Everything that can refuse the rehearsal has passed: from here it runs, and writes.
         log.open(options.out)
     except BaseException:
-        if backend is not None:
-            await backend.aclose()
+        if ctx is not None:
+            await ctx.backend.aclose()
         await client.aclose()
         await server.stop()
         raise
     seen = Observations()
     assert server.frontend is not None
+    backend = ctx.backend
     observed = ObservedBackend(backend, seen)
-    ctx = RolloutContext(
-        sessions=ObservedSessions(client, server.store, seen),
-        backend=observed,
-        semaphore=asyncio.Semaphore(spec.agent.max_concurrent),
-    )
+    # Observed on the way, not changed: the episodes talk to the same client and backend.
+    ctx.sessions = ObservedSessions(client, server.store, seen)
+    ctx.backend = observed
     try:
         outcomes = await run_groups(ctx, plan.groups, plan.episode, plan.split)
         await settle_engines(ctx, "Rehearsal", 0)
@@ -213,7 +225,14 @@ async def _rehearse(config: RuntimeConfig, options: Options, plan: Plan, log: Ru
         samples_path=str(samples_path),
         log_path=str(options.out / LOG_FILE),
         view=_view(outcomes, seen, runner.tokenizer),
-        notes=[*plan.notes, *_notes(outcomes, plan, config, engine_model)],
+        notes=[
+            *plan.notes,
+            *_notes(outcomes, plan, config, engine_model),
+            *_context_notes(config, server.settings.tokenizer_path, context),
+            *env_notes(config, options.pod_env, os.environ),
+        ],
+        pods_gateway=pods_gateway(config, options),
+        pods_agent=pods_agent,
     )
     (options.out / "report.json").write_text(json.dumps(report.to_json(), indent=2) + "\n")
     return report
@@ -235,6 +254,14 @@ def _notes(
             f"{len(clipped)} episode(s) outgrew the response budget ({budget} tokens, "
             f"grpo.maxResponseLength): {lost} sampled token(s) after it train nothing"
         )
+    deadline = plan.pods_timeout_s
+    slow = [o for g in outcomes for o in g if deadline is not None and o.seconds > deadline]
+    if slow:
+        notes.append(
+            f"{len(slow)} episode(s) ran longer than the agent's timeoutSeconds ({deadline:g}s), "
+            f"which --timeout replaced here ({plan.episode.timeout_s:g}s): in the pods each "
+            "would fail as timeout unless it runs faster there (the pods' engines are GPUs)"
+        )
     spec_model = config.spec.model.path.rstrip("/").rsplit("/", 1)[-1].lower()
     served = engine_model.rstrip("/").rsplit("/", 1)[-1].lower()
     if served and served != spec_model:
@@ -243,6 +270,60 @@ def _notes(
             "the rehearsal runs what the engine serves"
         )
     return notes
+
+
+# The prefixes of the env variables the pods' agent path reads through its libraries:
+# huggingface_hub and transformers (the gateway's tokenizer and config.json: HF_ENDPOINT,
+# HF_HUB_OFFLINE, HF_TOKEN...), boto3 (the AgentCore backend and its S3 results: AWS_REGION,
+# AWS_ENDPOINT_URL_BEDROCK_AGENTCORE...) and agentrl's own (AGENTRL_BIND_HOST, the HTTP
+# agents' callback listener).
+AGENT_PATH_ENV_PREFIXES = ("HF_", "HUGGING_FACE_", "TRANSFORMERS_", "AWS_", "AGENTRL_")
+
+
+def env_notes(
+    config: RuntimeConfig, pod_env: Mapping[str, str], here: Mapping[str, str]
+) -> list[str]:
+    """`spec.runtime.env` variables the agent path reads that the rehearsal ran without:
+    the pods' containers get them, the rehearsal runs in this machine's environment (a
+    mirror, a VPC endpoint or a region of the pods' is not necessarily reachable from here,
+    so they are not applied). A plain value that differs from this machine's, and a
+    Secret's variable this machine does not set, are named."""
+    differ = [
+        f"{name}={value!r} (here: {'unset' if name not in here else repr(here[name])})"
+        for name, value in pod_env.items()
+        if name.startswith(AGENT_PATH_ENV_PREFIXES) and here.get(name) != value
+    ]
+    unset = [
+        name
+        for name in config.runtime_secret_envs
+        if name.startswith(AGENT_PATH_ENV_PREFIXES) and name not in here
+    ]
+    if not differ and not unset:
+        return []
+    parts = [*differ, *(f"{name} (from a Secret; here: unset)" for name in unset)]
+    return [
+        "spec.runtime.env sets variables the pods' gateway or agent backend read, which this "
+        f"rehearsal ran without: {', '.join(parts)}; set them here to rehearse with them"
+    ]
+
+
+def _context_notes(config: RuntimeConfig, tokenizer_path: str, context: int | None) -> list[str]:
+    """The context budget the rehearsal's gateway never had, where the pods' gateway has one:
+    without `spec.model.contextLength` both read the checkpoint's config.json (the same
+    `checkpoint_context_length`), and the pods' launcher refuses a local checkpoint without
+    one, while `--model-dir` needs only the tokenizer's files. Then no call here had its
+    `max_new_tokens` capped at the room left and no episode was judged against the context
+    (`context_exceeded`), where in the pods every call is capped."""
+    if context is not None or config.spec.model.context_length is not None:
+        return []
+    return [
+        f"the model's context is unknown here: spec.model.contextLength is unset and "
+        f"{tokenizer_path} has no readable config.json naming one, so this rehearsal capped "
+        "no call's max_new_tokens and checked no episode against the context, while in the "
+        "pods the gateway caps every call at the context of the checkpoint's config.json; "
+        "copy config.json next to the tokenizer files (--model-dir), or set "
+        "spec.model.contextLength"
+    ]
 
 
 # -- the engine -------------------------------------------------------------------------
@@ -254,8 +335,28 @@ def engine_command(config: RuntimeConfig, options: Options) -> str:
     a path in the pods as its local copy, `--model-dir`."""
     path = config.spec.model.path
     model = str(options.model_dir) if options.model_dir and is_local_path(path) else path
-    flags = [a.replace("--sglang-", "--", 1) for a in sglang_model_args(config.spec)]
+    spec_flags = [
+        *sglang_model_args(config.spec),
+        *extra_sglang_args(config.spec.runtime.extra_args),
+    ]
+    flags = [a.replace("--sglang-", "--", 1) for a in spec_flags]
     return " ".join(["python -m sglang.launch_server --model-path", model, *flags, "--port 30000"])
+
+
+def extra_sglang_args(extra_args: Sequence[str]) -> list[str]:
+    """The `--sglang-*` flags of `runtime.extraArgs`, each with its values: slime starts the
+    pods' engines with them (speculative decoding, whose reserved tokens shrink every call's
+    room in the context; the KV cache's size, which caps a request below the context), so the
+    rehearsal's engine gets them too. agentrl's recipe flags (memory fraction, CUDA graphs,
+    log levels) fit the pods' GPUs, not this machine's, and are left out."""
+    out: list[str] = []
+    taking = False
+    for arg in extra_args:
+        if arg.startswith("--"):
+            taking = arg.startswith("--sglang-")
+        if taking:
+            out.append(arg)
+    return out
 
 
 async def check_engine(url: str, config: RuntimeConfig, options: Options) -> str:
@@ -382,6 +483,21 @@ async def _start_gateway(config: RuntimeConfig, options: Options) -> GatewayServ
     return server
 
 
+def pods_gateway(config: RuntimeConfig, options: Options) -> tuple[str, str]:
+    """(the gateway URL agents are handed in the pods, where it comes from): the hub's own
+    `GatewaySettings.from_runtime_config` of the same runtime config, so the URL is the one
+    the pods hand out (`spec.gateway.publicUrl`, else the in-cluster Service). The
+    rehearsal's agents call this machine's gateway instead; the report says which URL it
+    did not try (`--engine` stands in for slime's router, which the URL does not depend on)."""
+    url = GatewaySettings.from_runtime_config(config, options.engine).base_url
+    if config.spec.gateway.public_url is not None:
+        return url, "spec.gateway.publicUrl"
+    return url, (
+        "the gateway's in-cluster Service: spec.gateway.publicUrl is unset, and the name "
+        "resolves only inside the cluster"
+    )
+
+
 def with_agent_url(config: RuntimeConfig, url: str | None) -> RuntimeConfig:
     """The config with the HTTP agent's endpoint where it runs now (`--agent-url`)."""
     if url is None:
@@ -434,15 +550,15 @@ def check_runtime_reaches_gateway(config: RuntimeConfig, options: Options) -> No
     )
 
 
-async def _backend(config: RuntimeConfig, options: Options, client: GatewayClient) -> Any:
-    """As in the pods: HTTP agents post results to the gateway's URL, which relays them to
-    the backend's listener (on this machine: bound with the gateway, reached on loopback)."""
+async def _context(
+    config: RuntimeConfig, options: Options, client: GatewayClient
+) -> RolloutContext:
+    """The rollout context as the pods build it (`runtime.build_context`): HTTP agents post
+    results to the gateway's URL, which relays them to the backend's listener (on this
+    machine: bound with the gateway, reached on loopback)."""
     try:
-        return await build_backend(
-            config,
-            callbacks=client,
-            listen_host=options.listen,
-            advertise_host=_loopback(options.listen),
+        return await build_context(
+            config, client, listen_host=options.listen, advertise_host=_loopback(options.listen)
         )
     except ValueError as exc:
         http = config.spec.agent.http
@@ -578,13 +694,11 @@ def _slime_samples(group: Sequence[EpisodeOutcome]) -> list[Any]:
 
 
 def _slime_args(config: RuntimeConfig, plan: Plan) -> SimpleNamespace:
-    """The few slime args a user filter may read, with the values slime would have."""
-    grpo = config.spec.grpo
-    return SimpleNamespace(
-        n_samples_per_prompt=plan.samples_per_prompt,
-        rollout_batch_size=grpo.rollout_batch_size,
-        reward_key=None,
-    )
+    """The slime args a user filter is called with: the pods' (`options.slime_args`), the
+    group size the rehearsal's (`--samples`), as its groups are that size."""
+    args = slime_args(config.spec, f"{config.namespace}/{config.experiment}")
+    args.n_samples_per_prompt = plan.samples_per_prompt
+    return args
 
 
 def _write_samples(

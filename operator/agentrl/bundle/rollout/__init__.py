@@ -9,7 +9,6 @@ when the batch is handed back (`types.slime_types`).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import threading
@@ -19,7 +18,7 @@ from agentrl.api.runtime import RuntimeConfig
 from agentrl.bundle.rollout.batch import RolloutContext
 from agentrl.bundle.rollout.driver import eval_batch, train_batch
 from agentrl.bundle.rollout.inputs import load_runtime_config
-from agentrl.bundle.rollout.runtime import MetricsSink, RolloutRuntime
+from agentrl.bundle.rollout.runtime import MetricsSink, RolloutRuntime, build_context
 from agentrl.bundle.rollout.types import SlimeTypes, slime_types
 
 __all__ = ["generate_rollout", "install_runtime", "shutdown_runtime"]
@@ -66,7 +65,6 @@ def _router_url(args: Any) -> str:
 def _production_runtime(args: Any) -> tuple[RolloutRuntime, RuntimeConfig, SlimeTypes]:
     import ray
 
-    from agentrl.bundle.agents import build_backend
     from agentrl.bundle.gateway import GatewayClient
     from agentrl.bundle.hub import HubSink, ensure_hub, node_ip
 
@@ -79,16 +77,9 @@ def _production_runtime(args: Any) -> tuple[RolloutRuntime, RuntimeConfig, Slime
         listen = os.environ.get(ENV_BIND_HOST, "0.0.0.0")
         # Agents call back to this node: its address, unless bound to one interface.
         advertise = node_ip() if listen == "0.0.0.0" else listen
-        sessions = GatewayClient(admin_url, admin_token)
         # HTTP agents post results to the gateway, which relays them to this listener.
-        backend = await build_backend(
-            config, callbacks=sessions, listen_host=listen, advertise_host=advertise
-        )
-        return RolloutContext(
-            sessions=sessions,
-            backend=backend,
-            semaphore=asyncio.Semaphore(config.spec.agent.max_concurrent),
-        )
+        sessions = GatewayClient(admin_url, admin_token)
+        return await build_context(config, sessions, listen_host=listen, advertise_host=advertise)
 
     return RolloutRuntime(build, sink), config, slime_types()
 

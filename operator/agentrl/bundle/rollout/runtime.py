@@ -16,6 +16,7 @@ import threading
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Protocol, TypeVar
 
+from agentrl.api.runtime import RuntimeConfig
 from agentrl.bundle.agents.pool import install_discard_counter
 from agentrl.bundle.rollout.batch import RolloutContext
 from agentrl.bundle.rollout.report import MetricsDelta
@@ -25,6 +26,30 @@ T = TypeVar("T")
 
 FLUSH_INTERVAL_S = 5.0  # how stale sessions_in_flight and pool gauges may get
 CANCEL_GRACE_S = 120.0  # how long an interrupted call waits for episodes to close sessions
+
+
+async def build_context(
+    config: RuntimeConfig,
+    sessions: Any,
+    *,
+    listen_host: str,
+    advertise_host: str,
+) -> RolloutContext:
+    """The rollout's long-lived pieces for `config`: the agent backend the spec names (an
+    HTTP agent's results relayed to its listener through `sessions`, the gateway's admin
+    client) and the one `maxConcurrent` semaphore train and eval share. The pods' rollout
+    builds its context here, and so does `agentrl rehearse`, so that a rehearsal runs the
+    backend, its pool and its concurrency as the pods do."""
+    from agentrl.bundle.agents import build_backend
+
+    backend = await build_backend(
+        config, callbacks=sessions, listen_host=listen_host, advertise_host=advertise_host
+    )
+    return RolloutContext(
+        sessions=sessions,
+        backend=backend,
+        semaphore=asyncio.Semaphore(config.spec.agent.max_concurrent),
+    )
 
 
 class MetricsSink(Protocol):
