@@ -66,6 +66,10 @@ def test_the_pods_env_the_agent_path_reads_and_the_rehearsal_lacks_is_named() ->
         "unset), HF_TOKEN (from a Secret; here: unset); set them here to rehearse with them"
     )
     assert env_notes(config, {"AWS_REGION": "us-west-2"}, {**here, "HF_TOKEN": "t"}) == []
+    # This machine's value is never shown: it may be a credential of the researcher's.
+    local = "hf_local_credential"
+    (note,) = env_notes(config, {"HF_TOKEN": "spec-value"}, {**here, "HF_TOKEN": local})
+    assert "HF_TOKEN='spec-value' (here: another value)" in note and local not in note
 
 
 def test_the_agent_url_the_pods_call_instead_of_agent_url_is_named() -> None:

@@ -287,9 +287,11 @@ def env_notes(
     the pods' containers get them, the rehearsal runs in this machine's environment (a
     mirror, a VPC endpoint or a region of the pods' is not necessarily reachable from here,
     so they are not applied). A plain value that differs from this machine's, and a
-    Secret's variable this machine does not set, are named."""
+    Secret's variable this machine does not set, are named. This machine's values never
+    are: one of them may be a credential (a local HF_TOKEN), and the report is printed and
+    written to --out."""
     differ = [
-        f"{name}={value!r} (here: {'unset' if name not in here else repr(here[name])})"
+        f"{name}={value!r} (here: {'unset' if name not in here else 'another value'})"
         for name, value in pod_env.items()
         if name.startswith(AGENT_PATH_ENV_PREFIXES) and here.get(name) != value
     ]
