@@ -40,6 +40,16 @@ def series(registry: CollectorRegistry) -> set[tuple[str, tuple[tuple[str, str],
     }
 
 
+def fresh_values(name: str, label: str) -> dict[str, float]:
+    """A fresh registry's samples of `name`, by the value of `label`."""
+    return {
+        s.labels[label]: s.value
+        for family in BundleMetrics().registry.collect()
+        for s in family.samples
+        if s.name == name
+    }
+
+
 def test_nothing_the_rollout_counts_is_a_new_series() -> None:
     fresh = series(BundleMetrics().registry)
     rec = Recorder()
@@ -52,6 +62,7 @@ def test_nothing_the_rollout_counts_is_a_new_series() -> None:
     groups = ("kept", "filtered", "backfilled", "skipped", "aborted", "carried_over")
     every = StepReport(**dict.fromkeys(groups, 1))  # every group count record_step reads
     every.filtered_seconds = every.aborted_seconds = 1.0
+    every.masked_seconds = every.failed_seconds = 1.0
     every.excluded.update(dict.fromkeys(REASONS, 1))
     every.trained_episodes = len(REASONS)
     record_step(SimpleNamespace(recorder=rec), every)  # type: ignore[arg-type]
@@ -70,12 +81,7 @@ def test_every_trace_break_reason_is_exported_from_the_start() -> None:
     from agentrl.bundle.traces import BREAK_REASONS
 
     assert sorted({*BREAK_REASONS, *PROMPT_BREAK_REASONS}) == sorted(TRACE_BREAK_REASONS)
-    fresh = {
-        s.labels["reason"]: s.value
-        for family in BundleMetrics().registry.collect()
-        for s in family.samples
-        if s.name == "agentrl_trace_breaks_total"
-    }
+    fresh = fresh_values("agentrl_trace_breaks_total", "reason")
     assert fresh == dict.fromkeys(TRACE_BREAK_REASONS, 0.0)
 
 
@@ -174,10 +180,5 @@ def test_every_callback_outcome_is_exported_from_the_start() -> None:
     """The gateway's first lost result callback (an unreachable listener) moves rate()."""
     from agentrl.api.constants import CALLBACK_OUTCOMES
 
-    fresh = {
-        s.labels["outcome"]: s.value
-        for family in BundleMetrics().registry.collect()
-        for s in family.samples
-        if s.name == "agentrl_gateway_callbacks_total"
-    }
+    fresh = fresh_values("agentrl_gateway_callbacks_total", "outcome")
     assert fresh == dict.fromkeys(CALLBACK_OUTCOMES, 0.0)

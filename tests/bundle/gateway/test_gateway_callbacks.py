@@ -9,8 +9,9 @@ exposes.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import aiohttp
@@ -247,6 +248,23 @@ def outcomes(gateway: GatewayServer) -> dict[str, float]:
     return {o: n for o, n in counts.items() if n}
 
 
+@contextlib.asynccontextmanager
+async def listener_answering(
+    handle: Callable[[web.Request], Awaitable[web.Response]],
+) -> AsyncIterator[str]:
+    """A result listener of the test's own, answering every callback with `handle`; its URL."""
+    app = web.Application()
+    app.router.add_post(CALLBACK_PATH + "/{sid}", handle)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        await runner.cleanup()
+
+
 @pytest.fixture
 async def failing_listener() -> AsyncIterator[str]:
     """A listener that fails every callback as aiohttp does on an exception (500, text)."""
@@ -254,14 +272,8 @@ async def failing_listener() -> AsyncIterator[str]:
     async def handle(_: web.Request) -> web.Response:
         raise RuntimeError("listener bug")
 
-    app = web.Application()
-    app.router.add_post(CALLBACK_PATH + "/{sid}", handle)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    yield f"http://127.0.0.1:{port}"
-    await runner.cleanup()
+    async with listener_answering(handle) as url:
+        yield url
 
 
 async def post_answer(gateway: GatewayServer, sid: str, body: bytes, token: str) -> Any:
@@ -397,14 +409,8 @@ async def test_a_result_is_delivered_and_counted_when_the_agent_stops_waiting(
         answered.set()
         return web.json_response({"ok": True})
 
-    app = web.Application()
-    app.router.add_post(CALLBACK_PATH + "/{sid}", slow)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    try:
-        await admin.relay_callbacks_to(f"http://127.0.0.1:{port}")
+    async with listener_answering(slow) as url:
+        await admin.relay_callbacks_to(url)
         await gateway.create_session(SID, {})
         with pytest.raises(TimeoutError):
             async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=0.1)) as http:
@@ -414,7 +420,5 @@ async def test_a_result_is_delivered_and_counted_when_the_agent_stops_waiting(
             if outcomes(gateway):
                 break
             await asyncio.sleep(0.02)
-    finally:
-        await runner.cleanup()
     assert received == [b'{"rewards": 1}']
     assert outcomes(gateway) == {"delivered": 1}

@@ -102,15 +102,10 @@ class NoPrompts:
         return []
 
 
-def test_a_carried_episode_that_expires_is_logged_once_with_its_session_id(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    gateway = FakeGateway()
-    ctx = RolloutContext(gateway, StubAgent(gateway), asyncio.Semaphore(1))
-    ctx.carry.put(0, 7, {(7, 14): outcome("sid-kept-too-long", seconds=5.0)})
+def step_without_prompts(ctx: RolloutContext, step: int, *, last: bool = False) -> StepReport:
+    """A carryOver train step whose data source has no prompts left: what it does with the
+    carry store alone."""
     plan = SamplingPlan(batch_size=1, in_flight=1, max_refill_rounds=0, policy="carryOver")
-    caplog.set_level("INFO", logger="agentrl.rollout")
-
     _, report = asyncio.run(
         fill_batch(
             ctx,
@@ -119,9 +114,22 @@ def test_a_carried_episode_that_expires_is_logged_once_with_its_session_id(
             spec=None,  # type: ignore[arg-type]
             group_filter=None,
             to_samples=list,
-            step=TTL_STEPS,
+            step=step,
+            last=last,
         )
     )
+    return report
+
+
+def test_a_carried_episode_that_expires_is_logged_once_with_its_session_id(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    gateway = FakeGateway()
+    ctx = RolloutContext(gateway, StubAgent(gateway), asyncio.Semaphore(1))
+    ctx.carry.put(0, 7, {(7, 14): outcome("sid-kept-too-long", seconds=5.0)})
+    caplog.set_level("INFO", logger="agentrl.rollout")
+
+    report = step_without_prompts(ctx, TTL_STEPS)
 
     assert report.aborted_seconds == 5.0 and not ctx.carry.episodes
     (line,) = [r.getMessage() for r in caplog.records if "sid-kept-too-long" in r.getMessage()]
@@ -141,24 +149,12 @@ def test_the_runs_last_step_throws_away_what_the_carry_store_holds(
     assert last_step(SimpleNamespace(num_rollout=8), 7)
     assert not last_step(SimpleNamespace(num_rollout=8), 6)
     assert not last_step(SimpleNamespace(), 7)  # unknown: not the last
-    plan = SamplingPlan(batch_size=1, in_flight=1, max_refill_rounds=0, policy="carryOver")
     caplog.set_level("INFO", logger="agentrl.rollout")
     for last in (False, True):
         gateway = FakeGateway()
         ctx = RolloutContext(gateway, StubAgent(gateway), asyncio.Semaphore(1))
         ctx.carry.put(0, 7, {(7, 14): outcome("sid-left-over", seconds=5.0)})
-        _, report = asyncio.run(
-            fill_batch(
-                ctx,
-                DataSource(NoPrompts()),
-                plan,
-                spec=None,  # type: ignore[arg-type]
-                group_filter=None,
-                to_samples=list,
-                step=1,
-                last=last,
-            )
-        )
+        report = step_without_prompts(ctx, 1, last=last)
         assert report.aborted_seconds == (5.0 if last else 0.0)
         assert bool(ctx.carry.episodes) is not last
         assert ctx.carry.cut_groups == {7: 0}  # the group is still waited for if it comes back
