@@ -63,7 +63,13 @@ def _cited(commit: str, name: str) -> list[range]:
 
 def test_the_paragraph_names_every_term_and_the_flags_that_switch_them() -> None:
     text = " ".join(_paragraph().split())
-    for term in ("klLossCoef", "--entropy-coef", "--normalize-advantages", "--use-opd"):
+    for term in (
+        "klLossCoef",
+        "--entropy-coef",
+        "--normalize-advantages",
+        "--use-opd",
+        "`identity`",
+    ):
         assert term in text
     assert "counts as trained, not in `agentrl_discarded_episode_seconds_total`" in text
 
