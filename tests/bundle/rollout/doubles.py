@@ -192,7 +192,7 @@ class StubAgent:
         if behavior == "echo_payload":  # a failure report quoting the payload, tokens and all
             raise AgentError("agent_error", f"the agent reported a failure: bad payload {meta}")
         if behavior == "ok":
-            for turn in chain_turns(int(meta.get("turns", 2))):
+            for turn in chain_turns(int(self.scripted(meta, "turns", attempt, 2))):
                 self.gateway.record(sid, token, turn)
         if behavior == "fanout":  # two sub-agents asking the same prompt: two sequences
             for turn in (

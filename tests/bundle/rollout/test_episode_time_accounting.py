@@ -18,12 +18,17 @@ when it finished, or what it ran until stopped. Then:
 - per step, the length bias's figures hold every episode the step ran once (trained, other,
   or cut), and the carried ones it trains a token of besides, none it hands back, filters
   or trains nothing of; its trained ones are exactly those a token of which trains.
+Under carryOver, one saved state is made to hold a failed carried episode (the shape an
+older agentrl wrote), and the job is then restarted from it three times in a row (a crash
+loop: the first two restarts die before their step's state is saved): the episode's time is
+counted once, by the first load, not once per load.
 """
 
 from __future__ import annotations
 
 import asyncio
 import random
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -31,11 +36,13 @@ from typing import Any
 import pytest
 from tests.support.metrics import LocalSink
 
+from agentrl.bundle.failures import AGENT_ERROR
 from agentrl.bundle.metrics import BundleMetrics
 from agentrl.bundle.rollout import driver, generate_rollout, install_runtime, sampling
 from agentrl.bundle.rollout.batch import RolloutContext, Ticket
 from agentrl.bundle.rollout.episode import EpisodeInput, EpisodeOutcome, EpisodeSpec
 from agentrl.bundle.rollout.filters import FilterError, has_reward_variance
+from agentrl.bundle.rollout.resume import read, write
 from agentrl.bundle.rollout.runtime import RolloutRuntime
 from agentrl.bundle.rollout.sampling import StepReport
 from agentrl.bundle.rollout.types import slime_types
@@ -173,12 +180,15 @@ def test_every_second_an_episode_ran_is_counted_once(
     real_save = driver.save_step
     save_calls = 0
 
+    crash_loop = 0  # saves still to fail after a state was given a failed carried episode
+
     def save_step(*args: Any) -> None:
         """The rollout state's write at the step's end: fails on a chosen call and at random
-        (the disk is full), after the batch is assembled."""
-        nonlocal save_calls
+        (the disk is full), after the batch is assembled, and during a crash loop."""
+        nonlocal save_calls, crash_loop
         save_calls += 1
-        if save_calls in failing_saves or saves.random() < 0.05:
+        if save_calls in failing_saves or saves.random() < 0.05 or crash_loop:
+            crash_loop = max(0, crash_loop - 1)
             raise OSError(28, "No space left on device")
         real_save(*args)
 
@@ -191,7 +201,7 @@ def test_every_second_an_episode_ran_is_counted_once(
     trained: dict[tuple[int, int], list[str]] = {}  # per attempt, the sessions in its batch
     untrained: set[str] = set()  # those of them of which no token trained
     backfills = 0
-    failures = save_failures = restarts = 0
+    failures = save_failures = restarts = injected = 0
 
     def start_process(step: int) -> tuple[SimpleNamespace, Any, RolloutRuntime]:
         """slime's train.py starting at `step`: --load set when a checkpoint exists."""
@@ -251,8 +261,18 @@ def test_every_second_an_episode_ran_is_counted_once(
                 untrained |= sids - {s.session_id for s in group if any(s.loss_mask)}
             source.save(step)  # rollout_manager.save, after Megatron's checkpoint
             (root / TRACKER).write_text(str(step))
+            held = read(root, step)
+            forced = False
+            if policy == "carryOver" and not injected and step + 1 < STEPS and held is not None:
+                for key, (kept_at, outcome) in held.carry.episodes.items():
+                    # What an older agentrl saved for a cut group whose finished episode had
+                    # failed; the next process drops it at load, and counts its time.
+                    held.carry.episodes[key] = (kept_at, replace(outcome, failure=AGENT_ERROR))
+                    write(root, held)
+                    injected, crash_loop, forced = 1, 2, True
+                    break
             step += 1
-            if step < STEPS and rng.random() < 0.2:  # a preemption between steps
+            if step < STEPS and (rng.random() < 0.2 or forced):  # a preemption between steps
                 restarts += 1
                 install_runtime(None)
                 runtime.close()
@@ -304,6 +324,7 @@ def test_every_second_an_episode_ran_is_counted_once(
     assert backfills > 0
     assert (sum(r.cut_seconds for r in reports.values()) > 0) == (policy != "wait")
     if policy == "carryOver":  # carried episodes trained (maxPolicyLag 1) or thrown away (0)
+        assert injected and not crash_loop  # the crash loop ran
         reused = sum(r.episodes_reused for r in reports.values())
         restarted = sum(r.stale_restarted for r in reports.values())
         assert reused > 0 if seed % 2 else restarted > 0

@@ -33,6 +33,7 @@ from agentrl.bundle.rewards import post_process_rewards
 from agentrl.bundle.rollout import generate_rollout, install_runtime
 from agentrl.bundle.rollout.batch import RolloutContext
 from agentrl.bundle.rollout.carry import CarryStore
+from agentrl.bundle.rollout.episode import EpisodeOutcome
 from agentrl.bundle.rollout.filters import FilterError
 from agentrl.bundle.rollout.report import Recorder
 from agentrl.bundle.rollout.resume import (
@@ -335,10 +336,11 @@ def test_a_failed_episode_carried_in_an_older_state_is_dropped_at_load(
     tmp_path: Path, commit: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A state written before only task outcomes were carried over (cd244fa) may hold a cut
-    group's failed episode. Loaded as it was, the restart reused it once: its stand-in (reward
-    0, no tokens) trained as one of prompt 0's two outcomes. It is dropped at load, named once
-    with its session id, its time counted as thrown away in the restarted job's metrics (as
-    the other discarded episodes' is), and prompt 0 runs both of its episodes again."""
+        group's failed episode. Loaded as it was, the restart reused it once: its stand-in (reward
+        0, no tokens) trained as one of prompt 0's two outcomes. It is dropped at load, named once
+        with its session id, its time counted as thrown away in the restarted job's metrics (as
+        the other discarded episodes' is), and prompt 0 runs both of its episodes again. A second
+    restart from the same checkpoint (a crash loop) neither names nor counts it again."""
     rows = write_rows(tmp_path / "rows.jsonl", CARRY_ROWS)
     root = tmp_path / "ckpt"
     root.mkdir()
@@ -382,6 +384,42 @@ def test_a_failed_episode_carried_in_an_older_state_is_dropped_at_load(
         "agentrl_discarded_episode_seconds_total", {"reason": "aborted"}
     )
     assert thrown_away == failed.seconds
+    # The job dies again before a newer checkpoint and restarts from the same one (a crash
+    # loop): the state no longer holds the episode, so the second load neither names it nor
+    # counts its time again (the first process already exported it), and the restart runs
+    # the same step again the same way.
+    held = read(root, 0)  # the state the restart loads (that restart then moves the tracker)
+    caplog.clear()
+    again = BundleMetrics()
+
+    _, out = one_process(root, rows, config_path, commit, step=1, reward=0.0, metrics=again)
+
+    assert [g[0].metadata["id"] for g in out.samples] == [0, 3]
+    assert ok.session_id not in caplog.text
+    assert "0 carried-over episode(s), 0 failed carried-over episode(s) dropped" in caplog.text
+    assert not again.registry.get_sample_value(
+        "agentrl_discarded_episode_seconds_total", {"reason": "aborted"}
+    )
+    assert held is not None and held.carry.episodes == {}  # written back without it
+
+
+def test_a_failed_carried_episode_in_another_runs_state_is_said_to_count_again(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Only the run's own checkpoint directory is written to: a state loaded from elsewhere
+    keeps the dropped episode, and the warning says a restart from it counts it again."""
+    failed = EpisodeOutcome("s-failed", [], 0.0, AGENT_ERROR, seconds=12.0)
+    carried = CarryStore(episodes={(0, 0): (2, failed)}, cut_groups={0: 2})
+    other = tmp_path / "other"
+    write(other, RolloutState(2, {"sample_offset": 2}, [], carried))
+    caplog.set_level(logging.INFO, logger="agentrl.rollout")
+    recorder = Recorder()
+    args = SimpleNamespace(load=str(other), save=str(tmp_path / "mine"))
+    assert resume(args, SimpleNamespace(), CarryStore(), 3, recorder)
+    held = read(other, 2)
+    assert held is not None and list(held.carry.episodes) == [(0, 0)]
+    assert "stay in" in caplog.text and "a restart from it counts their time again" in caplog.text
+    assert recorder.take().counters == {("discarded_episode_seconds", ("aborted",)): 12.0}
 
 
 @pytest.mark.parametrize("commit", COMMITS)

@@ -113,6 +113,17 @@ CASES: dict[str, dict[str, Any]] = {
         {},
         [],
     ),
+    # A skipped group (one task outcome) beside a group whose winners ran longer: weighted
+    # by token, the step's advantages do not average 0, and whitening shifts the skipped
+    # group's 0 by that mean.
+    "no_signal_whitened": _case(
+        [
+            {"behavior": "ok", "reward": [1, 0, 1, 0], "turns": [4, 1, 4, 1]},
+            {"behavior": ["error", "ok", "error", "error"], "reward": 1},
+        ],
+        {},
+        ["--normalize-advantages"],
+    ),
     # Rows of which only some carry a `round_number` in their metadata.
     "round_number": _case(
         [
@@ -340,6 +351,44 @@ def test_a_backfilled_group_trains_no_token(row: str) -> None:
     assert any(any(a) for a in t["advantages"])  # GRPO gives these groups a signal...
     assert all(not any(m) for m in t["loss_masks"])  # ...which trains nothing
     assert t["rollout_mask_sums"] == [0.0] * len(out["samples"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("row", ROWS)
+def test_a_group_without_signal_trains_its_tokens_at_advantage_zero(row: str) -> None:
+    """A skipped group (FAILURE_ROWS' row 2: one task outcome, no filter) and a zero-variance
+    group kept without a filter (zero_std's row 0) reach slime's trainer with their task
+    outcomes' loss masks set and advantage 0 on every token: no policy gradient, but the KL
+    and entropy terms weigh their tokens (docs/rollout.md, test_no_signal_docs.py), which is
+    why their time counts as trained. `--normalize-advantages` shifts that 0 by the step's
+    token-weighted mean advantage, which is not 0 where episodes of a group differ in length
+    with their reward: then even the policy-gradient term moves them."""
+    for name, row_id in (("grpo", 2), ("zero_std", 0)):
+        out = result(row, name)
+        held = [
+            e
+            for samples in episodes(out).values()
+            for e in samples
+            if e["row"] == row_id and e["failure"] is None
+        ]
+        assert held, name
+        for s in held:
+            assert any(s["loss_masks"]), name  # its tokens are in the loss...
+            assert not any(s["advantages"]), name  # ...at advantage 0
+    assert result(row, "grpo")["metrics"]["agentrl/groups_skipped"] == 1
+    out = result(row, "no_signal_whitened")
+    assert out["metrics"]["agentrl/groups_skipped"] == 1
+    trained_tokens = [
+        (e["row"], a)
+        for samples in episodes(out).values()
+        for e in samples
+        if e["failure"] is None
+        for a, m in zip(e["advantages"], e["loss_masks"], strict=True)
+        if m
+    ]
+    shifted = {round(a, 6) for r, a in trained_tokens if r == 1}
+    (value,) = shifted  # one value for the skipped group's tokens...
+    assert value < -0.1  # ...no longer 0: the step's token mean (winners ran longer) is > 0
 
 
 @pytest.mark.slow

@@ -106,7 +106,9 @@ async def train_batch(
     ctx = await rt.context()
     if not ctx.resumed:  # a restarted job: what its checkpoint's step left behind
         ctx.resumed = True
-        resume(args, data_source, ctx.carry, rollout_id, ctx.recorder)
+        if resume(args, data_source, ctx.carry, rollout_id, ctx.recorder):
+            # What the load counted leaves the process now: the state no longer holds it.
+            await rt.flush_and_drain()
     ctx.recorder.run_link(wandb_run_url(args), getattr(args, "wandb_group", None))
 
     def to_samples(outcomes: Sequence[EpisodeOutcome]) -> list[Any]:

@@ -222,6 +222,8 @@ def resume(args: Any, data_source: Any, carry: CarryStore, step: int, recorder: 
     group_size = size if isinstance(size, int) else None
     shuffle = bool(getattr(args, "rollout_shuffle", False))
     dropped = restore(data_source, carry, state, shuffle, recorder=recorder, group_size=group_size)
+    if dropped:
+        forget_dropped(root, getattr(args, "save", None), state)
     log.info(
         "Rollout %d: resumed the rollout state of step %d: cursor %s, %d handed-back "
         "group(s), %d carried-over episode(s), %d failed carried-over episode(s) dropped "
@@ -235,6 +237,38 @@ def resume(args: Any, data_source: Any, carry: CarryStore, step: int, recorder: 
         CARRY_FAILED,
     )
     return True
+
+
+def forget_dropped(root: str, save: str | None, state: RolloutState) -> None:
+    """Write the loaded state back without the failed carried-over episodes `restore` just
+    dropped and counted. A job restarted again from the same checkpoint (a crash loop, a
+    retry before the next checkpoint) loads the same file: had it kept them, every load would
+    count their time under `aborted` once more, each process adding to what the previous one
+    had already exported (a counter reset on a new head pod does not undo an increment a
+    scrape already saw), and name their session ids again. Written before the count leaves
+    the process (the caller flushes it next), so a kill in between loses the count rather
+    than repeating it. Only the run's own checkpoint directory is written to (`--load` is
+    `--save` on every restart agentrl renders): a state under another directory is left as
+    it is, and said so."""
+    kept = {k: v for k, v in state.carry.episodes.items() if v[1].failure is None}
+    forgotten = replace(state, carry=replace(state.carry, episodes=kept))
+    why = None
+    if not save or os.path.realpath(root) != os.path.realpath(save):
+        why = f"it is not under this run's --save ({save})"
+    else:
+        try:
+            write(root, forgotten)
+        except OSError as exc:
+            why = f"rewriting it failed: {exc}"
+    if why is not None:
+        log.warning(
+            "Rollout %d: the failed carried-over episodes dropped from the rollout state of "
+            "step %d stay in %s (%s): a restart from it counts their time again",
+            state.step + 1,
+            state.step,
+            state_path(root, state.step),
+            why,
+        )
 
 
 def _brief(cursor: Mapping[str, Any]) -> str:
