@@ -4,9 +4,12 @@ Each case runs a training job of several processes (slime's train.py restarted f
 step's checkpoint after a step fails, and sometimes between steps) with slime's own data
 source (`RolloutDataSourceWithBuffer` from the snapshot) and agentrl's real rollout, saving
 and loading its rollout state, on a simulated clock, with heavy-tailed episode durations,
-failing agents and a user filter that sometimes raises (the step fails), under each
-straggler policy. A ledger around `run_one` records every episode the steps ran: its time
-when it finished, or what it ran until stopped. Then:
+failing agents and a user filter that sometimes raises (the step fails), saves of the
+rollout state that fail, a call interrupted (cancelled) while the batch's engines settle,
+under each straggler policy. The run's last step sometimes fails its first save (what it
+drained from the carry store is counted once, by the step run again) or starts a restarted
+process (it resumes and drains). A ledger around `run_one` records every episode the steps
+ran: its time when it finished, or what it ran until stopped. Then:
 - across the job, that time is exactly what the steps trained (each trained episode once,
   in the one step that trains it), what `agentrl_discarded_episode_seconds_total` counts
   (filtered, aborted, cut, masked, failed); the carry store is empty at the end (the
@@ -181,18 +184,42 @@ def test_every_second_an_episode_ran_is_counted_once(
     save_calls = 0
 
     crash_loop = 0  # saves still to fail after a state was given a failed carried episode
+    last_save_fails = seed % 3 == 0
 
     def save_step(*args: Any) -> None:
         """The rollout state's write at the step's end: fails on a chosen call and at random
         (the disk is full), after the batch is assembled, and during a crash loop."""
-        nonlocal save_calls, crash_loop
+        nonlocal save_calls, crash_loop, last_save_fails
         save_calls += 1
-        if save_calls in failing_saves or saves.random() < 0.05 or crash_loop:
+        # The run's last step fails its first save in a third of the cases: what it drained
+        # from the carry store is counted by the step run again, not by both.
+        last = args[-1] == STEPS - 1 and last_save_fails
+        last_save_fails = False if args[-1] == STEPS - 1 else last_save_fails
+        if save_calls in failing_saves or saves.random() < 0.05 or crash_loop or last:
             crash_loop = max(0, crash_loop - 1)
             raise OSError(28, "No space left on device")
         real_save(*args)
 
     monkeypatch.setattr(driver, "save_step", save_step)
+    # The call interrupted (slime's actor cancelled, the pod stopped) while the batch's
+    # engines settle: after the batch is assembled, before its state is saved.
+    settles = random.Random(seed + 3000)
+    failing_settles = {settles.randrange(1, 6)}
+    real_settle = driver.settle_engines
+    settle_calls = 0
+
+    async def settle_engines(ctx: RolloutContext, kind: str, rollout_id: int) -> None:
+        nonlocal settle_calls
+        if kind == "Rollout":
+            settle_calls += 1
+            if settle_calls in failing_settles:
+                task = asyncio.current_task()
+                assert task is not None
+                task.cancel()
+                await asyncio.sleep(0)
+        await real_settle(ctx, kind, rollout_id)
+
+    monkeypatch.setattr(driver, "settle_engines", settle_engines)
     metrics = BundleMetrics()  # summed over the job's processes
     gateway = FakeGateway()
     agent = StubAgent(gateway, yields=0, delay=delay, reward=reward)
@@ -201,7 +228,7 @@ def test_every_second_an_episode_ran_is_counted_once(
     trained: dict[tuple[int, int], list[str]] = {}  # per attempt, the sessions in its batch
     untrained: set[str] = set()  # those of them of which no token trained
     backfills = 0
-    failures = save_failures = restarts = injected = 0
+    failures = save_failures = restarts = injected = interrupted = 0
 
     def start_process(step: int) -> tuple[SimpleNamespace, Any, RolloutRuntime]:
         """slime's train.py starting at `step`: --load set when a checkpoint exists."""
@@ -236,10 +263,11 @@ def test_every_second_an_episode_ran_is_counted_once(
             dropped_before = len(flaky_filter.dropped)
             try:
                 out = generate_rollout(args, step, source)
-            except (FilterError, OSError) as exc:  # slime's train.py dies with the step:
-                # restart from the last checkpoint
+            except (FilterError, OSError, asyncio.CancelledError) as exc:  # slime's train.py
+                # dies with the step: restart from the last checkpoint
                 failures += isinstance(exc, FilterError)
                 save_failures += isinstance(exc, OSError)
+                interrupted += isinstance(exc, asyncio.CancelledError)
                 install_runtime(None)
                 runtime.close()
                 args, source, runtime = start_process(step)
@@ -272,7 +300,10 @@ def test_every_second_an_episode_ran_is_counted_once(
                     injected, crash_loop, forced = 1, 2, True
                     break
             step += 1
-            if step < STEPS and (rng.random() < 0.2 or forced):  # a preemption between steps
+            # A preemption between steps; in a third of the cases the last step is the
+            # first of a restarted process (it resumes, and it drains the carry store).
+            resumed_last = seed % 3 == 1 and step == STEPS - 1
+            if step < STEPS and (rng.random() < 0.2 or forced or resumed_last):
                 restarts += 1
                 install_runtime(None)
                 runtime.close()
@@ -321,6 +352,7 @@ def test_every_second_an_episode_ran_is_counted_once(
     # The workload exercises what is checked: failed steps, and cuts where allowed.
     assert failures > 0
     assert save_failures > 0
+    assert interrupted > 0
     assert backfills > 0
     assert (sum(r.cut_seconds for r in reports.values()) > 0) == (policy != "wait")
     if policy == "carryOver":  # carried episodes trained (maxPolicyLag 1) or thrown away (0)

@@ -124,10 +124,13 @@ async def train_batch(
         step=rollout_id,
         last=last_step(args, rollout_id),
     )
-    await settle_engines(ctx, "Rollout", rollout_id)
-    ctx.generated = rollout_id
-    # Before slime trains and checkpoints this step: a checkpoint of it resumes from here.
+    # From here the batch is assembled and its episodes have stopped: a step that fails now
+    # (its state not written, or the call interrupted, a cancellation, while the engines
+    # settle) throws them away; only a step that gets past both records its report.
     try:
+        await settle_engines(ctx, "Rollout", rollout_id)
+        ctx.generated = rollout_id
+        # Before slime trains and checkpoints this step: a checkpoint of it resumes from here.
         await asyncio.to_thread(save_step, args, data_source, ctx.carry, rollout_id)
     except BaseException:
         discard_unsaved(ctx, report)
@@ -190,22 +193,24 @@ def last_step(args: Any, rollout_id: int) -> bool:
 
 
 def discard_unsaved(ctx: RolloutContext, report: StepReport) -> None:
-    """The step's rollout state could not be saved: the step fails with it (slime's train.py
-    dies with the step, and a restart runs it again from the previous step's state), so
-    none of its batch trains, and its report is not recorded. Every finished episode it ran
-    is thrown away, as a step whose filter raised throws its own away
-    (`sampling._Step.discard_finished`): its time under `aborted`, each task outcome named
-    once. What it took from the carry store (reused, too old, expired, or thrown away as the
-    run's last step) is not counted: the previous step's state still holds it, and the step
-    run again counts it. Episodes cut while running counted themselves."""
+    """The step failed after its batch was assembled: its rollout state could not be saved,
+    or the call was interrupted (cancelled) while the engines settled or the state was being
+    written. The step fails with it (slime's train.py dies with the step, and a restart runs
+    it again from the previous step's state), so none of its batch trains, and its report is
+    not recorded. Every finished episode it ran is thrown away, as a step whose filter raised
+    throws its own away (`sampling._Step.discard_finished`): its time under `aborted`, each
+    task outcome named once. What it took from the carry store (reused, too old, expired, or
+    thrown away as the run's last step) is not counted: the previous step's state still
+    holds it, and the step run again counts it. Episodes cut while running counted
+    themselves."""
     for outcome in report.ran_episodes:
         ctx.recorder.discarded("aborted", outcome.seconds)
         if outcome.failure is None:  # a failed one was logged once, as it failed
             log_discarded(
                 outcome,
                 STEP_FAILED,
-                "it finished in a train step whose rollout state could not be saved, so the "
-                "step failed and it trains nothing",
+                "it finished in a train step that failed before its rollout state was saved "
+                "(the write failed, or the call was interrupted), so it trains nothing",
             )
 
 
