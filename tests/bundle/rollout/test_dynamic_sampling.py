@@ -441,6 +441,48 @@ def test_every_episode_a_cut_stops_or_throws_away_is_logged_once_with_its_sessio
         assert lines_naming(caplog, finished_cut) == []
 
 
+@pytest.mark.parametrize("commit", COMMITS)
+@pytest.mark.parametrize("case", ["carryOver", "carryOver, last step", "abort"])
+def test_a_step_whose_state_is_not_saved_names_each_finished_episode_once(
+    make_rig: Any,
+    tmp_path: Path,
+    commit: str,
+    case: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The step above, its rollout state's write failing at its end: every finished episode
+    it ran is thrown away with it. Group 2's finished episode, named `group_aborted` at the
+    cut under `abort` (under `carryOver`, `run_ended` when the step is the run's last), was
+    named again `step_failed` by the failed step: two lines for one session. Each is named
+    once, its time counted once."""
+    from agentrl.bundle.rollout import driver
+
+    policy, last = case.partition(",")[0], case.endswith("last step")
+
+    def full_disk(*args: Any) -> None:
+        raise OSError(28, "No space left on device")
+
+    rig = make_rig(overSamplingBatchSize=4, stragglerPolicy=policy)
+    source = buffered_source(commit, write_rows(tmp_path / "rows.jsonl", STRAGGLER_ROWS), 2)
+    caplog.set_level("INFO", logger="agentrl.rollout")
+
+    with pytest.MonkeyPatch.context() as patch, pytest.raises(OSError, match="No space left"):
+        patch.setattr(driver, "save_step", full_disk)
+        step_args = args(2)
+        if last:
+            step_args.num_rollout = 1  # slime's --num-rollout: step 0 is the run's last
+        generate_rollout(step_args, 0, source)
+
+    lines = [r.getMessage() for r in caplog.records if "episode discarded" in r.getMessage()]
+    sids = [line.split("session=")[1].split()[0] for line in lines]
+    # Groups 0 and 1 (two episodes each) and group 2's finished one.
+    assert len(set(sids)) == 5 and len(sids) == 5, lines
+    assert set(sids) == set(rig.agent.finished)
+    assert rig.metric("agentrl_discarded_episode_seconds_total", reason="aborted") == (
+        10 + 10 + 20 + 20 + 5
+    )
+
+
 def newest_group_only(args: Any, rollout_id: Any, buffer: list[Any], num_samples: int) -> list[Any]:
     """A `--buffer-filter-path` function (slime's signature: it takes what it hands out off
     the buffer): the group handed back last, one per call."""

@@ -205,7 +205,9 @@ def discard_unsaved(ctx: RolloutContext, report: StepReport) -> None:
     themselves."""
     for outcome in report.ran_episodes:
         ctx.recorder.discarded("aborted", outcome.seconds)
-        if outcome.failure is None:  # a failed one was logged once, as it failed
+        # A failed one was logged once, as it failed; one named as the batch was assembled
+        # (its group cut under `abort`, drained as the run's last step's) is not named again.
+        if outcome.failure is None and outcome.session_id not in report.named:
             log_discarded(
                 outcome,
                 STEP_FAILED,

@@ -165,6 +165,10 @@ class StepReport:
     # Every finished episode the step ran (not those carried into it): what a step that fails
     # after its batch is assembled throws away (`driver.discard_unsaved`).
     ran_episodes: list[EpisodeOutcome] = field(default_factory=list)
+    # Session ids the step named thrown away as it assembled its batch (a group cut under
+    # `abort`, the run's last step draining the carry store, ...): a step that fails after
+    # that does not name them again (`driver.discard_unsaved`).
+    named: set[str] = field(default_factory=set)
     # Token age (carried-over episodes): per trained episode, how many updates old it is.
     policy_lags: list[int] = field(default_factory=list)
     stale_restarted: int = 0  # carried episodes older than maxPolicyLag, run again
@@ -478,6 +482,7 @@ class _Step:
                 self.report.aborted += 1
                 self.report.aborted_seconds += seconds
                 for outcome in finished.values():
+                    self.report.named.add(outcome.session_id)
                     log_discarded(
                         outcome,
                         GROUP_ABORTED,
@@ -728,6 +733,7 @@ async def fill_batch(
         # count) them once more.
         for outcome in ctx.carry.drain():
             run.report.aborted_seconds += outcome.seconds
+            run.report.named.add(outcome.session_id)
             log_discarded(
                 outcome,
                 RUN_ENDED,
