@@ -5,8 +5,9 @@ step's checkpoint after a step fails, and sometimes between steps) with slime's 
 source (`RolloutDataSourceWithBuffer` from the snapshot) and agentrl's real rollout, saving
 and loading its rollout state, on a simulated clock, with heavy-tailed episode durations,
 failing agents and a user filter that sometimes raises (the step fails), saves of the
-rollout state that fail, a call interrupted (cancelled) while the batch's engines settle,
-under each straggler policy. The run's last step sometimes fails its first save (what it
+rollout state that fail, a call interrupted (cancelled) while the batch's engines settle or
+while its state is written (the write completes after the step failed), under each
+straggler policy. The run's last step sometimes fails its first save (what it
 drained from the carry store is counted once, by the step run again) or starts a restarted
 process (it resumes and drains). A ledger around `run_one` records every episode the steps
 ran: its time when it finished, or what it ran until stopped. Then:
@@ -31,6 +32,8 @@ from __future__ import annotations
 
 import asyncio
 import random
+import threading
+import time
 from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
@@ -186,6 +189,11 @@ def test_every_second_an_episode_ran_is_counted_once(
     crash_loop = 0  # saves still to fail after a state was given a failed carried episode
     last_save_fails = seed % 3 == 0
 
+    interrupt_at = saves.randrange(1, 8)  # the first write from this call on is interrupted
+    settling: list[tuple[asyncio.AbstractEventLoop, asyncio.Task[Any]]] = []
+    written = threading.Event()
+    writing: list[int] = []
+
     def save_step(*args: Any) -> None:
         """The rollout state's write at the step's end: fails on a chosen call and at random
         (the disk is full), after the batch is assembled, and during a crash loop."""
@@ -198,6 +206,18 @@ def test_every_second_an_episode_ran_is_counted_once(
         if save_calls in failing_saves or saves.random() < 0.05 or crash_loop or last:
             crash_loop = max(0, crash_loop - 1)
             raise OSError(28, "No space left on device")
+        if save_calls >= interrupt_at and not written.is_set():
+            writing.append(save_calls)
+            # The call interrupted while the state is written: the step is cancelled (and
+            # fails), and the write, on its own thread, still completes after it.
+            loop, task = settling[0]
+            loop.call_soon_threadsafe(task.cancel)
+            time.sleep(0.2)
+            try:
+                real_save(*args)
+            finally:
+                written.set()  # a dying process's executor thread ends before it exits
+            return
         real_save(*args)
 
     monkeypatch.setattr(driver, "save_step", save_step)
@@ -210,11 +230,12 @@ def test_every_second_an_episode_ran_is_counted_once(
 
     async def settle_engines(ctx: RolloutContext, kind: str, rollout_id: int) -> None:
         nonlocal settle_calls
+        task = asyncio.current_task()
+        assert task is not None
+        settling[:] = [(asyncio.get_running_loop(), task)]
         if kind == "Rollout":
             settle_calls += 1
             if settle_calls in failing_settles:
-                task = asyncio.current_task()
-                assert task is not None
                 task.cancel()
                 await asyncio.sleep(0)
         await real_settle(ctx, kind, rollout_id)
@@ -268,6 +289,9 @@ def test_every_second_an_episode_ran_is_counted_once(
                 failures += isinstance(exc, FilterError)
                 save_failures += isinstance(exc, OSError)
                 interrupted += isinstance(exc, asyncio.CancelledError)
+                if writing:  # the interrupted write ends before the process does
+                    assert written.wait(10)
+                    writing.clear()
                 install_runtime(None)
                 runtime.close()
                 args, source, runtime = start_process(step)
@@ -353,6 +377,7 @@ def test_every_second_an_episode_ran_is_counted_once(
     assert failures > 0
     assert save_failures > 0
     assert interrupted > 0
+    assert written.is_set()  # a step was interrupted while its state was written
     assert backfills > 0
     assert (sum(r.cut_seconds for r in reports.values()) > 0) == (policy != "wait")
     if policy == "carryOver":  # carried episodes trained (maxPolicyLag 1) or thrown away (0)
