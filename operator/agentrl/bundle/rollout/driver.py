@@ -185,9 +185,14 @@ async def train_batch(
 def last_step(args: Any, rollout_id: int) -> bool:
     """Whether slime trains no step after `rollout_id`: its train loops run rollout ids
     `range(args.start_rollout_id, args.num_rollout)` (agentrl always renders --num-rollout,
-    from spec.grpo.numRollouts), so the last one is num_rollout - 1. Unknown (no
-    num_rollout) is not the last.
-    https://github.com/THUDM/slime/blob/624b824a898ab0ec1fcb4d373004c7f3852bf515/train.py"""
+    from spec.grpo.numRollouts), so the last one is num_rollout - 1. train_async.py, which
+    generates one step ahead, starts `rollout_id + 1` only while it is below num_rollout, so
+    num_rollout - 1 is its last rollout too (both pinned commits). `--num-epoch` (which slime
+    turns into num_rollout only in the driver's copy of the args, not the rollout manager's)
+    is refused in runtime.extraArgs. Unknown (no num_rollout) is not the last.
+    https://github.com/THUDM/slime/blob/624b824a898ab0ec1fcb4d373004c7f3852bf515/train.py#L49
+    https://github.com/THUDM/slime/blob/624b824a898ab0ec1fcb4d373004c7f3852bf515/train_async.py#L32-L40
+    https://github.com/THUDM/slime/blob/fa3c990af6f18efd3fd9922698bf4bf4048d1263/train_async.py#L31-L39"""
     total = getattr(args, "num_rollout", None)
     return isinstance(total, int) and rollout_id >= total - 1
 
