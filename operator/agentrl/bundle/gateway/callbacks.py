@@ -147,6 +147,7 @@ class CallbackRelay:
         self._http: aiohttp.ClientSession | None = None
         self._outcomes = {o: metrics.gateway_callbacks.labels(o) for o in CALLBACK_OUTCOMES}
         self._deliveries: set[asyncio.Future[web.Response]] = set()  # kept till they end
+        self._closing = False
 
     def add_routes(self, app: web.Application) -> None:
         """The agent-facing route (the gateway Service's port)."""
@@ -210,6 +211,14 @@ class CallbackRelay:
             return self._lost(CALLBACK_TOO_LARGE, sid, why, 413, f"result document {refused}")
         try:
             resp = await self._pass_on(sid, body, headers)
+        except asyncio.CancelledError:
+            if self._closing:  # `close()` ended it: counted and logged, then cancelled
+                why = (
+                    f"the gateway stopped before the rollout's listener at {self.target} "
+                    f"answered (after {CLOSE_WAIT_S:g} s)"
+                )
+                self._lost(CALLBACK_UNREACHABLE, sid, why, 502, "the gateway stopped")
+            raise
         except (aiohttp.ClientError, TimeoutError) as exc:
             # Never the repr: it would list the request headers (the callback token).
             why = (
@@ -283,7 +292,17 @@ class CallbackRelay:
         return self._http
 
     async def close(self) -> None:
-        if self._deliveries:  # results on their way: a moment to arrive (each is logged)
-            await asyncio.wait(set(self._deliveries), timeout=CLOSE_WAIT_S)
+        """Stop relaying: deliveries in flight get CLOSE_WAIT_S to arrive, and those still
+        on their way then are ended here (each counted and logged once, by `_deliver`) before
+        the client they post with is closed; left running, they would post on a closed
+        ClientSession, pending tasks the event loop destroys unlogged."""
+        self._closing = True
+        pending = set(self._deliveries)
+        if pending:
+            _, pending = await asyncio.wait(pending, timeout=CLOSE_WAIT_S)
+        for delivery in pending:
+            delivery.cancel()
+        if pending:
+            await asyncio.wait(pending)  # each cancelled one has counted itself
         if self._http is not None:
             await self._http.close()
