@@ -17,9 +17,10 @@ from typing import Any
 # flag: (attributes of args it sets, kind). Kinds: true/false (store_true/store_false),
 # int, float, str, json (json.loads), enum (Megatron's AttnBackend: kept as its text here,
 # a member of the enum in slime), list:<scalar> (nargs "+": a list even of one value).
-# Two attributes: the pinned slime commits' SGLang names the attribute differently
-# (https://github.com/THUDM/slime/tree/624b824 has sglang_dp_size and
-# sglang_cuda_graph_max_bs_decode); both are set, each holding the value.
+# Two attributes: the SGLang release each pinned slime commit builds on names the attribute
+# differently (slime at
+# https://github.com/THUDM/slime/tree/624b824a898ab0ec1fcb4d373004c7f3852bf515 gets
+# sglang_dp_size and sglang_cuda_graph_max_bs_decode); both are set, each holding the value.
 FLAGS: dict[str, tuple[tuple[str, ...], str]] = {
     "--accumulate-allreduce-grads-in-fp32": (("accumulate_allreduce_grads_in_fp32",), "true"),
     "--actor-num-gpus-per-node": (("actor_num_gpus_per_node",), "int"),
