@@ -424,7 +424,9 @@ async def test_a_result_is_delivered_and_counted_when_the_agent_stops_waiting(
     assert outcomes(gateway) == {"delivered": 1}
 
 
+@pytest.mark.parametrize("case", [(CALLBACK_MAX_BYTES, "unreachable"), (4, "too_large")])
 async def test_stopping_ends_every_delivery_in_flight_and_counts_it(
+    case: tuple[int, str],
     gateway: GatewayServer,
     admin: GatewayClient,
     monkeypatch: pytest.MonkeyPatch,
@@ -437,7 +439,10 @@ async def test_stopping_ends_every_delivery_in_flight_and_counts_it(
     agent told to post again, to a gateway that was gone."""
     from agentrl.bundle.gateway import callbacks
 
+    bound, outcome = case
     monkeypatch.setattr(callbacks, "CLOSE_WAIT_S", 0.2)
+    # Past the bound, the delivery is the news of a refused result (its outcome too_large).
+    monkeypatch.setattr(gateway.callbacks, "_max_bytes", bound)
     reached = asyncio.Event()
 
     async def hangs(_: web.Request) -> web.Response:
@@ -457,6 +462,6 @@ async def test_stopping_ends_every_delivery_in_flight_and_counts_it(
         await asyncio.wait_for(gateway.callbacks.close(), 2)
         assert delivery.done()
         assert not gateway.callbacks._deliveries
-        assert outcomes(gateway) == {"unreachable": 1}
+        assert outcomes(gateway) == {outcome: 1}
         (line,) = gateway_lines(caplog)
         assert "the gateway stopped" in line and "rewards" not in line

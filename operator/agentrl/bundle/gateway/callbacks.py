@@ -203,6 +203,11 @@ class CallbackRelay:
             headers[CALLBACK_REFUSED_HEADER] = refused
             try:  # news only: the agent's answer is 413
                 told = await self._pass_on(sid, b"", headers)
+            except asyncio.CancelledError:
+                if self._closing:  # `close()` ended it: counted and logged, then cancelled
+                    why = f"the result document is {refused}; {self._stopped()}"
+                    self._lost(CALLBACK_TOO_LARGE, sid, why, 413, "result document too large")
+                raise
             except (aiohttp.ClientError, TimeoutError) as exc:
                 news = f"the rollout could not be told ({describe_error(exc)})"
             else:
@@ -213,11 +218,7 @@ class CallbackRelay:
             resp = await self._pass_on(sid, body, headers)
         except asyncio.CancelledError:
             if self._closing:  # `close()` ended it: counted and logged, then cancelled
-                why = (
-                    f"the gateway stopped before the rollout's listener at {self.target} "
-                    f"answered (after {CLOSE_WAIT_S:g} s)"
-                )
-                self._lost(CALLBACK_UNREACHABLE, sid, why, 502, "the gateway stopped")
+                self._lost(CALLBACK_UNREACHABLE, sid, self._stopped(), 502, "the gateway stopped")
             raise
         except (aiohttp.ClientError, TimeoutError) as exc:
             # Never the repr: it would list the request headers (the callback token).
@@ -250,6 +251,12 @@ class CallbackRelay:
             return resp
         self._outcomes[CALLBACK_DELIVERED].inc()
         return resp
+
+    def _stopped(self) -> str:
+        return (
+            f"the gateway stopped before the rollout's listener at {self.target} answered "
+            f"(after {CLOSE_WAIT_S:g} s)"
+        )
 
     def _lost(
         self,
