@@ -443,11 +443,11 @@ async def test_stopping_ends_every_delivery_in_flight_and_counts_it(
     monkeypatch.setattr(callbacks, "CLOSE_WAIT_S", 0.2)
     # Past the bound, the delivery is the news of a refused result (its outcome too_large).
     monkeypatch.setattr(gateway.callbacks, "_max_bytes", bound)
-    reached = asyncio.Event()
+    reached, released = asyncio.Event(), asyncio.Event()
 
     async def hangs(_: web.Request) -> web.Response:
         reached.set()
-        await asyncio.sleep(3600)
+        await released.wait()  # till the test ends: the listener's own stop waits for it
         return web.json_response({"ok": True})
 
     caplog.set_level(logging.INFO, logger="agentrl.gateway")
@@ -460,6 +460,7 @@ async def test_stopping_ends_every_delivery_in_flight_and_counts_it(
         await asyncio.wait_for(reached.wait(), 5)
         (delivery,) = gateway.callbacks._deliveries
         await asyncio.wait_for(gateway.callbacks.close(), 2)
+        released.set()  # the delivery is over by now; the listener's stop need not wait
         assert delivery.done()
         assert not gateway.callbacks._deliveries
         assert outcomes(gateway) == {outcome: 1}
