@@ -398,7 +398,8 @@ def test_the_rollout_s_slime_args_are_the_pods_command_line_under_slime_s_names(
 
 def _emitting() -> list[RLExperimentSpec]:
     """Specs whose composed argv between them carry every kind of flag agentrl emits: wandb
-    names that read as numbers, an eval set, extraArgs' sampling flags with one value each."""
+    names that read as numbers, an eval set, extraArgs' sampling flags with one value each
+    (one as `--flag=value`, which argparse reads as `--flag value`)."""
     plain = spec(http_agent("http://agent:8000/run"))["spec"]
     full = spec(http_agent("http://agent:8000/run"))["spec"]
     full["tracking"] = {
@@ -410,7 +411,7 @@ def _emitting() -> list[RLExperimentSpec]:
     full["data"]["eval"] = [{"name": "dev", "path": "/data/web/dev.jsonl"}]
     full["runtime"] = {
         "extraArgs": ["--rollout-stop", "</done>", "--rollout-stop-token-ids", "151645",
-                      "--rollout-top-p", "1", "--rollout-top-k", "20",
+                      "--rollout-top-p", "1", "--rollout-top-k=20",
                       "--rollout-max-prompt-len", "512"],
     }  # fmt: skip
     return [RLExperimentSpec.model_validate(s) for s in (plain, full)]
@@ -439,7 +440,7 @@ def test_the_flag_table_is_slime_s_parser_s(row: str) -> None:
         if theirs[flag] is not None:  # --megatron-to-hf-mode: at one row only
             assert theirs[flag][0] in dests and theirs[flag][1] == kind, flag
     assert any(known is not None for known in theirs.values())
-    emitted = {a for exp in _emitting() for a in _options(exp) if a.startswith("--")}
+    emitted = {a.split("=")[0] for exp in _emitting() for a in _options(exp) if a.startswith("--")}
     assert emitted <= set(FLAGS), emitted - set(FLAGS)
 
 

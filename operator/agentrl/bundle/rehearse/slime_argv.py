@@ -117,9 +117,14 @@ def read_argv(argv: Sequence[str]) -> dict[str, Any]:
     """slime's args as its parser sets them from `argv` (options only), for the flags in
     `FLAGS`, the last occurrence winning as in argparse; other flags by their shape."""
     values: dict[str, Any] = {}
+    args: list[str] = []
     name: str | None = None
     taken: list[str] = []
-    for arg in [*argv, "--"]:
+    for whole in argv:
+        # `--flag=value` (extraArgs may say it so) is argparse's `--flag value`.
+        flag, eq, value = whole.partition("=") if whole.startswith("--") else (whole, "", "")
+        args.extend([flag, value] if eq else [flag])
+    for arg in [*args, "--"]:
         if arg.startswith("--"):
             if name is not None:
                 values.update(_value(name, taken))
