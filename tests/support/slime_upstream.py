@@ -159,6 +159,21 @@ def parser_dests(row: str) -> dict[str, str]:
     return dests
 
 
+def flag_kinds(row: str, flags: list[str]) -> dict[str, list[str] | None]:
+    """What the row's own parser makes of each option string: [the attribute of args it
+    sets, the kind of value] as `agentrl.bundle.rehearse.slime_argv` names kinds, or None for
+    an option it lacks (see upstream_site/slime_flag_kinds)."""
+    kinds: dict[str, list[str] | None] = _run_site(row, [str(SITE / "slime_flag_kinds.py"), *flags])
+    return kinds
+
+
+def slime_parse(row: str, options: list[str]) -> dict[str, Any]:
+    """`{"args": vars(args), "rest": unknown options}` from the row's own parser on an argv's
+    options (see upstream_site/slime_parse_args)."""
+    parsed: dict[str, Any] = _run_site(row, [str(SITE / "slime_parse_args.py")], options)
+    return parsed
+
+
 def slime_preload(row: str, pylib: Path) -> dict[str, str | None]:
     """What the row's own actor_group sets as the Megatron actors' LD_PRELOAD when
     torch_memory_saver imports from `pylib` (see upstream_site/slime_preload):

@@ -422,3 +422,47 @@ async def test_a_result_is_delivered_and_counted_when_the_agent_stops_waiting(
             await asyncio.sleep(0.02)
     assert received == [b'{"rewards": 1}']
     assert outcomes(gateway) == {"delivered": 1}
+
+
+@pytest.mark.parametrize("case", [(CALLBACK_MAX_BYTES, "unreachable"), (4, "too_large")])
+async def test_stopping_ends_every_delivery_in_flight_and_counts_it(
+    case: tuple[int, str],
+    gateway: GatewayServer,
+    admin: GatewayClient,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A delivery whose agent left and whose listener does not answer outlives the agent's
+    handler; the gateway's stop waits CLOSE_WAIT_S for it, then ends it itself, counted and
+    logged once as ended by the stop, before closing the client it posts with. It was left
+    to fail on the closed ClientSession, logged as a listener that did not answer and an
+    agent told to post again, to a gateway that was gone."""
+    from agentrl.bundle.gateway import callbacks
+
+    bound, outcome = case
+    monkeypatch.setattr(callbacks, "CLOSE_WAIT_S", 0.2)
+    # Past the bound, the delivery is the news of a refused result (its outcome too_large).
+    monkeypatch.setattr(gateway.callbacks, "_max_bytes", bound)
+    reached, released = asyncio.Event(), asyncio.Event()
+
+    async def hangs(_: web.Request) -> web.Response:
+        reached.set()
+        await released.wait()  # till the test ends: the listener's own stop waits for it
+        return web.json_response({"ok": True})
+
+    caplog.set_level(logging.INFO, logger="agentrl.gateway")
+    async with listener_answering(hangs) as url:
+        await admin.relay_callbacks_to(url)
+        await gateway.create_session(SID, {})
+        with pytest.raises(TimeoutError):
+            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=0.1)) as http:
+                await http.post(callback_url(gateway.url, SID), data=b'{"rewards": 1}')
+        await asyncio.wait_for(reached.wait(), 5)
+        (delivery,) = gateway.callbacks._deliveries
+        await asyncio.wait_for(gateway.callbacks.close(), 2)
+        released.set()  # the delivery is over by now; the listener's stop need not wait
+        assert delivery.done()
+        assert not gateway.callbacks._deliveries
+        assert outcomes(gateway) == {outcome: 1}
+        (line,) = gateway_lines(caplog)
+        assert "the gateway stopped" in line and "rewards" not in line

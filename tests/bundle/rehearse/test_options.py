@@ -394,3 +394,77 @@ def test_the_rollout_s_slime_args_are_the_pods_command_line_under_slime_s_names(
     assert args[dests["--rollout-top-k"]] == 20 and args["reward_key"] is None
     sampling = train_spec(exp, slime_args(exp)).sampling_params
     assert sampling == {"temperature": 1.0, "top_p": 1.0, "max_new_tokens": 64}
+
+
+def _emitting() -> list[RLExperimentSpec]:
+    """Specs whose composed argv between them carry every kind of flag agentrl emits: wandb
+    names that read as numbers, an eval set, extraArgs' sampling flags with one value each
+    (one as `--flag=value`, which argparse reads as `--flag value`)."""
+    plain = spec(http_agent("http://agent:8000/run"))["spec"]
+    full = spec(http_agent("http://agent:8000/run"))["spec"]
+    full["tracking"] = {
+        "wandb": {
+            "project": "2024", "group": "7", "team": "42",
+            "apiKeySecret": {"name": "w", "key": "k"},
+        }
+    }  # fmt: skip
+    full["data"]["eval"] = [{"name": "dev", "path": "/data/web/dev.jsonl"}]
+    full["runtime"] = {
+        "extraArgs": ["--rollout-stop", "</done>", "--rollout-stop-token-ids", "151645",
+                      "--rollout-top-p", "1", "--rollout-top-k=20",
+                      "--rollout-max-prompt-len", "512"],
+    }  # fmt: skip
+    return [RLExperimentSpec.model_validate(s) for s in (plain, full)]
+
+
+def _options(exp: RLExperimentSpec) -> list[str]:
+    from agentrl.slimecmd import PodFacts, Start, compose
+
+    facts = PodFacts(model_args=(), train_env={}, wandb_key=False, start=Start.FIRST_RUN,
+                     hf_mode_flag=False, experiment=None)  # fmt: skip
+    argv = compose(exp, facts).argv()
+    return argv[next(i for i, a in enumerate(argv) if a.startswith("--")) :]
+
+
+@pytest.mark.parametrize("row", slime_rows())
+def test_the_flag_table_is_slime_s_parser_s(row: str) -> None:
+    """Each flag of `slime_argv.FLAGS` sets the attribute, and a value of the kind, that the
+    row's own parser gives it (a store_false flag its attribute's False, an nargs "+" flag a
+    list); every flag agentrl composes is in the table."""
+    from tests.support.slime_upstream import flag_kinds
+
+    from agentrl.bundle.rehearse.slime_argv import FLAGS
+
+    theirs = flag_kinds(row, sorted(FLAGS))
+    for flag, (dests, kind) in FLAGS.items():
+        if theirs[flag] is not None:  # --megatron-to-hf-mode: at one row only
+            assert theirs[flag][0] in dests and theirs[flag][1] == kind, flag
+    assert any(known is not None for known in theirs.values())
+    emitted = {a.split("=")[0] for exp in _emitting() for a in _options(exp) if a.startswith("--")}
+    assert emitted <= set(FLAGS), emitted - set(FLAGS)
+
+
+@pytest.mark.parametrize("row", slime_rows())
+def test_slime_args_are_what_slime_s_parser_reads_from_the_pods_argv(row: str) -> None:
+    """Every attribute `slime_args` sets holds what the row's own parser sets from the same
+    argv, of the same type: wandb names that read as numbers stay text, `--train-env-vars` is
+    a dict, `--disable-*` flags are their attribute's False, one `--rollout-stop` a list.
+    Megatron's `attention_backend` alone differs: an enum member there, its text here."""
+    from tests.support.slime_upstream import slime_parse
+
+    from agentrl.bundle.rehearse.options import slime_args
+
+    for exp in _emitting():
+        parsed = slime_parse(row, _options(exp))
+        assert parsed["rest"] == []
+        theirs = parsed["args"]
+        ours = {k: v for k, v in vars(slime_args(exp)).items() if k in theirs}
+        assert set(vars(slime_args(exp))) - set(ours) <= {
+            "sglang_cuda_graph_max_bs", "sglang_cuda_graph_max_bs_decode",
+            "sglang_data_parallel_size", "sglang_dp_size",
+        }  # fmt: skip  # each row has one of the two names
+        assert ours["attention_backend"] == "flash"  # Megatron's enum is stood in here
+        del ours["attention_backend"]
+        assert {k: (v, type(v)) for k, v in ours.items()} == {
+            k: (theirs[k], type(theirs[k])) for k in ours
+        }

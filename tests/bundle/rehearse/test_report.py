@@ -69,7 +69,29 @@ def test_the_pods_env_the_agent_path_reads_and_the_rehearsal_lacks_is_named() ->
     # This machine's value is never shown: it may be a credential of the researcher's.
     local = "hf_local_credential"
     (note,) = env_notes(config, {"HF_TOKEN": "spec-value"}, {**here, "HF_TOKEN": local})
-    assert "HF_TOKEN='spec-value' (here: another value)" in note and local not in note
+    assert "HF_TOKEN (its plain value in spec.runtime.env, not shown) (here: another value)" in note
+    assert local not in note and "spec-value" not in note
+
+
+def test_a_pods_env_value_whose_name_marks_a_secret_is_never_shown() -> None:
+    """A token written as a plain value in spec.runtime.env (validation only warns of it) is
+    named, never printed: the report goes to the terminal and to --out."""
+    from agentrl.api.runtime import RuntimeConfig
+    from agentrl.bundle.rehearse.run import env_notes
+
+    from .rig import http_agent, spec
+
+    body = spec(http_agent("http://agent:8000/run"))["spec"]
+    config = RuntimeConfig.model_validate(
+        {"experiment": "web-agent", "namespace": "rl", "bundle_version": "0", "spec": body,
+         "gateway_url": "http://web-agent-gateway.rl.svc:9090"}
+    )  # fmt: skip
+    pods = {"HF_TOKEN": "hf_plain_in_spec", "AWS_SECRET_ACCESS_KEY": "aws-plain",
+            "HF_ENDPOINT": "https://hf-mirror.internal"}  # fmt: skip
+    (note,) = env_notes(config, pods, {})
+    assert "hf_plain_in_spec" not in note and "aws-plain" not in note
+    assert "HF_TOKEN (its plain value in spec.runtime.env, not shown) (here: unset)" in note
+    assert "HF_ENDPOINT='https://hf-mirror.internal' (here: unset)" in note
 
 
 def test_the_agent_url_the_pods_call_instead_of_agent_url_is_named() -> None:

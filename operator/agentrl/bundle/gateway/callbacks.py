@@ -147,6 +147,7 @@ class CallbackRelay:
         self._http: aiohttp.ClientSession | None = None
         self._outcomes = {o: metrics.gateway_callbacks.labels(o) for o in CALLBACK_OUTCOMES}
         self._deliveries: set[asyncio.Future[web.Response]] = set()  # kept till they end
+        self._closing = False
 
     def add_routes(self, app: web.Application) -> None:
         """The agent-facing route (the gateway Service's port)."""
@@ -202,6 +203,11 @@ class CallbackRelay:
             headers[CALLBACK_REFUSED_HEADER] = refused
             try:  # news only: the agent's answer is 413
                 told = await self._pass_on(sid, b"", headers)
+            except asyncio.CancelledError:
+                if self._closing:  # `close()` ended it: counted and logged, then cancelled
+                    why = f"the result document is {refused}; {self._stopped()}"
+                    self._lost(CALLBACK_TOO_LARGE, sid, why, 413, "result document too large")
+                raise
             except (aiohttp.ClientError, TimeoutError) as exc:
                 news = f"the rollout could not be told ({describe_error(exc)})"
             else:
@@ -210,6 +216,10 @@ class CallbackRelay:
             return self._lost(CALLBACK_TOO_LARGE, sid, why, 413, f"result document {refused}")
         try:
             resp = await self._pass_on(sid, body, headers)
+        except asyncio.CancelledError:
+            if self._closing:  # `close()` ended it: counted and logged, then cancelled
+                self._lost(CALLBACK_UNREACHABLE, sid, self._stopped(), 502, "the gateway stopped")
+            raise
         except (aiohttp.ClientError, TimeoutError) as exc:
             # Never the repr: it would list the request headers (the callback token).
             why = (
@@ -241,6 +251,12 @@ class CallbackRelay:
             return resp
         self._outcomes[CALLBACK_DELIVERED].inc()
         return resp
+
+    def _stopped(self) -> str:
+        return (
+            f"the gateway stopped before the rollout's listener at {self.target} answered "
+            f"(after {CLOSE_WAIT_S:g} s)"
+        )
 
     def _lost(
         self,
@@ -283,7 +299,17 @@ class CallbackRelay:
         return self._http
 
     async def close(self) -> None:
-        if self._deliveries:  # results on their way: a moment to arrive (each is logged)
-            await asyncio.wait(set(self._deliveries), timeout=CLOSE_WAIT_S)
+        """Stop relaying: deliveries in flight get CLOSE_WAIT_S to arrive, and those still
+        on their way then are ended here (each counted and logged once, by `_deliver`) before
+        the client they post with is closed; left running, they would post on a closed
+        ClientSession, pending tasks the event loop destroys unlogged."""
+        self._closing = True
+        pending = set(self._deliveries)
+        if pending:
+            _, pending = await asyncio.wait(pending, timeout=CLOSE_WAIT_S)
+        for delivery in pending:
+            delivery.cancel()
+        if pending:
+            await asyncio.wait(pending)  # each cancelled one has counted itself
         if self._http is not None:
             await self._http.close()

@@ -19,7 +19,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
 
 from agentrl.api.constants import SPLIT_EVAL, SPLIT_TRAIN
 from agentrl.api.data_rows import ENCODING, ERRORS, ROW_SHAPE, judge_rows
@@ -31,6 +30,7 @@ from agentrl.api.slime_flags import prompt_limit
 from agentrl.api.tokenizer_files import VOCABULARY_NAMES, has_vocabulary
 from agentrl.bundle.gateway.context import CONFIG_FILE, config_file
 from agentrl.bundle.rehearse.report import RehearsalError
+from agentrl.bundle.rehearse.slime_argv import read_argv
 from agentrl.bundle.rollout.episode import EpisodeInput, EpisodeSpec
 from agentrl.bundle.rollout.inputs import eval_spec, read_groups, train_spec
 from agentrl.slimecmd import PodFacts, Start, compose
@@ -139,39 +139,18 @@ def plan_inputs(spec: RLExperimentSpec, options: Options) -> Plan:
 def slime_args(spec: RLExperimentSpec, experiment: str | None = None) -> SimpleNamespace:
     """slime's args as the pods' command line sets them: the argv the launcher composes
     (`slimecmd.compose`, its pod facts taken as a first run's with nothing from the image),
-    read as argparse reads `--flag value...` (a flag alone is True, one value a scalar, more a
-    list; numbers as numbers), the last occurrence winning as in argparse. slime's own
-    parser and its defaults are not here (slime is not installed on this machine): a flag
-    agentrl does not pass is absent, except `reward_key`, whose default None every reader
-    of slime's args expects (and `--reward-key` is refused). The rollout reads its
-    sampling parameters from these (`inputs.train_spec`), a user's dynamic-sampling filter
-    gets them whole."""
+    read with the table of slime's flags (`slime_argv.read_argv`: each flag under the
+    attribute and with the type slime's parser gives it, a store_false flag as its False, an
+    nargs "+" flag as a list). slime's own parser and its defaults are not here (slime is not
+    installed on this machine): a flag agentrl does not pass is absent, except `reward_key`,
+    whose default None every reader of slime's args expects (and `--reward-key` is refused).
+    The rollout reads its sampling parameters from these (`inputs.train_spec`), a user's
+    dynamic-sampling filter gets them whole."""
     facts = PodFacts(model_args=(), train_env={}, wandb_key=False, start=Start.FIRST_RUN,
                      hf_mode_flag=False, experiment=experiment)  # fmt: skip
     argv = compose(spec, facts).argv()
     first = next(i for i, a in enumerate(argv) if a.startswith("--"))  # after train.py
-    values: dict[str, Any] = {"reward_key": None}
-    name: str | None = None
-    taken: list[Any] = []
-    for arg in [*argv[first:], "--"]:
-        if arg.startswith("--"):
-            if name is not None:
-                values[name] = True if not taken else taken[0] if len(taken) == 1 else taken
-            name, taken = arg[2:].replace("-", "_") or None, []
-        else:
-            taken.append(_number(arg))
-    return SimpleNamespace(**values)
-
-
-def _number(text: str) -> Any:
-    """A value as slime's argparse types it for the flags agentrl passes: int, float, or
-    the text."""
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            pass
-    return text
+    return SimpleNamespace(**{"reward_key": None, **read_argv(argv[first:])})
 
 
 def _slime_keeps(

@@ -34,7 +34,7 @@ from yarl import URL
 from agentrl.api.constants import SPLIT_TRAIN
 from agentrl.api.formats import base_url_problem
 from agentrl.api.models import HttpAgent
-from agentrl.api.rules import is_local_path, loopback
+from agentrl.api.rules import is_local_path, looks_secret, loopback
 from agentrl.api.runtime import RuntimeConfig
 from agentrl.bundle.agents.agentcore import runtime_endpoint
 from agentrl.bundle.agents.base import received_reward
@@ -291,7 +291,7 @@ def env_notes(
     are: one of them may be a credential (a local HF_TOKEN), and the report is printed and
     written to --out."""
     differ = [
-        f"{name}={value!r} (here: {'unset' if name not in here else 'another value'})"
+        f"{_shown_env(name, value)} (here: {'unset' if name not in here else 'another value'})"
         for name, value in pod_env.items()
         if name.startswith(AGENT_PATH_ENV_PREFIXES) and here.get(name) != value
     ]
@@ -307,6 +307,15 @@ def env_notes(
         "spec.runtime.env sets variables the pods' gateway or agent backend read, which this "
         f"rehearsal ran without: {', '.join(parts)}; set them here to rehearse with them"
     ]
+
+
+def _shown_env(name: str, value: str) -> str:
+    """A pods' plain env value for the report, unless its name marks a secret (`HF_TOKEN`,
+    `AWS_SECRET_ACCESS_KEY`: `looks_secret`, which validation warns of in plain text): the
+    report is printed and written to --out, and a token there outlives the rehearsal."""
+    if looks_secret(name):
+        return f"{name} (its plain value in spec.runtime.env, not shown)"
+    return f"{name}={value!r}"
 
 
 def _context_notes(config: RuntimeConfig, tokenizer_path: str, context: int | None) -> list[str]:
