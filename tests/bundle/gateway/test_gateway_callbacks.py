@@ -395,6 +395,14 @@ async def test_a_stranger_s_session_id_cannot_write_a_log_line(
     assert "\n" not in line and "session 'x\\ngateway: forged' not delivered" in line
 
 
+async def post_and_leave(gateway: GatewayServer) -> None:
+    """Open the session and post its result as an agent that gives up after 0.1 s."""
+    await gateway.create_session(SID, {})
+    with pytest.raises(TimeoutError):
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=0.1)) as http:
+            await http.post(callback_url(gateway.url, SID), data=b'{"rewards": 1}')
+
+
 async def test_a_result_is_delivered_and_counted_when_the_agent_stops_waiting(
     gateway: GatewayServer, admin: GatewayClient
 ) -> None:
@@ -411,10 +419,7 @@ async def test_a_result_is_delivered_and_counted_when_the_agent_stops_waiting(
 
     async with listener_answering(slow) as url:
         await admin.relay_callbacks_to(url)
-        await gateway.create_session(SID, {})
-        with pytest.raises(TimeoutError):
-            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=0.1)) as http:
-                await http.post(callback_url(gateway.url, SID), data=b'{"rewards": 1}')
+        await post_and_leave(gateway)
         await asyncio.wait_for(answered.wait(), 5)
         for _ in range(50):  # the gateway counts once the listener's answer is in
             if outcomes(gateway):
@@ -453,10 +458,7 @@ async def test_stopping_ends_every_delivery_in_flight_and_counts_it(
     caplog.set_level(logging.INFO, logger="agentrl.gateway")
     async with listener_answering(hangs) as url:
         await admin.relay_callbacks_to(url)
-        await gateway.create_session(SID, {})
-        with pytest.raises(TimeoutError):
-            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=0.1)) as http:
-                await http.post(callback_url(gateway.url, SID), data=b'{"rewards": 1}')
+        await post_and_leave(gateway)
         await asyncio.wait_for(reached.wait(), 5)
         (delivery,) = gateway.callbacks._deliveries
         await asyncio.wait_for(gateway.callbacks.close(), 2)
