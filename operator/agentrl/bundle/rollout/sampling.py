@@ -238,12 +238,18 @@ class GroupRun:
     def done_outcomes(self) -> list[EpisodeOutcome]:
         return [o for o in self.outcomes if o is not None]
 
+    def ran(self, slot: int) -> EpisodeOutcome | None:
+        """The slot's episode if this step ran it to its end: not one taken from the carry
+        store, which the step that cut the group ran and counted."""
+        return self.outcomes[slot] if slot not in self.taken else None
+
+    def ran_outcomes(self) -> list[EpisodeOutcome]:
+        """The finished episodes this step ran (`ran`)."""
+        return [o for slot in range(len(self.outcomes)) if (o := self.ran(slot)) is not None]
+
     def ran_seconds(self) -> list[float]:
-        """The durations of the finished episodes this step ran: not those taken from the
-        carry store, which the step that cut the group ran and counted."""
-        return [
-            o.seconds for s, o in enumerate(self.outcomes) if o is not None and s not in self.taken
-        ]
+        """The durations of the finished episodes this step ran (`ran`)."""
+        return [o.seconds for o in self.ran_outcomes()]
 
 
 SampleConverter = Callable[[Sequence[EpisodeOutcome]], list[Any]]
@@ -570,12 +576,7 @@ class _Step:
 
     def batch(self) -> list[list[EpisodeOutcome]]:
         trained = sorted(self.kept + self.backfilled + self.skipped, key=lambda r: r.order)
-        self.report.ran_episodes = [
-            o
-            for run in self.runs
-            for slot, o in enumerate(run.outcomes)
-            if o is not None and slot not in run.taken
-        ]
+        self.report.ran_episodes = [o for run in self.runs for o in run.ran_outcomes()]
         for run in self.runs:
             if run not in trained and run not in self.cut_runs and run.finished:
                 self.report.other_seconds += run.ran_seconds()
@@ -627,8 +628,7 @@ class _Step:
         the length bias: one the step ran counts among the others, a carried one not at all
         (the step that ran it counted it)."""
         for slot in slots:
-            outcome = run.outcomes[slot]
-            if outcome is not None and slot not in run.taken:
+            if (outcome := run.ran(slot)) is not None:
                 self.report.other_seconds.append(outcome.seconds)
 
     @staticmethod
