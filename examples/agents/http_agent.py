@@ -218,7 +218,7 @@ class Agent:
         for attempt in range(1, CALLBACK_ATTEMPTS + 1):
             try:
                 async with self.http.post(url, json=result, headers=headers) as resp:
-                    if resp.status == 200:
+                    if 200 <= resp.status < 300:  # the listener took it (docs/agents.md)
                         return True
                     wait = resp.headers.get("Retry-After", "")
                     again = resp.status in (502, 503) and wait.isdigit()

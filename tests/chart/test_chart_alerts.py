@@ -18,6 +18,7 @@ ALERTS = {
     "AgentRLFailedSessionRatioHigh",
     "AgentRLConnectionPoolSaturated",
     "AgentRLConnectionPoolDiscards",
+    "AgentRLResultCallbacksLost",
     "AgentRLProgressStalled",
     "AgentRLExperimentStalled",
     "AgentRLExperimentFailed",

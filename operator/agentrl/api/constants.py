@@ -190,7 +190,8 @@ CALLBACK_REFUSED_HEADER: Final = "X-Agentrl-Result-Refused"
 # rest never reached a listener that could take it: `unknown_session` (no open gateway
 # session: a late result, or a wrong id), `too_large` (over CALLBACK_MAX_BYTES),
 # `no_listener` (no rollout registered yet), `unreachable` (no answer from the listener),
-# `listener_error` (the listener answered 5xx). Each exists at 0 from the start.
+# `listener_error` (the listener answered 5xx), `stopping` (the gateway's stop had closed
+# its session: no episode can take a result any more). Each exists at 0 from the start.
 CALLBACK_DELIVERED: Final = "delivered"
 CALLBACK_REFUSED: Final = "refused"
 CALLBACK_UNKNOWN_SESSION: Final = "unknown_session"
@@ -198,6 +199,7 @@ CALLBACK_TOO_LARGE: Final = "too_large"
 CALLBACK_NO_LISTENER: Final = "no_listener"
 CALLBACK_UNREACHABLE: Final = "unreachable"
 CALLBACK_LISTENER_ERROR: Final = "listener_error"
+CALLBACK_STOPPING: Final = "stopping"
 CALLBACK_OUTCOMES: Final = (
     CALLBACK_DELIVERED,
     CALLBACK_REFUSED,
@@ -206,6 +208,7 @@ CALLBACK_OUTCOMES: Final = (
     CALLBACK_NO_LISTENER,
     CALLBACK_UNREACHABLE,
     CALLBACK_LISTENER_ERROR,
+    CALLBACK_STOPPING,
 )
 
 # Where things are mounted inside every Ray container.

@@ -186,7 +186,7 @@ class BundleMetrics:
             PREFIX + "gateway_callbacks",
             "HTTP agents' result callbacks the gateway received, by outcome: delivered to the "
             "rollout's listener, refused by it, or not delivered (unknown_session, too_large, "
-            "no_listener, unreachable, listener_error).",
+            "no_listener, unreachable, listener_error, stopping).",
             ["outcome"],
             registry=r,
         )

@@ -71,6 +71,8 @@ async def call_back(gateway: Gateway, http: aiohttp.ClientSession) -> bool:
     ("answers", "delivered", "posts"),
     [
         ([(503, "0"), (200, None)], True, 2),  # no rollout listening yet, then delivered
+        ([(202, None)], True, 1),  # any 2xx is the listener taking it: not posted again
+        ([(204, None)], True, 1),
         ([(502, "0"), (502, "0"), (200, None)], True, 3),  # the listener failed twice
         ([(503, "0")] * 3, False, 3),  # at most three posts, then the poll's turn
         ([(401, None)], False, 1),  # the listener's word on this result: not posted again

@@ -468,3 +468,49 @@ async def test_stopping_ends_every_delivery_in_flight_and_counts_it(
         assert outcomes(gateway) == {outcome: 1}
         (line,) = gateway_lines(caplog)
         assert "the gateway stopped" in line and "rewards" not in line
+
+
+async def test_a_result_arriving_while_the_gateway_stops_is_the_stop_s(
+    gateway: GatewayServer,
+    admin: GatewayClient,
+    listener: CallbackListener,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The stop closes every session, then stops the agent port: a result posted in between
+    was answered 404 "unknown or finished session", counted `unknown_session` and logged as
+    its session being closed because "the episode ended", though the stop had ended it. It
+    is now the stop's: 503 without `Retry-After`, counted `stopping` and logged so, with
+    nothing for the stop to wait on. A session closed before the stop is still a 404."""
+    await admin.relay_callbacks_to(listener.url)
+    await gateway.create_session(SID, {})
+    token, fut = listener.expect(SID)
+    ended = "ce" + "0" * 46
+    await gateway.create_session(ended, {})
+    await gateway.close_session(ended)
+    answers = []
+    agent_port = gateway._runners[0]  # the first served: the agent port
+    cleanup = agent_port.cleanup
+
+    async def posted_first() -> None:
+        """Two results, after the sessions closed and before the agent port stops."""
+        answers.append(await post_answer(gateway, SID, b'{"rewards": 1}', token))
+        answers.append(await post_answer(gateway, ended, b'{"rewards": 1}', token))
+        await cleanup()
+
+    monkeypatch.setattr(agent_port, "cleanup", posted_first)
+    with caplog.at_level(logging.WARNING, "agentrl.gateway"):
+        await asyncio.wait_for(gateway.stop(), 10)
+    assert answers == [
+        (503, None, {"error": "the gateway is stopping"}),
+        (404, None, {"error": "unknown or finished session"}),
+    ]
+    assert not fut.done()
+    assert outcomes(gateway) == {"stopping": 1, "unknown_session": 1}
+    stopping, closed = gateway_lines(caplog)
+    assert stopping == (
+        f"gateway: result callback of session {SID} not delivered (stopping): the gateway is "
+        "stopping and closed its session (with its model calls' trace): no episode can take "
+        "the result any more; the agent is told so, without Retry-After"
+    )
+    assert f"session {ended} not delivered (unknown_session): its session is closed" in closed

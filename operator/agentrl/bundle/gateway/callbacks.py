@@ -14,7 +14,9 @@ listener checks the session's callback token, so the relay holds no secret of it
                                                    CALLBACK_MAX_BYTES, 503 before the rollout
                                                    registered, 502 when it cannot be reached
                                                    or answers 5xx (503 and 502 with
-                                                   `Retry-After`: post again)
+                                                   `Retry-After`: post again); 503 without
+                                                   it for a session the gateway's stop
+                                                   closed
     PUT  /admin/callbacks {"target": "http://host:port"}   (admin port, admin token)
                                                 -> 200 {"callback_base": <gateway URL>}
 
@@ -27,6 +29,14 @@ and each one the listener did not take is logged once, with its session id and w
 its body or its token): a result lost on the way otherwise surfaced only as the episode's
 `timeout`, whose log line cannot say that the result came. A callback read in full is
 delivered whether or not the agent waits for the answer.
+
+The gateway's stop closes every session before its agent port stops accepting (the close
+cancels the sessions' model calls, which the port's shutdown would otherwise wait for), so
+a result can still arrive for a session the stop closed. No episode can take it any more:
+the rollout reads the episode's turns from the gateway once its result came, and those went
+with the session. It is answered 503 without `Retry-After` (the gateway is going away: this
+URL will not take it later either) and counted `stopping`, not `unknown_session`, whose log
+line would say that its episode had ended. Nothing here waits: the stop stays bounded.
 """
 
 from __future__ import annotations
@@ -34,7 +44,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import aiohttp
@@ -51,6 +61,7 @@ from agentrl.api.constants import (
     CALLBACK_PATH,
     CALLBACK_REFUSED,
     CALLBACK_REFUSED_HEADER,
+    CALLBACK_STOPPING,
     CALLBACK_TOO_LARGE,
     CALLBACK_UNKNOWN_SESSION,
     CALLBACK_UNREACHABLE,
@@ -148,6 +159,9 @@ class CallbackRelay:
         self._outcomes = {o: metrics.gateway_callbacks.labels(o) for o in CALLBACK_OUTCOMES}
         self._deliveries: set[asyncio.Future[web.Response]] = set()  # kept till they end
         self._closing = False
+        # Sessions the gateway's stop closed (`stop_taking`): a result for one of them is
+        # `stopping`, not `unknown_session`.
+        self._closed_by_stop: frozenset[str] = frozenset()
 
     def add_routes(self, app: web.Application) -> None:
         """The agent-facing route (the gateway Service's port)."""
@@ -164,8 +178,20 @@ class CallbackRelay:
         self.target = checked
         return self._agent_url()
 
+    def stop_taking(self, closed: Iterable[str]) -> None:
+        """The gateway's stop closed these sessions (`SessionStore.close_all`), its agent port
+        still accepting: a result for one of them is answered and counted as the stop's."""
+        self._closed_by_stop = frozenset(closed)
+
     async def relay(self, request: web.Request) -> web.StreamResponse:
         sid = request.match_info["sid"]
+        if sid in self._closed_by_stop:
+            why = (
+                "the gateway is stopping and closed its session (with its model calls' "
+                "trace): no episode can take the result any more; the agent is told so, "
+                "without Retry-After"
+            )
+            return self._lost(CALLBACK_STOPPING, sid, why, 503, "the gateway is stopping")
         try:
             self._store.get(sid)
         except SessionClosed:

@@ -155,7 +155,10 @@ class GatewayServer:
         return int(sockets[0].getsockname()[1]) if sockets else port
 
     async def stop(self) -> None:
-        self.store.close_all()  # cancels handlers, which aborts their engine requests
+        # Closing cancels the sessions' handlers, which aborts their engine requests; the
+        # agent port's shutdown below waits for handlers, so this comes first, and a result
+        # arriving meanwhile is the stop's (`stopping`), not an unknown session's.
+        self.callbacks.stop_taking(self.store.close_all())
         for runner in self._runners:
             await runner.cleanup()
         self._runners.clear()

@@ -260,6 +260,9 @@ class SessionStore:
             self._closed.popitem(last=False)
         return session
 
-    def close_all(self) -> None:
-        for sid in list(self._open):
+    def close_all(self) -> list[str]:
+        """Close every open session; their ids."""
+        closed = list(self._open)
+        for sid in closed:
             self.close(sid)
+        return closed
