@@ -13,6 +13,15 @@ Nothing that cannot be a sampled token is trained on: a turn whose logprobs are 
 misaligned, non-finite, positive or not numbers (booleans included) is kept with mask 0 and
 counted; ids that are not non-negative integers (floats, booleans) make the whole trace
 invalid (`InvalidTrace`): there is no sequence to put them in.
+
+Each turn keeps the weight version the engine reported with it (SGLang's
+`meta_info.weight_version`, which slime sets at every weight update), and each segment the
+versions of its turns (slime's `Sample.weight_versions`). slime updates the engines only
+between rollout steps, so one episode's turns share one version; a turn whose version is not
+the episode's last reported one was sampled by other weights than the episode's last turn
+(the weights changed mid-episode, or the router spread the episode over engines holding
+different weights): kept with mask 0 and counted (`WEIGHT_CHANGED`), as slime's
+`--mask-offpolicy-in-partial-rollout` masks what an older version sampled.
 """
 
 from __future__ import annotations
@@ -41,6 +50,8 @@ class Turn:
     # The policy that sampled it: the rollout step whose weights the engines held (slime
     # updates them only between steps); stamped by the rollout, None where unknown.
     policy_version: int | None = None
+    # The engine's `meta_info.weight_version` with the completion (None: not reported).
+    weight_version: str | None = None
 
 
 @dataclass
@@ -54,6 +65,9 @@ class Segment:
     num_turns: int
     truncated: bool
     policy_version: int | None = None  # the oldest policy among its turns; None if unknown
+    # The engine's weight version of each of its turns that reported one, in order (slime's
+    # `Sample.weight_versions`: one per generate call).
+    weight_versions: list[str] = field(default_factory=list)
 
 
 # The finish reason of a call the gateway refused because its prompt filled the model's
@@ -81,7 +95,9 @@ MISALIGNED = "misaligned"  # not one logprob per completion token
 NOT_A_NUMBER = "not_a_number"  # a None, a boolean, a string... where a logprob belongs
 NON_FINITE = "non_finite"  # NaN or an infinity (SGLang's JSON null reads as NaN)
 POSITIVE = "positive"  # a log-probability above 0: the probability would exceed 1
-MASK_REASONS = (NO_LOGPROBS, MISALIGNED, NOT_A_NUMBER, NON_FINITE, POSITIVE)
+# sampled under another weight version than the episode's last reported one
+WEIGHT_CHANGED = "weight_changed"
+MASK_REASONS = (NO_LOGPROBS, MISALIGNED, NOT_A_NUMBER, NON_FINITE, POSITIVE, WEIGHT_CHANGED)
 
 
 class InvalidTrace(ValueError):
@@ -123,7 +139,15 @@ class _Chain:
     once, in `segment`.
     """
 
-    __slots__ = ("finish", "full_len", "prompt_len", "sampled", "spans", "versions")
+    __slots__ = (
+        "finish",
+        "full_len",
+        "prompt_len",
+        "sampled",
+        "spans",
+        "versions",
+        "weight_versions",
+    )
 
     def __init__(self, prompt: list[int]) -> None:
         self.prompt_len = len(prompt)
@@ -133,16 +157,26 @@ class _Chain:
         self.sampled = 0  # completion tokens, trainable or not
         self.finish = ""
         self.versions: set[int | None] = set()  # policy versions of its turns
+        self.weight_versions: list[str] = []  # engine weight versions, one per turn reported
 
     def append(
-        self, turn: Turn, prompt: list[int], completion: list[int], stats: MergeStats
+        self,
+        turn: Turn,
+        prompt: list[int],
+        completion: list[int],
+        stats: MergeStats,
+        weights: str | None = None,
     ) -> None:
-        """Bridge (observed, mask 0) then the sampled completion (mask 1 iff logprobs align)."""
+        """Bridge (observed, mask 0) then the sampled completion (mask 1 iff logprobs align
+        and its weight version, if reported, is `weights`: the episode's last one)."""
         bridge = len(prompt) - self.full_len if self.spans else 0
         n = len(completion)
         lps: list[float] | None = None
         if n:
             lps, why = _logprobs(turn.logprobs, n)
+            stale = None not in (turn.weight_version, weights) and turn.weight_version != weights
+            if why is None and stale:
+                lps, why = None, WEIGHT_CHANGED
             if why is not None:
                 # Never train on invented logprobs: TIS/off-policy correction would be biased.
                 stats.masked_turns += 1
@@ -153,6 +187,8 @@ class _Chain:
         self.full_len = len(prompt) + n
         self.finish = turn.finish_reason
         self.versions.add(turn.policy_version)
+        if turn.weight_version is not None:
+            self.weight_versions.append(turn.weight_version)
 
     def segment(
         self, tokens: list[int], max_response: int | None, stats: MergeStats
@@ -176,7 +212,16 @@ class _Chain:
             del tokens[self.prompt_len + length :]
         mask, logprobs = self._layout(length)
         version = None if None in self.versions else min(v for v in self.versions if v is not None)
-        return Segment(tokens, length, mask, logprobs, len(self.spans), truncated, version)
+        return Segment(
+            tokens,
+            length,
+            mask,
+            logprobs,
+            len(self.spans),
+            truncated,
+            version,
+            list(self.weight_versions),
+        )
 
     def _layout(self, length: int) -> tuple[list[int], list[float]]:
         """loss_mask and logprobs of the first `length` response tokens: all 0 / 0.0 (bridges
@@ -287,6 +332,16 @@ def merge_turns_with_stats(
     stats = MergeStats(turns=len(turns))
     chains: list[_Chain] = []
     index = PrefixIndex()
+    # The weights of the episode's last turn that reported a version: any other version is
+    # older (slime only ever moves the engines forward) or another engine's.
+    weights = next(
+        (
+            t.weight_version
+            for t in reversed(turns)
+            if t.finish_reason != CONTEXT_FULL and isinstance(t.weight_version, str)
+        ),
+        None,
+    )
     for i, turn in enumerate(turns):
         if turn.finish_reason == CONTEXT_FULL:
             # Nothing was sampled and its prompt never reached the engine: no token. The
@@ -315,7 +370,7 @@ def merge_turns_with_stats(
                 stats.breaks[_break_reason(match)] += 1
             chain = len(chains)
             chains.append(_Chain(prompt))
-        chains[chain].append(turn, prompt, completion, stats)
+        chains[chain].append(turn, prompt, completion, stats, weights)
         index.record(chain, prompt, completion, match)
     sequences = [index.sequence(i) if c.sampled else [] for i, c in enumerate(chains)]
     index.close()

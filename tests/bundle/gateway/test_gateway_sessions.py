@@ -58,6 +58,8 @@ async def test_admin_client_round_trip_and_admin_auth(
         await chat(handle)
         turns = await client.get_turns("via-http")
         assert turns == list(await gateway.get_turns("via-http"))
+        # The engine's meta_info.weight_version rides with each turn (the stub's "default").
+        assert [t.weight_version for t in turns] == ["default"]
         await client.close_session("via-http")
         await client.close_session("via-http")  # idempotent
     finally:

@@ -196,8 +196,8 @@ class StubAgent:
                 self.gateway.record(sid, token, turn)
         if behavior == "fanout":  # two sub-agents asking the same prompt: two sequences
             for turn in (
-                Turn([1, 2, 3], [40, 41], [-0.1, -0.2], "stop"),
-                Turn([1, 2, 3], [50], [-0.3], "length"),
+                Turn([1, 2, 3], [40, 41], [-0.1, -0.2], "stop", weight_version="5"),
+                Turn([1, 2, 3], [50], [-0.3], "length", weight_version="5"),
             ):
                 self.gateway.record(sid, token, turn)
         reward = (

@@ -61,6 +61,10 @@ async def test_successful_episodes_become_trainable_samples_sharing_a_rollout_id
     assert {s.rollout_id for s in fan.samples} == {fan.samples[0].rollout_id}
     assert fan.samples[0].rollout_id != sample.rollout_id
     assert [s.status for s in fan.samples] == [Status.COMPLETED, Status.TRUNCATED]
+    # The engine's weight version of each turn reaches slime's Sample.weight_versions.
+    assert [s.weight_versions for s in fan.samples] == [("5",), ("5",)]
+    assert to_sample(fan.samples[0], slime_types(prefer_plain=True)).weight_versions == ["5"]
+    assert sample.weight_versions == ()  # no version reported: none invented
     assert all(s.group_index == 0 for g in group_samples(outcomes) for s in g)
     breaks = ctx.recorder.take().counters
     assert breaks[("trace_breaks", ("identical_prompt",))] == 1  # the fan-out's second chain

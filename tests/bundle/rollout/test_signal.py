@@ -288,6 +288,55 @@ def test_off_policy_tokens_train_keeps_them_trained_and_counted(
     assert rig.metric("agentrl_discarded_episode_seconds_total", reason="masked") == 0
 
 
+# Step 0 cuts prompts 2 and 3 (as STRAGGLER_ROWS); prompt 2's finished episode (reward 1,
+# sampled by step 0's policy) is carried over. In step 1 both come back reserved, so the
+# batch is full at once and no replacement may start; prompt 2's rerun scores 1 as well, so
+# the filter drops it and it fills the batch as a backfill: every loss mask 0.
+BACKFILLED_CARRY_ROWS = [
+    {"id": 0, "sleep": 10, "reward": [0, 1]},
+    {"id": 1, "sleep": 20, "reward": [1, 0]},
+    {"id": 2, "sleep": [5, 1000, 7], "reward": 1},
+    {"id": 3, "sleep": [1000, 1000, 50, 60], "reward": [1, 0, 1, 0]},
+]
+
+
+@pytest.mark.parametrize("tokens", ["mask", "train"])
+@pytest.mark.parametrize("commit", COMMITS)
+def test_a_backfills_carried_episode_counts_no_stale_token_as_trained(
+    make_rig: Any, tmp_path: Path, commit: str, tokens: str
+) -> None:
+    """A backfill trains no token, so neither do the tokens of its carried-over episode:
+    under `offPolicyTokens: train` they were counted as stale tokens trained
+    (agentrl_stale_tokens_total{action="trained"}, agentrl/stale_tokens_trained) although
+    slime got them with loss mask 0."""
+    rig = make_rig(
+        overSamplingBatchSize=4,
+        stragglerPolicy="carryOver",
+        dynamicSamplingFilter="zeroRewardVariance",
+        maxRefillRounds=0,
+        offPolicyTokens=tokens,
+    )
+    rows = write_rows(tmp_path / "rows.jsonl", BACKFILLED_CARRY_ROWS)
+    source = buffered_source(commit, rows, 2)
+
+    _, second = two_steps(rig, source)
+
+    assert ids(second) == [2, 3]
+    assert rig.metric("agentrl_groups_total", outcome="backfilled") == 1
+    carried = second.samples[0][0]
+    assert carried.metadata["policy_version"] == 0  # sampled by step 0's policy
+    assert not any(any(s.loss_mask) for s in second.samples[0])  # a backfill
+    trained = sum(
+        sum(s.loss_mask) for g in second.samples for s in g if s.metadata["policy_version"] < 1
+    )
+    assert trained == 0
+    assert rig.metric("agentrl_stale_tokens_total", action="trained") == trained
+    assert second.metrics["agentrl/stale_tokens_trained"] == trained
+    # Its tokens are stale and did not train: counted as masked, whatever the setting.
+    assert rig.metric("agentrl_stale_tokens_total", action="masked") == 4
+    assert second.metrics["agentrl/stale_tokens_masked"] == 4
+
+
 @pytest.mark.parametrize("commit", COMMITS)
 def test_an_episode_older_than_max_policy_lag_runs_again_from_its_prompt(
     make_rig: Any, tmp_path: Path, commit: str

@@ -6,6 +6,8 @@ paths and the same `Sample` / output shapes is put on sys.path to check the swit
 
 from __future__ import annotations
 
+import copy
+import pickle
 import sys
 from pathlib import Path
 
@@ -28,6 +30,7 @@ class Sample:
     label: object = None
     reward: object = None
     loss_mask: list | None = None
+    weight_versions: list = field(default_factory=list)  # both pinned commits have it
     rollout_log_probs: list | None = None
     remove_sample: bool = False
 
@@ -58,7 +61,7 @@ class RolloutFnEvalOutput:
 FIELDS = SampleFields(
     group_index=3, index=9, prompt="p", tokens=[1, 2, 3], response_length=1, loss_mask=[0],
     rollout_log_probs=[0.0], reward=0.0, status=Status.FAILED, rollout_id=17, session_id="s",
-    metadata={"episode_error": "timeout"},
+    metadata={"episode_error": "timeout"}, weight_versions=("3", "3"),
 )  # fmt: skip
 
 
@@ -83,6 +86,7 @@ def test_plain_types_without_slime() -> None:
     sample = to_sample(FIELDS, types)
     assert not types.real and isinstance(sample, PlainSample)
     assert sample.status is Status.FAILED and sample.rollout_id == 17
+    assert sample.weight_versions == ["3", "3"]
 
 
 def test_slimes_own_classes_when_importable(fake_slime: None) -> None:
@@ -93,5 +97,17 @@ def test_slimes_own_classes_when_importable(fake_slime: None) -> None:
     assert sample.status is types.sample.Status.FAILED  # slime's enum, not ours
     assert sample.rollout_id == 17 and sample.session_id == "s"
     assert sample.loss_mask == [0] and sample.metadata["episode_error"] == "timeout"
+    assert sample.weight_versions == ["3", "3"]  # as slime's own rollout fills it
     out = types.train_output(samples=[[sample]], metrics={})
     assert type(out).__name__ == "RolloutFnTrainOutput"
+
+
+def test_a_sample_pickled_before_weight_versions_converts() -> None:
+    """A carried-over episode's samples are pickled in the rollout state (resume.py); one
+    written by an agentrl without `weight_versions` unpickles without the attribute and
+    must still become a slime Sample after the upgrade's restart."""
+    old = copy.copy(FIELDS)
+    del old.__dict__["weight_versions"]  # what unpickling an older SampleFields gives
+    restored = pickle.loads(pickle.dumps(old))
+    assert "weight_versions" not in restored.__dict__
+    assert to_sample(restored, slime_types(prefer_plain=True)).weight_versions == []

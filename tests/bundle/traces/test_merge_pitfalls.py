@@ -243,3 +243,44 @@ def test_a_segment_is_as_old_as_its_oldest_turn() -> None:
     assert chain.policy_version == 4 and alone.policy_version == 5
     unknown = Turn([1, 2, 3, 9], [5], [-0.2], "stop")  # recorded without a version
     assert merge_turns([first, unknown])[0].policy_version is None
+
+
+def versioned(prompt: Sequence[int], completion: Sequence[int], version: str | None) -> Turn:
+    return Turn(prompt, completion, [-0.5] * len(completion), "stop", weight_version=version)
+
+
+def test_a_turn_of_other_weights_than_the_episodes_last_is_masked_and_counted() -> None:
+    """The engine's weight version changed mid-episode (slime updates only between steps,
+    so something outside its loop did, or the router spread the episode over engines of
+    different weights): the turn sampled under the earlier version would train as if the
+    weights of the episode's last turn had sampled it. It is masked and counted, as slime's
+    --mask-offpolicy-in-partial-rollout masks what an older version sampled; each segment
+    keeps its turns' versions, as slime's Sample.weight_versions does."""
+    turns = [
+        versioned([*SYS, 10], [11, 12], "3"),
+        versioned([*SYS, 10, 11, 12, 20], [21], "4"),
+        versioned([*SYS, 50], [51], "4"),  # a sub-agent, under the newer weights
+    ]
+    segments, stats = merge_turns_with_stats(turns)
+    assert [s.loss_mask for s in segments] == [[0, 0, 0, 1], [1]]
+    assert segments[0].logprobs == [0.0, 0.0, 0.0, -0.5]
+    assert [s.weight_versions for s in segments] == [["3", "4"], ["4"]]
+    assert (stats.masked_turns, stats.masked_tokens) == (1, 2)
+    assert stats.mask_reasons == {"weight_changed": 1}
+
+
+def test_turns_of_one_version_or_of_none_reported_are_never_judged() -> None:
+    """One version throughout trains everything; a turn whose engine reported none (an older
+    gateway, an engine without the field) is not judged, nor are the others against it."""
+    turns = [
+        versioned([*SYS, 10], [11], "7"),
+        versioned([*SYS, 10, 11, 20], [21], None),
+        versioned([*SYS, 10, 11, 20, 21, 30], [31], "7"),
+    ]
+    segments, stats = merge_turns_with_stats(turns)
+    assert [s.loss_mask for s in segments] == [[1, 0, 1, 0, 1]]
+    assert segments[0].weight_versions == ["7", "7"]
+    assert stats.masked_turns == 0
+    unversioned = [turn([*SYS, 10], [11]), turn([*SYS, 10, 11, 20], [21])]
+    segments, stats = merge_turns_with_stats(unversioned)
+    assert segments[0].loss_mask == [1, 0, 1] and segments[0].weight_versions == []

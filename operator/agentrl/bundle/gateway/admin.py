@@ -6,10 +6,11 @@ agent can never open, read or close another episode's session.
     POST   /admin/sessions {"session_id", "sampling_params"}
                                         -> 201 {session_id, base_url, token}
     GET    /admin/sessions/{sid}/turns  -> {"turns": [{prompt_ids, completion_ids, logprobs,
-                                                    finish_reason}]} (a call whose prompt
-                                           filled the context: finish_reason "context_full",
-                                           no completion, as prompt_ids the conversation
-                                           it continued)
+                                                    finish_reason, weight_version}]}
+                                           (weight_version: the engine's, or null; a call
+                                           whose prompt filled the context: finish_reason
+                                           "context_full", no completion, as prompt_ids
+                                           the conversation it continued)
     GET    /admin/sessions/{sid}/context_full
                                         -> {calls, prompt_tokens, context_length, limit}
                                            (calls whose prompt filled the context: nothing
@@ -147,6 +148,7 @@ class AdminApi:
                 "completion_ids": as_list(t.completion_ids),
                 "logprobs": None if t.logprobs is None else as_list(t.logprobs),
                 "finish_reason": t.finish_reason,
+                "weight_version": t.weight_version,
             }
             for t in self.store.turns(request.match_info["sid"])
         ]

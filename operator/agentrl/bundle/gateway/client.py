@@ -120,7 +120,14 @@ class GatewayClient:
         if status != 200:
             raise self._fail(f"turns of {session_id}", status, body)
         return [
-            Turn(t["prompt_ids"], t["completion_ids"], t["logprobs"], t["finish_reason"])
+            Turn(
+                t["prompt_ids"],
+                t["completion_ids"],
+                t["logprobs"],
+                t["finish_reason"],
+                # Absent from an older gateway's answer: unknown, never judged.
+                weight_version=v if isinstance(v := t.get("weight_version"), str) else None,
+            )
             for t in body["turns"]
         ]
 

@@ -165,7 +165,15 @@ class TurnRunner:
                     )
             # Recorded first: nothing that happens to the reply can lose a sampled turn.
             at = len(session.turns)
-            session.turns.append(Turn(prompt, done.ids, done.logprobs, done.finish_reason))
+            session.turns.append(
+                Turn(
+                    prompt,
+                    done.ids,
+                    done.logprobs,
+                    done.finish_reason,
+                    weight_version=done.weight_version,
+                )
+            )
             self.metrics.generated_tokens.inc(len(done.ids))
             out = self.parse(done, prompt, req, session.sid)
             reply = reply_fingerprint(as_message(out))
@@ -177,7 +185,9 @@ class TurnRunner:
                 if done.logprobs is None
                 else TokenView(array("d", done.logprobs), len(done.logprobs))
             )
-            session.turns[at] = Turn(seen, sampled, lps, done.finish_reason)
+            session.turns[at] = Turn(
+                seen, sampled, lps, done.finish_reason, weight_version=done.weight_version
+            )
         if done.finish_reason == "abort":
             raise ApiError(
                 503,

@@ -18,6 +18,7 @@ from agentrl.api.runtime import RuntimeConfig
 from agentrl.bundle.rollout.batch import RolloutContext
 from agentrl.bundle.rollout.driver import eval_batch, train_batch
 from agentrl.bundle.rollout.inputs import load_runtime_config
+from agentrl.bundle.rollout.router import router_url
 from agentrl.bundle.rollout.runtime import MetricsSink, RolloutRuntime, build_context
 from agentrl.bundle.rollout.types import SlimeTypes, slime_types
 
@@ -55,13 +56,6 @@ def shutdown_runtime() -> None:
         runtime.close()
 
 
-def _router_url(args: Any) -> str:
-    ip, port = getattr(args, "sglang_router_ip", None), getattr(args, "sglang_router_port", None)
-    if not ip or not port:
-        raise ValueError("slime args lack sglang_router_ip/port; the gateway needs slime's router")
-    return f"http://{ip}:{port}"
-
-
 def _production_runtime(args: Any) -> tuple[RolloutRuntime, RuntimeConfig, SlimeTypes]:
     import ray
 
@@ -70,7 +64,7 @@ def _production_runtime(args: Any) -> tuple[RolloutRuntime, RuntimeConfig, Slime
 
     config = load_runtime_config()
     hub = ensure_hub(config)
-    admin_url, admin_token = ray.get(hub.start_gateway.remote(_router_url(args)))
+    admin_url, admin_token = ray.get(hub.start_gateway.remote(router_url(args)))
     sink: MetricsSink = HubSink(hub)
 
     async def build() -> RolloutContext:

@@ -140,6 +140,7 @@ def segment_samples(
             response_length=seg.response_length,
             loss_mask=seg.loss_mask,
             rollout_log_probs=seg.logprobs,
+            weight_versions=tuple(seg.weight_versions),
             reward=reward,
             status=Status.TRUNCATED if seg.truncated else Status.COMPLETED,
             rollout_id=rollout_id,

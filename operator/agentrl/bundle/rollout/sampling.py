@@ -642,8 +642,10 @@ class _Step:
         """Count a trained episode's age and exclusion; under `offPolicyTokens: mask`, an
         episode sampled by an older policy comes back with every loss mask 0 (its reward
         still counts in its group; its logprobs stay as sampled) and its time counts as
-        masked, unless it is a backfill's, which counts as filtered. With it, whether it
-        trains: not a failed one (its stand-in slot's loss mask is 0) nor one masked here."""
+        masked, unless it is a backfill's, which counts as filtered. A backfill's stale
+        tokens count as masked under either setting: the backfill trains none of them.
+        With it, whether it trains: not a failed one (its stand-in slot's loss mask is 0)
+        nor one masked here."""
         report = self.report
         report.trained_episodes += 1
         trains = outcome.failure is None
@@ -656,7 +658,7 @@ class _Step:
         tokens = sum(sum(s.loss_mask) for s in outcome.samples)
         if not tokens:
             return outcome, trains
-        if not self.plan.mask_stale:
+        if not self.plan.mask_stale and not backfill:
             report.stale_tokens_trained += tokens
             return outcome, trains
         report.stale_tokens_masked += tokens

@@ -43,6 +43,9 @@ class SampleFields:
     metadata: dict[str, Any] = field(default_factory=dict)
     response: str = ""
     remove_sample: bool = False  # slime zeroes the loss mask of such a sample (no gradient)
+    # The engine's weight version of each turn. A plain default (a class attribute), so a
+    # sample pickled by an earlier agentrl in a rollout state (`resume.py`) reads as none.
+    weight_versions: tuple[str, ...] = ()
 
 
 @dataclass
@@ -58,6 +61,7 @@ class PlainSample:
     label: Any = None
     reward: float | dict[str, Any] | None = None
     loss_mask: list[int] | None = None
+    weight_versions: list[str] = field(default_factory=list)
     rollout_log_probs: list[float] | None = None
     remove_sample: bool = False
     status: Status = Status.PENDING
@@ -120,6 +124,9 @@ def to_sample(fields: SampleFields, types: SlimeTypes) -> Any:
         label=fields.label,
         reward=fields.reward,
         loss_mask=fields.loss_mask,
+        # As slime's own rollout fills it (one per generate call); slime's training reads
+        # none of it at either pinned commit: it is there for its debug dumps and for users.
+        weight_versions=list(fields.weight_versions),
         rollout_log_probs=fields.rollout_log_probs,
         status=types.status[fields.status.name],  # by name: Enum(value) is slow
         metadata=fields.metadata,
