@@ -243,6 +243,37 @@ def test_a_loopback_agent_url_is_warned_naming_the_field_and_rehearse_flag(
     assert "<service>.<namespace>.svc" in problem.hint
 
 
+_HEADER = {"name": "Authorization", "secretKeyRef": {"name": "agent", "key": "bearer"}}
+
+
+@pytest.mark.parametrize(
+    ("url", "headers", "warned"),
+    [
+        ("http://agents.example.com/v1/episodes", [_HEADER], True),
+        ("https://agents.example.com/v1/episodes", [_HEADER], False),
+        ("http://agents.example.com/v1/episodes", [], False),  # no Secret to leak
+        ("http://agent.rl.svc:8080", [_HEADER], False),  # inside the cluster
+        ("http://agent:8080", [_HEADER], False),
+    ],
+)
+def test_secret_headers_to_an_agent_outside_the_cluster_over_plain_http_are_warned(
+    url: str, headers: list[dict[str, Any]], warned: bool
+) -> None:
+    """The rollout's HTTP session sends every header with every request to the agent: a
+    Secret's value over plain http crosses every network between the pods and the agent."""
+    agent = {"http": {"url": url, "headers": headers}}
+    body = minimal_body(agent=agent, gateway={"publicUrl": "https://agentrl-gw.example.com"})
+    exp, problems = parse_experiment(body)
+    assert exp is not None  # a warning: validate and the operator still accept it
+    found = [p for p in problems if p.path == "spec.agent.http.url"]
+    if not warned:
+        assert found == []
+        return
+    (problem,) = found
+    assert problem.severity == "warning" and "unencrypted" in problem.message
+    assert "Authorization" in problem.message and "https://agents.example.com" in problem.hint
+
+
 def test_a_loopback_public_url_is_warned() -> None:
     """Agents would be handed their own machine to call the model and post results at."""
     body = minimal_body(agent={"http": {"url": "http://agent.rl.svc:8080"}})

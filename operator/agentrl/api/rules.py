@@ -207,6 +207,27 @@ def agent_urls_not_loopback(exp: RLExperiment) -> Iterator[Finding]:
         )
 
 
+def agent_headers_encrypted(exp: RLExperiment) -> Iterator[Finding]:
+    """Warning: an HTTP agent outside the cluster (its `url` not a cluster Service) on plain
+    `http://` while `agent.http.headers` send it Secret values: the rollout sends those headers
+    with every episode, readable on every network between the pods and the agent."""
+    http = exp.spec.agent.http
+    if http is None or not http.headers or urlsplit(http.url).scheme != "http":
+        return
+    if not outside_the_cluster(http.url):
+        return
+    names = ", ".join(h.name for h in http.headers)
+    yield warn(
+        "spec.agent.http.url",
+        f"{http.url} is plain http to a host outside the cluster, and agent.http.headers "
+        f"({names}) carry Secret values: each episode's request sends them unencrypted "
+        "to the agent",
+        f"use https://{http.url.split('://', 1)[1]} (TLS at the agent or its load balancer); "
+        "if the agent is a Service in the cluster, write its url as "
+        "<service>.<namespace>.svc",
+    )
+
+
 def agents_reach_gateway(exp: RLExperiment) -> Iterator[Finding]:
     """Warning: an agent outside the cluster needs `gateway.publicUrl`: an AgentCore agent
     always, an HTTP agent whose `url` is not a cluster Service. It reaches the model, and an
@@ -650,6 +671,38 @@ def checkpoint_saves(exp: RLExperiment) -> Iterator[Finding]:
         )
 
 
+def retries_resume(exp: RLExperiment) -> Iterator[Finding]:
+    """Warning: `backoffLimit` asks for retries that have nothing to resume: no
+    `checkpoint.path`, or a `checkpoint.saveInterval` of at least `grpo.numRollouts` (slime
+    then saves only after the last rollout). Each retry starts over from the model at rollout
+    0 and trains again every rollout the failed attempt had done, on the same GPUs' time."""
+    spec = exp.spec
+    ckpt, rollouts = spec.checkpoint, spec.grpo.num_rollouts
+    if spec.backoff_limit == 0:
+        return
+    if slime_flags.last_index(spec.runtime.extra_args, slime_flags.SAVE_INTERVAL_FLAG) is not None:
+        return  # checkpoint_saves judges a save interval given as a flag
+    if ckpt.path is None:
+        yield warn(
+            "spec.backoffLimit",
+            f"{spec.backoff_limit} retries, and no checkpoint.path: slime saves nothing, so each "
+            "retry starts over from the model at rollout 0 and trains again every rollout the "
+            "failed attempt did",
+            "set checkpoint.path on a shared PersistentVolumeClaim and checkpoint.saveInterval "
+            "(a retry then goes on from the last save), or set backoffLimit: 0",
+        )
+    elif ckpt.save_interval is not None and ckpt.save_interval >= rollouts:
+        # should_run_periodic_action: (rollout_id + 1) % interval == 0, or the last rollout.
+        yield warn(
+            "spec.checkpoint.saveInterval",
+            f"{ckpt.save_interval} is not below grpo.numRollouts ({rollouts}): slime saves only "
+            f"after the last rollout, so each of the {spec.backoff_limit} retries "
+            "(backoffLimit) starts over from the model at rollout 0",
+            f"set saveInterval below {rollouts}: a retry then goes on from the last save",
+        )
+    # A path without saveInterval is checkpoint_saves' warning, which names the retry too.
+
+
 def start_taken_over(exp: RLExperiment) -> Iterator[Finding]:
     """Warning: `--finetune` in `runtime.extraArgs` while `checkpoint.resume` would resume:
     agentrl then leaves the start of every attempt to the flags, and `--finetune` makes each
@@ -913,6 +966,7 @@ ALL_RULES: tuple[Rule, ...] = (
     pool_covers_concurrency,
     agents_reach_gateway,
     agent_urls_not_loopback,
+    agent_headers_encrypted,
     renderer_for_local_model,
     trainer_weights_on_disk,
     parallelism_divides,
@@ -928,6 +982,7 @@ ALL_RULES: tuple[Rule, ...] = (
     eval_sets,
     final_eval,
     checkpoint_saves,
+    retries_resume,
     start_taken_over,
     start_rollout_fixed,
     gateway_service,
