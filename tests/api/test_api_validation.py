@@ -324,6 +324,45 @@ def test_secret_looking_env_values_warn_naming_value_from(name: str, warned: boo
     assert parse_experiment(minimal_body(runtime={"env": [from_secret]}))[1] == []
 
 
+_TOKEN = "hf_" + "aBcDeFgHiJkLmNoPqRsTuVwXyZ012345"  # the shape of one, not a real token
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "kind"),
+    [
+        ("AGENT_AUTH", "Bearer eyJhbGciOiJIUzI1NiJ9.e30.x", "an HTTP Authorization value"),
+        ("AUTHORIZATION", "basic dXNlcjpwYXNzd29yZA==", "an HTTP Authorization value"),
+        ("HF_HUB", _TOKEN, "an API token"),
+        ("OPENAI", "sk-proj-" + "a1" * 12, "an API token"),
+        ("GITHUB_PAT", "ghp_" + "Z9" * 18, "an API token"),
+        ("DATABASE_URL", "postgres://rl:hunter2@db.rl.svc:5432/runs", "a URL with a password"),
+        ("REWARD_CACHE", "redis://:hunter2@cache.rl.svc:6379/0", "a URL with a password"),
+        ("AGENT_MODE", "bearer", None),  # a word, not a credential
+        ("HF_HOME", "/models/hf_cache", None),
+        ("MODEL_URL", "https://user@models.example.com/x", None),  # a user, no password
+        ("SKLEARN_ALLOW", "sk-learn", None),
+        ("BAD_URL", "http://a:b@host:99999", "a URL with a password"),
+        ("BAD_PORT", "http://host:notaport/x", None),
+    ],
+)
+def test_a_credential_in_a_plain_env_value_is_warned_whatever_its_name(
+    name: str, value: str, kind: str | None
+) -> None:
+    """The name is the user's choice; a bearer token, an API token or a password in a URL is
+    a secret by its value, and sits in the RayJob in plain text."""
+    body = minimal_body(runtime={"env": [{"name": name, "value": value}]})
+    exp, problems = parse_experiment(body)
+    assert exp is not None  # a warning: validate and the operator still accept it
+    if kind is None:
+        assert problems == []
+        return
+    (problem,) = problems
+    assert (problem.severity, problem.path) == ("warning", "spec.runtime.env[0].value")
+    assert kind in problem.message and name in problem.message
+    assert value not in str(problem) and "hunter2" not in str(problem)
+    assert "valueFrom.secretKeyRef" in problem.hint
+
+
 @pytest.mark.parametrize(
     ("spec", "path", "words"),
     [

@@ -91,6 +91,13 @@ _EXTENDED = re.compile(EXTENDED_RESOURCE)
 _SECRET_WORDS = frozenset(
     ("SECRET", "SECRETS", "TOKEN", "PASSWORD", "PASSWD", "CREDENTIAL", "CREDENTIALS", "APIKEY")
 )
+# Values that are credentials whatever the variable is called: an HTTP Authorization value,
+# and the documented prefixes of common API tokens (Hugging Face `hf_`, OpenAI and Anthropic
+# `sk-`, GitHub `ghp_`/`github_pat_`, Slack `xox?-`), long enough not to be a word.
+_CREDENTIAL_VALUES: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"^(bearer|basic)\s+\S{8,}$", re.IGNORECASE), "an HTTP Authorization value"),
+    (re.compile(r"^(hf_|sk-|ghp_|github_pat_|xox[abprs]-)[A-Za-z0-9_-]{16,}$"), "an API token"),
+)
 # What the renderer adds to the runtime config besides the spec (slime flags, names, URLs);
 # generous, so the rule refuses before the ConfigMap would.
 CONFIG_HEADROOM = 64 * 1024
@@ -793,17 +800,39 @@ def looks_secret(name: str) -> bool:
     return words[-1] == "KEY" or any(w in _SECRET_WORDS or w.endswith("TOKEN") for w in words)
 
 
+def credential_in_value(value: str) -> str | None:
+    """What kind of credential a plain-text value is, whatever its variable is called (an
+    Authorization value, a known API token prefix, a URL with a password), or None."""
+    text = value.strip()
+    for pattern, kind in _CREDENTIAL_VALUES:
+        if pattern.match(text):
+            return kind
+    if "://" in text:
+        try:
+            if urlsplit(text).password:
+                return "a URL with a password in it"
+        except ValueError:  # an unparsable URL (a bad port) is judged elsewhere or not at all
+            return None
+    return None
+
+
 def secrets_in_plain_text(exp: RLExperiment) -> Iterator[Finding]:
-    """Warning: an env var whose name looks like a secret has a plain-text `value` (it would
-    sit in the RayJob, readable by anyone who may read RayJobs); `valueFrom.secretKeyRef` keeps
-    it in a Secret. The same for a slime flag in `extraArgs` that takes a key or a password
-    (not the ones that name a key of the data rows, such as `--input-key` or `--label-key`).
+    """Warning: an env var whose name looks like a secret, or whose value is one whatever the
+    name (`Bearer ...`, an `hf_`/`sk-`/`ghp_` token, a URL with a password), has a plain-text
+    `value` (it would sit in the RayJob, readable by anyone who may read RayJobs);
+    `valueFrom.secretKeyRef` keeps it in a Secret. The same for a slime flag in `extraArgs`
+    that takes a key or a password (not the ones that name a key of the data rows, such as
+    `--input-key` or `--label-key`).
     """
     for i, env in enumerate(exp.spec.runtime.env):
-        if env.value is not None and env.value != "" and looks_secret(env.name):
+        if env.value is None or env.value == "":
+            continue
+        kind = credential_in_value(env.value)
+        if looks_secret(env.name) or kind is not None:
+            what = "looks like a secret" if kind is None else f"holds {kind}"
             yield warn(
                 f"spec.runtime.env[{i}].value",
-                f"{env.name} looks like a secret but its value is plain text in the spec",
+                f"{env.name} {what} but its value is plain text in the spec",
                 "use valueFrom.secretKeyRef (a Secret key) instead of value",
             )
     args = exp.spec.runtime.extra_args
