@@ -243,6 +243,23 @@ def test_a_loopback_agent_url_is_warned_naming_the_field_and_rehearse_flag(
     assert "<service>.<namespace>.svc" in problem.hint
 
 
+@pytest.mark.parametrize("field", ["agent.http.url", "gateway.publicUrl"])
+def test_credentials_in_a_url_are_named_as_such(field: str) -> None:
+    """`https://bot:pw@host` has a host and no query: a message about those alone sent the
+    user looking for the wrong mistake. The password is never repeated."""
+    url = "https://bot:hunter2@agents.example.com/v1/episodes"
+    if field == "agent.http.url":
+        body = minimal_body(agent={"http": {"url": url}})
+    else:
+        body = minimal_body(gateway={"publicUrl": url})
+    exp, problems = parse_experiment(body)
+    assert exp is None
+    (problem,) = errors(problems)
+    assert problem.path == f"spec.{field}"
+    assert "user:password@" in problem.message and "agent.http.headers" in problem.hint
+    assert "hunter2" not in str(problem)
+
+
 _HEADER = {"name": "Authorization", "secretKeyRef": {"name": "agent", "key": "bearer"}}
 
 
