@@ -89,3 +89,51 @@ def test_save_interval_in_extra_args_without_a_checkpoint_path_is_refused() -> N
         assert error.path == "spec.runtime.extraArgs[2]"
         assert "--save-interval without spec.checkpoint.path" in error.message
         assert "spec.checkpoint.path" in error.hint
+
+
+def test_retries_without_a_checkpoint_path_are_warned_on_backoff_limit() -> None:
+    """Nothing is saved without checkpoint.path: each KubeRay retry starts over from the
+    model at rollout 0 (the launcher renders no --load without it)."""
+    body = minimal_body(runtime=_VOLUMES, backoffLimit=2)
+    exp, problems = parse_experiment(body)
+    assert exp is not None and errors(problems) == []
+    (warning,) = problems
+    assert (warning.severity, warning.path) == ("warning", "spec.backoffLimit")
+    assert "starts over from the model at rollout 0" in warning.message
+    assert "checkpoint.path" in warning.hint and "backoffLimit: 0" in warning.hint
+    assert parse_experiment(minimal_body(runtime=_VOLUMES))[1] == []  # no retries: no warning
+
+
+@pytest.mark.parametrize("row", slime_upstream.ROWS)
+@pytest.mark.parametrize(("interval", "warned"), [(25, True), (40, True), (24, False)])
+def test_retries_with_a_save_interval_of_all_the_rollouts_are_warned(
+    row: str, interval: int, warned: bool
+) -> None:
+    """slime's own rule: an interval of at least numRollouts saves after the last rollout
+    only, so a retry finds no save of the failed attempt."""
+    checkpoint = {"path": "/ckpt/run", "saveInterval": interval}
+    assert (_saved_rollouts(row, checkpoint, 25) == [24]) == warned
+    body = minimal_body(
+        runtime=_VOLUMES, checkpoint=checkpoint, grpo={"numRollouts": 25}, backoffLimit=1
+    )
+    exp, problems = parse_experiment(body)
+    assert exp is not None and errors(problems) == []
+    if not warned:
+        assert problems == []
+        return
+    (warning,) = problems
+    assert (warning.severity, warning.path) == ("warning", "spec.checkpoint.saveInterval")
+    assert "saves only after the last rollout" in warning.message
+    assert "set saveInterval below 25" in warning.hint
+    body["spec"]["backoffLimit"] = 0  # no retries: the final save is all that is asked for
+    assert parse_experiment(body)[1] == []
+
+
+def test_retries_are_not_warned_twice_nor_for_a_flag_interval() -> None:
+    """A path without saveInterval is checkpoint_saves' one warning, which names the retry;
+    --save-interval in extraArgs is its business too."""
+    body = minimal_body(runtime=_VOLUMES, checkpoint={"path": "/ckpt/run"}, backoffLimit=3)
+    assert [p.path for p in parse_experiment(body)[1]] == ["spec.checkpoint.saveInterval"]
+    runtime = {**_VOLUMES, "extraArgs": ["--save-interval", "7"]}
+    body = minimal_body(runtime=runtime, checkpoint={"path": "/ckpt/run"}, backoffLimit=3)
+    assert parse_experiment(body)[1] == []

@@ -243,6 +243,54 @@ def test_a_loopback_agent_url_is_warned_naming_the_field_and_rehearse_flag(
     assert "<service>.<namespace>.svc" in problem.hint
 
 
+@pytest.mark.parametrize("field", ["agent.http.url", "gateway.publicUrl"])
+def test_credentials_in_a_url_are_named_as_such(field: str) -> None:
+    """`https://bot:pw@host` has a host and no query: a message about those alone sent the
+    user looking for the wrong mistake. The password is never repeated."""
+    url = "https://bot:hunter2@agents.example.com/v1/episodes"
+    if field == "agent.http.url":
+        body = minimal_body(agent={"http": {"url": url}})
+    else:
+        body = minimal_body(gateway={"publicUrl": url})
+    exp, problems = parse_experiment(body)
+    assert exp is None
+    (problem,) = errors(problems)
+    assert problem.path == f"spec.{field}"
+    assert "user:password@" in problem.message and "agent.http.headers" in problem.hint
+    assert "hunter2" not in str(problem)
+
+
+_HEADER = {"name": "Authorization", "secretKeyRef": {"name": "agent", "key": "bearer"}}
+
+
+@pytest.mark.parametrize(
+    ("url", "headers", "warned"),
+    [
+        ("http://agents.example.com/v1/episodes", [_HEADER], True),
+        ("https://agents.example.com/v1/episodes", [_HEADER], False),
+        ("http://agents.example.com/v1/episodes", [], False),  # no Secret to leak
+        ("http://agent.rl.svc:8080", [_HEADER], False),  # inside the cluster
+        ("http://agent:8080", [_HEADER], False),
+    ],
+)
+def test_secret_headers_to_an_agent_outside_the_cluster_over_plain_http_are_warned(
+    url: str, headers: list[dict[str, Any]], warned: bool
+) -> None:
+    """The rollout's HTTP session sends every header with every request to the agent: a
+    Secret's value over plain http crosses every network between the pods and the agent."""
+    agent = {"http": {"url": url, "headers": headers}}
+    body = minimal_body(agent=agent, gateway={"publicUrl": "https://agentrl-gw.example.com"})
+    exp, problems = parse_experiment(body)
+    assert exp is not None  # a warning: validate and the operator still accept it
+    found = [p for p in problems if p.path == "spec.agent.http.url"]
+    if not warned:
+        assert found == []
+        return
+    (problem,) = found
+    assert problem.severity == "warning" and "unencrypted" in problem.message
+    assert "Authorization" in problem.message and "https://agents.example.com" in problem.hint
+
+
 def test_a_loopback_public_url_is_warned() -> None:
     """Agents would be handed their own machine to call the model and post results at."""
     body = minimal_body(agent={"http": {"url": "http://agent.rl.svc:8080"}})
@@ -291,6 +339,45 @@ def test_secret_looking_env_values_warn_naming_value_from(name: str, warned: boo
         assert problems == []
     from_secret = {"name": name, "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}
     assert parse_experiment(minimal_body(runtime={"env": [from_secret]}))[1] == []
+
+
+_TOKEN = "hf_" + "aBcDeFgHiJkLmNoPqRsTuVwXyZ012345"  # the shape of one, not a real token
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "kind"),
+    [
+        ("AGENT_AUTH", "Bearer eyJhbGciOiJIUzI1NiJ9.e30.x", "an HTTP Authorization value"),
+        ("AUTHORIZATION", "basic dXNlcjpwYXNzd29yZA==", "an HTTP Authorization value"),
+        ("HF_HUB", _TOKEN, "an API token"),
+        ("OPENAI", "sk-proj-" + "a1" * 12, "an API token"),
+        ("GITHUB_PAT", "ghp_" + "Z9" * 18, "an API token"),
+        ("DATABASE_URL", "postgres://rl:hunter2@db.rl.svc:5432/runs", "a URL with a password"),
+        ("REWARD_CACHE", "redis://:hunter2@cache.rl.svc:6379/0", "a URL with a password"),
+        ("AGENT_MODE", "bearer", None),  # a word, not a credential
+        ("HF_HOME", "/models/hf_cache", None),
+        ("MODEL_URL", "https://user@models.example.com/x", None),  # a user, no password
+        ("SKLEARN_ALLOW", "sk-learn", None),
+        ("BAD_URL", "http://a:b@host:99999", "a URL with a password"),
+        ("BAD_PORT", "http://host:notaport/x", None),
+    ],
+)
+def test_a_credential_in_a_plain_env_value_is_warned_whatever_its_name(
+    name: str, value: str, kind: str | None
+) -> None:
+    """The name is the user's choice; a bearer token, an API token or a password in a URL is
+    a secret by its value, and sits in the RayJob in plain text."""
+    body = minimal_body(runtime={"env": [{"name": name, "value": value}]})
+    exp, problems = parse_experiment(body)
+    assert exp is not None  # a warning: validate and the operator still accept it
+    if kind is None:
+        assert problems == []
+        return
+    (problem,) = problems
+    assert (problem.severity, problem.path) == ("warning", "spec.runtime.env[0].value")
+    assert kind in problem.message and name in problem.message
+    assert value not in str(problem) and "hunter2" not in str(problem)
+    assert "valueFrom.secretKeyRef" in problem.hint
 
 
 @pytest.mark.parametrize(

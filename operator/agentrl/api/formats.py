@@ -142,10 +142,11 @@ FORMATS: Final[dict[str, Format]] = {
         "http(s) URL",
     ),
     HTTP_BASE_URL: Format(
-        "not an http(s) URL with a host and no query or fragment",
+        "not an http(s) URL with a host and no query or fragment, nor user:password@",
         "e.g. https://agents.example.com:8443/path; agentrl appends paths to it (<url>/<session "
-        "id>), which a ?query would swallow, and a key there sits in plain text in the "
-        "runtime-config ConfigMap: send the agent's keys in agent.http.headers, from a Secret",
+        "id>), which a ?query would swallow, and a key or a user:password@ there sits in plain "
+        "text in the runtime-config ConfigMap: send the agent's keys in agent.http.headers, "
+        "from a Secret",
         "http(s) URL, no query",
     ),
     WORD: Format("not a single word", "letters, digits, '.', '_' and '-'", "one word"),

@@ -91,6 +91,13 @@ _EXTENDED = re.compile(EXTENDED_RESOURCE)
 _SECRET_WORDS = frozenset(
     ("SECRET", "SECRETS", "TOKEN", "PASSWORD", "PASSWD", "CREDENTIAL", "CREDENTIALS", "APIKEY")
 )
+# Values that are credentials whatever the variable is called: an HTTP Authorization value,
+# and the documented prefixes of common API tokens (Hugging Face `hf_`, OpenAI and Anthropic
+# `sk-`, GitHub `ghp_`/`github_pat_`, Slack `xox?-`), long enough not to be a word.
+_CREDENTIAL_VALUES: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"^(bearer|basic)\s+\S{8,}$", re.IGNORECASE), "an HTTP Authorization value"),
+    (re.compile(r"^(hf_|sk-|ghp_|github_pat_|xox[abprs]-)[A-Za-z0-9_-]{16,}$"), "an API token"),
+)
 # What the renderer adds to the runtime config besides the spec (slime flags, names, URLs);
 # generous, so the rule refuses before the ConfigMap would.
 CONFIG_HEADROOM = 64 * 1024
@@ -205,6 +212,27 @@ def agent_urls_not_loopback(exp: RLExperiment) -> Iterator[Finding]:
             "Ingress hostname), or unset it for agents inside the cluster; to rehearse "
             "behind a tunnel, pass agentrl rehearse --gateway-url instead",
         )
+
+
+def agent_headers_encrypted(exp: RLExperiment) -> Iterator[Finding]:
+    """Warning: an HTTP agent outside the cluster (its `url` not a cluster Service) on plain
+    `http://` while `agent.http.headers` send it Secret values: the rollout sends those headers
+    with every episode, readable on every network between the pods and the agent."""
+    http = exp.spec.agent.http
+    if http is None or not http.headers or urlsplit(http.url).scheme != "http":
+        return
+    if not outside_the_cluster(http.url):
+        return
+    names = ", ".join(h.name for h in http.headers)
+    yield warn(
+        "spec.agent.http.url",
+        f"{http.url} is plain http to a host outside the cluster, and agent.http.headers "
+        f"({names}) carry Secret values: each episode's request sends them unencrypted "
+        "to the agent",
+        f"use https://{http.url.split('://', 1)[1]} (TLS at the agent or its load balancer); "
+        "if the agent is a Service in the cluster, write its url as "
+        "<service>.<namespace>.svc",
+    )
 
 
 def agents_reach_gateway(exp: RLExperiment) -> Iterator[Finding]:
@@ -650,6 +678,38 @@ def checkpoint_saves(exp: RLExperiment) -> Iterator[Finding]:
         )
 
 
+def retries_resume(exp: RLExperiment) -> Iterator[Finding]:
+    """Warning: `backoffLimit` asks for retries that have nothing to resume: no
+    `checkpoint.path`, or a `checkpoint.saveInterval` of at least `grpo.numRollouts` (slime
+    then saves only after the last rollout). Each retry starts over from the model at rollout
+    0 and trains again every rollout the failed attempt had done, on the same GPUs' time."""
+    spec = exp.spec
+    ckpt, rollouts = spec.checkpoint, spec.grpo.num_rollouts
+    if spec.backoff_limit == 0:
+        return
+    if slime_flags.last_index(spec.runtime.extra_args, slime_flags.SAVE_INTERVAL_FLAG) is not None:
+        return  # checkpoint_saves judges a save interval given as a flag
+    if ckpt.path is None:
+        yield warn(
+            "spec.backoffLimit",
+            f"{spec.backoff_limit} retries, and no checkpoint.path: slime saves nothing, so each "
+            "retry starts over from the model at rollout 0 and trains again every rollout the "
+            "failed attempt did",
+            "set checkpoint.path on a shared PersistentVolumeClaim and checkpoint.saveInterval "
+            "(a retry then goes on from the last save), or set backoffLimit: 0",
+        )
+    elif ckpt.save_interval is not None and ckpt.save_interval >= rollouts:
+        # should_run_periodic_action: (rollout_id + 1) % interval == 0, or the last rollout.
+        yield warn(
+            "spec.checkpoint.saveInterval",
+            f"{ckpt.save_interval} is not below grpo.numRollouts ({rollouts}): slime saves only "
+            f"after the last rollout, so each of the {spec.backoff_limit} retries "
+            "(backoffLimit) starts over from the model at rollout 0",
+            f"set saveInterval below {rollouts}: a retry then goes on from the last save",
+        )
+    # A path without saveInterval is checkpoint_saves' warning, which names the retry too.
+
+
 def start_taken_over(exp: RLExperiment) -> Iterator[Finding]:
     """Warning: `--finetune` in `runtime.extraArgs` while `checkpoint.resume` would resume:
     agentrl then leaves the start of every attempt to the flags, and `--finetune` makes each
@@ -740,17 +800,39 @@ def looks_secret(name: str) -> bool:
     return words[-1] == "KEY" or any(w in _SECRET_WORDS or w.endswith("TOKEN") for w in words)
 
 
+def credential_in_value(value: str) -> str | None:
+    """What kind of credential a plain-text value is, whatever its variable is called (an
+    Authorization value, a known API token prefix, a URL with a password), or None."""
+    text = value.strip()
+    for pattern, kind in _CREDENTIAL_VALUES:
+        if pattern.match(text):
+            return kind
+    if "://" in text:
+        try:
+            if urlsplit(text).password:
+                return "a URL with a password in it"
+        except ValueError:  # an unparsable URL (a bad port) is judged elsewhere or not at all
+            return None
+    return None
+
+
 def secrets_in_plain_text(exp: RLExperiment) -> Iterator[Finding]:
-    """Warning: an env var whose name looks like a secret has a plain-text `value` (it would
-    sit in the RayJob, readable by anyone who may read RayJobs); `valueFrom.secretKeyRef` keeps
-    it in a Secret. The same for a slime flag in `extraArgs` that takes a key or a password
-    (not the ones that name a key of the data rows, such as `--input-key` or `--label-key`).
+    """Warning: an env var whose name looks like a secret, or whose value is one whatever the
+    name (`Bearer ...`, an `hf_`/`sk-`/`ghp_` token, a URL with a password), has a plain-text
+    `value` (it would sit in the RayJob, readable by anyone who may read RayJobs);
+    `valueFrom.secretKeyRef` keeps it in a Secret. The same for a slime flag in `extraArgs`
+    that takes a key or a password (not the ones that name a key of the data rows, such as
+    `--input-key` or `--label-key`).
     """
     for i, env in enumerate(exp.spec.runtime.env):
-        if env.value is not None and env.value != "" and looks_secret(env.name):
+        if env.value is None or env.value == "":
+            continue
+        kind = credential_in_value(env.value)
+        if looks_secret(env.name) or kind is not None:
+            what = "looks like a secret" if kind is None else f"holds {kind}"
             yield warn(
                 f"spec.runtime.env[{i}].value",
-                f"{env.name} looks like a secret but its value is plain text in the spec",
+                f"{env.name} {what} but its value is plain text in the spec",
                 "use valueFrom.secretKeyRef (a Secret key) instead of value",
             )
     args = exp.spec.runtime.extra_args
@@ -913,6 +995,7 @@ ALL_RULES: tuple[Rule, ...] = (
     pool_covers_concurrency,
     agents_reach_gateway,
     agent_urls_not_loopback,
+    agent_headers_encrypted,
     renderer_for_local_model,
     trainer_weights_on_disk,
     parallelism_divides,
@@ -928,6 +1011,7 @@ ALL_RULES: tuple[Rule, ...] = (
     eval_sets,
     final_eval,
     checkpoint_saves,
+    retries_resume,
     start_taken_over,
     start_rollout_fixed,
     gateway_service,

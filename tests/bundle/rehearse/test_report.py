@@ -94,6 +94,29 @@ def test_a_pods_env_value_whose_name_marks_a_secret_is_never_shown() -> None:
     assert "HF_ENDPOINT='https://hf-mirror.internal' (here: unset)" in note
 
 
+def test_a_pods_env_value_that_is_a_credential_is_never_shown_whatever_its_name() -> None:
+    """A private mirror's URL with its password, or an Authorization value, under a name that
+    marks no secret: validation warns of it by its value, and the report does not print it."""
+    from agentrl.api.runtime import RuntimeConfig
+    from agentrl.bundle.rehearse.run import env_notes
+
+    from .rig import http_agent, spec
+
+    body = spec(http_agent("http://agent:8000/run"))["spec"]
+    config = RuntimeConfig.model_validate(
+        {"experiment": "web-agent", "namespace": "rl", "bundle_version": "0", "spec": body,
+         "gateway_url": "http://web-agent-gateway.rl.svc:9090"}
+    )  # fmt: skip
+    pods = {"HF_ENDPOINT": "https://rl:hunter2@hf-mirror.internal",
+            "AGENTRL_AGENT_AUTH": "Bearer eyJhbGciOiJIUzI1NiJ9.e30.x",
+            "AWS_REGION": "us-west-2"}  # fmt: skip
+    (note,) = env_notes(config, pods, {})
+    assert "hunter2" not in note and "eyJhbGciOiJIUzI1NiJ9" not in note
+    assert "HF_ENDPOINT (its plain value in spec.runtime.env, not shown) (here: unset)" in note
+    assert "AGENTRL_AGENT_AUTH (its plain value in spec.runtime.env, not shown)" in note
+    assert "AWS_REGION='us-west-2' (here: unset)" in note
+
+
 def test_the_agent_url_the_pods_call_instead_of_agent_url_is_named() -> None:
     r = report(None)
     assert "pods_agent_url" not in r.to_json()["network"]

@@ -34,7 +34,7 @@ from yarl import URL
 from agentrl.api.constants import SPLIT_TRAIN
 from agentrl.api.formats import base_url_problem
 from agentrl.api.models import HttpAgent
-from agentrl.api.rules import is_local_path, looks_secret, loopback
+from agentrl.api.rules import credential_in_value, is_local_path, looks_secret, loopback
 from agentrl.api.runtime import RuntimeConfig
 from agentrl.bundle.agents.agentcore import runtime_endpoint
 from agentrl.bundle.agents.base import received_reward
@@ -311,9 +311,11 @@ def env_notes(
 
 def _shown_env(name: str, value: str) -> str:
     """A pods' plain env value for the report, unless its name marks a secret (`HF_TOKEN`,
-    `AWS_SECRET_ACCESS_KEY`: `looks_secret`, which validation warns of in plain text): the
-    report is printed and written to --out, and a token there outlives the rehearsal."""
-    if looks_secret(name):
+    `AWS_SECRET_ACCESS_KEY`: `looks_secret`) or its value is one (`credential_in_value`: a
+    mirror's URL with a password, a `Bearer` value), both of which validation warns of in
+    plain text: the report is printed and written to --out, and a token there outlives the
+    rehearsal."""
+    if looks_secret(name) or credential_in_value(value) is not None:
         return f"{name} (its plain value in spec.runtime.env, not shown)"
     return f"{name}={value!r}"
 
