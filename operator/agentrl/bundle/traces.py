@@ -14,6 +14,9 @@ misaligned, non-finite, positive or not numbers (booleans included) is kept with
 counted; ids that are not non-negative integers (floats, booleans) make the whole trace
 invalid (`InvalidTrace`): there is no sequence to put them in.
 
+A turn the engine aborted (finish reason `ABORT`) is kept with mask 0 and counted (`ABORTED`):
+the gateway answered its call 503, so the agent never saw that completion.
+
 Each turn keeps the weight version the engine reported with it (SGLang's
 `meta_info.weight_version`, which slime sets at every weight update), and each segment the
 versions of its turns (slime's `Sample.weight_versions`). slime updates the engines only
@@ -75,6 +78,10 @@ class Segment:
 # adds no token; its prompt ids are the conversation it continued, whose segment it truncates.
 CONTEXT_FULL = "context_full"
 
+# The finish reason of a generation the engine aborted (by request id, `abort_all`): the
+# gateway keeps the partial turn and answers 503, so the agent retries.
+ABORT = "abort"
+
 
 # Why a turn started a new segment instead of extending one (label of trace_breaks_total;
 # the labels' home is agentrl.api.constants, which the metrics pre-create from).
@@ -97,7 +104,18 @@ NON_FINITE = "non_finite"  # NaN or an infinity (SGLang's JSON null reads as NaN
 POSITIVE = "positive"  # a log-probability above 0: the probability would exceed 1
 # sampled under another weight version than the episode's last reported one
 WEIGHT_CHANGED = "weight_changed"
-MASK_REASONS = (NO_LOGPROBS, MISALIGNED, NOT_A_NUMBER, NON_FINITE, POSITIVE, WEIGHT_CHANGED)
+# the engine aborted the generation (finish reason "abort"): the gateway answered 503, so the
+# agent never saw this completion and the episode's reward owes nothing to it
+ABORTED = "aborted"
+MASK_REASONS = (
+    NO_LOGPROBS,
+    MISALIGNED,
+    NOT_A_NUMBER,
+    NON_FINITE,
+    POSITIVE,
+    WEIGHT_CHANGED,
+    ABORTED,
+)
 
 
 class InvalidTrace(ValueError):
@@ -167,12 +185,20 @@ class _Chain:
         stats: MergeStats,
         weights: str | None = None,
     ) -> None:
-        """Bridge (observed, mask 0) then the sampled completion (mask 1 iff logprobs align
-        and its weight version, if reported, is `weights`: the episode's last one)."""
+        """Bridge (observed, mask 0) then the sampled completion (mask 1 iff the engine did not
+        abort it, its logprobs align and its weight version, if reported, is `weights`: the
+        episode's last one)."""
         bridge = len(prompt) - self.full_len if self.spans else 0
         n = len(completion)
         lps: list[float] | None = None
-        if n:
+        if n and turn.finish_reason == ABORT:
+            # The agent was answered 503 and never saw these tokens: the reward cannot credit
+            # them. slime never trains an aborted sample either (only --partial-rollout
+            # continues one, and it is the continued sample that trains).
+            stats.masked_turns += 1
+            stats.masked_tokens += n
+            stats.mask_reasons[ABORTED] += 1
+        elif n:
             lps, why = _logprobs(turn.logprobs, n)
             stale = None not in (turn.weight_version, weights) and turn.weight_version != weights
             if why is None and stale:

@@ -111,7 +111,8 @@ Script = Callable[[AgentRequest, int], float]  # (request, attempt of its row) -
 
 class StubAgent:
     """metadata["behavior"]: ok | fanout | error | hang | own_timeout | no_turns | bad_result
-    | echo_payload | cancel_itself (or a list of them, indexed by the attempt).
+    | echo_payload | cancel_itself | aborted_retry | all_aborted (or a list of them, indexed
+    by the attempt).
 
     own_timeout: a request of the backend to its agent times out on the backend's own clock
     (an aiohttp total timeout, 5 s) long before the episode deadline.
@@ -198,6 +199,18 @@ class StubAgent:
             for turn in (
                 Turn([1, 2, 3], [40, 41], [-0.1, -0.2], "stop", weight_version="5"),
                 Turn([1, 2, 3], [50], [-0.3], "length", weight_version="5"),
+            ):
+                self.gateway.record(sid, token, turn)
+        if behavior == "aborted_retry":  # the engine aborted a call; the agent asked again
+            for turn in (
+                Turn([1, 2, 3], [40, 41], [-0.1, -0.2], "abort"),
+                Turn([1, 2, 3], [50], [-0.3], "stop"),
+            ):
+                self.gateway.record(sid, token, turn)
+        if behavior == "all_aborted":  # every call aborted: nothing of the episode trains
+            for turn in (
+                Turn([1, 2, 3], [40], [-0.1], "abort"),
+                Turn([1, 2, 3], [50], [-0.3], "abort"),
             ):
                 self.gateway.record(sid, token, turn)
         reward = (

@@ -74,6 +74,27 @@ async def test_successful_episodes_become_trainable_samples_sharing_a_rollout_id
 
 
 @pytest.mark.looptime
+async def test_a_segment_that_trains_no_token_adds_no_sample_beside_trained_ones() -> None:
+    # The engine aborted a call after two tokens and the agent asked again: the partial
+    # completion is its own segment, every token masked. Beside the retry's trained segment it
+    # would only add a sample to slime's per-sample loss mean (diluting the episode's real
+    # one), so it is left out. An episode none of whose segments trains keeps them (its
+    # reward still counts once in its group, as an episode masked whole does).
+    ctx, _gateway, _agent = context()
+    behaviors = [{"behavior": "aborted_retry", "reward": 1.0}, {"behavior": "all_aborted"}]
+    ((retried, aborted),) = await run_groups(ctx, inputs([behaviors]), SPEC, "train")
+
+    (sample,) = retried.samples
+    assert sample.tokens[-1] == 50 and sample.loss_mask == [1]
+    assert sample.metadata["segment_index"] == 1  # the merge's index, kept
+    assert retried.merge is not None and retried.merge.mask_reasons == {"aborted": 1}
+    assert aborted.failure is None and len(aborted.samples) == 2
+    assert all(1 not in s.loss_mask for s in aborted.samples)
+    stats = batch_stats([[retried, aborted]])
+    assert stats.masked_turns == 3 and stats.sequences == 3
+
+
+@pytest.mark.looptime
 async def test_agent_gets_metadata_verbatim_plus_session_block() -> None:
     ctx, gateway, agent = context()
     meta = {"behavior": "ok", "nested": {"a": [1, 2]}}

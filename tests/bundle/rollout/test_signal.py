@@ -224,6 +224,34 @@ def test_zero_reward_keeps_the_old_behaviour(make_rig: Any, tmp_path: Path, comm
     assert rig.metric("agentrl_excluded_episodes_total", reason="agent_error") == 0
 
 
+@pytest.mark.parametrize("commit", COMMITS)
+def test_a_backfills_failed_episode_is_no_trained_groups_exclusion(
+    make_rig: Any, tmp_path: Path, commit: str
+) -> None:
+    """Prompt 0 has one task outcome: the filter drops it, no refill may replace it, and it
+    fills the batch as a backfill (every loss mask 0). Its crashed episode shapes no update,
+    so it is not among the trained groups' excluded episodes, nor are its two episodes in
+    the share's denominator (they counted 1 of 4 before)."""
+    rig = make_rig(dynamicSamplingFilter="zeroRewardVariance", maxRefillRounds=0)
+    rows = [
+        {"id": 0, "sleep": 5, "behavior": ["ok", "error"], "reward": 1},
+        {"id": 1, "sleep": 10, "reward": [1, 0]},
+    ]
+    source = buffered_source(commit, write_rows(tmp_path / "rows.jsonl", rows), 2)
+
+    out = generate_rollout(args(2, rig.config_path), 0, source)
+
+    assert ids(out) == [0, 1]
+    assert rig.metric("agentrl_groups_total", outcome="backfilled") == 1
+    assert not any(any(s.loss_mask) for s in out.samples[0])
+    assert rig.metric("agentrl_excluded_episodes_total", reason="agent_error") == 0
+    assert out.metrics["agentrl/excluded_episodes"] == 0
+    assert out.metrics["agentrl/excluded_share"] == 0.0
+    assert rig.metric("agentrl_excluded_episode_share") == 0.0
+    # The lag histogram holds the trained group's two episodes, not the backfill's.
+    assert rig.metric("agentrl_policy_lag_steps_count") == 2
+
+
 # ---- stale tokens ---------------------------------------------------------------------------
 
 # Prompt 2 has one fast and one slow episode, prompt 3 only slow ones: with 4 candidates for
@@ -335,6 +363,10 @@ def test_a_backfills_carried_episode_counts_no_stale_token_as_trained(
     # Its tokens are stale and did not train: counted as masked, whatever the setting.
     assert rig.metric("agentrl_stale_tokens_total", action="masked") == 4
     assert second.metrics["agentrl/stale_tokens_masked"] == 4
+    # Its age is no trained episode's: the lag histogram ("per trained episode") holds step
+    # 0's four episodes and the trained group's two, none of them stale.
+    assert second.metrics["agentrl/policy_lag_max"] == 0
+    assert rig.metric("agentrl_policy_lag_steps_count") == 6
 
 
 @pytest.mark.parametrize("commit", COMMITS)

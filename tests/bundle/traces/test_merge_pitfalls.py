@@ -11,10 +11,12 @@ import numpy as np
 import pytest
 
 from agentrl.bundle.traces import (
+    ABORTED,
     CONTEXT_FULL,
     DIVERGED_PREFIX,
     EDITED_COMPLETION,
     IDENTICAL_PROMPT,
+    MASK_REASONS,
     REWOUND,
     Segment,
     Turn,
@@ -55,6 +57,19 @@ def test_a_retry_after_an_empty_completion_is_its_own_segment() -> None:
     segments, stats = merge_turns_with_stats(turns)
     assert segments == [seg([*p, 11], [1])]  # the empty one trains nothing and is dropped
     assert stats.breaks == {IDENTICAL_PROMPT: 1} and stats.dropped_empty == 1
+
+
+def test_an_aborted_partial_completion_is_kept_masked_and_counted() -> None:
+    # The engine aborted the first call after two tokens: the gateway answered 503, the
+    # agent never saw [11, 12] and asked again. Those tokens stay in the trace but earn no
+    # share of the episode's reward; only the retry's completion trains.
+    p = [*SYS, 10]
+    turns = [turn(p, [11, 12], "abort"), turn(p, [13])]
+    segments, stats = merge_turns_with_stats(turns)
+    assert segments == [seg([*p, 11, 12], [0, 0]), seg([*p, 13], [1])]
+    assert stats.masked_turns == 1 and stats.masked_tokens == 2
+    assert stats.mask_reasons == {ABORTED: 1} and ABORTED in MASK_REASONS
+    assert stats.breaks == {IDENTICAL_PROMPT: 1}
 
 
 def test_retrying_an_earlier_turn_rewinds_into_a_new_segment() -> None:

@@ -189,9 +189,12 @@ class TurnRunner:
                 seen, sampled, lps, done.finish_reason, weight_version=done.weight_version
             )
         if done.finish_reason == "abort":
+            # Not a weight update: slime's train.py changes weights only between rollout
+            # steps, once the engines are idle. The partial turn stays recorded; the merge
+            # masks it (traces.ABORTED), since the agent never sees it.
             raise ApiError(
                 503,
-                "the engine aborted this generation (weights updating?); retry",
+                "the engine aborted this generation; retry",
                 kind="api_error",
             )
         return out

@@ -130,6 +130,17 @@ def segment_samples(
     *,
     policy_version: int = 0,
 ) -> list[SampleFields]:
+    """One sample per segment that trains a token. A segment with none (an aborted turn the
+    agent retried, a turn with unusable logprobs) is left out while another segment trains.
+    It would not move its group's mean or std (rewards are normalised per episode) and
+    carries no gradient, but slime would still run it through the model, count it in its
+    per-sample figures (response lengths, truncated ratio), and, under
+    `--calculate-per-token-loss`, as one token of the step's normaliser (`clamp_min(mask
+    sum, 1)`), diluting every trained token. An episode none of whose segments trains keeps
+    them all, as an episode masked whole does: its reward still counts once in its group's
+    statistics, and its samples carry no gradient."""
+    trained = [(i, seg) for i, seg in enumerate(segments) if 1 in seg.loss_mask]
+    kept = trained or list(enumerate(segments))
     return [
         SampleFields(
             group_index=inp.group_index,
@@ -165,7 +176,7 @@ def segment_samples(
                 ),
             },
         )
-        for i, seg in enumerate(segments)
+        for i, seg in kept
     ]
 
 

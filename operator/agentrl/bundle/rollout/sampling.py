@@ -169,14 +169,15 @@ class StepReport:
     # `abort`, the run's last step draining the carry store, ...): a step that fails after
     # that does not name them again (`driver.discard_unsaved`).
     named: set[str] = field(default_factory=set)
-    # Token age (carried-over episodes): per trained episode, how many updates old it is.
+    # Token age (carried-over episodes): per trained group's episode (not a backfill's), how
+    # many updates old it is.
     policy_lags: list[int] = field(default_factory=list)
     stale_restarted: int = 0  # carried episodes older than maxPolicyLag, run again
     stale_tokens_masked: int = 0
     stale_tokens_trained: int = 0
     # Trained groups' episodes that count in no statistic (failedEpisodes: exclude), by reason.
     excluded: Counter[str] = field(default_factory=Counter)
-    trained_episodes: int = 0
+    trained_episodes: int = 0  # the trained groups' episodes (a backfill's are not trained)
 
     @property
     def excluded_share(self) -> float:
@@ -645,14 +646,21 @@ class _Step:
         masked, unless it is a backfill's, which counts as filtered. A backfill's stale
         tokens count as masked under either setting: the backfill trains none of them.
         With it, whether it trains: not a failed one (its stand-in slot's loss mask is 0)
-        nor one masked here."""
+        nor one masked here.
+
+        A backfill's episode is no trained group's: it is not counted in `trained_episodes`,
+        `excluded` (whose share is of the trained groups' episodes) or `policy_lags` (the age
+        of what trains). Its group was dropped and every loss mask of it is 0, so neither its
+        exclusion nor its age reaches the update; counted, they would skew the
+        excluded share and the lag histogram with episodes that train nothing."""
         report = self.report
-        report.trained_episodes += 1
         trains = outcome.failure is None
-        if outcome.failure is not None and self.plan.exclude_failed:
-            report.excluded[outcome.failure] += 1
         lag = max(0, self.step - outcome.policy_version)
-        report.policy_lags.append(lag)
+        if not backfill:
+            report.trained_episodes += 1
+            if outcome.failure is not None and self.plan.exclude_failed:
+                report.excluded[outcome.failure] += 1
+            report.policy_lags.append(lag)
         if lag == 0:
             return outcome, trains
         tokens = sum(sum(s.loss_mask) for s in outcome.samples)
