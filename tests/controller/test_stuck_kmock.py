@@ -16,6 +16,7 @@ from tests.conftest import minimal_body
 from agentrl.api.constants import DEFAULT_STARTUP_DEADLINE_SECONDS, LABEL_EXPERIMENT, ConditionType
 from agentrl.controller import conditions
 from agentrl.controller.config import OperatorConfig
+from agentrl.controller.observe import CRASH_SETTLED_SECONDS
 from agentrl.controller.status import format_time, parse_time
 
 from .conftest import Api, FakeClock, OperatorRun, wait_for
@@ -162,6 +163,64 @@ async def test_a_crash_looping_head_is_stalled_with_its_exit_code(
         "pod demo-head-abc: CrashLoopBackOff: container ray-head: exited with code 1 (Error); "
         "the kubelet restarts it with back-off"
     )
+
+
+async def test_a_crash_loop_between_back_offs_stays_one_trouble(
+    api: Api, operator: OperatorRun, clock: FakeClock
+) -> None:
+    """What the kubelet shows at each restart of a crash loop: the container running, then
+    terminated, then waiting in CrashLoopBackOff again. Running again is not recovery until
+    it has run for CRASH_SETTLED_SECONDS: a head that loads for a minute, then runs out of
+    memory, is one trouble (one write, one event, one unbroken condition), not one per
+    restart."""
+    await initializing(api)
+    mark, events = len(api.emu.log), len(api.events("demo"))
+    pod = stuck_pod("demo-head-abc", None)
+    oom = {"exitCode": 137, "reason": "OOMKilled"}
+
+    def head(restarts: int, state: dict[str, Any], last: dict[str, Any] | None) -> None:
+        cs = {"name": "ray-head", "restartCount": restarts, "state": state}
+        if last is not None:
+            cs["lastState"] = {"terminated": last}
+        pod["status"] = {"phase": "Running", "containerStatuses": [cs]}
+
+    at = clock.now
+    head(1, {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 10s"}}, oom)
+    await api.create(pod)
+    st = await wait_for(lambda: stalled(api), what="Stalled")
+    first = conditions.get(st, STALLED)
+    assert first is not None and first["reason"] == "CrashLoopBackOff"
+    for restarts in range(2, 6):
+        at += timedelta(seconds=20)
+        clock.set(at)
+        head(restarts - 1, {"running": {"startedAt": format_time(at)}}, oom)
+        await api.patch(PODS, NS, "demo-head-abc", {"status": pod["status"]})
+        await sweeps(operator, 1)
+        at += timedelta(seconds=60)  # it loads, then runs out of memory
+        clock.set(at)
+        ended = {**oom, "finishedAt": format_time(at)}
+        head(restarts - 1, {"terminated": ended}, oom)
+        await api.patch(PODS, NS, "demo-head-abc", {"status": pod["status"]})
+        head(restarts, {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off"}}, ended)
+        await api.patch(PODS, NS, "demo-head-abc", {"status": pod["status"]})
+        await sweeps(operator, 1)
+    assert stalled(api) is not None
+    assert conditions.get(status_of(api), STALLED) == first
+    assert status_writes(api, mark) == 1
+    assert api.reasons("demo")[events:] == ["Stalled"]
+    # The fix is in: it starts again and keeps running. The watch shows nothing more, and the
+    # sweep clears the trouble once it has run for CRASH_SETTLED_SECONDS.
+    started = at + timedelta(seconds=30)
+    clock.set(started)
+    head(5, {"running": {"startedAt": format_time(started)}}, oom)
+    await api.patch(PODS, NS, "demo-head-abc", {"status": pod["status"]})
+    clock.set(started + timedelta(seconds=CRASH_SETTLED_SECONDS - 1))
+    await sweeps(operator, 2)
+    assert stalled(api) is not None
+    clock.set(started + timedelta(seconds=CRASH_SETTLED_SECONDS))
+    await wait_for(lambda: stalled(api) is None, what="Stalled cleared")
+    assert status_writes(api, mark) == 2
+    assert api.reasons("demo")[events:] == ["Stalled"]
 
 
 def creating_pod(name: str, scheduled_at: datetime) -> dict[str, Any]:

@@ -215,6 +215,13 @@ class Controller:
         old = exp.stuck.get(name)
         if found is None and creating is not None and old and old[0] in observe.EVENT_REASONS:
             found = old  # held in ContainerCreating by what its events said (the sweep)
+        exp.restarted.pop(name, None)
+        if found is None and not deleted and old and old[0] in observe.CRASH_REASONS:
+            # Running again, or ended again, between two back-offs: still the crash loop
+            # until a restarted container has run long enough (the sweep clears it).
+            since = observe.restarted_at(pod)
+            if since is not None and not self._crash_settled(since or self.now()):
+                exp.restarted[name], found = since or self.now(), old
         if old is not None and found is not None and observe.same_trouble(old[0], found[0]):
             return  # the same trouble again: its first words stay (one write, one event)
         if found is None and old is None:
@@ -241,6 +248,20 @@ class Controller:
             found = observe.creating_trouble(events)
             if found is not None and exp.creating.get(pod) == since:  # still creating
                 exp.stuck[pod] = found
+                await self._observed(exp)
+
+    def _crash_settled(self, since: str) -> bool:
+        waited = status.parse_time(self.now()) - status.parse_time(since)
+        return waited.total_seconds() >= observe.CRASH_SETTLED_SECONDS
+
+    async def check_restarted(self, exp: Experiment) -> None:
+        """Crash-looping pods whose restarted container has now run long enough: their
+        crash loop is over. The pod's watch shows nothing more of a container that keeps
+        running, so only time tells."""
+        for pod, since in list(exp.restarted.items()):
+            if self._crash_settled(since) and exp.restarted.get(pod) == since:
+                del exp.restarted[pod]
+                exp.stuck.pop(pod, None)
                 await self._observed(exp)
 
     async def check_submitter(self, exp: Experiment) -> None:

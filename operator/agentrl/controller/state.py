@@ -59,6 +59,9 @@ class Experiment:
     # pod -> (reason, message), in the order the pods were found stuck (the first speaks)
     stuck: dict[str, tuple[str, str]] = field(default_factory=dict)
     creating: dict[str, str] = field(default_factory=dict)  # pod -> when it began creating
+    # pod -> when a restarted container of it last started (or ended): a crash-looping pod
+    # between two back-offs, kept stuck until it has run CRASH_SETTLED_SECONDS (the sweep)
+    restarted: dict[str, str] = field(default_factory=dict)
     # (reason, message) while KubeRay cannot create the cluster's pods, its first words kept
     # while the reason stays (each retry names a new pod)
     cluster_trouble: tuple[str, str] | None = None
