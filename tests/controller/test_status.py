@@ -507,6 +507,54 @@ def test_why_an_attempt_failed_is_kept_while_kuberay_retries() -> None:
                                                  "lastTransitionTime": T2}  # fmt: skip
 
 
+@pytest.mark.parametrize(
+    ("reason", "said", "means"),
+    [
+        pytest.param(
+            "DeadlineExceeded",
+            "The RayJob has passed the activeDeadlineSeconds. StartTime: 2026-01-01 00:00:30 "
+            "+0000 UTC. ActiveDeadlineSeconds: 3600",
+            "the attempt ran past spec.activeDeadlineSeconds",
+            id="v1.6.2-active-deadline",
+        ),
+        pytest.param(
+            "JobStatusCheckTimeoutExceeded",
+            "Job status checks have been failing since 2026-01-01 00:10:00; exceeded timeout "
+            "of 300s",
+            "could not read the Ray job's status from the Ray dashboard on the head pod",
+            id="v1.7.0-status-checks",
+        ),
+    ],
+)
+def test_a_failure_kuberay_does_not_retry_says_so(reason: str, said: str, means: str) -> None:
+    """KubeRay retries a Failed RayJob while spec.backoffLimit allows, except for these
+    reasons (checkBackoffLimitAndUpdateStatusIfNeeded: DeadlineExceeded at v1.6.2, and
+    JobStatusCheckTimeoutExceeded too at v1.7.0, whose message only says that "job status
+    checks" failed). The Failed condition says what the reason means and that no retry comes,
+    then KubeRay's words; it keeps them once written."""
+    running = {"jobDeploymentStatus": "Running", "jobStatus": "RUNNING", "failed": 0}
+    failed = {"jobDeploymentStatus": "Failed", "jobStatus": "RUNNING", "reason": reason,
+              "message": said, "failed": 1}  # fmt: skip
+    before = observe(created(), running)
+    st = observe(before, failed, T2)
+    cond = conditions.get(st, C.FAILED)
+    assert cond is not None and cond["reason"] == reason
+    assert means in cond["message"]
+    retry = f"KubeRay does not retry a RayJob that failed with {reason}, whatever "
+    assert retry in cond["message"]
+    assert cond["message"].endswith(f". KubeRay: {said}")
+    (event,) = [e for e in conditions.events_between(before, st) if e.type == "Warning"]
+    assert event.message == f"phase Running -> Failed ({reason}): {cond['message']}"
+    # Written once: a later sync (another release's words) keeps them.
+    kept = {**st, "conditions": [{**c, "message": "older words"} if c["type"] == "Failed" else c
+                                 for c in st["conditions"]]}  # fmt: skip
+    again = observe(kept, failed, T2)
+    assert conditions.get(again, C.FAILED)["message"] == "older words"  # type: ignore[index]
+    # A failure KubeRay retries (or would, with backoffLimit) keeps KubeRay's words alone.
+    app = observe(before, {**failed, "reason": "AppFailed"}, T2)
+    assert conditions.get(app, C.FAILED)["message"] == said  # type: ignore[index]
+
+
 # ---- EpisodesFailing: the training episodes, judged from the progress reads ---------------
 
 EF = C.EPISODES_FAILING

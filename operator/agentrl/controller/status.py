@@ -45,6 +45,18 @@ DEPLOYMENT_PHASES: Mapping[str, Phase] = {
 # whichever way KubeRay noticed: its own reason, when it gives one (the transition grace
 # period), goes into the message, which says what stopped means for the run.
 JOB_STOPPED = "JobStopped"
+# KubeRay's reasons for a Failed RayJob that it does not retry, whatever spec.backoffLimit
+# (checkBackoffLimitAndUpdateStatusIfNeeded: DeadlineExceeded at v1.6.2, and
+# JobStatusCheckTimeoutExceeded too from v1.7.0), with what each means for the run. KubeRay's
+# own message names neither, and the second only says that "job status checks" failed.
+NOT_RETRIED: Mapping[str, str] = {
+    "DeadlineExceeded": "the attempt ran past spec.activeDeadlineSeconds",
+    "JobStatusCheckTimeoutExceeded": (
+        "KubeRay (v1.7 and later) could not read the Ray job's status from the Ray dashboard "
+        "on the head pod for its RAYJOB_STATUS_CHECK_TIMEOUT_SECONDS (default 300): the head "
+        "pod crashed, restarted or lost its node, or its dashboard stopped answering"
+    ),
+}
 # Why a child could not be created or updated: the API server refused the request (the
 # Kubernetes controllers' own event reasons for the same thing).
 FAILED_CREATE, FAILED_UPDATE = "FailedCreate", "FailedUpdate"
@@ -383,6 +395,14 @@ def stopped_message(rj: Mapping[str, Any]) -> str:
             f"failed one, spec.backoffLimit){said}")  # fmt: skip
 
 
+def not_retried_message(reason: str, said: str) -> str:
+    """Why the run failed for good although spec.backoffLimit may allow retries: what the
+    reason means, that KubeRay does not retry it, then KubeRay's own words."""
+    then = f". KubeRay: {said}" if said else ""
+    return (f"{NOT_RETRIED[reason]}; KubeRay does not retry a RayJob that failed with "
+            f"{reason}, whatever spec.backoffLimit{then}")  # fmt: skip
+
+
 def _phase_conditions(
     st: Status, phase: Phase, reason: str, now: str, *, suspended: str = ""
 ) -> None:
@@ -407,6 +427,13 @@ def _phase_conditions(
         message = (conditions.get(st, C.RAYJOB_CREATED) or {}).get("message", "")
     if phase == Phase.FAILED and reason == JOB_STOPPED:
         message = stopped_message(st.get("rayJob") or {})
+    if phase == Phase.FAILED and reason in NOT_RETRIED:
+        was_failed = conditions.get(st, C.FAILED) or {}
+        if was_failed.get("status") == "True" and was_failed.get("reason") == reason:
+            # Its words stay: an operator upgrade rewrites no ended run's status.
+            message = str(was_failed.get("message", ""))
+        else:
+            message = not_retried_message(reason, message)
     failed = phase == Phase.FAILED
     conditions.put_if_relevant(st, C.FAILED, failed, reason=reason,
                                message=message if failed else "", now=now)  # fmt: skip
