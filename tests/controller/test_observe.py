@@ -195,6 +195,19 @@ def restarted(restarts: int, state: dict[str, Any], name: str = "ray-head") -> d
             id="the-restarted-one",
         ),
         pytest.param(pod([restarted(1, {"running": {}})]), "", id="no-time"),
+        pytest.param(
+            pod(
+                [restarted(0, {"running": {"startedAt": T2}})],
+                [restarted(2, {"terminated": {"exitCode": 0, "finishedAt": T1}}, "init")],
+            ),
+            None,
+            id="init-container-done",
+        ),
+        pytest.param(
+            pod([], [restarted(2, {"terminated": {"exitCode": 1, "finishedAt": T1}}, "init")]),
+            T1,
+            id="init-container-failed-again",
+        ),
     ],
 )
 def test_restarted_at(obj: dict[str, Any], since: str | None) -> None:

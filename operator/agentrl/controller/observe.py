@@ -140,14 +140,19 @@ def restarted_at(pod: Mapping[str, Any]) -> str | None:
     restarted container is running or ended (waiting, or none restarted); "" when one is
     but the kubelet gave no time."""
     found: list[str] = []
-    for cs in _container_statuses(pod.get("status") or {}):
-        if int(cs.get("restartCount") or 0) < 1:
-            continue
-        state = cs.get("state") or {}
-        if "running" in state:
-            found.append(str((state["running"] or {}).get("startedAt") or ""))
-        elif "terminated" in state:
-            found.append(str((state["terminated"] or {}).get("finishedAt") or ""))
+    status = pod.get("status") or {}
+    for key in ("initContainerStatuses", "containerStatuses"):
+        for cs in status.get(key) or ():
+            if int(cs.get("restartCount") or 0) < 1:
+                continue
+            state = cs.get("state") or {}
+            ended = state.get("terminated")
+            if "running" in state:
+                found.append(str((state["running"] or {}).get("startedAt") or ""))
+            elif ended is not None and not (key == "initContainerStatuses"
+                                            and (ended or {}).get("exitCode") == 0):  # fmt: skip
+                # An init container that exited 0 is done, not looping.
+                found.append(str((ended or {}).get("finishedAt") or ""))
     return max(found) if found else None
 
 
