@@ -305,6 +305,39 @@ def test_a_submitter_that_never_started_says_the_gpus_stay_held(
         assert "until spec.activeDeadlineSeconds=86400 after the attempt's start" in message
 
 
+@pytest.mark.parametrize(
+    ("pod", "reason", "jobs", "held"),
+    [
+        pytest.param("demo-sub", "Unschedulable", "", True, id="submitter-unschedulable"),
+        pytest.param("demo-sub", "ImagePullBackOff", "", True, id="submitter-image"),
+        pytest.param("demo-head", "Unschedulable", "", False, id="another-pod"),
+        pytest.param("demo-sub", "Unschedulable", "PENDING", False, id="ray-has-the-job"),
+        pytest.param("demo-sub", "CrashLoopBackOff", "", False, id="fails-and-is-counted"),
+    ],
+)
+def test_a_stuck_submitter_pod_says_the_gpus_stay_held(
+    pod: str, reason: str, jobs: str, held: bool
+) -> None:
+    """KubeRay's submitter pod cannot start (no node for it, an image it cannot pull): Ray
+    never gets the job, the submitter Job never fails (a pod that does not start counts
+    towards no backoffLimit, and KubeRay gives the Job no deadline: createNewK8sJob at
+    v1.6.2), and KubeRay keeps the RayJob Running, its Ray cluster on its GPUs, as for a pod
+    the Job controller cannot create. The stuck pod's words said nothing of that."""
+    running = {"jobDeploymentStatus": "Running", "jobStatus": jobs, "startTime": T0}
+    seen = status.Observed(running, stuck=[(pod, reason, "0/4 nodes are available")],
+                           created=T0, startup_deadline=600, active_deadline=None,
+                           submitter_pods=frozenset({"demo-sub"}))  # fmt: skip
+    cond = conditions.get(status.apply_observed(created(), seen, T1), C.STALLED)
+    assert cond is not None and cond["reason"] == reason
+    assert cond["message"].startswith(f"pod {pod}: {reason}: 0/4 nodes are available")
+    says = "It is KubeRay's submitter pod, so Ray never gets the job. KubeRay does not end"
+    assert (says in cond["message"]) is held
+    if held:
+        assert cond["message"].endswith("with no spec.activeDeadlineSeconds, until you act; set "
+                                        "spec.suspend to true to release them while you fix "
+                                        "it")  # fmt: skip
+
+
 def test_a_retry_gets_its_own_startup_clock() -> None:
     """backoffLimit retries start a fresh Ray cluster; KubeRay stamps the attempt's startTime,
     and the startup deadline counts from it, not from the experiment's creation."""

@@ -13,11 +13,17 @@ from typing import Any
 
 from tests.conftest import minimal_body
 
-from agentrl.api.constants import DEFAULT_STARTUP_DEADLINE_SECONDS, LABEL_EXPERIMENT, ConditionType
+from agentrl.api.constants import (
+    DEFAULT_STARTUP_DEADLINE_SECONDS,
+    LABEL_COMPONENT,
+    LABEL_EXPERIMENT,
+    ConditionType,
+)
 from agentrl.controller import conditions
 from agentrl.controller.config import OperatorConfig
 from agentrl.controller.observe import CRASH_SETTLED_SECONDS
 from agentrl.controller.status import format_time, parse_time
+from agentrl.render.rayjob import COMPONENT_SUBMITTER
 
 from .conftest import Api, FakeClock, OperatorRun, wait_for
 from .test_lifecycle_kmock import stuck_pod
@@ -349,6 +355,25 @@ async def test_a_submitter_job_that_cannot_create_its_pod_is_stalled_before_the_
     assert status_writes(api, mark) == 0  # one trouble, one write
     await api.patch(RAYJOBS, NS, "demo", {"status": {"jobStatus": "RUNNING"}}, "status")
     await wait_for(lambda: stalled(api) is None, what="Stalled cleared")
+
+
+async def test_a_submitter_pod_that_cannot_be_scheduled_says_the_gpus_stay_held(
+    api: Api, operator: OperatorRun
+) -> None:
+    """KubeRay's submitter pod (head placement, no node for it) waits Pending: Ray never gets
+    the job and KubeRay keeps the RayJob Running on its GPUs. The pod is known as the
+    submitter by its component label, and the Stalled message says what that costs."""
+    await initializing(api, {"jobDeploymentStatus": "Running"})
+    await wait_for(lambda: status_of(api).get("phase") == "Running", what="phase Running")
+    pod = stuck_pod("demo-x7k2q", None, unschedulable=True)
+    pod["metadata"]["labels"][LABEL_COMPONENT] = COMPONENT_SUBMITTER
+    await api.create(pod)
+    st = await wait_for(lambda: stalled(api), what="Stalled")
+    cond = conditions.get(st, STALLED)
+    assert cond is not None and cond["reason"] == "Unschedulable"
+    assert cond["message"].startswith("pod demo-x7k2q: Unschedulable: 0/4 nodes are available")
+    assert "It is KubeRay's submitter pod, so Ray never gets the job" in cond["message"]
+    assert "its Ray cluster holds its GPUs" in cond["message"]
 
 
 def _replica_failure(pod: str) -> dict[str, Any]:

@@ -48,6 +48,7 @@ from agentrl.controller.workqueue import WorkQueue, jittered, retry_delay
 from agentrl.render import Bundle, kuberay, render_all
 from agentrl.render.names import metrics_service_name, metrics_service_of
 from agentrl.render.objects import gateway_url
+from agentrl.render.rayjob import COMPONENT_SUBMITTER
 
 logger = logging.getLogger("agentrl.controller")
 
@@ -439,6 +440,9 @@ class Controller:
                 suspended=status.suspended_message(exp.spec),
                 active_deadline=exp.active_deadline,
                 submitter=exp.submitter_trouble,
+                submitter_pods=frozenset(
+                    pod for pod, component in exp.pods.items() if component == COMPONENT_SUBMITTER
+                ),
             )
             new = status.apply_observed(new, seen, now)
             new = status.apply_episodes(new, exp.episodes, exp.key[1], now)

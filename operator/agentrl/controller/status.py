@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from agentrl.api.constants import EPISODES_FAILING_RATIO, FAILURE_REASONS, Phase
 from agentrl.api.constants import ConditionType as C
-from agentrl.controller import conditions
+from agentrl.controller import conditions, observe
 from agentrl.controller.conditions import EPISODES_RECOVERED, Status
 from agentrl.controller.preflight import Reading
 
@@ -124,6 +124,9 @@ class Observed:
     # (reason, message): the Job controller cannot create KubeRay's submitter pod, read from
     # the submitter Job's events while KubeRay reports Running and Ray has no job.
     submitter: tuple[str, str] | None = None
+    # The names of KubeRay's submitter pods among the experiment's pods (a stuck one leaves
+    # Ray without the job, as the Job controller's refusal above does).
+    submitter_pods: frozenset[str] = frozenset()
 
 
 def apply_spec(old: Mapping[str, Any], out: SpecOutcome, now: str) -> Status:
@@ -450,9 +453,17 @@ def _stalled(st: Status, seen: Observed, phase: Phase, now: str) -> None:
     if phase.is_terminal or phase == Phase.SUSPENDED:
         conditions.put_if_relevant(st, C.STALLED, False, reason=str(phase), message="", now=now)
         return
+    rj = seen.rayjob if seen.rayjob is not None else st.get("rayJob") or {}
     if seen.stuck:
         pod, reason, message = seen.stuck[0]
         text = f"pod {pod}: {reason}" + (f": {message}" if message else "")
+        waits = pod in seen.submitter_pods and reason not in observe.CRASH_REASONS
+        if waits and phase == Phase.RUNNING and not rj.get("jobStatus"):
+            # KubeRay's submitter pod cannot start (no node for it, its image): Ray never
+            # gets the job, and KubeRay ends nothing for it (submitter_holds_gpus). A pod that
+            # fails instead counts towards the submitter Job's backoffLimit, which ends it.
+            text += (f". It is KubeRay's submitter pod, so Ray never gets the job. "
+                     f"{submitter_holds_gpus(seen.active_deadline)}")  # fmt: skip
         conditions.put(st, C.STALLED, True, reason=reason, message=text, now=now)
         return
     if seen.cluster:
@@ -460,7 +471,6 @@ def _stalled(st: Status, seen: Observed, phase: Phase, now: str) -> None:
         text = f"RayCluster {cluster}: {reason}" + (f": {message}" if message else "")
         conditions.put(st, C.STALLED, True, reason=reason, message=text, now=now)
         return
-    rj = seen.rayjob if seen.rayjob is not None else st.get("rayJob") or {}
     if seen.submitter and phase == Phase.RUNNING and not rj.get("jobStatus"):
         reason, message = seen.submitter
         name = st.get("rayJobName") or "of the RayJob"
