@@ -229,6 +229,35 @@ async def test_a_crash_loop_between_back_offs_stays_one_trouble(
     assert api.reasons("demo")[events:] == ["Stalled"]
 
 
+async def test_an_operator_that_starts_between_two_back_offs_keeps_the_crash_loop(
+    api: Api, operator: OperatorRun, clock: FakeClock
+) -> None:
+    """A new operator (a restart, a new leader) that first sees the crash-looping head while
+    it runs again between two back-offs: the status it inherits names the crash loop, which
+    goes on. Nothing is written, no event posted; the sweep clears it once the container has
+    run for CRASH_SETTLED_SECONDS."""
+    await initializing(api)
+    looping = {"name": "ray-head", "restartCount": 3,
+               "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off"}},
+               "lastState": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}}  # fmt: skip
+    pod = stuck_pod("demo-head-abc", None)
+    pod["status"] = {"phase": "Running", "containerStatuses": [looping]}
+    await api.create(pod)
+    st = await wait_for(lambda: stalled(api), what="Stalled")
+    await operator.stop()
+    started = clock.now
+    again = {**looping, "state": {"running": {"startedAt": format_time(started)}}}
+    await api.patch(PODS, NS, "demo-head-abc", {"status": {"containerStatuses": [again]}})
+    mark, events = len(api.emu.log), len(api.events("demo"))
+    await operator.start()
+    await sweeps(operator, 3)
+    assert status_writes(api, mark) == 0
+    assert len(api.events("demo")) == events
+    assert stalled(api) == st
+    clock.set(started + timedelta(seconds=CRASH_SETTLED_SECONDS))
+    await wait_for(lambda: stalled(api) is None, what="Stalled cleared")
+
+
 def creating_pod(name: str, scheduled_at: datetime) -> dict[str, Any]:
     """A scheduled pod whose containers the kubelet has not started: ContainerCreating."""
     return {

@@ -217,12 +217,21 @@ class Controller:
         if found is None and creating is not None and old and old[0] in observe.EVENT_REASONS:
             found = old  # held in ContainerCreating by what its events said (the sweep)
         exp.restarted.pop(name, None)
+        reported = None
+        if found is None and not deleted and old is None:
+            # A process that starts (or takes the lead) while the pod runs between two
+            # back-offs: the status it inherits names the crash loop, which goes on.
+            old = reported = self._crash_loop_reported(exp, name)
         if found is None and not deleted and old and old[0] in observe.CRASH_REASONS:
             # Running again, or ended again, between two back-offs: still the crash loop
             # until a restarted container has run long enough (the sweep clears it).
             since = observe.restarted_at(pod)
             if since is not None and not self._crash_settled(since or self.now()):
                 exp.restarted[name], found = since or self.now(), old
+        if reported is not None:
+            if found is not None:  # the status says it already, in these words
+                exp.stuck[name] = found
+            return
         if old is not None and found is not None and observe.same_trouble(old[0], found[0]):
             return  # the same trouble again: its first words stay (one write, one event)
         if found is None and old is None:
@@ -250,6 +259,20 @@ class Controller:
             if found is not None and exp.creating.get(pod) == since:  # still creating
                 exp.stuck[pod] = found
                 await self._observed(exp)
+
+    @staticmethod
+    def _crash_loop_reported(exp: Experiment, pod: str) -> tuple[str, str] | None:
+        """(reason, message) when the status shows the experiment Stalled by this pod's
+        crash loop (`pod NAME: REASON: MESSAGE`, as status._stalled writes it)."""
+        cond = conditions.get(exp.status, "Stalled") or {}
+        reason = str(cond.get("reason") or "")
+        said = str(cond.get("message") or "")
+        if cond.get("status") != "True" or reason not in observe.CRASH_REASONS:
+            return None
+        head = f"pod {pod}: {reason}"
+        if said != head and not said.startswith(f"{head}: "):
+            return None
+        return reason, said.removeprefix(head).removeprefix(": ")
 
     def _crash_settled(self, since: str) -> bool:
         waited = status.parse_time(self.now()) - status.parse_time(since)
