@@ -127,6 +127,9 @@ class Observed:
     # The names of KubeRay's submitter pods among the experiment's pods (a stuck one leaves
     # Ray without the job, as the Job controller's refusal above does).
     submitter_pods: frozenset[str] = frozenset()
+    # (when its wait passed the operator's bound, finalizers): the RayJob is being deleted and
+    # finalizers have held it that long (KubeRay's ray.io/rayjob-finalizer: KubeRay is down).
+    rayjob_held: tuple[str, tuple[str, ...]] | None = None
 
 
 def apply_spec(old: Mapping[str, Any], out: SpecOutcome, now: str) -> Status:
@@ -454,6 +457,11 @@ def _stalled(st: Status, seen: Observed, phase: Phase, now: str) -> None:
         conditions.put_if_relevant(st, C.STALLED, False, reason=str(phase), message="", now=now)
         return
     rj = seen.rayjob if seen.rayjob is not None else st.get("rayJob") or {}
+    if seen.rayjob_held:
+        moment, finalizers = seen.rayjob_held
+        conditions.put(st, C.STALLED, True, reason=RAYJOB_DELETION_HELD,
+                       message=rayjob_held_message(st, finalizers), now=moment)  # fmt: skip
+        return
     if seen.stuck:
         pod, reason, message = seen.stuck[0]
         text = f"pod {pod}: {reason}" + (f": {message}" if message else "")
@@ -488,6 +496,26 @@ def _stalled(st: Status, seen: Observed, phase: Phase, now: str) -> None:
 
 
 STARTUP_DEADLINE_EXCEEDED = "StartupDeadlineExceeded"
+RAYJOB_DELETION_HELD = "RayJobDeletionHeld"
+# KubeRay's finalizer on every RayJob it manages (utils.RayJobStopJobFinalizer, v1.6.2 and
+# v1.7.0): removed once KubeRay has asked Ray to stop the job, whether or not that worked.
+KUBERAY_FINALIZER = "ray.io/rayjob-finalizer"
+
+
+def rayjob_held_message(st: Mapping[str, Any], held: Sequence[str]) -> str:
+    """Why a RayJob being deleted is still there, and what it holds meanwhile."""
+    name = st.get("rayJobName") or "of this experiment"
+    which = ", ".join(held)
+    if KUBERAY_FINALIZER in held:
+        why = (f"KubeRay removes {KUBERAY_FINALIZER} once it has asked Ray to stop the job, "
+               "within seconds while it runs: check that the KubeRay operator is running and "
+               "watches this namespace")  # fmt: skip
+    else:
+        why = "the controllers that own these finalizers have not removed them"
+    return (f"RayJob {name} is being deleted, and its finalizers ({which}) still hold it: "
+            f"{why}. Until it is gone its Ray cluster stays, on its GPUs")  # fmt: skip
+
+
 SUBMITTER_NOT_STARTED = "SubmitterNotStarted"
 
 
