@@ -153,6 +153,95 @@ def events(kube: FakeKube) -> list[tuple[str, str]]:
     return [(e["type"], e["reason"]) for _, what, e in kube.writes if what == "Event" and e]
 
 
+@pytest.mark.parametrize(
+    ("finalizers", "why"),
+    [
+        pytest.param(
+            ["ray.io/rayjob-finalizer"],
+            "check that the KubeRay operator is running",
+            id="kuberay-down",
+        ),
+        pytest.param(
+            ["example.com/audit"],
+            "the controllers that own these finalizers",
+            id="another-controller",
+        ),
+    ],
+)
+async def test_a_rayjob_deletion_its_finalizers_hold_is_stalled(
+    finalizers: list[str], why: str
+) -> None:
+    """`kubectl delete rayjob` (or a foreground deletion of the experiment) while KubeRay is
+    down: KubeRay's ray.io/rayjob-finalizer, removed only by KubeRay (v1.6.2 and v1.7.0,
+    Reconcile's deletion branch), keeps the RayJob, so its RayCluster (owned by it) keeps
+    its GPUs, while the experiment said Running. Once it has waited for
+    stuck_creating_after, the experiment is Stalled (RayJobDeletionHeld), naming what holds
+    it; once the RayJob goes, the run is Failed (RayJobDeleted) as before."""
+    kube = FakeKube()
+    clock = ["2026-01-01T00:00:00Z"]
+    config = OperatorConfig(image="runtime@sha256:" + "1" * 64)  # a test value, never pulled
+    controller = Controller(kube, config, {"agentrl/__init__.py": ""},  # type: ignore[arg-type]
+                            OperatorMetrics(), clock=lambda: clock[0])  # fmt: skip
+    await controller.on_experiment(experiment())
+    await controller._attempt(("rl", "demo"))
+    await controller.on_rayjob(rayjob_event(RUNNING))
+    exp = controller.experiments[("rl", "demo")]
+    held = rayjob_event(RUNNING)
+    held["metadata"].update(deletionTimestamp="2026-01-01T00:00:10Z", finalizers=finalizers)
+    await controller.on_rayjob(held)
+    clock[0] = "2026-01-01T00:05:09Z"  # 299 s later: KubeRay may be restarting
+    await sweep(controller)
+    assert not conditions.is_true(exp.status, ConditionType.STALLED)
+    kube.writes.clear()
+    clock[0] = "2026-01-01T00:05:10Z"
+    await sweep(controller)
+    await sweep(controller)
+    cond = conditions.get(exp.status, ConditionType.STALLED)
+    assert cond is not None and cond["status"] == "True"
+    assert cond["reason"] == "RayJobDeletionHeld"
+    assert cond["lastTransitionTime"] == "2026-01-01T00:05:10Z"
+    assert cond["message"].startswith(
+        f"RayJob demo is being deleted, and its finalizers ({finalizers[0]}) still hold it: "
+    )
+    assert why in cond["message"]
+    assert cond["message"].endswith("Until it is gone its Ray cluster stays, on its GPUs")
+    assert events(kube) == [("Warning", "Stalled")]
+    assert exp.status["phase"] == "Running"
+    # The finalizer goes, and the RayJob with it: deleted outside the operator.
+    kube.objects["RLExperiment"] = experiment()
+    await controller.on_rayjob(held, deleted=True)
+    assert exp.status["phase"] == "Failed"
+    assert not conditions.is_true(exp.status, ConditionType.STALLED)
+
+
+async def test_an_inherited_crash_loop_whose_pod_never_shows_is_forgotten() -> None:
+    """A new operator keeps the crash loop its inherited status names until the pod's next
+    event says how it goes on; a pod deleted while no operator watched sends none, so the
+    sweep forgets it after CRASH_SETTLED_SECONDS instead of keeping the run Stalled."""
+    kube = FakeKube()
+    clock = ["2026-01-01T00:00:00Z"]
+    config = OperatorConfig(image="runtime@sha256:" + "1" * 64)  # a test value, never pulled
+    controller = Controller(kube, config, {"agentrl/__init__.py": ""},  # type: ignore[arg-type]
+                            OperatorMetrics(), clock=lambda: clock[0])  # fmt: skip
+    body = experiment()
+    looping = {"type": "Stalled", "status": "True", "reason": "CrashLoopBackOff",
+               "message": "pod demo-head-abc: CrashLoopBackOff: container ray-head: exited "
+                          "with code 137 (OOMKilled); the kubelet restarts it with back-off",
+               "lastTransitionTime": "2025-12-31T23:00:00Z", "observedGeneration": 1}  # fmt: skip
+    body["status"] = {"phase": "Initializing", "rayJobName": "demo", "observedGeneration": 1,
+                      "rayJob": {"jobDeploymentStatus": "Initializing"},
+                      "conditions": [looping]}  # fmt: skip
+    await controller.on_experiment(body)
+    exp = controller.experiments[("rl", "demo")]
+    assert exp.stuck == {"demo-head-abc": ("CrashLoopBackOff", looping["message"].split(
+        "CrashLoopBackOff: ", 1)[1])}  # fmt: skip
+    await sweep(controller)
+    assert conditions.get(exp.status, ConditionType.STALLED) == looping
+    clock[0] = "2026-01-01T00:10:00Z"
+    await sweep(controller)
+    assert not conditions.is_true(exp.status, ConditionType.STALLED)
+
+
 async def test_a_rayjob_deleted_by_hand_fails_the_running_experiment() -> None:
     """`kubectl delete rayjob demo` while it runs: the pods go with it, so the experiment is
     Failed (RayJobDeleted) with one Warning event, not Running for ever without pods."""

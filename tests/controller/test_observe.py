@@ -162,6 +162,58 @@ def test_creating_since(obj: dict[str, Any], since: str | None) -> None:
     assert observe.creating_since(obj) == since
 
 
+T1, T2 = "2026-01-01T00:01:00Z", "2026-01-01T00:02:00Z"
+
+
+def restarted(restarts: int, state: dict[str, Any], name: str = "ray-head") -> dict[str, Any]:
+    return {"name": name, "restartCount": restarts, "state": state}
+
+
+@pytest.mark.parametrize(
+    ("obj", "since"),
+    [
+        pytest.param(pod([restarted(3, {"running": {"startedAt": T1}})]), T1, id="running-again"),
+        pytest.param(
+            pod([restarted(3, {"terminated": {"exitCode": 137, "finishedAt": T2}})]),
+            T2,
+            id="ended-again",
+        ),
+        pytest.param(
+            pod([restarted(0, {"running": {"startedAt": T1}})]), None, id="never-restarted"
+        ),
+        pytest.param(
+            pod([restarted(3, {"waiting": {"reason": "CrashLoopBackOff"}})]), None, id="in-back-off"
+        ),
+        pytest.param(
+            pod(
+                [
+                    restarted(0, {"running": {"startedAt": T1}}, "a"),
+                    restarted(2, {"running": {"startedAt": T2}}, "b"),
+                ]
+            ),
+            T2,
+            id="the-restarted-one",
+        ),
+        pytest.param(pod([restarted(1, {"running": {}})]), "", id="no-time"),
+        pytest.param(
+            pod(
+                [restarted(0, {"running": {"startedAt": T2}})],
+                [restarted(2, {"terminated": {"exitCode": 0, "finishedAt": T1}}, "init")],
+            ),
+            None,
+            id="init-container-done",
+        ),
+        pytest.param(
+            pod([], [restarted(2, {"terminated": {"exitCode": 1, "finishedAt": T1}}, "init")]),
+            T1,
+            id="init-container-failed-again",
+        ),
+    ],
+)
+def test_restarted_at(obj: dict[str, Any], since: str | None) -> None:
+    assert observe.restarted_at(obj) == since
+
+
 def event(kind: str, reason: str, message: str, at: str) -> dict[str, Any]:
     return {"type": kind, "reason": reason, "message": message, "lastTimestamp": at}
 

@@ -305,6 +305,39 @@ def test_a_submitter_that_never_started_says_the_gpus_stay_held(
         assert "until spec.activeDeadlineSeconds=86400 after the attempt's start" in message
 
 
+@pytest.mark.parametrize(
+    ("pod", "reason", "jobs", "held"),
+    [
+        pytest.param("demo-sub", "Unschedulable", "", True, id="submitter-unschedulable"),
+        pytest.param("demo-sub", "ImagePullBackOff", "", True, id="submitter-image"),
+        pytest.param("demo-head", "Unschedulable", "", False, id="another-pod"),
+        pytest.param("demo-sub", "Unschedulable", "PENDING", False, id="ray-has-the-job"),
+        pytest.param("demo-sub", "CrashLoopBackOff", "", False, id="fails-and-is-counted"),
+    ],
+)
+def test_a_stuck_submitter_pod_says_the_gpus_stay_held(
+    pod: str, reason: str, jobs: str, held: bool
+) -> None:
+    """KubeRay's submitter pod cannot start (no node for it, an image it cannot pull): Ray
+    never gets the job, the submitter Job never fails (a pod that does not start counts
+    towards no backoffLimit, and KubeRay gives the Job no deadline: createNewK8sJob at
+    v1.6.2), and KubeRay keeps the RayJob Running, its Ray cluster on its GPUs, as for a pod
+    the Job controller cannot create. The stuck pod's words said nothing of that."""
+    running = {"jobDeploymentStatus": "Running", "jobStatus": jobs, "startTime": T0}
+    seen = status.Observed(running, stuck=[(pod, reason, "0/4 nodes are available")],
+                           created=T0, startup_deadline=600, active_deadline=None,
+                           submitter_pods=frozenset({"demo-sub"}))  # fmt: skip
+    cond = conditions.get(status.apply_observed(created(), seen, T1), C.STALLED)
+    assert cond is not None and cond["reason"] == reason
+    assert cond["message"].startswith(f"pod {pod}: {reason}: 0/4 nodes are available")
+    says = "It is KubeRay's submitter pod, so Ray never gets the job. KubeRay does not end"
+    assert (says in cond["message"]) is held
+    if held:
+        assert cond["message"].endswith("with no spec.activeDeadlineSeconds, until you act; set "
+                                        "spec.suspend to true to release them while you fix "
+                                        "it")  # fmt: skip
+
+
 def test_a_retry_gets_its_own_startup_clock() -> None:
     """backoffLimit retries start a fresh Ray cluster; KubeRay stamps the attempt's startTime,
     and the startup deadline counts from it, not from the experiment's creation."""
@@ -505,6 +538,54 @@ def test_why_an_attempt_failed_is_kept_while_kuberay_retries() -> None:
     assert conditions.get(again, C.RUNNING) == {"type": "Running", "status": "True",
                                                  "reason": "Running", "observedGeneration": 1,
                                                  "lastTransitionTime": T2}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("reason", "said", "means"),
+    [
+        pytest.param(
+            "DeadlineExceeded",
+            "The RayJob has passed the activeDeadlineSeconds. StartTime: 2026-01-01 00:00:30 "
+            "+0000 UTC. ActiveDeadlineSeconds: 3600",
+            "the attempt ran past spec.activeDeadlineSeconds",
+            id="v1.6.2-active-deadline",
+        ),
+        pytest.param(
+            "JobStatusCheckTimeoutExceeded",
+            "Job status checks have been failing since 2026-01-01 00:10:00; exceeded timeout "
+            "of 300s",
+            "could not read the Ray job's status from the Ray dashboard on the head pod",
+            id="v1.7.0-status-checks",
+        ),
+    ],
+)
+def test_a_failure_kuberay_does_not_retry_says_so(reason: str, said: str, means: str) -> None:
+    """KubeRay retries a Failed RayJob while spec.backoffLimit allows, except for these
+    reasons (checkBackoffLimitAndUpdateStatusIfNeeded: DeadlineExceeded at v1.6.2, and
+    JobStatusCheckTimeoutExceeded too at v1.7.0, whose message only says that "job status
+    checks" failed). The Failed condition says what the reason means and that no retry comes,
+    then KubeRay's words; it keeps them once written."""
+    running = {"jobDeploymentStatus": "Running", "jobStatus": "RUNNING", "failed": 0}
+    failed = {"jobDeploymentStatus": "Failed", "jobStatus": "RUNNING", "reason": reason,
+              "message": said, "failed": 1}  # fmt: skip
+    before = observe(created(), running)
+    st = observe(before, failed, T2)
+    cond = conditions.get(st, C.FAILED)
+    assert cond is not None and cond["reason"] == reason
+    assert means in cond["message"]
+    retry = f"KubeRay does not retry a RayJob that failed with {reason}, whatever "
+    assert retry in cond["message"]
+    assert cond["message"].endswith(f". KubeRay: {said}")
+    (event,) = [e for e in conditions.events_between(before, st) if e.type == "Warning"]
+    assert event.message == f"phase Running -> Failed ({reason}): {cond['message']}"
+    # Written once: a later sync (another release's words) keeps them.
+    kept = {**st, "conditions": [{**c, "message": "older words"} if c["type"] == "Failed" else c
+                                 for c in st["conditions"]]}  # fmt: skip
+    again = observe(kept, failed, T2)
+    assert conditions.get(again, C.FAILED)["message"] == "older words"  # type: ignore[index]
+    # A failure KubeRay retries (or would, with backoffLimit) keeps KubeRay's words alone.
+    app = observe(before, {**failed, "reason": "AppFailed"}, T2)
+    assert conditions.get(app, C.FAILED)["message"] == said  # type: ignore[index]
 
 
 # ---- EpisodesFailing: the training episodes, judged from the progress reads ---------------

@@ -13,10 +13,17 @@ from typing import Any
 
 from tests.conftest import minimal_body
 
-from agentrl.api.constants import DEFAULT_STARTUP_DEADLINE_SECONDS, LABEL_EXPERIMENT, ConditionType
+from agentrl.api.constants import (
+    DEFAULT_STARTUP_DEADLINE_SECONDS,
+    LABEL_COMPONENT,
+    LABEL_EXPERIMENT,
+    ConditionType,
+)
 from agentrl.controller import conditions
 from agentrl.controller.config import OperatorConfig
+from agentrl.controller.observe import CRASH_SETTLED_SECONDS
 from agentrl.controller.status import format_time, parse_time
+from agentrl.render.rayjob import COMPONENT_SUBMITTER
 
 from .conftest import Api, FakeClock, OperatorRun, wait_for
 from .test_lifecycle_kmock import stuck_pod
@@ -164,6 +171,93 @@ async def test_a_crash_looping_head_is_stalled_with_its_exit_code(
     )
 
 
+async def test_a_crash_loop_between_back_offs_stays_one_trouble(
+    api: Api, operator: OperatorRun, clock: FakeClock
+) -> None:
+    """What the kubelet shows at each restart of a crash loop: the container running, then
+    terminated, then waiting in CrashLoopBackOff again. Running again is not recovery until
+    it has run for CRASH_SETTLED_SECONDS: a head that loads for a minute, then runs out of
+    memory, is one trouble (one write, one event, one unbroken condition), not one per
+    restart."""
+    await initializing(api)
+    mark, events = len(api.emu.log), len(api.events("demo"))
+    pod = stuck_pod("demo-head-abc", None)
+    oom = {"exitCode": 137, "reason": "OOMKilled"}
+
+    def head(restarts: int, state: dict[str, Any], last: dict[str, Any] | None) -> None:
+        cs = {"name": "ray-head", "restartCount": restarts, "state": state}
+        if last is not None:
+            cs["lastState"] = {"terminated": last}
+        pod["status"] = {"phase": "Running", "containerStatuses": [cs]}
+
+    at = clock.now
+    head(1, {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 10s"}}, oom)
+    await api.create(pod)
+    st = await wait_for(lambda: stalled(api), what="Stalled")
+    first = conditions.get(st, STALLED)
+    assert first is not None and first["reason"] == "CrashLoopBackOff"
+    for restarts in range(2, 6):
+        at += timedelta(seconds=20)
+        clock.set(at)
+        head(restarts - 1, {"running": {"startedAt": format_time(at)}}, oom)
+        await api.patch(PODS, NS, "demo-head-abc", {"status": pod["status"]})
+        await sweeps(operator, 1)
+        at += timedelta(seconds=60)  # it loads, then runs out of memory
+        clock.set(at)
+        ended = {**oom, "finishedAt": format_time(at)}
+        head(restarts - 1, {"terminated": ended}, oom)
+        await api.patch(PODS, NS, "demo-head-abc", {"status": pod["status"]})
+        head(restarts, {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off"}}, ended)
+        await api.patch(PODS, NS, "demo-head-abc", {"status": pod["status"]})
+        await sweeps(operator, 1)
+    assert stalled(api) is not None
+    assert conditions.get(status_of(api), STALLED) == first
+    assert status_writes(api, mark) == 1
+    assert api.reasons("demo")[events:] == ["Stalled"]
+    # The fix is in: it starts again and keeps running. The watch shows nothing more, and the
+    # sweep clears the trouble once it has run for CRASH_SETTLED_SECONDS.
+    started = at + timedelta(seconds=30)
+    clock.set(started)
+    head(5, {"running": {"startedAt": format_time(started)}}, oom)
+    await api.patch(PODS, NS, "demo-head-abc", {"status": pod["status"]})
+    clock.set(started + timedelta(seconds=CRASH_SETTLED_SECONDS - 1))
+    await sweeps(operator, 2)
+    assert stalled(api) is not None
+    clock.set(started + timedelta(seconds=CRASH_SETTLED_SECONDS))
+    await wait_for(lambda: stalled(api) is None, what="Stalled cleared")
+    assert status_writes(api, mark) == 2
+    assert api.reasons("demo")[events:] == ["Stalled"]
+
+
+async def test_an_operator_that_starts_between_two_back_offs_keeps_the_crash_loop(
+    api: Api, operator: OperatorRun, clock: FakeClock
+) -> None:
+    """A new operator (a restart, a new leader) that first sees the crash-looping head while
+    it runs again between two back-offs: the status it inherits names the crash loop, which
+    goes on. Nothing is written, no event posted; the sweep clears it once the container has
+    run for CRASH_SETTLED_SECONDS."""
+    await initializing(api)
+    looping = {"name": "ray-head", "restartCount": 3,
+               "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off"}},
+               "lastState": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}}  # fmt: skip
+    pod = stuck_pod("demo-head-abc", None)
+    pod["status"] = {"phase": "Running", "containerStatuses": [looping]}
+    await api.create(pod)
+    st = await wait_for(lambda: stalled(api), what="Stalled")
+    await operator.stop()
+    started = clock.now
+    again = {**looping, "state": {"running": {"startedAt": format_time(started)}}}
+    await api.patch(PODS, NS, "demo-head-abc", {"status": {"containerStatuses": [again]}})
+    mark, events = len(api.emu.log), len(api.events("demo"))
+    await operator.start()
+    await sweeps(operator, 3)
+    assert status_writes(api, mark) == 0
+    assert len(api.events("demo")) == events
+    assert stalled(api) == st
+    clock.set(started + timedelta(seconds=CRASH_SETTLED_SECONDS))
+    await wait_for(lambda: stalled(api) is None, what="Stalled cleared")
+
+
 def creating_pod(name: str, scheduled_at: datetime) -> dict[str, Any]:
     """A scheduled pod whose containers the kubelet has not started: ContainerCreating."""
     return {
@@ -290,6 +384,25 @@ async def test_a_submitter_job_that_cannot_create_its_pod_is_stalled_before_the_
     assert status_writes(api, mark) == 0  # one trouble, one write
     await api.patch(RAYJOBS, NS, "demo", {"status": {"jobStatus": "RUNNING"}}, "status")
     await wait_for(lambda: stalled(api) is None, what="Stalled cleared")
+
+
+async def test_a_submitter_pod_that_cannot_be_scheduled_says_the_gpus_stay_held(
+    api: Api, operator: OperatorRun
+) -> None:
+    """KubeRay's submitter pod (head placement, no node for it) waits Pending: Ray never gets
+    the job and KubeRay keeps the RayJob Running on its GPUs. The pod is known as the
+    submitter by its component label, and the Stalled message says what that costs."""
+    await initializing(api, {"jobDeploymentStatus": "Running"})
+    await wait_for(lambda: status_of(api).get("phase") == "Running", what="phase Running")
+    pod = stuck_pod("demo-x7k2q", None, unschedulable=True)
+    pod["metadata"]["labels"][LABEL_COMPONENT] = COMPONENT_SUBMITTER
+    await api.create(pod)
+    st = await wait_for(lambda: stalled(api), what="Stalled")
+    cond = conditions.get(st, STALLED)
+    assert cond is not None and cond["reason"] == "Unschedulable"
+    assert cond["message"].startswith("pod demo-x7k2q: Unschedulable: 0/4 nodes are available")
+    assert "It is KubeRay's submitter pod, so Ray never gets the job" in cond["message"]
+    assert "its Ray cluster holds its GPUs" in cond["message"]
 
 
 def _replica_failure(pod: str) -> dict[str, Any]:

@@ -711,7 +711,10 @@ class RLExperimentSpec(Model):
     (StartupDeadlineExceeded, or SubmitterNotStarted), and a run not yet Running fails the
     attempt (KubeRay's preRunningDeadlineSeconds) (mutable)."""
     backoff_limit: NonNegativeInt = 0
-    """Retries of a failed run, each on a fresh Ray cluster (mutable)."""
+    """Retries of a failed run, each on a fresh Ray cluster. KubeRay retries no attempt that
+    failed with DeadlineExceeded (activeDeadlineSeconds) or, from KubeRay v1.7,
+    JobStatusCheckTimeoutExceeded (the Ray dashboard on the head pod unreachable, by default
+    for 5 minutes) (mutable)."""
     ttl_seconds_after_finished: NonNegativeInt = 0
     """Seconds KubeRay keeps the Ray cluster (head and worker pods, and their logs) after the
     run ends before deleting it; the RayJob and its submitter pod stay (mutable). After

@@ -26,6 +26,13 @@ Pods KubeRay cannot create at all (the API server refused them) leave no pod to 
 KubeRay's `ReplicaFailure` condition, mirrored into the RayJob's status, says why
 (`cluster_trouble`).
 
+A crash loop is not one waiting state: at each restart the kubelet shows the container
+running, then terminated, then waiting in `CrashLoopBackOff` again (its status reports an
+exited container as it is until the next sync records the back-off:
+`convertToAPIContainerStatuses` in pkg/kubelet/kubelet_pods.go, v1.20.2). So a pod found
+crash-looping stays stuck while a container of it that has restarted runs for less than
+`CRASH_SETTLED_SECONDS`, or has ended again (`restarted_at`); the sweep clears it after.
+
 One trouble, one set of words: the kubelet flips an image pull between `ErrImagePull` and
 `ImagePullBackOff` at every retry and rewrites a crash loop's back-off delay into its
 message, and the scheduler rewrites its node counts. A pod's trouble is therefore recorded
@@ -116,6 +123,37 @@ def cluster_trouble(rayjob: Mapping[str, Any] | None) -> Trouble | None:
             message = message.removeprefix(reason).lstrip("\n ").replace("\n", "; ")
             return reason, _short(message)
     return None
+
+
+# How long a restarted container must run before its crash loop counts as over: the
+# kubelet's own measure, which forgets a container's back-off once it has not crashed for
+# twice the longest back-off, 2 x 300 s (MaxContainerBackOff in pkg/kubelet/kubelet.go,
+# hasExpired in client-go's util/flowcontrol/backoff.go, Kubernetes v1.20.2). A shorter bound
+# would clear and set Stalled again at every restart of a container that runs a while before
+# it crashes (a head that loads, then runs out of memory).
+CRASH_SETTLED_SECONDS = 600
+
+
+def restarted_at(pod: Mapping[str, Any]) -> str | None:
+    """When the latest restarted container (restartCount of 1 or more) of the pod started
+    running, or ended again: the part of a crash loop between two back-offs. None when no
+    restarted container is running or ended (waiting, or none restarted); "" when one is
+    but the kubelet gave no time."""
+    found: list[str] = []
+    status = pod.get("status") or {}
+    for key in ("initContainerStatuses", "containerStatuses"):
+        for cs in status.get(key) or ():
+            if int(cs.get("restartCount") or 0) < 1:
+                continue
+            state = cs.get("state") or {}
+            ended = state.get("terminated")
+            if "running" in state:
+                found.append(str((state["running"] or {}).get("startedAt") or ""))
+            elif ended is not None and not (key == "initContainerStatuses"
+                                            and (ended or {}).get("exitCode") == 0):  # fmt: skip
+                # An init container that exited 0 is done, not looping.
+                found.append(str((ended or {}).get("finishedAt") or ""))
+    return max(found) if found else None
 
 
 def same_trouble(old: str, new: str) -> bool:

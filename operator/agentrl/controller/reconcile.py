@@ -31,7 +31,7 @@ import random
 import socket
 import time
 from collections.abc import Callable, Mapping
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from agentrl.api import validation
@@ -48,6 +48,7 @@ from agentrl.controller.workqueue import WorkQueue, jittered, retry_delay
 from agentrl.render import Bundle, kuberay, render_all
 from agentrl.render.names import metrics_service_name, metrics_service_of
 from agentrl.render.objects import gateway_url
+from agentrl.render.rayjob import COMPONENT_SUBMITTER
 
 logger = logging.getLogger("agentrl.controller")
 
@@ -106,6 +107,12 @@ class Controller:
             if exp is not None:
                 self._forget(exp.key)
             exp = self.experiments[key_of(body)] = Experiment.seen(body)
+            if (looping := self._crash_loop_reported(exp)) is not None:
+                # A process that starts (or takes the lead) while the pod runs between two
+                # back-offs: the status it inherits names the crash loop, which goes on. Its
+                # pod's next event says how (and the sweep forgets it, should none come).
+                pod_name, reason, said = looping
+                exp.stuck[pod_name], exp.restarted[pod_name] = (reason, said), self.now()
             for pod in self.early_pods.pop(exp.key, {}).values():
                 await self.on_pod(pod)
         else:
@@ -145,6 +152,9 @@ class Controller:
             await self.rayjob_gone(exp)
             return
         exp.rayjob, exp.rayjob_gone = dict(rayjob.get("status") or {}), None
+        meta = rayjob.get("metadata") or {}
+        since, held = meta.get("deletionTimestamp"), tuple(meta.get("finalizers") or ())
+        exp.rayjob_deleting = (str(since), held) if since and held else None
         exp.rayjob_startup_deadline = startup_deadline_of(rayjob)
         await self._observed(exp)
 
@@ -215,6 +225,13 @@ class Controller:
         old = exp.stuck.get(name)
         if found is None and creating is not None and old and old[0] in observe.EVENT_REASONS:
             found = old  # held in ContainerCreating by what its events said (the sweep)
+        exp.restarted.pop(name, None)
+        if found is None and not deleted and old and old[0] in observe.CRASH_REASONS:
+            # Running again, or ended again, between two back-offs: still the crash loop
+            # until a restarted container has run long enough (the sweep clears it).
+            since = observe.restarted_at(pod)
+            if since is not None and not self._crash_settled(since or self.now()):
+                exp.restarted[name], found = since or self.now(), old
         if old is not None and found is not None and observe.same_trouble(old[0], found[0]):
             return  # the same trouble again: its first words stay (one write, one event)
         if found is None and old is None:
@@ -241,6 +258,34 @@ class Controller:
             found = observe.creating_trouble(events)
             if found is not None and exp.creating.get(pod) == since:  # still creating
                 exp.stuck[pod] = found
+                await self._observed(exp)
+
+    @staticmethod
+    def _crash_loop_reported(exp: Experiment) -> tuple[str, str, str] | None:
+        """(pod, reason, message) when the status shows the experiment Stalled by a pod's
+        crash loop (`pod NAME: REASON: MESSAGE`, as status._stalled writes it)."""
+        cond = conditions.get(exp.status, "Stalled") or {}
+        reason = str(cond.get("reason") or "")
+        said = str(cond.get("message") or "")
+        if cond.get("status") != "True" or reason not in observe.CRASH_REASONS:
+            return None
+        pod, _, rest = said.removeprefix("pod ").partition(": ")
+        if not said.startswith("pod ") or not pod or (rest.split(": ", 1)[0] != reason):
+            return None
+        return pod, reason, rest.removeprefix(reason).removeprefix(": ")
+
+    def _crash_settled(self, since: str) -> bool:
+        waited = status.parse_time(self.now()) - status.parse_time(since)
+        return waited.total_seconds() >= observe.CRASH_SETTLED_SECONDS
+
+    async def check_restarted(self, exp: Experiment) -> None:
+        """Crash-looping pods whose restarted container has now run long enough: their
+        crash loop is over. The pod's watch shows nothing more of a container that keeps
+        running, so only time tells."""
+        for pod, since in list(exp.restarted.items()):
+            if self._crash_settled(since) and exp.restarted.get(pod) == since:
+                del exp.restarted[pod]
+                exp.stuck.pop(pod, None)
                 await self._observed(exp)
 
     async def check_submitter(self, exp: Experiment) -> None:
@@ -418,6 +463,10 @@ class Controller:
                 suspended=status.suspended_message(exp.spec),
                 active_deadline=exp.active_deadline,
                 submitter=exp.submitter_trouble,
+                rayjob_held=self._rayjob_held(exp, now),
+                submitter_pods=frozenset(
+                    pod for pod, component in exp.pods.items() if component == COMPONENT_SUBMITTER
+                ),
             )
             new = status.apply_observed(new, seen, now)
             new = status.apply_episodes(new, exp.episodes, exp.key[1], now)
@@ -447,6 +496,16 @@ class Controller:
             self._flag(exp, new)
             for event in conditions.events_between(base, new):
                 await self._post_event(exp, event, now)
+
+    def _rayjob_held(self, exp: Experiment, now: str) -> tuple[str, tuple[str, ...]] | None:
+        """(when the wait became too long, finalizers) once its RayJob's deletion has waited
+        on finalizers for `stuck_creating_after` (KubeRay removes its own within seconds
+        while it runs); None before, or when nothing holds it."""
+        if exp.rayjob_deleting is None:
+            return None
+        since, held = exp.rayjob_deleting
+        late = status.parse_time(since) + timedelta(seconds=self.config.stuck_creating_after)
+        return (status.format_time(late), held) if status.parse_time(now) >= late else None
 
     def _link(self, exp: Experiment, address: Any) -> None:
         """agentrl_experiment_info{ray_dashboard_url}, moved when KubeRay reports a new

@@ -56,9 +56,15 @@ class Experiment:
     # Its RayJob's last status, deleted while the experiment could not be read to tell whose
     # deletion it was (the read failed): the sweep asks again (Controller.rayjob_gone).
     rayjob_gone: Obj | None = None
+    # (deletionTimestamp, finalizers) while its RayJob is being deleted and finalizers (KubeRay's
+    # ray.io/rayjob-finalizer) still hold it: its Ray cluster stays until the RayJob goes.
+    rayjob_deleting: tuple[str, tuple[str, ...]] | None = None
     # pod -> (reason, message), in the order the pods were found stuck (the first speaks)
     stuck: dict[str, tuple[str, str]] = field(default_factory=dict)
     creating: dict[str, str] = field(default_factory=dict)  # pod -> when it began creating
+    # pod -> when a restarted container of it last started (or ended): a crash-looping pod
+    # between two back-offs, kept stuck until it has run CRASH_SETTLED_SECONDS (the sweep)
+    restarted: dict[str, str] = field(default_factory=dict)
     # (reason, message) while KubeRay cannot create the cluster's pods, its first words kept
     # while the reason stays (each retry names a new pod)
     cluster_trouble: tuple[str, str] | None = None
@@ -158,7 +164,8 @@ class Experiment:
     @property
     def clock_matters(self) -> bool:
         """Whether the status can change with time alone: the startup deadline is running
-        (not Running yet, or Running while Ray has not seen the job)."""
-        if self.phase in (Phase.PENDING, Phase.INITIALIZING):
+        (not Running yet, or Running while Ray has not seen the job), or a deletion of its
+        RayJob waits on a finalizer."""
+        if self.phase in (Phase.PENDING, Phase.INITIALIZING) or self.rayjob_deleting:
             return True
         return self.phase == Phase.RUNNING and not (self.rayjob or {}).get("jobStatus")

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from agentrl.api.constants import EPISODES_FAILING_RATIO, FAILURE_REASONS, Phase
 from agentrl.api.constants import ConditionType as C
-from agentrl.controller import conditions
+from agentrl.controller import conditions, observe
 from agentrl.controller.conditions import EPISODES_RECOVERED, Status
 from agentrl.controller.preflight import Reading
 
@@ -45,6 +45,18 @@ DEPLOYMENT_PHASES: Mapping[str, Phase] = {
 # whichever way KubeRay noticed: its own reason, when it gives one (the transition grace
 # period), goes into the message, which says what stopped means for the run.
 JOB_STOPPED = "JobStopped"
+# KubeRay's reasons for a Failed RayJob that it does not retry, whatever spec.backoffLimit
+# (checkBackoffLimitAndUpdateStatusIfNeeded: DeadlineExceeded at v1.6.2, and
+# JobStatusCheckTimeoutExceeded too from v1.7.0), with what each means for the run. KubeRay's
+# own message names neither, and the second only says that "job status checks" failed.
+NOT_RETRIED: Mapping[str, str] = {
+    "DeadlineExceeded": "the attempt ran past spec.activeDeadlineSeconds",
+    "JobStatusCheckTimeoutExceeded": (
+        "KubeRay (v1.7 and later) could not read the Ray job's status from the Ray dashboard "
+        "on the head pod for its RAYJOB_STATUS_CHECK_TIMEOUT_SECONDS (default 300): the head "
+        "pod crashed, restarted or lost its node, or its dashboard stopped answering"
+    ),
+}
 # Why a child could not be created or updated: the API server refused the request (the
 # Kubernetes controllers' own event reasons for the same thing).
 FAILED_CREATE, FAILED_UPDATE = "FailedCreate", "FailedUpdate"
@@ -112,6 +124,12 @@ class Observed:
     # (reason, message): the Job controller cannot create KubeRay's submitter pod, read from
     # the submitter Job's events while KubeRay reports Running and Ray has no job.
     submitter: tuple[str, str] | None = None
+    # The names of KubeRay's submitter pods among the experiment's pods (a stuck one leaves
+    # Ray without the job, as the Job controller's refusal above does).
+    submitter_pods: frozenset[str] = frozenset()
+    # (when its wait passed the operator's bound, finalizers): the RayJob is being deleted and
+    # finalizers have held it that long (KubeRay's ray.io/rayjob-finalizer: KubeRay is down).
+    rayjob_held: tuple[str, tuple[str, ...]] | None = None
 
 
 def apply_spec(old: Mapping[str, Any], out: SpecOutcome, now: str) -> Status:
@@ -383,6 +401,14 @@ def stopped_message(rj: Mapping[str, Any]) -> str:
             f"failed one, spec.backoffLimit){said}")  # fmt: skip
 
 
+def not_retried_message(reason: str, said: str) -> str:
+    """Why the run failed for good although spec.backoffLimit may allow retries: what the
+    reason means, that KubeRay does not retry it, then KubeRay's own words."""
+    then = f". KubeRay: {said}" if said else ""
+    return (f"{NOT_RETRIED[reason]}; KubeRay does not retry a RayJob that failed with "
+            f"{reason}, whatever spec.backoffLimit{then}")  # fmt: skip
+
+
 def _phase_conditions(
     st: Status, phase: Phase, reason: str, now: str, *, suspended: str = ""
 ) -> None:
@@ -407,6 +433,13 @@ def _phase_conditions(
         message = (conditions.get(st, C.RAYJOB_CREATED) or {}).get("message", "")
     if phase == Phase.FAILED and reason == JOB_STOPPED:
         message = stopped_message(st.get("rayJob") or {})
+    if phase == Phase.FAILED and reason in NOT_RETRIED:
+        was_failed = conditions.get(st, C.FAILED) or {}
+        if was_failed.get("status") == "True" and was_failed.get("reason") == reason:
+            # Its words stay: an operator upgrade rewrites no ended run's status.
+            message = str(was_failed.get("message", ""))
+        else:
+            message = not_retried_message(reason, message)
     failed = phase == Phase.FAILED
     conditions.put_if_relevant(st, C.FAILED, failed, reason=reason,
                                message=message if failed else "", now=now)  # fmt: skip
@@ -423,9 +456,22 @@ def _stalled(st: Status, seen: Observed, phase: Phase, now: str) -> None:
     if phase.is_terminal or phase == Phase.SUSPENDED:
         conditions.put_if_relevant(st, C.STALLED, False, reason=str(phase), message="", now=now)
         return
+    rj = seen.rayjob if seen.rayjob is not None else st.get("rayJob") or {}
+    if seen.rayjob_held:
+        moment, finalizers = seen.rayjob_held
+        conditions.put(st, C.STALLED, True, reason=RAYJOB_DELETION_HELD,
+                       message=rayjob_held_message(st, finalizers), now=moment)  # fmt: skip
+        return
     if seen.stuck:
         pod, reason, message = seen.stuck[0]
         text = f"pod {pod}: {reason}" + (f": {message}" if message else "")
+        waits = pod in seen.submitter_pods and reason not in observe.CRASH_REASONS
+        if waits and phase == Phase.RUNNING and not rj.get("jobStatus"):
+            # KubeRay's submitter pod cannot start (no node for it, its image): Ray never
+            # gets the job, and KubeRay ends nothing for it (submitter_holds_gpus). A pod that
+            # fails instead counts towards the submitter Job's backoffLimit, which ends it.
+            text += (f". It is KubeRay's submitter pod, so Ray never gets the job. "
+                     f"{submitter_holds_gpus(seen.active_deadline)}")  # fmt: skip
         conditions.put(st, C.STALLED, True, reason=reason, message=text, now=now)
         return
     if seen.cluster:
@@ -433,7 +479,6 @@ def _stalled(st: Status, seen: Observed, phase: Phase, now: str) -> None:
         text = f"RayCluster {cluster}: {reason}" + (f": {message}" if message else "")
         conditions.put(st, C.STALLED, True, reason=reason, message=text, now=now)
         return
-    rj = seen.rayjob if seen.rayjob is not None else st.get("rayJob") or {}
     if seen.submitter and phase == Phase.RUNNING and not rj.get("jobStatus"):
         reason, message = seen.submitter
         name = st.get("rayJobName") or "of the RayJob"
@@ -451,6 +496,26 @@ def _stalled(st: Status, seen: Observed, phase: Phase, now: str) -> None:
 
 
 STARTUP_DEADLINE_EXCEEDED = "StartupDeadlineExceeded"
+RAYJOB_DELETION_HELD = "RayJobDeletionHeld"
+# KubeRay's finalizer on every RayJob it manages (utils.RayJobStopJobFinalizer, v1.6.2 and
+# v1.7.0): removed once KubeRay has asked Ray to stop the job, whether or not that worked.
+KUBERAY_FINALIZER = "ray.io/rayjob-finalizer"
+
+
+def rayjob_held_message(st: Mapping[str, Any], held: Sequence[str]) -> str:
+    """Why a RayJob being deleted is still there, and what it holds meanwhile."""
+    name = st.get("rayJobName") or "of this experiment"
+    which = ", ".join(held)
+    if KUBERAY_FINALIZER in held:
+        why = (f"KubeRay removes {KUBERAY_FINALIZER} once it has asked Ray to stop the job, "
+               "within seconds while it runs: check that the KubeRay operator is running and "
+               "watches this namespace")  # fmt: skip
+    else:
+        why = "the controllers that own these finalizers have not removed them"
+    return (f"RayJob {name} is being deleted, and its finalizers ({which}) still hold it: "
+            f"{why}. Until it is gone its Ray cluster stays, on its GPUs")  # fmt: skip
+
+
 SUBMITTER_NOT_STARTED = "SubmitterNotStarted"
 
 

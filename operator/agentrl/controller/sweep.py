@@ -10,6 +10,8 @@ current (a sync follows every watch event), so a thousand steady experiments cos
 here. The same read judges the training episodes finished since the count's start (the
 EpisodesFailing condition: `progress.episodes_window`). An unreachable or unparsable
 endpoint leaves progress as it was: no error loop, no event; the next sweep tries again.
+A crash-looping pod whose restarted container has run long enough is cleared here too
+(`Controller.check_restarted`): a container that keeps running changes nothing more.
 """
 
 from __future__ import annotations
@@ -46,6 +48,8 @@ async def sweep(controller: Controller) -> None:
             await controller.rayjob_gone(exp)
         if exp.creating and not exp.finished:
             await controller.check_creating(exp)
+        if exp.restarted:
+            await controller.check_restarted(exp)
         if exp.submitter_waits:
             await controller.check_submitter(exp)
         if exp.finished or (exp.settled and not exp.clock_matters):
