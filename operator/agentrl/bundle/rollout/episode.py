@@ -137,10 +137,11 @@ def segment_samples(
     per-sample figures (response lengths, truncated ratio), and, under
     `--calculate-per-token-loss`, as one token of the step's normaliser (`clamp_min(mask
     sum, 1)`), diluting every trained token. An episode none of whose segments trains keeps
-    them all, as an episode masked whole does: its reward still counts once in its group's
-    statistics, and its samples carry no gradient."""
+    one, its last (the conversation as it ended), as a failed episode keeps one stand-in:
+    its reward still counts once in its group's statistics, and one sample with no
+    gradient dilutes the step's loss once, not once per segment."""
     trained = [(i, seg) for i, seg in enumerate(segments) if 1 in seg.loss_mask]
-    kept = trained or list(enumerate(segments))
+    kept = trained or list(enumerate(segments))[-1:]
     return [
         SampleFields(
             group_index=inp.group_index,
