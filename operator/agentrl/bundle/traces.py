@@ -21,7 +21,8 @@ Each turn keeps the weight version the engine reported with it (SGLang's
 `meta_info.weight_version`, which slime sets at every weight update), and each segment the
 versions of its turns (slime's `Sample.weight_versions`). slime updates the engines only
 between rollout steps, so one episode's turns share one version; a turn whose version is not
-the episode's last reported one was sampled by other weights than the episode's last turn
+the one the episode's last completed (not aborted) turn reported was sampled by other weights
+than that turn
 (the weights changed mid-episode, or the router spread the episode over engines holding
 different weights): kept with mask 0 and counted (`WEIGHT_CHANGED`), as slime's
 `--mask-offpolicy-in-partial-rollout` masks what an older version sampled.
@@ -102,7 +103,7 @@ MISALIGNED = "misaligned"  # not one logprob per completion token
 NOT_A_NUMBER = "not_a_number"  # a None, a boolean, a string... where a logprob belongs
 NON_FINITE = "non_finite"  # NaN or an infinity (SGLang's JSON null reads as NaN)
 POSITIVE = "positive"  # a log-probability above 0: the probability would exceed 1
-# sampled under another weight version than the episode's last reported one
+# sampled under another weight version than the episode's last completed turn's
 WEIGHT_CHANGED = "weight_changed"
 # the engine aborted the generation (finish reason "abort"): the gateway answered 503, so the
 # agent never saw this completion and the episode's reward owes nothing to it
@@ -358,13 +359,16 @@ def merge_turns_with_stats(
     stats = MergeStats(turns=len(turns))
     chains: list[_Chain] = []
     index = PrefixIndex()
-    # The weights of the episode's last turn that reported a version: any other version is
-    # older (slime only ever moves the engines forward) or another engine's.
+    # The weights of the episode's last sampled turn that reported a version: any other
+    # version is older (slime only ever moves the engines forward) or another engine's. An
+    # aborted turn is not that reference: the agent never saw its completion, so its version
+    # says nothing of the weights the episode's reward was earned with (taken as the
+    # reference, it would mask every turn the agent did see).
     weights = next(
         (
             t.weight_version
             for t in reversed(turns)
-            if t.finish_reason != CONTEXT_FULL and isinstance(t.weight_version, str)
+            if t.finish_reason not in (CONTEXT_FULL, ABORT) and isinstance(t.weight_version, str)
         ),
         None,
     )

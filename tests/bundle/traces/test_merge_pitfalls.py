@@ -284,6 +284,21 @@ def test_a_turn_of_other_weights_than_the_episodes_last_is_masked_and_counted() 
     assert stats.mask_reasons == {"weight_changed": 1}
 
 
+def test_an_aborted_turn_is_not_the_episodes_weight_reference() -> None:
+    """The episode's last call was aborted on an engine reporting other weights, and the
+    agent stopped there: everything the agent saw, and so its reward, came from version "3".
+    Judged against the aborted turn's "4", every turn it saw would be masked; the aborted
+    turn itself stays masked for its abort, counted once under that reason."""
+    seen = [versioned([*SYS, 10], [11, 12], "3"), versioned([*SYS, 10, 11, 12, 20], [21], "3")]
+    aborted = Turn(
+        [*SYS, 10, 11, 12, 20, 21, 30], [31, 32], [-0.5, -0.5], "abort", weight_version="4"
+    )
+    segments, stats = merge_turns_with_stats([*seen, aborted])
+    assert [s.loss_mask for s in segments] == [[1, 1, 0, 1, 0, 0, 0]]
+    assert segments[0].weight_versions == ["3", "3", "4"]
+    assert stats.mask_reasons == {ABORTED: 1}
+
+
 def test_turns_of_one_version_or_of_none_reported_are_never_judged() -> None:
     """One version throughout trains everything; a turn whose engine reported none (an older
     gateway, an engine without the field) is not judged, nor are the others against it."""
