@@ -49,16 +49,15 @@ if [[ ! -f "$src_list" ]] && ! grep -rqs '^Types:.*deb-src\|^deb-src' /etc/apt/s
 fi
 if (( ${#need[@]} )) || [[ "${need_update:-0}" == 1 ]]; then
   log "apt-get install ${need[*]:-(source index only)}"
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  (( ${#need[@]} )) && apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+  apt_get update -qq
+  (( ${#need[@]} )) && apt_get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
   (systemctl stop etcd 2>/dev/null || service etcd stop 2>/dev/null || true) >/dev/null 2>&1
 fi
 
 cd "$WORK"
 if ! ls kubernetes_*.orig.tar.gz >/dev/null 2>&1; then
   log "apt-get source --download-only kubernetes"
-  apt-get source -qq --download-only kubernetes >/dev/null
+  apt_get source -qq --download-only kubernetes >/dev/null
 fi
 tree="$WORK/kubernetes-$VERSION"
 if [[ ! -d "$tree/vendor" ]]; then

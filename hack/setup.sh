@@ -58,8 +58,7 @@ command -v zsh >/dev/null || need_apt+=(zsh)
 command -v fish >/dev/null || need_apt+=(fish)
 if (( ${#need_apt[@]} )); then
   log "apt-get install ${need_apt[*]}"
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq && apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
+  apt_get update -qq && apt_get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
   # The Debian packages start services; tests run their own instances.
   (systemctl stop prometheus etcd 2>/dev/null || service prometheus stop 2>/dev/null || true) >/dev/null 2>&1
 fi
