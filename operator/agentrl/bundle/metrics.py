@@ -243,8 +243,9 @@ class BundleMetrics:
             "episodes thrown away otherwise: kept too long for a cut group or when the run's "
             "last step ended, in a step that failed, or a failed one carried over in an older "
             "rollout state), filtered (dropped groups, and backfills: in the batch with every "
-            "loss mask 0), masked (carried-over "
-            "episodes every token of which offPolicyTokens: mask masked) or failed (failed "
+            "loss mask 0), masked (episodes of trained groups every token of which is masked: "
+            "carried-over ones under offPolicyTokens: mask, or every completion aborted by "
+            "the engine, of other weights or without usable logprobs) or failed (failed "
             "episodes of trained groups: one stand-in slot, its loss mask 0).",
             ["reason"],
             registry=r,

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from agentrl.api.models import GrpoSpec
 from agentrl.bundle.rollout.batch import RolloutContext
 from agentrl.bundle.rollout.carry import TTL_STEPS, CarryStore
-from agentrl.bundle.rollout.episode import EpisodeInput, EpisodeOutcome
+from agentrl.bundle.rollout.episode import EpisodeInput, EpisodeOutcome, segment_samples
 from agentrl.bundle.rollout.filters import (
     UserFilter,
     ZeroRewardVariance,
@@ -24,6 +24,7 @@ from agentrl.bundle.rollout.filters import (
 from agentrl.bundle.rollout.sampling import GroupRun, SamplingPlan, StepReport, _Step, fill_batch
 from agentrl.bundle.rollout.source import DataSource, PromptGroup
 from agentrl.bundle.rollout.types import PlainSample
+from agentrl.bundle.traces import ABORT, Turn, merge_turns
 
 from .doubles import FakeGateway, StubAgent
 
@@ -79,8 +80,21 @@ def test_a_user_filter_is_called_lazily_with_slimes_arguments() -> None:
     assert isinstance(load_filter("zeroRewardVariance", None), ZeroRewardVariance)
 
 
-def outcome(sid: str, reward: float = 1.0, seconds: float = 1.0) -> EpisodeOutcome:
-    return EpisodeOutcome(sid, [], reward, failure=None, seconds=seconds)
+def outcome(
+    sid: str,
+    reward: float = 1.0,
+    seconds: float = 1.0,
+    turns: list[Turn] | None = None,
+    policy_version: int = 0,
+) -> EpisodeOutcome:
+    """A task outcome of step `policy_version` whose samples the merge made of `turns` (one
+    trained turn if None)."""
+    inp = EpisodeInput("p", {}, None, group_index=0, index=0)
+    trace = merge_turns(turns or [Turn([1, 2], [3, 4], [-0.5, -0.5], "stop")])
+    samples = segment_samples(inp, trace, sid, reward, rollout_id=0)
+    return EpisodeOutcome(
+        sid, samples, reward, failure=None, seconds=seconds, policy_version=policy_version
+    )
 
 
 def test_the_carry_store_hands_back_once_and_forgets_after_its_ttl() -> None:
@@ -214,7 +228,8 @@ def test_a_filtered_groups_carried_episode_counts_in_the_length_bias_of_the_step
     ctx = RolloutContext(gateway, StubAgent(gateway), asyncio.Semaphore(1))
     plan = SamplingPlan(batch_size=1, in_flight=2, max_refill_rounds=0, policy="carryOver")
     step = _Step(ctx, None, plan, spec=None, group_filter=None, to_samples=list, step=1)  # type: ignore[arg-type]
-    kept = GroupRun(run_of(0).prompt, 0, False, [outcome("k", seconds=10.0)], [None], [None])
+    fresh = outcome("k", seconds=10.0, policy_version=1)
+    kept = GroupRun(run_of(0).prompt, 0, False, [fresh], [None], [None])
     inp = EpisodeInput("p", {}, None, group_index=1, index=2)
     prompt = PromptGroup([PlainSample(group_index=1, index=2)] * 2, [inp, inp])
     carried = outcome("c", seconds=5.0)
@@ -229,3 +244,29 @@ def test_a_filtered_groups_carried_episode_counts_in_the_length_bias_of_the_step
     assert step.report.trained_seconds == [10.0] and step.report.other_seconds == [7.0]
     assert step.report.length_bias == pytest.approx(10.0 / 8.5 - 1.0)
     assert step.report.episodes_reused == 1  # used by this step's filter: reused once
+
+
+def test_an_episode_the_merge_masked_whole_is_masked_time_not_trained_time() -> None:
+    """An episode whose only completion the engine aborted (the agent got a 503 and gave its
+    result anyway) reaches slime as one sample with every loss mask 0: no token of it trains,
+    so its time counts under `masked` and among the length bias's other episodes, as an
+    episode `offPolicyTokens: mask` masked whole does. It counted as trained time."""
+    gateway = FakeGateway()
+    ctx = RolloutContext(gateway, StubAgent(gateway), asyncio.Semaphore(1))
+    plan = SamplingPlan(batch_size=1, in_flight=1, max_refill_rounds=0, policy="wait")
+    step = _Step(ctx, None, plan, spec=None, group_filter=None, to_samples=list, step=0)  # type: ignore[arg-type]
+    inp = EpisodeInput("p", {}, None, group_index=0, index=0)
+    prompt = PromptGroup([PlainSample(group_index=0, index=0)] * 2, [inp, inp])
+    trained = outcome("t", seconds=10.0)
+    aborted = outcome("a", seconds=4.0, turns=[Turn([1, 2], [5, 6], [-0.5, -0.5], ABORT)])
+    assert [s.loss_mask for s in aborted.samples] == [[0, 0]]  # one sample, nothing trains
+    run = GroupRun(prompt, 0, False, [trained, aborted], [None] * 2, [None] * 2)
+    step.runs, step.kept = [run], [run]
+
+    (group,) = step.batch()
+
+    assert [o.session_id for o in group] == ["t", "a"]  # still in its group, for its reward
+    assert step.report.trained_seconds == [10.0]
+    assert step.report.masked_seconds == 4.0
+    assert step.report.other_seconds == [4.0]
+    assert step.report.trained_episodes == 2 and step.report.failed_seconds == 0.0

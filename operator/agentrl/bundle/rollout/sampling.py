@@ -148,7 +148,8 @@ class StepReport:
     # loss mask 0), carried episodes included.
     filtered_seconds: float = 0.0
     # Trained groups' episodes every token of which is masked (`offPolicyTokens: mask` over a
-    # carried episode): their reward counts in the group, none of their tokens trains.
+    # carried episode, or the merge: every completion aborted, of other weights or without
+    # usable logprobs): their reward counts in the group, none of their tokens trains.
     masked_seconds: float = 0.0
     # Trained groups' failed episodes: one stand-in slot whose loss mask is 0, so none of it
     # trains (under `zeroReward` its stand-in 0 still counts in the group, as a masked one's
@@ -645,8 +646,8 @@ class _Step:
         still counts in its group; its logprobs stay as sampled) and its time counts as
         masked, unless it is a backfill's, which counts as filtered. A backfill's stale
         tokens count as masked under either setting: the backfill trains none of them.
-        With it, whether it trains: not a failed one (its stand-in slot's loss mask is 0)
-        nor one masked here.
+        With it, whether it trains: not a failed one (its stand-in slot's loss mask is 0),
+        nor one the merge masked whole (its time counts as masked too), nor one masked here.
 
         A backfill's episode is no trained group's: it is not counted in `trained_episodes`,
         `excluded` (whose share is of the trained groups' episodes) or `policy_lags` (the age
@@ -661,10 +662,15 @@ class _Step:
             if outcome.failure is not None and self.plan.exclude_failed:
                 report.excluded[outcome.failure] += 1
             report.policy_lags.append(lag)
-        if lag == 0:
-            return outcome, trains
         tokens = sum(sum(s.loss_mask) for s in outcome.samples)
         if not tokens:
+            if trains and not backfill:
+                # A task outcome the merge masked whole (every completion aborted by the
+                # engine, sampled under other weights or without usable logprobs): its
+                # reward counts in its group, none of its tokens trains.
+                report.masked_seconds += outcome.seconds
+            return outcome, False
+        if lag == 0:
             return outcome, trains
         if not self.plan.mask_stale and not backfill:
             report.stale_tokens_trained += tokens
