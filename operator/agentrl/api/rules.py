@@ -8,6 +8,8 @@ were allocated; here it fails before anything is created.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import ipaddress
 import json
 import re
@@ -95,9 +97,18 @@ _SECRET_WORDS = frozenset(
 # and the documented prefixes of common API tokens (Hugging Face `hf_`, OpenAI and Anthropic
 # `sk-`, GitHub `ghp_`/`github_pat_`, Slack `xox?-`), long enough not to be a word.
 _CREDENTIAL_VALUES: tuple[tuple[re.Pattern[str], str], ...] = (
-    (re.compile(r"^(bearer|basic)\s+\S{8,}$", re.IGNORECASE), "an HTTP Authorization value"),
+    (re.compile(r"^bearer\s+\S{8,}$", re.IGNORECASE), "an HTTP Authorization value"),
     (re.compile(r"^(hf_|sk-|ghp_|github_pat_|xox[abprs]-)[A-Za-z0-9_-]{16,}$"), "an API token"),
 )
+# A Basic Authorization value: base64 of `user:password` (RFC 7617), not a phrase such as
+# "Basic configuration".
+_BASIC = re.compile(r"^basic\s+([A-Za-z0-9+/]+={0,2})$", re.IGNORECASE)
+# A Kubernetes dependent variable, `$(NAME)` in an env value: the kubelet writes in the value of
+# a variable the container's env sets before it (a Secret's, through valueFrom: the documented
+# way to build a URL or an Authorization value around a secret), and leaves it as written when
+# none does; either way the spec holds the reference, not the credential.
+# https://kubernetes.io/docs/tasks/inject-data-application/define-interdependent-environment-variables/
+_ENV_REFERENCE = re.compile(r"\$\([^)]+\)")
 # What the renderer adds to the runtime config besides the spec (slime flags, names, URLs);
 # generous, so the rule refuses before the ConfigMap would.
 CONFIG_HEADROOM = 64 * 1024
@@ -802,11 +813,16 @@ def looks_secret(name: str) -> bool:
 
 def credential_in_value(value: str) -> str | None:
     """What kind of credential a plain-text value is, whatever its variable is called (an
-    Authorization value, a known API token prefix, a URL with a password), or None."""
-    text = value.strip()
+    Authorization value, a known API token prefix, a URL with a password), or None. Its
+    `$(NAME)` references are not part of it: `postgres://rl:$(DB_PASSWORD)@db/runs` or
+    `Bearer $(API_TOKEN)` take the credential from another variable (a Secret's)."""
+    text = _ENV_REFERENCE.sub("", value).strip()
     for pattern, kind in _CREDENTIAL_VALUES:
         if pattern.match(text):
             return kind
+    basic = _BASIC.match(text)
+    if basic is not None and _basic_credentials(basic.group(1)):
+        return "an HTTP Authorization value"
     if "://" in text:
         try:
             if urlsplit(text).password:
@@ -816,19 +832,31 @@ def credential_in_value(value: str) -> str | None:
     return None
 
 
+def _basic_credentials(token: str) -> bool:
+    """Whether a Basic Authorization token is base64 of `user:password`."""
+    try:
+        return b":" in base64.b64decode(token, validate=True)
+    except (binascii.Error, ValueError):
+        return False
+
+
 def secrets_in_plain_text(exp: RLExperiment) -> Iterator[Finding]:
     """Warning: an env var whose name looks like a secret, or whose value is one whatever the
     name (`Bearer ...`, an `hf_`/`sk-`/`ghp_` token, a URL with a password), has a plain-text
     `value` (it would sit in the RayJob, readable by anyone who may read RayJobs);
-    `valueFrom.secretKeyRef` keeps it in a Secret. The same for a slime flag in `extraArgs`
-    that takes a key or a password (not the ones that name a key of the data rows, such as
-    `--input-key` or `--label-key`).
+    `valueFrom.secretKeyRef` keeps it in a Secret. A `$(NAME)` reference to another variable
+    (one from a Secret) is not a secret in plain text: `postgres://rl:$(DB_PASSWORD)@db/runs`,
+    `Bearer $(API_TOKEN)`. The same for a slime flag in `extraArgs` that takes a key or a
+    password (not the ones that name a key of the data rows, such as `--input-key` or
+    `--label-key`).
     """
     for i, env in enumerate(exp.spec.runtime.env):
         if env.value is None or env.value == "":
             continue
         kind = credential_in_value(env.value)
-        if looks_secret(env.name) or kind is not None:
+        # `HF_TOKEN: $(HUGGING_FACE_HUB_TOKEN)` names a secret and holds only a reference to it.
+        named = looks_secret(env.name) and _ENV_REFERENCE.search(env.value) is None
+        if named or kind is not None:
             what = "looks like a secret" if kind is None else f"holds {kind}"
             yield warn(
                 f"spec.runtime.env[{i}].value",
