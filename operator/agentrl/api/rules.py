@@ -691,16 +691,19 @@ def checkpoint_saves(exp: RLExperiment) -> Iterator[Finding]:
 
 def retries_resume(exp: RLExperiment) -> Iterator[Finding]:
     """Warning: `backoffLimit` asks for retries that have nothing to resume: no
-    `checkpoint.path`, or a `checkpoint.saveInterval` of at least `grpo.numRollouts` (slime
+    `checkpoint.path`, or a save interval (`checkpoint.saveInterval`, or `--save-interval` in
+    `runtime.extraArgs`, which comes after it and wins) of at least `grpo.numRollouts` (slime
     then saves only after the last rollout). Each retry starts over from the model at rollout
-    0 and trains again every rollout the failed attempt had done, on the same GPUs' time."""
+    0 and trains again every rollout the failed attempt had done, on the same GPUs' time. A
+    run of one rollout has nothing before its last to resume."""
     spec = exp.spec
     ckpt, rollouts = spec.checkpoint, spec.grpo.num_rollouts
-    if spec.backoff_limit == 0:
+    if spec.backoff_limit == 0 or rollouts <= 1:
         return
-    if slime_flags.last_index(spec.runtime.extra_args, slime_flags.SAVE_INTERVAL_FLAG) is not None:
-        return  # checkpoint_saves judges a save interval given as a flag
+    given = slime_flags.last_index(spec.runtime.extra_args, slime_flags.SAVE_INTERVAL_FLAG)
     if ckpt.path is None:
+        if given is not None:
+            return  # checkpoint_saves refuses --save-interval without a path
         yield warn(
             "spec.backoffLimit",
             f"{spec.backoff_limit} retries, and no checkpoint.path: slime saves nothing, so each "
@@ -709,16 +712,21 @@ def retries_resume(exp: RLExperiment) -> Iterator[Finding]:
             "set checkpoint.path on a shared PersistentVolumeClaim and checkpoint.saveInterval "
             "(a retry then goes on from the last save), or set backoffLimit: 0",
         )
-    elif ckpt.save_interval is not None and ckpt.save_interval >= rollouts:
-        # should_run_periodic_action: (rollout_id + 1) % interval == 0, or the last rollout.
+        return
+    path, interval, name = "spec.checkpoint.saveInterval", ckpt.save_interval, "saveInterval"
+    if given is not None:
+        path, name = f"spec.runtime.extraArgs[{given}]", slime_flags.SAVE_INTERVAL_FLAG
+        interval = slime_flags.save_interval(spec.runtime.extra_args)
+    # should_run_periodic_action: (rollout_id + 1) % interval == 0, or the last rollout.
+    if interval is not None and interval >= rollouts:
         yield warn(
-            "spec.checkpoint.saveInterval",
-            f"{ckpt.save_interval} is not below grpo.numRollouts ({rollouts}): slime saves only "
+            path,
+            f"{name} {interval} is not below grpo.numRollouts ({rollouts}): slime saves only "
             f"after the last rollout, so each of the {spec.backoff_limit} retries "
             "(backoffLimit) starts over from the model at rollout 0",
-            f"set saveInterval below {rollouts}: a retry then goes on from the last save",
+            f"set {name} below {rollouts}: a retry then goes on from the last save",
         )
-    # A path without saveInterval is checkpoint_saves' warning, which names the retry too.
+    # A path without any interval is checkpoint_saves' warning, which names the retry too.
 
 
 def start_taken_over(exp: RLExperiment) -> Iterator[Finding]:
