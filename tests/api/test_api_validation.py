@@ -388,6 +388,34 @@ def test_a_credential_in_a_plain_env_value_is_warned_whatever_its_name(
     assert "valueFrom.secretKeyRef" in problem.hint
 
 
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        # The path of a file that holds the secret (a Secret mounted as a volume).
+        ("GOOGLE_APPLICATION_CREDENTIALS", "/var/secrets/gcp/key.json"),
+        ("HF_TOKEN_PATH", "/var/secrets/hf/token"),
+        ("POSTGRES_PASSWORD_FILE", "/run/secrets/pg"),
+        # A switch, a count.
+        ("HF_HUB_DISABLE_IMPLICIT_TOKEN", "1"),
+        ("AGENT_DISABLE_TOKEN_CHECK", "true"),
+        ("TOKEN_BUDGET", "4096"),
+    ],
+)
+def test_a_secret_named_env_whose_value_is_a_path_a_switch_or_a_count_is_not_warned(
+    name: str, value: str
+) -> None:
+    """The name says secret, the value is none: the hint (put it in a Secret) would be wrong."""
+    body = minimal_body(runtime={"env": [{"name": name, "value": value}]})
+    assert parse_experiment(body)[1] == []
+
+
+def test_a_secret_named_env_whose_value_merely_starts_like_a_path_or_number_is_warned() -> None:
+    for value in ("12345678901234567890", "/not a path", "truely-secret"):
+        body = minimal_body(runtime={"env": [{"name": "API_TOKEN", "value": value}]})
+        (problem,) = parse_experiment(body)[1]
+        assert problem.path == "spec.runtime.env[0].value"
+
+
 @pytest.mark.parametrize("value", ["$(HUGGING_FACE_HUB_TOKEN)", "Bearer $(AGENT_API_TOKEN)"])
 def test_a_secret_named_env_holding_a_reference_to_another_variable_is_not_warned(
     value: str,

@@ -109,6 +109,11 @@ _BASIC = re.compile(r"^basic\s+([A-Za-z0-9+/]+={0,2})$", re.IGNORECASE)
 # none does; either way the spec holds the reference, not the credential.
 # https://kubernetes.io/docs/tasks/inject-data-application/define-interdependent-environment-variables/
 _ENV_REFERENCE = re.compile(r"\$\([^)]+\)")
+# Values of a secret-looking name that are not the secret: the path of a file that holds it
+# (`GOOGLE_APPLICATION_CREDENTIALS`, `HF_TOKEN_PATH`, `POSTGRES_PASSWORD_FILE`: a Secret
+# mounted as a volume, the way these variables are meant to be used), a switch
+# (`HF_HUB_DISABLE_IMPLICIT_TOKEN: "1"`) or a count (`TOKEN_BUDGET: "4096"`).
+_NOT_A_SECRET = re.compile(r"^(/\S*|\d{1,6}|true|false|yes|no|on|off)$", re.IGNORECASE)
 # What the renderer adds to the runtime config besides the spec (slime flags, names, URLs);
 # generous, so the rule refuses before the ConfigMap would.
 CONFIG_HEADROOM = 64 * 1024
@@ -854,16 +859,22 @@ def secrets_in_plain_text(exp: RLExperiment) -> Iterator[Finding]:
     `value` (it would sit in the RayJob, readable by anyone who may read RayJobs);
     `valueFrom.secretKeyRef` keeps it in a Secret. A `$(NAME)` reference to another variable
     (one from a Secret) is not a secret in plain text: `postgres://rl:$(DB_PASSWORD)@db/runs`,
-    `Bearer $(API_TOKEN)`. The same for a slime flag in `extraArgs` that takes a key or a
-    password (not the ones that name a key of the data rows, such as `--input-key` or
-    `--label-key`).
+    `Bearer $(API_TOKEN)`; nor is the value of a secret-looking name that is a file's path
+    (`GOOGLE_APPLICATION_CREDENTIALS`, `HF_TOKEN_PATH` to a mounted Secret), a switch or a
+    count (`HF_HUB_DISABLE_IMPLICIT_TOKEN: "1"`). The same for a slime flag in `extraArgs`
+    that takes a key or a password (not the ones that name a key of the data rows, such as
+    `--input-key` or `--label-key`).
     """
     for i, env in enumerate(exp.spec.runtime.env):
         if env.value is None or env.value == "":
             continue
         kind = credential_in_value(env.value)
         # `HF_TOKEN: $(HUGGING_FACE_HUB_TOKEN)` names a secret and holds only a reference to it.
-        named = looks_secret(env.name) and _ENV_REFERENCE.search(env.value) is None
+        named = (
+            looks_secret(env.name)
+            and _ENV_REFERENCE.search(env.value) is None
+            and not _NOT_A_SECRET.match(env.value.strip())
+        )
         if named or kind is not None:
             what = "looks like a secret" if kind is None else f"holds {kind}"
             yield warn(
