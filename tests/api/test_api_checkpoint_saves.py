@@ -137,3 +137,43 @@ def test_retries_are_not_warned_twice_nor_for_a_flag_interval() -> None:
     runtime = {**_VOLUMES, "extraArgs": ["--save-interval", "7"]}
     body = minimal_body(runtime=runtime, checkpoint={"path": "/ckpt/run"}, backoffLimit=3)
     assert parse_experiment(body)[1] == []
+
+
+@pytest.mark.parametrize(
+    ("extra", "checkpoint"),
+    [
+        (["--save-interval", "25"], {"path": "/ckpt/run"}),
+        (["--save-interval=40"], {"path": "/ckpt/run"}),
+        # agentrl renders --save-interval 10 from the field, and argparse keeps the later one.
+        (["--save-interval", "25"], {"path": "/ckpt/run", "saveInterval": 10}),
+    ],
+)
+def test_retries_with_a_flag_save_interval_of_all_the_rollouts_are_warned(
+    extra: list[str], checkpoint: dict[str, Any]
+) -> None:
+    """--save-interval in extraArgs is the interval slime saves by, as saveInterval is: one of
+    at least numRollouts leaves a retry nothing to resume, however it was given."""
+    runtime = {**_VOLUMES, "extraArgs": extra}
+    body = minimal_body(
+        runtime=runtime, checkpoint=checkpoint, grpo={"numRollouts": 25}, backoffLimit=1
+    )
+    exp, problems = parse_experiment(body)
+    assert exp is not None and errors(problems) == []
+    (warning,) = problems
+    assert (warning.severity, warning.path) == ("warning", "spec.runtime.extraArgs[0]")
+    assert warning.message.startswith("--save-interval ")
+    assert "saves only after the last rollout" in warning.message
+    assert "set --save-interval below 25" in warning.hint
+    body["spec"]["runtime"]["extraArgs"] = ["--save-interval", "24"]
+    assert parse_experiment(body)[1] == []
+
+
+def test_retries_of_a_one_rollout_run_are_not_warned() -> None:
+    """One rollout: a retry has no earlier rollout to go on from, saved or not."""
+    body = minimal_body(runtime=_VOLUMES, grpo={"numRollouts": 1}, backoffLimit=2)
+    assert parse_experiment(body)[1] == []
+    checkpoint = {"path": "/ckpt/run", "saveInterval": 1}
+    body = minimal_body(
+        runtime=_VOLUMES, checkpoint=checkpoint, grpo={"numRollouts": 1}, backoffLimit=2
+    )
+    assert parse_experiment(body)[1] == []

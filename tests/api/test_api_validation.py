@@ -360,6 +360,14 @@ _TOKEN = "hf_" + "aBcDeFgHiJkLmNoPqRsTuVwXyZ012345"  # the shape of one, not a r
         ("SKLEARN_ALLOW", "sk-learn", None),
         ("BAD_URL", "http://a:b@host:99999", "a URL with a password"),
         ("BAD_PORT", "http://host:notaport/x", None),
+        # A phrase, not base64 of user:password (RFC 7617).
+        ("REWARD_STYLE", "Basic configuration", None),
+        ("AUTH_HEADER", "Basic dTpw", "an HTTP Authorization value"),  # u:p
+        # Kubernetes `$(NAME)` references: the credential comes from a variable of a Secret.
+        ("DATABASE_URL", "postgres://rl:$(DB_PASSWORD)@db.rl.svc:5432/runs", None),
+        ("REWARD_CACHE", "redis://:$(REDIS_PASSWORD)@cache.rl.svc:6379/0", None),
+        ("AGENT_AUTH", "Bearer $(AGENT_API_TOKEN)", None),
+        ("MIRROR", "https://$(MIRROR_USER):hunter2@mirror.example.com/", "a URL with a password"),
     ],
 )
 def test_a_credential_in_a_plain_env_value_is_warned_whatever_its_name(
@@ -378,6 +386,48 @@ def test_a_credential_in_a_plain_env_value_is_warned_whatever_its_name(
     assert kind in problem.message and name in problem.message
     assert value not in str(problem) and "hunter2" not in str(problem)
     assert "valueFrom.secretKeyRef" in problem.hint
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        # The path of a file that holds the secret (a Secret mounted as a volume).
+        ("GOOGLE_APPLICATION_CREDENTIALS", "/var/secrets/gcp/key.json"),
+        ("HF_TOKEN_PATH", "/var/secrets/hf/token"),
+        ("POSTGRES_PASSWORD_FILE", "/run/secrets/pg"),
+        # A switch, a count.
+        ("HF_HUB_DISABLE_IMPLICIT_TOKEN", "1"),
+        ("AGENT_DISABLE_TOKEN_CHECK", "true"),
+        ("TOKEN_BUDGET", "4096"),
+    ],
+)
+def test_a_secret_named_env_whose_value_is_a_path_a_switch_or_a_count_is_not_warned(
+    name: str, value: str
+) -> None:
+    """The name says secret, the value is none: the hint (put it in a Secret) would be wrong."""
+    body = minimal_body(runtime={"env": [{"name": name, "value": value}]})
+    assert parse_experiment(body)[1] == []
+
+
+def test_a_secret_named_env_whose_value_merely_starts_like_a_path_or_number_is_warned() -> None:
+    for value in ("12345678901234567890", "/not a path", "truely-secret"):
+        body = minimal_body(runtime={"env": [{"name": "API_TOKEN", "value": value}]})
+        (problem,) = parse_experiment(body)[1]
+        assert problem.path == "spec.runtime.env[0].value"
+
+
+@pytest.mark.parametrize("value", ["$(HUGGING_FACE_HUB_TOKEN)", "Bearer $(AGENT_API_TOKEN)"])
+def test_a_secret_named_env_holding_a_reference_to_another_variable_is_not_warned(
+    value: str,
+) -> None:
+    """`$(NAME)` is Kubernetes' dependent variable: the pod gets the value of a variable set
+    before it (here one from a Secret); the spec holds the reference, no secret."""
+    ref = {
+        "name": "HUGGING_FACE_HUB_TOKEN",
+        "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}},
+    }
+    env = [ref, {"name": "HF_TOKEN", "value": value}]
+    assert parse_experiment(minimal_body(runtime={"env": env}))[1] == []
 
 
 @pytest.mark.parametrize(

@@ -8,6 +8,8 @@ were allocated; here it fails before anything is created.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import ipaddress
 import json
 import re
@@ -95,9 +97,23 @@ _SECRET_WORDS = frozenset(
 # and the documented prefixes of common API tokens (Hugging Face `hf_`, OpenAI and Anthropic
 # `sk-`, GitHub `ghp_`/`github_pat_`, Slack `xox?-`), long enough not to be a word.
 _CREDENTIAL_VALUES: tuple[tuple[re.Pattern[str], str], ...] = (
-    (re.compile(r"^(bearer|basic)\s+\S{8,}$", re.IGNORECASE), "an HTTP Authorization value"),
+    (re.compile(r"^bearer\s+\S{8,}$", re.IGNORECASE), "an HTTP Authorization value"),
     (re.compile(r"^(hf_|sk-|ghp_|github_pat_|xox[abprs]-)[A-Za-z0-9_-]{16,}$"), "an API token"),
 )
+# A Basic Authorization value: base64 of `user:password` (RFC 7617), not a phrase such as
+# "Basic configuration".
+_BASIC = re.compile(r"^basic\s+([A-Za-z0-9+/]+={0,2})$", re.IGNORECASE)
+# A Kubernetes dependent variable, `$(NAME)` in an env value: the kubelet writes in the value of
+# a variable the container's env sets before it (a Secret's, through valueFrom: the documented
+# way to build a URL or an Authorization value around a secret), and leaves it as written when
+# none does; either way the spec holds the reference, not the credential.
+# https://kubernetes.io/docs/tasks/inject-data-application/define-interdependent-environment-variables/
+_ENV_REFERENCE = re.compile(r"\$\([^)]+\)")
+# Values of a secret-looking name that are not the secret: the path of a file that holds it
+# (`GOOGLE_APPLICATION_CREDENTIALS`, `HF_TOKEN_PATH`, `POSTGRES_PASSWORD_FILE`: a Secret
+# mounted as a volume, the way these variables are meant to be used), a switch
+# (`HF_HUB_DISABLE_IMPLICIT_TOKEN: "1"`) or a count (`TOKEN_BUDGET: "4096"`).
+_NOT_A_SECRET = re.compile(r"^(/\S*|\d{1,6}|true|false|yes|no|on|off)$", re.IGNORECASE)
 # What the renderer adds to the runtime config besides the spec (slime flags, names, URLs);
 # generous, so the rule refuses before the ConfigMap would.
 CONFIG_HEADROOM = 64 * 1024
@@ -680,16 +696,19 @@ def checkpoint_saves(exp: RLExperiment) -> Iterator[Finding]:
 
 def retries_resume(exp: RLExperiment) -> Iterator[Finding]:
     """Warning: `backoffLimit` asks for retries that have nothing to resume: no
-    `checkpoint.path`, or a `checkpoint.saveInterval` of at least `grpo.numRollouts` (slime
+    `checkpoint.path`, or a save interval (`checkpoint.saveInterval`, or `--save-interval` in
+    `runtime.extraArgs`, which comes after it and wins) of at least `grpo.numRollouts` (slime
     then saves only after the last rollout). Each retry starts over from the model at rollout
-    0 and trains again every rollout the failed attempt had done, on the same GPUs' time."""
+    0 and trains again every rollout the failed attempt had done, on the same GPUs' time. A
+    run of one rollout has nothing before its last to resume."""
     spec = exp.spec
     ckpt, rollouts = spec.checkpoint, spec.grpo.num_rollouts
-    if spec.backoff_limit == 0:
+    if spec.backoff_limit == 0 or rollouts <= 1:
         return
-    if slime_flags.last_index(spec.runtime.extra_args, slime_flags.SAVE_INTERVAL_FLAG) is not None:
-        return  # checkpoint_saves judges a save interval given as a flag
+    given = slime_flags.last_index(spec.runtime.extra_args, slime_flags.SAVE_INTERVAL_FLAG)
     if ckpt.path is None:
+        if given is not None:
+            return  # checkpoint_saves refuses --save-interval without a path
         yield warn(
             "spec.backoffLimit",
             f"{spec.backoff_limit} retries, and no checkpoint.path: slime saves nothing, so each "
@@ -698,16 +717,21 @@ def retries_resume(exp: RLExperiment) -> Iterator[Finding]:
             "set checkpoint.path on a shared PersistentVolumeClaim and checkpoint.saveInterval "
             "(a retry then goes on from the last save), or set backoffLimit: 0",
         )
-    elif ckpt.save_interval is not None and ckpt.save_interval >= rollouts:
-        # should_run_periodic_action: (rollout_id + 1) % interval == 0, or the last rollout.
+        return
+    path, interval, name = "spec.checkpoint.saveInterval", ckpt.save_interval, "saveInterval"
+    if given is not None:
+        path, name = f"spec.runtime.extraArgs[{given}]", slime_flags.SAVE_INTERVAL_FLAG
+        interval = slime_flags.save_interval(spec.runtime.extra_args)
+    # should_run_periodic_action: (rollout_id + 1) % interval == 0, or the last rollout.
+    if interval is not None and interval >= rollouts:
         yield warn(
-            "spec.checkpoint.saveInterval",
-            f"{ckpt.save_interval} is not below grpo.numRollouts ({rollouts}): slime saves only "
+            path,
+            f"{name} {interval} is not below grpo.numRollouts ({rollouts}): slime saves only "
             f"after the last rollout, so each of the {spec.backoff_limit} retries "
             "(backoffLimit) starts over from the model at rollout 0",
-            f"set saveInterval below {rollouts}: a retry then goes on from the last save",
+            f"set {name} below {rollouts}: a retry then goes on from the last save",
         )
-    # A path without saveInterval is checkpoint_saves' warning, which names the retry too.
+    # A path without any interval is checkpoint_saves' warning, which names the retry too.
 
 
 def start_taken_over(exp: RLExperiment) -> Iterator[Finding]:
@@ -802,11 +826,16 @@ def looks_secret(name: str) -> bool:
 
 def credential_in_value(value: str) -> str | None:
     """What kind of credential a plain-text value is, whatever its variable is called (an
-    Authorization value, a known API token prefix, a URL with a password), or None."""
-    text = value.strip()
+    Authorization value, a known API token prefix, a URL with a password), or None. Its
+    `$(NAME)` references are not part of it: `postgres://rl:$(DB_PASSWORD)@db/runs` or
+    `Bearer $(API_TOKEN)` take the credential from another variable (a Secret's)."""
+    text = _ENV_REFERENCE.sub("", value).strip()
     for pattern, kind in _CREDENTIAL_VALUES:
         if pattern.match(text):
             return kind
+    basic = _BASIC.match(text)
+    if basic is not None and _basic_credentials(basic.group(1)):
+        return "an HTTP Authorization value"
     if "://" in text:
         try:
             if urlsplit(text).password:
@@ -816,11 +845,23 @@ def credential_in_value(value: str) -> str | None:
     return None
 
 
+def _basic_credentials(token: str) -> bool:
+    """Whether a Basic Authorization token is base64 of `user:password`."""
+    try:
+        return b":" in base64.b64decode(token, validate=True)
+    except (binascii.Error, ValueError):
+        return False
+
+
 def secrets_in_plain_text(exp: RLExperiment) -> Iterator[Finding]:
     """Warning: an env var whose name looks like a secret, or whose value is one whatever the
     name (`Bearer ...`, an `hf_`/`sk-`/`ghp_` token, a URL with a password), has a plain-text
     `value` (it would sit in the RayJob, readable by anyone who may read RayJobs);
-    `valueFrom.secretKeyRef` keeps it in a Secret. The same for a slime flag in `extraArgs`
+    `valueFrom.secretKeyRef` keeps it in a Secret. A `$(NAME)` reference to another variable
+    (one from a Secret) is not a secret in plain text: `postgres://rl:$(DB_PASSWORD)@db/runs`,
+    `Bearer $(API_TOKEN)`; nor is the value of a secret-looking name that is a file's path
+    (`GOOGLE_APPLICATION_CREDENTIALS`, `HF_TOKEN_PATH` to a mounted Secret), a switch or a
+    count (`HF_HUB_DISABLE_IMPLICIT_TOKEN: "1"`). The same for a slime flag in `extraArgs`
     that takes a key or a password (not the ones that name a key of the data rows, such as
     `--input-key` or `--label-key`).
     """
@@ -828,7 +869,13 @@ def secrets_in_plain_text(exp: RLExperiment) -> Iterator[Finding]:
         if env.value is None or env.value == "":
             continue
         kind = credential_in_value(env.value)
-        if looks_secret(env.name) or kind is not None:
+        # `HF_TOKEN: $(HUGGING_FACE_HUB_TOKEN)` names a secret and holds only a reference to it.
+        named = (
+            looks_secret(env.name)
+            and _ENV_REFERENCE.search(env.value) is None
+            and not _NOT_A_SECRET.match(env.value.strip())
+        )
+        if named or kind is not None:
             what = "looks like a secret" if kind is None else f"holds {kind}"
             yield warn(
                 f"spec.runtime.env[{i}].value",

@@ -347,6 +347,19 @@ SAVE_INTERVAL_FIX: Final = (
 )
 
 
+def save_interval(extra_args: Sequence[str]) -> int | None:
+    """The last `--save-interval` of extraArgs (argparse keeps it, and it comes after the one
+    agentrl renders from spec.checkpoint.saveInterval); None without one, or when it is no
+    integer (slime's parser says so)."""
+    seen = last_seen([_Run(EXTRA_ARGS_ORIGIN, tuple(extra_args))], takes_value=True)(
+        SAVE_INTERVAL_FLAG
+    )
+    try:
+        return None if seen is None or seen.value is None else int(seen.value)
+    except ValueError:
+        return None
+
+
 def restart_load(extra_args: Sequence[str], checkpoint_path: str | None) -> bool:
     """Whether a restart must pass `--load <checkpoint_path>` after extraArgs: they load
     another directory (a first run's start, e.g. another run's checkpoint) and do not
