@@ -1,4 +1,4 @@
-"""An episode whose every model call the engine aborted.
+"""An episode whose every model call the engine aborted, and what eval reads of an episode.
 
 The gateway answers an engine-aborted generation 503 and keeps the partial completion, which
 the merge masks (`aborted`): the agent never saw it. An agent that got only 503s and still
@@ -24,7 +24,12 @@ from agentrl.bundle.metrics import BundleMetrics
 from agentrl.bundle.rewards import post_process_rewards
 from agentrl.bundle.rollout.batch import RolloutContext, group_samples, run_groups
 from agentrl.bundle.rollout.driver import eval_batch
-from agentrl.bundle.rollout.episode import EpisodeInput, EpisodeSpec, _no_turns_message
+from agentrl.bundle.rollout.episode import (
+    EpisodeInput,
+    EpisodeOutcome,
+    EpisodeSpec,
+    _no_turns_message,
+)
 from agentrl.bundle.rollout.runtime import RolloutRuntime
 from agentrl.bundle.rollout.types import Status, slime_types, to_sample
 from agentrl.bundle.session import CONTEXT_LIMIT, ContextFullCalls
@@ -121,3 +126,35 @@ async def test_an_eval_episode_whose_every_call_was_aborted_counts_as_failed(
     data, metrics = await _eval(tmp_path, rows)
     assert data["e"]["rewards"] == [0.0]
     assert metrics["eval/e/failed_ratio"] == 0.5 and metrics["eval/e/episodes"] == 2
+
+
+async def test_an_eval_episodes_truncated_flag_counts_the_sequences_slime_is_not_handed(
+    tmp_path: Path,
+) -> None:
+    """An episode's one truncated sequence (a length-cut answer without logprobs) trains
+    nothing and is left out of its samples, beside the retry that trains: eval said the
+    episode was not truncated, as if it had been handed the other sequences only."""
+    data, _ = await _eval(tmp_path, [{"behavior": "masked_truncated"}, {"behavior": "ok"}])
+    assert len(data["e"]["samples"]) == 2  # the retry's sequence and the other episode's
+    assert data["e"]["truncated"] == [True, False]
+
+
+def test_the_rehearsals_truncated_counts_a_clipped_sequence_that_trains_nothing() -> None:
+    """A sequence clipped at maxResponseLength whose logprobs were unusable is left out of
+    the samples beside one that trains, and ended with no `length` turn: the rehearsal's
+    episode said `truncated: no`."""
+    from agentrl.bundle.rehearse.observe import Seen
+    from agentrl.bundle.rehearse.run import _episode
+    from agentrl.bundle.rollout.episode import segment_samples
+    from agentrl.bundle.traces import Turn, merge_turns_with_stats
+
+    turns = [Turn([1, 2, 3], [40, 41, 42], None, "stop"), Turn([1, 2, 3], [50], [-0.3], "stop")]
+    segments, stats = merge_turns_with_stats(turns, max_response_len=2)
+    assert [s.truncated for s in segments] == [True, False]
+    inp = EpisodeInput("p", {}, None, group_index=0, index=0)
+    samples = segment_samples(inp, segments, "sid", 1.0, 0)
+    assert len(samples) == 1  # the clipped one trains nothing: left out
+    outcome = EpisodeOutcome("sid", samples, 1.0, None, merge=stats, truncated=True)
+    tools = SimpleNamespace(failures=lambda turns: (0, []))
+    report = _episode(outcome, Seen(turns=turns), tools, None, None)  # type: ignore[arg-type]
+    assert report.truncated

@@ -91,6 +91,10 @@ class EpisodeOutcome:
     merge: MergeStats | None = None  # what merging the turns counted (breaks, masking...)
     seconds: float = 0.0  # wall time from getting a slot to the end (set by the batch)
     policy_version: int = 0  # the step it ran in (its turns' policy)
+    # Whether any of its sequences was truncated (hit maxResponseLength or finished
+    # `length`), those left out of `samples` because they train nothing included: eval
+    # reports it per episode, and which sequences slime gets must not change it.
+    truncated: bool = False
 
 
 def new_session_id() -> str:
@@ -147,7 +151,8 @@ def segment_samples(
     conversation as it ended), as a failed episode keeps one stand-in: its reward still
     counts once in its group's statistics, and one sample with no gradient dilutes the
     step's loss once, not once per segment. (One whose every call the engine aborted never
-    gets here: no completion reached its agent, so it fails as `no_turns`.)"""
+    gets here: no completion reached its agent, so it fails as `no_turns`.) Whether the
+    episode was truncated is read from all its segments (`EpisodeOutcome.truncated`)."""
     trained = [(i, seg) for i, seg in enumerate(segments) if 1 in seg.loss_mask]
     kept = trained or list(enumerate(segments))[-1:]
     return [
@@ -286,7 +291,8 @@ async def _run(
     samples = segment_samples(
         inp, segments, sid, reward, rollout_id, policy_version=spec.policy_version
     )
-    return EpisodeOutcome(sid, samples, reward, failure=None, merge=stats)
+    truncated = any(seg.truncated for seg in segments)
+    return EpisodeOutcome(sid, samples, reward, failure=None, merge=stats, truncated=truncated)
 
 
 class _EpisodeFailure(Exception):
