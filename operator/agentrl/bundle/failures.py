@@ -101,9 +101,10 @@ REASONS: Final[Mapping[str, Reason]] = {
         Reason(
             NO_TURNS,
             Category.CONTRACT,
-            "the agent reported a reward without a sampled model call: it never called the "
-            "model through its session, or every prompt it sent filled the model's context "
-            "(the message then says so, with the sizes)",
+            "the agent reported a reward without a completion from the model: it never called "
+            "the model through its session, the engine aborted every call it made (each "
+            "answered 503), or every prompt it sent filled the model's context (the message "
+            "then says which, with the sizes)",
         ),
         Reason(
             EMPTY_MERGE,

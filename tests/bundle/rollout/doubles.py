@@ -111,8 +111,8 @@ Script = Callable[[AgentRequest, int], float]  # (request, attempt of its row) -
 
 class StubAgent:
     """metadata["behavior"]: ok | fanout | error | hang | own_timeout | no_turns | bad_result
-    | echo_payload | cancel_itself | aborted_retry | all_aborted (or a list of them, indexed
-    by the attempt).
+    | echo_payload | cancel_itself | aborted_retry | all_aborted | all_masked |
+    masked_truncated (or a list of them, indexed by the attempt).
 
     own_timeout: a request of the backend to its agent times out on the backend's own clock
     (an aiohttp total timeout, 5 s) long before the episode deadline.
@@ -207,10 +207,22 @@ class StubAgent:
                 Turn([1, 2, 3], [50], [-0.3], "stop"),
             ):
                 self.gateway.record(sid, token, turn)
-        if behavior == "all_aborted":  # every call aborted: nothing of the episode trains
+        if behavior == "all_aborted":  # every call aborted: no completion reached the agent
             for turn in (
                 Turn([1, 2, 3], [40], [-0.1], "abort"),
                 Turn([1, 2, 3], [50], [-0.3], "abort"),
+            ):
+                self.gateway.record(sid, token, turn)
+        if behavior == "all_masked":  # answered twice, neither with usable logprobs
+            for turn in (
+                Turn([1, 2, 3], [40], None, "stop"),
+                Turn([1, 2, 3], [50], None, "stop"),
+            ):
+                self.gateway.record(sid, token, turn)
+        if behavior == "masked_truncated":  # a length-cut answer without logprobs, then one
+            for turn in (
+                Turn([1, 2, 3], [40, 41], None, "length"),
+                Turn([1, 2, 3], [50], [-0.3], "stop"),
             ):
                 self.gateway.record(sid, token, turn)
         reward = (

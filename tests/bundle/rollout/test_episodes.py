@@ -78,22 +78,23 @@ async def test_a_segment_that_trains_no_token_adds_no_sample_beside_trained_ones
     # The engine aborted a call after two tokens and the agent asked again: the partial
     # completion is its own segment, every token masked. Beside the retry's trained segment it
     # would only add a sample to slime's per-sample loss mean (diluting the episode's real
-    # one), so it is left out. An episode none of whose segments trains keeps one, its last
-    # (its reward still counts once in its group, as a failed episode's stand-in does).
+    # one), so it is left out. An episode none of whose segments trains (answered, but
+    # without usable logprobs) keeps one, its last (its reward still counts once in its
+    # group, as a failed episode's stand-in does).
     ctx, _gateway, _agent = context()
-    behaviors = [{"behavior": "aborted_retry", "reward": 1.0}, {"behavior": "all_aborted"}]
-    ((retried, aborted),) = await run_groups(ctx, inputs([behaviors]), SPEC, "train")
+    behaviors = [{"behavior": "aborted_retry", "reward": 1.0}, {"behavior": "all_masked"}]
+    ((retried, masked),) = await run_groups(ctx, inputs([behaviors]), SPEC, "train")
 
     (sample,) = retried.samples
     assert sample.tokens[-1] == 50 and sample.loss_mask == [1]
     assert sample.metadata["segment_index"] == 1  # the merge's index, kept
     assert retried.merge is not None and retried.merge.mask_reasons == {"aborted": 1}
-    assert aborted.failure is None and aborted.merge is not None
-    assert aborted.merge.segments == 2  # two conversations, both untrained...
-    (kept,) = aborted.samples  # ...hand slime one sample, the last, not one per segment
+    assert masked.failure is None and masked.merge is not None
+    assert masked.merge.segments == 2  # two conversations, both untrained...
+    (kept,) = masked.samples  # ...hand slime one sample, the last, not one per segment
     assert kept.tokens[-1] == 50 and kept.loss_mask == [0]
     assert kept.metadata["segment_index"] == 1 and kept.reward == 1.0
-    stats = batch_stats([[retried, aborted]])
+    stats = batch_stats([[retried, masked]])
     assert stats.masked_turns == 3 and stats.sequences == 2
 
 
@@ -124,6 +125,7 @@ async def test_agent_gets_metadata_verbatim_plus_session_block() -> None:
         ({"behavior": "error"}, {}, "agent_error"),
         ({"behavior": "bad_result"}, {}, "bad_result"),
         ({"behavior": "no_turns"}, {}, "no_turns"),
+        ({"behavior": "all_aborted"}, {}, "no_turns"),
         ({"behavior": "ok"}, {"fail_create": 1}, "gateway_error"),
     ],
 )

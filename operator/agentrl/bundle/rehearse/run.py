@@ -79,7 +79,7 @@ from agentrl.bundle.rollout.filters import (
 )
 from agentrl.bundle.rollout.runtime import build_context
 from agentrl.bundle.rollout.sampling import SamplingPlan, group_verdict
-from agentrl.bundle.rollout.types import SampleFields, Status, slime_types, to_sample
+from agentrl.bundle.rollout.types import SampleFields, slime_types, to_sample
 from agentrl.slimecmd.flags import sglang_model_args
 
 ENGINE_TIMEOUT_S = 10.0
@@ -637,8 +637,8 @@ def _episode(
         sequences=len(samples),
         trained_tokens=trained,
         masked_tokens=sum(s.response_length for s in samples) - trained,
-        truncated=any(s.status is Status.TRUNCATED for s in samples)
-        or any(t.finish_reason == "length" for t in seen.turns),
+        # Every sequence of it, those that train nothing and are left out of `samples` too.
+        truncated=outcome.truncated or any(t.finish_reason == "length" for t in seen.turns),
         tool_call_failures=tool_failures,
         seconds=outcome.seconds,
         base_url=seen.base_url,

@@ -45,7 +45,7 @@ from agentrl.bundle.rollout.resume import resume, save_step
 from agentrl.bundle.rollout.runtime import RolloutRuntime
 from agentrl.bundle.rollout.sampling import SamplingPlan, StepReport, fill_batch
 from agentrl.bundle.rollout.source import DataSource
-from agentrl.bundle.rollout.types import SlimeTypes, Status, to_sample
+from agentrl.bundle.rollout.types import SlimeTypes, to_sample
 from agentrl.bundle.session import SessionError
 
 log = logging.getLogger("agentrl.rollout")
@@ -289,7 +289,9 @@ async def eval_batch(
         if scored:
             data[eval_set.name] = {
                 "rewards": [o.reward for o in scored],
-                "truncated": [any(s.status is Status.TRUNCATED for s in o.samples) for o in scored],
+                # Per episode, over all its sequences: one left out of `samples` because
+                # it trains nothing still truncated the episode.
+                "truncated": [o.truncated for o in scored],
                 "samples": [to_sample(s, types) for o in scored for s in o.samples],
             }
         else:

@@ -40,7 +40,13 @@ from agentrl.bundle.session import (
     GatewaySessions,
     SessionError,
 )
-from agentrl.bundle.traces import CONTEXT_FULL, MergeStats, Segment, merge_turns_with_stats
+from agentrl.bundle.traces import (
+    ABORT,
+    CONTEXT_FULL,
+    MergeStats,
+    Segment,
+    merge_turns_with_stats,
+)
 
 log = logging.getLogger("agentrl.rollout")
 
@@ -85,6 +91,10 @@ class EpisodeOutcome:
     merge: MergeStats | None = None  # what merging the turns counted (breaks, masking...)
     seconds: float = 0.0  # wall time from getting a slot to the end (set by the batch)
     policy_version: int = 0  # the step it ran in (its turns' policy)
+    # Whether any of its sequences was truncated (hit maxResponseLength or finished
+    # `length`), those left out of `samples` because they train nothing included: eval
+    # reports it per episode, and which sequences slime gets must not change it.
+    truncated: bool = False
 
 
 def new_session_id() -> str:
@@ -136,10 +146,13 @@ def segment_samples(
     carries no gradient, but slime would still run it through the model, count it in its
     per-sample figures (response lengths, truncated ratio), and, under
     `--calculate-per-token-loss`, as one token of the step's normaliser (`clamp_min(mask
-    sum, 1)`), diluting every trained token. An episode none of whose segments trains keeps
-    one, its last (the conversation as it ended), as a failed episode keeps one stand-in:
-    its reward still counts once in its group's statistics, and one sample with no
-    gradient dilutes the step's loss once, not once per segment."""
+    sum, 1)`), diluting every trained token. An episode none of whose segments trains
+    (every completion of other weights or with unusable logprobs) keeps one, its last (the
+    conversation as it ended), as a failed episode keeps one stand-in: its reward still
+    counts once in its group's statistics, and one sample with no gradient dilutes the
+    step's loss once, not once per segment. (One whose every call the engine aborted never
+    gets here: no completion reached its agent, so it fails as `no_turns`.) Whether the
+    episode was truncated is read from all its segments (`EpisodeOutcome.truncated`)."""
     trained = [(i, seg) for i, seg in enumerate(segments) if 1 in seg.loss_mask]
     kept = trained or list(enumerate(segments))[-1:]
     return [
@@ -278,7 +291,8 @@ async def _run(
     samples = segment_samples(
         inp, segments, sid, reward, rollout_id, policy_version=spec.policy_version
     )
-    return EpisodeOutcome(sid, samples, reward, failure=None, merge=stats)
+    truncated = any(seg.truncated for seg in segments)
+    return EpisodeOutcome(sid, samples, reward, failure=None, merge=stats, truncated=truncated)
 
 
 class _EpisodeFailure(Exception):
@@ -317,15 +331,21 @@ async def _play(
             t if t.policy_version is not None else replace(t, policy_version=spec.policy_version)
             for t in await sessions.get_turns(sid)
         ]
-        # A call whose prompt filled the context sampled nothing (a CONTEXT_FULL turn): an
-        # episode of those alone has no turn; why is read before the session closes.
-        sampled = any(t.finish_reason != CONTEXT_FULL for t in turns)
-        full = await sessions.context_full(sid) if not sampled else None
+        # No completion reached the agent from a call whose prompt filled the context (a
+        # CONTEXT_FULL turn: nothing sampled, answered `length` and empty) or one the engine
+        # aborted (answered 503: the agent never saw it). An episode of those alone has no
+        # turn: its reward owes nothing to the model's output, so, counted as a task outcome,
+        # it would shape its siblings' advantages (slime's own rollout never scores an
+        # aborted sample: generate_and_rm returns it before the reward model). Why is read
+        # before the session closes.
+        answered = any(t.finish_reason not in (CONTEXT_FULL, ABORT) for t in turns)
+        full = await sessions.context_full(sid) if not answered else None
     finally:
         # Shielded so a cancelled or timed-out episode still frees its gateway session.
         await asyncio.shield(_close(sessions, sid))
-    if not sampled:
-        raise _EpisodeFailure(NO_TURNS, _no_turns_message(full))
+    if not answered:
+        aborted = sum(t.finish_reason == ABORT for t in turns)
+        raise _EpisodeFailure(NO_TURNS, _no_turns_message(full, aborted))
     segments, stats = merge_turns_with_stats(turns, spec.max_response_len)
     if not segments:
         msg = f"{len(turns)} turn(s) merged into no sample (prompt over budget or nothing sampled)"
@@ -333,11 +353,28 @@ async def _play(
     return result.reward, segments, stats
 
 
-def _no_turns_message(full: ContextFullCalls | None) -> str:
+def _no_turns_message(full: ContextFullCalls | None, aborted: int = 0) -> str:
     """Why an episode has no turn: the agent never called the model, or (not its fault)
-    every prompt it sent already filled the model's context, so nothing could be sampled."""
+    the engine aborted every call it made, or every prompt it sent already filled the
+    model's context, so nothing could be sampled; both where both happened."""
     if full is None or not full.calls:
+        if aborted:
+            return (
+                f"the engine aborted every model call of the agent ({aborted}; each answered "
+                "503, no completion reached the agent), so its reward owes nothing to the "
+                "model's output"
+            )
         return "the agent finished without calling the model"
+    if aborted:
+        # Both: the aborted calls' part first, then the context's with its fix.
+        return (
+            f"the engine aborted {aborted} model call(s) of the agent (answered 503) and "
+            + _context_full_message(full, "every other")
+        )
+    return _context_full_message(full, "every")
+
+
+def _context_full_message(full: ContextFullCalls, every: str) -> str:
     # The session's context_length is what a request may hold on the engine: the model's
     # context, or, where SGLang's scheduler refused the prompt, the smaller of it and the
     # engine's KV cache pool. The gateway says which where it can tell (`limit`): only the
@@ -350,19 +387,19 @@ def _no_turns_message(full: ContextFullCalls | None) -> str:
     )
     if full.limit == CONTEXT_LIMIT:
         return (
-            f"every model call ({full.calls}) had a prompt that filled the model's context of "
+            f"{every} model call ({full.calls}) had a prompt that filled the model's context of "
             f"{full.context_length} tokens ({sizes}), {outcome}; shorten the row's prompt or "
             "raise spec.model.contextLength"
         )
     if full.limit == KV_CACHE_LIMIT:
         return (
-            f"every model call ({full.calls}) had a prompt that filled the "
+            f"{every} model call ({full.calls}) had a prompt that filled the "
             f"{full.context_length} tokens the engine's KV cache holds for a request, less "
             f"than the model's context ({sizes}), {outcome}; shorten the row's prompt or "
             f"{kv_fix}"
         )
     return (
-        f"every model call ({full.calls}) had a prompt that filled the {full.context_length} "
+        f"{every} model call ({full.calls}) had a prompt that filled the {full.context_length} "
         "tokens a request may hold on the engine (the model's context, or the engine's KV "
         f"cache where that is smaller; {sizes}), {outcome}; shorten the row's prompt, or "
         "raise spec.model.contextLength if that is the model's context, else "

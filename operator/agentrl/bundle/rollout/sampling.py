@@ -665,9 +665,10 @@ class _Step:
         tokens = sum(sum(s.loss_mask) for s in outcome.samples)
         if not tokens:
             if trains and not backfill:
-                # A task outcome the merge masked whole (every completion aborted by the
-                # engine, sampled under other weights or without usable logprobs): its
-                # reward counts in its group, none of its tokens trains.
+                # A task outcome the merge masked whole (every completion sampled under
+                # other weights or without usable logprobs, some perhaps aborted: one whose
+                # every call was aborted failed as no_turns): its reward counts in its
+                # group, none of its tokens trains.
                 report.masked_seconds += outcome.seconds
             return outcome, False
         if lag == 0:
