@@ -366,6 +366,8 @@ def test_operator_settings_reach_the_operator_config() -> None:
     assert cfg.image_pull_secrets == ("pull-secret",)
     assert cfg.extra_labels == {"team": "research"}
     assert cfg.metrics_port == 8080
+    assert cfg.stuck_creating_after == 300
+    assert cfg.stuck_unschedulable_after == 900
 
 
 def test_sync_script_check_mode_agrees() -> None:

@@ -354,6 +354,8 @@ def stuck_pod(
                 "status": "False",
                 "reason": "Unschedulable",
                 "message": "0/4 nodes are available: 4 Insufficient nvidia.com/gpu.",
+                # Long past AGENTRL_STUCK_UNSCHEDULABLE_SECONDS: no node came for it.
+                "lastTransitionTime": "2025-01-01T00:00:00Z",
             }
         ]
     return {

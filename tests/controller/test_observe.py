@@ -249,3 +249,33 @@ def test_creating_trouble_is_the_newest_event_that_explains_it() -> None:
 )  # fmt: skip
 def test_cluster_trouble(rayjob: dict[str, Any] | None, expected: tuple[str, str] | None) -> None:
     assert observe.cluster_trouble(rayjob) == expected
+
+
+@pytest.mark.parametrize(
+    ("obj", "since"),
+    [
+        pytest.param(
+            pod(conditions=[{**UNSCHEDULABLE, "lastTransitionTime": "2026-01-01T00:05:00Z"}]),
+            "2026-01-01T00:05:00Z",
+            id="the-conditions-own-time",
+        ),
+        pytest.param(
+            {
+                "metadata": {"creationTimestamp": "2026-01-01T00:00:00Z"},
+                "status": {"conditions": [UNSCHEDULABLE]},
+            },
+            "2026-01-01T00:00:00Z",
+            id="else-the-pods-creation",
+        ),
+        pytest.param(pod(conditions=[UNSCHEDULABLE]), "", id="unknown"),
+        pytest.param(pod(conditions=[{**UNSCHEDULABLE, "status": "True"}]), None, id="scheduled"),
+        pytest.param(
+            pod(conditions=[{**UNSCHEDULABLE, "reason": "SchedulingGated"}]), None, id="gated"
+        ),
+        pytest.param(pod([waiting("ErrImagePull")]), None, id="no-condition"),
+    ],
+)
+def test_unschedulable_since(obj: dict[str, Any], since: str | None) -> None:
+    """How long a pod has waited for a node is read from the pod (the scheduler keeps the
+    condition's lastTransitionTime while it keeps failing), never from when it was seen."""
+    assert observe.unschedulable_since(obj) == since

@@ -314,6 +314,71 @@ async def test_containercreating_past_the_bound_with_a_failed_mount(
     assert stalled(api) is None  # b is still creating, with no event that explains it
 
 
+def unschedulable_pod(name: str, since: datetime, message: str) -> dict[str, Any]:
+    """A pod the scheduler has found no node for since `since`."""
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": NS, "labels": {LABEL_EXPERIMENT: "demo"}},
+        "status": {
+            "phase": "Pending",
+            "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                            "message": message, "lastTransitionTime": format_time(since)}],
+        },
+    }  # fmt: skip
+
+
+async def test_a_gang_waiting_for_an_autoscaled_node_is_stalled_only_past_the_bound(
+    api: Api, operator: OperatorRun, clock: FakeClock, op_config: OperatorConfig
+) -> None:
+    """With cluster-autoscaler or Karpenter every GPU gang starts Unschedulable and schedules
+    once its node is up: not Stalled. A pod no node came for is, once it has waited
+    AGENTRL_STUCK_UNSCHEDULABLE_SECONDS from its own condition's lastTransitionTime, with the
+    scheduler's words, at one status write and one event however long it waits."""
+    await initializing(api)
+    waiting_since = clock.now
+    first = "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."
+    await api.create(unschedulable_pod("demo-worker-a", waiting_since, first))
+    await api.create(unschedulable_pod("demo-worker-b", waiting_since, first))
+    mark, events = len(api.emu.log), len(api.events("demo"))
+    await sweeps(operator, 2)
+    assert stalled(api) is None  # a node may be coming up for them
+    # b gets its node within the bound: it was never stuck.
+    clock.set(waiting_since + timedelta(seconds=op_config.stuck_unschedulable_after / 2))
+    scheduled = {"conditions": [{"type": "PodScheduled", "status": "True",
+                                 "lastTransitionTime": format_time(clock.now)}]}  # fmt: skip
+    await api.patch(PODS, NS, "demo-worker-b", {"status": scheduled})
+    # The scheduler rewrites a's message (node counts) as nodes come and go; its clock stays.
+    now = "0/4 nodes are available: 4 Insufficient nvidia.com/gpu."
+    still = unschedulable_pod("demo-worker-a", waiting_since, now)
+    await api.patch(PODS, NS, "demo-worker-a", {"status": still["status"]})
+    assert operator.memo is not None
+    waits = operator.memo.controller.experiments[(NS, "demo")].unschedulable
+    await wait_for(lambda: waits == {"demo-worker-a": (format_time(waiting_since), now)},
+                   what="a waiting for its node, with the scheduler's latest words")  # fmt: skip
+    await sweeps(operator, 2)
+    assert stalled(api) is None
+    assert status_writes(api, mark) == 0 and len(api.events("demo")) == events
+    # No node came for a: the next sweep after the bound says so, with no pod event.
+    clock.set(waiting_since + timedelta(seconds=op_config.stuck_unschedulable_after + 1))
+    st = await wait_for(lambda: stalled(api), what="Stalled")
+    cond = conditions.get(st, STALLED)
+    assert cond is not None and cond["reason"] == "Unschedulable"
+    assert cond["message"] == f"pod demo-worker-a: Unschedulable: {now}"
+    await wait_for(lambda: api.reasons("demo")[events:] == ["Stalled"], what="the Stalled event")
+    mark = len(api.emu.log)
+    for minutes in range(1, 4):  # more sweeps, and the scheduler's words moving again
+        clock.set(clock.now + timedelta(minutes=minutes))
+        still = unschedulable_pod("demo-worker-a", waiting_since, f"0/{minutes} nodes")
+        await api.patch(PODS, NS, "demo-worker-a", {"status": still["status"]})
+        await sweeps(operator, 1)
+    assert status_writes(api, mark) == 0
+    assert api.reasons("demo")[events:] == ["Stalled"]
+    assert condition_series(operator) == {("Stalled", "Unschedulable"): 1.0}
+    # A node finally comes: no longer stuck.
+    await api.patch(PODS, NS, "demo-worker-a", {"status": scheduled})
+    await wait_for(lambda: stalled(api) is None, what="Stalled cleared")
+
+
 async def test_a_rayjob_no_kuberay_acts_on_names_kuberay_at_the_deadline(
     api: Api, operator: OperatorRun, clock: FakeClock
 ) -> None:

@@ -56,6 +56,9 @@ class OperatorConfig:
     # Seconds a pod may sit in ContainerCreating before its events are read for a volume or
     # sandbox that holds it (an image pull of tens of GB is slow but not stuck: no such event).
     stuck_creating_after: float = 300.0
+    # Seconds a pod may wait Unschedulable before it is stuck, counted from its PodScheduled
+    # condition's lastTransitionTime: long enough for an autoscaler to bring up a GPU node.
+    stuck_unschedulable_after: float = 900.0
     metrics_url: str = DEFAULT_METRICS_URL  # format keys: service, namespace, port, name
     ray_dashboard_url: str = DEFAULT_RAY_DASHBOARD_URL  # format keys: RAY_DASHBOARD_KEYS
     policy: Policy = BASELINE  # what experiments may ask for (agentrl.api.policy)
@@ -179,6 +182,7 @@ def load(env: Mapping[str, str]) -> OperatorConfig:
         scrape_concurrency=int(_number(env, "AGENTRL_SCRAPE_CONCURRENCY", 8, 1)),
         reconcile_concurrency=int(_number(env, "AGENTRL_RECONCILE_CONCURRENCY", 4, 1)),
         stuck_creating_after=_number(env, "AGENTRL_STUCK_CREATING_SECONDS", 300.0, 0),
+        stuck_unschedulable_after=_number(env, "AGENTRL_STUCK_UNSCHEDULABLE_SECONDS", 900.0, 0),
         metrics_url=url,
         ray_dashboard_url=ray_url,
         policy=read_policy(env.get(ENV_POLICY)),

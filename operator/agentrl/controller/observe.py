@@ -22,6 +22,15 @@ a large image downloads. Only its events tell the two apart (`FailedMount` and i
 `pkg/kubelet/events/event.go` at v1.20.2), so a pod still creating past a bound is checked
 against its events (`creating_trouble`), and only then.
 
+A pod the scheduler finds no node for (`PodScheduled=False`, reason `Unschedulable`) is not
+stuck at once either: with a cluster autoscaler (cluster-autoscaler, Karpenter, GKE node
+auto-provisioning) every new GPU gang starts that way and schedules once the node it asked
+for has come up, minutes later. The scheduler sets the condition when it first fails to place
+the pod and keeps its `lastTransitionTime` while it keeps failing (`updatePod` in
+pkg/scheduler/schedule_one.go, `UpdatePodCondition` in pkg/api/v1/pod/util.go, v1.28.0), so
+`unschedulable_since` reads how long the pod has waited from the pod itself, the same for
+every operator process that reads it; the controller counts it stuck past a bound.
+
 Pods KubeRay cannot create at all (the API server refused them) leave no pod to read;
 KubeRay's `ReplicaFailure` condition, mirrored into the RayJob's status, says why
 (`cluster_trouble`).
@@ -88,6 +97,22 @@ def pod_stuck(pod: Mapping[str, Any]) -> Trouble | None:
             where = f"container {cs.get('name', '?')}"
             text = _crash_text(cs) if reason in CRASH_REASONS else waiting.get("message", "")
             return reason, _short(f"{where}: {text}" if text else where)
+    return None
+
+
+def unschedulable_since(pod: Mapping[str, Any]) -> str | None:
+    """When the scheduler found no node for the pod, while it still finds none: its
+    PodScheduled condition's lastTransitionTime (else the pod's creationTimestamp: a pod is
+    never unscheduled once bound); "" when neither is known; None when it is not
+    Unschedulable."""
+    status = pod.get("status") or {}
+    for cond in status.get("conditions") or ():
+        if (cond.get("type") == "PodScheduled" and cond.get("status") == "False"
+                and cond.get("reason") == UNSCHEDULABLE):  # fmt: skip
+            since = cond.get("lastTransitionTime") or (pod.get("metadata") or {}).get(
+                "creationTimestamp"
+            )
+            return str(since or "")
     return None
 
 

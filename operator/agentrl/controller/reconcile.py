@@ -217,6 +217,10 @@ class Controller:
             else:
                 exp.pods[name] = component
         found = None if deleted else observe.pod_stuck(pod)
+        if found is not None and found[0] == observe.UNSCHEDULABLE:
+            found = self._unschedulable(exp, name, observe.unschedulable_since(pod) or "", found)
+        else:
+            exp.unschedulable.pop(name, None)
         creating = None if deleted or found else observe.creating_since(pod)
         if creating is None:
             exp.creating.pop(name, None)
@@ -241,6 +245,44 @@ class Controller:
         else:
             exp.stuck[name] = found
         await self._observed(exp)
+
+    def _unschedulable(
+        self, exp: Experiment, pod: str, since: str, found: observe.Trouble
+    ) -> observe.Trouble | None:
+        """An Unschedulable pod's trouble once it has waited `stuck_unschedulable_after`
+        since the scheduler first found no node for it; None before (kept, with the
+        scheduler's latest words, for the sweep to look at again), as an autoscaler may be
+        bringing a node up for it."""
+        if self._unschedulable_settled(since):
+            exp.unschedulable.pop(pod, None)
+            return found
+        if pod not in exp.unschedulable:
+            logger.info("%s/%s: pod %s waits for a node (%s); Stalled if it still does %ss "
+                        "after %s", *exp.key, pod, found[1],
+                        f"{self.config.stuck_unschedulable_after:g}", since)  # fmt: skip
+        exp.unschedulable[pod] = (since, found[1])
+        return None
+
+    def _unschedulable_settled(self, since: str) -> bool:
+        """Whether a pod Unschedulable since then has waited the bound out (a pod whose
+        wait cannot be told has)."""
+        try:
+            waited = status.parse_time(self.now()) - status.parse_time(since)
+        except (ValueError, TypeError):  # no time, or one without its zone
+            return True
+        return waited.total_seconds() >= self.config.stuck_unschedulable_after
+
+    async def check_unschedulable(self, exp: Experiment) -> None:
+        """Pods Unschedulable for longer than `stuck_unschedulable_after`: no node came
+        for them, so they are stuck, with the scheduler's words. A pod that keeps waiting
+        may get no new event (the scheduler rewrites its condition only when its message
+        changes), so only time tells."""
+        for pod, (since, said) in list(exp.unschedulable.items()):
+            if self._unschedulable_settled(since) and exp.unschedulable.get(pod) == (since, said):
+                del exp.unschedulable[pod]
+                if pod not in exp.stuck:
+                    exp.stuck[pod] = (observe.UNSCHEDULABLE, said)
+                    await self._observed(exp)
 
     async def check_creating(self, exp: Experiment) -> None:
         """Pods creating for longer than `stuck_creating_after`: their events say whether

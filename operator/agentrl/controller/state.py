@@ -62,6 +62,9 @@ class Experiment:
     # pod -> (reason, message), in the order the pods were found stuck (the first speaks)
     stuck: dict[str, tuple[str, str]] = field(default_factory=dict)
     creating: dict[str, str] = field(default_factory=dict)  # pod -> when it began creating
+    # pod -> (since, the scheduler's words) while it waits Unschedulable within the operator's
+    # bound (an autoscaler may be bringing a node up); stuck once that has passed (the sweep)
+    unschedulable: dict[str, tuple[str, str]] = field(default_factory=dict)
     # pod -> when a restarted container of it last started (or ended): a crash-looping pod
     # between two back-offs, kept stuck until it has run CRASH_SETTLED_SECONDS (the sweep)
     restarted: dict[str, str] = field(default_factory=dict)

@@ -12,6 +12,8 @@ EpisodesFailing condition: `progress.episodes_window`). An unreachable or unpars
 endpoint leaves progress as it was: no error loop, no event; the next sweep tries again.
 A crash-looping pod whose restarted container has run long enough is cleared here too
 (`Controller.check_restarted`): a container that keeps running changes nothing more.
+A pod Unschedulable for longer than `AGENTRL_STUCK_UNSCHEDULABLE_SECONDS` is found stuck
+here (`Controller.check_unschedulable`): one that keeps waiting may show no new event.
 """
 
 from __future__ import annotations
@@ -48,6 +50,8 @@ async def sweep(controller: Controller) -> None:
             await controller.rayjob_gone(exp)
         if exp.creating and not exp.finished:
             await controller.check_creating(exp)
+        if exp.unschedulable and not exp.finished:
+            await controller.check_unschedulable(exp)
         if exp.restarted:
             await controller.check_restarted(exp)
         if exp.submitter_waits:
