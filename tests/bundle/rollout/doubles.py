@@ -10,11 +10,12 @@ many episodes were live at once. `ChatAgent` talks to a real gateway over HTTP.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import secrets
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
@@ -22,6 +23,9 @@ from agentrl.api.runtime import RuntimeConfig
 from agentrl.bundle.agents.base import AgentError, AgentRequest, AgentResult, PoolStats
 from agentrl.bundle.session import ContextFullCalls, QuiesceReport, SessionError, SessionHandle
 from agentrl.bundle.traces import Turn
+
+if TYPE_CHECKING:
+    from agentrl.bundle.rollout.runtime import RolloutRuntime
 
 
 class FakeGateway:
@@ -372,3 +376,27 @@ def failing_filter(tmp_path: Path, monkeypatch: Any, module: str) -> str:
     monkeypatch.syspath_prepend(str(code))
     monkeypatch.delitem(sys.modules, module, raising=False)
     return f"{module}.fails_when_told"
+
+
+@contextlib.contextmanager
+def stub_runtime(gateway: FakeGateway, max_concurrent: int = 2) -> Iterator[RolloutRuntime]:
+    """A rollout runtime whose episodes run a `StubAgent` against `gateway`, its metrics kept
+    in process; its loop thread is closed on the way out."""
+    # Imported here: the benchmarks and the upstream-site scripts import these doubles
+    # without a runtime, and the metrics registry behind one costs half a second to import.
+    from tests.support.metrics import LocalSink
+
+    from agentrl.bundle.metrics import BundleMetrics
+    from agentrl.bundle.rollout.batch import RolloutContext
+    from agentrl.bundle.rollout.runtime import RolloutRuntime
+
+    ctx = RolloutContext(gateway, StubAgent(gateway), asyncio.Semaphore(max_concurrent))
+
+    async def build() -> RolloutContext:
+        return ctx
+
+    runtime = RolloutRuntime(build, LocalSink(BundleMetrics()))
+    try:
+        yield runtime
+    finally:
+        runtime._thread.close()

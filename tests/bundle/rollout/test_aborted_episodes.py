@@ -18,9 +18,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from tests.support.metrics import LocalSink
 
-from agentrl.bundle.metrics import BundleMetrics
 from agentrl.bundle.rewards import post_process_rewards
 from agentrl.bundle.rollout.batch import RolloutContext, group_samples, run_groups
 from agentrl.bundle.rollout.driver import eval_batch
@@ -30,11 +28,10 @@ from agentrl.bundle.rollout.episode import (
     EpisodeSpec,
     _no_turns_message,
 )
-from agentrl.bundle.rollout.runtime import RolloutRuntime
 from agentrl.bundle.rollout.types import Status, slime_types, to_sample
 from agentrl.bundle.session import CONTEXT_LIMIT, ContextFullCalls
 
-from .doubles import FakeGateway, StubAgent, runtime_config
+from .doubles import FakeGateway, StubAgent, runtime_config, stub_runtime
 
 SPEC = EpisodeSpec({"temperature": 1.0, "max_new_tokens": 64}, 64, timeout_s=30.0, model_id="m")
 
@@ -104,17 +101,8 @@ async def _eval(
     path = tmp_path / "eval.jsonl"
     path.write_text("".join(json.dumps({"prompt": "q", "metadata": r}) + "\n" for r in rows))
     config = runtime_config(eval_sets=[{"name": "e", "path": str(path), "samplesPerPrompt": 1}])
-    gateway = FakeGateway()
-    ctx = RolloutContext(gateway, StubAgent(gateway), asyncio.Semaphore(2))
-
-    async def build() -> RolloutContext:
-        return ctx
-
-    runtime = RolloutRuntime(build, LocalSink(BundleMetrics()))
-    try:
+    with stub_runtime(FakeGateway()) as runtime:
         out = await eval_batch(runtime, config, 3, slime_types(prefer_plain=True))
-    finally:
-        runtime._thread.close()
     return out.data, out.metrics
 
 

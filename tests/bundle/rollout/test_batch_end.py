@@ -34,7 +34,7 @@ from agentrl.bundle.rollout.driver import QUIESCE_TIMEOUT_S, eval_batch, train_b
 from agentrl.bundle.rollout.runtime import RolloutRuntime
 from agentrl.bundle.rollout.types import slime_types
 
-from .doubles import ChatAgent, FakeGateway, StubAgent, runtime_config
+from .doubles import ChatAgent, FakeGateway, runtime_config, stub_runtime
 
 ARGS = SimpleNamespace(rollout_batch_size=1, rollout_max_response_len=64, rollout_temperature=1.0)
 
@@ -130,16 +130,9 @@ async def test_train_and_eval_batches_settle_the_engines_after_every_session_clo
     """Each batch asks the gateway once, after the last session closed; if the engines do
     not go idle in time, one warning says so and the batch is still returned."""
     gateway = FakeGateway()
-    agent = StubAgent(gateway)
-    ctx = RolloutContext(gateway, agent, asyncio.Semaphore(2))
-
-    async def build() -> RolloutContext:
-        return ctx
-
-    runtime = RolloutRuntime(build, LocalSink(BundleMetrics()))
     config = runtime_config(eval_sets=[])
     types = slime_types(prefer_plain=True)
-    try:
+    with stub_runtime(gateway) as runtime:
         await train_batch(runtime, config, ARGS, 3, Source(), types=types)
         assert gateway.quiesced == [QUIESCE_TIMEOUT_S]
         assert gateway.open_at_quiesce == [0]  # every episode had closed its session
@@ -151,8 +144,6 @@ async def test_train_and_eval_batches_settle_the_engines_after_every_session_clo
         warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
         assert len(warnings) == 1 and "Rollout 4: engines not idle" in warnings[0]
         assert "engines report 3 request(s) on 2 worker(s)" in warnings[0]
-    finally:
-        runtime._thread.close()
 
 
 async def test_an_eval_batch_settles_the_engines_once_after_all_its_sets(tmp_path: Path) -> None:
@@ -160,20 +151,12 @@ async def test_an_eval_batch_settles_the_engines_once_after_all_its_sets(tmp_pat
     rows.write_text(json.dumps({"prompt": "q", "metadata": {"behavior": "ok"}}) + "\n")
     sets = [{"name": n, "path": str(rows), "samplesPerPrompt": 2} for n in ("a", "b")]
     gateway = FakeGateway()
-    ctx = RolloutContext(gateway, StubAgent(gateway), asyncio.Semaphore(2))
-
-    async def build() -> RolloutContext:
-        return ctx
-
-    runtime = RolloutRuntime(build, LocalSink(BundleMetrics()))
-    try:
+    with stub_runtime(gateway) as runtime:
         out = await eval_batch(
             runtime, runtime_config(eval_sets=sets), 5, slime_types(prefer_plain=True)
         )
-        assert set(out.data) == {"a", "b"}
-        assert gateway.quiesced == [QUIESCE_TIMEOUT_S] and gateway.open_at_quiesce == [0]
-    finally:
-        runtime._thread.close()
+    assert set(out.data) == {"a", "b"}
+    assert gateway.quiesced == [QUIESCE_TIMEOUT_S] and gateway.open_at_quiesce == [0]
 
 
 async def test_eval_samples_carry_the_policy_of_the_weights_they_ran_on(tmp_path: Path) -> None:
@@ -185,22 +168,15 @@ async def test_eval_samples_carry_the_policy_of_the_weights_they_ran_on(tmp_path
     rows.write_text(json.dumps({"prompt": "q", "metadata": {"behavior": "ok"}}) + "\n")
     sets = [{"name": "a", "path": str(rows), "samplesPerPrompt": 2}]
     config = runtime_config(eval_sets=sets)
-    gateway = FakeGateway()
-    ctx = RolloutContext(gateway, StubAgent(gateway), asyncio.Semaphore(2))
-
-    async def build() -> RolloutContext:
-        return ctx
-
-    runtime = RolloutRuntime(build, LocalSink(BundleMetrics()))
     types = slime_types(prefer_plain=True)
     seen: list[tuple[str, int, set[int]]] = []
+    with stub_runtime(FakeGateway()) as runtime:
 
-    async def evaluate(rollout_id: int) -> None:
-        out = await eval_batch(runtime, config, rollout_id, types)
-        versions = {s.metadata["policy_version"] for s in out.data["a"]["samples"]}
-        seen.append(("eval", rollout_id, versions))
+        async def evaluate(rollout_id: int) -> None:
+            out = await eval_batch(runtime, config, rollout_id, types)
+            versions = {s.metadata["policy_version"] for s in out.data["a"]["samples"]}
+            seen.append(("eval", rollout_id, versions))
 
-    try:
         # --eval-interval 1: eval(0) before training, then after every step.
         for rollout_id in range(2):
             if rollout_id == 0:
@@ -209,7 +185,5 @@ async def test_eval_samples_carry_the_policy_of_the_weights_they_ran_on(tmp_path
             samples = [s for g in out.samples for s in g]
             seen.append(("train", rollout_id, {s.metadata["policy_version"] for s in samples}))
             await evaluate(rollout_id)
-    finally:
-        runtime._thread.close()
     assert seen == [("eval", 0, {0}), ("train", 0, {0}), ("eval", 0, {1}),
                     ("train", 1, {1}), ("eval", 1, {2})]  # fmt: skip
