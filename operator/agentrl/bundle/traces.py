@@ -22,10 +22,9 @@ Each turn keeps the weight version the engine reported with it (SGLang's
 versions of its turns (slime's `Sample.weight_versions`). slime updates the engines only
 between rollout steps, so one episode's turns share one version; a turn whose version is not
 the one the episode's last completed (not aborted) turn reported was sampled by other weights
-than that turn
-(the weights changed mid-episode, or the router spread the episode over engines holding
-different weights): kept with mask 0 and counted (`WEIGHT_CHANGED`), as slime's
-`--mask-offpolicy-in-partial-rollout` masks what an older version sampled.
+than that turn (the weights changed mid-episode, or the router spread the episode over
+engines holding different weights): kept with mask 0 and counted (`WEIGHT_CHANGED`), as
+slime's `--mask-offpolicy-in-partial-rollout` masks what an older version sampled.
 """
 
 from __future__ import annotations
@@ -192,18 +191,19 @@ class _Chain:
         bridge = len(prompt) - self.full_len if self.spans else 0
         n = len(completion)
         lps: list[float] | None = None
-        if n and turn.finish_reason == ABORT:
-            # The agent was answered 503 and never saw these tokens: the reward cannot credit
-            # them. slime never trains an aborted sample either (only --partial-rollout
-            # continues one, and it is the continued sample that trains).
-            stats.masked_turns += 1
-            stats.masked_tokens += n
-            stats.mask_reasons[ABORTED] += 1
-        elif n:
-            lps, why = _logprobs(turn.logprobs, n)
-            stale = None not in (turn.weight_version, weights) and turn.weight_version != weights
-            if why is None and stale:
-                lps, why = None, WEIGHT_CHANGED
+        if n:
+            if turn.finish_reason == ABORT:
+                # The agent was answered 503 and never saw these tokens: the reward cannot
+                # credit them. slime never trains an aborted sample either (only
+                # --partial-rollout continues one, and it is the continued sample that trains).
+                why: str | None = ABORTED
+            else:
+                lps, why = _logprobs(turn.logprobs, n)
+                stale = (
+                    None not in (turn.weight_version, weights) and turn.weight_version != weights
+                )
+                if why is None and stale:
+                    lps, why = None, WEIGHT_CHANGED
             if why is not None:
                 # Never train on invented logprobs: TIS/off-policy correction would be biased.
                 stats.masked_turns += 1
