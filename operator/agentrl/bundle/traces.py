@@ -83,6 +83,12 @@ CONTEXT_FULL = "context_full"
 ABORT = "abort"
 
 
+def reached_agent(turn: Turn) -> bool:
+    """Whether the agent got a completion from this call: not one whose prompt filled the
+    context (nothing sampled) nor one the engine aborted (answered 503)."""
+    return turn.finish_reason not in (CONTEXT_FULL, ABORT)
+
+
 # Why a turn started a new segment instead of extending one (label of trace_breaks_total;
 # the labels' home is agentrl.api.constants, which the metrics pre-create from).
 # retry, n>1 sibling, parallel call on one state
@@ -368,7 +374,7 @@ def merge_turns_with_stats(
         (
             t.weight_version
             for t in reversed(turns)
-            if t.finish_reason not in (CONTEXT_FULL, ABORT) and isinstance(t.weight_version, str)
+            if reached_agent(t) and isinstance(t.weight_version, str)
         ),
         None,
     )

@@ -42,10 +42,10 @@ from agentrl.bundle.session import (
 )
 from agentrl.bundle.traces import (
     ABORT,
-    CONTEXT_FULL,
     MergeStats,
     Segment,
     merge_turns_with_stats,
+    reached_agent,
 )
 
 log = logging.getLogger("agentrl.rollout")
@@ -338,7 +338,7 @@ async def _play(
         # it would shape its siblings' advantages (slime's own rollout never scores an
         # aborted sample: generate_and_rm returns it before the reward model). Why is read
         # before the session closes.
-        answered = any(t.finish_reason not in (CONTEXT_FULL, ABORT) for t in turns)
+        answered = any(map(reached_agent, turns))
         full = await sessions.context_full(sid) if not answered else None
     finally:
         # Shielded so a cancelled or timed-out episode still frees its gateway session.
