@@ -49,7 +49,7 @@ from agentrl.bundle.gateway.sglang import Completion, EngineError, length_refusa
 from agentrl.bundle.gateway.token_view import TokenView
 from agentrl.bundle.metrics import BundleMetrics
 from agentrl.bundle.session import CONTEXT_LIMIT, KV_CACHE_LIMIT, FullLimit
-from agentrl.bundle.traces import Turn
+from agentrl.bundle.traces import ABORT, Turn
 
 log = logging.getLogger("agentrl.gateway")
 
@@ -188,7 +188,7 @@ class TurnRunner:
             session.turns[at] = Turn(
                 seen, sampled, lps, done.finish_reason, weight_version=done.weight_version
             )
-        if done.finish_reason == "abort":
+        if done.finish_reason == ABORT:
             # Not a weight update: slime's train.py changes weights only between rollout
             # steps, once the engines are idle. The partial turn stays recorded; the merge
             # masks it (traces.ABORTED), since the agent never sees it.
