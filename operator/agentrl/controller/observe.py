@@ -86,10 +86,8 @@ Trouble = tuple[str, str]  # (reason, message)
 def pod_stuck(pod: Mapping[str, Any]) -> Trouble | None:
     """(reason, message) if the pod's status says it cannot progress without help, else None."""
     status = pod.get("status") or {}
-    for cond in status.get("conditions") or ():
-        if (cond.get("type") == "PodScheduled" and cond.get("status") == "False"
-                and cond.get("reason") == UNSCHEDULABLE):  # fmt: skip
-            return UNSCHEDULABLE, _short(cond.get("message", ""))
+    if (cond := _unschedulable(status)) is not None:
+        return UNSCHEDULABLE, _short(cond.get("message", ""))
     for cs in _container_statuses(status):
         waiting = (cs.get("state") or {}).get("waiting") or {}
         reason = waiting.get("reason")
@@ -105,14 +103,20 @@ def unschedulable_since(pod: Mapping[str, Any]) -> str | None:
     PodScheduled condition's lastTransitionTime (else the pod's creationTimestamp: a pod is
     never unscheduled once bound); "" when neither is known; None when it is not
     Unschedulable."""
-    status = pod.get("status") or {}
+    cond = _unschedulable(pod.get("status") or {})
+    if cond is None:
+        return None
+    since = cond.get("lastTransitionTime") or (pod.get("metadata") or {}).get("creationTimestamp")
+    return str(since or "")
+
+
+def _unschedulable(status: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The pod's PodScheduled condition while the scheduler finds no node for it."""
+    cond: Mapping[str, Any]
     for cond in status.get("conditions") or ():
         if (cond.get("type") == "PodScheduled" and cond.get("status") == "False"
                 and cond.get("reason") == UNSCHEDULABLE):  # fmt: skip
-            since = cond.get("lastTransitionTime") or (pod.get("metadata") or {}).get(
-                "creationTimestamp"
-            )
-            return str(since or "")
+            return cond
     return None
 
 

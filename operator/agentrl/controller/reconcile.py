@@ -263,14 +263,18 @@ class Controller:
         exp.unschedulable[pod] = (since, found[1])
         return None
 
+    def _seconds_since(self, since: str) -> float:
+        """Seconds from `since` (an API server timestamp) to now."""
+        return (status.parse_time(self.now()) - status.parse_time(since)).total_seconds()
+
     def _unschedulable_settled(self, since: str) -> bool:
         """Whether a pod Unschedulable since then has waited the bound out (a pod whose
         wait cannot be told has)."""
         try:
-            waited = status.parse_time(self.now()) - status.parse_time(since)
+            waited = self._seconds_since(since)
         except (ValueError, TypeError):  # no time, or one without its zone
             return True
-        return waited.total_seconds() >= self.config.stuck_unschedulable_after
+        return waited >= self.config.stuck_unschedulable_after
 
     async def check_unschedulable(self, exp: Experiment) -> None:
         """Pods Unschedulable for longer than `stuck_unschedulable_after`: no node came
@@ -287,10 +291,9 @@ class Controller:
     async def check_creating(self, exp: Experiment) -> None:
         """Pods creating for longer than `stuck_creating_after`: their events say whether
         a volume or the sandbox holds them (a large image pull holds them too, and is fine)."""
-        now = status.parse_time(self.now())
         bound = self.config.stuck_creating_after
         for pod, since in list(exp.creating.items()):
-            if pod in exp.stuck or (now - status.parse_time(since)).total_seconds() < bound:
+            if pod in exp.stuck or self._seconds_since(since) < bound:
                 continue
             try:
                 events = await self.kube.pod_events(exp.key[0], pod)
@@ -317,8 +320,7 @@ class Controller:
         return pod, reason, rest.removeprefix(reason).removeprefix(": ")
 
     def _crash_settled(self, since: str) -> bool:
-        waited = status.parse_time(self.now()) - status.parse_time(since)
-        return waited.total_seconds() >= observe.CRASH_SETTLED_SECONDS
+        return self._seconds_since(since) >= observe.CRASH_SETTLED_SECONDS
 
     async def check_restarted(self, exp: Experiment) -> None:
         """Crash-looping pods whose restarted container has now run long enough: their
@@ -341,8 +343,7 @@ class Controller:
         name = exp.status.get("rayJobName")
         if running.get("status") != "True" or not since or not name:
             return
-        waited = status.parse_time(self.now()) - status.parse_time(str(since))
-        if waited.total_seconds() < self.config.stuck_creating_after:
+        if self._seconds_since(str(since)) < self.config.stuck_creating_after:
             return
         try:
             events = await self.kube.events_of(exp.key[0], "Job", str(name))
