@@ -308,16 +308,13 @@ class Controller:
     @staticmethod
     def _crash_loop_reported(exp: Experiment) -> tuple[str, str, str] | None:
         """(pod, reason, message) when the status shows the experiment Stalled by a pod's
-        crash loop (`pod NAME: REASON: MESSAGE`, as status._stalled writes it)."""
+        crash loop (its message as `status.stuck_pod_text` wrote it)."""
         cond = conditions.get(exp.status, "Stalled") or {}
         reason = str(cond.get("reason") or "")
-        said = str(cond.get("message") or "")
         if cond.get("status") != "True" or reason not in observe.CRASH_REASONS:
             return None
-        pod, _, rest = said.removeprefix("pod ").partition(": ")
-        if not said.startswith("pod ") or not pod or (rest.split(": ", 1)[0] != reason):
-            return None
-        return pod, reason, rest.removeprefix(reason).removeprefix(": ")
+        found = status.stuck_pod_of(str(cond.get("message") or ""), reason)
+        return None if found is None else (found[0], reason, found[1])
 
     def _crash_settled(self, since: str) -> bool:
         return self._seconds_since(since) >= observe.CRASH_SETTLED_SECONDS

@@ -464,7 +464,7 @@ def _stalled(st: Status, seen: Observed, phase: Phase, now: str) -> None:
         return
     if seen.stuck:
         pod, reason, message = seen.stuck[0]
-        text = f"pod {pod}: {reason}" + (f": {message}" if message else "")
+        text = stuck_pod_text(pod, reason, message)
         waits = pod in seen.submitter_pods and reason not in observe.CRASH_REASONS
         if waits and phase == Phase.RUNNING and not rj.get("jobStatus"):
             # KubeRay's submitter pod cannot start (no node for it, its image): Ray never
@@ -493,6 +493,21 @@ def _stalled(st: Status, seen: Observed, phase: Phase, now: str) -> None:
         conditions.put(st, C.STALLED, True, reason=reason, message=message, now=since)
         return
     conditions.put_if_relevant(st, C.STALLED, False, reason="Progressing", message="", now=now)
+
+
+def stuck_pod_text(pod: str, reason: str, message: str) -> str:
+    """The Stalled message of a stuck pod: `pod NAME: REASON[: MESSAGE]`."""
+    return f"pod {pod}: {reason}" + (f": {message}" if message else "")
+
+
+def stuck_pod_of(text: str, reason: str) -> tuple[str, str] | None:
+    """(pod, message) of a Stalled message `stuck_pod_text` wrote for `reason`, else None."""
+    if not text.startswith("pod "):
+        return None
+    pod, _, rest = text.removeprefix("pod ").partition(": ")
+    if not pod or rest.split(": ", 1)[0] != reason:
+        return None
+    return pod, rest.removeprefix(reason).removeprefix(": ")
 
 
 STARTUP_DEADLINE_EXCEEDED = "StartupDeadlineExceeded"
