@@ -96,8 +96,9 @@ _SECRET_WORDS = frozenset(
 # Values that are credentials whatever the variable is called: an HTTP Authorization value,
 # and the documented prefixes of common API tokens (Hugging Face `hf_`, OpenAI and Anthropic
 # `sk-`, GitHub `ghp_`/`github_pat_`, Slack `xox?-`), long enough not to be a word.
+_AUTHORIZATION = "an HTTP Authorization value"
 _CREDENTIAL_VALUES: tuple[tuple[re.Pattern[str], str], ...] = (
-    (re.compile(r"^bearer\s+\S{8,}$", re.IGNORECASE), "an HTTP Authorization value"),
+    (re.compile(r"^bearer\s+\S{8,}$", re.IGNORECASE), _AUTHORIZATION),
     (re.compile(r"^(hf_|sk-|ghp_|github_pat_|xox[abprs]-)[A-Za-z0-9_-]{16,}$"), "an API token"),
 )
 # A Basic Authorization value: base64 of `user:password` (RFC 7617), not a phrase such as
@@ -835,7 +836,7 @@ def credential_in_value(value: str) -> str | None:
             return kind
     basic = _BASIC.match(text)
     if basic is not None and _basic_credentials(basic.group(1)):
-        return "an HTTP Authorization value"
+        return _AUTHORIZATION
     if "://" in text:
         try:
             if urlsplit(text).password:
