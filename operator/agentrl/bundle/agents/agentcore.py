@@ -410,7 +410,7 @@ class AgentCoreBackend:
         self._executor.shutdown(wait=False, cancel_futures=True)
 
 
-def _cannot_have_run(exc: Exception) -> bool:
+def _cannot_have_run(exc: BaseException) -> bool:
     """An invoke that AgentCore refused, or whose connection never opened: it never ran."""
     if isinstance(
         exc, botocore.exceptions.EndpointConnectionError | botocore.exceptions.ConnectTimeoutError

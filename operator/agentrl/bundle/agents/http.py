@@ -89,7 +89,7 @@ class _TryAgain(Exception):
         self.retry_after = retry_after
 
 
-def _retry_wait(exc: Exception) -> bool | float:
+def _retry_wait(exc: BaseException) -> bool | float:
     """stamina's hook: retry `_TryAgain`, after its `Retry-After` when the agent gave one."""
     if not isinstance(exc, _TryAgain):
         return False

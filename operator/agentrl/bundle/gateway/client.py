@@ -13,7 +13,7 @@ was lost, a retry would find the id taken. The quiesce call has its own long dea
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, TypedDict
 
 import aiohttp
 import orjson
@@ -30,7 +30,19 @@ from agentrl.bundle.session import (
 from agentrl.bundle.traces import Turn
 
 RETRY_ATTEMPTS = 3  # idempotent admin calls: the first try and two retries
-RETRY_WAIT = {"wait_initial": 0.2, "wait_exp_base": 2.0, "wait_max": 2.0, "wait_jitter": 0.2}
+
+
+class _Wait(TypedDict):
+    """The backoff keywords of `stamina.retry_context`, typed so that unpacking them cannot
+    fill one of its other parameters (stamina 26.2 added a keyword-only `name: str`)."""
+
+    wait_initial: float
+    wait_exp_base: float
+    wait_max: float
+    wait_jitter: float
+
+
+RETRY_WAIT = _Wait(wait_initial=0.2, wait_exp_base=2.0, wait_max=2.0, wait_jitter=0.2)
 
 
 class _Transient(Exception):

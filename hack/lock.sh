@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Refreshes hack/constraints.txt, the exact versions hack/setup.sh installs the dev extras at.
+# pyproject.toml keeps ranges (what a user's `pip install agentrl[operator]` may resolve to);
+# the test suite runs on the locked set, so a release of a dev tool or a dependency (a new
+# ruff rule, a changed type hint in stamina) cannot fail CI on a commit that changed nothing.
+# Run it on purpose, read the diff, run `bash hack/test.sh`, and commit both together.
+source "$(dirname "$0")/lib.sh"
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+log "resolving the dev extras afresh in $tmp"
+python3 -m venv "$tmp/venv"
+"$tmp/venv/bin/pip" install -q -e "$ROOT[dev]"
+{
+  echo "# The dev extras' exact versions, written by hack/lock.sh; hack/setup.sh installs with -c."
+  echo "# Regenerate it with hack/lock.sh rather than editing it by hand."
+  # torch's local label (+cpu) names the build, not the release: the pin stays the release
+  # pyproject.toml names, so pip keeps taking whichever build the machine provides.
+  "$tmp/venv/bin/pip" freeze --exclude-editable | sed -E 's/^(torch==[^+]+)\+.*/\1/' | LC_ALL=C sort -f
+} > "$ROOT/hack/constraints.txt"
+log "wrote hack/constraints.txt ($(grep -vc '^#' "$ROOT/hack/constraints.txt") packages)"

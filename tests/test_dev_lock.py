@@ -1,0 +1,87 @@
+"""The dev extras are installed at the versions `hack/constraints.txt` locks, so CI's outcome
+depends on the commit alone, not on what PyPI released since.
+
+A requirement added to pyproject.toml without refreshing the lock, a lock that contradicts a
+range, or a venv that drifted from the lock each fail here with the command that mends it.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from importlib import metadata
+
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import Version
+
+from conftest import ROOT
+
+LOCK = ROOT / "hack" / "constraints.txt"
+REFRESH = "run `bash hack/lock.sh`, then `bash hack/test.sh`"
+
+
+def _locked() -> dict[str, Version]:
+    pins: dict[str, Version] = {}
+    for line in LOCK.read_text().splitlines():
+        if not line or line.startswith("#"):
+            continue
+        match = re.fullmatch(r"([A-Za-z0-9._-]+)==(\S+)", line)
+        assert match, f"hack/constraints.txt: {line!r} is not `name==version`; {REFRESH}"
+        name = canonicalize_name(match[1])
+        assert name not in pins, f"hack/constraints.txt pins {name} twice; {REFRESH}"
+        pins[name] = Version(match[2])
+    return pins
+
+
+def _dev_requirements() -> list[Requirement]:
+    """The dev extra with the project's own extras it names expanded, and the core."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    extras = project["optional-dependencies"]
+    wanted, seen = ["dev"], set()
+    reqs = [Requirement(r) for r in project["dependencies"]]
+    while wanted:
+        extra = wanted.pop()
+        seen.add(extra)
+        for raw in extras[extra]:
+            req = Requirement(raw)
+            if canonicalize_name(req.name) == canonicalize_name(project["name"]):
+                wanted.extend(e for e in req.extras if e not in seen)
+            else:
+                reqs.append(req)
+    return reqs
+
+
+def test_every_dev_requirement_is_locked_within_its_range() -> None:
+    pins = _locked()
+    for req in _dev_requirements():
+        name = canonicalize_name(req.name)
+        assert name in pins, f"{req} is not in hack/constraints.txt; {REFRESH}"
+        assert req.specifier.contains(pins[name], prereleases=True), (
+            f"hack/constraints.txt pins {name}=={pins[name]}, outside pyproject.toml's {req}; "
+            + REFRESH
+        )
+
+
+def test_the_lock_holds_no_local_build() -> None:
+    # agentrl itself is installed editable; a local label (torch's +cpu) would make pip refuse
+    # every other build of the same release.
+    pins = _locked()
+    assert "agentrl" not in pins
+    assert [n for n, v in pins.items() if v.local] == []
+
+
+def test_the_venv_has_the_locked_versions() -> None:
+    drifted = []
+    for name, pin in _locked().items():
+        try:
+            installed = Version(metadata.version(name))
+        except metadata.PackageNotFoundError:
+            continue  # a platform-conditional dependency this machine does not need
+        if Version(installed.public) != pin:
+            drifted.append(f"{name} {installed} (locked {pin})")
+    assert drifted == [], (
+        "the venv differs from hack/constraints.txt: "
+        + ", ".join(drifted)
+        + "; run `rm .venv/.agentrl-deps-* && bash hack/setup.sh`"
+    )
