@@ -12,10 +12,13 @@ FROM ${PYTHON_IMAGE} AS build
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
 WORKDIR /src
 COPY pyproject.toml README.md ./
+COPY hack/constraints.txt ./
 COPY operator ./operator
-# A local project cannot carry a version pin; its dependencies are bounded in pyproject.toml.
+# A local project cannot carry a version pin; its dependencies are installed at the versions
+# the test suite ran on (hack/constraints.txt), so an image rebuilt from the same commit later
+# holds the same kopf, aiohttp and prometheus-client.
 # hadolint ignore=DL3013
-RUN pip install --no-cache-dir --prefix=/install ".[operator]" \
+RUN pip install --no-cache-dir --prefix=/install --constraint constraints.txt ".[operator]" \
  && python -m compileall -q /install
 
 FROM ${PYTHON_IMAGE}
