@@ -114,3 +114,13 @@ def test_release_steps_build_sign_attest_publish_and_pin() -> None:
 def test_ci_runs_the_projects_own_check() -> None:
     steps = load("ci.yaml")["jobs"]["test"]["steps"]
     assert steps[-1]["run"] == "bash .ci/run"
+
+
+def test_the_weekly_run_checks_a_fresh_resolve_and_commits_nothing() -> None:
+    """The lock keeps CI on tested versions; this run is how a breaking release is still seen."""
+    flow = load("lock.yaml")
+    assert flow[True]["schedule"]  # PyYAML reads the key `on` as True
+    assert flow["permissions"] == {"contents": "read"}
+    steps = flow["jobs"]["fresh-resolve"]["steps"]
+    assert "bash hack/lock.sh" in steps[-2]["run"]
+    assert steps[-1]["run"] == "bash .ci/run"
