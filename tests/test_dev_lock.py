@@ -8,6 +8,7 @@ range, or a venv that drifted from the lock each fail here with the command that
 from __future__ import annotations
 
 import re
+import subprocess
 import tomllib
 from importlib import metadata
 
@@ -84,4 +85,35 @@ def test_the_venv_has_the_locked_versions() -> None:
         "the venv differs from hack/constraints.txt: "
         + ", ".join(drifted)
         + "; run `rm .venv/.agentrl-deps-* && bash hack/setup.sh`"
+    )
+
+
+CHECKOV_LOCK = ROOT / "hack" / "checkov-constraints.txt"
+
+
+def test_checkovs_venv_has_the_locked_versions() -> None:
+    """checkov lives in a venv of its own (hack/setup.sh) whose dependencies checkov itself
+    mostly leaves open; they are locked as the dev extras are, so a release of one of them
+    cannot change checkov's findings on a commit that changed nothing."""
+    assert CHECKOV_LOCK.is_file(), "hack/checkov-constraints.txt is missing; " + REFRESH
+    pins: dict[str, str] = {}
+    for line in CHECKOV_LOCK.read_text().splitlines():
+        if line and not line.startswith("#"):
+            name, _, version = line.partition("==")
+            pins[canonicalize_name(name)] = version
+    assert "checkov" in pins
+    venv_python = (ROOT / ".venv" / "bin" / "checkov").resolve().parent / "python"
+    listed = subprocess.run(
+        [str(venv_python), "-c", "from importlib import metadata\n"
+         "for d in metadata.distributions(): print(d.metadata['Name'], d.version)"],
+        capture_output=True, text=True, check=True, timeout=120,
+    ).stdout.split("\n")  # fmt: skip
+    installed = {
+        canonicalize_name(n): v for n, _, v in (line.partition(" ") for line in listed if line)
+    }
+    for tool in ("pip", "setuptools", "wheel"):  # the venv's own installer, never locked
+        installed.pop(tool, None)
+    assert installed == pins, (
+        f"checkov's venv ({venv_python.parent.parent}) differs from hack/checkov-constraints.txt;"
+        " run `bash hack/setup.sh`, or `bash hack/lock.sh` to refresh the lock"
     )
