@@ -17,7 +17,10 @@ python3 -m venv "$tmp/venv"
   echo "# Regenerate it with hack/lock.sh rather than editing it by hand."
   # torch's local label (+cpu) names the build, not the release: the pin stays the release
   # pyproject.toml names, so pip keeps taking whichever build the machine provides.
-  "$tmp/venv/bin/pip" freeze --exclude-editable | sed -E 's/^(torch==[^+]+)\+.*/\1/' | LC_ALL=C sort -f
+  # --all: setuptools too (torch requires it at run time, and it builds agentrl's editable
+  # install); pip itself is the one the machine's Python ships.
+  "$tmp/venv/bin/pip" freeze --all --exclude pip --exclude-editable \
+    | sed -E 's/^(torch==[^+]+)\+.*/\1/' | LC_ALL=C sort -f
 } > "$ROOT/hack/constraints.txt"
 log "wrote hack/constraints.txt ($(grep -vc '^#' "$ROOT/hack/constraints.txt") packages)"
 

@@ -24,7 +24,10 @@ if [[ ! -f "$stamp" ]]; then
   log "installing Python dependencies (dev extras, locked by hack/constraints.txt)"
   # The CPU Ray and the rest come from PyPI; torch is the CPU build pinned in the dev extras
   # (the gang preflight tests run torch.distributed with gloo on CPU tensors).
-  "$VENV/bin/pip" install -q -c "$ROOT/hack/constraints.txt" -e "$ROOT[dev]"
+  # agentrl itself is built by the locked setuptools already in the venv, not in an isolated
+  # build environment, which would take whatever setuptools PyPI holds that day.
+  "$VENV/bin/pip" install -q -c "$ROOT/hack/constraints.txt" setuptools
+  "$VENV/bin/pip" install -q -c "$ROOT/hack/constraints.txt" --no-build-isolation -e "$ROOT[dev]"
   rm -f "$VENV"/.agentrl-deps-*; touch "$stamp"
 fi
 

@@ -88,6 +88,30 @@ def test_the_venv_has_the_locked_versions() -> None:
     )
 
 
+def test_everything_in_the_venv_is_locked() -> None:
+    """Not only what the dev extras name: a dependency's own dependency floats as much. setuptools
+    was the one left out (torch requires it at run time, `pip freeze` hides it without --all),
+    so every fresh venv took the newest, which could drop what a library imports from it."""
+    pins = _locked()
+    unlocked = sorted(
+        f"{dist.metadata['Name']} {dist.version}"
+        for dist in metadata.distributions()
+        if canonicalize_name(dist.metadata["Name"]) not in {*pins, "agentrl", "pip"}
+    )
+    assert unlocked == [], f"installed but not in hack/constraints.txt: {unlocked}; {REFRESH}"
+
+
+def test_agentrl_is_built_by_the_locked_setuptools() -> None:
+    """hack/setup.sh builds the editable install without build isolation, so the setuptools
+    the lock names builds it, not whichever one PyPI holds the day a fresh clone sets up."""
+    build = tomllib.loads((ROOT / "pyproject.toml").read_text())["build-system"]
+    (backend,) = [Requirement(r) for r in build["requires"] if r.startswith("setuptools")]
+    pin = _locked()["setuptools"]
+    assert backend.specifier.contains(pin), f"{pin} is outside pyproject.toml's {backend}"
+    wheel = metadata.distribution("agentrl").read_text("WHEEL") or ""
+    assert f"Generator: setuptools ({pin})" in wheel.splitlines(), wheel
+
+
 CHECKOV_LOCK = ROOT / "hack" / "checkov-constraints.txt"
 
 
