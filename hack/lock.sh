@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Refreshes hack/constraints.txt, the exact versions hack/setup.sh installs the dev extras at.
+# Refreshes hack/constraints.txt, the exact versions hack/setup.sh installs the dev extras at,
+# and hack/checkov-constraints.txt, the same for checkov's venv (a new checkov release: edit its
+# `checkov==` line first).
 # pyproject.toml keeps ranges (what a user's `pip install agentrl[operator]` may resolve to);
 # the test suite runs on the locked set, so a release of a dev tool or a dependency (a new
 # ruff rule, a changed type hint in stamina) cannot fail CI on a commit that changed nothing.
@@ -15,6 +17,22 @@ python3 -m venv "$tmp/venv"
   echo "# Regenerate it with hack/lock.sh rather than editing it by hand."
   # torch's local label (+cpu) names the build, not the release: the pin stays the release
   # pyproject.toml names, so pip keeps taking whichever build the machine provides.
-  "$tmp/venv/bin/pip" freeze --exclude-editable | sed -E 's/^(torch==[^+]+)\+.*/\1/' | LC_ALL=C sort -f
+  # --all: setuptools too (torch requires it at run time, and it builds agentrl's editable
+  # install); pip itself is the one the machine's Python ships.
+  "$tmp/venv/bin/pip" freeze --all --exclude pip --exclude-editable \
+    | sed -E 's/^(torch==[^+]+)\+.*/\1/' | LC_ALL=C sort -f
 } > "$ROOT/hack/constraints.txt"
 log "wrote hack/constraints.txt ($(grep -vc '^#' "$ROOT/hack/constraints.txt") packages)"
+
+# checkov's venv of its own (hack/setup.sh): checkov at the release named there now, its
+# dependencies resolved afresh.
+checkov="$(sed -n 's/^checkov==//p' "$ROOT/hack/checkov-constraints.txt")"
+log "resolving checkov $checkov's dependencies afresh in $tmp"
+python3 -m venv "$tmp/checkov"
+"$tmp/checkov/bin/pip" install -q "checkov==$checkov"
+{
+  echo "# checkov's own venv at exact versions (its dependencies included), written by hack/lock.sh;"
+  echo "# hack/setup.sh installs checkov with -c. Regenerate it with hack/lock.sh rather than by hand."
+  "$tmp/checkov/bin/pip" freeze | LC_ALL=C sort -f
+} > "$ROOT/hack/checkov-constraints.txt"
+log "wrote hack/checkov-constraints.txt ($(grep -vc '^#' "$ROOT/hack/checkov-constraints.txt") packages)"

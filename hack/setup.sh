@@ -24,23 +24,30 @@ if [[ ! -f "$stamp" ]]; then
   log "installing Python dependencies (dev extras, locked by hack/constraints.txt)"
   # The CPU Ray and the rest come from PyPI; torch is the CPU build pinned in the dev extras
   # (the gang preflight tests run torch.distributed with gloo on CPU tensors).
-  "$VENV/bin/pip" install -q -c "$ROOT/hack/constraints.txt" -e "$ROOT[dev]"
+  # agentrl itself is built by the locked setuptools already in the venv, not in an isolated
+  # build environment, which would take whatever setuptools PyPI holds that day.
+  "$VENV/bin/pip" install -q -c "$ROOT/hack/constraints.txt" setuptools
+  "$VENV/bin/pip" install -q -c "$ROOT/hack/constraints.txt" --no-build-isolation -e "$ROOT[dev]"
   rm -f "$VENV"/.agentrl-deps-*; touch "$stamp"
 fi
 
 # checkov pins boto3 to one old release, which the AgentCore SDKs of the dev extra
 # (bedrock-agentcore, agentcore-rl-toolkit) outgrew; it is only a CLI, so it lives in a
-# venv of its own, linked into ours.
-CHECKOV_VERSION=3.3.30
-checkov_venv="$TOOLS/checkov-$CHECKOV_VERSION"
+# venv of its own, linked into ours. Its dependencies are locked too (hack/checkov-constraints.txt,
+# refreshed by hack/lock.sh): checkov pins few of them, and a new release of one (a YAML or
+# policy library) could change its findings. The venv is named after the lock's hash, so a
+# refreshed lock gets a venv of its own and a clone on the old lock keeps using its own.
+checkov_lock="$ROOT/hack/checkov-constraints.txt"
+CHECKOV_VERSION="$(sed -n 's/^checkov==//p' "$checkov_lock")"
+checkov_venv="$TOOLS/checkov-$CHECKOV_VERSION-$(sha256sum "$checkov_lock" | cut -c1-12)"
 (
   exec 9>"$TOOLS/.checkov.lock"
   flock 9
   if [[ ! -x "$checkov_venv/bin/checkov" ]]; then
-    log "installing checkov $CHECKOV_VERSION into $checkov_venv"
+    log "installing checkov $CHECKOV_VERSION into $checkov_venv (locked by $checkov_lock)"
     rm -rf "$checkov_venv"
     python3 -m venv "$checkov_venv"
-    "$checkov_venv/bin/pip" install -q "checkov==$CHECKOV_VERSION"
+    "$checkov_venv/bin/pip" install -q -c "$checkov_lock" "checkov==$CHECKOV_VERSION"
   fi
 )
 ln -sf "$checkov_venv/bin/checkov" "$VENV/bin/checkov"

@@ -32,6 +32,29 @@ TEST_IMAGE = "runtime@sha256:" + "1" * 64
 os.environ["RAY_AUTH_MODE"] = "token"
 os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(16)
 
+# Hypothesis, the same examples on every run: left at its defaults it draws new random
+# examples each run (and replays failures from a .hypothesis/ database in the checkout), so a
+# property test could fail on a commit that changed nothing, or pass here and fail in CI. The
+# `agentrl` profile seeds each test from its own code (derandomize), keeps no database, and
+# judges no test by the machine's speed (no deadline, no too_slow health check: a busy 2-core
+# runner is slow). `--hypothesis-profile=explore` (or HYPOTHESIS_PROFILE=explore) draws fresh
+# random examples, to look for new failures on purpose; `--hypothesis-seed=N` replays one.
+try:
+    from hypothesis import HealthCheck
+    from hypothesis import settings as hypothesis_settings
+except ImportError:  # not the dev extras: pytest_configure below says so
+    pass
+else:
+    hypothesis_settings.register_profile(
+        "agentrl", derandomize=True, database=None, deadline=None,
+        suppress_health_check=[HealthCheck.too_slow],
+    )  # fmt: skip
+    hypothesis_settings.register_profile(
+        "explore", derandomize=False, database=None, deadline=None,
+        suppress_health_check=[HealthCheck.too_slow],
+    )  # fmt: skip
+    hypothesis_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "agentrl"))
+
 
 def example_paths() -> list[Path]:
     return sorted(EXAMPLES_DIR.glob("*.yaml"))

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import re
 import subprocess
+import sys
 import tomllib
 from importlib import metadata
+from pathlib import Path
 
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
@@ -88,6 +90,17 @@ def test_the_venv_has_the_locked_versions() -> None:
     )
 
 
+def test_agentrl_is_built_by_the_locked_setuptools() -> None:
+    """hack/setup.sh builds the editable install without build isolation, so the setuptools
+    the lock names builds it, not whichever one PyPI holds the day a fresh clone sets up."""
+    build = tomllib.loads((ROOT / "pyproject.toml").read_text())["build-system"]
+    (backend,) = [Requirement(r) for r in build["requires"] if r.startswith("setuptools")]
+    pin = _locked()["setuptools"]
+    assert backend.specifier.contains(pin), f"{pin} is outside pyproject.toml's {backend}"
+    wheel = metadata.distribution("agentrl").read_text("WHEEL") or ""
+    assert f"Generator: setuptools ({pin})" in wheel.splitlines(), wheel
+
+
 CHECKOV_LOCK = ROOT / "hack" / "checkov-constraints.txt"
 
 
@@ -95,13 +108,14 @@ def test_checkovs_venv_has_the_locked_versions() -> None:
     """checkov lives in a venv of its own (hack/setup.sh) whose dependencies checkov itself
     mostly leaves open; they are locked as the dev extras are, so a release of one of them
     cannot change checkov's findings on a commit that changed nothing."""
+    assert CHECKOV_LOCK.is_file(), "hack/checkov-constraints.txt is missing; " + REFRESH
     pins: dict[str, str] = {}
     for line in CHECKOV_LOCK.read_text().splitlines():
         if line and not line.startswith("#"):
             name, _, version = line.partition("==")
             pins[canonicalize_name(name)] = version
     assert "checkov" in pins
-    venv_python = (ROOT / ".venv" / "bin" / "checkov").resolve().parent / "python"
+    venv_python = (Path(sys.executable).parent / "checkov").resolve().parent / "python"
     listed = subprocess.run(
         [str(venv_python), "-c", "from importlib import metadata\n"
          "for d in metadata.distributions(): print(d.metadata['Name'], d.version)"],
@@ -113,6 +127,6 @@ def test_checkovs_venv_has_the_locked_versions() -> None:
     for tool in ("pip", "setuptools", "wheel"):  # the venv's own installer, never locked
         installed.pop(tool, None)
     assert installed == pins, (
-        f"checkov's venv ({venv_python.parent.parent}) differs from hack/checkov-constraints.txt; "
-        "run `bash hack/setup.sh`, or `bash hack/lock.sh` to refresh the lock"
+        f"checkov's venv ({venv_python.parent.parent}) differs from hack/checkov-constraints.txt;"
+        " run `bash hack/setup.sh`, or `bash hack/lock.sh` to refresh the lock"
     )

@@ -94,12 +94,68 @@ def test_fetch_of_a_tag_flattens_and_records_its_commit(tmp_path: Path) -> None:
     (src := tmp_path / "src").mkdir()
     commit = _repository(src)
     source = upstream.GitSource(
-        name="KubeRay", repository=src.as_uri(), ref="v1.0.0", folder="schemas/kuberay/v1.0.0",
-        paths=("docker/Dockerfile",), flatten=True,
+        name="KubeRay", repository=src.as_uri(), ref=commit, folder="schemas/kuberay/v1.0.0",
+        paths=("docker/Dockerfile",), flatten=True, tag="v1.0.0",
     )  # fmt: skip
     dest = upstream.fetch_one(source, tmp_path / "root")
     assert sorted(p.name for p in dest.iterdir()) == ["COMMIT", "Dockerfile"]
     assert (dest / "COMMIT").read_text() == commit + "\n"
+
+
+def test_a_tag_moved_upstream_changes_nothing_fetched(tmp_path: Path) -> None:
+    """A release tag re-pushed to another commit after it was pinned (it happens: a fixed
+    release re-tagged) must not change what a fresh clone's tests read: the pin is the commit
+    the tag named, and the fetch takes that commit, not whatever the tag names today."""
+    (src := tmp_path / "src").mkdir()
+    pinned = _repository(src)
+    (src / "docker" / "Dockerfile").write_text("FROM moved\n")
+    env = {**os.environ, **GIT_ID}
+    for argv in (["commit", "-qam", "moved"], ["tag", "-f", "v1.0.0"]):
+        subprocess.run(["git", *argv], cwd=src, env=env, check=True, capture_output=True)
+    (source,) = [
+        s for s in _pins_of(tmp_path, src.as_uri(), {"v1.0.0": pinned}) if s.tag == "v1.0.0"
+    ]
+    dest = upstream.fetch_one(source, tmp_path / "root")
+    assert (dest / "Dockerfile").read_text() == "FROM scratch\n"
+    assert (dest / "COMMIT").read_text() == pinned + "\n"
+
+
+def _pins_of(tmp_path: Path, repository: str, tags: dict[str, str]) -> list[upstream.GitSource]:
+    """The sources a pins file with one tag-pinned entry (as KubeRay's) expands to."""
+    pins = tmp_path / "upstream.toml"
+    lines = ["[[git]]", 'name = "KubeRay"', f'repository = "{repository}"',
+             'folder = "schemas/kuberay/{tag}"', 'paths = ["docker/Dockerfile"]', "flatten = true",
+             "[git.tags]", *(f'"{tag}" = "{commit}"' for tag, commit in tags.items())]  # fmt: skip
+    pins.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(upstream, "PINS", pins)
+        return upstream.git_sources()
+
+
+def test_every_source_is_pinned_by_commit() -> None:
+    """Each tag in images/upstream.toml carries its commit (a tag alone could move), and a
+    pin that names no commit is refused when the file is read, not fetched as it floats."""
+    sources = upstream.git_sources()
+    assert sources and all(upstream.is_commit(s.ref) for s in sources)
+    assert upstream.kuberay_releases()[-1].startswith("v1.")
+    assert all(s.tag for s in sources if s.name == "KubeRay")
+    with pytest.raises(ValueError, match="full commit id"):
+        upstream.GitSource(name="KubeRay", repository="x", ref="v1.7.0", folder="f", paths=())
+
+
+def test_a_fetch_from_before_the_pin_moved_is_fetched_again(tmp_path: Path) -> None:
+    """The cache keeps what an earlier checkout fetched; a folder whose COMMIT is not the pin
+    (the pin moved to another commit under the same folder name) is missing, not reused."""
+    (src := tmp_path / "src").mkdir()
+    commit = _repository(src)
+    source = upstream.GitSource(
+        name="KubeRay", repository=src.as_uri(), ref=commit, folder="schemas/kuberay/v1.0.0",
+        paths=("docker/Dockerfile",), flatten=True, tag="v1.0.0",
+    )  # fmt: skip
+    upstream.fetch_one(source, tmp_path / "root")
+    assert upstream.present(source, tmp_path / "root")
+    (tmp_path / "root" / source.folder / "COMMIT").write_text("f" * 40 + "\n")
+    assert not upstream.present(source, tmp_path / "root")
 
 
 def test_a_commit_the_repository_lacks_is_refused(tmp_path: Path) -> None:

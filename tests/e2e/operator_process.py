@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from tests.chart.chart_helpers import helm_env
 from tests.support.kube import CACHE, ROOT, KubeHarness
 from tests.support.process import free_port
 
@@ -36,9 +37,7 @@ def chart_rbac(watch: Sequence[str] = ()) -> list[dict[str, Any]]:
          "--set", "image.repository=agentrl-operator",
          *(arg for value in values for arg in ("--set", value))],
         capture_output=True, text=True, check=True, timeout=60,
-        env={**os.environ, "HELM_CACHE_HOME": "/tmp/agentrl-helm-cache",
-             "HELM_CONFIG_HOME": "/tmp/agentrl-helm-config",
-             "HELM_DATA_HOME": "/tmp/agentrl-helm-data"},
+        env=helm_env(),
     )  # fmt: skip
     return [doc for doc in yaml.safe_load_all(proc.stdout) if doc]
 

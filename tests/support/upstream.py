@@ -7,7 +7,8 @@ KubeRay's CRD per release. The tests find them in one snapshot root, laid out as
 - `$AGENTRL_SHARED` when set (CI, or any copy of the snapshot folder), else `shared/` beside
   the clone when it exists: a snapshot folder, used as it is;
 - otherwise `~/.cache/agentrl/upstream/snapshots`, where `fetch` (run by hack/setup.sh) puts a
-  shallow fetch of exactly each pinned commit or tag, keeping only the pinned paths.
+  shallow fetch of exactly each pinned commit, keeping only the pinned paths. A release tag is
+  pinned with its commit too: a tag moved upstream cannot change what the tests read.
 
 SGLang's argument modules always come from PyPI into `~/.cache/agentrl/upstream/sglang-<v>`.
 
@@ -48,17 +49,25 @@ class GitSource:
 
     name: str
     repository: str
-    ref: str  # a full commit id, or a tag
+    ref: str  # a full commit id
     folder: str  # where it lies under the snapshot root
     paths: tuple[str, ...]
     flatten: bool = False
+    tag: str = ""  # the release tag `ref` is, for a source pinned by tag
 
-    @property
-    def is_commit(self) -> bool:
-        return len(self.ref) == 40 and all(c in "0123456789abcdef" for c in self.ref)
+    def __post_init__(self) -> None:
+        if not is_commit(self.ref):
+            raise ValueError(
+                f"{self.name} {self.tag or self.ref}: pin a full commit id, not {self.ref!r} "
+                "(a tag or branch can move upstream)"
+            )
 
     def __str__(self) -> str:
         return f"{self.name} {Path(self.folder).name}"  # fa3c990, v1.6.2: as the folders say
+
+
+def is_commit(ref: str) -> bool:
+    return len(ref) == 40 and all(c in "0123456789abcdef" for c in ref)
 
 
 def _pins() -> dict[str, object]:
@@ -67,19 +76,20 @@ def _pins() -> dict[str, object]:
 
 
 def git_sources() -> list[GitSource]:
-    """Every pinned git source, tags expanded, in the file's order."""
+    """Every pinned git source, tags expanded (each `tag = commit`), in the file's order."""
     out: list[GitSource] = []
     for entry in _pins()["git"]:  # type: ignore[attr-defined]
-        refs = [entry["commit"]] if "commit" in entry else list(entry["tags"])
-        for ref in refs:
+        refs = [("", entry["commit"])] if "commit" in entry else list(entry["tags"].items())
+        for tag, commit in refs:
             out.append(
                 GitSource(
                     name=entry["name"],
                     repository=entry["repository"],
-                    ref=ref,
-                    folder=entry["folder"].format(tag=ref),
+                    ref=commit,
+                    folder=entry["folder"].format(tag=tag),
                     paths=tuple(entry["paths"]),
                     flatten=bool(entry.get("flatten", False)),
+                    tag=tag,
                 )
             )
     return out
@@ -97,7 +107,7 @@ def slime_rows() -> tuple[str, ...]:
 
 def kuberay_releases() -> tuple[str, ...]:
     """The KubeRay releases whose RayJob CRD the tests check against, oldest first."""
-    return tuple(s.ref for s in git_sources() if s.name == "KubeRay")
+    return tuple(s.tag for s in git_sources() if s.name == "KubeRay")
 
 
 def sglang_pin() -> dict[str, object]:
@@ -156,15 +166,14 @@ def fetch_one(source: GitSource, dest_root: Path) -> Path:
         repo = work / "repo"
         repo.mkdir()
         _git("init", "-q", cwd=repo)
-        want = source.ref if source.is_commit else f"refs/tags/{source.ref}"
         try:
-            _git("fetch", "-q", "--depth", "1", "--filter=blob:none", source.repository, want,
-                 cwd=repo)  # fmt: skip
+            _git("fetch", "-q", "--depth", "1", "--filter=blob:none", source.repository,
+                 source.ref, cwd=repo)  # fmt: skip
         except subprocess.CalledProcessError as e:
             reason = (e.stderr.strip().splitlines() or ["git fetch failed"])[-1]
             raise Unreachable(f"{source.repository}: {reason}") from e
         commit = _git("rev-parse", "FETCH_HEAD^{commit}", cwd=repo).strip()
-        if source.is_commit and commit != source.ref:
+        if commit != source.ref:
             raise RuntimeError(f"{source}: fetched {commit}, not the pinned commit")
         _git("-c", "advice.detachedHead=false", "checkout", "-q", "FETCH_HEAD", "--",
              *source.paths, cwd=repo)  # fmt: skip
@@ -187,8 +196,12 @@ def fetch_one(source: GitSource, dest_root: Path) -> Path:
 
 
 def present(source: GitSource, root: Path) -> bool:
-    """Whether `root` holds every pinned path of `source` (a fetched folder appears whole)."""
+    """Whether `root` holds every pinned path of `source` (a fetched folder appears whole), at
+    the pinned commit where the folder records one (a fetch before the pin moved is stale)."""
     folder = root / source.folder
+    recorded = folder / "COMMIT"
+    if recorded.is_file() and recorded.read_text(encoding="utf-8").strip() != source.ref:
+        return False
     return all((folder / (Path(p).name if source.flatten else p)).exists() for p in source.paths)
 
 
