@@ -90,13 +90,18 @@ def test_fetch_takes_exactly_the_pinned_commit_and_paths(tmp_path: Path) -> None
     assert not [p for p in dest.parent.iterdir() if p.name.startswith(".fetch-")]
 
 
-def test_fetch_of_a_tag_flattens_and_records_its_commit(tmp_path: Path) -> None:
-    (src := tmp_path / "src").mkdir()
-    commit = _repository(src)
-    source = upstream.GitSource(
+def _tagged(src: Path, commit: str) -> upstream.GitSource:
+    """A release pinned as KubeRay's are: its tag, the commit it named, one flattened path."""
+    return upstream.GitSource(
         name="KubeRay", repository=src.as_uri(), ref=commit, folder="schemas/kuberay/v1.0.0",
         paths=("docker/Dockerfile",), flatten=True, tag="v1.0.0",
     )  # fmt: skip
+
+
+def test_fetch_of_a_tag_flattens_and_records_its_commit(tmp_path: Path) -> None:
+    (src := tmp_path / "src").mkdir()
+    commit = _repository(src)
+    source = _tagged(src, commit)
     dest = upstream.fetch_one(source, tmp_path / "root")
     assert sorted(p.name for p in dest.iterdir()) == ["COMMIT", "Dockerfile"]
     assert (dest / "COMMIT").read_text() == commit + "\n"
@@ -148,10 +153,7 @@ def test_a_fetch_from_before_the_pin_moved_is_fetched_again(tmp_path: Path) -> N
     (the pin moved to another commit under the same folder name) is missing, not reused."""
     (src := tmp_path / "src").mkdir()
     commit = _repository(src)
-    source = upstream.GitSource(
-        name="KubeRay", repository=src.as_uri(), ref=commit, folder="schemas/kuberay/v1.0.0",
-        paths=("docker/Dockerfile",), flatten=True, tag="v1.0.0",
-    )  # fmt: skip
+    source = _tagged(src, commit)
     upstream.fetch_one(source, tmp_path / "root")
     assert upstream.present(source, tmp_path / "root")
     (tmp_path / "root" / source.folder / "COMMIT").write_text("f" * 40 + "\n")
