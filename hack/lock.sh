@@ -11,6 +11,9 @@ tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 log "resolving the dev extras afresh in $tmp"
 python3 -m venv "$tmp/venv"
+# The newest setuptools, as a fresh build environment would take: the venv's own is the one
+# Python bundled (65.5 with 3.11), older than pyproject.toml's build-system floor.
+"$tmp/venv/bin/pip" install -q --upgrade setuptools
 "$tmp/venv/bin/pip" install -q -e "$ROOT[dev]"
 {
   echo "# The dev extras' exact versions, written by hack/lock.sh; hack/setup.sh installs with -c."
