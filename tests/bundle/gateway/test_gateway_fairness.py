@@ -7,11 +7,13 @@ rendered" is checked with task states, not clocks.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import random
 import signal
 import string
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -19,12 +21,12 @@ import openai
 import orjson
 import pytest
 
-from agentrl.bundle.gateway import GatewayServer, openai_api, token_view
+from agentrl.bundle.gateway import GatewayServer, openai_api, render_pool, token_view
 from agentrl.bundle.gateway.admission import Admission
 from agentrl.bundle.gateway.chat import ApiError
 from agentrl.bundle.gateway.engine import ENCODE_SLICE, generate_body
 from agentrl.bundle.gateway.memory import LARGE_BYTES
-from agentrl.bundle.gateway.render_pool import INLINE_RENDER_BYTES, RenderPool
+from agentrl.bundle.gateway.render_pool import INLINE_RENDER_BYTES, RenderPool, WorkerConfig
 from agentrl.bundle.traces import CONTEXT_FULL, Turn
 
 from .gateway_helpers import (
@@ -206,12 +208,34 @@ async def test_a_worker_that_dies_fails_one_request_with_503(gateway: GatewaySer
     await client(handle).chat.completions.create(model="m", messages=medium)  # type: ignore[arg-type]
 
 
+async def test_closing_waits_for_an_idle_worker_that_was_too_slow_to_exit(
+    checkpoint: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker runs at idle priority: on a saturated CPU it may not exit within the grace
+    period after its stdin closes. Closing then killed it but never waited for it, so the
+    process stayed a zombie and its stdout pipe outlived the event loop (a
+    PytestUnraisableExceptionWarning, "Event loop is closed", wherever it was collected)."""
+    monkeypatch.setattr(render_pool, "WORKER_EXIT_TIMEOUT_S", 0.2)
+    workers = RenderPool(WorkerConfig(str(checkpoint), "qwen3", None, None), 1)
+    medium = [{"role": "user", "content": words(2 * INLINE_RENDER_BYTES)}]
+    head, _ = await workers.call({"op": "render", "messages": medium, "tools": None})
+    assert head.get("ok")
+    (worker,) = workers.workers  # idle now
+    os.kill(worker.proc.pid, signal.SIGSTOP)  # a worker the CPU gives no time to exit
+    try:
+        await workers.close()
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(worker.proc.pid, signal.SIGCONT)
+    assert worker.proc.returncode == -signal.SIGKILL  # killed after the grace period, and reaped
+    transport = worker.proc._transport  # type: ignore[attr-defined]
+    assert transport.is_closing()  # every pipe closed: nothing left for the collector
+
+
 @pytest.mark.gateway(render_workers=1)
 async def test_without_workers_prompts_render_inline_with_one_warning(
     gateway: GatewayServer, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from agentrl.bundle.gateway import render_pool
-
     monkeypatch.setattr(render_pool.sys, "executable", "/nonexistent/python")
     handle = await gateway.create_session("inline", {})
     medium = [{"role": "user", "content": words(2 * INLINE_RENDER_BYTES)}]

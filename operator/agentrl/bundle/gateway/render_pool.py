@@ -35,6 +35,9 @@ log = logging.getLogger("agentrl.gateway")
 
 INLINE_RENDER_BYTES = 16 * 1024  # message text rendered on the event loop (~ms of work)
 WORKER_START_TIMEOUT_S = 120.0  # loading a large tokenizer.json takes seconds
+# An idle worker told to stop (stdin closed) gets this long to exit before it is killed. It
+# runs at idle priority, so on a saturated CPU it may get no time at all to exit.
+WORKER_EXIT_TIMEOUT_S = 5.0
 
 
 class RenderFailed(ApiError):
@@ -206,9 +209,13 @@ class RenderPool:
             worker.stdin.close()  # the worker exits on EOF
         for worker in idle:
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(5):
+                async with asyncio.timeout(WORKER_EXIT_TIMEOUT_S):
                     await self._reap(worker)
             worker.kill()
+            # Killed or not, wait for its exit: a process not waited for stays a zombie, and
+            # its pipe transport outlives the event loop (closed on a closed loop when it is
+            # collected).
+            await self._reap(worker)
         for worker in list(self.workers):  # still busy: nothing will want its answer
             worker.kill()
             await self._reap(worker)
