@@ -3,7 +3,8 @@ and a started `GatewayServer` pointed at them."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +12,7 @@ import pytest
 from tests.support.sglang_stub import StubEngine, StubRouter
 from tests.support.tiny_tokenizer import write_checkpoint
 
-from agentrl.bundle.gateway import GatewayServer
+from agentrl.bundle.gateway import GatewayServer, render_pool
 from agentrl.bundle.gateway.tokenizer import build_renderer, load_tokenizer
 
 from .gateway_helpers import N_WORKERS, Cluster, settings_for
@@ -19,6 +20,30 @@ from .gateway_helpers import N_WORKERS, Cluster, settings_for
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "gateway(**overrides): settings of the gateway fixture")
+
+
+@pytest.fixture(autouse=True)
+def render_workers_are_reaped(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Fails a test that leaves a render worker not waited for once its gateway or pool is
+    closed (this fixture is torn down after them). Such a process outlives the test's event
+    loop, and its transport, collected later, printed "Event loop is closed" (a
+    PytestUnraisableExceptionWarning) in whichever test the collector happened to run."""
+    started: list[asyncio.subprocess.Process] = []
+    spawn = asyncio.create_subprocess_exec
+
+    async def recorded(*args: Any, **kwargs: Any) -> asyncio.subprocess.Process:
+        proc = await spawn(*args, **kwargs)
+        started.append(proc)
+        return proc
+
+    monkeypatch.setattr(render_pool.asyncio, "create_subprocess_exec", recorded)
+    yield
+    left = [
+        proc.pid
+        for proc in started
+        if proc.returncode is None or not proc._transport.is_closing()  # type: ignore[attr-defined]
+    ]
+    assert not left, f"render workers not waited for: {left}"
 
 
 @pytest.fixture(scope="session")
