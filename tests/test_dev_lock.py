@@ -24,17 +24,23 @@ LOCK = ROOT / "hack" / "constraints.txt"
 REFRESH = "run `bash hack/lock.sh`, then `bash hack/test.sh`"
 
 
-def _locked() -> dict[str, Version]:
-    pins: dict[str, Version] = {}
-    for line in LOCK.read_text().splitlines():
+def _pins(lock: Path) -> dict[str, str]:
+    """A lock file's `name==version` lines, by canonical name, versions as written."""
+    where = lock.relative_to(ROOT)
+    pins: dict[str, str] = {}
+    for line in lock.read_text().splitlines():
         if not line or line.startswith("#"):
             continue
         match = re.fullmatch(r"([A-Za-z0-9._-]+)==(\S+)", line)
-        assert match, f"hack/constraints.txt: {line!r} is not `name==version`; {REFRESH}"
+        assert match, f"{where}: {line!r} is not `name==version`; {REFRESH}"
         name = canonicalize_name(match[1])
-        assert name not in pins, f"hack/constraints.txt pins {name} twice; {REFRESH}"
-        pins[name] = Version(match[2])
+        assert name not in pins, f"{where} pins {name} twice; {REFRESH}"
+        pins[name] = match[2]
     return pins
+
+
+def _locked() -> dict[str, Version]:
+    return {name: Version(version) for name, version in _pins(LOCK).items()}
 
 
 def _dev_requirements() -> list[Requirement]:
@@ -109,11 +115,7 @@ def test_checkovs_venv_has_the_locked_versions() -> None:
     mostly leaves open; they are locked as the dev extras are, so a release of one of them
     cannot change checkov's findings on a commit that changed nothing."""
     assert CHECKOV_LOCK.is_file(), "hack/checkov-constraints.txt is missing; " + REFRESH
-    pins: dict[str, str] = {}
-    for line in CHECKOV_LOCK.read_text().splitlines():
-        if line and not line.startswith("#"):
-            name, _, version = line.partition("==")
-            pins[canonicalize_name(name)] = version
+    pins = _pins(CHECKOV_LOCK)
     assert "checkov" in pins
     venv_python = (Path(sys.executable).parent / "checkov").resolve().parent / "python"
     listed = subprocess.run(
