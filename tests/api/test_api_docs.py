@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
+import subprocess
 from pathlib import Path
 
 from pydantic import BaseModel
@@ -88,10 +90,19 @@ MOVING = re.compile(
 
 TEXT_SUFFIXES = {".md", ".py", ".yaml", ".yml", ".json", ".txt", ".sh", ".tpl", ".toml"}
 SKIPPED_DIRS = {".git", ".venv", "node_modules", "__pycache__", ".mypy_cache", ".ruff_cache"}
+SKIPPED_DIRS |= {".pytest_cache", ".hypothesis"}
 
 
 def text_files() -> list[Path]:
-    """The repository's own text files (not the venv's or git's, which `os.walk` never enters)."""
+    """The repository's own text files: what git tracks or would track, so that what a tool
+    writes into an ignored folder (pytest's cache README links a moving page) is not ours;
+    outside a git checkout, every file but the venv's and the caches'."""
+    git = shutil.which("git")
+    listing = [git or "git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"]
+    listed = subprocess.run(listing, cwd=ROOT, capture_output=True, check=False) if git else None
+    if listed is not None and listed.returncode == 0:
+        paths = [ROOT / name for name in listed.stdout.decode().split("\0") if name]
+        return [path for path in paths if path.suffix in TEXT_SUFFIXES and path.is_file()]
     found = []
     for top, dirs, names in os.walk(ROOT):
         dirs[:] = [name for name in dirs if name not in SKIPPED_DIRS]
