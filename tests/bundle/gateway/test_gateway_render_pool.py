@@ -10,8 +10,11 @@ worker that never answers; the pool's clock is a variable, so nothing here waits
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import logging
+import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -235,6 +238,36 @@ async def test_a_worker_that_cannot_load_the_renderer_turns_workers_off_for_good
     assert pool.broken is not None and "unknown renderer family" in pool.broken
     assert (len(spawns), pool.down, pool.ready) == (1, None, False)
     assert logged(caplog, "render workers cannot load the renderer") == 1
+
+
+async def test_closing_waits_for_idle_workers_together(
+    checkpoint: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One after another, an idle worker too starved to exit added its whole grace period
+    before the next was even waited for."""
+    monkeypatch.setattr(render_pool, "WORKER_EXIT_TIMEOUT_S", 600.0)
+    reaped: list[Any] = []
+    reap = RenderPool._reap
+
+    async def recorded(worker: Any) -> None:
+        await reap(worker)
+        reaped.append(worker)
+
+    monkeypatch.setattr(RenderPool, "_reap", staticmethod(recorded))
+    pool = RenderPool(WorkerConfig(str(checkpoint), "qwen3", None, None), 2)
+    job = {"op": "render", "messages": MEDIUM, "tools": None}
+    await asyncio.gather(pool.call(job), pool.call(job))
+    starved, other = pool._idle  # closing takes them in this order
+    os.kill(starved.proc.pid, signal.SIGSTOP)
+    closing = asyncio.create_task(pool.close())
+    try:
+        await until(lambda: other in reaped, "the other worker was waited for", 60)
+        assert starved not in reaped and not closing.done()
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(starved.proc.pid, signal.SIGCONT)  # it exits on its closed stdin
+        await closing
+    assert starved in reaped and starved.proc.returncode == 0
 
 
 def test_a_worker_loads_at_normal_priority_and_serves_at_idle_priority(

@@ -286,6 +286,16 @@ class RenderPool:
             self.broken = why
         return why
 
+    async def _stop(self, worker: _Worker) -> None:
+        """Wait for a worker told to exit, killing it after the grace period."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(WORKER_EXIT_TIMEOUT_S):
+                await self._reap(worker)
+        worker.kill()
+        # Killed or not, wait for its exit: a process not waited for stays a zombie, and its
+        # pipe transport outlives the event loop (closed on a closed loop when collected).
+        await self._reap(worker)
+
     async def close(self) -> None:
         async with self._freed:
             idle, self._idle = self._idle, []
@@ -293,19 +303,15 @@ class RenderPool:
         for worker in idle:
             self.workers.discard(worker)
             worker.stdin.close()  # the worker exits on EOF
-        for worker in idle:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(WORKER_EXIT_TIMEOUT_S):
-                    await self._reap(worker)
-            worker.kill()
-            # Killed or not, wait for its exit: a process not waited for stays a zombie, and
-            # its pipe transport outlives the event loop (closed on a closed loop when it is
-            # collected).
-            await self._reap(worker)
-        for worker in list(self.workers):  # still busy: nothing will want its answer
-            worker.kill()
-            await self._reap(worker)
+        busy = list(self.workers)  # still busy: nothing will want its answer
         self.workers.clear()
+        for worker in busy:
+            worker.kill()
+        # Together: one after another, each idle worker too starved to exit added its whole
+        # grace period to the stop.
+        await asyncio.gather(
+            *(self._stop(worker) for worker in idle), *(self._reap(worker) for worker in busy)
+        )
         if self._reaped:
             await asyncio.gather(*self._reaped, return_exceptions=True)
 
