@@ -242,7 +242,7 @@ async def test_without_workers_prompts_render_inline_with_one_warning(
     for _ in range(2):
         await client(handle).chat.completions.create(model="m", messages=medium)  # type: ignore[arg-type]
     warnings = [r for r in caplog.records if "render workers cannot start" in r.getMessage()]
-    assert len(warnings) == 1 and pool(gateway).broken is not None
+    assert len(warnings) == 1 and pool(gateway).down is not None
 
 
 @pytest.mark.gateway(context_length=64)

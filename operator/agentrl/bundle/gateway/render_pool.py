@@ -11,8 +11,13 @@ another process would cost more than the render.
 
 Workers start on first use, are replaced when they exit (a crash, or retiring after a job
 left them large), and are killed when the request they serve is cancelled (an agent that
-hangs up stops costing CPU). If workers cannot start at all, prompts are rendered inline and
-a warning is logged once: slower for everyone under load, never wrong.
+hangs up stops costing CPU). When a worker cannot start, prompts are rendered inline: slower
+for everyone under load, never wrong. A worker that starts and reports that it cannot load
+the renderer would fail the same way every time, so the pool stays off (`RenderPool.broken`).
+Any other failure may pass (the start timed out on a CPU busy with other work, fork failed
+with EAGAIN or ENOMEM, the worker was killed while loading), and the pool rests
+(`RenderPool.down`) and tries again after a backoff: one slow start used to turn workers off
+for the rest of a training run that lasts days. Each change is logged once, never per prompt.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import asyncio
 import contextlib
 import logging
 import sys
+import time
 from array import array
 from dataclasses import dataclass
 from typing import Any
@@ -38,6 +44,12 @@ WORKER_START_TIMEOUT_S = 120.0  # loading a large tokenizer.json takes seconds
 # An idle worker told to stop (stdin closed) gets this long to exit before it is killed. It
 # runs at idle priority, so on a saturated CPU it may get no time at all to exit.
 WORKER_EXIT_TIMEOUT_S = 5.0
+# After a start fails for a reason that may pass, prompts render inline and one start is
+# tried again this long after, the wait doubling up to the cap while starts keep failing:
+# a failed try costs a process start (up to WORKER_START_TIMEOUT_S of one request's time)
+# every few minutes at most, and workers are back within minutes of the CPU freeing up.
+WORKER_RETRY_S = 30.0
+WORKER_RETRY_MAX_S = 300.0
 
 
 class RenderFailed(ApiError):
@@ -47,6 +59,10 @@ class RenderFailed(ApiError):
 def _refused(exc: BaseException | str) -> RenderFailed:
     what = exc if isinstance(exc, str) else f"{type(exc).__name__}: {exc}"
     return RenderFailed(400, f"messages: the prompt could not be rendered ({what})"[:600])
+
+
+class WorkersDown(Exception):
+    """No worker can take a job now (`RenderPool.broken` or `.down`): render it inline."""
 
 
 class ContextFull(ApiError):
@@ -112,17 +128,35 @@ class RenderPool:
         self.workers: set[_Worker] = set()  # live processes, idle or busy
         self.started = 0  # processes started so far (a replaced one counts again)
         self.jobs = 0  # prompts rendered here
-        self.broken: str | None = None  # why workers cannot start (then render inline)
+        # Why a worker said it cannot load the renderer: every prompt renders inline.
+        self.broken: str | None = None
+        # Why the last start failed, while the pool rests after it: prompts render inline
+        # until `_retry_at`, then one start is tried (the probe) while others still do.
+        self.down: str | None = None
+        self.clock = time.monotonic
+        self._retry_at = 0.0
+        self._backoff = 0.0
+        self._probing = False
 
     @property
     def busy(self) -> int:
         return self._live - len(self._idle)
 
+    @property
+    def ready(self) -> bool:
+        """Whether a job may go to a worker now (else it renders inline)."""
+        if self._idle:
+            return True
+        if self.broken is not None:
+            return False
+        return self.down is None or (not self._probing and self.clock() >= self._retry_at)
+
     async def call(
         self, header: dict[str, Any], payload: bytes = b""
     ) -> tuple[dict[str, Any], bytes]:
         """One job on an idle worker (waiting for one if all are busy). Raises
-        orjson.JSONEncodeError if `header` cannot travel as JSON, before taking a worker."""
+        orjson.JSONEncodeError if `header` cannot travel as JSON, before taking a worker, and
+        WorkersDown if no worker can be had (none could start, now or lately)."""
         data = orjson.dumps(header)
         worker = await self._acquire()
         keep = False
@@ -147,14 +181,22 @@ class RenderPool:
                 await self._freed.wait()
             if self._idle:
                 return self._idle.pop()
+            if not self.ready:  # resting, or given up (perhaps while this job waited)
+                raise WorkersDown(self.broken or self.down)
+            probe = self.down is not None
+            self._probing |= probe
             self._live += 1
         try:
-            return await self._start()
+            return await self._start(probe)
         except BaseException:
             async with self._freed:
                 self._live -= 1
-                self._freed.notify()
+                # Every waiter looks again: after a failed start each renders inline.
+                self._freed.notify_all()
             raise
+        finally:
+            if probe:
+                self._probing = False
 
     async def _release(self, worker: _Worker, keep: bool) -> None:
         if not keep:
@@ -175,30 +217,84 @@ class RenderPool:
         with contextlib.suppress(ProcessLookupError, OSError):
             await worker.proc.wait()
 
-    async def _start(self) -> _Worker:
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "agentrl.bundle.gateway.render_worker",
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            limit=1 << 20,
-        )
+    async def _start(self, probe: bool) -> _Worker:
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-m",
+                "agentrl.bundle.gateway.render_worker",
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                limit=1 << 20,
+            )
+        except OSError as exc:  # fork or exec failed (EAGAIN, ENOMEM...)
+            raise WorkersDown(self._rest(exc, probe)) from exc
         worker = _Worker(proc)
         try:
             async with asyncio.timeout(WORKER_START_TIMEOUT_S):
                 reply, _ = await worker.call(orjson.dumps(vars(self.config)))
-        except BaseException:
+        except BaseException as exc:
             worker.kill()
             await self._reap(worker)
-            raise
+            if isinstance(exc, TimeoutError):  # before OSError: TimeoutError is one
+                why: BaseException | str = f"no answer within {WORKER_START_TIMEOUT_S:g} s"
+                raise WorkersDown(self._rest(why, probe)) from exc
+            if isinstance(exc, (EOFError, OSError)):  # it exited (killed?) while loading
+                raise WorkersDown(self._rest(exc, probe)) from exc
+            raise  # cancelled: the agent hung up, which says nothing about workers
         if not reply.get("ok"):
             worker.kill()
             await self._reap(worker)
-            raise RuntimeError(f"render worker failed to start: {reply.get('error')}")
+            raise WorkersDown(self._give_up(str(reply.get("error"))))
+        if self.down is not None:
+            log.info("gateway: render workers start again (after %s)", self.down)
+            self.down = None
         self.started += 1
         self.workers.add(worker)
         return worker
+
+    def _rest(self, exc: BaseException | str, probe: bool) -> str:
+        """A start failed for a reason that may pass: prompts render inline until a start
+        is tried again, after a wait that doubles while the tries fail."""
+        why = exc if isinstance(exc, str) else f"{type(exc).__name__}: {exc}"
+        if self.down is None:
+            self._backoff = WORKER_RETRY_S
+            log.warning(
+                "gateway: render workers cannot start (%s); rendering prompts on the event "
+                "loop, so large prompts delay other sessions, and trying workers again in "
+                "%g s and then less often, up to every %g s, until one starts",
+                why,
+                self._backoff,
+                WORKER_RETRY_MAX_S,
+            )
+        elif probe:
+            self._backoff = min(2 * self._backoff, WORKER_RETRY_MAX_S)
+        else:  # a start begun before the pool rested: the rest already counts it
+            return why
+        self.down = why
+        self._retry_at = self.clock() + self._backoff
+        return why
+
+    def _give_up(self, why: str) -> str:
+        """A worker started and cannot load the renderer: every one would say the same."""
+        if self.broken is None:
+            log.warning(
+                "gateway: render workers cannot load the renderer (%s); rendering every "
+                "prompt on the event loop from now on, so large prompts delay other sessions",
+                why,
+            )
+            self.broken = why
+        return why
+
+    async def _stop(self, worker: _Worker) -> None:
+        """Wait for a worker told to exit, killing it after the grace period."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(WORKER_EXIT_TIMEOUT_S):
+                await self._reap(worker)
+        worker.kill()
+        # Killed or not, wait for its exit: a process not waited for stays a zombie, and its
+        # pipe transport outlives the event loop (closed on a closed loop when collected).
+        await self._reap(worker)
 
     async def close(self) -> None:
         async with self._freed:
@@ -207,19 +303,15 @@ class RenderPool:
         for worker in idle:
             self.workers.discard(worker)
             worker.stdin.close()  # the worker exits on EOF
-        for worker in idle:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(WORKER_EXIT_TIMEOUT_S):
-                    await self._reap(worker)
-            worker.kill()
-            # Killed or not, wait for its exit: a process not waited for stays a zombie, and
-            # its pipe transport outlives the event loop (closed on a closed loop when it is
-            # collected).
-            await self._reap(worker)
-        for worker in list(self.workers):  # still busy: nothing will want its answer
-            worker.kill()
-            await self._reap(worker)
+        busy = list(self.workers)  # still busy: nothing will want its answer
         self.workers.clear()
+        for worker in busy:
+            worker.kill()
+        # Together: one after another, each idle worker too starved to exit added its whole
+        # grace period to the stop.
+        await asyncio.gather(
+            *(self._stop(worker) for worker in idle), *(self._reap(worker) for worker in busy)
+        )
         if self._reaped:
             await asyncio.gather(*self._reaped, return_exceptions=True)
 
@@ -244,7 +336,7 @@ class PromptRenderer:
 
     def _pooled(self, work: int) -> RenderPool | None:
         pool = self.pool
-        if pool is None or work <= self.inline_bytes or pool.broken is not None:
+        if pool is None or work <= self.inline_bytes or not pool.ready:
             return None
         return pool
 
@@ -331,14 +423,8 @@ class PromptRenderer:
             head, body = await pool.call(header, payload)
         except orjson.JSONEncodeError:
             return None  # e.g. an integer past 64 bits in tool arguments: render it here
-        except (OSError, RuntimeError, TimeoutError) as exc:
-            pool.broken = f"{type(exc).__name__}: {exc}"
-            log.warning(
-                "gateway: render workers cannot start (%s); rendering every prompt on the "
-                "event loop, so large prompts will delay other sessions",
-                pool.broken,
-            )
-            return None
+        except WorkersDown:
+            return None  # the pool logged why, once
         if not head.get("ok"):
             raise _refused(str(head.get("error")))
         return head, body

@@ -2,9 +2,14 @@
 
 Rendering is CPU-bound Python (the `renderers` package walks every token) plus a tokenizer
 call that holds the GIL, so a thread would stall the event loop that serves every other
-session; a separate process at the idle scheduling policy does not. The gateway
-(`render_pool.RenderPool`) starts these with `python -m agentrl.bundle.gateway.render_worker`
-and talks to each over its stdin/stdout, one job at a time:
+session; a separate process at the idle scheduling policy does not. It takes that policy
+once it has loaded the tokenizer, before it tells the gateway it is ready
+(`lower_priority`): jobs are what must not compete with the event loop, while the load is a
+one-off per worker that, at the idle policy on a CPU saturated by other work, could get no
+time at all, so the start timed out and prompts rendered on the event loop instead
+(`render_pool.RenderPool.down`). The gateway (`render_pool.RenderPool`) starts these with
+`python -m agentrl.bundle.gateway.render_worker` and talks to each over its stdin/stdout, one
+job at a time:
 
     frame   = u32 header length, u32 payload length (big-endian), header (JSON), payload
     config  = {"tokenizer_path", "renderer_family", "tool_call_parser", "reasoning_parser",
@@ -154,7 +159,6 @@ def lower_priority() -> None:
 
 
 def main() -> None:
-    lower_priority()
     inp, out = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr  # nothing but frames on the pipe, whatever a library prints
     frame = read_frame(inp)
@@ -178,6 +182,7 @@ def main() -> None:
     except Exception as exc:
         write_frame(out, {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:500]})
         return
+    lower_priority()  # before the first job can arrive: every job runs at the idle policy
     write_frame(out, {"ok": True})
     Worker(renderer).serve(inp, out)
 
