@@ -346,9 +346,12 @@ class BundleMetrics:
             PREFIX + "episode_length_bias",
             "Last train step: mean duration of trained episodes over the mean of every episode "
             "it ran (cut ones at their elapsed time), minus 1; negative = short episodes "
-            "favoured.",
+            "favoured. NaN before the first train step and after a step none of whose "
+            "episodes trains a token.",
             registry=r,
         )
+        # NaN, not prometheus_client's 0, which would read as a step measured without bias.
+        self.episode_length_bias.set(math.nan)
         # Every label set an episode's end can count exists at 0 from the head's start: a
         # series created by its first increment starts at that count, which rate() and
         # increase() never see, so a burst of failures flushed at once (an engine dying with

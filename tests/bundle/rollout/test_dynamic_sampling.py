@@ -9,6 +9,7 @@ snapshots) and the stub agent and gateway doubles, on looptime's simulated clock
 from __future__ import annotations
 
 import asyncio
+import math
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -219,6 +220,39 @@ def test_refills_stop_at_the_cap_and_the_batch_is_backfilled(
     assert rig.metric("agentrl_discarded_episode_seconds_total", reason="filtered") == 2 * (
         10 + 20 + 30 + 40
     )
+
+
+@pytest.mark.parametrize("commit", COMMITS)
+def test_a_step_that_trains_no_episode_has_no_length_bias(
+    make_rig: Any, tmp_path: Path, commit: str
+) -> None:
+    """Step 1's two groups are all-0 and no refill may replace them: both are backfills, no
+    token of the batch trains, and the step has no trained episode to measure. The gauge says
+    so (NaN), as it does before any step; it showed step 0's bias as step 1's."""
+    rig = make_rig(dynamicSamplingFilter="zeroRewardVariance", maxRefillRounds=0)
+    rows = [
+        {"id": 0, "sleep": 10, "reward": [0, 1]},
+        {"id": 1, "sleep": [10, 30], "reward": [1, 0]},
+        {"id": 2, "sleep": 20, "reward": 0},
+        {"id": 3, "sleep": 40, "reward": 0},
+    ]
+    source = buffered_source(commit, write_rows(tmp_path / "rows.jsonl", rows), 2)
+    assert math.isnan(rig.metric("agentrl_episode_length_bias"))  # no step yet
+
+    out = generate_rollout(args(2), 0, source)
+
+    assert groups_of(out) == [0, 1]
+    # Trained: 10, 10, 10, 30 s, everything the step ran: no bias.
+    assert out.metrics["agentrl/length_bias"] == pytest.approx(0.0)
+    assert rig.metric("agentrl_episode_length_bias") == pytest.approx(0.0)
+
+    out = generate_rollout(args(2), 1, source)
+
+    assert groups_of(out) == [2, 3]
+    assert rig.metric("agentrl_groups_total", outcome="backfilled") == 2
+    assert all(not any(s.loss_mask) for g in out.samples for s in g)
+    assert "agentrl/length_bias" not in out.metrics
+    assert math.isnan(rig.metric("agentrl_episode_length_bias"))
 
 
 USER_FILTER = """

@@ -10,6 +10,7 @@ rather than thousands.
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 
@@ -83,8 +84,10 @@ class Recorder:
 
     def step_shape(self, zero_variance_share: float, length_bias: float | None) -> None:
         self._gauges[("zero_variance_group_share", ())] = zero_variance_share
-        if length_bias is not None:
-            self._gauges[("episode_length_bias", ())] = length_bias
+        # None: no episode of the step trains a token (every group a backfill, say), so no
+        # trained mean to compare. NaN, not left as it was: the gauge says "last train step",
+        # and would show an earlier step's bias as this one's.
+        self._gauges[("episode_length_bias", ())] = math.nan if length_bias is None else length_bias
 
     def signal(
         self,
