@@ -51,6 +51,9 @@ class FakeKube:
             raise self.get_fails[kind]
         return kuberay_crd() if kind == "CustomResourceDefinition" else self.objects.get(kind)
 
+    async def events_of(self, ns: str, kind: str, name: str) -> list[Any]:
+        return []
+
     async def patch(self, api: str, kind: str, ns: str, name: str, patch: dict[str, Any],
                     *, subresource: str | None = None) -> bool:  # fmt: skip
         self.writes.append(("PATCH", f"{kind}/{subresource or ''}", patch))
@@ -240,6 +243,39 @@ async def test_an_inherited_crash_loop_whose_pod_never_shows_is_forgotten() -> N
     clock[0] = "2026-01-01T00:10:00Z"
     await sweep(controller)
     assert not conditions.is_true(exp.status, ConditionType.STALLED)
+
+
+async def test_a_held_rayjob_that_goes_is_no_longer_reported_held() -> None:
+    """A foreground deletion of the experiment while KubeRay is down: the RayJob's deletion
+    waits on KubeRay's finalizer (Stalled, RayJobDeletionHeld). Once KubeRay is back and the
+    RayJob goes, nothing holds it: the experiment, still there while the garbage collector
+    removes its other children, no longer says its RayJob is held."""
+    kube = FakeKube()
+    clock = ["2026-01-01T00:00:00Z"]
+    config = OperatorConfig(image="runtime@sha256:" + "1" * 64)  # a test value, never pulled
+    controller = Controller(kube, config, {"agentrl/__init__.py": ""},  # type: ignore[arg-type]
+                            OperatorMetrics(), clock=lambda: clock[0])  # fmt: skip
+    await controller.on_experiment(experiment())
+    await controller._attempt(("rl", "demo"))
+    await controller.on_rayjob(rayjob_event(RUNNING))
+    exp = controller.experiments[("rl", "demo")]
+    deleting = experiment()
+    deleting["metadata"].update(deletionTimestamp="2026-01-01T00:00:10Z",
+                                finalizers=["foregroundDeletion"])  # fmt: skip
+    deleting["status"] = exp.status
+    await controller.on_experiment(deleting)
+    held = rayjob_event(RUNNING)
+    held["metadata"].update(deletionTimestamp="2026-01-01T00:00:10Z",
+                            finalizers=["ray.io/rayjob-finalizer"])  # fmt: skip
+    await controller.on_rayjob(held)
+    clock[0] = "2026-01-01T00:05:10Z"
+    await sweep(controller)
+    assert (conditions.get(exp.status, ConditionType.STALLED) or {}).get("reason") == (
+        "RayJobDeletionHeld")  # fmt: skip
+    await controller.on_rayjob(held, deleted=True)
+    await sweep(controller)
+    assert not conditions.is_true(exp.status, ConditionType.STALLED)
+    assert exp.rayjob_deleting is None
 
 
 async def test_a_rayjob_deleted_by_hand_fails_the_running_experiment() -> None:

@@ -148,7 +148,8 @@ class Controller:
         if exp is None or not children.owned_by(rayjob, exp.uid):
             return
         if deleted:
-            exp.rayjob_gone = dict(rayjob.get("status") or {})
+            # Gone: nothing holds its deletion any more, whoever deleted it.
+            exp.rayjob_gone, exp.rayjob_deleting = dict(rayjob.get("status") or {}), None
             await self.rayjob_gone(exp)
             return
         exp.rayjob, exp.rayjob_gone = dict(rayjob.get("status") or {}), None
