@@ -11,8 +11,10 @@ from agentrl.controller.kube import PLURALS
 # (apiGroup, resource) -> verbs. The single source the e2e `kubectl auth can-i` test also uses.
 # kopf lists and watches RLExperiments and pods; the controller's client (agentrl.controller.kube)
 # PATCHes the status, and GETs an RLExperiment only when its RayJob disappears (deleted by hand,
-# or by the garbage collector with the experiment: the watches' order cannot tell). Never a
-# pod or the status subresource.
+# or by the garbage collector with the experiment: the watches' order cannot tell), and lists
+# an experiment's pods once after a start, when the status it inherits names a stuck pod that
+# no watch event has shown (gone while no operator ran?). Never GETs a pod or the status
+# subresource.
 NAMESPACED: dict[tuple[str, str], set[str]] = {
     ("agentrl.io", "rlexperiments"): {"get", "list", "watch"},
     ("agentrl.io", "rlexperiments/status"): {"patch"},

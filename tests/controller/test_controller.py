@@ -35,6 +35,8 @@ class FakeKube:
         self.during: dict[str, Any] = {}
         self.objects: dict[str, Any] = {}  # kind -> the one object GET returns (else none)
         self.get_fails: dict[str, BaseException] = {}  # kind -> what its GET raises
+        self.lists: dict[str, list[Any]] = {}  # kind -> what its LIST returns (else nothing)
+        self.listed: list[tuple[str, dict[str, str] | None]] = []  # (kind, labels) asked
 
     async def _hook(self, what: str) -> None:
         callback = self.during.pop(what, None)
@@ -50,6 +52,16 @@ class FakeKube:
         if kind in self.get_fails:
             raise self.get_fails[kind]
         return kuberay_crd() if kind == "CustomResourceDefinition" else self.objects.get(kind)
+
+    async def list_of(self, api: str, kind: str, ns: str,
+                      labels: dict[str, str] | None = None) -> list[Any]:  # fmt: skip
+        self.listed.append((kind, labels))
+        if kind in self.get_fails:
+            raise self.get_fails[kind]
+        return self.lists.get(kind, [])
+
+    async def events_of(self, ns: str, kind: str, name: str) -> list[Any]:
+        return []
 
     async def patch(self, api: str, kind: str, ns: str, name: str, patch: dict[str, Any],
                     *, subresource: str | None = None) -> bool:  # fmt: skip
@@ -214,10 +226,11 @@ async def test_a_rayjob_deletion_its_finalizers_hold_is_stalled(
     assert not conditions.is_true(exp.status, ConditionType.STALLED)
 
 
-async def test_an_inherited_crash_loop_whose_pod_never_shows_is_forgotten() -> None:
+async def test_an_inherited_crash_loop_whose_pod_went_meanwhile_is_forgotten() -> None:
     """A new operator keeps the crash loop its inherited status names until the pod's next
     event says how it goes on; a pod deleted while no operator watched sends none, so the
-    sweep forgets it after CRASH_SETTLED_SECONDS instead of keeping the run Stalled."""
+    first sweep lists the experiment's pods (once) and forgets it, rather than keep the run
+    Stalled by a pod that is gone. A list that fails decides nothing."""
     kube = FakeKube()
     clock = ["2026-01-01T00:00:00Z"]
     config = OperatorConfig(image="runtime@sha256:" + "1" * 64)  # a test value, never pulled
@@ -235,11 +248,74 @@ async def test_an_inherited_crash_loop_whose_pod_never_shows_is_forgotten() -> N
     exp = controller.experiments[("rl", "demo")]
     assert exp.stuck == {"demo-head-abc": ("CrashLoopBackOff", looping["message"].split(
         "CrashLoopBackOff: ", 1)[1])}  # fmt: skip
+    kube.get_fails["Pod"] = KubeError(503, "GET", "/api/v1/namespaces/rl/pods", "unavailable")
     await sweep(controller)
     assert conditions.get(exp.status, ConditionType.STALLED) == looping
-    clock[0] = "2026-01-01T00:10:00Z"
+    del kube.get_fails["Pod"]
+    # The head was replaced while no operator watched: its successor is no evidence either way.
+    kube.lists["Pod"] = [{"metadata": {"name": "demo-head-xyz", "namespace": "rl"}}]
+    await sweep(controller)
+    assert kube.listed[-1] == ("Pod", {"agentrl.io/experiment": "demo"})
+    assert not conditions.is_true(exp.status, ConditionType.STALLED)
+    assert exp.stuck == {} and exp.inherited_pods == set()
+    asked = len(kube.listed)
+    await sweep(controller)
+    assert len(kube.listed) == asked  # once told, never asked again
+
+
+async def test_an_inherited_stuck_pod_still_there_is_left_to_its_events() -> None:
+    """The list shows the inherited pod: it is there, and its watch event decides (the list
+    may be older than the event that comes next); nothing is asked again."""
+    kube = FakeKube()
+    controller = controller_on(kube)
+    body = experiment()
+    pulling = {"type": "Stalled", "status": "True", "reason": "ErrImagePull",
+               "message": "pod demo-head-abc: ErrImagePull: container ray-head: not found",
+               "lastTransitionTime": "2025-12-31T23:00:00Z", "observedGeneration": 1}  # fmt: skip
+    body["status"] = {"phase": "Initializing", "rayJobName": "demo", "observedGeneration": 1,
+                      "rayJob": {"jobDeploymentStatus": "Initializing"},
+                      "conditions": [pulling]}  # fmt: skip
+    await controller.on_experiment(body)
+    exp = controller.experiments[("rl", "demo")]
+    kube.lists["Pod"] = [{"metadata": {"name": "demo-head-abc", "namespace": "rl"}}]
+    await sweep(controller)
+    assert conditions.get(exp.status, ConditionType.STALLED) == pulling
+    assert exp.inherited_pods == set() and len(kube.listed) == 1
+    await sweep(controller)
+    assert len(kube.listed) == 1
+
+
+async def test_a_held_rayjob_that_goes_is_no_longer_reported_held() -> None:
+    """A foreground deletion of the experiment while KubeRay is down: the RayJob's deletion
+    waits on KubeRay's finalizer (Stalled, RayJobDeletionHeld). Once KubeRay is back and the
+    RayJob goes, nothing holds it: the experiment, still there while the garbage collector
+    removes its other children, no longer says its RayJob is held."""
+    kube = FakeKube()
+    clock = ["2026-01-01T00:00:00Z"]
+    config = OperatorConfig(image="runtime@sha256:" + "1" * 64)  # a test value, never pulled
+    controller = Controller(kube, config, {"agentrl/__init__.py": ""},  # type: ignore[arg-type]
+                            OperatorMetrics(), clock=lambda: clock[0])  # fmt: skip
+    await controller.on_experiment(experiment())
+    await controller._attempt(("rl", "demo"))
+    await controller.on_rayjob(rayjob_event(RUNNING))
+    exp = controller.experiments[("rl", "demo")]
+    deleting = experiment()
+    deleting["metadata"].update(deletionTimestamp="2026-01-01T00:00:10Z",
+                                finalizers=["foregroundDeletion"])  # fmt: skip
+    deleting["status"] = exp.status
+    await controller.on_experiment(deleting)
+    held = rayjob_event(RUNNING)
+    held["metadata"].update(deletionTimestamp="2026-01-01T00:00:10Z",
+                            finalizers=["ray.io/rayjob-finalizer"])  # fmt: skip
+    await controller.on_rayjob(held)
+    clock[0] = "2026-01-01T00:05:10Z"
+    await sweep(controller)
+    assert (conditions.get(exp.status, ConditionType.STALLED) or {}).get("reason") == (
+        "RayJobDeletionHeld")  # fmt: skip
+    await controller.on_rayjob(held, deleted=True)
     await sweep(controller)
     assert not conditions.is_true(exp.status, ConditionType.STALLED)
+    assert exp.rayjob_deleting is None
 
 
 async def test_a_rayjob_deleted_by_hand_fails_the_running_experiment() -> None:

@@ -715,3 +715,65 @@ def test_every_failure_reason_of_the_bundle_is_a_documented_condition_reason() -
     for label in REASONS:
         reason = status.failure_reason(progress.Episodes(1, 1, ((label, 1),)))
         assert reason != C.EPISODES_FAILING and f"`{reason}`" in row, label
+
+
+RUNNING_NO_JOB = {"jobDeploymentStatus": "Running", "jobStatus": "", "startTime": T0}
+
+
+@pytest.mark.parametrize(
+    ("seen", "found"),
+    [
+        pytest.param(
+            status.Observed(RUNNING_NO_JOB, stuck=[("demo-head", "ErrImagePull", "a: b: c")]),
+            status.Inherited(pod=("demo-head", "ErrImagePull", "a: b: c")),
+            id="pod",
+        ),
+        pytest.param(
+            status.Observed(
+                RUNNING_NO_JOB,
+                stuck=[("demo-sub", "Unschedulable", "0/4 nodes")],
+                submitter_pods=frozenset({"demo-sub"}),
+                active_deadline=60,
+            ),
+            status.Inherited(pod=("demo-sub", "Unschedulable", "0/4 nodes"), submitter_pod=True),
+            id="submitter-pod",
+        ),
+        pytest.param(
+            status.Observed(
+                {"jobDeploymentStatus": "Initializing"},
+                cluster=("demo-rc", "FailedCreateHeadPod", 'pods "x": forbidden'),
+            ),
+            status.Inherited(cluster=("FailedCreateHeadPod", 'pods "x": forbidden')),
+            id="cluster",
+        ),
+        pytest.param(
+            status.Observed(RUNNING_NO_JOB, submitter=("FailedCreate", "quota. exceeded: x")),
+            status.Inherited(submitter=("FailedCreate", "quota. exceeded: x")),
+            id="submitter-job",
+        ),
+        pytest.param(
+            status.Observed(RUNNING_NO_JOB, rayjob_held=(T0, ("ray.io/rayjob-finalizer", "b/c"))),
+            status.Inherited(rayjob_held=(T0, ("ray.io/rayjob-finalizer", "b/c"))),
+            id="rayjob-held",
+        ),
+        pytest.param(
+            status.Observed(RUNNING_NO_JOB, created=T0, startup_deadline=60),
+            status.Inherited(),  # the status alone says it again
+            id="deadline",
+        ),
+        pytest.param(status.Observed(RUNNING_NO_JOB), status.Inherited(), id="not-stalled"),
+    ],
+)
+def test_an_inherited_stalled_reads_back_what_wrote_it(
+    seen: status.Observed, found: status.Inherited
+) -> None:
+    """A new operator takes the Stalled condition it inherits as observed (`inherited`): the
+    observations read back are those that wrote it, so writing with them changes nothing."""
+    st = status.apply_observed(created(), seen, T1)
+    assert status.inherited(st) == found
+    again = dataclasses.replace(
+        seen, stuck=[found.pod] if found.pod else seen.stuck, submitter=found.submitter,
+        cluster=(seen.cluster[0], *found.cluster) if seen.cluster and found.cluster else None,
+        rayjob_held=found.rayjob_held,
+    )  # fmt: skip
+    assert status.apply_observed(st, again, T2) == st

@@ -150,7 +150,8 @@ owner references, and users delete RLExperiments.
   resources: ["configmaps", "services"]
   verbs: ["get", "create", "patch"]
 # Ray pods (labelled agentrl.io/experiment), watched to explain stuck ones (ImagePullBackOff,
-# Unschedulable); never read one by one, never exec, never write.
+# Unschedulable), and one experiment's listed once after a start to forget a stuck pod that
+# went while no operator ran; never read one by one, never exec, never write.
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["list", "watch"]

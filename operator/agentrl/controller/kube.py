@@ -216,11 +216,17 @@ class Kube:
         )
         return obj
 
-    async def list_of(self, api_version: str, kind: str, namespace: str) -> list[Obj]:
-        """Every object of `kind` in `namespace` (one LIST; the API server pages nothing
-        unless asked to)."""
-        _, body = await self._call("GET", object_path(api_version, kind, namespace))
-        return [o for o in (body or {}).get("items") or () if isinstance(o, dict)]
+    async def list_of(
+        self, api_version: str, kind: str, namespace: str, labels: Mapping[str, str] | None = None
+    ) -> list[Obj]:
+        """Every object of `kind` in `namespace`, or those with all of `labels` (one LIST;
+        the API server pages nothing unless asked to)."""
+        selector = ",".join(f"{k}={v}" for k, v in (labels or {}).items())
+        params = {"labelSelector": selector} if selector else None
+        _, body = await self._call("GET", object_path(api_version, kind, namespace), params=params)
+        found = [o for o in (body or {}).get("items") or () if isinstance(o, dict)]
+        # The selector does the work; the check keeps a server that ignores it honest.
+        return [o for o in found if _labelled(o, labels or {})]
 
     async def replace(self, obj: Mapping[str, Any]) -> Obj:
         """PUT the whole object. Its `metadata.resourceVersion` makes the write conditional:
@@ -275,3 +281,8 @@ class Kube:
         """Create a core/v1 Event (what `kubectl describe` shows)."""
         path = object_path("v1", "Event", event["metadata"]["namespace"])
         await self._call("POST", path, event, parse=False)
+
+
+def _labelled(obj: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
+    have = (obj.get("metadata") or {}).get("labels") or {}
+    return all(have.get(k) == v for k, v in labels.items())

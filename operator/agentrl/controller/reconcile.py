@@ -107,12 +107,7 @@ class Controller:
             if exp is not None:
                 self._forget(exp.key)
             exp = self.experiments[key_of(body)] = Experiment.seen(body)
-            if (looping := self._crash_loop_reported(exp)) is not None:
-                # A process that starts (or takes the lead) while the pod runs between two
-                # back-offs: the status it inherits names the crash loop, which goes on. Its
-                # pod's next event says how (and the sweep forgets it, should none come).
-                pod_name, reason, said = looping
-                exp.stuck[pod_name], exp.restarted[pod_name] = (reason, said), self.now()
+            self._inherit(exp)
             for pod in self.early_pods.pop(exp.key, {}).values():
                 await self.on_pod(pod)
         else:
@@ -122,6 +117,26 @@ class Controller:
         self._link(exp, exp.status.get("dashboardURL"))
         if self._due(exp):
             self.queue.add(exp.key)
+
+    def _inherit(self, exp: Experiment) -> None:
+        """Take what the inherited status says this experiment is Stalled by as observed
+        (`status.inherited`): the watches list experiments, RayJobs and pods at once, in no
+        set order, and a reconcile or an event may sync before the rest is replayed. Each is
+        replaced by what this process sees itself: the pod's next event (or the sweep's
+        list, for a pod that went while no operator watched), the RayJob, the submitter
+        Job's events."""
+        found = status.inherited(exp.status)
+        if found.pod is not None:
+            pod, reason, said = found.pod
+            exp.stuck[pod] = (reason, said)
+            exp.inherited_pods.add(pod)
+            if found.submitter_pod:
+                self._component(exp, pod, COMPONENT_SUBMITTER)
+        exp.cluster_trouble, exp.submitter_trouble = found.cluster, found.submitter
+        if found.rayjob_held is not None:
+            moment, held = found.rayjob_held
+            since = status.parse_time(moment) - timedelta(seconds=self.config.stuck_creating_after)
+            exp.rayjob_deleting = (status.format_time(since), held)
 
     def _due(self, exp: Experiment) -> bool:
         """Not reconciled by this process yet, or its spec changed since (a new generation).
@@ -148,7 +163,8 @@ class Controller:
         if exp is None or not children.owned_by(rayjob, exp.uid):
             return
         if deleted:
-            exp.rayjob_gone = dict(rayjob.get("status") or {})
+            # Gone: nothing holds its deletion any more, whoever deleted it.
+            exp.rayjob_gone, exp.rayjob_deleting = dict(rayjob.get("status") or {}), None
             await self.rayjob_gone(exp)
             return
         exp.rayjob, exp.rayjob_gone = dict(rayjob.get("status") or {}), None
@@ -209,13 +225,9 @@ class Controller:
             if not early:
                 del self.early_pods[key]
             return
-        component = None if deleted else (meta.get("labels") or {}).get(LABEL_COMPONENT, "")
-        if component != exp.pods.get(name):
-            self.metrics.pod(exp.key, name, exp.pods.get(name), component)
-            if component is None:
-                exp.pods.pop(name, None)
-            else:
-                exp.pods[name] = component
+        exp.inherited_pods.discard(name)  # seen: what it shows now decides
+        self._component(exp, name, None if deleted else (meta.get("labels") or {}).get(
+            LABEL_COMPONENT, ""))  # fmt: skip
         found = None if deleted else observe.pod_stuck(pod)
         if found is not None and found[0] == observe.UNSCHEDULABLE:
             found = self._unschedulable(exp, name, observe.unschedulable_since(pod) or "", found)
@@ -245,6 +257,15 @@ class Controller:
         else:
             exp.stuck[name] = found
         await self._observed(exp)
+
+    def _component(self, exp: Experiment, pod: str, component: str | None) -> None:
+        """Record a pod's component (None: the pod is gone), and move its metrics series."""
+        if component != exp.pods.get(pod):
+            self.metrics.pod(exp.key, pod, exp.pods.get(pod), component)
+            if component is None:
+                exp.pods.pop(pod, None)
+            else:
+                exp.pods[pod] = component
 
     def _unschedulable(
         self, exp: Experiment, pod: str, since: str, found: observe.Trouble
@@ -305,16 +326,29 @@ class Controller:
                 exp.stuck[pod] = found
                 await self._observed(exp)
 
-    @staticmethod
-    def _crash_loop_reported(exp: Experiment) -> tuple[str, str, str] | None:
-        """(pod, reason, message) when the status shows the experiment Stalled by a pod's
-        crash loop (its message as `status.stuck_pod_text` wrote it)."""
-        cond = conditions.get(exp.status, "Stalled") or {}
-        reason = str(cond.get("reason") or "")
-        if cond.get("status") != "True" or reason not in observe.CRASH_REASONS:
-            return None
-        found = status.stuck_pod_of(str(cond.get("message") or ""), reason)
-        return None if found is None else (found[0], reason, found[1])
+    async def check_inherited(self, exp: Experiment) -> None:
+        """Stuck pods the inherited status named (`_inherit`) that no pod event has shown
+        since: one deleted while no operator watched sends none, so one list of the
+        experiment's pods tells. Those it lacks are gone, and their trouble with them;
+        those it has are the watch's to replay. A failed list decides nothing (the next
+        sweep asks again)."""
+        asked = set(exp.inherited_pods)
+        try:
+            listed = await self.kube.list_of(
+                "v1", "Pod", exp.key[0], {LABEL_EXPERIMENT: exp.key[1]}
+            )
+        except (KubeError, OSError) as err:
+            logger.info("%s/%s: pods not listed (%s); asking again", *exp.key, err)
+            return
+        there = {str((pod.get("metadata") or {}).get("name")) for pod in listed}
+        gone = (asked & exp.inherited_pods) - there  # one an event showed meanwhile: it decided
+        exp.inherited_pods -= asked
+        for pod in gone:
+            logger.info("%s/%s: pod %s, stuck when this operator started, is gone", *exp.key, pod)
+            exp.stuck.pop(pod, None)
+            self._component(exp, pod, None)
+        if gone:
+            await self._observed(exp)
 
     def _crash_settled(self, since: str) -> bool:
         return self._seconds_since(since) >= observe.CRASH_SETTLED_SECONDS
@@ -487,7 +521,8 @@ class Controller:
             new = status.apply_spec(base, outcome, now) if outcome else base
             found = observe.cluster_trouble(exp.rayjob)
             old = exp.cluster_trouble
-            if found is None or old is None or found[0] != old[0]:
+            # With no RayJob seen (an operator that has just started), what it said stands.
+            if exp.rayjob is not None and (found is None or old is None or found[0] != old[0]):
                 exp.cluster_trouble = old = found
             if not exp.submitter_waits:  # a submitter pod, or Ray's job: that trouble is over
                 exp.submitter_trouble = None

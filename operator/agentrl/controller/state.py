@@ -68,6 +68,10 @@ class Experiment:
     # pod -> when a restarted container of it last started (or ended): a crash-looping pod
     # between two back-offs, kept stuck until it has run CRASH_SETTLED_SECONDS (the sweep)
     restarted: dict[str, str] = field(default_factory=dict)
+    # Stuck pods this process took from the status it inherited (`status.inherited`) and has
+    # not seen since: a pod deleted while no operator watched sends no event, so the sweep
+    # lists the experiment's pods once to forget those that are gone (Controller.check_inherited).
+    inherited_pods: set[str] = field(default_factory=set)
     # (reason, message) while KubeRay cannot create the cluster's pods, its first words kept
     # while the reason stays (each retry names a new pod)
     cluster_trouble: tuple[str, str] | None = None

@@ -470,21 +470,18 @@ def _stalled(st: Status, seen: Observed, phase: Phase, now: str) -> None:
             # KubeRay's submitter pod cannot start (no node for it, its image): Ray never
             # gets the job, and KubeRay ends nothing for it (submitter_holds_gpus). A pod that
             # fails instead counts towards the submitter Job's backoffLimit, which ends it.
-            text += (f". It is KubeRay's submitter pod, so Ray never gets the job. "
-                     f"{submitter_holds_gpus(seen.active_deadline)}")  # fmt: skip
+            text += f"{SUBMITTER_POD_NOTE}{submitter_holds_gpus(seen.active_deadline)}"
         conditions.put(st, C.STALLED, True, reason=reason, message=text, now=now)
         return
     if seen.cluster:
         cluster, reason, message = seen.cluster
-        text = f"RayCluster {cluster}: {reason}" + (f": {message}" if message else "")
-        conditions.put(st, C.STALLED, True, reason=reason, message=text, now=now)
+        conditions.put(st, C.STALLED, True, reason=reason,
+                       message=cluster_trouble_text(cluster, reason, message), now=now)  # fmt: skip
         return
     if seen.submitter and phase == Phase.RUNNING and not rj.get("jobStatus"):
         reason, message = seen.submitter
-        name = st.get("rayJobName") or "of the RayJob"
-        held = submitter_holds_gpus(seen.active_deadline)
-        text = (f"KubeRay's submitter Job {name} cannot create its pod, so Ray never gets the "
-                f"job: {reason}: {message}. {held}")  # fmt: skip
+        name = str(st.get("rayJobName") or "of the RayJob")
+        text = submitter_trouble_text(name, reason, message, seen.active_deadline)
         conditions.put(st, C.STALLED, True, reason=SUBMITTER_NOT_STARTED, message=text, now=now)
         return
     late = startup_overdue(st, seen, phase, now)
@@ -501,13 +498,88 @@ def stuck_pod_text(pod: str, reason: str, message: str) -> str:
 
 
 def stuck_pod_of(text: str, reason: str) -> tuple[str, str] | None:
-    """(pod, message) of a Stalled message `stuck_pod_text` wrote for `reason`, else None."""
+    """(pod, message) of a Stalled message `stuck_pod_text` wrote for `reason`, else None
+    (the note on a submitter pod, `SUBMITTER_POD_NOTE` on, is not the pod's message)."""
     if not text.startswith("pod "):
         return None
     pod, _, rest = text.removeprefix("pod ").partition(": ")
     if not pod or rest.split(": ", 1)[0] != reason:
         return None
-    return pod, rest.removeprefix(reason).removeprefix(": ")
+    return pod, rest.removeprefix(reason).removeprefix(": ").partition(SUBMITTER_POD_NOTE)[0]
+
+
+# What follows a stuck submitter pod's words while KubeRay reports Running and Ray has no job.
+SUBMITTER_POD_NOTE = ". It is KubeRay's submitter pod, so Ray never gets the job. "
+
+
+def cluster_trouble_text(cluster: str, reason: str, message: str) -> str:
+    """The Stalled message of pods KubeRay cannot create: `RayCluster NAME: REASON[: MESSAGE]`."""
+    return f"RayCluster {cluster}: {reason}" + (f": {message}" if message else "")
+
+
+def cluster_trouble_of(text: str, reason: str) -> str | None:
+    """The message of a Stalled message `cluster_trouble_text` wrote for `reason`, else None."""
+    if not text.startswith("RayCluster "):
+        return None
+    _, _, rest = text.removeprefix("RayCluster ").partition(": ")
+    if rest.split(": ", 1)[0] != reason:
+        return None
+    return rest.removeprefix(reason).removeprefix(": ")
+
+
+_SUBMITTER_JOB = "cannot create its pod, so Ray never gets the job: "
+
+
+def submitter_trouble_text(name: str, reason: str, message: str, active: int | None) -> str:
+    """The Stalled message of a submitter Job whose pod the Job controller cannot create."""
+    return (f"KubeRay's submitter Job {name} {_SUBMITTER_JOB}{reason}: {message}. "
+            f"{submitter_holds_gpus(active)}")  # fmt: skip
+
+
+def submitter_trouble_of(text: str) -> tuple[str, str] | None:
+    """(reason, message) of a Stalled message `submitter_trouble_text` wrote, else None."""
+    head, found, rest = text.partition(f" {_SUBMITTER_JOB}")
+    trouble, held, _ = rest.rpartition(f". {_NOT_ENDED}")
+    if not found or not held or not head.startswith("KubeRay's submitter Job "):
+        return None
+    reason, _, message = trouble.partition(": ")
+    return reason, message
+
+
+@dataclass(frozen=True)
+class Inherited:
+    """What the Stalled condition of a status this process did not write says was observed,
+    as the observations that would write it again: an operator that starts (or takes the
+    lead) takes them as its own until what it sees itself replaces them (the watch's
+    replay, a read), so a reconcile or an event that comes first neither clears Stalled
+    nor moves its lastTransitionTime, and the same trouble keeps its first words."""
+
+    pod: tuple[str, str, str] | None = None  # (pod, reason, message): the first stuck pod
+    submitter_pod: bool = False  # that pod is KubeRay's submitter (SUBMITTER_POD_NOTE)
+    cluster: tuple[str, str] | None = None  # (reason, message): pods KubeRay cannot create
+    submitter: tuple[str, str] | None = None  # (reason, message): the submitter Job's
+    # (when the wait passed the operator's bound, finalizers): a RayJob's deletion held
+    rayjob_held: tuple[str, tuple[str, ...]] | None = None
+
+
+def inherited(st: Mapping[str, Any]) -> Inherited:
+    """The observations behind a True Stalled condition (`Inherited`); none for one that
+    follows from the status alone (the startup deadline) or is not True."""
+    cond = conditions.get(st, C.STALLED) or {}
+    reason, text = str(cond.get("reason") or ""), str(cond.get("message") or "")
+    if cond.get("status") != "True":
+        return Inherited()
+    if reason == RAYJOB_DELETION_HELD:
+        held = rayjob_held_of(text)
+        moment = cond.get("lastTransitionTime")
+        return Inherited(rayjob_held=(str(moment), held) if held and moment else None)
+    if reason == SUBMITTER_NOT_STARTED:
+        return Inherited(submitter=submitter_trouble_of(text))
+    if (pod := stuck_pod_of(text, reason)) is not None:
+        return Inherited(pod=(pod[0], reason, pod[1]), submitter_pod=SUBMITTER_POD_NOTE in text)
+    if (message := cluster_trouble_of(text, reason)) is not None:
+        return Inherited(cluster=(reason, message))
+    return Inherited()
 
 
 STARTUP_DEADLINE_EXCEEDED = "StartupDeadlineExceeded"
@@ -529,6 +601,13 @@ def rayjob_held_message(st: Mapping[str, Any], held: Sequence[str]) -> str:
         why = "the controllers that own these finalizers have not removed them"
     return (f"RayJob {name} is being deleted, and its finalizers ({which}) still hold it: "
             f"{why}. Until it is gone its Ray cluster stays, on its GPUs")  # fmt: skip
+
+
+def rayjob_held_of(text: str) -> tuple[str, ...]:
+    """The finalizers a message `rayjob_held_message` wrote names (none: not one of those)."""
+    _, found, rest = text.partition(", and its finalizers (")
+    which, held, _ = rest.partition(") still hold it: ")
+    return tuple(which.split(", ")) if found and held and which else ()
 
 
 SUBMITTER_NOT_STARTED = "SubmitterNotStarted"
@@ -587,6 +666,11 @@ def startup_overdue(
 KUBERAY_MARKS = ("jobDeploymentStatus", "startTime", "rayClusterName", "jobId")
 
 
+# How `submitter_holds_gpus` opens: it ends every Stalled message of a submitter that never
+# starts, which is where `submitter_trouble_of` finds the end of the Job controller's words.
+_NOT_ENDED = "KubeRay does not end this attempt on its own"
+
+
 def submitter_holds_gpus(active_deadline: int | None) -> str:
     """What ends an attempt whose submitter never started, and what to do meanwhile.
 
@@ -600,7 +684,7 @@ def submitter_holds_gpus(active_deadline: int | None) -> str:
                  "start, when KubeRay fails it")  # fmt: skip
     else:
         until = "with no spec.activeDeadlineSeconds, until you act"
-    return (f"KubeRay does not end this attempt on its own: its Ray cluster holds its GPUs "
+    return (f"{_NOT_ENDED}: its Ray cluster holds its GPUs "
             f"{until}; set spec.suspend to true to release them while you fix it")  # fmt: skip
 
 

@@ -14,6 +14,8 @@ A crash-looping pod whose restarted container has run long enough is cleared her
 (`Controller.check_restarted`): a container that keeps running changes nothing more.
 A pod Unschedulable for longer than `AGENTRL_STUCK_UNSCHEDULABLE_SECONDS` is found stuck
 here (`Controller.check_unschedulable`): one that keeps waiting may show no new event.
+After a start, a stuck pod the inherited status names and no event has shown is looked for
+once (`Controller.check_inherited`): one deleted while no operator ran sends no event.
 """
 
 from __future__ import annotations
@@ -54,6 +56,8 @@ async def sweep(controller: Controller) -> None:
             await controller.check_unschedulable(exp)
         if exp.restarted:
             await controller.check_restarted(exp)
+        if exp.inherited_pods:
+            await controller.check_inherited(exp)
         if exp.submitter_waits:
             await controller.check_submitter(exp)
         if exp.finished or (exp.settled and not exp.clock_matters):
