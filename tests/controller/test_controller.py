@@ -87,10 +87,13 @@ def experiment() -> dict[str, Any]:
     return body
 
 
-def controller_on(kube: FakeKube) -> Controller:
+def controller_on(kube: FakeKube, clock: list[str] | None = None) -> Controller:
+    """A controller on `kube` whose time is `clock[0]` (a one-item list the test moves), else
+    always NOW."""
     config = OperatorConfig(image="runtime@sha256:" + "1" * 64)  # a test value, never pulled
+    now = (lambda: clock[0]) if clock is not None else (lambda: NOW)
     return Controller(kube, config, {"agentrl/__init__.py": ""},  # type: ignore[arg-type]
-                      OperatorMetrics(), clock=lambda: NOW)  # fmt: skip
+                      OperatorMetrics(), clock=now)  # fmt: skip
 
 
 def rayjob_event(status: dict[str, Any]) -> dict[str, Any]:
@@ -99,9 +102,11 @@ def rayjob_event(status: dict[str, Any]) -> dict[str, Any]:
     return {"metadata": meta, "status": status}
 
 
-async def running_on(kube: FakeKube) -> tuple[Controller, Experiment]:
+async def running_on(
+    kube: FakeKube, clock: list[str] | None = None
+) -> tuple[Controller, Experiment]:
     """A controller whose experiment `demo` was created, reconciled, and is Running."""
-    controller = controller_on(kube)
+    controller = controller_on(kube, clock)
     await controller.on_experiment(experiment())
     await controller._attempt(("rl", "demo"))
     await controller.on_rayjob(rayjob_event(RUNNING))
@@ -191,13 +196,7 @@ async def test_a_rayjob_deletion_its_finalizers_hold_is_stalled(
     it; once the RayJob goes, the run is Failed (RayJobDeleted) as before."""
     kube = FakeKube()
     clock = ["2026-01-01T00:00:00Z"]
-    config = OperatorConfig(image="runtime@sha256:" + "1" * 64)  # a test value, never pulled
-    controller = Controller(kube, config, {"agentrl/__init__.py": ""},  # type: ignore[arg-type]
-                            OperatorMetrics(), clock=lambda: clock[0])  # fmt: skip
-    await controller.on_experiment(experiment())
-    await controller._attempt(("rl", "demo"))
-    await controller.on_rayjob(rayjob_event(RUNNING))
-    exp = controller.experiments[("rl", "demo")]
+    controller, exp = await running_on(kube, clock)
     held = rayjob_event(RUNNING)
     held["metadata"].update(deletionTimestamp="2026-01-01T00:00:10Z", finalizers=finalizers)
     await controller.on_rayjob(held)
@@ -226,6 +225,22 @@ async def test_a_rayjob_deletion_its_finalizers_hold_is_stalled(
     assert not conditions.is_true(exp.status, ConditionType.STALLED)
 
 
+def stalled_by(reason: str, message: str) -> dict[str, Any]:
+    """The Stalled condition an earlier operator wrote for the head pod stuck by `reason`."""
+    return {"type": "Stalled", "status": "True", "reason": reason,
+            "message": f"pod demo-head-abc: {reason}: {message}",
+            "lastTransitionTime": "2025-12-31T23:00:00Z", "observedGeneration": 1}  # fmt: skip
+
+
+def inherited(stalled: dict[str, Any]) -> dict[str, Any]:
+    """Experiment `demo` as a starting operator first sees it: Initializing and `stalled`."""
+    body = experiment()
+    body["status"] = {"phase": "Initializing", "rayJobName": "demo", "observedGeneration": 1,
+                      "rayJob": {"jobDeploymentStatus": "Initializing"},
+                      "conditions": [stalled]}  # fmt: skip
+    return body
+
+
 async def test_an_inherited_crash_loop_whose_pod_went_meanwhile_is_forgotten() -> None:
     """A new operator keeps the crash loop its inherited status names until the pod's next
     event says how it goes on; a pod deleted while no operator watched sends none, so the
@@ -233,18 +248,10 @@ async def test_an_inherited_crash_loop_whose_pod_went_meanwhile_is_forgotten() -
     Stalled by a pod that is gone. A list that fails decides nothing."""
     kube = FakeKube()
     clock = ["2026-01-01T00:00:00Z"]
-    config = OperatorConfig(image="runtime@sha256:" + "1" * 64)  # a test value, never pulled
-    controller = Controller(kube, config, {"agentrl/__init__.py": ""},  # type: ignore[arg-type]
-                            OperatorMetrics(), clock=lambda: clock[0])  # fmt: skip
-    body = experiment()
-    looping = {"type": "Stalled", "status": "True", "reason": "CrashLoopBackOff",
-               "message": "pod demo-head-abc: CrashLoopBackOff: container ray-head: exited "
-                          "with code 137 (OOMKilled); the kubelet restarts it with back-off",
-               "lastTransitionTime": "2025-12-31T23:00:00Z", "observedGeneration": 1}  # fmt: skip
-    body["status"] = {"phase": "Initializing", "rayJobName": "demo", "observedGeneration": 1,
-                      "rayJob": {"jobDeploymentStatus": "Initializing"},
-                      "conditions": [looping]}  # fmt: skip
-    await controller.on_experiment(body)
+    controller = controller_on(kube, clock)
+    looping = stalled_by("CrashLoopBackOff", "container ray-head: exited with code 137 "
+                         "(OOMKilled); the kubelet restarts it with back-off")  # fmt: skip
+    await controller.on_experiment(inherited(looping))
     exp = controller.experiments[("rl", "demo")]
     assert exp.stuck == {"demo-head-abc": ("CrashLoopBackOff", looping["message"].split(
         "CrashLoopBackOff: ", 1)[1])}  # fmt: skip
@@ -268,14 +275,8 @@ async def test_an_inherited_stuck_pod_still_there_is_left_to_its_events() -> Non
     may be older than the event that comes next); nothing is asked again."""
     kube = FakeKube()
     controller = controller_on(kube)
-    body = experiment()
-    pulling = {"type": "Stalled", "status": "True", "reason": "ErrImagePull",
-               "message": "pod demo-head-abc: ErrImagePull: container ray-head: not found",
-               "lastTransitionTime": "2025-12-31T23:00:00Z", "observedGeneration": 1}  # fmt: skip
-    body["status"] = {"phase": "Initializing", "rayJobName": "demo", "observedGeneration": 1,
-                      "rayJob": {"jobDeploymentStatus": "Initializing"},
-                      "conditions": [pulling]}  # fmt: skip
-    await controller.on_experiment(body)
+    pulling = stalled_by("ErrImagePull", "container ray-head: not found")
+    await controller.on_experiment(inherited(pulling))
     exp = controller.experiments[("rl", "demo")]
     kube.lists["Pod"] = [{"metadata": {"name": "demo-head-abc", "namespace": "rl"}}]
     await sweep(controller)
@@ -292,13 +293,7 @@ async def test_a_held_rayjob_that_goes_is_no_longer_reported_held() -> None:
     removes its other children, no longer says its RayJob is held."""
     kube = FakeKube()
     clock = ["2026-01-01T00:00:00Z"]
-    config = OperatorConfig(image="runtime@sha256:" + "1" * 64)  # a test value, never pulled
-    controller = Controller(kube, config, {"agentrl/__init__.py": ""},  # type: ignore[arg-type]
-                            OperatorMetrics(), clock=lambda: clock[0])  # fmt: skip
-    await controller.on_experiment(experiment())
-    await controller._attempt(("rl", "demo"))
-    await controller.on_rayjob(rayjob_event(RUNNING))
-    exp = controller.experiments[("rl", "demo")]
+    controller, exp = await running_on(kube, clock)
     deleting = experiment()
     deleting["metadata"].update(deletionTimestamp="2026-01-01T00:00:10Z",
                                 finalizers=["foregroundDeletion"])  # fmt: skip

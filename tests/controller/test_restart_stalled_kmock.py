@@ -31,6 +31,7 @@ from .test_stuck_kmock import (
     PODS,
     _replica_failure,
     condition_series,
+    crash_looping_head,
     creating_pod,
     initializing,
     pod_event,
@@ -58,6 +59,23 @@ async def restarted_quietly(api: Api, operator: OperatorRun, st: dict[str, Any])
     assert len(api.events("demo")) == events
     assert stalled(api) == st
     assert condition_series(operator) == series
+
+
+async def restarted_before_the_replay(
+    api: Api,
+    operator: OperatorRun,
+    st: dict[str, Any],
+    monkeypatch: pytest.MonkeyPatch,
+    handler: str,
+) -> None:
+    """`restarted_quietly`, with the watch's replay to `handler` held until after the
+    reconcile; once it comes, and after a few sweeps, still nothing was written or posted."""
+    replay = held_until(monkeypatch, handler)
+    mark, events = len(api.emu.log), len(api.events("demo"))
+    await restarted_quietly(api, operator, st)
+    await replay()
+    await sweeps(operator, 3)
+    assert status_writes(api, mark) == 0 and len(api.events("demo")) == events
 
 
 def held_until(monkeypatch: pytest.MonkeyPatch, handler: str) -> Gate:
@@ -88,12 +106,7 @@ async def test_a_reconcile_before_the_pods_replay_keeps_a_stuck_pod_stalled(
     # The kubelet's next retry, while no operator watched: the same trouble, other words.
     backoff = {"reason": "ImagePullBackOff", "message": "Back-off pulling image"}
     await api.patch(PODS, NS, "demo-head-abc", {"status": stuck_pod("x", backoff)["status"]})
-    replay = held_until(monkeypatch, "on_pod")
-    mark, events = len(api.emu.log), len(api.events("demo"))
-    await restarted_quietly(api, operator, st)
-    await replay()
-    await sweeps(operator, 3)
-    assert status_writes(api, mark) == 0 and len(api.events("demo")) == events
+    await restarted_before_the_replay(api, operator, st, monkeypatch, "on_pod")
     assert stalled(api) == st
     # Its image is fixed: the pod's event is the evidence, and Stalled clears.
     running = {"containerStatuses": [{"name": "ray-head", "state": {"running": {}}}]}
@@ -173,12 +186,7 @@ async def test_a_held_rayjob_deletion_stays_stalled_across_a_restart(
     st = await wait_for(lambda: stalled(api), what="Stalled")
     assert conditions.get(st, STALLED)["reason"] == "RayJobDeletionHeld"  # type: ignore[index]
     await operator.stop()
-    replay = held_until(monkeypatch, "on_rayjob")
-    mark, events = len(api.emu.log), len(api.events("demo"))
-    await restarted_quietly(api, operator, st)
-    await replay()
-    await sweeps(operator, 3)
-    assert status_writes(api, mark) == 0 and len(api.events("demo")) == events
+    await restarted_before_the_replay(api, operator, st, monkeypatch, "on_rayjob")
 
 
 async def test_an_inherited_crash_loop_whose_pod_went_meanwhile_clears_at_once(
@@ -189,12 +197,7 @@ async def test_an_inherited_crash_loop_whose_pod_went_meanwhile_clears_at_once(
     experiment's pods and clears Stalled, instead of naming the gone pod for
     CRASH_SETTLED_SECONDS (10 minutes; the clock does not move here)."""
     await initializing(api)
-    looping = {"name": "ray-head", "restartCount": 3,
-               "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off"}},
-               "lastState": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}}  # fmt: skip
-    pod = stuck_pod("demo-head-abc", None)
-    pod["status"] = {"phase": "Running", "containerStatuses": [looping]}
-    await api.create(pod)
+    await api.create(crash_looping_head())
     await wait_for(lambda: stalled(api), what="Stalled")
     await operator.stop()
     await api.delete(PODS, NS, "demo-head-abc")

@@ -229,6 +229,16 @@ async def test_a_crash_loop_between_back_offs_stays_one_trouble(
     assert api.reasons("demo")[events:] == ["Stalled"]
 
 
+def crash_looping_head() -> dict[str, Any]:
+    """The head pod between two back-offs of its crash loop (3 restarts, last one OOMKilled)."""
+    looping = {"name": "ray-head", "restartCount": 3,
+               "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off"}},
+               "lastState": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}}  # fmt: skip
+    pod = stuck_pod("demo-head-abc", None)
+    pod["status"] = {"phase": "Running", "containerStatuses": [looping]}
+    return pod
+
+
 async def test_an_operator_that_starts_between_two_back_offs_keeps_the_crash_loop(
     api: Api, operator: OperatorRun, clock: FakeClock
 ) -> None:
@@ -237,15 +247,12 @@ async def test_an_operator_that_starts_between_two_back_offs_keeps_the_crash_loo
     goes on. Nothing is written, no event posted; the sweep clears it once the container has
     run for CRASH_SETTLED_SECONDS."""
     await initializing(api)
-    looping = {"name": "ray-head", "restartCount": 3,
-               "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off"}},
-               "lastState": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}}  # fmt: skip
-    pod = stuck_pod("demo-head-abc", None)
-    pod["status"] = {"phase": "Running", "containerStatuses": [looping]}
+    pod = crash_looping_head()
     await api.create(pod)
     st = await wait_for(lambda: stalled(api), what="Stalled")
     await operator.stop()
     started = clock.now
+    looping = pod["status"]["containerStatuses"][0]
     again = {**looping, "state": {"running": {"startedAt": format_time(started)}}}
     await api.patch(PODS, NS, "demo-head-abc", {"status": {"containerStatuses": [again]}})
     mark, events = len(api.emu.log), len(api.events("demo"))
