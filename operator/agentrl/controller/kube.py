@@ -224,9 +224,7 @@ class Kube:
         selector = ",".join(f"{k}={v}" for k, v in (labels or {}).items())
         params = {"labelSelector": selector} if selector else None
         _, body = await self._call("GET", object_path(api_version, kind, namespace), params=params)
-        found = [o for o in (body or {}).get("items") or () if isinstance(o, dict)]
-        # The selector does the work; the check keeps a server that ignores it honest.
-        return [o for o in found if _labelled(o, labels or {})]
+        return [o for o in (body or {}).get("items") or () if isinstance(o, dict)]
 
     async def replace(self, obj: Mapping[str, Any]) -> Obj:
         """PUT the whole object. Its `metadata.resourceVersion` makes the write conditional:
@@ -281,8 +279,3 @@ class Kube:
         """Create a core/v1 Event (what `kubectl describe` shows)."""
         path = object_path("v1", "Event", event["metadata"]["namespace"])
         await self._call("POST", path, event, parse=False)
-
-
-def _labelled(obj: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
-    have = (obj.get("metadata") or {}).get("labels") or {}
-    return all(have.get(k) == v for k, v in labels.items())

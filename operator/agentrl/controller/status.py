@@ -492,20 +492,33 @@ def _stalled(st: Status, seen: Observed, phase: Phase, now: str) -> None:
     conditions.put_if_relevant(st, C.STALLED, False, reason="Progressing", message="", now=now)
 
 
+def _trouble_text(what: str, name: str, reason: str, message: str) -> str:
+    """`WHAT NAME: REASON[: MESSAGE]`, the shape of a stuck pod's and a RayCluster's words."""
+    return f"{what} {name}: {reason}" + (f": {message}" if message else "")
+
+
+def _trouble_of(text: str, what: str, reason: str) -> tuple[str, str] | None:
+    """(name, message) of a `_trouble_text` for `what` and `reason`, else None."""
+    if not text.startswith(f"{what} "):
+        return None
+    name, _, rest = text.removeprefix(f"{what} ").partition(": ")
+    if rest.split(": ", 1)[0] != reason:
+        return None
+    return name, rest.removeprefix(reason).removeprefix(": ")
+
+
 def stuck_pod_text(pod: str, reason: str, message: str) -> str:
     """The Stalled message of a stuck pod: `pod NAME: REASON[: MESSAGE]`."""
-    return f"pod {pod}: {reason}" + (f": {message}" if message else "")
+    return _trouble_text("pod", pod, reason, message)
 
 
 def stuck_pod_of(text: str, reason: str) -> tuple[str, str] | None:
     """(pod, message) of a Stalled message `stuck_pod_text` wrote for `reason`, else None
     (the note on a submitter pod, `SUBMITTER_POD_NOTE` on, is not the pod's message)."""
-    if not text.startswith("pod "):
+    found = _trouble_of(text, "pod", reason)
+    if found is None or not found[0]:
         return None
-    pod, _, rest = text.removeprefix("pod ").partition(": ")
-    if not pod or rest.split(": ", 1)[0] != reason:
-        return None
-    return pod, rest.removeprefix(reason).removeprefix(": ").partition(SUBMITTER_POD_NOTE)[0]
+    return found[0], found[1].partition(SUBMITTER_POD_NOTE)[0]
 
 
 # What follows a stuck submitter pod's words while KubeRay reports Running and Ray has no job.
@@ -514,17 +527,13 @@ SUBMITTER_POD_NOTE = ". It is KubeRay's submitter pod, so Ray never gets the job
 
 def cluster_trouble_text(cluster: str, reason: str, message: str) -> str:
     """The Stalled message of pods KubeRay cannot create: `RayCluster NAME: REASON[: MESSAGE]`."""
-    return f"RayCluster {cluster}: {reason}" + (f": {message}" if message else "")
+    return _trouble_text("RayCluster", cluster, reason, message)
 
 
 def cluster_trouble_of(text: str, reason: str) -> str | None:
     """The message of a Stalled message `cluster_trouble_text` wrote for `reason`, else None."""
-    if not text.startswith("RayCluster "):
-        return None
-    _, _, rest = text.removeprefix("RayCluster ").partition(": ")
-    if rest.split(": ", 1)[0] != reason:
-        return None
-    return rest.removeprefix(reason).removeprefix(": ")
+    found = _trouble_of(text, "RayCluster", reason)
+    return None if found is None else found[1]
 
 
 _SUBMITTER_JOB = "cannot create its pod, so Ray never gets the job: "
